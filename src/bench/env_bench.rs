@@ -1,0 +1,238 @@
+//! `guirl bench-env`: reset and step latency (median, p90; screenshot included) and
+//! aggregate steps/s with K concurrent envs, with random clicks; optionally side by side
+//! with MiniWoB++'s own Python environment run in the same process tree.
+
+use super::Latency;
+use crate::env::{BrowserConfig, EnvConfig, GuiEnv};
+use crate::policy::random::RandomPolicy;
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct EnvBenchOptions {
+    /// Task ids.
+    pub tasks: Vec<String>,
+    /// Concurrent env counts for throughput.
+    pub envs: Vec<usize>,
+    /// Timed steps per measurement (per env for throughput).
+    pub steps: usize,
+    /// Timed resets per task.
+    pub resets: usize,
+    /// Browser settings.
+    pub browser: BrowserConfig,
+    /// Python with `miniwob` installed, to run the baseline.
+    pub baseline_python: Option<PathBuf>,
+}
+
+/// Figures for one task.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct TaskFigures {
+    /// Reset latency, ms.
+    pub reset_ms: Latency,
+    /// Step latency, ms.
+    pub step_ms: Latency,
+    /// Aggregate steps/s by env count.
+    pub steps_per_s: BTreeMap<String, f64>,
+    /// Per-phase step medians (action, settle, screenshot), ms.
+    #[serde(default)]
+    pub phases_ms: BTreeMap<String, f64>,
+}
+
+/// The whole report: guirl's figures and, if run, the baseline's.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct EnvBenchReport {
+    /// guirl, by task id.
+    pub guirl: BTreeMap<String, TaskFigures>,
+    /// MiniWoB++'s Python env, by task id.
+    pub baseline: Option<BTreeMap<String, TaskFigures>>,
+}
+
+async fn measure_latency(task: &str, cfg: &EnvConfig, opts: &EnvBenchOptions) -> anyhow::Result<TaskFigures> {
+    let t = crate::tasks::load_task(task)?;
+    let mut env = GuiEnv::new(t, cfg.clone());
+    let mut policy = RandomPolicy::new(7);
+    policy.clicks_only = true;
+    // Warm up: browser start, page load, caches.
+    env.reset(0).await?;
+    for _ in 0..5 {
+        let out = env.step(&policy.sample(160, 210)).await?;
+        if out.terminated || out.truncated {
+            env.reset(1).await?;
+        }
+    }
+    let mut resets = Vec::new();
+    for i in 0..opts.resets {
+        let t0 = Instant::now();
+        env.reset(1000 + i as u64).await?;
+        resets.push(t0.elapsed().as_secs_f64() * 1000.0);
+    }
+    let (mut steps, mut phases): (Vec<f64>, [Vec<f64>; 3]) = (Vec::new(), Default::default());
+    let mut seed = 5000;
+    while steps.len() < opts.steps {
+        let obs = env.last_observation().expect("reset done").clone();
+        let a = policy.sample(obs.frame.width, obs.frame.height);
+        let t0 = Instant::now();
+        let out = env.step(&a).await?;
+        steps.push(t0.elapsed().as_secs_f64() * 1000.0);
+        phases[0].push(out.info.timings.action_ms);
+        phases[1].push(out.info.timings.settle_ms);
+        phases[2].push(out.info.timings.screenshot_ms);
+        if out.terminated || out.truncated {
+            seed += 1;
+            env.reset(seed).await?;
+        }
+    }
+    env.close().await;
+    let mut f =
+        TaskFigures { reset_ms: Latency::of(&resets), step_ms: Latency::of(&steps), ..Default::default() };
+    for (name, xs) in ["action", "settle", "screenshot"].iter().zip(phases.iter()) {
+        f.phases_ms.insert(name.to_string(), Latency::of(xs).median);
+    }
+    Ok(f)
+}
+
+async fn measure_throughput(
+    task: &str,
+    cfg: &EnvConfig,
+    k: usize,
+    steps_per_env: usize,
+) -> anyhow::Result<f64> {
+    let t = crate::tasks::load_task(task)?;
+    let mut envs = Vec::new();
+    for i in 0..k {
+        let mut env = GuiEnv::new(t.clone(), cfg.clone());
+        env.reset(i as u64).await?;
+        envs.push(env);
+    }
+    let t0 = Instant::now();
+    let handles: Vec<_> = envs
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut env)| {
+            tokio::spawn(async move {
+                let mut policy = RandomPolicy::new(100 + i as u64);
+                policy.clicks_only = true;
+                let mut seed = 10_000 * (i as u64 + 1);
+                for _ in 0..steps_per_env {
+                    let out = env.step(&policy.sample(160, 210)).await?;
+                    if out.terminated || out.truncated {
+                        seed += 1;
+                        env.reset(seed).await?;
+                    }
+                }
+                env.close().await;
+                anyhow::Ok(())
+            })
+        })
+        .collect();
+    for h in handles {
+        h.await??;
+    }
+    Ok((k * steps_per_env) as f64 / t0.elapsed().as_secs_f64())
+}
+
+/// Run the benchmark.
+pub async fn run(opts: &EnvBenchOptions) -> anyhow::Result<EnvBenchReport> {
+    let cfg = EnvConfig { browser: opts.browser.clone(), ..Default::default() };
+    let mut report = EnvBenchReport::default();
+    for task in &opts.tasks {
+        eprintln!("guirl: measuring {task} ...");
+        let mut f = measure_latency(task, &cfg, opts).await.with_context(|| format!("measuring {task}"))?;
+        for &k in &opts.envs {
+            let sps = measure_throughput(task, &cfg, k, opts.steps.div_ceil(2).max(20)).await?;
+            f.steps_per_s.insert(k.to_string(), sps);
+        }
+        report.guirl.insert(task.clone(), f);
+    }
+    if let Some(py) = &opts.baseline_python {
+        report.baseline = Some(run_baseline(py, opts)?);
+    }
+    Ok(report)
+}
+
+fn run_baseline(py: &PathBuf, opts: &EnvBenchOptions) -> anyhow::Result<BTreeMap<String, TaskFigures>> {
+    let script = crate::env::server::project_root().join("benches").join("miniwob_baseline.py");
+    let out_json = tempfile::NamedTempFile::new()?;
+    let names: Vec<&str> = opts.tasks.iter().map(|t| t.strip_prefix("miniwob/").unwrap_or(t)).collect();
+    let envs: Vec<String> = opts.envs.iter().map(|k| k.to_string()).collect();
+    eprintln!("guirl: measuring MiniWoB++'s Python environment ...");
+    let status = std::process::Command::new(py)
+        .arg(&script)
+        .args(["--tasks", &names.join(","), "--envs", &envs.join(",")])
+        .args(["--steps", &opts.steps.to_string(), "--resets", &opts.resets.to_string()])
+        .arg("--json")
+        .arg(out_json.path())
+        .status()
+        .with_context(|| format!("cannot run {} (run benches/setup_baseline.sh first)", py.display()))?;
+    anyhow::ensure!(status.success(), "the MiniWoB++ baseline failed ({status})");
+    #[derive(Deserialize)]
+    struct Baseline {
+        tasks: BTreeMap<String, TaskFigures>,
+    }
+    let b: Baseline = serde_json::from_str(&std::fs::read_to_string(out_json.path())?)?;
+    Ok(b.tasks.into_iter().map(|(k, v)| (format!("miniwob/{k}"), v)).collect())
+}
+
+impl EnvBenchReport {
+    /// A markdown table of the figures (and ratios to the baseline when present).
+    pub fn markdown(&self) -> String {
+        let mut s = String::new();
+        let ks: Vec<String> =
+            self.guirl.values().next().map(|f| f.steps_per_s.keys().cloned().collect()).unwrap_or_default();
+        s.push_str("| task | env | reset median / p90 (ms) | step median / p90 (ms) |");
+        for k in &ks {
+            s.push_str(&format!(" steps/s K={k} |"));
+        }
+        s.push_str("\n|---|---|---|---|");
+        s.push_str(&"---|".repeat(ks.len()));
+        s.push('\n');
+        let row = |s: &mut String, task: &str, who: &str, f: &TaskFigures| {
+            s.push_str(&format!(
+                "| {task} | {who} | {:.1} / {:.1} | {:.1} / {:.1} |",
+                f.reset_ms.median, f.reset_ms.p90, f.step_ms.median, f.step_ms.p90
+            ));
+            for k in &ks {
+                s.push_str(&format!(" {:.1} |", f.steps_per_s.get(k).copied().unwrap_or(f64::NAN)));
+            }
+            s.push('\n');
+        };
+        for (task, f) in &self.guirl {
+            row(&mut s, task, "guirl", f);
+            if let Some(b) = self.baseline.as_ref().and_then(|b| b.get(task)) {
+                row(&mut s, task, "MiniWoB++ (Python)", b);
+                s.push_str(&format!(
+                    "| {task} | ratio (MiniWoB++ / guirl latency, guirl / MiniWoB++ steps/s) | {:.2}x | {:.2}x |",
+                    b.reset_ms.median / f.reset_ms.median,
+                    b.step_ms.median / f.step_ms.median
+                ));
+                for k in &ks {
+                    let r = f.steps_per_s.get(k).copied().unwrap_or(f64::NAN)
+                        / b.steps_per_s.get(k).copied().unwrap_or(f64::NAN);
+                    s.push_str(&format!(" {r:.2}x |"));
+                }
+                s.push('\n');
+            }
+        }
+        let phases: Vec<String> = self
+            .guirl
+            .iter()
+            .map(|(t, f)| {
+                format!(
+                    "{t}: action {:.1} ms, settle+state {:.1} ms, screenshot {:.1} ms",
+                    f.phases_ms.get("action").unwrap_or(&0.0),
+                    f.phases_ms.get("settle").unwrap_or(&0.0),
+                    f.phases_ms.get("screenshot").unwrap_or(&0.0)
+                )
+            })
+            .collect();
+        s.push_str("\nguirl step phases (medians):\n");
+        for p in phases {
+            s.push_str(&format!("- {p}\n"));
+        }
+        s
+    }
+}

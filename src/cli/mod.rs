@@ -1,0 +1,102 @@
+//! The `guirl` command: parses arguments, then calls the library.
+
+mod run;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Train and evaluate GUI agents with reinforcement learning in a real headless Chromium.
+#[derive(Debug, Parser)]
+#[command(name = "guirl", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Where the browser comes from (shared by every command that opens one).
+#[derive(Debug, Clone, clap::Args)]
+pub struct BrowserArgs {
+    /// chromedriver binary to start (default: $GUIRL_CHROMEDRIVER, then /usr/bin/chromedriver).
+    #[arg(long, value_name = "PATH")]
+    pub chromedriver: Option<PathBuf>,
+    /// Attach to this WebDriver endpoint instead (a chromedriver elsewhere, a Selenium Grid).
+    #[arg(long, value_name = "URL")]
+    pub webdriver: Option<String>,
+    /// Show the browser window instead of running headless.
+    #[arg(long)]
+    pub headful: bool,
+    /// Limit on any single WebDriver command, in seconds.
+    #[arg(long, default_value_t = 10.0, value_name = "SECS")]
+    pub command_timeout: f64,
+}
+
+impl BrowserArgs {
+    /// The library's browser config for these arguments.
+    pub fn config(&self) -> guirl_env::BrowserConfig {
+        guirl_env::BrowserConfig {
+            chromedriver: self.chromedriver.clone(),
+            webdriver_url: self.webdriver.clone(),
+            headful: self.headful,
+            command_timeout: std::time::Duration::from_secs_f64(self.command_timeout.max(0.1)),
+            ..Default::default()
+        }
+    }
+}
+
+use crate::env as guirl_env;
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// List task ids, one a line.
+    Tasks {
+        /// Only this suite.
+        #[arg(long, value_parser = ["miniwob", "builtin"])]
+        suite: Option<String>,
+    },
+    /// Run episodes of a task with a policy and report success.
+    Run(run::RunArgs),
+    /// Measure environment speed (reset/step latency, steps/s with 1, 2, 4 envs).
+    BenchEnv(run::BenchEnvArgs),
+}
+
+/// Entry point of the binary.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("GUIRL_LOG").unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let result = match cli.command {
+        Command::Tasks { suite } => list_tasks(suite.as_deref()),
+        Command::Run(args) => runtime().block_on(run::run(args)),
+        Command::BenchEnv(args) => runtime().block_on(run::bench_env(args)),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime")
+}
+
+fn list_tasks(suite: Option<&str>) -> anyhow::Result<()> {
+    let ids = crate::tasks::all_task_ids(suite);
+    if ids.is_empty() {
+        anyhow::bail!(
+            "no tasks found: MiniWoB++ pages are not installed in {} (run scripts/setup.sh)",
+            crate::env::server::miniwob_dir().display()
+        );
+    }
+    for id in ids {
+        println!("{id}");
+    }
+    Ok(())
+}

@@ -1,0 +1,169 @@
+//! `guirl run` and `guirl bench-env`.
+
+use super::BrowserArgs;
+use crate::env::EnvConfig;
+use crate::policy::{oracle::OraclePolicy, random::RandomPolicy, Policy};
+use crate::rollout::{run_episodes, RunOptions};
+use anyhow::{bail, Context};
+use serde_json::json;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+/// Arguments of `guirl run`.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// Task id (`miniwob/click-test`, `builtin/NAME`) or path to a website spec (.toml).
+    #[arg(long)]
+    task: String,
+    /// Policy: `random` or `oracle`.
+    #[arg(long, default_value = "random")]
+    policy: String,
+    /// Number of episodes.
+    #[arg(long, default_value_t = 10)]
+    episodes: u64,
+    /// Seed of the first episode; episode i uses seed + i.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Browsers running at once.
+    #[arg(long, default_value_t = 1)]
+    envs: usize,
+    /// Override the task's step limit.
+    #[arg(long)]
+    max_steps: Option<u32>,
+    /// Enforce the task's wall-clock limit (ms), as MiniWoB++'s in-page timer does.
+    #[arg(long, value_name = "MS")]
+    wall_clock_ms: Option<u64>,
+    /// End an episode on an action that cannot be executed (status invalid_action).
+    #[arg(long)]
+    strict_actions: bool,
+    /// Print one JSON object instead of text lines.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    browser: BrowserArgs,
+}
+
+fn make_policy(name: &str, task_id: &str, seed: u64) -> anyhow::Result<Box<dyn Policy>> {
+    match name {
+        "random" => Ok(Box::new(RandomPolicy::new(seed))),
+        "oracle" => {
+            if !crate::policy::oracle::has_oracle(task_id) {
+                bail!("no oracle for task {task_id}: oracles exist for the built-in tasks and some MiniWoB++ tasks (see `guirl tasks`); use --policy random");
+            }
+            Ok(Box::new(OraclePolicy))
+        }
+        other => bail!("unknown policy {other:?}: use random or oracle"),
+    }
+}
+
+/// `guirl run`.
+pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+    if args.envs == 0 {
+        bail!("--envs must be at least 1");
+    }
+    if args.max_steps == Some(0) {
+        bail!("--max-steps must be at least 1");
+    }
+    let task = crate::tasks::load_task(&args.task)?;
+    let policy = Arc::new(Mutex::new(make_policy(&args.policy, task.id(), args.seed)?));
+    let cfg = EnvConfig {
+        browser: args.browser.config(),
+        max_steps: args.max_steps,
+        wall_clock_ms: args.wall_clock_ms,
+        strict_actions: args.strict_actions,
+    };
+    let seeds: Vec<u64> = (0..args.episodes).map(|i| args.seed + i).collect();
+    let opts = RunOptions { envs: args.envs, keep_frames: false };
+    let quiet = args.json;
+    let t0 = std::time::Instant::now();
+    let results = run_episodes(task.clone(), &cfg, policy, &seeds, &opts, |i, rec| {
+        if !quiet {
+            let t = &rec.trajectory;
+            let err = t.outcome.error.as_deref().map(|e| format!(" error={e:?}")).unwrap_or_default();
+            println!(
+                "episode={i} seed={} status={} reward={:.3} steps={}{err}",
+                t.seed, t.outcome.status, t.outcome.reward, t.outcome.steps
+            );
+        }
+    })
+    .await
+    .with_context(|| format!("running {}", task.id()))?;
+    let n = results.len().max(1) as f64;
+    let success =
+        results.iter().filter(|r| r.trajectory.outcome.status == crate::env::EpisodeStatus::Success).count()
+            as f64
+            / n;
+    let mean_reward = results.iter().map(|r| r.trajectory.outcome.reward).sum::<f64>() / n;
+    let steps: u64 = results.iter().map(|r| r.trajectory.outcome.steps as u64).sum();
+    let secs = t0.elapsed().as_secs_f64();
+    if args.json {
+        let per: Vec<_> = results
+            .iter()
+            .map(|r| {
+                let t = &r.trajectory;
+                json!({"seed": t.seed, "reward": t.outcome.reward, "status": t.outcome.status, "steps": t.outcome.steps,
+                       "instruction": t.instruction, "error": t.outcome.error})
+            })
+            .collect();
+        let out = json!({
+            "task": task.id(), "policy": args.policy, "episodes": results.len(), "success_rate": success,
+            "mean_reward": mean_reward, "env_steps": steps, "seconds": secs, "per_episode": per,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        println!("episodes={} success_rate={success:.3} mean_reward={mean_reward:.3}", results.len());
+    }
+    Ok(())
+}
+
+/// Arguments of `guirl bench-env`.
+#[derive(Debug, clap::Args)]
+pub struct BenchEnvArgs {
+    /// Tasks to measure (comma-separated ids).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "miniwob/click-test,miniwob/click-button,miniwob/enter-text"
+    )]
+    tasks: Vec<String>,
+    /// Concurrent env counts for the throughput runs.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
+    envs: Vec<usize>,
+    /// Timed steps per measurement.
+    #[arg(long, default_value_t = 200)]
+    steps: usize,
+    /// Timed resets per task.
+    #[arg(long, default_value_t = 50)]
+    resets: usize,
+    /// Also run MiniWoB++'s own Python environment on the same tasks (needs
+    /// benches/setup_baseline.sh) and print the ratio.
+    #[arg(long)]
+    baseline: bool,
+    /// Python with the `miniwob` package, for --baseline.
+    #[arg(long, default_value = ".cache/baseline-venv/bin/python")]
+    baseline_python: PathBuf,
+    /// Write the figures as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    #[command(flatten)]
+    browser: BrowserArgs,
+}
+
+/// `guirl bench-env`.
+pub async fn bench_env(args: BenchEnvArgs) -> anyhow::Result<()> {
+    let opts = crate::bench::env_bench::EnvBenchOptions {
+        tasks: args.tasks,
+        envs: args.envs,
+        steps: args.steps,
+        resets: args.resets,
+        browser: args.browser.config(),
+        baseline_python: args.baseline.then_some(args.baseline_python),
+    };
+    let report = crate::bench::env_bench::run(&opts).await?;
+    println!("{}", report.markdown());
+    if let Some(p) = args.json {
+        std::fs::write(&p, serde_json::to_string_pretty(&report)?)
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,397 @@
+//! Starting or attaching to a WebDriver endpoint and talking to one browser session.
+//!
+//! Every WebDriver call goes through [`Browser`], which puts a timeout on it, so a hung
+//! or dead browser shows up as an [`EnvError`] instead of a stuck program.
+
+use super::EnvError;
+use fantoccini::actions::Actions;
+use fantoccini::wd::{Capabilities, WebDriverCompatibleCommand};
+use fantoccini::{Client, ClientBuilder};
+use image::RgbImage;
+use serde_json::{json, Value};
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// The Chromium flags every guirl browser starts with (headless runs add `--headless`).
+pub const CHROMIUM_FLAGS: &[&str] = &[
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--force-device-scale-factor=1",
+    "--hide-scrollbars",
+    "--disable-dev-shm-usage",
+    "--mute-audio",
+];
+
+/// The apt-get line that installs what guirl needs to drive a browser.
+pub const APT_HINT: &str = "sudo apt-get install -y chromium chromium-driver";
+
+/// How to get a browser: start chromedriver here, or attach to a WebDriver URL.
+#[derive(Debug, Clone)]
+pub struct BrowserConfig {
+    /// chromedriver binary (default: `$GUIRL_CHROMEDRIVER`, then `/usr/bin/chromedriver`, then PATH).
+    pub chromedriver: Option<PathBuf>,
+    /// Chromium binary (default: `$GUIRL_CHROMIUM`, then `/usr/bin/chromium`, then PATH).
+    pub chromium: Option<PathBuf>,
+    /// Attach to this WebDriver endpoint (a chromedriver elsewhere, a Selenium Grid) instead.
+    pub webdriver_url: Option<String>,
+    /// Show the browser window.
+    pub headful: bool,
+    /// Limit on any single WebDriver command.
+    pub command_timeout: Duration,
+    /// Limit on a page load.
+    pub page_load_timeout: Duration,
+}
+
+impl Default for BrowserConfig {
+    fn default() -> Self {
+        BrowserConfig {
+            chromedriver: None,
+            chromium: None,
+            webdriver_url: None,
+            headful: false,
+            command_timeout: Duration::from_secs(10),
+            page_load_timeout: Duration::from_secs(20),
+        }
+    }
+}
+
+fn find_binary(explicit: &Option<PathBuf>, env_var: &str, defaults: &[&str]) -> Option<PathBuf> {
+    if let Some(p) = explicit {
+        return Some(p.clone());
+    }
+    if let Some(p) = std::env::var_os(env_var).filter(|p| !p.is_empty()) {
+        return Some(PathBuf::from(p));
+    }
+    for d in defaults {
+        let p = Path::new(d);
+        if p.is_absolute() && p.exists() {
+            return Some(p.to_path_buf());
+        }
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .flat_map(|dir| defaults.iter().map(move |d| dir.join(Path::new(d).file_name().unwrap())))
+        .find(|p| p.is_file())
+}
+
+impl BrowserConfig {
+    /// The chromedriver binary to start, or a clear error naming how to install it.
+    pub fn chromedriver_path(&self) -> Result<PathBuf, EnvError> {
+        let p = find_binary(&self.chromedriver, "GUIRL_CHROMEDRIVER", &["/usr/bin/chromedriver"])
+            .unwrap_or_else(|| PathBuf::from("/usr/bin/chromedriver"));
+        if p.is_file() {
+            Ok(p)
+        } else {
+            Err(EnvError::Setup(format!(
+                "chromedriver not found at {}: install it with `{APT_HINT}`, or pass \
+                 --chromedriver PATH / set GUIRL_CHROMEDRIVER, or attach to a running \
+                 WebDriver with --webdriver URL",
+                p.display()
+            )))
+        }
+    }
+
+    /// The Chromium binary to start, or a clear error naming how to install it.
+    pub fn chromium_path(&self) -> Result<PathBuf, EnvError> {
+        let p = find_binary(&self.chromium, "GUIRL_CHROMIUM", &["/usr/bin/chromium", "chromium"])
+            .unwrap_or_else(|| PathBuf::from("/usr/bin/chromium"));
+        if p.is_file() {
+            Ok(p)
+        } else {
+            Err(EnvError::Setup(format!(
+                "chromium not found at {}: install it with `{APT_HINT}`, or set GUIRL_CHROMIUM",
+                p.display()
+            )))
+        }
+    }
+}
+
+/// One browser session (and the chromedriver we started for it, if any).
+pub struct Browser {
+    client: Client,
+    driver: Option<tokio::process::Child>,
+    profile: Option<tempfile::TempDir>,
+    command_timeout: Duration,
+    page_load_timeout: Duration,
+    /// Whether Chrome DevTools commands work through this endpoint (fast clipped screenshots).
+    cdp: AtomicBool,
+}
+
+impl std::fmt::Debug for Browser {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Browser").field("profile", &self.profile_dir()).finish()
+    }
+}
+
+fn free_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// A chromedriver command passed straight to Chrome DevTools (`goog/cdp/execute`).
+#[derive(Debug)]
+struct CdpCommand {
+    cmd: &'static str,
+    params: Value,
+}
+
+impl WebDriverCompatibleCommand for CdpCommand {
+    fn endpoint(&self, base: &url::Url, session: Option<&str>) -> Result<url::Url, url::ParseError> {
+        base.join(&format!("session/{}/goog/cdp/execute", session.unwrap_or_default()))
+    }
+    fn method_and_body(&self, _: &url::Url) -> (http::Method, Option<String>) {
+        let body = json!({ "cmd": self.cmd, "params": self.params });
+        (http::Method::POST, Some(body.to_string()))
+    }
+}
+
+impl Browser {
+    /// Start (or attach to) a browser whose viewport is `width`×`height` CSS pixels.
+    pub async fn launch(cfg: &BrowserConfig, width: u32, height: u32) -> Result<Browser, EnvError> {
+        let started = Instant::now();
+        let (url, driver, chromium) = match &cfg.webdriver_url {
+            Some(u) => (u.clone(), None, cfg.chromium.clone()),
+            None => {
+                let driver_bin = cfg.chromedriver_path()?;
+                let chromium = cfg.chromium_path()?;
+                let port = free_port().map_err(|e| EnvError::Setup(format!("no free port: {e}")))?;
+                let child = tokio::process::Command::new(&driver_bin)
+                    .arg(format!("--port={port}"))
+                    .arg("--allowed-ips=127.0.0.1")
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .kill_on_drop(true)
+                    .spawn()
+                    .map_err(|e| {
+                        EnvError::Setup(format!(
+                            "could not start chromedriver {}: {e}; install it with `{APT_HINT}`",
+                            driver_bin.display()
+                        ))
+                    })?;
+                (format!("http://127.0.0.1:{port}"), Some(child), Some(chromium))
+            }
+        };
+        let profile = tempfile::Builder::new()
+            .prefix("guirl-chromium-")
+            .tempdir()
+            .map_err(|e| EnvError::Setup(format!("cannot create a browser profile folder: {e}")))?;
+        let mut args: Vec<String> = CHROMIUM_FLAGS.iter().map(|s| s.to_string()).collect();
+        if !cfg.headful {
+            args.push("--headless".into());
+        }
+        args.push(format!("--window-size={width},{height}"));
+        // A remote endpoint owns its own disk; a local one gets a fresh profile we delete.
+        if cfg.webdriver_url.is_none() {
+            args.push(format!("--user-data-dir={}", profile.path().display()));
+        }
+        let mut chrome_opts = json!({ "args": args });
+        if let Some(bin) = &chromium {
+            chrome_opts["binary"] = json!(bin.display().to_string());
+        }
+        let mut caps = Capabilities::new();
+        caps.insert("browserName".into(), json!("chrome"));
+        caps.insert("goog:chromeOptions".into(), chrome_opts);
+        caps.insert("unhandledPromptBehavior".into(), json!("accept"));
+        caps.insert("pageLoadStrategy".into(), json!("normal"));
+
+        // chromedriver needs a moment to listen; retry the session request until it does.
+        let deadline = started + Duration::from_secs(20);
+        let client = loop {
+            let attempt = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+                .capabilities(caps.clone())
+                .connect(&url)
+                .await;
+            match attempt {
+                Ok(c) => break c,
+                Err(e) => {
+                    let msg = e.to_string();
+                    let not_up = msg.contains("onnect") || msg.contains("refused");
+                    if !(not_up && driver.is_some()) || Instant::now() > deadline {
+                        return Err(EnvError::Setup(format!(
+                            "could not open a browser session at {url}: {msg}. Is chromium \
+                             installed (`{APT_HINT}`) and does its version match chromedriver's?"
+                        )));
+                    }
+                    tokio::time::sleep(Duration::from_millis(25)).await;
+                }
+            }
+        };
+        let b = Browser {
+            client,
+            driver,
+            profile: Some(profile),
+            command_timeout: cfg.command_timeout,
+            page_load_timeout: cfg.page_load_timeout,
+            cdp: AtomicBool::new(true),
+        };
+        b.guard("setting timeouts", async {
+            b.client
+                .update_timeouts(fantoccini::wd::TimeoutConfiguration::new(
+                    Some(b.command_timeout),
+                    Some(b.page_load_timeout),
+                    Some(Duration::ZERO),
+                ))
+                .await
+        })
+        .await?;
+        b.fit_viewport(width, height).await?;
+        tracing::debug!(ms = started.elapsed().as_millis() as u64, %url, "browser started");
+        Ok(b)
+    }
+
+    /// Make the viewport exactly `width`×`height` (window size includes any browser chrome).
+    async fn fit_viewport(&self, width: u32, height: u32) -> Result<(), EnvError> {
+        let inner = self.execute("return [window.innerWidth, window.innerHeight];", vec![]).await?;
+        let (iw, ih) = (inner[0].as_u64().unwrap_or(0) as u32, inner[1].as_u64().unwrap_or(0) as u32);
+        if (iw, ih) != (width, height) {
+            let (ow, oh) = self.guard("reading the window size", self.client.get_window_size()).await?;
+            let (nw, nh) = (
+                ow as u32 + width - iw.min(width + ow as u32),
+                oh as u32 + height - ih.min(height + oh as u32),
+            );
+            self.guard("resizing the window", self.client.set_window_size(nw, nh)).await?;
+        }
+        Ok(())
+    }
+
+    /// Run a WebDriver call under the command timeout, turning failures into `EnvError`.
+    async fn guard<T, F>(&self, doing: &str, fut: F) -> Result<T, EnvError>
+    where
+        F: Future<Output = Result<T, fantoccini::error::CmdError>>,
+    {
+        self.guard_for(self.command_timeout, doing, fut).await
+    }
+
+    async fn guard_for<T, F>(&self, limit: Duration, doing: &str, fut: F) -> Result<T, EnvError>
+    where
+        F: Future<Output = Result<T, fantoccini::error::CmdError>>,
+    {
+        match tokio::time::timeout(limit, fut).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(EnvError::from_cmd(doing, e)),
+            Err(_) => Err(EnvError::Browser(format!(
+                "the browser did not answer within {:.1}s while {doing}",
+                limit.as_secs_f64()
+            ))),
+        }
+    }
+
+    /// Run JavaScript in the page (a function body; `arguments` holds `args`).
+    pub async fn execute(&self, script: &str, args: Vec<Value>) -> Result<Value, EnvError> {
+        self.guard("running a script in the page", self.client.execute(script, args)).await
+    }
+
+    /// Navigate and wait for the page's load event.
+    pub async fn goto(&self, url: &str) -> Result<(), EnvError> {
+        let limit = self.page_load_timeout + Duration::from_secs(1);
+        self.guard_for(limit, &format!("loading {url}"), self.client.goto(url))
+            .await
+            .map_err(|e| EnvError::PageLoad { url: url.to_string(), reason: e.to_string() })?;
+        Ok(())
+    }
+
+    /// The current URL.
+    pub async fn current_url(&self) -> Result<String, EnvError> {
+        Ok(self.guard("reading the URL", self.client.current_url()).await?.to_string())
+    }
+
+    /// Perform WebDriver input actions, then release all keys and buttons.
+    pub async fn perform(&self, actions: Actions) -> Result<(), EnvError> {
+        self.guard("performing input actions", self.client.perform_actions(actions)).await
+    }
+
+    /// A screenshot of viewport rectangle (x, y, w, h), in CSS pixels, as RGB.
+    ///
+    /// Uses DevTools' clipped capture where the endpoint forwards it (chromedriver does),
+    /// which is several times faster than WebDriver's full-viewport PNG; falls back to that.
+    pub async fn screenshot(&self, x: i32, y: i32, w: u32, h: u32) -> Result<RgbImage, EnvError> {
+        if self.cdp.load(Ordering::Relaxed) {
+            let cmd = CdpCommand {
+                cmd: "Page.captureScreenshot",
+                params: json!({
+                    "format": "png",
+                    "clip": { "x": x, "y": y, "width": w, "height": h, "scale": 1 },
+                    "optimizeForSpeed": true,
+                }),
+            };
+            match self.guard("taking a screenshot", self.client.issue_cmd(cmd)).await {
+                Ok(v) => {
+                    if let Some(data) = v.get("data").and_then(Value::as_str) {
+                        use base64::Engine;
+                        let bytes = base64::engine::general_purpose::STANDARD
+                            .decode(data)
+                            .map_err(|e| EnvError::Browser(format!("bad screenshot data: {e}")))?;
+                        let img = super::decode_png(&bytes)
+                            .map_err(|e| EnvError::Browser(format!("bad screenshot PNG: {e}")))?;
+                        return Ok(fit(img, w, h));
+                    }
+                }
+                Err(EnvError::Browser(m)) if m.contains("did not answer") => {
+                    return Err(EnvError::Browser(m))
+                }
+                Err(e) => tracing::debug!("DevTools screenshot unavailable ({e}); using WebDriver's"),
+            }
+            self.cdp.store(false, Ordering::Relaxed);
+        }
+        let png = self.guard("taking a screenshot", self.client.screenshot()).await?;
+        let full =
+            super::decode_png(&png).map_err(|e| EnvError::Browser(format!("bad screenshot PNG: {e}")))?;
+        let (cx, cy) = (x.max(0) as u32, y.max(0) as u32);
+        let cw = w.min(full.width().saturating_sub(cx));
+        let ch = h.min(full.height().saturating_sub(cy));
+        let crop = image::imageops::crop_imm(&full, cx, cy, cw, ch).to_image();
+        Ok(fit(crop, w, h))
+    }
+
+    /// The temporary profile folder (`--user-data-dir`) of a browser we started.
+    pub fn profile_dir(&self) -> Option<&Path> {
+        self.profile.as_ref().map(|p| p.path())
+    }
+
+    /// End the session and stop chromedriver (best effort, bounded in time).
+    pub async fn close(mut self) {
+        let closed = tokio::time::timeout(Duration::from_secs(5), self.client.clone().close()).await;
+        if matches!(closed, Ok(Ok(()))) {
+            if let Some(mut d) = self.driver.take() {
+                let _ = d.kill().await;
+            }
+        }
+        // Otherwise Drop kills whatever is left of the browser.
+    }
+}
+
+/// Pad or cut an image to exactly w×h (white padding), so frames always match their Frame.
+fn fit(img: RgbImage, w: u32, h: u32) -> RgbImage {
+    if img.width() == w && img.height() == h {
+        return img;
+    }
+    let mut out = RgbImage::from_pixel(w, h, image::Rgb([255, 255, 255]));
+    image::imageops::replace(&mut out, &img, 0, 0);
+    out
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        // Not closed cleanly (a crash, a hang): chromedriver dies with its handle, but the
+        // browser it started may not. Kill what runs with our profile folder.
+        if self.driver.is_some() {
+            if let Some(dir) = self.profile_dir() {
+                let _ = std::process::Command::new("pkill")
+                    .arg("-9")
+                    .arg("-f")
+                    .arg(format!("--user-data-dir={}", dir.display()))
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .status();
+            }
+        }
+    }
+}

@@ -1,0 +1,583 @@
+//! `GuiEnv`: the gymnasium contract over one browser and one task.
+//!
+//! One env owns one browser session for its whole life; `reset` starts a new episode in it
+//! without relaunching. A browser that dies or hangs ends the episode as `env_error`, and
+//! the next `reset` starts a fresh one.
+
+use super::browser::{Browser, BrowserConfig};
+use super::{Element, EnvError, Frame, GuiAction, ScreenState};
+use crate::tasks::{EpisodeOptions, Task, TaskStatus};
+use fantoccini::actions::{
+    InputSource, KeyAction, KeyActions, MouseActions, PointerAction, WheelAction, WheelActions,
+    MOUSE_BUTTON_LEFT, MOUSE_BUTTON_RIGHT,
+};
+use image::RgbImage;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How an env runs its episodes.
+#[derive(Debug, Clone, Default)]
+pub struct EnvConfig {
+    /// Where the browser comes from.
+    pub browser: BrowserConfig,
+    /// Override the task's step limit.
+    pub max_steps: Option<u32>,
+    /// Enforce the task's in-page wall-clock limit (ms); off by default so a slow policy
+    /// is never cut short by time.
+    pub wall_clock_ms: Option<u64>,
+    /// End the episode (status `invalid_action`) on an action that cannot be executed,
+    /// instead of counting it as a wasted step.
+    pub strict_actions: bool,
+}
+
+/// Where an episode stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EpisodeStatus {
+    /// Still going.
+    Running,
+    /// The task says it is solved.
+    Success,
+    /// The task says it failed (or the agent gave up with `done()`).
+    Fail,
+    /// The step limit was reached.
+    Truncated,
+    /// The browser or page failed; not the agent's fault.
+    EnvError,
+    /// The agent's action could not be executed (strict mode only ends episodes with it).
+    InvalidAction,
+}
+
+impl EpisodeStatus {
+    /// The status as written in files and reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EpisodeStatus::Running => "running",
+            EpisodeStatus::Success => "success",
+            EpisodeStatus::Fail => "fail",
+            EpisodeStatus::Truncated => "truncated",
+            EpisodeStatus::EnvError => "env_error",
+            EpisodeStatus::InvalidAction => "invalid_action",
+        }
+    }
+}
+
+impl std::fmt::Display for EpisodeStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Where the time of one step went, in milliseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct StepTimings {
+    /// Executing the action through WebDriver.
+    pub action_ms: f64,
+    /// Waiting for the page to settle and reading its state (reward, elements).
+    pub settle_ms: f64,
+    /// Taking and decoding the screenshot.
+    pub screenshot_ms: f64,
+    /// The whole step.
+    pub total_ms: f64,
+}
+
+/// What a step reports besides observation and reward.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepInfo {
+    /// The episode's status after this step.
+    pub status: EpisodeStatus,
+    /// Reward before time decay (where the task decays rewards).
+    pub raw_reward: f64,
+    /// Reward after the task's time decay (equal to raw when the wall clock is off).
+    pub decayed_reward: f64,
+    /// The task's reason for its reward, if it gives one.
+    pub reason: Option<String>,
+    /// Why the action could not be executed, if it could not.
+    pub action_error: Option<String>,
+    /// What went wrong with the browser, if anything.
+    pub env_error: Option<String>,
+    /// Per-phase timings.
+    pub timings: StepTimings,
+}
+
+/// The gymnasium 5-tuple.
+#[derive(Debug, Clone)]
+pub struct StepOutcome {
+    /// The observation after the step.
+    pub obs: ScreenState,
+    /// Reward for this step (non-zero at the end of an episode for these tasks).
+    pub reward: f64,
+    /// The episode reached a terminal state (success, fail, strict invalid action).
+    pub terminated: bool,
+    /// The episode was cut short (step limit, env error).
+    pub truncated: bool,
+    /// Status, rewards, errors and timings.
+    pub info: StepInfo,
+}
+
+/// What `reset` reports besides the observation.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ResetInfo {
+    /// The task id.
+    pub task_id: String,
+    /// The seed of this episode.
+    pub seed: u64,
+    /// Step limit in force.
+    pub max_steps: u32,
+    /// Whether a (new) browser had to be started for this reset.
+    pub browser_started: bool,
+    /// Time of the whole reset in ms (screenshot included).
+    pub reset_ms: f64,
+}
+
+struct Episode {
+    seed: u64,
+    step: u32,
+    instruction: String,
+    script: String,
+    running: bool,
+    last: ScreenState,
+}
+
+/// A browser environment for one task.
+pub struct GuiEnv {
+    task: Arc<dyn Task>,
+    cfg: EnvConfig,
+    browser: Option<Browser>,
+    episode: Option<Episode>,
+}
+
+const OBSERVE_JS: &str = include_str!("observe.js");
+
+#[derive(Deserialize)]
+struct PageState {
+    ready: bool,
+    url: String,
+    scroll: [i32; 2],
+    elements: Vec<Element>,
+    status: Option<TaskStatus>,
+}
+
+impl GuiEnv {
+    /// An env for `task`; the browser starts at the first reset.
+    pub fn new(task: Arc<dyn Task>, cfg: EnvConfig) -> GuiEnv {
+        GuiEnv { task, cfg, browser: None, episode: None }
+    }
+
+    /// The task this env runs.
+    pub fn task(&self) -> &Arc<dyn Task> {
+        &self.task
+    }
+
+    /// The step limit in force.
+    pub fn max_steps(&self) -> u32 {
+        self.cfg.max_steps.unwrap_or_else(|| self.task.max_steps())
+    }
+
+    /// The live browser's profile folder (for finding its processes), if one is running.
+    pub fn browser_profile_dir(&self) -> Option<std::path::PathBuf> {
+        self.browser.as_ref().and_then(|b| b.profile_dir().map(|p| p.to_path_buf()))
+    }
+
+    /// Start the browser now (otherwise the first reset does).
+    pub async fn start(&mut self) -> Result<(), EnvError> {
+        if self.browser.is_none() {
+            let vp = self.task.viewport();
+            self.browser = Some(Browser::launch(&self.cfg.browser, vp.window_width, vp.window_height).await?);
+        }
+        Ok(())
+    }
+
+    fn frame(&self, scroll: [i32; 2]) -> Frame {
+        let vp = self.task.viewport();
+        Frame {
+            width: vp.width,
+            height: vp.height,
+            origin_x: vp.crop_x,
+            origin_y: vp.crop_y,
+            scroll_x: scroll[0],
+            scroll_y: scroll[1],
+        }
+    }
+
+    /// Start a new episode of the task for `seed`.
+    pub async fn reset(&mut self, seed: u64) -> Result<(ScreenState, ResetInfo), EnvError> {
+        let t0 = Instant::now();
+        self.episode = None;
+        let mut started = false;
+        // A browser that died since the last episode gets one fresh replacement.
+        for attempt in 0..2 {
+            if self.browser.is_none() {
+                self.start().await?;
+                started = true;
+            }
+            match self.try_reset(seed).await {
+                Ok(ep) => {
+                    let obs = ep.last.clone();
+                    self.episode = Some(ep);
+                    let info = ResetInfo {
+                        task_id: self.task.id().to_string(),
+                        seed,
+                        max_steps: self.max_steps(),
+                        browser_started: started,
+                        reset_ms: ms(t0),
+                    };
+                    return Ok((obs, info));
+                }
+                Err(e) if e.needs_restart() && attempt == 0 && !matches!(e, EnvError::PageLoad { .. }) => {
+                    tracing::warn!(
+                        task = self.task.id(),
+                        "browser failed at reset ({e}); starting a fresh one"
+                    );
+                    self.drop_browser();
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        unreachable!("the loop returns on its second attempt")
+    }
+
+    async fn try_reset(&mut self, seed: u64) -> Result<Episode, EnvError> {
+        let browser = self.browser.as_ref().expect("browser started");
+        let opts = EpisodeOptions { wall_clock_ms: self.cfg.wall_clock_ms };
+        let start = self.task.reset(browser, seed, &opts).await?;
+        let script = OBSERVE_JS.replace("__STATUS__", &start.status_js);
+        let mut ep = Episode {
+            seed,
+            step: 0,
+            instruction: start.instruction,
+            script,
+            running: true,
+            last: ScreenState {
+                task_id: self.task.id().to_string(),
+                instruction: String::new(),
+                url: String::new(),
+                step: 0,
+                frame: Frame::default(),
+                elements: vec![],
+                screenshot: RgbImage::new(1, 1),
+            },
+        };
+        let (obs, _, _, _) = self.observe(&ep).await?;
+        ep.last = obs;
+        Ok(ep)
+    }
+
+    /// Read the page (waiting for it to settle), then screenshot it.
+    async fn observe(&self, ep: &Episode) -> Result<(ScreenState, TaskStatus, f64, f64), EnvError> {
+        let browser = self.browser.as_ref().expect("browser started");
+        let vp = self.task.viewport();
+        let t0 = Instant::now();
+        let deadline = t0 + self.cfg.browser.page_load_timeout;
+        let args = vec![json!([vp.crop_x, vp.crop_y, vp.width, vp.height])];
+        let mut retried = false;
+        let state: PageState = loop {
+            match browser.execute(&ep.script, args.clone()).await {
+                Ok(v) => {
+                    let s: PageState = serde_json::from_value(v)
+                        .map_err(|e| EnvError::Task(format!("unexpected page state: {e}")))?;
+                    if s.ready || Instant::now() > deadline {
+                        break s;
+                    }
+                }
+                // A navigation in flight can swallow one script call; a dead browser fails twice.
+                Err(e) if !retried && !e.to_string().contains("did not answer") => {
+                    retried = true;
+                    tracing::debug!("page state read failed once ({e}); retrying");
+                }
+                Err(e) => return Err(e),
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        let settle_ms = ms(t0);
+        let t1 = Instant::now();
+        let screenshot = browser.screenshot(vp.crop_x, vp.crop_y, vp.width, vp.height).await?;
+        let screenshot_ms = ms(t1);
+        let mut status = state.status.unwrap_or_default();
+        if let Some(err) = status.error.take() {
+            tracing::debug!(task = self.task.id(), "task status expression failed: {err}");
+        }
+        let obs = ScreenState {
+            task_id: self.task.id().to_string(),
+            instruction: ep.instruction.clone(),
+            url: state.url,
+            step: ep.step,
+            frame: self.frame(state.scroll),
+            elements: state.elements,
+            screenshot,
+        };
+        Ok((obs, status, settle_ms, screenshot_ms))
+    }
+
+    /// Parse `text` as an action and step with it; malformed text is an invalid action.
+    pub async fn step_text(&mut self, text: &str) -> Result<StepOutcome, EnvError> {
+        match GuiAction::parse(text) {
+            Ok(a) => self.step(&a).await,
+            Err(e) => self.step_invalid(e.to_string()).await,
+        }
+    }
+
+    /// Take one action.
+    pub async fn step(&mut self, action: &GuiAction) -> Result<StepOutcome, EnvError> {
+        let problem = self.check_action(action).await;
+        match problem {
+            Some(p) => self.step_invalid(p).await,
+            None => self.step_inner(Some(action)).await,
+        }
+    }
+
+    async fn step_invalid(&mut self, error: String) -> Result<StepOutcome, EnvError> {
+        let mut out = self.step_inner(None).await?;
+        if out.info.status == EpisodeStatus::Running && self.cfg.strict_actions {
+            out.info.status = EpisodeStatus::InvalidAction;
+            out.terminated = true;
+            if let Some(ep) = self.episode.as_mut() {
+                ep.running = false;
+            }
+        }
+        out.info.action_error = Some(error);
+        Ok(out)
+    }
+
+    /// Why `action` cannot be executed in the current state, if it cannot.
+    async fn check_action(&self, action: &GuiAction) -> Option<String> {
+        let ep = self.episode.as_ref()?;
+        let f = ep.last.frame;
+        for (x, y) in action.points() {
+            if !f.contains(x, y) {
+                return Some(format!(
+                    "{action} is outside the {}x{} screenshot (x must be in 0..{}, y in 0..{})",
+                    f.width, f.height, f.width, f.height
+                ));
+            }
+        }
+        if let GuiAction::Type { .. } = action {
+            let focus = self
+                .browser
+                .as_ref()?
+                .execute("var a = document.activeElement; return !!a && a !== document.body && a !== document.documentElement;", vec![])
+                .await;
+            if focus.ok() == Some(json!(false)) {
+                return Some(format!(
+                    "{action} went nowhere: nothing has keyboard focus (click an input first)"
+                ));
+            }
+        }
+        None
+    }
+
+    async fn step_inner(&mut self, action: Option<&GuiAction>) -> Result<StepOutcome, EnvError> {
+        let t0 = Instant::now();
+        let max_steps = self.max_steps();
+        let Some(ep) = self.episode.as_mut().filter(|e| e.running) else {
+            return Err(EnvError::Task("step() needs a running episode: call reset(seed) first".into()));
+        };
+        ep.step += 1;
+        let frame = ep.last.frame;
+        let mut timings = StepTimings::default();
+        let exec = match action {
+            Some(a) => {
+                let r = execute(self.browser.as_ref().expect("browser"), a, &frame).await;
+                timings.action_ms = ms(t0);
+                r
+            }
+            None => Ok(()),
+        };
+        let ep = self.episode.take().expect("episode");
+        let observed = match exec {
+            Ok(()) => self.observe(&ep).await,
+            Err(e) => Err(e),
+        };
+        let mut ep = ep;
+        let (obs, status) = match observed {
+            Ok((obs, status, settle, shot)) => {
+                timings.settle_ms = settle;
+                timings.screenshot_ms = shot;
+                (obs, status)
+            }
+            Err(e) => {
+                // The browser failed: end the episode as an infrastructure failure.
+                tracing::warn!(task = self.task.id(), seed = ep.seed, "env error: {e}");
+                if e.needs_restart() {
+                    self.drop_browser();
+                }
+                ep.running = false;
+                let mut obs = ep.last.clone();
+                obs.step = ep.step;
+                timings.total_ms = ms(t0);
+                let info = StepInfo {
+                    status: EpisodeStatus::EnvError,
+                    raw_reward: 0.0,
+                    decayed_reward: 0.0,
+                    reason: None,
+                    action_error: None,
+                    env_error: Some(e.to_string()),
+                    timings,
+                };
+                self.episode = Some(ep);
+                return Ok(StepOutcome { obs, reward: 0.0, terminated: false, truncated: true, info });
+            }
+        };
+        let gave_up = matches!(action, Some(GuiAction::Done));
+        let (status_now, terminated, truncated) = if status.done || (gave_up && self.task.rewards_on_done()) {
+            let s = if status.is_success() { EpisodeStatus::Success } else { EpisodeStatus::Fail };
+            (s, true, false)
+        } else if gave_up {
+            (EpisodeStatus::Fail, true, false)
+        } else if ep.step >= max_steps {
+            (EpisodeStatus::Truncated, false, true)
+        } else {
+            (EpisodeStatus::Running, false, false)
+        };
+        let ended = terminated || truncated;
+        let (raw, decayed) = if status.done || (gave_up && self.task.rewards_on_done()) {
+            (status.raw_reward, status.reward)
+        } else {
+            (0.0, 0.0)
+        };
+        let reward = if self.cfg.wall_clock_ms.is_some() { decayed } else { raw };
+        let reason = status.reason.clone().or_else(|| {
+            (gave_up && !status.done && !self.task.rewards_on_done())
+                .then(|| "the agent declared done() before the task was complete".to_string())
+        });
+        ep.running = !ended;
+        ep.last = obs.clone();
+        self.episode = Some(ep);
+        timings.total_ms = ms(t0);
+        Ok(StepOutcome {
+            obs,
+            reward,
+            terminated,
+            truncated,
+            info: StepInfo {
+                status: status_now,
+                raw_reward: raw,
+                decayed_reward: decayed,
+                reason,
+                action_error: None,
+                env_error: None,
+                timings,
+            },
+        })
+    }
+
+    /// A fresh screenshot of the task's viewport (or the last one if the browser is gone).
+    pub async fn render(&self) -> Result<RgbImage, EnvError> {
+        let vp = self.task.viewport();
+        match &self.browser {
+            Some(b) => b.screenshot(vp.crop_x, vp.crop_y, vp.width, vp.height).await,
+            None => self
+                .episode
+                .as_ref()
+                .map(|e| e.last.screenshot.clone())
+                .ok_or_else(|| EnvError::Task("render() before reset(): nothing to show".into())),
+        }
+    }
+
+    /// The last observation of the current episode, if any.
+    pub fn last_observation(&self) -> Option<&ScreenState> {
+        self.episode.as_ref().map(|e| &e.last)
+    }
+
+    /// Close the browser.
+    pub async fn close(&mut self) {
+        self.episode = None;
+        if let Some(b) = self.browser.take() {
+            b.close().await;
+        }
+    }
+
+    fn drop_browser(&mut self) {
+        // Dropping kills chromedriver and the browser processes of its profile.
+        self.browser = None;
+    }
+}
+
+fn ms(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1000.0
+}
+
+/// Execute one action through WebDriver input actions at screenshot coordinates.
+async fn execute(browser: &Browser, action: &GuiAction, f: &Frame) -> Result<(), EnvError> {
+    let at = |x: i32, y: i32| move_to(f, x, y, Duration::ZERO);
+    let mouse = || MouseActions::new("mouse".into());
+    let down = |b| PointerAction::Down { button: b };
+    let up = |b| PointerAction::Up { button: b };
+    let seq: fantoccini::actions::Actions = match *action {
+        GuiAction::Click { x, y } => {
+            mouse().then(at(x, y)).then(down(MOUSE_BUTTON_LEFT)).then(up(MOUSE_BUTTON_LEFT)).into()
+        }
+        GuiAction::DoubleClick { x, y } => mouse()
+            .then(at(x, y))
+            .then(down(MOUSE_BUTTON_LEFT))
+            .then(up(MOUSE_BUTTON_LEFT))
+            .then(down(MOUSE_BUTTON_LEFT))
+            .then(up(MOUSE_BUTTON_LEFT))
+            .into(),
+        GuiAction::RightClick { x, y } => {
+            mouse().then(at(x, y)).then(down(MOUSE_BUTTON_RIGHT)).then(up(MOUSE_BUTTON_RIGHT)).into()
+        }
+        GuiAction::Hover { x, y } => mouse().then(at(x, y)).into(),
+        GuiAction::Drag { x1, y1, x2, y2 } => {
+            // Intermediate moves so drag libraries see a real gesture, not a teleport.
+            let mut m = mouse().then(at(x1, y1)).then(down(MOUSE_BUTTON_LEFT));
+            const STEPS: i32 = 8;
+            for i in 1..=STEPS {
+                let (x, y) = (x1 + (x2 - x1) * i / STEPS, y1 + (y2 - y1) * i / STEPS);
+                m = m.then(move_to(f, x, y, Duration::from_millis(5)));
+            }
+            m.then(up(MOUSE_BUTTON_LEFT)).into()
+        }
+        GuiAction::Scroll { x, y, dx, dy } => {
+            let mut w = WheelActions::new("wheel".into());
+            w.push(WheelAction::Scroll {
+                duration: Some(Duration::ZERO),
+                x: (f.origin_x + x) as i64,
+                y: (f.origin_y + y) as i64,
+                delta_x: dx as i64,
+                delta_y: dy as i64,
+            });
+            w.into()
+        }
+        GuiAction::Type { ref text } => {
+            let mut k = KeyActions::new("keyboard".into());
+            for c in text.chars() {
+                let c = if c == '\n' { '\u{E007}' } else { c };
+                k = k.then(KeyAction::Down { value: c }).then(KeyAction::Up { value: c });
+            }
+            k.into()
+        }
+        GuiAction::Key(ref combo) => {
+            let mut k = KeyActions::new("keyboard".into());
+            for m in &combo.modifiers {
+                k = k.then(KeyAction::Down { value: m.webdriver_char() });
+            }
+            let c = combo.webdriver_char();
+            k = k.then(KeyAction::Down { value: c }).then(KeyAction::Up { value: c });
+            for m in combo.modifiers.iter().rev() {
+                k = k.then(KeyAction::Up { value: m.webdriver_char() });
+            }
+            k.into()
+        }
+        GuiAction::Wait { ms } => {
+            tokio::time::sleep(Duration::from_millis(ms.min(60_000) as u64)).await;
+            return Ok(());
+        }
+        GuiAction::Done => return Ok(()),
+    };
+    browser.perform(seq).await
+}
+
+fn move_to(f: &Frame, x: i32, y: i32, duration: Duration) -> PointerAction {
+    PointerAction::MoveTo { duration: Some(duration), x: (f.origin_x + x) as f64, y: (f.origin_y + y) as f64 }
+}
+
+/// A value helper for tests and tools: the raw JSON of a script's result.
+pub async fn eval(env: &GuiEnv, script: &str) -> Result<Value, EnvError> {
+    match &env.browser {
+        Some(b) => b.execute(script, vec![]).await,
+        None => Err(EnvError::Task("no browser: call reset first".into())),
+    }
+}

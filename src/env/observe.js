@@ -1,0 +1,55 @@
+// Run in the page after every reset and step (one WebDriver round trip).
+// arguments[0] = [originX, originY, width, height] of the screenshot in viewport px.
+// Returns {ready, url, scroll, elements, status}; `status` comes from the task's
+// expression spliced in below as __STATUS__.
+var o = arguments[0];
+var ready = document.readyState === 'complete';
+var status = null;
+try { status = (__STATUS__); } catch (e) { status = { error: String(e) }; }
+var SEL = 'a,button,input,textarea,select,option,label,summary,[role],[onclick],[tabindex],[contenteditable=""],[contenteditable=true]';
+var out = [];
+var seen = new Set();
+function visible(el, r) {
+  if (r.width <= 0 || r.height <= 0) return false;
+  var cs = getComputedStyle(el);
+  return cs.visibility !== 'hidden' && cs.display !== 'none' && parseFloat(cs.opacity || '1') > 0;
+}
+var cands = [];
+function consider(el) {
+  if (!seen.has(el)) { seen.add(el); cands.push(el); }
+}
+function add(el) {
+  if (el.id === 'sync-task-cover' || el.id === 'reward-display' || el.id === 'click-canvas') return;
+  var r = el.getBoundingClientRect();
+  if (!visible(el, r)) return;
+  var tag = el.tagName.toLowerCase();
+  var text = (tag === 'input' || tag === 'textarea') ? '' : (el.innerText || el.textContent || '');
+  text = text.replace(/\s+/g, ' ').trim();
+  if (text.length > 200) text = text.slice(0, 200);
+  var value = '';
+  if ('value' in el && typeof el.value === 'string' && tag !== 'button' && tag !== 'li') value = el.value;
+  out.push({
+    tag: tag, id: el.id || '', classes: (typeof el.className === 'string') ? el.className : '',
+    text: text, value: value, input_type: tag === 'input' ? (el.type || 'text') : '',
+    checked: !!el.checked, focused: document.activeElement === el, name: el.getAttribute('name') || '',
+    bbox: { x: r.left - o[0], y: r.top - o[1], w: r.width, h: r.height }
+  });
+}
+if (document.body) {
+  document.querySelectorAll(SEL).forEach(consider);
+  // Elements made clickable by script (d3/jQuery handlers) usually say so with the cursor.
+  var all = document.body.getElementsByTagName('*');
+  for (var i = 0; i < all.length && i < 5000; i++) {
+    var el = all[i];
+    if (seen.has(el)) continue;
+    var cs = getComputedStyle(el);
+    if (cs.cursor === 'pointer' && (!el.parentElement || getComputedStyle(el.parentElement).cursor !== 'pointer')) consider(el);
+  }
+  cands.sort(function (a, b) { return (a.compareDocumentPosition(b) & 4) ? -1 : 1; });
+  cands.forEach(add);
+}
+return {
+  ready: ready, url: location.href,
+  scroll: [Math.round(window.scrollX), Math.round(window.scrollY)],
+  elements: out, status: status
+};

@@ -1,0 +1,68 @@
+//! The loopback HTTP server that serves task pages: MiniWoB++'s html folder, the built-in
+//! tasks in `environments/`, and the test pages in `fixtures/`.
+//!
+//! It runs on its own thread and runtime so it outlives any one caller's runtime
+//! (each `#[tokio::test]` has its own), and starts once per process.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+/// Where guirl's own files (environments/, fixtures/) live: `$GUIRL_ROOT`, else the
+/// source checkout this binary was built from.
+pub fn project_root() -> PathBuf {
+    std::env::var_os("GUIRL_ROOT")
+        .filter(|s| !s.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+}
+
+/// The MiniWoB++ html folder: `$GUIRL_MINIWOB_DIR`, else `~/.cache/guirl/miniwob/html`.
+pub fn miniwob_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("GUIRL_MINIWOB_DIR").filter(|s| !s.is_empty()) {
+        return PathBuf::from(d);
+    }
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(|| PathBuf::from(".cache"));
+    cache.join("guirl").join("miniwob").join("html")
+}
+
+static SERVER: OnceLock<Result<SocketAddr, String>> = OnceLock::new();
+
+/// The base URL (`http://127.0.0.1:PORT`) of the task server, starting it on first use.
+pub fn base_url() -> Result<String, super::EnvError> {
+    let addr = SERVER.get_or_init(start).as_ref().map_err(|e| super::EnvError::Setup(e.clone()))?;
+    Ok(format!("http://{addr}"))
+}
+
+fn start() -> Result<SocketAddr, String> {
+    use tower_http::services::ServeDir;
+    let root = project_root();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")
+        .map_err(|e| format!("cannot open the task server's port: {e}"))?;
+    listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let app = axum::Router::new()
+        .nest_service("/miniwob", ServeDir::new(miniwob_dir()))
+        .nest_service("/builtin", ServeDir::new(root.join("environments").join("builtin")))
+        .nest_service("/environments", ServeDir::new(root.join("environments")))
+        .nest_service("/fixtures", ServeDir::new(root.join("fixtures")));
+    std::thread::Builder::new()
+        .name("guirl-task-server".into())
+        .spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("task server runtime");
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
+                if let Err(e) = axum::serve(listener, app).await {
+                    tracing::error!("task server stopped: {e}");
+                }
+            });
+        })
+        .map_err(|e| format!("cannot start the task server thread: {e}"))?;
+    Ok(addr)
+}

@@ -1,0 +1,14 @@
+//! guirl: train and evaluate GUI agents with reinforcement learning in a real browser.
+//!
+//! - [`env`]: a headless Chromium behind WebDriver, as a gymnasium-style `GuiEnv`.
+//! - [`tasks`]: MiniWoB++ pages, the built-in suite, and website specs.
+//! - [`policy`]: the `Policy` trait, random and scripted-oracle policies.
+//! - [`rollout`]: running episodes over several browsers, trajectories.
+//! - [`bench`]: environment speed benchmarks.
+
+pub mod bench;
+pub mod cli;
+pub mod env;
+pub mod policy;
+pub mod rollout;
+pub mod tasks;

@@ -1,0 +1,33 @@
+//! Policies: anything that maps screen states to actions. The environment knows nothing
+//! of policies; a policy knows nothing of browsers (it sees only `ScreenState`).
+
+pub mod oracle;
+pub mod random;
+
+use crate::env::{GuiAction, ScreenState};
+
+/// One action chosen by a policy, with what a trainer needs to score it later.
+#[derive(Debug, Clone)]
+pub struct Decision {
+    /// The action to take.
+    pub action: GuiAction,
+    /// Log-probability of the whole action under the policy (0 for deterministic ones).
+    pub logprob: f32,
+    /// Per-token log-probs of the action's text form, for trainable policies.
+    pub token_logprobs: Vec<f32>,
+}
+
+impl Decision {
+    /// A decision from a policy that does not model probabilities.
+    pub fn deterministic(action: GuiAction) -> Self {
+        Decision { action, logprob: 0.0, token_logprobs: Vec::new() }
+    }
+}
+
+/// A batched policy: one decision per state, in order.
+pub trait Policy: Send {
+    /// A short name for logs and reports.
+    fn name(&self) -> String;
+    /// Choose an action for each state.
+    fn act(&mut self, states: &[ScreenState]) -> anyhow::Result<Vec<Decision>>;
+}

@@ -1,0 +1,81 @@
+//! `Trajectory`: one recorded episode, as kept in memory and written to disk.
+
+use crate::env::{EpisodeStatus, Frame, StepTimings};
+use image::RgbImage;
+use serde::{Deserialize, Serialize};
+
+/// Version of the on-disk trajectory format this build writes and reads.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// One step of a trajectory: the observation it acted on, and what happened.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrajStep {
+    /// The action, in its text form.
+    pub action: String,
+    /// Reward received for this step.
+    pub reward: f64,
+    /// Episode status after this step.
+    pub status: EpisodeStatus,
+    /// Per-phase timings of the step.
+    pub timings: StepTimings,
+    /// File name (in `frames/`) of the screenshot the policy saw before acting.
+    #[serde(default)]
+    pub frame: Option<String>,
+    /// Why the action could not be executed, if it could not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action_error: Option<String>,
+    /// Per-token log-probs the policy had when it chose this action (trainable policies).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub token_logprobs: Vec<f32>,
+}
+
+/// How an episode ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Outcome {
+    /// Sum of rewards.
+    pub reward: f64,
+    /// Final status (`success`, `fail`, `truncated`, `env_error`, `invalid_action`).
+    pub status: EpisodeStatus,
+    /// Steps taken.
+    pub steps: u32,
+    /// The browser error, for `env_error`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// One episode: task, seed, instruction, frame, steps and outcome.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Trajectory {
+    /// Format version ([`FORMAT_VERSION`]).
+    pub version: u32,
+    /// Task id.
+    pub task_id: String,
+    /// Seed of the episode.
+    pub seed: u64,
+    /// Instruction shown to the policy.
+    pub instruction: String,
+    /// Coordinate frame of the screenshots (at reset).
+    pub frame: Frame,
+    /// The policy that acted.
+    #[serde(default)]
+    pub policy: String,
+    /// GRPO group this rollout belongs to (rollouts of the same task and seed), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<u64>,
+    /// The steps.
+    pub steps: Vec<TrajStep>,
+    /// File name of the screenshot after the last step.
+    #[serde(default)]
+    pub final_frame: Option<String>,
+    /// How it ended.
+    pub outcome: Outcome,
+}
+
+/// A trajectory with its screenshots still in memory (before they are written as frames).
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    /// The trajectory (frame names filled in when stored).
+    pub trajectory: Trajectory,
+    /// Screenshot before each step, then the final one (`steps.len() + 1` images), if kept.
+    pub frames: Vec<RgbImage>,
+}

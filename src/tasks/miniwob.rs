@@ -1,0 +1,162 @@
+//! MiniWoB++ tasks, driven through their own in-page protocol (core.js): `Math.seedrandom`
+//! then `core.startEpisodeReal()` starts a seeded episode in the loaded page, and the
+//! `WOB_*` globals carry reward and done.
+
+use super::{EpisodeOptions, EpisodeStart, Task, Viewport};
+use crate::env::server::{base_url, miniwob_dir};
+use crate::env::{Browser, EnvError};
+use async_trait::async_trait;
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+/// The MiniWoB++ task area: `#wrap`, 160×210 at the page's top-left.
+pub const TASK_AREA: (u32, u32) = (160, 210);
+
+/// The in-page timer when the wall clock is off: setTimeout's largest delay (~24 days).
+const NO_TIMER_MS: u64 = 2_147_483_647;
+
+/// Task names available in the installed MiniWoB++ html folder (empty if not installed).
+pub fn task_names() -> Vec<String> {
+    let dir = miniwob_dir().join("miniwob");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .filter_map(|e| {
+                    e.file_name().to_str().and_then(|n| n.strip_suffix(".html")).map(String::from)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// Per-task step limits: enough for a careful agent, small enough to end hopeless episodes.
+fn default_max_steps(name: &str) -> u32 {
+    match name {
+        "click-test" | "click-test-2" | "click-button" | "click-link" | "click-dialog" | "focus-text"
+        | "click-tab" | "click-color" | "click-shape" | "click-widget" | "identify-shape" | "click-pie"
+        | "click-dialog-2" | "focus-text-2" => 5,
+        n if n.starts_with("enter-") || n.starts_with("click-checkboxes") => 12,
+        "login-user" | "login-user-popup" | "choose-list" | "click-option" | "use-autocomplete" => 10,
+        n if n.starts_with("book-flight")
+            || n.starts_with("email-inbox")
+            || n.starts_with("social-media") =>
+        {
+            30
+        }
+        _ => 15,
+    }
+}
+
+/// One MiniWoB++ task page.
+#[derive(Debug, Clone)]
+pub struct MiniwobTask {
+    id: String,
+    name: String,
+    max_steps: u32,
+}
+
+impl MiniwobTask {
+    /// The task `name` (e.g. `click-test`); `Ok(None)` if no such page, an error if
+    /// MiniWoB++'s pages are not installed at all.
+    pub fn new(name: &str) -> Result<Option<MiniwobTask>, EnvError> {
+        let dir = miniwob_dir();
+        if !dir.join("core").join("core.js").is_file() {
+            return Err(EnvError::Setup(format!(
+                "MiniWoB++ pages not found in {}: run `scripts/setup.sh` (it extracts the \
+                 `miniwob` PyPI package's html folder there) or set GUIRL_MINIWOB_DIR to a \
+                 folder holding core/ and miniwob/",
+                dir.display()
+            )));
+        }
+        if !dir.join("miniwob").join(format!("{name}.html")).is_file() {
+            return Ok(None);
+        }
+        Ok(Some(MiniwobTask {
+            id: format!("miniwob/{name}"),
+            name: name.into(),
+            max_steps: default_max_steps(name),
+        }))
+    }
+
+    fn path(&self) -> String {
+        format!("/miniwob/miniwob/{}.html", self.name)
+    }
+}
+
+#[async_trait]
+impl Task for MiniwobTask {
+    fn id(&self) -> &str {
+        &self.id
+    }
+    fn viewport(&self) -> Viewport {
+        Viewport {
+            window_width: 320,
+            window_height: 240,
+            crop_x: 0,
+            crop_y: 0,
+            width: TASK_AREA.0,
+            height: TASK_AREA.1,
+        }
+    }
+    fn max_steps(&self) -> u32 {
+        self.max_steps
+    }
+
+    async fn reset(
+        &self,
+        browser: &Browser,
+        seed: u64,
+        opts: &EpisodeOptions,
+    ) -> Result<EpisodeStart, EnvError> {
+        // Reuse the loaded page when it is this task's (MiniWoB++ itself never reloads).
+        let loaded = browser
+            .execute(
+                "return typeof core !== 'undefined' && typeof genProblem === 'function' \
+                 && location.pathname === arguments[0];",
+                vec![json!(self.path())],
+            )
+            .await?;
+        if loaded != json!(true) {
+            let url = format!("{}{}", base_url()?, self.path());
+            browser.goto(&url).await?;
+            let ok = browser
+                .execute("return typeof core !== 'undefined' && typeof genProblem === 'function';", vec![])
+                .await?;
+            if ok != json!(true) {
+                return Err(EnvError::PageLoad {
+                    url,
+                    reason: "it is not a MiniWoB++ task page (no core.js / genProblem)".into(),
+                });
+            }
+        }
+        let timer = opts.wall_clock_ms.unwrap_or(NO_TIMER_MS).min(NO_TIMER_MS);
+        let started = browser
+            .execute(
+                "core.EPISODE_MAX_TIME = arguments[1]; Math.seedrandom(arguments[0]); \
+                 core.startEpisodeReal(); return WOB_TASK_READY;",
+                vec![json!(seed), json!(timer)],
+            )
+            .await?;
+        // Some tasks build their page asynchronously and say so with WOB_TASK_READY.
+        if started != json!(true) {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while browser.execute("return WOB_TASK_READY;", vec![]).await? != json!(true) {
+                if Instant::now() > deadline {
+                    return Err(EnvError::Task(format!("{} did not become ready within 5 s", self.id)));
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        let u = browser.execute("return core.getUtterance();", vec![]).await?;
+        Ok(EpisodeStart {
+            instruction: u.as_str().unwrap_or_default().to_string(),
+            status_js: STATUS_JS.into(),
+        })
+    }
+}
+
+const STATUS_JS: &str =
+    "{done: WOB_DONE_GLOBAL, reward: WOB_REWARD_GLOBAL, raw_reward: WOB_RAW_REWARD_GLOBAL, \
+         reason: WOB_REWARD_REASON == null ? null : String(WOB_REWARD_REASON)}";

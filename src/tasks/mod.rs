@@ -1,0 +1,150 @@
+//! Where tasks come from: MiniWoB++ pages, the built-in suite, and website specs (TOML).
+//!
+//! A task knows how to start an episode for a seed in a browser (giving the instruction),
+//! and how to read its reward and done flag from the page after each step.
+
+pub mod builtin;
+pub mod builtin_specs;
+pub mod miniwob;
+pub mod website;
+
+use crate::env::{Browser, EnvError};
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+use std::sync::Arc;
+
+/// Window and screenshot geometry of a task, in CSS pixels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Viewport {
+    /// Browser viewport width.
+    pub window_width: u32,
+    /// Browser viewport height.
+    pub window_height: u32,
+    /// Screenshot rectangle left, in viewport pixels.
+    pub crop_x: i32,
+    /// Screenshot rectangle top.
+    pub crop_y: i32,
+    /// Screenshot width.
+    pub width: u32,
+    /// Screenshot height.
+    pub height: u32,
+}
+
+impl Viewport {
+    /// A screenshot that is the whole `w`×`h` viewport.
+    pub fn full(w: u32, h: u32) -> Viewport {
+        Viewport { window_width: w, window_height: h, crop_x: 0, crop_y: 0, width: w, height: h }
+    }
+}
+
+/// Per-episode options the env passes to a task.
+#[derive(Debug, Clone, Default)]
+pub struct EpisodeOptions {
+    /// Enforce the task's own wall-clock limit (MiniWoB++'s in-page timer), in ms.
+    /// `None` (the default) lets episodes be bounded by steps only.
+    pub wall_clock_ms: Option<u64>,
+}
+
+/// The task's state as read from the page after a step.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TaskStatus {
+    /// The task considers the episode over.
+    #[serde(default)]
+    pub done: bool,
+    /// Reward as the task reports it (time-decayed where the task decays it).
+    #[serde(default)]
+    pub reward: f64,
+    /// Reward before any time decay.
+    #[serde(default)]
+    pub raw_reward: f64,
+    /// The task's reason, if it gives one.
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// Explicit success flag (website checks); otherwise success means `raw_reward > 0`.
+    #[serde(default)]
+    pub success: Option<bool>,
+    /// The status expression threw.
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+impl TaskStatus {
+    /// Whether the task counts the episode as solved.
+    pub fn is_success(&self) -> bool {
+        self.success.unwrap_or(self.raw_reward > 0.0)
+    }
+}
+
+/// What a task hands the env when an episode starts.
+#[derive(Debug, Clone)]
+pub struct EpisodeStart {
+    /// The instruction for this episode.
+    pub instruction: String,
+    /// A JavaScript expression that evaluates in the page to a [`TaskStatus`] object.
+    pub status_js: String,
+}
+
+/// A source of episodes: reset for a seed, then read reward/done from the page.
+#[async_trait]
+pub trait Task: Send + Sync + std::fmt::Debug {
+    /// The task id (`miniwob/click-test`, `builtin/login-settings`, or a spec path).
+    fn id(&self) -> &str;
+    /// Window and screenshot geometry.
+    fn viewport(&self) -> Viewport;
+    /// Default step limit; the episode is truncated after this many steps.
+    fn max_steps(&self) -> u32;
+    /// Start a new episode for `seed`.
+    async fn reset(
+        &self,
+        browser: &Browser,
+        seed: u64,
+        opts: &EpisodeOptions,
+    ) -> Result<EpisodeStart, EnvError>;
+    /// Whether the task pays out only when the agent says `done()` (website specs without
+    /// an automatic end); others end by themselves and `done()` just gives up.
+    fn rewards_on_done(&self) -> bool {
+        false
+    }
+}
+
+/// Every task id guirl knows, in order: MiniWoB++ (if its pages are installed), then built-in.
+pub fn all_task_ids(suite: Option<&str>) -> Vec<String> {
+    let mut ids = Vec::new();
+    if suite.is_none() || suite == Some("miniwob") {
+        ids.extend(miniwob::task_names().into_iter().map(|n| format!("miniwob/{n}")));
+    }
+    if suite.is_none() || suite == Some("builtin") {
+        ids.extend(builtin_specs::BUILTIN_TASKS.iter().map(|s| format!("builtin/{}", s.name)));
+    }
+    ids
+}
+
+/// Resolve a task id (`miniwob/NAME`, `builtin/NAME`) or a path to a website spec (`.toml`).
+pub fn load_task(id_or_path: &str) -> anyhow::Result<Arc<dyn Task>> {
+    if id_or_path.ends_with(".toml") || Path::new(id_or_path).is_file() {
+        return Ok(Arc::new(website::WebsiteTask::load(Path::new(id_or_path))?));
+    }
+    if let Some(name) = id_or_path.strip_prefix("miniwob/") {
+        if let Some(t) = miniwob::MiniwobTask::new(name)? {
+            return Ok(Arc::new(t));
+        }
+    } else if let Some(name) = id_or_path.strip_prefix("builtin/") {
+        if let Some(t) = builtin::BuiltinTask::new(name) {
+            return Ok(Arc::new(t));
+        }
+    }
+    Err(unknown_task(id_or_path))
+}
+
+fn unknown_task(id: &str) -> anyhow::Error {
+    let ids = all_task_ids(None);
+    let mut scored: Vec<(f64, &String)> = ids.iter().map(|c| (strsim::jaro_winkler(id, c), c)).collect();
+    scored.sort_by(|a, b| b.0.total_cmp(&a.0));
+    let close: Vec<&str> = scored.iter().take(5).map(|(_, c)| c.as_str()).collect();
+    anyhow::anyhow!(
+        "unknown task {id:?}. Closest task ids: {}. Run `guirl tasks` for the full list, or \
+         pass a path to a website task spec (.toml).",
+        close.join(", ")
+    )
+}

@@ -1,0 +1,367 @@
+//! Website tasks: a TOML spec that points at any URL, with an instruction template and
+//! success checks evaluated in the page.
+//!
+//! ```toml
+//! start_url = "/fixtures/pages/newsletter.html"   # absolute URL, or a path on guirl's task server
+//! instruction = "Subscribe {email} to the newsletter"
+//! max_steps = 12
+//! setup_js = "localStorage.clear();"             # optional, run after each load
+//! [viewport]
+//! width = 320
+//! height = 240
+//! [variables]                                    # drawn from the seed
+//! email = ["ann@example.com", "bo@example.org"]
+//! n = { min = 1, max = 9 }
+//! [success]                                      # all given checks must pass
+//! js = "document.querySelector('#msg').textContent.includes('{email}')"
+//! url_pattern = "thanks\\.html$"
+//! element_text = { selector = "#msg", contains = "Thanks" }
+//! ```
+
+use super::{EpisodeOptions, EpisodeStart, Task, Viewport};
+use crate::env::server::base_url;
+use crate::env::{Browser, EnvError};
+use anyhow::{bail, Context};
+use async_trait::async_trait;
+use rand::{Rng, SeedableRng};
+use serde::Deserialize;
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// A website task spec, as written in TOML.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebsiteSpec {
+    /// Task id (default: `website/<file stem>`).
+    #[serde(default)]
+    pub id: Option<String>,
+    /// Absolute URL (`http(s)://`, `file://`) or a path on guirl's task server (`/fixtures/...`).
+    pub start_url: String,
+    /// The instruction; `{name}` is replaced by the seed's draw of variable `name`.
+    pub instruction: String,
+    /// Step limit.
+    #[serde(default = "default_max_steps")]
+    pub max_steps: u32,
+    /// Viewport size.
+    #[serde(default)]
+    pub viewport: ViewportSpec,
+    /// JavaScript run after each page load (template variables substituted).
+    #[serde(default)]
+    pub setup_js: Option<String>,
+    /// Template variables.
+    #[serde(default)]
+    pub variables: BTreeMap<String, Variable>,
+    /// Success checks.
+    pub success: SuccessSpec,
+}
+
+fn default_max_steps() -> u32 {
+    20
+}
+
+/// Viewport size of a website task.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ViewportSpec {
+    /// Width in CSS pixels.
+    pub width: u32,
+    /// Height in CSS pixels.
+    pub height: u32,
+}
+
+impl Default for ViewportSpec {
+    fn default() -> Self {
+        ViewportSpec { width: 320, height: 240 }
+    }
+}
+
+/// A template variable: one of a list, or an integer in a range (inclusive).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum Variable {
+    /// Pick one of these.
+    Choice(Vec<String>),
+    /// Pick an integer in `min..=max`.
+    Range {
+        /// Smallest value.
+        min: i64,
+        /// Largest value.
+        max: i64,
+    },
+}
+
+/// How success is checked; every check given must pass.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SuccessSpec {
+    /// A JS expression: a bool, or a number (the reward; passes at `pass_threshold`).
+    #[serde(default)]
+    pub js: Option<String>,
+    /// A regular expression the page URL must match.
+    #[serde(default)]
+    pub url_pattern: Option<String>,
+    /// An element whose text must contain a string.
+    #[serde(default)]
+    pub element_text: Option<ElementText>,
+    /// For a numeric `js`, the value at which it counts as success.
+    #[serde(default = "one")]
+    pub pass_threshold: f64,
+    /// End the episode as soon as the checks pass (otherwise only on `done()`).
+    #[serde(default = "yes")]
+    pub end_on_success: bool,
+}
+
+fn one() -> f64 {
+    1.0
+}
+fn yes() -> bool {
+    true
+}
+
+/// An element-text check.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ElementText {
+    /// CSS selector of the element.
+    pub selector: String,
+    /// Text the element must contain.
+    pub contains: String,
+}
+
+impl WebsiteSpec {
+    /// Parse and validate a spec; errors name the offending key.
+    pub fn parse(text: &str) -> anyhow::Result<WebsiteSpec> {
+        let spec: WebsiteSpec =
+            toml::from_str(text).map_err(|e| anyhow::anyhow!("{}", e.to_string().trim()))?;
+        spec.validate()?;
+        Ok(spec)
+    }
+
+    fn validate(&self) -> anyhow::Result<()> {
+        if self.max_steps == 0 || self.max_steps > 10_000 {
+            bail!("max_steps = {} is out of range: use 1 to 10000", self.max_steps);
+        }
+        for (k, v) in [("viewport.width", self.viewport.width), ("viewport.height", self.viewport.height)] {
+            if !(50..=4000).contains(&v) {
+                bail!("{k} = {v} is out of range: use 50 to 4000 pixels");
+            }
+        }
+        if self.start_url.trim().is_empty() {
+            bail!(
+                "start_url is empty: give an http(s):// or file:// URL, or a path like /fixtures/page.html"
+            );
+        }
+        let s = &self.success;
+        if s.js.is_none() && s.url_pattern.is_none() && s.element_text.is_none() {
+            bail!("success has no check: give at least one of success.js, success.url_pattern, success.element_text");
+        }
+        if let Some(p) = &s.url_pattern {
+            regex::Regex::new(p)
+                .with_context(|| format!("success.url_pattern {p:?} is not a valid regular expression"))?;
+        }
+        for (name, v) in &self.variables {
+            match v {
+                Variable::Choice(c) if c.is_empty() => bail!("variables.{name} is an empty list"),
+                Variable::Range { min, max } if min > max => {
+                    bail!("variables.{name}: min {min} is above max {max}")
+                }
+                _ => {}
+            }
+        }
+        let mut templates =
+            vec![("instruction", self.instruction.clone()), ("start_url", self.start_url.clone())];
+        templates.extend(self.setup_js.clone().map(|s| ("setup_js", s)));
+        templates.extend(s.js.clone().map(|s| ("success.js", s)));
+        templates.extend(s.element_text.clone().map(|e| ("success.element_text.contains", e.contains)));
+        let var_re = regex::Regex::new(r"\{([A-Za-z_][A-Za-z0-9_]*)\}").expect("static regex");
+        for (key, t) in templates {
+            for cap in var_re.captures_iter(&t) {
+                if !self.variables.contains_key(&cap[1]) {
+                    bail!("{key} uses {{{}}} but [variables] does not define {}", &cap[1], &cap[1]);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The seed's draw of every variable.
+    pub fn draw(&self, seed: u64) -> BTreeMap<String, String> {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        self.variables
+            .iter()
+            .map(|(k, v)| {
+                let val = match v {
+                    Variable::Choice(c) => c[rng.gen_range(0..c.len())].clone(),
+                    Variable::Range { min, max } => rng.gen_range(*min..=*max).to_string(),
+                };
+                (k.clone(), val)
+            })
+            .collect()
+    }
+}
+
+fn fill(template: &str, vars: &BTreeMap<String, String>) -> String {
+    let mut s = template.to_string();
+    for (k, v) in vars {
+        s = s.replace(&format!("{{{k}}}"), v);
+    }
+    s
+}
+
+/// A website task loaded from a spec file.
+#[derive(Debug)]
+pub struct WebsiteTask {
+    id: String,
+    spec: WebsiteSpec,
+}
+
+impl WebsiteTask {
+    /// Load and validate a spec file.
+    pub fn load(path: &Path) -> anyhow::Result<WebsiteTask> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read task spec {}", path.display()))?;
+        let spec =
+            WebsiteSpec::parse(&text).with_context(|| format!("invalid task spec {}", path.display()))?;
+        let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("task");
+        let id = spec.id.clone().unwrap_or_else(|| format!("website/{stem}"));
+        Ok(WebsiteTask { id, spec })
+    }
+
+    fn url(&self, vars: &BTreeMap<String, String>) -> Result<String, EnvError> {
+        let u = fill(&self.spec.start_url, vars);
+        if u.starts_with('/') {
+            Ok(format!("{}{}", base_url()?, u))
+        } else {
+            Ok(u)
+        }
+    }
+}
+
+#[async_trait]
+impl Task for WebsiteTask {
+    fn id(&self) -> &str {
+        &self.id
+    }
+    fn viewport(&self) -> Viewport {
+        Viewport::full(self.spec.viewport.width, self.spec.viewport.height)
+    }
+    fn max_steps(&self) -> u32 {
+        self.spec.max_steps
+    }
+    fn rewards_on_done(&self) -> bool {
+        true
+    }
+
+    async fn reset(
+        &self,
+        browser: &Browser,
+        seed: u64,
+        _opts: &EpisodeOptions,
+    ) -> Result<EpisodeStart, EnvError> {
+        let vars = self.spec.draw(seed);
+        let url = self.url(&vars)?;
+        browser.goto(&url).await?;
+        // A failed navigation lands on Chrome's error page; a 4xx/5xx still "loads".
+        let check = browser
+            .execute(
+                "var n = performance.getEntriesByType('navigation')[0]; \
+                 return [location.href, n ? (n.responseStatus || 0) : 0];",
+                vec![],
+            )
+            .await?;
+        let href = check[0].as_str().unwrap_or_default();
+        let code = check[1].as_u64().unwrap_or(0);
+        if href.starts_with("chrome-error://") {
+            return Err(EnvError::PageLoad { url, reason: "the browser could not reach it".into() });
+        }
+        if code >= 400 {
+            return Err(EnvError::PageLoad { url, reason: format!("the server answered HTTP {code}") });
+        }
+        if let Some(js) = &self.spec.setup_js {
+            browser
+                .execute(&fill(js, &vars), vec![])
+                .await
+                .map_err(|e| EnvError::Task(format!("{}: setup_js failed: {e}", self.id)))?;
+        }
+        let instruction = fill(&self.spec.instruction, &vars);
+        Ok(EpisodeStart { instruction, status_js: self.status_js(&vars) })
+    }
+}
+
+impl WebsiteTask {
+    /// The status expression for one episode's variables.
+    fn status_js(&self, vars: &BTreeMap<String, String>) -> String {
+        let s = &self.spec.success;
+        let mut checks = String::new();
+        if let Some(js) = &s.js {
+            checks.push_str(&format!(
+                "var v = ({}); if (typeof v === 'number') {{ score = v; if (!(v >= {})) pass = false; }} \
+                 else if (!v) pass = false;",
+                fill(js, vars),
+                s.pass_threshold
+            ));
+        }
+        if let Some(p) = &s.url_pattern {
+            checks.push_str(&format!("if (!new RegExp({}).test(location.href)) pass = false;", json!(p)));
+        }
+        if let Some(e) = &s.element_text {
+            checks.push_str(&format!(
+                "var el = document.querySelector({}); if (!el || !el.textContent.includes({})) pass = false;",
+                json!(e.selector),
+                json!(fill(&e.contains, vars))
+            ));
+        }
+        format!(
+            "(function() {{ var pass = true, score = null; {checks} \
+             var r = pass ? (score === null ? 1 : score) : (score === null ? 0 : score); \
+             return {{done: pass && {end}, reward: r, raw_reward: r, success: pass, \
+             reason: pass ? 'success checks passed' : null}}; }})()",
+            end = s.end_on_success
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OK: &str = r#"
+start_url = "/fixtures/pages/signup.html"
+instruction = "Sign up as {name}"
+[variables]
+name = ["ann", "bo"]
+[success]
+url_pattern = "done"
+"#;
+
+    #[test]
+    fn valid_spec_parses_and_draws_deterministically() {
+        let s = WebsiteSpec::parse(OK).unwrap();
+        assert_eq!(s.draw(3), s.draw(3));
+        assert_eq!(s.max_steps, 20);
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let e = WebsiteSpec::parse(&OK.replace("[success]", "max_stepz = 3\n[success]")).unwrap_err();
+        assert!(format!("{e:#}").contains("max_stepz"), "{e:#}");
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        let e = WebsiteSpec::parse(&format!("max_steps = 0\n{OK}")).unwrap_err();
+        assert!(e.to_string().contains("max_steps"), "{e}");
+        let e = WebsiteSpec::parse(&OK.replace("\"done\"", "\"(\"")).unwrap_err();
+        assert!(e.to_string().contains("success.url_pattern"), "{e}");
+        let e = WebsiteSpec::parse(&OK.replace("{name}", "{nmae}")).unwrap_err();
+        assert!(e.to_string().contains("instruction uses {nmae}"), "{e}");
+        let e = WebsiteSpec::parse(&OK.replace("url_pattern = \"done\"", "")).unwrap_err();
+        assert!(e.to_string().contains("success has no check"), "{e}");
+        let e = WebsiteSpec::parse(
+            &OK.replace("max_steps", "").replace("instruction =", "max_steps = \"x\"\ninstruction ="),
+        )
+        .unwrap_err();
+        assert!(format!("{e:#}").contains("max_steps"), "{e:#}");
+    }
+}
