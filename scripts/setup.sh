@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs what guirl needs on a fresh Debian machine: Chromium + chromedriver (apt-get),
+# MiniWoB++'s task pages (the `miniwob` PyPI package's html folder), and the Rust build.
+# Idempotent: a second run only checks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+
+if ! command -v chromedriver >/dev/null 2>&1 || ! command -v chromium >/dev/null 2>&1; then
+  echo "setup: installing chromium and chromium-driver with apt-get"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver >/dev/null
+fi
+
+MINIWOB_VERSION=1.1.0
+CACHE="${XDG_CACHE_HOME:-$HOME/.cache}"
+DEST="${GUIRL_MINIWOB_DIR:-$CACHE/guirl/miniwob/html}"
+if [ ! -f "$DEST/core/core.js" ]; then
+  echo "setup: fetching MiniWoB++ $MINIWOB_VERSION pages into $DEST"
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  python3 -m pip download --quiet --no-deps --dest "$tmp" "miniwob==$MINIWOB_VERSION"
+  python3 - "$tmp" "$DEST" <<'PY'
+import pathlib, shutil, sys, zipfile
+tmp, dest = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+wheel = next(tmp.glob("miniwob-*.whl"))
+with zipfile.ZipFile(wheel) as z:
+    for name in z.namelist():
+        if name.startswith("miniwob/html/") and not name.endswith("/"):
+            out = dest / name[len("miniwob/html/"):]
+            out.parent.mkdir(parents=True, exist_ok=True)
+            with z.open(name) as src, open(out, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+PY
+fi
+
+echo "setup: chromium $(chromium --version 2>/dev/null | awk '{print $2}'), chromedriver $(chromedriver --version | awk '{print $2}'), MiniWoB++ pages in $DEST"
