@@ -123,6 +123,8 @@ pub struct Browser {
     client: Client,
     driver: Option<tokio::process::Child>,
     profile: Option<tempfile::TempDir>,
+    /// Current per-command limit in ms (raised while a reset loads pages).
+    command_timeout_ms: std::sync::atomic::AtomicU64,
     command_timeout: Duration,
     page_load_timeout: Duration,
     /// Whether Chrome DevTools commands work through this endpoint (fast clipped screenshots).
@@ -166,7 +168,16 @@ impl Browser {
                 let driver_bin = cfg.chromedriver_path()?;
                 let chromium = cfg.chromium_path()?;
                 let port = free_port().map_err(|e| EnvError::Setup(format!("no free port: {e}")))?;
-                let child = tokio::process::Command::new(&driver_bin)
+                let mut cmd = tokio::process::Command::new(&driver_bin);
+                // If guirl dies without cleaning up (SIGKILL), chromedriver goes with it.
+                #[cfg(target_os = "linux")]
+                unsafe {
+                    cmd.pre_exec(|| {
+                        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                        Ok(())
+                    });
+                }
+                let child = cmd
                     .arg(format!("--port={port}"))
                     .arg("--allowed-ips=127.0.0.1")
                     .stdin(Stdio::null())
@@ -236,6 +247,7 @@ impl Browser {
             client,
             driver,
             profile: Some(profile),
+            command_timeout_ms: std::sync::atomic::AtomicU64::new(cfg.page_load_timeout.as_millis() as u64),
             command_timeout: cfg.command_timeout,
             page_load_timeout: cfg.page_load_timeout,
             cdp: AtomicBool::new(true),
@@ -251,6 +263,7 @@ impl Browser {
         })
         .await?;
         b.fit_viewport(width, height).await?;
+        b.set_patient(false);
         tracing::debug!(ms = started.elapsed().as_millis() as u64, %url, "browser started");
         Ok(b)
     }
@@ -270,12 +283,22 @@ impl Browser {
         Ok(())
     }
 
+    /// Patient mode allows every command the page-load limit instead of the command
+    /// limit: a fresh browser or page can take seconds to answer its first script on a
+    /// loaded machine, while a step must notice a hung page quickly.
+    pub fn set_patient(&self, patient: bool) {
+        let limit =
+            if patient { self.page_load_timeout.max(self.command_timeout) } else { self.command_timeout };
+        self.command_timeout_ms.store(limit.as_millis() as u64, Ordering::Relaxed);
+    }
+
     /// Run a WebDriver call under the command timeout, turning failures into `EnvError`.
     async fn guard<T, F>(&self, doing: &str, fut: F) -> Result<T, EnvError>
     where
         F: Future<Output = Result<T, fantoccini::error::CmdError>>,
     {
-        self.guard_for(self.command_timeout, doing, fut).await
+        let limit = Duration::from_millis(self.command_timeout_ms.load(Ordering::Relaxed));
+        self.guard_for(limit, doing, fut).await
     }
 
     async fn guard_for<T, F>(&self, limit: Duration, doing: &str, fut: F) -> Result<T, EnvError>
@@ -393,7 +416,7 @@ impl Drop for Browser {
                 let _ = std::process::Command::new("pkill")
                     .arg("-9")
                     .arg("-f")
-                    .arg(format!("--user-data-dir={}", dir.display()))
+                    .arg(format!("user-data-dir={}", dir.display()))
                     .stdout(Stdio::null())
                     .stderr(Stdio::null())
                     .status();

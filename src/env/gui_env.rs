@@ -242,7 +242,10 @@ impl GuiEnv {
     async fn try_reset(&mut self, seed: u64) -> Result<Episode, EnvError> {
         let browser = self.browser.as_ref().expect("browser started");
         let opts = EpisodeOptions { wall_clock_ms: self.cfg.wall_clock_ms };
-        let start = self.task.reset(browser, seed, &opts).await?;
+        browser.set_patient(true);
+        let start = self.task.reset(browser, seed, &opts).await;
+        browser.set_patient(false);
+        let start = start?;
         let script = OBSERVE_JS.replace("__STATUS__", &start.status_js);
         let mut ep = Episode {
             seed,

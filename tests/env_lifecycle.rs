@@ -1,0 +1,86 @@
+//! Episode lifecycle in a real browser: seeding, resets that keep the browser and page,
+//! and recovery from a killed or hung browser.
+
+mod common;
+
+use common::{env_for, env_with, repo};
+use guirl::env::gui_env::eval;
+use guirl::env::{BrowserConfig, EnvConfig, EpisodeStatus, GuiAction};
+use std::time::Duration;
+
+#[tokio::test]
+async fn same_seed_same_instance_and_reset_reuses_browser_and_page() {
+    let mut env = env_for("miniwob/click-test-2");
+    let (a, info) = env.reset(11).await.unwrap();
+    assert!(info.browser_started);
+    assert_eq!((a.screenshot.width(), a.screenshot.height()), (160, 210));
+    eval(&env, "window.__guirl_marker = 42; return null;").await.unwrap();
+    let (b, info) = env.reset(12).await.unwrap();
+    assert!(!info.browser_started, "a reset must not relaunch the browser");
+    let (c, _) = env.reset(11).await.unwrap();
+    assert_eq!(a.instruction, c.instruction);
+    assert_eq!(a.screenshot, c.screenshot, "same seed, same screenshot");
+    assert_eq!(a.elements, c.elements);
+    assert_ne!(a.screenshot, b.screenshot, "another seed, another layout");
+    let marker = eval(&env, "return window.__guirl_marker;").await.unwrap();
+    assert_eq!(marker, 42, "MiniWoB++ episodes start in the loaded page, without a reload");
+    env.close().await;
+}
+
+#[tokio::test]
+async fn builtin_and_website_tasks_are_seeded_too() {
+    for task in ["builtin/login-settings", repo("environments/websites/newsletter.toml").to_str().unwrap()] {
+        let mut env = env_for(task);
+        let (a, _) = env.reset(5).await.unwrap();
+        let (_, _) = env.reset(6).await.unwrap();
+        let (b, _) = env.reset(5).await.unwrap();
+        assert_eq!(a.instruction, b.instruction, "{task}");
+        assert_eq!(a.screenshot, b.screenshot, "{task}");
+        env.close().await;
+    }
+}
+
+fn kill_browser(env: &guirl::env::GuiEnv) {
+    let dir = env.browser_profile_dir().expect("a local browser");
+    let status = std::process::Command::new("pkill")
+        .arg("-9")
+        .arg("-f")
+        .arg(format!("user-data-dir={}", dir.display()))
+        .status()
+        .unwrap();
+    assert!(status.success(), "found and killed the chromium processes");
+}
+
+#[tokio::test]
+async fn killed_browser_ends_the_episode_as_env_error_and_next_reset_works() {
+    let mut env = env_for("miniwob/click-test");
+    env.reset(1).await.unwrap();
+    kill_browser(&env);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let out = env.step(&GuiAction::Click { x: 80, y: 100 }).await.unwrap();
+    assert_eq!(out.info.status, EpisodeStatus::EnvError);
+    assert!(out.truncated);
+    assert!(out.info.env_error.as_deref().unwrap_or("").contains("browser"), "{:?}", out.info.env_error);
+    let (obs, info) = env.reset(1).await.expect("the next reset starts a fresh browser");
+    assert!(info.browser_started);
+    assert_eq!(obs.instruction, "Click the button.");
+    let out = env.step(&GuiAction::Wait { ms: 1 }).await.unwrap();
+    assert_eq!(out.info.status, EpisodeStatus::Running);
+    env.close().await;
+}
+
+#[tokio::test]
+async fn hung_page_is_detected_by_the_command_timeout() {
+    let browser = BrowserConfig { command_timeout: Duration::from_secs(3), ..Default::default() };
+    let cfg = EnvConfig { browser, ..Default::default() };
+    let mut env = env_with(repo("fixtures/tasks/actions.toml").to_str().unwrap(), cfg);
+    let (obs, _) = env.reset(0).await.unwrap();
+    let (x, y) = obs.elements.iter().find(|e| e.id == "hang").unwrap().bbox.center();
+    let t0 = std::time::Instant::now();
+    let out = env.step(&GuiAction::Click { x, y }).await.unwrap();
+    assert_eq!(out.info.status, EpisodeStatus::EnvError, "{:?}", out.info);
+    assert!(out.info.env_error.unwrap().contains("did not answer"));
+    assert!(t0.elapsed() < Duration::from_secs(30));
+    env.reset(0).await.expect("a fresh browser after the hang");
+    env.close().await;
+}
