@@ -146,7 +146,7 @@ pub async fn run_episodes(
                             && rec.trajectory.steps.is_empty()
                             && rec.trajectory.outcome.status == EpisodeStatus::EnvError =>
                     {
-                        Err(EnvError::Task(rec.trajectory.outcome.error.clone().unwrap_or_default()))
+                        Err(EnvError::Setup(rec.trajectory.outcome.error.clone().unwrap_or_default()))
                     }
                     r => r,
                 };

@@ -273,7 +273,10 @@ impl Task for WebsiteTask {
         let href = check[0].as_str().unwrap_or_default();
         let code = check[1].as_u64().unwrap_or(0);
         if href.starts_with("chrome-error://") {
-            return Err(EnvError::PageLoad { url, reason: "the browser could not reach it".into() });
+            return Err(EnvError::PageLoad {
+                url,
+                reason: "the browser shows its error page (host unreachable, or an HTTP error with an empty body); check the URL".into(),
+            });
         }
         if code >= 400 {
             return Err(EnvError::PageLoad { url, reason: format!("the server answered HTTP {code}") });

@@ -1,0 +1,153 @@
+//! Errors a user can cause get a clear message and a non-zero exit code.
+
+mod common;
+
+use common::repo;
+use std::process::{Command, Output};
+
+fn guirl(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_guirl")).args(args).output().expect("running guirl")
+}
+
+fn fails_with(out: &Output, needles: &[&str]) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "expected failure, got success; stderr: {err}");
+    for n in needles {
+        assert!(err.contains(n), "stderr lacks {n:?}:\n{err}");
+    }
+}
+
+#[test]
+fn unknown_task_lists_the_closest_ids() {
+    let out = guirl(&["run", "--task", "miniwob/click-tset", "--episodes", "1"]);
+    fails_with(&out, &["unknown task \"miniwob/click-tset\"", "miniwob/click-test", "guirl tasks"]);
+}
+
+#[test]
+fn missing_chromedriver_names_the_apt_get_command() {
+    let out = guirl(&[
+        "run",
+        "--task",
+        "miniwob/click-test",
+        "--episodes",
+        "1",
+        "--chromedriver",
+        "/nonexistent/chromedriver",
+    ]);
+    fails_with(
+        &out,
+        &[
+            "chromedriver not found at /nonexistent/chromedriver",
+            "apt-get install -y chromium chromium-driver",
+        ],
+    );
+}
+
+#[test]
+fn missing_chromium_names_the_apt_get_command() {
+    let out = Command::new(env!("CARGO_BIN_EXE_guirl"))
+        .args(["run", "--task", "miniwob/click-test", "--episodes", "1"])
+        .env("GUIRL_CHROMIUM", "/nonexistent/chromium")
+        .output()
+        .unwrap();
+    fails_with(&out, &["chromium not found", "apt-get install"]);
+}
+
+#[test]
+fn page_that_does_not_load_names_the_url() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("dead.toml");
+    std::fs::write(&spec, "start_url = \"http://127.0.0.1:9/nothing.html\"\ninstruction = \"x\"\n[success]\nurl_pattern = \"y\"\n").unwrap();
+    let out = guirl(&["run", "--task", spec.to_str().unwrap(), "--episodes", "1"]);
+    fails_with(&out, &["http://127.0.0.1:9/nothing.html", "did not load"]);
+
+    let spec404 = dir.path().join("missing.toml");
+    std::fs::write(&spec404, "start_url = \"/fixtures/pages/no-such-page.html\"\ninstruction = \"x\"\n[success]\nurl_pattern = \"y\"\n").unwrap();
+    let out = guirl(&["run", "--task", spec404.to_str().unwrap(), "--episodes", "1"]);
+    fails_with(&out, &["/fixtures/pages/no-such-page.html", "did not load"]);
+}
+
+#[test]
+fn bad_task_specs_are_rejected_with_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        ("unknown.toml", "start_url = \"/x\"\ninstruction = \"x\"\nmax_stepz = 3\n[success]\nurl_pattern = \"y\"\n", "max_stepz"),
+        ("syntax.toml", "start_url = \"/x\n", "syntax.toml"),
+        ("range.toml", "start_url = \"/x\"\ninstruction = \"x\"\n[viewport]\nwidth = 5\nheight = 100\n[success]\nurl_pattern = \"y\"\n", "viewport.width"),
+        ("type.toml", "start_url = \"/x\"\ninstruction = \"x\"\nmax_steps = \"ten\"\n[success]\nurl_pattern = \"y\"\n", "max_steps"),
+    ];
+    for (name, text, needle) in cases {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        let out = guirl(&["run", "--task", p.to_str().unwrap(), "--episodes", "1"]);
+        fails_with(&out, &[needle, "invalid task spec"]);
+    }
+}
+
+#[test]
+fn bad_arguments_are_explained() {
+    fails_with(
+        &guirl(&["run", "--task", "miniwob/click-test", "--policy", "smart"]),
+        &["unknown policy \"smart\""],
+    );
+    fails_with(
+        &guirl(&["run", "--task", "miniwob/click-test", "--envs", "0"]),
+        &["--envs must be at least 1"],
+    );
+    fails_with(
+        &guirl(&["run", "--task", "miniwob/terminal", "--policy", "oracle"]),
+        &["no oracle for task miniwob/terminal"],
+    );
+    fails_with(&guirl(&["tasks", "--suite", "nope"]), &["invalid value 'nope'"]);
+}
+
+#[test]
+fn run_prints_episodes_and_summary_and_json() {
+    let out = guirl(&[
+        "run",
+        "--task",
+        "miniwob/click-test",
+        "--policy",
+        "oracle",
+        "--episodes",
+        "3",
+        "--seed",
+        "7",
+        "--envs",
+        "2",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 4, "{text}");
+    assert!(text.contains("seed=7 ") && text.contains("seed=9 "), "{text}");
+    assert_eq!(*lines.last().unwrap(), "episodes=3 success_rate=1.000 mean_reward=1.000");
+
+    let out = guirl(&[
+        "run",
+        "--task",
+        repo("environments/websites/newsletter.toml").to_str().unwrap(),
+        "--episodes",
+        "2",
+        "--json",
+        "--max-steps",
+        "2",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["episodes"], 2);
+    assert_eq!(v["per_episode"][1]["seed"], 1);
+    assert_eq!(v["per_episode"][0]["status"], "truncated");
+    assert!(v["success_rate"].is_number() && v["mean_reward"].is_number());
+}
+
+#[test]
+fn tasks_lists_both_suites() {
+    let out = guirl(&["tasks", "--suite", "builtin"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.lines().count() >= 8 && text.lines().all(|l| l.starts_with("builtin/")), "{text}");
+    let out = guirl(&["tasks", "--suite", "miniwob"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.lines().any(|l| l == "miniwob/click-test"), "{text}");
+    assert!(text.lines().count() > 100);
+}
