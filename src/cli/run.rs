@@ -39,6 +39,9 @@ pub struct RunArgs {
     /// Print one JSON object instead of text lines.
     #[arg(long)]
     json: bool,
+    /// Record the episodes as a trajectory set in this folder (appends if it exists).
+    #[arg(long, value_name = "DIR")]
+    record: Option<PathBuf>,
     #[command(flatten)]
     browser: BrowserArgs,
 }
@@ -73,10 +76,18 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         strict_actions: args.strict_actions,
     };
     let seeds: Vec<u64> = (0..args.episodes).map(|i| args.seed + i).collect();
-    let opts = RunOptions { envs: args.envs, keep_frames: false };
+    let opts = RunOptions { envs: args.envs, keep_frames: args.record.is_some() };
+    let mut writer = args.record.as_deref().map(crate::rollout::TrajectoryWriter::open).transpose()?;
+    let mut write_error = None;
     let quiet = args.json;
     let t0 = std::time::Instant::now();
     let results = run_episodes(task.clone(), &cfg, policy, &seeds, &opts, |i, rec| {
+        // Each episode is on disk as soon as it ends: a killed run keeps what it finished.
+        if let Some(w) = writer.as_mut() {
+            if let Err(e) = w.append(rec) {
+                write_error.get_or_insert(e);
+            }
+        }
         if !quiet {
             let t = &rec.trajectory;
             let err = t.outcome.error.as_deref().map(|e| format!(" error={e:?}")).unwrap_or_default();
@@ -88,6 +99,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     })
     .await
     .with_context(|| format!("running {}", task.id()))?;
+    if let Some(e) = write_error {
+        return Err(e.context("recording trajectories"));
+    }
     let n = results.len().max(1) as f64;
     let success =
         results.iter().filter(|r| r.trajectory.outcome.status == crate::env::EpisodeStatus::Success).count()
