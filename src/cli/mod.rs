@@ -1,5 +1,6 @@
 //! The `guirl` command: parses arguments, then calls the library.
 
+mod replay;
 mod run;
 
 use clap::{Parser, Subcommand};
@@ -56,8 +57,18 @@ enum Command {
     },
     /// Run episodes of a task with a policy and report success.
     Run(run::RunArgs),
+    /// Re-execute recorded trajectories and check they reproduce.
+    Replay(replay::ReplayArgs),
     /// Measure environment speed (reset/step latency, steps/s with 1, 2, 4 envs).
     BenchEnv(run::BenchEnvArgs),
+    /// Write a self-contained HTML page showing a trajectory set, step by step.
+    View {
+        /// The trajectory set folder (written by `guirl run --record`).
+        dir: PathBuf,
+        /// Where to write the page (default: DIR/view.html).
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
 }
 
 /// Entry point of the binary.
@@ -73,6 +84,12 @@ pub fn main() -> ExitCode {
         Command::Tasks { suite } => list_tasks(suite.as_deref()),
         Command::Run(args) => runtime().block_on(run::run(args)),
         Command::BenchEnv(args) => runtime().block_on(run::bench_env(args)),
+        Command::Replay(args) => match runtime().block_on(replay::replay(args)) {
+            Ok(true) => Ok(()),
+            Ok(false) => return ExitCode::from(1),
+            Err(e) => Err(e),
+        },
+        Command::View { dir, out } => view(&dir, out),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -98,5 +115,13 @@ fn list_tasks(suite: Option<&str>) -> anyhow::Result<()> {
     for id in ids {
         println!("{id}");
     }
+    Ok(())
+}
+
+fn view(dir: &std::path::Path, out: Option<PathBuf>) -> anyhow::Result<()> {
+    let set = crate::rollout::TrajectorySet::read(dir)?;
+    let out = out.unwrap_or_else(|| dir.join("view.html"));
+    crate::rollout::viewer::write_html(&set, &out)?;
+    println!("{}", out.display());
     Ok(())
 }

@@ -3,11 +3,10 @@
 use super::BrowserArgs;
 use crate::env::EnvConfig;
 use crate::policy::{oracle::OraclePolicy, random::RandomPolicy, Policy};
-use crate::rollout::{run_episodes, RunOptions};
+use crate::rollout::{Collector, Job};
 use anyhow::{bail, Context};
 use serde_json::json;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
 
 /// Arguments of `guirl run`.
 #[derive(Debug, clap::Args)]
@@ -68,37 +67,42 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         bail!("--max-steps must be at least 1");
     }
     let task = crate::tasks::load_task(&args.task)?;
-    let policy = Arc::new(Mutex::new(make_policy(&args.policy, task.id(), args.seed)?));
+    let mut policy = make_policy(&args.policy, task.id(), args.seed)?;
     let cfg = EnvConfig {
         browser: args.browser.config(),
         max_steps: args.max_steps,
         wall_clock_ms: args.wall_clock_ms,
         strict_actions: args.strict_actions,
     };
-    let seeds: Vec<u64> = (0..args.episodes).map(|i| args.seed + i).collect();
-    let opts = RunOptions { envs: args.envs, keep_frames: args.record.is_some() };
+    let jobs: Vec<Job> =
+        (0..args.episodes).map(|i| Job { task: task.clone(), seed: args.seed + i, group: None }).collect();
+    let mut collector = Collector::new(args.envs, cfg);
+    collector.keep_frames = args.record.is_some();
+    collector.progress = !args.json && std::io::IsTerminal::is_terminal(&std::io::stderr());
     let mut writer = args.record.as_deref().map(crate::rollout::TrajectoryWriter::open).transpose()?;
     let mut write_error = None;
     let quiet = args.json;
     let t0 = std::time::Instant::now();
-    let results = run_episodes(task.clone(), &cfg, policy, &seeds, &opts, |i, rec| {
-        // Each episode is on disk as soon as it ends: a killed run keeps what it finished.
-        if let Some(w) = writer.as_mut() {
-            if let Err(e) = w.append(rec) {
-                write_error.get_or_insert(e);
+    let collected = collector
+        .collect(policy.as_mut(), jobs, |i, rec| {
+            // Each episode is on disk as soon as it ends: a killed run keeps what it finished.
+            if let Some(w) = writer.as_mut() {
+                if let Err(e) = w.append(rec) {
+                    write_error.get_or_insert(e);
+                }
             }
-        }
-        if !quiet {
-            let t = &rec.trajectory;
-            let err = t.outcome.error.as_deref().map(|e| format!(" error={e:?}")).unwrap_or_default();
-            println!(
-                "episode={i} seed={} status={} reward={:.3} steps={}{err}",
-                t.seed, t.outcome.status, t.outcome.reward, t.outcome.steps
-            );
-        }
-    })
-    .await
-    .with_context(|| format!("running {}", task.id()))?;
+            if !quiet {
+                let t = &rec.trajectory;
+                let err = t.outcome.error.as_deref().map(|e| format!(" error={e:?}")).unwrap_or_default();
+                println!(
+                    "episode={i} seed={} status={} reward={:.3} steps={}{err}",
+                    t.seed, t.outcome.status, t.outcome.reward, t.outcome.steps
+                );
+            }
+        })
+        .await;
+    collector.close().await;
+    let (results, _stats) = collected.with_context(|| format!("running {}", task.id()))?;
     if let Some(e) = write_error {
         return Err(e.context("recording trajectories"));
     }

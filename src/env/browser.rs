@@ -269,7 +269,7 @@ impl Browser {
     }
 
     /// Make the viewport exactly `width`×`height` (window size includes any browser chrome).
-    async fn fit_viewport(&self, width: u32, height: u32) -> Result<(), EnvError> {
+    pub async fn fit_viewport(&self, width: u32, height: u32) -> Result<(), EnvError> {
         let inner = self.execute("return [window.innerWidth, window.innerHeight];", vec![]).await?;
         let (iw, ih) = (inner[0].as_u64().unwrap_or(0) as u32, inner[1].as_u64().unwrap_or(0) as u32);
         if (iw, ih) != (width, height) {

@@ -147,6 +147,8 @@ pub struct GuiEnv {
     cfg: EnvConfig,
     browser: Option<Browser>,
     episode: Option<Episode>,
+    /// The viewport must be refitted before the next episode (the task changed).
+    resize: bool,
 }
 
 const OBSERVE_JS: &str = include_str!("observe.js");
@@ -163,12 +165,22 @@ struct PageState {
 impl GuiEnv {
     /// An env for `task`; the browser starts at the first reset.
     pub fn new(task: Arc<dyn Task>, cfg: EnvConfig) -> GuiEnv {
-        GuiEnv { task, cfg, browser: None, episode: None }
+        GuiEnv { task, cfg, browser: None, episode: None, resize: false }
     }
 
     /// The task this env runs.
     pub fn task(&self) -> &Arc<dyn Task> {
         &self.task
+    }
+
+    /// Switch to another task, keeping the browser (resized to the task's viewport at the
+    /// next reset). Ends any running episode.
+    pub fn set_task(&mut self, task: Arc<dyn Task>) {
+        if task.viewport() != self.task.viewport() {
+            self.resize = true;
+        }
+        self.task = task;
+        self.episode = None;
     }
 
     /// The step limit in force.
@@ -186,6 +198,7 @@ impl GuiEnv {
         if self.browser.is_none() {
             let vp = self.task.viewport();
             self.browser = Some(Browser::launch(&self.cfg.browser, vp.window_width, vp.window_height).await?);
+            self.resize = false;
         }
         Ok(())
     }
@@ -243,6 +256,11 @@ impl GuiEnv {
         let browser = self.browser.as_ref().expect("browser started");
         let opts = EpisodeOptions { wall_clock_ms: self.cfg.wall_clock_ms };
         browser.set_patient(true);
+        if self.resize {
+            let vp = self.task.viewport();
+            browser.fit_viewport(vp.window_width, vp.window_height).await?;
+            self.resize = false;
+        }
         let start = self.task.reset(browser, seed, &opts).await;
         browser.set_patient(false);
         let start = start?;

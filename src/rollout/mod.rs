@@ -1,10 +1,11 @@
-//! Rollouts: running episodes with a policy, the trajectory type, and the runner that
-//! spreads episodes over several browsers.
+//! Rollouts: the parallel collector, trajectories, the disk format, replay.
 
-pub mod runner;
+pub mod collector;
+pub mod replay;
 pub mod store;
 pub mod trajectory;
+pub mod viewer;
 
-pub use runner::{run_episode, run_episodes, RunOptions};
+pub use collector::{CollectStats, Collector, Job};
 pub use store::{TrajectorySet, TrajectoryWriter};
 pub use trajectory::{Outcome, Recorded, TrajStep, Trajectory, FORMAT_VERSION};

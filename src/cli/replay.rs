@@ -1,0 +1,56 @@
+//! `guirl replay`.
+
+use super::BrowserArgs;
+use crate::env::EnvConfig;
+use crate::rollout::replay::replay_set;
+use crate::rollout::TrajectorySet;
+use std::path::PathBuf;
+
+/// Arguments of `guirl replay`.
+#[derive(Debug, clap::Args)]
+pub struct ReplayArgs {
+    /// A trajectory set folder (written by `guirl run --record`).
+    dir: PathBuf,
+    /// Exit with status 1 unless every trajectory reproduces.
+    #[arg(long)]
+    verify: bool,
+    /// Print one JSON object instead of text lines.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    browser: BrowserArgs,
+}
+
+/// `guirl replay`. Returns whether everything reproduced.
+pub async fn replay(args: ReplayArgs) -> anyhow::Result<bool> {
+    let set = TrajectorySet::read(&args.dir)?;
+    if let Some(line) = set.torn_line {
+        eprintln!(
+            "warning: line {line} of {} is torn (a run was killed while writing it); skipped",
+            args.dir.display()
+        );
+    }
+    let cfg = EnvConfig { browser: args.browser.config(), ..Default::default() };
+    let reports = replay_set(&set, &cfg).await?;
+    let reproduced = reports.iter().filter(|r| r.reproduced).count();
+    if args.json {
+        let out =
+            serde_json::json!({"replayed": reports.len(), "reproduced": reproduced, "trajectories": reports});
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        for r in &reports {
+            let max_diff = r.frame_diffs.iter().copied().fold(0.0, f64::max);
+            let div = r
+                .divergence
+                .as_ref()
+                .map(|d| format!(" diverged_at_step={} why={:?}", d.step, d.what))
+                .unwrap_or_default();
+            println!(
+                "line={} task={} seed={} reproduced={} recorded={}/{} replayed={}/{} max_frame_diff={max_diff:.2}{div}",
+                r.line, r.task_id, r.seed, r.reproduced, r.recorded.0, r.recorded.1, r.replayed.0, r.replayed.1
+            );
+        }
+        println!("replayed={} reproduced={reproduced}", reports.len());
+    }
+    Ok(!args.verify || reproduced == reports.len())
+}

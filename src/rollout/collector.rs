@@ -1,0 +1,303 @@
+//! The parallel collector: K browsers at once (one `GuiEnv` each), G rollouts of every
+//! sampled task seed forming a GRPO group, and the policy called once per round with the
+//! observations of all envs waiting for an action (batched across envs).
+//!
+//! A failing env (crashed browser, hung page) does not stop the collection: that rollout
+//! ends as `env_error`, the env starts a fresh browser at its next reset, and the
+//! trajectory carries the status so a trainer can leave it out of its group's statistics.
+
+use super::trajectory::{Outcome, Recorded, TrajStep, Trajectory, FORMAT_VERSION};
+use crate::env::{EnvConfig, EnvError, EpisodeStatus, GuiEnv, ScreenState};
+use crate::policy::{Decision, Policy};
+use crate::tasks::Task;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+use tokio::sync::{mpsc, oneshot};
+
+/// One episode to run: a task, a seed, and the GRPO group it belongs to.
+#[derive(Debug, Clone)]
+pub struct Job {
+    /// The task.
+    pub task: Arc<dyn Task>,
+    /// Its seed.
+    pub seed: u64,
+    /// Group id (rollouts of the same task and seed share it).
+    pub group: Option<u64>,
+}
+
+impl Job {
+    /// `group_size` jobs per (task, seed), each group numbered from `first_group`.
+    pub fn groups(instances: &[(Arc<dyn Task>, u64)], group_size: usize, first_group: u64) -> Vec<Job> {
+        let mut jobs = Vec::new();
+        for (g, (task, seed)) in instances.iter().enumerate() {
+            for _ in 0..group_size.max(1) {
+                jobs.push(Job { task: task.clone(), seed: *seed, group: Some(first_group + g as u64) });
+            }
+        }
+        jobs
+    }
+}
+
+/// What a collection round measured.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct CollectStats {
+    /// Episodes finished.
+    pub episodes: usize,
+    /// Env steps taken.
+    pub env_steps: usize,
+    /// Episodes that ended as `env_error`.
+    pub env_errors: usize,
+    /// Wall-clock seconds.
+    pub seconds: f64,
+    /// Policy calls and the mean batch size per call.
+    pub policy_calls: usize,
+    /// Mean number of observations per policy call.
+    pub mean_batch: f64,
+}
+
+impl CollectStats {
+    /// Episodes per second.
+    pub fn episodes_per_s(&self) -> f64 {
+        self.episodes as f64 / self.seconds.max(1e-9)
+    }
+    /// Env steps per second.
+    pub fn steps_per_s(&self) -> f64 {
+        self.env_steps as f64 / self.seconds.max(1e-9)
+    }
+}
+
+/// Runs episodes over K envs, keeping the browsers alive between calls.
+pub struct Collector {
+    envs: Vec<Option<GuiEnv>>,
+    cfg: EnvConfig,
+    /// Keep every screenshot (for recording).
+    pub keep_frames: bool,
+    /// Show a progress bar on stderr.
+    pub progress: bool,
+}
+
+enum Msg {
+    Act(ScreenState, oneshot::Sender<Decision>),
+    Done(usize, Result<Recorded, EnvError>),
+}
+
+impl Collector {
+    /// A collector with `k` envs (browsers start at their first episode).
+    pub fn new(k: usize, cfg: EnvConfig) -> Collector {
+        Collector { envs: (0..k.max(1)).map(|_| None).collect(), cfg, keep_frames: false, progress: false }
+    }
+
+    /// Number of envs.
+    pub fn envs(&self) -> usize {
+        self.envs.len()
+    }
+
+    /// Run every job; `on_done(i, &rec)` sees each episode as it finishes (i indexes `jobs`).
+    /// Returns the episodes in job order. Only setup errors (no chromedriver, a first page
+    /// that never loads) abort; browser failures become `env_error` episodes.
+    pub async fn collect(
+        &mut self,
+        policy: &mut dyn Policy,
+        jobs: Vec<Job>,
+        mut on_done: impl FnMut(usize, &Recorded),
+    ) -> anyhow::Result<(Vec<Recorded>, CollectStats)> {
+        let t0 = Instant::now();
+        let n = jobs.len();
+        let queue = Arc::new(Mutex::new(jobs.into_iter().enumerate().collect::<VecDeque<_>>()));
+        let (tx, mut rx) = mpsc::unbounded_channel::<Msg>();
+        let mut handles = Vec::new();
+        let policy_name = policy.name();
+        for slot in self.envs.iter_mut().take(n.max(1)) {
+            let env = slot.take();
+            let (queue, tx, cfg, keep, name) =
+                (queue.clone(), tx.clone(), self.cfg.clone(), self.keep_frames, policy_name.clone());
+            handles.push(tokio::spawn(async move { worker(env, cfg, queue, tx, keep, name).await }));
+        }
+        drop(tx);
+        let bar = self.progress_bar(n);
+        let mut results: Vec<Option<Recorded>> = vec![None; n];
+        let mut stats = CollectStats::default();
+        let mut fatal: Option<EnvError> = None;
+        let mut pending: Vec<(ScreenState, oneshot::Sender<Decision>)> = Vec::new();
+        while let Some(msg) = rx.recv().await {
+            let mut batch = vec![msg];
+            // Gather every message already waiting, so one policy call serves all envs.
+            while let Ok(m) = rx.try_recv() {
+                batch.push(m);
+            }
+            for m in batch {
+                match m {
+                    Msg::Act(s, reply) => pending.push((s, reply)),
+                    Msg::Done(i, Ok(rec)) => {
+                        stats.episodes += 1;
+                        stats.env_steps += rec.trajectory.steps.len();
+                        if rec.trajectory.outcome.status == EpisodeStatus::EnvError {
+                            stats.env_errors += 1;
+                        }
+                        on_done(i, &rec);
+                        results[i] = Some(rec);
+                        if let Some(b) = &bar {
+                            b.inc(1);
+                        }
+                    }
+                    Msg::Done(_, Err(e)) => {
+                        fatal.get_or_insert(e);
+                        queue.lock().expect("queue").clear();
+                    }
+                }
+            }
+            if !pending.is_empty() {
+                let states: Vec<ScreenState> = pending.iter().map(|(s, _)| s.clone()).collect();
+                let decisions = policy.act(&states)?;
+                anyhow::ensure!(
+                    decisions.len() == states.len(),
+                    "the policy returned {} actions for {} states",
+                    decisions.len(),
+                    states.len()
+                );
+                stats.policy_calls += 1;
+                stats.mean_batch += states.len() as f64;
+                for ((_, reply), d) in pending.drain(..).zip(decisions) {
+                    let _ = reply.send(d);
+                }
+            }
+        }
+        for (slot, h) in self.envs.iter_mut().zip(handles) {
+            *slot = h.await?;
+        }
+        if let Some(b) = bar {
+            b.finish_and_clear();
+        }
+        stats.seconds = t0.elapsed().as_secs_f64();
+        stats.mean_batch /= stats.policy_calls.max(1) as f64;
+        if let Some(e) = fatal {
+            return Err(anyhow::anyhow!(e));
+        }
+        Ok((results.into_iter().flatten().collect(), stats))
+    }
+
+    fn progress_bar(&self, n: usize) -> Option<indicatif::ProgressBar> {
+        if !self.progress {
+            return None;
+        }
+        let b = indicatif::ProgressBar::new(n as u64);
+        b.set_style(
+            indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} episodes  {per_sec}  eta {eta}")
+                .expect("static template"),
+        );
+        Some(b)
+    }
+
+    /// Close every browser.
+    pub async fn close(&mut self) {
+        for slot in &mut self.envs {
+            if let Some(mut env) = slot.take() {
+                env.close().await;
+            }
+        }
+    }
+}
+
+async fn worker(
+    mut env: Option<GuiEnv>,
+    cfg: EnvConfig,
+    queue: Arc<Mutex<VecDeque<(usize, Job)>>>,
+    tx: mpsc::UnboundedSender<Msg>,
+    keep_frames: bool,
+    policy_name: String,
+) -> Option<GuiEnv> {
+    let mut fresh = env.is_none();
+    loop {
+        let Some((i, job)) = queue.lock().expect("queue").pop_front() else { break };
+        let e = match env.as_mut() {
+            Some(e) => {
+                if e.task().id() != job.task.id() {
+                    e.set_task(job.task.clone());
+                }
+                e
+            }
+            None => env.insert(GuiEnv::new(job.task.clone(), cfg.clone())),
+        };
+        let r = episode(e, &job, &tx, keep_frames, &policy_name).await;
+        // A page that never loads in a fresh env is a user error, not bad luck.
+        let r = match r {
+            Ok(rec)
+                if fresh
+                    && rec.trajectory.steps.is_empty()
+                    && rec.trajectory.outcome.status == EpisodeStatus::EnvError =>
+            {
+                Err(EnvError::Setup(rec.trajectory.outcome.error.clone().unwrap_or_default()))
+            }
+            r => r,
+        };
+        fresh = false;
+        if tx.send(Msg::Done(i, r)).is_err() {
+            break;
+        }
+    }
+    env
+}
+
+async fn episode(
+    env: &mut GuiEnv,
+    job: &Job,
+    tx: &mpsc::UnboundedSender<Msg>,
+    keep_frames: bool,
+    policy_name: &str,
+) -> Result<Recorded, EnvError> {
+    let mut traj = Trajectory {
+        version: FORMAT_VERSION,
+        task_id: job.task.id().to_string(),
+        seed: job.seed,
+        instruction: String::new(),
+        frame: Default::default(),
+        policy: policy_name.to_string(),
+        group: job.group,
+        steps: vec![],
+        final_frame: None,
+        outcome: Outcome { reward: 0.0, status: EpisodeStatus::Running, steps: 0, error: None },
+    };
+    let mut obs = match env.reset(job.seed).await {
+        Ok((obs, _)) => obs,
+        Err(e @ EnvError::Setup(_)) => return Err(e),
+        Err(e) => {
+            traj.outcome.status = EpisodeStatus::EnvError;
+            traj.outcome.error = Some(e.to_string());
+            return Ok(Recorded { trajectory: traj, frames: vec![] });
+        }
+    };
+    traj.instruction = obs.instruction.clone();
+    traj.frame = obs.frame;
+    let mut frames = Vec::new();
+    loop {
+        let (reply_tx, reply_rx) = oneshot::channel();
+        if keep_frames {
+            frames.push(obs.screenshot.clone());
+        }
+        tx.send(Msg::Act(obs.clone(), reply_tx)).map_err(|_| EnvError::Task("collection stopped".into()))?;
+        let d = reply_rx.await.map_err(|_| EnvError::Task("the policy stopped answering".into()))?;
+        let out = env.step(&d.action).await?;
+        traj.outcome.reward += out.reward;
+        traj.steps.push(TrajStep {
+            action: d.action.to_string(),
+            reward: out.reward,
+            status: out.info.status,
+            timings: out.info.timings,
+            frame: None,
+            action_error: out.info.action_error.clone(),
+            token_logprobs: d.token_logprobs,
+        });
+        obs = out.obs;
+        if out.terminated || out.truncated {
+            traj.outcome.status = out.info.status;
+            traj.outcome.error = out.info.env_error;
+            break;
+        }
+    }
+    if keep_frames {
+        frames.push(obs.screenshot);
+    }
+    traj.outcome.steps = traj.steps.len() as u32;
+    Ok(Recorded { trajectory: traj, frames })
+}

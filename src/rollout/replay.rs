@@ -1,0 +1,171 @@
+//! Replay: re-execute recorded trajectories from their task and seed in the browser and
+//! check that every step's reward, status and frame reproduce.
+
+use super::store::{StoredTrajectory, TrajectorySet, TRAJECTORIES_FILE};
+use crate::env::{EnvConfig, GuiAction, GuiEnv, ScreenState};
+use anyhow::Context;
+use image::RgbImage;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Mean absolute pixel difference above which a frame counts as different (0..255 scale).
+/// Small enough to catch a moved button, large enough to ignore a blinking text caret.
+pub const FRAME_TOLERANCE: f64 = 0.5;
+
+/// Mean absolute difference per channel of two images (255 if their sizes differ).
+pub fn mean_abs_diff(a: &RgbImage, b: &RgbImage) -> f64 {
+    if a.dimensions() != b.dimensions() {
+        return 255.0;
+    }
+    let total: u64 = a.as_raw().iter().zip(b.as_raw()).map(|(x, y)| x.abs_diff(*y) as u64).sum();
+    total as f64 / a.as_raw().len().max(1) as f64
+}
+
+/// Where and why a replay first went another way.
+#[derive(Debug, Clone, Serialize)]
+pub struct Divergence {
+    /// 0-based step index (the frame before this step, or this step's result, differed).
+    pub step: usize,
+    /// What differed.
+    pub what: String,
+}
+
+/// The replay of one trajectory.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReplayReport {
+    /// Line in trajectories.jsonl.
+    pub line: usize,
+    /// Task id.
+    pub task_id: String,
+    /// Seed.
+    pub seed: u64,
+    /// Outcome and every step reproduced.
+    pub reproduced: bool,
+    /// Recorded outcome status and reward.
+    pub recorded: (String, f64),
+    /// Replayed outcome status and reward.
+    pub replayed: (String, f64),
+    /// Mean absolute pixel difference of each frame (before each step, then the final one).
+    pub frame_diffs: Vec<f64>,
+    /// The first step that differs, if any.
+    pub divergence: Option<Divergence>,
+}
+
+/// Replay every trajectory of a set. Tasks are checked up front: one that no longer
+/// exists is an error naming the file and line.
+pub async fn replay_set(set: &TrajectorySet, cfg: &EnvConfig) -> anyhow::Result<Vec<ReplayReport>> {
+    let file = set.dir.join(TRAJECTORIES_FILE);
+    let mut tasks = BTreeMap::new();
+    for st in &set.trajectories {
+        let id = &st.trajectory.task_id;
+        if !tasks.contains_key(id) {
+            let t = crate::tasks::load_task(id)
+                .with_context(|| format!("{}:{}: task {id} no longer exists", file.display(), st.line))?;
+            tasks.insert(id.clone(), t);
+        }
+    }
+    let mut envs: BTreeMap<String, GuiEnv> = BTreeMap::new();
+    let mut reports = Vec::new();
+    for st in &set.trajectories {
+        let id = st.trajectory.task_id.clone();
+        let env = envs.entry(id.clone()).or_insert_with(|| GuiEnv::new(Arc::clone(&tasks[&id]), cfg.clone()));
+        reports.push(replay_one(set, st, env).await?);
+    }
+    for (_, mut env) in envs {
+        env.close().await;
+    }
+    Ok(reports)
+}
+
+fn frame_diff(set: &TrajectorySet, name: &Option<String>, obs: &ScreenState) -> anyhow::Result<Option<f64>> {
+    match name {
+        Some(n) => Ok(Some(mean_abs_diff(&set.load_frame(n)?, &obs.screenshot))),
+        None => Ok(None),
+    }
+}
+
+async fn replay_one(
+    set: &TrajectorySet,
+    st: &StoredTrajectory,
+    env: &mut GuiEnv,
+) -> anyhow::Result<ReplayReport> {
+    let t = &st.trajectory;
+    let mut report = ReplayReport {
+        line: st.line,
+        task_id: t.task_id.clone(),
+        seed: t.seed,
+        reproduced: false,
+        recorded: (t.outcome.status.to_string(), t.outcome.reward),
+        replayed: ("env_error".into(), 0.0),
+        frame_diffs: vec![],
+        divergence: None,
+    };
+    let diverge = |report: &mut ReplayReport, step: usize, what: String| {
+        report.divergence.get_or_insert(Divergence { step, what });
+    };
+    let (mut obs, _) = match env.reset(t.seed).await {
+        Ok(r) => r,
+        Err(e) => {
+            diverge(&mut report, 0, format!("reset failed: {e}"));
+            return Ok(report);
+        }
+    };
+    if obs.instruction != t.instruction {
+        diverge(&mut report, 0, format!("instruction {:?} instead of {:?}", obs.instruction, t.instruction));
+    }
+    let mut total = 0.0;
+    let mut status = crate::env::EpisodeStatus::Running;
+    for (i, step) in t.steps.iter().enumerate() {
+        if let Some(d) = frame_diff(set, &step.frame, &obs)? {
+            report.frame_diffs.push(d);
+            if d > FRAME_TOLERANCE {
+                diverge(&mut report, i, format!("the screen before step {i} differs (mean abs diff {d:.2})"));
+            }
+        }
+        let out = match GuiAction::parse(&step.action) {
+            Ok(a) => env.step(&a).await,
+            Err(_) => env.step_text(&step.action).await,
+        };
+        let out = match out {
+            Ok(o) => o,
+            Err(e) => {
+                diverge(&mut report, i, format!("the episode had already ended: {e}"));
+                break;
+            }
+        };
+        total += out.reward;
+        status = out.info.status;
+        if out.reward != step.reward || out.info.status != step.status {
+            diverge(
+                &mut report,
+                i,
+                format!(
+                    "step {i} ({}) gave reward {} / {} instead of {} / {}",
+                    step.action, out.reward, out.info.status, step.reward, step.status
+                ),
+            );
+        }
+        obs = out.obs;
+        if out.terminated || out.truncated {
+            if i + 1 < t.steps.len() {
+                diverge(&mut report, i, format!("the episode ended after step {i}, the recording went on"));
+            }
+            break;
+        }
+    }
+    if let Some(d) = frame_diff(set, &t.final_frame, &obs)? {
+        report.frame_diffs.push(d);
+        if d > FRAME_TOLERANCE {
+            diverge(&mut report, t.steps.len(), format!("the final screen differs (mean abs diff {d:.2})"));
+        }
+    }
+    report.replayed = (status.to_string(), total);
+    if report.replayed.0 != report.recorded.0 || report.replayed.1 != report.recorded.1 {
+        let at = t.steps.len().saturating_sub(1);
+        let what = format!("outcome {status} {total} instead of {} {}", t.outcome.status, t.outcome.reward);
+        diverge(&mut report, at, what);
+    }
+    report.reproduced = report.divergence.is_none();
+    Ok(report)
+}
