@@ -75,13 +75,20 @@ impl TrajectoryWriter {
         if names.len() > t.steps.len() {
             t.final_frame = names.last().cloned();
         }
-        let mut line = serde_json::to_string(&t)?;
+        self.append_line(&t)?;
+        Ok(t)
+    }
+
+    /// Append one trajectory line (its frames, if named, must already be in the folder):
+    /// the whole line in one write, then fsync.
+    pub fn append_line(&mut self, t: &Trajectory) -> anyhow::Result<()> {
+        let mut line = serde_json::to_string(t)?;
         line.push('\n');
         self.file
             .write_all(line.as_bytes())
             .with_context(|| format!("appending to {}", self.dir.display()))?;
         self.file.sync_data()?;
-        Ok(t)
+        Ok(())
     }
 }
 

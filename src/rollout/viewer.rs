@@ -199,7 +199,8 @@ main { flex: 1; display: grid; grid-template-columns: minmax(230px, 300px) 1fr; 
 .st-truncated { background: var(--truncated); } .st-env_error { background: var(--env_error); }
 .st-invalid_action { background: var(--invalid_action); } .st-running { background: var(--running); }
 .txt-running { color: var(--muted); }
-#detail { overflow-y: auto; padding: 14px 18px 40px; min-width: 0; }
+#detail { overflow-y: auto; padding: 0 18px 40px; min-width: 0; }
+#detail > :first-child { margin-top: 14px; }
 #detail h2 { font-size: 17px; margin: 0 0 4px; display: flex; align-items: center; gap: 10px; flex-wrap: wrap; }
 .sub { color: var(--muted); font-size: 12.5px; }
 .instruction { margin: 10px 0; padding: 8px 12px; background: var(--panel); border: 1px solid var(--line);
