@@ -320,6 +320,15 @@ impl Browser {
         self.guard("running a script in the page", self.client.execute(script, args)).await
     }
 
+    /// Wait for the page to draw two more frames (wheel scrolls and drags are applied
+    /// asynchronously; reading the page right away can see the old positions).
+    pub async fn next_frames(&self) -> Result<(), EnvError> {
+        let js = "var done = arguments[arguments.length - 1]; \
+                  requestAnimationFrame(function () { requestAnimationFrame(function () { done(null); }); });";
+        self.guard("waiting for the page to draw", self.client.execute_async(js, vec![])).await?;
+        Ok(())
+    }
+
     /// Navigate and wait for the page's load event.
     pub async fn goto(&self, url: &str) -> Result<(), EnvError> {
         let limit = self.page_load_timeout + Duration::from_secs(1);

@@ -588,7 +588,11 @@ async fn execute(browser: &Browser, action: &GuiAction, f: &Frame) -> Result<(),
         }
         GuiAction::Done => return Ok(()),
     };
-    browser.perform(seq).await
+    browser.perform(seq).await?;
+    if matches!(action, GuiAction::Scroll { .. } | GuiAction::Drag { .. }) {
+        browser.next_frames().await?;
+    }
+    Ok(())
 }
 
 fn move_to(f: &Frame, x: i32, y: i32, duration: Duration) -> PointerAction {

@@ -1,0 +1,240 @@
+//! Scripted oracles for the built-in tasks (`environments/builtin/<name>/`).
+//!
+//! Each oracle reads one `ScreenState` (the instruction, the URL and the page's
+//! interactive elements) and returns the next right action; it keeps no state between
+//! calls, so progress is read back from the page: an input's value, a checkbox's
+//! `checked`, which element has focus, which page the URL names. The instructions are
+//! regular on purpose: every value the agent needs is in double quotes.
+//!
+//! [`simple`] holds the one-page tasks, [`multi`] the ones that navigate between pages.
+
+mod multi;
+mod simple;
+
+use crate::env::{Element, GuiAction, KeyCombo, Modifier, ScreenState};
+
+/// Built-in tasks with an oracle.
+pub const TASKS: &[&str] = &[
+    "click-color-button",
+    "counter",
+    "fill-form",
+    "select-option",
+    "toggle-switches",
+    "drag-to-bin",
+    "search-table",
+    "scroll-to-find",
+    "login-settings",
+    "shop-checkout",
+    "inbox-reply",
+];
+
+/// The next action for task `name` in this state (None if it cannot tell).
+pub fn next_action(name: &str, state: &ScreenState) -> Option<GuiAction> {
+    match name {
+        "click-color-button" => simple::click_color_button(state),
+        "counter" => simple::counter(state),
+        "fill-form" => simple::fill_form(state),
+        "select-option" => simple::select_option(state),
+        "toggle-switches" => simple::toggle_switches(state),
+        "drag-to-bin" => simple::drag_to_bin(state),
+        "search-table" => simple::search_table(state),
+        "scroll-to-find" => simple::scroll_to_find(state),
+        "login-settings" => multi::login_settings(state),
+        "shop-checkout" => multi::shop_checkout(state),
+        "inbox-reply" => multi::inbox_reply(state),
+        _ => None,
+    }
+}
+
+// ------------------------------------------------------------------ shared helpers
+
+/// The double-quoted values of an instruction, in order.
+pub(crate) fn quoted(s: &str) -> Vec<String> {
+    s.split('"').skip(1).step_by(2).map(str::to_string).collect()
+}
+
+/// Whether the element has a box at all (hidden elements are not listed, but be safe).
+fn has_box(e: &Element) -> bool {
+    e.bbox.w > 0.0 && e.bbox.h > 0.0
+}
+
+/// Whether the element's centre lies inside the screenshot.
+fn on_screen(state: &ScreenState, e: &Element) -> bool {
+    let (x, y) = e.bbox.center();
+    has_box(e) && state.frame.contains(x, y)
+}
+
+/// The first element with this id.
+fn by_id<'a>(state: &'a ScreenState, id: &str) -> Option<&'a Element> {
+    state.elements.iter().find(|e| e.id == id && has_box(e))
+}
+
+/// Whether `e` has the CSS class `class`.
+fn has_class(e: &Element, class: &str) -> bool {
+    e.classes.split_whitespace().any(|c| c == class)
+}
+
+/// Elements with this tag and CSS class.
+fn with_class<'a>(
+    state: &'a ScreenState,
+    tag: &'a str,
+    class: &'a str,
+) -> impl Iterator<Item = &'a Element> + 'a {
+    state.elements.iter().filter(move |e| e.tag == tag && has_class(e, class) && has_box(e))
+}
+
+/// A click at the element's centre.
+fn click(e: &Element) -> GuiAction {
+    let (x, y) = e.bbox.center();
+    GuiAction::Click { x, y }
+}
+
+/// A key press with optional modifiers.
+fn key(modifiers: &[Modifier], key: &str) -> GuiAction {
+    GuiAction::Key(KeyCombo { modifiers: modifiers.to_vec(), key: key.to_string() })
+}
+
+/// The next action that makes text field `e` hold exactly `target`, or None when it does.
+///
+/// Click to focus, type into an empty field; a field holding anything else is cleared
+/// first with ctrl+a then Backspace (on alternate steps, since a stateless oracle cannot
+/// see a selection: at worst one extra Backspace before the next ctrl+a).
+fn fill(state: &ScreenState, e: &Element, target: &str) -> Option<GuiAction> {
+    if e.value == target {
+        return None;
+    }
+    if !e.focused {
+        return Some(click(e));
+    }
+    if e.value.is_empty() {
+        return Some(GuiAction::Type { text: target.to_string() });
+    }
+    Some(if state.step.is_multiple_of(2) { key(&[Modifier::Ctrl], "a") } else { key(&[], "Backspace") })
+}
+
+/// The last path segment of the page URL (`index.html` for a folder URL), without query.
+fn page_name(url: &str) -> &str {
+    let path = url.split(['?', '#']).next().unwrap_or("");
+    match path.rsplit('/').next() {
+        Some("") | None => "index.html",
+        Some(p) => p,
+    }
+}
+
+/// A query parameter of the page URL (no percent-decoding: the oracles need plain ones).
+fn query_param<'a>(url: &'a str, name: &str) -> Option<&'a str> {
+    let query = url.split('#').next()?.split_once('?')?.1;
+    query.split('&').find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+}
+
+/// Whether point (x, y) lies inside the element's box.
+fn inside(e: &Element, x: i32, y: i32) -> bool {
+    let (x, y) = (x as f32, y as f32);
+    x >= e.bbox.x && x < e.bbox.x + e.bbox.w && y >= e.bbox.y && y < e.bbox.y + e.bbox.h
+}
+
+/// The first element with this tag and class whose centre lies inside `outer`.
+fn within<'a>(state: &'a ScreenState, outer: &Element, tag: &str, class: &str) -> Option<&'a Element> {
+    state.elements.iter().find(|e| {
+        let (x, y) = e.bbox.center();
+        e.tag == tag && has_class(e, class) && has_box(e) && inside(outer, x, y)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoted_values_in_order() {
+        assert_eq!(
+            quoted(r#"Buy a "Cap" in "cyan", size "XL", and ship it to "9 Elm St", "Oakdale"."#),
+            vec!["Cap", "cyan", "XL", "9 Elm St", "Oakdale"]
+        );
+        assert!(quoted("Turn off every switch, then click Apply.").is_empty());
+    }
+
+    #[test]
+    fn page_names_and_params() {
+        let u = "http://127.0.0.1:4000/builtin/shop-checkout/results.html?q=Cap&x=1";
+        assert_eq!(page_name(u), "results.html");
+        assert_eq!(query_param(u, "q"), Some("Cap"));
+        assert_eq!(query_param(u, "x"), Some("1"));
+        assert_eq!(query_param(u, "y"), None);
+        assert_eq!(page_name("http://h/builtin/inbox-reply/"), "index.html");
+        assert_eq!(
+            page_name("http://h/builtin/inbox-reply/compose.html?mode=reply&id=2#top"),
+            "compose.html"
+        );
+        assert_eq!(query_param("http://h/a/compose.html?mode=reply&id=2", "mode"), Some("reply"));
+    }
+
+    fn state_with(step: u32, elements: Vec<Element>) -> ScreenState {
+        ScreenState {
+            task_id: "builtin/fill-form".into(),
+            instruction: String::new(),
+            url: "http://127.0.0.1/builtin/fill-form/index.html".into(),
+            step,
+            frame: crate::env::Frame { width: 240, height: 240, ..Default::default() },
+            elements,
+            screenshot: image::RgbImage::new(1, 1),
+        }
+    }
+
+    fn input(value: &str, focused: bool) -> Element {
+        Element {
+            tag: "input".into(),
+            id: "name".into(),
+            value: value.into(),
+            focused,
+            bbox: crate::env::BBox { x: 10.0, y: 20.0, w: 100.0, h: 20.0 },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn fill_clicks_types_then_clears_wrong_text() {
+        let s = state_with(0, vec![]);
+        assert_eq!(fill(&s, &input("Ana", true), "Ana"), None);
+        assert_eq!(fill(&s, &input("", false), "Ana"), Some(GuiAction::Click { x: 60, y: 30 }));
+        assert_eq!(fill(&s, &input("", true), "Ana"), Some(GuiAction::Type { text: "Ana".into() }));
+        // Wrong text: select all on even steps, delete on odd ones.
+        assert_eq!(fill(&s, &input("Bob", true), "Ana"), Some(GuiAction::parse("key(ctrl+a)").unwrap()));
+        let s1 = state_with(1, vec![]);
+        assert_eq!(fill(&s1, &input("Bob", true), "Ana"), Some(GuiAction::parse("key(Backspace)").unwrap()));
+    }
+
+    #[test]
+    fn counter_oracle_reads_the_count() {
+        let el = |id: &str, text: &str, x: f32| Element {
+            tag: if id == "count" { "output" } else { "button" }.into(),
+            id: id.into(),
+            text: text.into(),
+            bbox: crate::env::BBox { x, y: 50.0, w: 30.0, h: 30.0 },
+            ..Default::default()
+        };
+        let mut s = state_with(
+            0,
+            vec![
+                el("dec", "\u{2212}", 0.0),
+                el("count", "3", 40.0),
+                el("inc", "+", 80.0),
+                el("submit", "Submit", 120.0),
+            ],
+        );
+        s.task_id = "builtin/counter".into();
+        s.instruction = "Set the counter to 5, then click Submit.".into();
+        assert_eq!(next_action("counter", &s), Some(GuiAction::Click { x: 95, y: 65 }));
+        s.instruction = "Set the counter to 3, then click Submit.".into();
+        assert_eq!(next_action("counter", &s), Some(GuiAction::Click { x: 135, y: 65 }));
+        s.instruction = "Set the counter to 1, then click Submit.".into();
+        assert_eq!(next_action("counter", &s), Some(GuiAction::Click { x: 15, y: 65 }));
+    }
+
+    #[test]
+    fn every_task_in_the_table_has_an_oracle() {
+        for spec in crate::tasks::builtin_specs::BUILTIN_TASKS {
+            assert!(TASKS.contains(&spec.name), "no oracle for {}", spec.name);
+        }
+    }
+}
