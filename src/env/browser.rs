@@ -118,6 +118,23 @@ impl BrowserConfig {
     }
 }
 
+/// The Chromium binary to ask a remote endpoint for: `--chromium`/`$GUIRL_CHROMIUM` if
+/// given, else Debian's `/usr/bin/chromium` when the endpoint is on this machine (a Grid
+/// node would otherwise look for Google Chrome), else the endpoint's default.
+fn remote_chromium(cfg: &BrowserConfig, url: &str) -> Option<PathBuf> {
+    if let Some(p) = cfg
+        .chromium
+        .clone()
+        .or_else(|| std::env::var_os("GUIRL_CHROMIUM").filter(|s| !s.is_empty()).map(PathBuf::from))
+    {
+        return Some(p);
+    }
+    let host = url::Url::parse(url).ok()?.host_str()?.to_string();
+    let local = ["127.0.0.1", "localhost", "::1", "[::1]"].contains(&host.as_str());
+    let debian = Path::new("/usr/bin/chromium");
+    (local && debian.is_file()).then(|| debian.to_path_buf())
+}
+
 /// One browser session (and the chromedriver we started for it, if any).
 pub struct Browser {
     client: Client,
@@ -163,7 +180,7 @@ impl Browser {
     pub async fn launch(cfg: &BrowserConfig, width: u32, height: u32) -> Result<Browser, EnvError> {
         let started = Instant::now();
         let (url, driver, chromium) = match &cfg.webdriver_url {
-            Some(u) => (u.clone(), None, cfg.chromium.clone()),
+            Some(u) => (u.clone(), None, remote_chromium(cfg, u)),
             None => {
                 let driver_bin = cfg.chromedriver_path()?;
                 let chromium = cfg.chromium_path()?;

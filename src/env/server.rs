@@ -31,17 +31,25 @@ pub fn miniwob_dir() -> PathBuf {
 
 static SERVER: OnceLock<Result<SocketAddr, String>> = OnceLock::new();
 
-/// The base URL (`http://127.0.0.1:PORT`) of the task server, starting it on first use.
+/// The base URL browsers use to reach the task server, starting it on first use:
+/// `http://127.0.0.1:PORT`, or `$GUIRL_SERVE_URL` when browsers run on other hosts (a Grid
+/// spanning machines; then bind a reachable address with `$GUIRL_SERVE_BIND`, e.g.
+/// `0.0.0.0:8800`, and set `GUIRL_SERVE_URL=http://THIS_HOST:8800`).
 pub fn base_url() -> Result<String, super::EnvError> {
     let addr = SERVER.get_or_init(start).as_ref().map_err(|e| super::EnvError::Setup(e.clone()))?;
-    Ok(format!("http://{addr}"))
+    match std::env::var("GUIRL_SERVE_URL") {
+        Ok(u) if !u.is_empty() => Ok(u.trim_end_matches('/').to_string()),
+        _ => Ok(format!("http://{addr}")),
+    }
 }
 
 fn start() -> Result<SocketAddr, String> {
     use tower_http::services::ServeDir;
     let root = project_root();
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")
-        .map_err(|e| format!("cannot open the task server's port: {e}"))?;
+    let bind =
+        std::env::var("GUIRL_SERVE_BIND").ok().filter(|b| !b.is_empty()).unwrap_or("127.0.0.1:0".into());
+    let listener = std::net::TcpListener::bind(&bind)
+        .map_err(|e| format!("cannot open the task server's port {bind}: {e} (check GUIRL_SERVE_BIND)"))?;
     listener.set_nonblocking(true).map_err(|e| e.to_string())?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let app = axum::Router::new()
