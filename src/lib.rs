@@ -12,3 +12,4 @@ pub mod env;
 pub mod policy;
 pub mod rollout;
 pub mod tasks;
+pub mod train;

@@ -75,17 +75,31 @@ pub struct Collector {
     pub keep_frames: bool,
     /// Show a progress bar on stderr.
     pub progress: bool,
+    /// How long the first waiting env waits for the others before the policy is called
+    /// with a partial batch (envs step at different speeds; for a neural policy a batched
+    /// forward pass is far cheaper per state). Zero: batch only what is already waiting.
+    pub batch_wait: std::time::Duration,
 }
 
 enum Msg {
     Act(ScreenState, oneshot::Sender<Decision>),
     Done(usize, Result<Recorded, EnvError>),
+    /// A worker ran out of jobs.
+    Exit,
+    /// The batch window closed (internal).
+    Flush,
 }
 
 impl Collector {
     /// A collector with `k` envs (browsers start at their first episode).
     pub fn new(k: usize, cfg: EnvConfig) -> Collector {
-        Collector { envs: (0..k.max(1)).map(|_| None).collect(), cfg, keep_frames: false, progress: false }
+        Collector {
+            envs: (0..k.max(1)).map(|_| None).collect(),
+            cfg,
+            keep_frames: false,
+            progress: false,
+            batch_wait: std::time::Duration::ZERO,
+        }
     }
 
     /// Number of envs.
@@ -120,34 +134,47 @@ impl Collector {
         let mut stats = CollectStats::default();
         let mut fatal: Option<EnvError> = None;
         let mut pending: Vec<(ScreenState, oneshot::Sender<Decision>)> = Vec::new();
-        while let Some(msg) = rx.recv().await {
-            let mut batch = vec![msg];
-            // Gather every message already waiting, so one policy call serves all envs.
-            while let Ok(m) = rx.try_recv() {
-                batch.push(m);
-            }
-            for m in batch {
-                match m {
-                    Msg::Act(s, reply) => pending.push((s, reply)),
-                    Msg::Done(i, Ok(rec)) => {
-                        stats.episodes += 1;
-                        stats.env_steps += rec.trajectory.steps.len();
-                        if rec.trajectory.outcome.status == EpisodeStatus::EnvError {
-                            stats.env_errors += 1;
-                        }
-                        on_done(i, &rec);
-                        results[i] = Some(rec);
-                        if let Some(b) = &bar {
-                            b.inc(1);
-                        }
+        let mut alive = handles.len();
+        let mut first_wait: Option<Instant> = None;
+        loop {
+            // Wait for messages; with requests pending, only until the batch window closes.
+            let msg = match first_wait {
+                None => rx.recv().await,
+                Some(t) => {
+                    let left = (t + self.batch_wait).saturating_duration_since(Instant::now());
+                    tokio::time::timeout(left, rx.recv()).await.unwrap_or(Some(Msg::Flush))
+                }
+            };
+            let Some(msg) = msg else { break };
+            let flush = matches!(msg, Msg::Flush);
+            match msg {
+                Msg::Act(s, reply) => {
+                    first_wait.get_or_insert_with(Instant::now);
+                    pending.push((s, reply));
+                }
+                Msg::Done(i, Ok(rec)) => {
+                    stats.episodes += 1;
+                    stats.env_steps += rec.trajectory.steps.len();
+                    if rec.trajectory.outcome.status == EpisodeStatus::EnvError {
+                        stats.env_errors += 1;
                     }
-                    Msg::Done(_, Err(e)) => {
-                        fatal.get_or_insert(e);
-                        queue.lock().expect("queue").clear();
+                    on_done(i, &rec);
+                    results[i] = Some(rec);
+                    if let Some(b) = &bar {
+                        b.inc(1);
                     }
                 }
+                Msg::Done(_, Err(e)) => {
+                    fatal.get_or_insert(e);
+                    queue.lock().expect("queue").clear();
+                }
+                Msg::Exit => alive -= 1,
+                Msg::Flush => {}
             }
-            if !pending.is_empty() {
+            // One policy call serves every env that is waiting: call when all live envs
+            // wait, or when the window since the first request has passed.
+            let window_over = flush || first_wait.is_some_and(|t| t.elapsed() >= self.batch_wait);
+            if !pending.is_empty() && (pending.len() >= alive || window_over) {
                 let states: Vec<ScreenState> = pending.iter().map(|(s, _)| s.clone()).collect();
                 let decisions = policy.act(&states)?;
                 anyhow::ensure!(
@@ -161,6 +188,7 @@ impl Collector {
                 for ((_, reply), d) in pending.drain(..).zip(decisions) {
                     let _ = reply.send(d);
                 }
+                first_wait = None;
             }
         }
         for (slot, h) in self.envs.iter_mut().zip(handles) {
@@ -236,6 +264,7 @@ async fn worker(
             break;
         }
     }
+    let _ = tx.send(Msg::Exit);
     env
 }
 

@@ -175,11 +175,13 @@ code, .mono { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, "DejaV
 header { display: flex; flex-wrap: wrap; align-items: center; gap: 8px 14px; padding: 8px 14px;
   background: var(--panel); border-bottom: 1px solid var(--line); }
 header h1 { font-size: 15px; margin: 0; font-weight: 600; white-space: nowrap; }
-header .dir { color: var(--muted); font-size: 12px; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; max-width: 32ch; }
+header .dir { color: var(--muted); font-size: 12px; overflow: hidden; text-overflow: ellipsis; white-space: nowrap;
+  flex: 1 1 0; min-width: 0; }
 header .filters { display: flex; flex-wrap: wrap; gap: 8px; align-items: center; margin-left: auto; }
 select, input[type=search] { font: inherit; font-size: 13px; padding: 4px 6px; border: 1px solid var(--line);
   border-radius: 6px; background: #fff; color: var(--text); }
-input[type=search] { width: 16em; }
+select { max-width: 15em; }
+input[type=search] { width: 14em; }
 #count { color: var(--muted); font-size: 12.5px; white-space: nowrap; }
 .notice { background: #fff8c5; border-bottom: 1px solid #eed888; padding: 4px 14px; font-size: 12.5px; }
 main { flex: 1; display: grid; grid-template-columns: minmax(230px, 300px) 1fr; min-height: 0; }
@@ -219,7 +221,7 @@ kbd { font-family: inherit; font-size: 11px; border: 1px solid #d0d7de; border-b
   padding: 0 4px; background: #fff; }
 .steps { display: flex; flex-wrap: wrap; gap: 12px; align-items: flex-start; }
 .step { background: var(--panel); border: 1px solid var(--line); border-radius: 6px; padding: 8px; cursor: pointer;
-  max-width: 100%; scroll-margin: 56px 0 12px; }
+  max-width: 100%; }
 .step.current { border-color: var(--accent); box-shadow: 0 0 0 2px var(--accent); }
 .step .head { display: flex; align-items: center; gap: 8px; margin-bottom: 6px; font-size: 13px; }
 .step .head .n { font-weight: 600; }
@@ -361,7 +363,7 @@ function shot(t, fid, act, err) {
   const halo = (el) => { const c = el.cloneNode(); c.setAttribute('stroke', '#fff'); c.setAttribute('stroke-width', 5); c.setAttribute('fill', 'none'); svg.append(c); svg.append(el); };
   const arrow = (x1, y1, x2, y2, color) => {
     const dx = x2 - x1, dy = y2 - y1, len = Math.hypot(dx, dy) || 1, ux = dx / len, uy = dy / len;
-    const L = 9 * u, Wd = 5 * u;
+    const L = 13 * u, Wd = 6 * u;
     halo(sv('line', stroke(color, { x1: x1, y1: y1, x2: x2 - ux * L * 0.6, y2: y2 - uy * L * 0.6 })));
     const pts = [[x2, y2], [x2 - ux * L - uy * Wd, y2 - uy * L + ux * Wd], [x2 - ux * L + uy * Wd, y2 - uy * L - ux * Wd]];
     svg.append(sv('polygon', { points: pts.map((p) => p.join(',')).join(' '), fill: color, stroke: '#fff', 'stroke-width': 1, 'vector-effect': 'non-scaling-stroke' }));
@@ -410,7 +412,7 @@ function shot(t, fid, act, err) {
       }
       case 'type': label = '⌨ type “' + act.text + '”'; break;
       case 'key': label = '⌨ key ' + act.key; break;
-      case 'wait': label = '⏱ wait ' + act.ms + ' ms'; break;
+      case 'wait': label = 'wait ' + act.ms + ' ms'; break;
       case 'done': label = '✓ done'; break;
     }
   }
@@ -424,7 +426,7 @@ function shot(t, fid, act, err) {
 function renderDetail(i) {
   const t = T[i];
   const cardW = 'width:' + (t.w * t.scale + 18) + 'px';
-  const cards = t.steps.map((s, k) => h('div', { class: 'step', style: cardW, 'data-step': k, onclick: () => setStep(k) },
+  const cards = t.steps.map((s, k) => h('div', { class: 'step', style: cardW, 'data-step': k, onclick: () => setStep(k, false) },
     h('div', { class: 'head' }, h('span', { class: 'n' }, 'Step ' + (k + 1)),
       s.s === 'running' ? h('span', { class: 'txt-running' }, 'running') : badge(s.s),
       h('span', { class: 'r' + (s.r ? ' nz' : '') }, 'reward ' + fmtR(s.r))),
@@ -432,7 +434,7 @@ function renderDetail(i) {
     h('div', { class: 'act' }, h('code', null, s.a)),
     s.err ? h('div', { class: 'error' }, s.err) : null,
     h('div', { class: 'ms' }, s.ms + ' ms')));
-  cards.push(h('div', { class: 'step final', style: cardW, 'data-step': t.steps.length, onclick: () => setStep(t.steps.length) },
+  cards.push(h('div', { class: 'step final', style: cardW, 'data-step': t.steps.length, onclick: () => setStep(t.steps.length, false) },
     h('div', { class: 'head' }, h('span', { class: 'n' }, 'Final'), badge(t.status),
       h('span', { class: 'r nz' }, 'total ' + fmtR(t.reward))),
     shot(t, t.final)));
@@ -460,15 +462,23 @@ function select(i, k) {
   T[i].el.classList.add('current');
   T[i].el.scrollIntoView({ block: 'nearest' });
   renderDetail(i);
-  setStep(k);
+  setStep(k, k > 0);
 }
-function setStep(k) {
+// Make step k current; scroll it into view (below the sticky bar) unless told not to.
+function setStep(k, scroll) {
   if (cur < 0) return;
   const t = T[cur], last = t.steps.length;
   step = Math.max(0, Math.min(last, k));
   for (const c of detail.querySelectorAll('.step')) c.classList.toggle('current', Number(c.dataset.step) === step);
-  const c = detail.querySelector('.step.current');
-  if (c) c.scrollIntoView({ block: 'nearest' });
+  const c = detail.querySelector('.step.current'), bar = detail.querySelector('.navbar');
+  if (c && scroll !== false) {
+    // Scroll the detail pane so the card sits below the sticky bar (or fully in view).
+    const top = (bar ? bar.offsetHeight : 0) + 8;
+    const pane = detail.getBoundingClientRect(), r = c.getBoundingClientRect();
+    const above = r.top - (pane.top + top), below = r.bottom + 12 - pane.bottom;
+    if (above < 0 || r.height + top + 12 > pane.height) detail.scrollTop += above;
+    else if (below > 0) detail.scrollTop += below;
+  }
   $('#stepno').textContent = step < last ? 'Step ' + (step + 1) + ' of ' + last : 'Final frame, after ' + last + (last === 1 ? ' step' : ' steps');
   try { history.replaceState(null, '', '#t=' + cur + '&s=' + step); } catch (e) { /* file:// may refuse */ }
 }

@@ -1,0 +1,790 @@
+//! `TrainConfig`: the TOML file `guirl train` reads. Every table rejects unknown keys;
+//! [`TrainConfig::validate`] rejects out-of-range values naming the key (`algo.clip_low
+//! must be in (0, 1), got 1.5`). [`TrainConfig::to_toml`] writes the resolved config
+//! (defaults filled in) into the run folder. [`EXAMPLE_CONFIG`] shows every key.
+
+use super::loss::{LossConfig, PolicyLossKind};
+use super::optim::{AdamWConfig, LrSchedule, LrScheduler};
+use anyhow::{bail, Context};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// A documented example with every key (the values shown are the defaults unless the
+/// comment says otherwise).
+pub const EXAMPLE_CONFIG: &str = r#"# guirl train config
+device = "cpu"                 # "cpu", "cuda" or "cuda:N"
+
+[run]
+name = "click-button"          # required; the run folder is <dir>/<name>
+seed = 0
+iterations = 200               # required: collect + update rounds
+dir = "runs"
+
+[tasks]
+ids = ["miniwob/click-button"] # required
+train_seeds = { start = 0, end = 1000000 }        # [start, end)
+eval_seeds = { start = 1000000, count = 100 }     # held out: must not overlap train_seeds
+
+[model]
+preset = "tiny"                # tiny | small | base
+# optional overrides of the preset, and weights to start from:
+# d_model = 256
+# layers = 4
+# heads = 4
+# patch_size = 16
+# image_size = 160
+# init = "runs/sft/checkpoints/best/model.safetensors"
+
+[algo]
+kind = "grpo"                  # grpo | dapo | gspo
+group_size = 8                 # G rollouts per task seed
+batch_seeds = 8                # B task seeds per iteration (B·G rollouts)
+clip_low = 0.2                 # ε_low  (default by kind: grpo 0.2, dapo 0.2, gspo 3e-4)
+clip_high = 0.2                # ε_high (default by kind: grpo 0.2, dapo 0.28, gspo 4e-4)
+beta = 0.0                     # KL(π‖π_ref) weight (k3 estimator); 0 = no reference model
+entropy_coef = 0.0
+epochs = 1                     # μ: passes over each batch
+minibatch = 16                 # samples (steps) per optimizer step
+lr = 1e-4
+lr_schedule = "constant"       # constant | linear | cosine
+warmup = 0                     # iterations of linear warmup
+min_lr = 0.0                   # end of the linear / cosine decay
+weight_decay = 0.0             # AdamW's decoupled weight decay
+max_grad_norm = 1.0
+temperature = 1.0              # sampling temperature (log-probs are taken at it too)
+scale_std = true               # false: Dr. GRPO (A = R − mean, no division by std)
+eps = 1e-6                     # added to the group std
+drop_all_equal_groups = false  # DAPO's dynamic sampling: train only on groups with signal (dapo: true)
+
+[rollout]
+envs = 4                       # browsers in parallel
+max_steps = 10                 # step limit per episode
+
+[eval]
+interval = 10                  # iterations between evaluations; 0 = never
+episodes = 50                  # episodes per evaluation, on eval seeds
+
+[checkpoint]
+interval = 20                  # iterations between checkpoints; 0 = only at the end
+
+# optional: supervised warm start on recorded trajectories before RL
+# [sft]
+# dir = "data/demos"           # a trajectory set folder (trajectories.jsonl + frames/)
+# epochs = 3
+# lr = 1e-4
+# minibatch = 16
+"#;
+
+/// The whole training configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrainConfig {
+    /// `cpu`, `cuda` or `cuda:N`.
+    #[serde(default = "default_device")]
+    pub device: String,
+    /// `[run]`.
+    pub run: RunConfig,
+    /// `[tasks]`.
+    pub tasks: TasksConfig,
+    /// `[model]`.
+    #[serde(default)]
+    pub model: ModelConfig,
+    /// `[algo]`.
+    #[serde(default)]
+    pub algo: AlgoConfig,
+    /// `[rollout]`.
+    #[serde(default)]
+    pub rollout: RolloutConfig,
+    /// `[eval]`.
+    #[serde(default)]
+    pub eval: EvalConfig,
+    /// `[checkpoint]`.
+    #[serde(default)]
+    pub checkpoint: CheckpointConfig,
+    /// `[sft]`: optional supervised warm start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sft: Option<SftConfig>,
+}
+
+fn default_device() -> String {
+    "cpu".into()
+}
+
+/// `[run]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunConfig {
+    /// Run name: the folder `<dir>/<name>`.
+    pub name: String,
+    /// Seed of everything random in the trainer (sampling, seed choice, init).
+    #[serde(default)]
+    pub seed: u64,
+    /// Collect-and-update rounds.
+    pub iterations: u64,
+    /// Parent folder of run folders (default `runs`).
+    #[serde(default = "default_runs_dir")]
+    pub dir: PathBuf,
+}
+
+fn default_runs_dir() -> PathBuf {
+    "runs".into()
+}
+
+/// `[tasks]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TasksConfig {
+    /// Task ids (as `guirl run` takes them).
+    pub ids: Vec<String>,
+    /// Seeds rollouts are drawn from, `[start, end)` (default 0..1 000 000).
+    #[serde(default = "default_train_seeds")]
+    pub train_seeds: SeedRange,
+    /// Held-out seeds for evaluation, `start..start+count` (default 1 000 000, 100).
+    #[serde(default = "default_eval_seeds")]
+    pub eval_seeds: EvalSeeds,
+}
+
+/// A half-open seed range `[start, end)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SeedRange {
+    /// First seed.
+    pub start: u64,
+    /// One past the last seed.
+    pub end: u64,
+}
+
+/// `count` seeds from `start`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EvalSeeds {
+    /// First seed.
+    pub start: u64,
+    /// How many.
+    pub count: u64,
+}
+
+fn default_train_seeds() -> SeedRange {
+    SeedRange { start: 0, end: 1_000_000 }
+}
+
+fn default_eval_seeds() -> EvalSeeds {
+    EvalSeeds { start: 1_000_000, count: 100 }
+}
+
+/// Size of the policy network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelPreset {
+    /// Smallest: tests and CPU runs.
+    #[default]
+    Tiny,
+    /// Medium.
+    Small,
+    /// Largest.
+    Base,
+}
+
+/// `[model]`: a preset plus optional overrides.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    /// The preset (default `tiny`).
+    #[serde(default)]
+    pub preset: ModelPreset,
+    /// Width of the transformer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub d_model: Option<usize>,
+    /// Transformer layers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layers: Option<usize>,
+    /// Attention heads (must divide `d_model`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heads: Option<usize>,
+    /// Side of the square image patches, pixels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub patch_size: Option<usize>,
+    /// Side of the (resized) screenshot the model sees, pixels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_size: Option<usize>,
+    /// Weights to start from (safetensors), e.g. an SFT checkpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub init: Option<PathBuf>,
+}
+
+/// The algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AlgoKind {
+    /// GRPO: token-level clipped ratio, group-relative advantages.
+    #[default]
+    Grpo,
+    /// DAPO: GRPO with clip-higher (ε_high > ε_low), token-mean, dynamic sampling.
+    Dapo,
+    /// GSPO: sequence-level ratio and clipping.
+    Gspo,
+}
+
+impl AlgoKind {
+    /// Default (ε_low, ε_high).
+    pub fn default_clip(self) -> (f64, f64) {
+        match self {
+            AlgoKind::Grpo => (0.2, 0.2),
+            AlgoKind::Dapo => (0.2, 0.28),
+            AlgoKind::Gspo => (3e-4, 4e-4),
+        }
+    }
+}
+
+/// `[algo]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AlgoConfig {
+    /// `grpo`, `dapo` or `gspo`.
+    pub kind: AlgoKind,
+    /// G: rollouts per task seed.
+    pub group_size: usize,
+    /// B: task seeds per iteration.
+    pub batch_seeds: usize,
+    /// ε_low (default by kind, filled in on load).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clip_low: Option<f64>,
+    /// ε_high (default by kind, filled in on load).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clip_high: Option<f64>,
+    /// β: KL weight.
+    pub beta: f64,
+    /// Entropy bonus weight.
+    pub entropy_coef: f64,
+    /// μ: passes over each batch.
+    pub epochs: usize,
+    /// Samples (steps) per optimizer step.
+    pub minibatch: usize,
+    /// Peak learning rate.
+    pub lr: f64,
+    /// Decay after warmup.
+    pub lr_schedule: LrSchedule,
+    /// Warmup, in iterations.
+    pub warmup: u64,
+    /// Learning rate at the end of the decay.
+    pub min_lr: f64,
+    /// AdamW weight decay.
+    pub weight_decay: f64,
+    /// Global gradient-norm clip.
+    pub max_grad_norm: f64,
+    /// Sampling temperature.
+    pub temperature: f64,
+    /// Divide advantages by the group std (false: Dr. GRPO).
+    pub scale_std: bool,
+    /// Added to the group std.
+    pub eps: f64,
+    /// Leave out groups whose rewards are all equal (default by kind: dapo true).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drop_all_equal_groups: Option<bool>,
+}
+
+impl Default for AlgoConfig {
+    fn default() -> Self {
+        AlgoConfig {
+            kind: AlgoKind::Grpo,
+            group_size: 8,
+            batch_seeds: 8,
+            clip_low: None,
+            clip_high: None,
+            beta: 0.0,
+            entropy_coef: 0.0,
+            epochs: 1,
+            minibatch: 16,
+            lr: 1e-4,
+            lr_schedule: LrSchedule::Constant,
+            warmup: 0,
+            min_lr: 0.0,
+            weight_decay: 0.0,
+            max_grad_norm: 1.0,
+            temperature: 1.0,
+            scale_std: true,
+            eps: 1e-6,
+            drop_all_equal_groups: None,
+        }
+    }
+}
+
+impl AlgoConfig {
+    /// ε_low, resolved.
+    pub fn clip_low(&self) -> f64 {
+        self.clip_low.unwrap_or(self.kind.default_clip().0)
+    }
+    /// ε_high, resolved.
+    pub fn clip_high(&self) -> f64 {
+        self.clip_high.unwrap_or(self.kind.default_clip().1)
+    }
+    /// Whether all-equal groups are dropped, resolved.
+    pub fn drop_all_equal_groups(&self) -> bool {
+        self.drop_all_equal_groups.unwrap_or(self.kind == AlgoKind::Dapo)
+    }
+    /// The loss coefficients.
+    pub fn loss_config(&self) -> LossConfig {
+        LossConfig {
+            kind: match self.kind {
+                AlgoKind::Grpo | AlgoKind::Dapo => PolicyLossKind::Token,
+                AlgoKind::Gspo => PolicyLossKind::Sequence,
+            },
+            clip_low: self.clip_low(),
+            clip_high: self.clip_high(),
+            beta: self.beta,
+            entropy_coef: self.entropy_coef,
+        }
+    }
+    /// AdamW settings (β1, β2, ε at their defaults).
+    pub fn adamw_config(&self) -> AdamWConfig {
+        AdamWConfig { lr: self.lr, weight_decay: self.weight_decay, ..Default::default() }
+    }
+    /// The learning-rate schedule over `iterations` (one value per iteration).
+    pub fn lr_scheduler(&self, iterations: u64) -> LrScheduler {
+        LrScheduler {
+            schedule: self.lr_schedule,
+            base_lr: self.lr,
+            min_lr: self.min_lr,
+            warmup: self.warmup,
+            total: iterations,
+        }
+    }
+}
+
+/// `[rollout]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RolloutConfig {
+    /// Browsers in parallel.
+    pub envs: usize,
+    /// Step limit per episode.
+    pub max_steps: u32,
+}
+
+impl Default for RolloutConfig {
+    fn default() -> Self {
+        RolloutConfig { envs: 4, max_steps: 10 }
+    }
+}
+
+/// `[eval]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EvalConfig {
+    /// Iterations between evaluations (0: never).
+    pub interval: u64,
+    /// Episodes per evaluation, on the eval seeds.
+    pub episodes: usize,
+}
+
+impl Default for EvalConfig {
+    fn default() -> Self {
+        EvalConfig { interval: 10, episodes: 50 }
+    }
+}
+
+/// `[checkpoint]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CheckpointConfig {
+    /// Iterations between checkpoints (0: only at the end).
+    pub interval: u64,
+}
+
+impl Default for CheckpointConfig {
+    fn default() -> Self {
+        CheckpointConfig { interval: 20 }
+    }
+}
+
+/// `[sft]`: supervised training on recorded trajectories before RL.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SftConfig {
+    /// A trajectory set folder.
+    pub dir: PathBuf,
+    /// Passes over the set (default 3).
+    #[serde(default = "default_sft_epochs")]
+    pub epochs: usize,
+    /// Learning rate (default 1e-4).
+    #[serde(default = "default_sft_lr")]
+    pub lr: f64,
+    /// Samples per optimizer step (default 16).
+    #[serde(default = "default_sft_minibatch")]
+    pub minibatch: usize,
+}
+
+fn default_sft_epochs() -> usize {
+    3
+}
+fn default_sft_lr() -> f64 {
+    1e-4
+}
+fn default_sft_minibatch() -> usize {
+    16
+}
+
+impl TrainConfig {
+    /// Parse TOML text (no validation). Errors name the unknown key and its table.
+    pub fn parse(text: &str) -> anyhow::Result<TrainConfig> {
+        toml::from_str(text).map_err(|e| {
+            let table = e.span().and_then(|s| table_at(text, s.start));
+            match table {
+                Some(t) => anyhow::anyhow!("in table [{t}]: {e}"),
+                None => anyhow::anyhow!("{e}"),
+            }
+        })
+    }
+
+    /// Read, resolve defaults and validate a config file.
+    pub fn load(path: &Path) -> anyhow::Result<TrainConfig> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read train config {}", path.display()))?;
+        let mut c = TrainConfig::parse(&text).with_context(|| format!("in {}", path.display()))?;
+        c.resolve();
+        c.validate().with_context(|| format!("invalid train config {}", path.display()))?;
+        Ok(c)
+    }
+
+    /// Fill in defaults that depend on other keys (clip ranges by algorithm).
+    pub fn resolve(&mut self) {
+        let a = &mut self.algo;
+        a.clip_low = Some(a.clip_low());
+        a.clip_high = Some(a.clip_high());
+        a.drop_all_equal_groups = Some(a.drop_all_equal_groups());
+    }
+
+    /// The config as TOML (write the resolved one into the run folder).
+    pub fn to_toml(&self) -> anyhow::Result<String> {
+        Ok(toml::to_string_pretty(self)?)
+    }
+
+    /// The run folder, `<run.dir>/<run.name>`.
+    pub fn run_dir(&self) -> PathBuf {
+        self.run.dir.join(&self.run.name)
+    }
+
+    /// The candle device named by `device`.
+    pub fn candle_device(&self) -> anyhow::Result<candle_core::Device> {
+        match parse_device(&self.device)? {
+            None => Ok(candle_core::Device::Cpu),
+            Some(n) => candle_core::Device::new_cuda(n).with_context(|| {
+                format!(
+                    "device = \"{}\": no CUDA device (was guirl built with --features cuda?)",
+                    self.device
+                )
+            }),
+        }
+    }
+
+    /// Check every value; the error lists each bad key by its dotted name.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        let mut errs: Vec<String> = Vec::new();
+        let mut check = |ok: bool, msg: String| {
+            if !ok {
+                errs.push(msg)
+            }
+        };
+        if let Err(e) = parse_device(&self.device) {
+            check(false, e.to_string());
+        }
+        // [run]
+        let r = &self.run;
+        check(!r.name.trim().is_empty(), "run.name must not be empty".into());
+        check(
+            !r.name.contains(['/', '\\']) && r.name != "." && r.name != "..",
+            format!("run.name must be a folder name, not a path, got {:?}", r.name),
+        );
+        check(r.iterations >= 1, "run.iterations must be at least 1".into());
+        // [tasks]
+        let t = &self.tasks;
+        check(!t.ids.is_empty(), "tasks.ids must list at least one task".into());
+        check(t.ids.iter().all(|i| !i.trim().is_empty()), "tasks.ids must not contain an empty id".into());
+        let (tr, ev) = (t.train_seeds, t.eval_seeds);
+        check(
+            tr.start < tr.end,
+            format!("tasks.train_seeds must have start < end, got {}..{}", tr.start, tr.end),
+        );
+        check(ev.count >= 1, "tasks.eval_seeds.count must be at least 1".into());
+        let ev_end = ev.start.saturating_add(ev.count);
+        check(
+            ev_end <= tr.start || ev.start >= tr.end,
+            format!(
+                "tasks.eval_seeds ({}..{}) overlaps tasks.train_seeds ({}..{}): eval seeds must be held out",
+                ev.start, ev_end, tr.start, tr.end
+            ),
+        );
+        // [model]
+        let m = &self.model;
+        for (k, v) in [
+            ("d_model", m.d_model),
+            ("layers", m.layers),
+            ("heads", m.heads),
+            ("patch_size", m.patch_size),
+            ("image_size", m.image_size),
+        ] {
+            check(v != Some(0), format!("model.{k} must be at least 1"));
+        }
+        if let (Some(d), Some(h)) = (m.d_model, m.heads) {
+            check(h == 0 || d % h == 0, format!("model.heads ({h}) must divide model.d_model ({d})"));
+        }
+        if let (Some(i), Some(p)) = (m.image_size, m.patch_size) {
+            check(p == 0 || i % p == 0, format!("model.patch_size ({p}) must divide model.image_size ({i})"));
+        }
+        // [algo]
+        let a = &self.algo;
+        let (lo, hi) = (a.clip_low(), a.clip_high());
+        check(a.group_size >= 2, format!("algo.group_size must be at least 2, got {}", a.group_size));
+        check(a.batch_seeds >= 1, "algo.batch_seeds must be at least 1".into());
+        check(lo > 0.0 && lo < 1.0, format!("algo.clip_low must be in (0, 1), got {lo}"));
+        check(hi > 0.0 && hi.is_finite(), format!("algo.clip_high must be > 0, got {hi}"));
+        check(a.beta >= 0.0 && a.beta.is_finite(), format!("algo.beta must be >= 0, got {}", a.beta));
+        check(
+            a.entropy_coef >= 0.0 && a.entropy_coef.is_finite(),
+            format!("algo.entropy_coef must be >= 0, got {}", a.entropy_coef),
+        );
+        check(a.epochs >= 1, "algo.epochs must be at least 1".into());
+        check(a.minibatch >= 1, "algo.minibatch must be at least 1".into());
+        check(a.lr > 0.0 && a.lr <= 1.0, format!("algo.lr must be in (0, 1], got {}", a.lr));
+        check(
+            a.min_lr >= 0.0 && a.min_lr <= a.lr,
+            format!("algo.min_lr must be in [0, algo.lr], got {}", a.min_lr),
+        );
+        check(
+            a.warmup <= r.iterations,
+            format!("algo.warmup ({}) must not exceed run.iterations ({})", a.warmup, r.iterations),
+        );
+        check(
+            a.weight_decay >= 0.0 && a.weight_decay < 1.0,
+            format!("algo.weight_decay must be in [0, 1), got {}", a.weight_decay),
+        );
+        check(
+            a.max_grad_norm > 0.0 && !a.max_grad_norm.is_nan(),
+            format!("algo.max_grad_norm must be > 0, got {}", a.max_grad_norm),
+        );
+        check(
+            a.temperature > 0.0 && a.temperature.is_finite(),
+            format!("algo.temperature must be > 0, got {}", a.temperature),
+        );
+        check(a.eps > 0.0 && a.eps < 1.0, format!("algo.eps must be in (0, 1), got {}", a.eps));
+        // [rollout]
+        check(self.rollout.envs >= 1, "rollout.envs must be at least 1".into());
+        check(self.rollout.max_steps >= 1, "rollout.max_steps must be at least 1".into());
+        // [eval]
+        check(
+            self.eval.interval == 0 || self.eval.episodes >= 1,
+            "eval.episodes must be at least 1 (or set eval.interval = 0 to never evaluate)".into(),
+        );
+        // [sft]
+        if let Some(s) = &self.sft {
+            check(!s.dir.as_os_str().is_empty(), "sft.dir must not be empty".into());
+            check(s.epochs >= 1, "sft.epochs must be at least 1".into());
+            check(s.lr > 0.0 && s.lr <= 1.0, format!("sft.lr must be in (0, 1], got {}", s.lr));
+            check(s.minibatch >= 1, "sft.minibatch must be at least 1".into());
+        }
+        if errs.is_empty() {
+            Ok(())
+        } else {
+            bail!("{}", errs.join("\n"))
+        }
+    }
+}
+
+/// `cpu` → None, `cuda` → Some(0), `cuda:N` → Some(N).
+fn parse_device(s: &str) -> anyhow::Result<Option<usize>> {
+    match s {
+        "cpu" => Ok(None),
+        "cuda" => Ok(Some(0)),
+        _ => match s.strip_prefix("cuda:").map(|n| n.parse::<usize>()) {
+            Some(Ok(n)) => Ok(Some(n)),
+            _ => bail!("device must be \"cpu\", \"cuda\" or \"cuda:N\" (N a GPU index), got {s:?}"),
+        },
+    }
+}
+
+/// The dotted name of the TOML table that the key at byte `pos` of `text` belongs to
+/// (`None` at top level): the last `[header]` line above it, or, for a key in a header
+/// line itself, that header's parent.
+fn table_at(text: &str, pos: usize) -> Option<String> {
+    let before = text.get(..pos)?;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let line = text[line_start..].lines().next().unwrap_or("").trim();
+    let header = |l: &str| -> Option<String> {
+        let l = l.split('#').next()?.trim();
+        let name = l.trim_start_matches('[').trim_end_matches(']').trim();
+        (!name.is_empty()).then(|| name.to_string())
+    };
+    if line.starts_with('[') {
+        return header(line)?.rsplit_once('.').map(|(parent, _)| parent.trim().to_string());
+    }
+    text[..line_start].lines().rev().map(str::trim).find(|l| l.starts_with('[')).and_then(header)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_ok(text: &str) -> TrainConfig {
+        let mut c = TrainConfig::parse(text).unwrap();
+        c.resolve();
+        c.validate().unwrap();
+        c
+    }
+
+    fn err(text: &str) -> String {
+        match TrainConfig::parse(text) {
+            Err(e) => format!("{e:#}"),
+            Ok(mut c) => {
+                c.resolve();
+                format!("{:#}", c.validate().unwrap_err())
+            }
+        }
+    }
+
+    const MINIMAL: &str = "[run]\nname = \"r\"\niterations = 10\n[tasks]\nids = [\"miniwob/click-button\"]\n";
+
+    #[test]
+    fn the_example_parses_with_every_key() {
+        let c = parse_ok(EXAMPLE_CONFIG);
+        assert_eq!(c.run.name, "click-button");
+        assert_eq!(c.run.iterations, 200);
+        assert_eq!(c.tasks.eval_seeds, EvalSeeds { start: 1_000_000, count: 100 });
+        assert_eq!(c.algo.kind, AlgoKind::Grpo);
+        assert_eq!((c.algo.clip_low(), c.algo.clip_high()), (0.2, 0.2));
+        assert_eq!(c.model.preset, ModelPreset::Tiny);
+        assert!(c.sft.is_none());
+        assert_eq!(c.run_dir(), PathBuf::from("runs/click-button"));
+        // the example shows the defaults: it equals the minimal file's resolved config
+        let mut d = parse_ok(&EXAMPLE_CONFIG.replace("iterations = 200", "iterations = 10"));
+        d.run.name = "r".into();
+        d.tasks.ids = vec!["miniwob/click-button".into()];
+        assert_eq!(d, parse_ok(MINIMAL));
+    }
+
+    #[test]
+    fn full_config_with_sft_and_overrides_round_trips() {
+        let text = r#"
+device = "cuda:1"
+[run]
+name = "x"
+seed = 7
+iterations = 50
+[tasks]
+ids = ["a", "b"]
+train_seeds = { start = 100, end = 200 }
+eval_seeds = { start = 0, count = 100 }
+[model]
+preset = "small"
+d_model = 128
+heads = 4
+init = "w.safetensors"
+[algo]
+kind = "dapo"
+lr_schedule = "cosine"
+warmup = 5
+beta = 0.01
+scale_std = false
+[sft]
+dir = "demos"
+"#;
+        let c = parse_ok(text);
+        assert_eq!(c.device, "cuda:1");
+        assert_eq!((c.algo.clip_low, c.algo.clip_high), (Some(0.2), Some(0.28)));
+        assert!(c.algo.drop_all_equal_groups());
+        assert_eq!(c.model.d_model, Some(128));
+        assert_eq!(c.sft.as_ref().unwrap().epochs, 3);
+        let lc = c.algo.loss_config();
+        assert_eq!((lc.kind, lc.beta), (PolicyLossKind::Token, 0.01));
+        let s = c.algo.lr_scheduler(c.run.iterations);
+        assert_eq!((s.schedule, s.warmup, s.total), (LrSchedule::Cosine, 5, 50));
+        // the resolved config written out reads back the same
+        let again = parse_ok(&c.to_toml().unwrap());
+        assert_eq!(again, c);
+        let g = parse_ok(&text.replace("\"dapo\"", "\"gspo\""));
+        assert_eq!(g.algo.loss_config().kind, PolicyLossKind::Sequence);
+        assert_eq!((g.algo.clip_low(), g.algo.clip_high()), (3e-4, 4e-4));
+    }
+
+    #[test]
+    fn unknown_keys_are_named_with_their_table() {
+        let e = err(&format!("devices = \"cpu\"\n{MINIMAL}"));
+        assert!(e.contains("unknown field `devices`"), "{e}");
+        assert!(!e.contains("in table"), "{e}");
+        let e = err(&format!("{MINIMAL}[algo]\ngroup_size = 4\nclip_lo = 0.1\n"));
+        assert!(e.contains("unknown field `clip_lo`") && e.contains("in table [algo]"), "{e}");
+        let e = err(&format!("{MINIMAL}[sft]\ndir = \"d\"\nepoch = 3\n"));
+        assert!(e.contains("unknown field `epoch`") && e.contains("[sft]"), "{e}");
+        let e = err(&format!("{MINIMAL}[optimizer]\nlr = 1\n"));
+        assert!(e.contains("unknown field `optimizer`") && !e.contains("in table"), "{e}");
+        let e = err(&format!("{MINIMAL}[algo.extra]\nlr = 1\n"));
+        assert!(e.contains("unknown field `extra`") && e.contains("in table [algo]"), "{e}");
+        let e = err(&MINIMAL.replace("ids =", "train_seeds = { start = 0, stop = 5 }\nids ="));
+        assert!(e.contains("unknown field `stop`") && e.contains("[tasks]"), "{e}");
+        let e = err(&format!("{MINIMAL}[algo]\nkind = \"ppo\"\n"));
+        assert!(e.contains("unknown variant `ppo`"), "{e}");
+        let e = err("[run]\nname = \"r\"\n[tasks]\nids = []\n");
+        assert!(e.contains("missing field `iterations`"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        let with = |table: &str, kv: &str| err(&format!("{MINIMAL}[{table}]\n{kv}\n"));
+        for (table, kv, want) in [
+            ("algo", "clip_low = 1.5", "algo.clip_low must be in (0, 1), got 1.5"),
+            ("algo", "clip_low = 0.0", "algo.clip_low must be in (0, 1)"),
+            ("algo", "clip_high = -0.1", "algo.clip_high must be > 0"),
+            ("algo", "group_size = 1", "algo.group_size must be at least 2"),
+            ("algo", "lr = 0.0", "algo.lr must be in (0, 1]"),
+            ("algo", "lr = nan", "algo.lr must be in (0, 1]"),
+            ("algo", "beta = -1.0", "algo.beta must be >= 0"),
+            ("algo", "epochs = 0", "algo.epochs must be at least 1"),
+            ("algo", "temperature = 0.0", "algo.temperature must be > 0"),
+            ("algo", "max_grad_norm = 0.0", "algo.max_grad_norm must be > 0"),
+            ("algo", "warmup = 11", "algo.warmup (11) must not exceed run.iterations (10)"),
+            ("algo", "min_lr = 1.0", "algo.min_lr must be in [0, algo.lr]"),
+            ("rollout", "envs = 0", "rollout.envs must be at least 1"),
+            ("model", "d_model = 100\nheads = 3", "model.heads (3) must divide model.d_model (100)"),
+            ("model", "layers = 0", "model.layers must be at least 1"),
+            ("sft", "dir = \"d\"\nlr = 2.0", "sft.lr must be in (0, 1]"),
+        ] {
+            let e = with(table, kv);
+            assert!(e.contains(want), "[{table}] {kv}: {e}");
+        }
+        let e = err(&format!("device = \"gpu\"\n{MINIMAL}"));
+        assert!(e.contains("device must be \"cpu\", \"cuda\" or \"cuda:N\""), "{e}");
+        assert!(err(&format!("device = \"cuda:x\"\n{MINIMAL}")).contains("got \"cuda:x\""));
+        let e = err(&MINIMAL.replace("iterations = 10", "iterations = 0"));
+        assert!(e.contains("run.iterations must be at least 1"), "{e}");
+        let e = err(&MINIMAL.replace("\"r\"", "\"a/b\""));
+        assert!(e.contains("run.name must be a folder name"), "{e}");
+        // several bad keys: all named
+        let e = with("algo", "clip_low = 2.0\nepochs = 0");
+        assert!(e.contains("algo.clip_low") && e.contains("algo.epochs"), "{e}");
+    }
+
+    #[test]
+    fn eval_seeds_must_be_held_out() {
+        let t = |tr: &str, ev: &str| {
+            MINIMAL.replace("ids =", &format!("train_seeds = {tr}\neval_seeds = {ev}\nids ="))
+        };
+        let e = err(&t("{ start = 0, end = 100 }", "{ start = 50, count = 10 }"));
+        assert!(e.contains("tasks.eval_seeds (50..60) overlaps tasks.train_seeds (0..100)"), "{e}");
+        let e = err(&t("{ start = 10, end = 100 }", "{ start = 0, count = 11 }"));
+        assert!(e.contains("overlaps"), "{e}");
+        parse_ok(&t("{ start = 10, end = 100 }", "{ start = 0, count = 10 }"));
+        parse_ok(&t("{ start = 0, end = 100 }", "{ start = 100, count = 10 }"));
+        let e = err(&t("{ start = 5, end = 5 }", "{ start = 100, count = 10 }"));
+        assert!(e.contains("tasks.train_seeds must have start < end"), "{e}");
+    }
+
+    #[test]
+    fn load_names_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("train.toml");
+        std::fs::write(&p, format!("{MINIMAL}[algo]\nclip_low = 3.0\n")).unwrap();
+        let e = format!("{:#}", TrainConfig::load(&p).unwrap_err());
+        assert!(e.contains("train.toml") && e.contains("algo.clip_low"), "{e}");
+        let e = format!("{:#}", TrainConfig::load(&dir.path().join("nope.toml")).unwrap_err());
+        assert!(e.contains("cannot read train config") && e.contains("nope.toml"), "{e}");
+    }
+}

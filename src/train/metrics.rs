@@ -1,0 +1,253 @@
+//! Per-iteration training metrics: one JSON object a line in `metrics.jsonl`, flushed
+//! after each line so a killed run leaves every finished iteration readable.
+
+use super::advantage::AdvantageStats;
+use super::loss::LossStats;
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+
+/// Everything logged about one iteration (collect + update). Missing fields read as 0 /
+/// `None`, so older files stay readable when fields are added.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct IterationMetrics {
+    /// Iteration, from 0.
+    pub iteration: u64,
+    /// Environment steps taken so far (all iterations, eval excluded).
+    pub env_steps: u64,
+    /// Episodes collected so far.
+    pub episodes: u64,
+    /// Mean episode reward this iteration (env errors excluded).
+    pub reward_mean: f64,
+    /// Population std of the episode rewards.
+    pub reward_std: f64,
+    /// Fraction of episodes (env errors excluded) that ended in success.
+    pub success_rate: f64,
+    /// Mean over groups of the group's mean reward (the GRPO baseline).
+    pub baseline_mean: f64,
+    /// Mean of `R − baseline` (0 up to rounding).
+    pub relative_reward_mean: f64,
+    /// Std of `R − baseline`.
+    pub relative_reward_std: f64,
+    /// Mean advantage.
+    pub adv_mean: f64,
+    /// Std of the advantages.
+    pub adv_std: f64,
+    /// Policy term of the loss (mean over the update's minibatches).
+    pub policy_loss: f64,
+    /// Total loss (mean over minibatches).
+    pub loss: f64,
+    /// KL(π ‖ π_ref), k3, token-mean.
+    pub kl: f64,
+    /// KL(π_old ‖ π) at the end of the update: how far the policy moved.
+    pub approx_kl_old: f64,
+    /// Token-mean entropy.
+    pub entropy: f64,
+    /// Fraction of tokens (GSPO: sequences) on the clipped branch.
+    pub clip_frac: f64,
+    /// Mean importance ratio.
+    pub ratio_mean: f64,
+    /// Mean gradient norm before clipping, over the optimizer steps.
+    pub grad_norm: f64,
+    /// Learning rate used.
+    pub lr: f64,
+    /// Optimizer steps taken this iteration.
+    pub optimizer_steps: u64,
+    /// Mean episode length, steps.
+    pub episode_len: f64,
+    /// Groups whose rewards were all equal (no policy gradient).
+    pub all_equal_groups: u64,
+    /// Groups in the batch.
+    pub groups: u64,
+    /// Episodes that ended as `env_error` this iteration.
+    pub env_errors: u64,
+    /// Seconds spent collecting rollouts.
+    pub rollout_secs: f64,
+    /// Seconds spent in the update.
+    pub update_secs: f64,
+    /// Environment steps per second during collection.
+    pub env_steps_per_sec: f64,
+    /// Action tokens trained per second during the update (all epochs).
+    pub train_tokens_per_sec: f64,
+    /// Success rate on the held-out eval seeds, when evaluated this iteration.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub eval_success: Option<f64>,
+    /// Mean eval reward, when evaluated.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub eval_reward: Option<f64>,
+    /// Seconds since the run started (across resumes).
+    pub wall_secs: f64,
+}
+
+impl IterationMetrics {
+    /// Copy the advantage statistics in.
+    pub fn set_advantage(&mut self, a: &AdvantageStats) {
+        self.baseline_mean = a.baseline_mean;
+        self.relative_reward_mean = a.relative_reward_mean;
+        self.relative_reward_std = a.relative_reward_std;
+        self.adv_mean = a.adv_mean;
+        self.adv_std = a.adv_std;
+        self.all_equal_groups = a.all_equal_groups as u64;
+        self.groups = a.groups as u64;
+        self.env_errors = a.env_errors as u64;
+    }
+
+    /// Copy loss statistics in (e.g. [`mean_loss_stats`] of the update's minibatches).
+    pub fn set_loss(&mut self, l: &LossStats) {
+        self.loss = l.loss;
+        self.policy_loss = l.policy_loss;
+        self.kl = l.kl;
+        self.approx_kl_old = l.approx_kl_old;
+        self.entropy = l.entropy;
+        self.clip_frac = l.clip_frac;
+        self.ratio_mean = l.ratio_mean;
+    }
+}
+
+/// The mean of several minibatches' statistics, each weighted by its token count
+/// (`tokens` is the sum).
+pub fn mean_loss_stats(all: &[LossStats]) -> LossStats {
+    let n: usize = all.iter().map(|s| s.tokens).sum();
+    let w = |f: fn(&LossStats) -> f64| {
+        if n == 0 {
+            return 0.0;
+        }
+        all.iter().map(|s| f(s) * s.tokens as f64).sum::<f64>() / n as f64
+    };
+    LossStats {
+        loss: w(|s| s.loss),
+        policy_loss: w(|s| s.policy_loss),
+        kl: w(|s| s.kl),
+        entropy: w(|s| s.entropy),
+        clip_frac: w(|s| s.clip_frac),
+        ratio_mean: w(|s| s.ratio_mean),
+        approx_kl_old: w(|s| s.approx_kl_old),
+        tokens: n,
+    }
+}
+
+/// Appends one line per iteration to `metrics.jsonl`.
+pub struct MetricsWriter {
+    path: PathBuf,
+    file: File,
+}
+
+impl MetricsWriter {
+    /// Open (create or append to) `path`.
+    pub fn open(path: &Path) -> anyhow::Result<MetricsWriter> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        }
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .with_context(|| format!("cannot open metrics file {}", path.display()))?;
+        Ok(MetricsWriter { path: path.to_path_buf(), file })
+    }
+
+    /// Open `path` for a run resumed after iteration `last`: lines of later iterations
+    /// (written after that checkpoint) and any torn last line are dropped first.
+    pub fn resume(path: &Path, last: u64) -> anyhow::Result<MetricsWriter> {
+        if path.exists() {
+            let keep: Vec<IterationMetrics> =
+                read_metrics(path)?.into_iter().filter(|m| m.iteration <= last).collect();
+            let mut text = String::new();
+            for m in &keep {
+                text.push_str(&serde_json::to_string(m)?);
+                text.push('\n');
+            }
+            let tmp = path.with_extension("jsonl.tmp");
+            std::fs::write(&tmp, text).with_context(|| format!("cannot write {}", tmp.display()))?;
+            std::fs::rename(&tmp, path).with_context(|| format!("cannot replace {}", path.display()))?;
+        }
+        MetricsWriter::open(path)
+    }
+
+    /// Append one iteration and flush.
+    pub fn append(&mut self, m: &IterationMetrics) -> anyhow::Result<()> {
+        let mut line = serde_json::to_string(m)?;
+        line.push('\n');
+        self.file
+            .write_all(line.as_bytes())
+            .and_then(|_| self.file.flush())
+            .with_context(|| format!("cannot write metrics to {}", self.path.display()))
+    }
+
+    /// The file written.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// Read a `metrics.jsonl`. A torn last line (a run killed mid-write) is skipped; a bad
+/// line elsewhere is an error naming its line number.
+pub fn read_metrics(path: &Path) -> anyhow::Result<Vec<IterationMetrics>> {
+    let f = File::open(path).with_context(|| format!("cannot open metrics file {}", path.display()))?;
+    let lines: Vec<String> = BufReader::new(f).lines().collect::<Result<_, _>>()?;
+    let mut out = Vec::with_capacity(lines.len());
+    for (i, line) in lines.iter().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str(line) {
+            Ok(m) => out.push(m),
+            Err(_) if i + 1 == lines.len() => break,
+            Err(e) => anyhow::bail!("{}:{}: not a metrics line: {e}", path.display(), i + 1),
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m(i: u64) -> IterationMetrics {
+        IterationMetrics {
+            iteration: i,
+            env_steps: 100 * (i + 1),
+            reward_mean: i as f64 / 10.0,
+            eval_success: i.is_multiple_of(2).then_some(0.5),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn write_read_resume() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("run/metrics.jsonl");
+        let mut w = MetricsWriter::open(&p).unwrap();
+        for i in 0..5 {
+            w.append(&m(i)).unwrap();
+        }
+        // every line is complete on disk without closing the writer
+        assert_eq!(read_metrics(&p).unwrap(), (0..5).map(m).collect::<Vec<_>>());
+        drop(w);
+        // a torn last line is skipped
+        let mut f = OpenOptions::new().append(true).open(&p).unwrap();
+        f.write_all(b"{\"iteration\": 5, \"env_st").unwrap();
+        assert_eq!(read_metrics(&p).unwrap().len(), 5);
+        // resume after iteration 2: iterations 3, 4 and the torn line go
+        let mut w = MetricsWriter::resume(&p, 2).unwrap();
+        w.append(&m(3)).unwrap();
+        let it: Vec<u64> = read_metrics(&p).unwrap().iter().map(|x| x.iteration).collect();
+        assert_eq!(it, vec![0, 1, 2, 3]);
+        // a missing field reads as its default; a bad middle line is named
+        std::fs::write(&p, "{\"iteration\": 1}\nnot json\n{\"iteration\": 2}\n").unwrap();
+        let e = read_metrics(&p).unwrap_err().to_string();
+        assert!(e.contains("metrics.jsonl:2"), "{e}");
+    }
+
+    #[test]
+    fn loss_stats_are_token_weighted() {
+        let a = LossStats { kl: 1.0, tokens: 1, ..Default::default() };
+        let b = LossStats { kl: 4.0, tokens: 3, ..Default::default() };
+        let s = mean_loss_stats(&[a, b]);
+        assert_eq!((s.kl, s.tokens), (13.0 / 4.0, 4));
+        assert_eq!(mean_loss_stats(&[]), LossStats::default());
+    }
+}

@@ -1,0 +1,21 @@
+//! Training: the GRPO-family math and everything around the update step.
+//!
+//! - [`config`]: `TrainConfig`, the `guirl train` TOML file, validated with key names.
+//! - [`advantage`]: group-relative advantages (GRPO, Dr. GRPO) from a `TrainingBatch`.
+//! - [`loss`]: the clipped surrogate (GRPO / DAPO token-level, GSPO sequence-level) with
+//!   the k3 KL penalty and an entropy bonus, on tensors.
+//! - [`optim`]: AdamW with savable state, gradient-norm clipping, learning-rate schedules.
+//! - [`metrics`]: one JSON line per iteration in `metrics.jsonl`; [`plots`] draws them.
+
+pub mod advantage;
+pub mod config;
+pub mod loss;
+pub mod metrics;
+pub mod optim;
+pub mod plots;
+
+pub use advantage::{group_advantages, AdvantageStats};
+pub use config::TrainConfig;
+pub use loss::{policy_loss, LossConfig, LossInputs, LossStats, PolicyLossKind};
+pub use metrics::{IterationMetrics, MetricsWriter};
+pub use optim::{clip_grad_norm, AdamW, AdamWConfig, LrSchedule, LrScheduler};
