@@ -20,7 +20,17 @@ fn sigkill_while_recording_keeps_every_finished_line() {
     let dir = tempfile::tempdir().unwrap();
     let rec = dir.path().join("rec");
     let mut child = Command::new(env!("CARGO_BIN_EXE_guirl"))
-        .args(["run", "--task", "miniwob/click-test", "--policy", "random", "--episodes", "500", "--envs", "2"])
+        .args([
+            "run",
+            "--task",
+            "miniwob/click-test",
+            "--policy",
+            "random",
+            "--episodes",
+            "500",
+            "--envs",
+            "2",
+        ])
         .arg("--record")
         .arg(&rec)
         .stdout(Stdio::null())
@@ -50,12 +60,17 @@ fn sigkill_while_recording_keeps_every_finished_line() {
     assert_eq!(set2.trajectories.len(), set.trajectories.len());
     assert_eq!(set2.torn_line, Some(set.trajectories.len() + 1));
     let out = guirl(&["replay", rec.to_str().unwrap()]);
-    assert!(String::from_utf8_lossy(&out.stderr).contains("torn"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("torn"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
 fn fixture_recordings_replay_exactly() {
-    let out = guirl(&["replay", repo("fixtures/trajectories/oracle").to_str().unwrap(), "--verify", "--json"]);
+    let out =
+        guirl(&["replay", repo("fixtures/trajectories/oracle").to_str().unwrap(), "--verify", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
     assert!(out.status.success(), "{}", serde_json::to_string_pretty(&v).unwrap());
@@ -70,14 +85,31 @@ fn a_changed_page_diverges_at_the_first_differing_step() {
     std::fs::copy(repo("fixtures/pages/actions.html"), &page).unwrap();
     let spec = dir.path().join("task.toml");
     let text = std::fs::read_to_string(repo("fixtures/tasks/actions.toml")).unwrap();
-    std::fs::write(&spec, text.replace("/fixtures/pages/actions.html", &format!("file://{}", page.display()))).unwrap();
+    std::fs::write(
+        &spec,
+        text.replace("/fixtures/pages/actions.html", &format!("file://{}", page.display())),
+    )
+    .unwrap();
     let rec = dir.path().join("rec");
-    let out = guirl(&["run", "--task", spec.to_str().unwrap(), "--policy", "random", "--episodes", "1", "--max-steps", "4", "--record", rec.to_str().unwrap()]);
+    let out = guirl(&[
+        "run",
+        "--task",
+        spec.to_str().unwrap(),
+        "--policy",
+        "random",
+        "--episodes",
+        "1",
+        "--max-steps",
+        "4",
+        "--record",
+        rec.to_str().unwrap(),
+    ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let out = guirl(&["replay", rec.to_str().unwrap(), "--verify"]);
     assert!(out.status.success(), "unchanged page reproduces: {}", String::from_utf8_lossy(&out.stdout));
     // Move the blue square: the very first screen differs.
-    let html = std::fs::read_to_string(&page).unwrap().replace("left: 260px; top: 20px", "left: 200px; top: 60px");
+    let html =
+        std::fs::read_to_string(&page).unwrap().replace("left: 260px; top: 20px", "left: 200px; top: 60px");
     std::fs::write(&page, html).unwrap();
     let out = guirl(&["replay", rec.to_str().unwrap(), "--verify"]);
     let text = String::from_utf8_lossy(&out.stdout);
@@ -96,9 +128,21 @@ fn bad_trajectory_sets_are_named_with_file_and_line() {
     let src = std::fs::read_to_string(repo("fixtures/trajectories/oracle/trajectories.jsonl")).unwrap();
     let first = src.lines().next().unwrap();
     let cases = [
-        ("newer", first.replacen("\"version\":1", "\"version\":99", 1), "trajectories.jsonl:2: written in trajectory format v99"),
-        ("gone", first.replacen("\"task_id\":\"", "\"task_id\":\"miniwob/no-such-", 1), "trajectories.jsonl:2: task miniwob/no-such-"),
-        ("garbage", "{\"version\": 1, \"oops\": true}".to_string(), "trajectories.jsonl:2: not a valid trajectory"),
+        (
+            "newer",
+            first.replacen("\"version\":1", "\"version\":99", 1),
+            "trajectories.jsonl:2: written in trajectory format v99",
+        ),
+        (
+            "gone",
+            first.replacen("\"task_id\":\"", "\"task_id\":\"miniwob/no-such-", 1),
+            "trajectories.jsonl:2: task miniwob/no-such-",
+        ),
+        (
+            "garbage",
+            "{\"version\": 1, \"oops\": true}".to_string(),
+            "trajectories.jsonl:2: not a valid trajectory",
+        ),
     ];
     for (name, bad, needle) in cases {
         let d = dir.path().join(name);

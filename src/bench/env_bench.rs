@@ -5,6 +5,7 @@
 use super::Latency;
 use crate::env::{BrowserConfig, EnvConfig, GuiEnv};
 use crate::policy::random::RandomPolicy;
+use crate::rollout::{Collector, Job};
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -37,6 +38,9 @@ pub struct TaskFigures {
     pub step_ms: Latency,
     /// Aggregate steps/s by env count.
     pub steps_per_s: BTreeMap<String, f64>,
+    /// Aggregate episodes/s of guirl's collector by env count.
+    #[serde(default)]
+    pub episodes_per_s: BTreeMap<String, f64>,
     /// Per-phase step medians (action, settle, screenshot), ms.
     #[serde(default)]
     pub phases_ms: BTreeMap<String, f64>,
@@ -95,44 +99,27 @@ async fn measure_latency(task: &str, cfg: &EnvConfig, opts: &EnvBenchOptions) ->
     Ok(f)
 }
 
+/// Aggregate throughput of the collector with `k` envs running random-click episodes
+/// (resets inside the window, as in MiniWoB++'s own measurement): (steps/s, episodes/s).
 async fn measure_throughput(
     task: &str,
     cfg: &EnvConfig,
     k: usize,
     steps_per_env: usize,
-) -> anyhow::Result<f64> {
+) -> anyhow::Result<(f64, f64)> {
     let t = crate::tasks::load_task(task)?;
-    let mut envs = Vec::new();
-    for i in 0..k {
-        let mut env = GuiEnv::new(t.clone(), cfg.clone());
-        env.reset(i as u64).await?;
-        envs.push(env);
-    }
-    let t0 = Instant::now();
-    let handles: Vec<_> = envs
-        .into_iter()
-        .enumerate()
-        .map(|(i, mut env)| {
-            tokio::spawn(async move {
-                let mut policy = RandomPolicy::new(100 + i as u64);
-                policy.clicks_only = true;
-                let mut seed = 10_000 * (i as u64 + 1);
-                for _ in 0..steps_per_env {
-                    let out = env.step(&policy.sample(160, 210)).await?;
-                    if out.terminated || out.truncated {
-                        seed += 1;
-                        env.reset(seed).await?;
-                    }
-                }
-                env.close().await;
-                anyhow::Ok(())
-            })
-        })
-        .collect();
-    for h in handles {
-        h.await??;
-    }
-    Ok((k * steps_per_env) as f64 / t0.elapsed().as_secs_f64())
+    let mut collector = Collector::new(k, cfg.clone());
+    let mut policy = RandomPolicy::new(100 + k as u64);
+    policy.clicks_only = true;
+    // Warm-up round: starts the browsers and loads the page in each.
+    let warm: Vec<Job> = (0..k as u64).map(|s| Job { task: t.clone(), seed: s, group: None }).collect();
+    collector.collect(&mut policy, warm, |_, _| {}).await?;
+    let episodes = (k * steps_per_env).div_ceil(t.max_steps().max(1) as usize / 2 + 1).max(2 * k);
+    let jobs: Vec<Job> =
+        (0..episodes as u64).map(|s| Job { task: t.clone(), seed: 10_000 + s, group: None }).collect();
+    let (_, stats) = collector.collect(&mut policy, jobs, |_, _| {}).await?;
+    collector.close().await;
+    Ok((stats.steps_per_s(), stats.episodes_per_s()))
 }
 
 /// Run the benchmark.
@@ -143,8 +130,9 @@ pub async fn run(opts: &EnvBenchOptions) -> anyhow::Result<EnvBenchReport> {
         eprintln!("guirl: measuring {task} ...");
         let mut f = measure_latency(task, &cfg, opts).await.with_context(|| format!("measuring {task}"))?;
         for &k in &opts.envs {
-            let sps = measure_throughput(task, &cfg, k, opts.steps.div_ceil(2).max(20)).await?;
+            let (sps, eps) = measure_throughput(task, &cfg, k, opts.steps.div_ceil(2).max(20)).await?;
             f.steps_per_s.insert(k.to_string(), sps);
+            f.episodes_per_s.insert(k.to_string(), eps);
         }
         report.guirl.insert(task.clone(), f);
     }
@@ -216,6 +204,11 @@ impl EnvBenchReport {
                 }
                 s.push('\n');
             }
+        }
+        s.push_str("\nguirl collector episodes/s (random clicks, resets included):\n");
+        for (t, f) in &self.guirl {
+            let e: Vec<String> = f.episodes_per_s.iter().map(|(k, v)| format!("K={k}: {v:.1}")).collect();
+            s.push_str(&format!("- {t}: {}\n", e.join(", ")));
         }
         let phases: Vec<String> = self
             .guirl

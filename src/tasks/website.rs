@@ -33,9 +33,6 @@ use std::path::Path;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WebsiteSpec {
-    /// Task id (default: `website/<file stem>`).
-    #[serde(default)]
-    pub id: Option<String>,
     /// Absolute URL (`http(s)://`, `file://`) or a path on guirl's task server (`/fixtures/...`).
     pub start_url: String,
     /// The instruction; `{name}` is replaced by the seed's draw of variable `name`.
@@ -223,9 +220,8 @@ impl WebsiteTask {
             .with_context(|| format!("cannot read task spec {}", path.display()))?;
         let spec =
             WebsiteSpec::parse(&text).with_context(|| format!("invalid task spec {}", path.display()))?;
-        let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("task");
-        let id = spec.id.clone().unwrap_or_else(|| format!("website/{stem}"));
-        Ok(WebsiteTask { id, spec })
+        // The id is the spec's path, so recordings can find the task again.
+        Ok(WebsiteTask { id: path.display().to_string(), spec })
     }
 
     fn url(&self, vars: &BTreeMap<String, String>) -> Result<String, EnvError> {
