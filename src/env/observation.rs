@@ -70,7 +70,7 @@ pub struct Element {
     /// `type` of an input element (`text`, `checkbox`, ...), or empty.
     #[serde(default)]
     pub input_type: String,
-    /// Checked state of a checkbox or radio button.
+    /// Checked state of a checkbox or radio button (selected state of an `<option>`).
     #[serde(default)]
     pub checked: bool,
     /// Whether the element has keyboard focus.

@@ -19,7 +19,8 @@ function consider(el) {
   if (!seen.has(el)) { seen.add(el); cands.push(el); }
 }
 function add(el) {
-  if (el.id === 'sync-task-cover' || el.id === 'reward-display' || el.id === 'click-canvas') return;
+  // MiniWoB++'s own overlays and score display are not part of the task.
+  if (el.closest('#sync-task-cover, #reward-display, #click-canvas')) return;
   var r = el.getBoundingClientRect();
   if (!visible(el, r)) return;
   var tag = el.tagName.toLowerCase();
@@ -31,7 +32,7 @@ function add(el) {
   out.push({
     tag: tag, id: el.id || '', classes: (typeof el.className === 'string') ? el.className : '',
     text: text, value: value, input_type: tag === 'input' ? (el.type || 'text') : '',
-    checked: !!el.checked, focused: document.activeElement === el, name: el.getAttribute('name') || '',
+    checked: !!(el.checked || el.selected), focused: document.activeElement === el, name: el.getAttribute('name') || '',
     bbox: { x: r.left - o[0], y: r.top - o[1], w: r.width, h: r.height }
   });
 }

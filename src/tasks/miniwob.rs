@@ -37,6 +37,7 @@ fn default_max_steps(name: &str) -> u32 {
         "click-test" | "click-test-2" | "click-button" | "click-link" | "click-dialog" | "focus-text"
         | "click-tab" | "click-color" | "click-shape" | "click-widget" | "identify-shape" | "click-pie"
         | "click-dialog-2" | "focus-text-2" => 5,
+        "click-checkboxes-large" => 16,
         n if n.starts_with("enter-") || n.starts_with("click-checkboxes") => 12,
         "login-user" | "login-user-popup" | "choose-list" | "click-option" | "use-autocomplete" => 10,
         n if n.starts_with("book-flight")
