@@ -183,6 +183,11 @@ impl GuiEnv {
         self.episode = None;
     }
 
+    /// Override the task's step limit (`None`: the task's own) from the next reset on.
+    pub fn set_max_steps(&mut self, max_steps: Option<u32>) {
+        self.cfg.max_steps = max_steps;
+    }
+
     /// The step limit in force.
     pub fn max_steps(&self) -> u32 {
         self.cfg.max_steps.unwrap_or_else(|| self.task.max_steps())

@@ -233,6 +233,7 @@ mod tests {
             seed,
             instruction: String::new(),
             frame: Default::default(),
+            max_steps: None,
             policy: "test".into(),
             group,
             steps: vec![],

@@ -281,6 +281,7 @@ async fn episode(
         seed: job.seed,
         instruction: String::new(),
         frame: Default::default(),
+        max_steps: Some(env.max_steps()),
         policy: policy_name.to_string(),
         group: job.group,
         steps: vec![],

@@ -104,6 +104,7 @@ async fn replay_one(
     let diverge = |report: &mut ReplayReport, step: usize, what: String| {
         report.divergence.get_or_insert(Divergence { step, what });
     };
+    env.set_max_steps(t.max_steps);
     let (mut obs, _) = match env.reset(t.seed).await {
         Ok(r) => r,
         Err(e) => {

@@ -56,6 +56,9 @@ pub struct Trajectory {
     pub instruction: String,
     /// Coordinate frame of the screenshots (at reset).
     pub frame: Frame,
+    /// Step limit the episode ran under (replays use the same).
+    #[serde(default)]
+    pub max_steps: Option<u32>,
     /// The policy that acted.
     #[serde(default)]
     pub policy: String,

@@ -113,6 +113,7 @@ mod tests {
             seed: 0,
             instruction: String::new(),
             frame: Default::default(),
+            max_steps: None,
             policy: "test".into(),
             group: None,
             steps: vec![],
