@@ -2,6 +2,7 @@
 
 mod replay;
 mod run;
+mod train;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -57,6 +58,8 @@ enum Command {
     },
     /// Run episodes of a task with a policy and report success.
     Run(run::RunArgs),
+    /// Train a policy with GRPO from a TOML config.
+    Train(train::TrainArgs),
     /// Re-execute recorded trajectories and check they reproduce.
     Replay(replay::ReplayArgs),
     /// Measure environment speed (reset/step latency, steps/s with 1, 2, 4 envs).
@@ -84,6 +87,7 @@ pub fn main() -> ExitCode {
         Command::Tasks { suite } => list_tasks(suite.as_deref()),
         Command::Run(args) => runtime().block_on(run::run(args)),
         Command::BenchEnv(args) => runtime().block_on(run::bench_env(args)),
+        Command::Train(args) => runtime().block_on(train::train(args)),
         Command::Replay(args) => match runtime().block_on(replay::replay(args)) {
             Ok(true) => Ok(()),
             Ok(false) => return ExitCode::from(1),

@@ -14,7 +14,7 @@ pub struct RunArgs {
     /// Task id (`miniwob/click-test`, `builtin/NAME`) or path to a website spec (.toml).
     #[arg(long)]
     task: String,
-    /// Policy: `random` or `oracle`.
+    /// Policy: `random`, `oracle`, or a checkpoint folder (greedy decoding).
     #[arg(long, default_value = "random")]
     policy: String,
     /// Number of episodes.
@@ -54,7 +54,15 @@ fn make_policy(name: &str, task_id: &str, seed: u64) -> anyhow::Result<Box<dyn P
             }
             Ok(Box::new(OraclePolicy))
         }
-        other => bail!("unknown policy {other:?}: use random or oracle"),
+        path if std::path::Path::new(path).join(crate::policy::vlm::CONFIG_FILE).is_file() => {
+            let mut p =
+                crate::policy::vlm::VlmPolicy::load(std::path::Path::new(path), &candle_core::Device::Cpu)?;
+            p.greedy = true;
+            Ok(Box::new(p))
+        }
+        other => {
+            bail!("unknown policy {other:?}: use random, oracle, or a checkpoint folder (with config.json)")
+        }
     }
 }
 

@@ -3,6 +3,7 @@
 
 pub mod oracle;
 pub mod random;
+pub mod vlm;
 
 use crate::env::{GuiAction, ScreenState};
 

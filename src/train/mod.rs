@@ -8,11 +8,13 @@
 //! - [`metrics`]: one JSON line per iteration in `metrics.jsonl`; [`plots`] draws them.
 
 pub mod advantage;
+pub mod checkpoint;
 pub mod config;
 pub mod loss;
 pub mod metrics;
 pub mod optim;
 pub mod plots;
+pub mod trainer;
 
 pub use advantage::{group_advantages, AdvantageStats};
 pub use config::TrainConfig;

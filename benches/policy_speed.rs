@@ -1,0 +1,27 @@
+//! Training and acting throughput of the Candle VLM policy on CPU (or CUDA with
+//! `--features cuda`). A plain `main` (`harness = false`) that prints figures.
+//!
+//! ```text
+//! MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=17179869184 RAYON_NUM_THREADS=2 \
+//!     cargo bench --bench policy_speed -- [tiny|small|base] [batch]
+//! ```
+
+use candle_core::Device;
+use guirl::policy::vlm::{speed, VlmConfig};
+
+fn main() -> anyhow::Result<()> {
+    // `cargo bench` passes `--bench`; keep only our positional arguments.
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
+    let preset = args.first().map(String::as_str).unwrap_or("small");
+    let batch: usize = args.get(1).map(|b| b.parse()).transpose()?.unwrap_or(32);
+    let device = if cfg!(feature = "cuda") { Device::cuda_if_available(0)? } else { Device::Cpu };
+    let cfg = VlmConfig::preset(preset)?;
+    println!(
+        "VLM `{preset}` on {device:?}, RAYON_NUM_THREADS={}, MALLOC_MMAP_THRESHOLD_={}",
+        std::env::var("RAYON_NUM_THREADS").unwrap_or_else(|_| "(unset)".into()),
+        std::env::var("MALLOC_MMAP_THRESHOLD_").unwrap_or_else(|_| "(unset)".into()),
+    );
+    let report = speed::measure(&cfg, batch, 3, 10, &device)?;
+    println!("{}", report.to_text());
+    Ok(())
+}

@@ -1,0 +1,318 @@
+//! `VlmConfig`: the architecture of the vision-language policy and the action space it
+//! writes in. Saved as `config.json` next to the weights; also readable from TOML.
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+use crate::env::GuiAction;
+
+/// The sizes of the model and its action space. Presets: [`VlmConfig::tiny`] (tests),
+/// [`VlmConfig::small`] (default, CPU), [`VlmConfig::base`] (GPU).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VlmConfig {
+    /// Every screenshot is resized to this width (pixels) before the vision stem.
+    pub image_width: usize,
+    /// Every screenshot is resized to this height (pixels).
+    pub image_height: usize,
+    /// Side of the stem's first, non-overlapping patch layer (pixels).
+    pub stem_patch: usize,
+    /// Channels after the first stem layer.
+    pub stem_channels: usize,
+    /// Side of the stem's second (merging) layer, in first-layer cells. One image token
+    /// covers `stem_patch * stem_merge` pixels square.
+    pub stem_merge: usize,
+    /// Width of every token.
+    pub d_model: usize,
+    /// Attention heads (divides `d_model`).
+    pub heads: usize,
+    /// Hidden width of the MLPs.
+    pub mlp_dim: usize,
+    /// Transformer layers over image + instruction tokens.
+    pub encoder_layers: usize,
+    /// Decoder layers over the action tokens (self- and cross-attention).
+    pub decoder_layers: usize,
+    /// Instructions are cut to this many UTF-8 bytes.
+    pub max_instruction_bytes: usize,
+    /// What the decoder may write.
+    pub actions: ActionSpaceConfig,
+}
+
+/// The action space: which kinds of action the policy may write, and how finely.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ActionSpaceConfig {
+    /// Action kinds the grammar allows, by text-form name (`click`, `type`, `key`, ...).
+    pub kinds: Vec<String>,
+    /// Horizontal coordinate bins over the frame width.
+    pub x_bins: usize,
+    /// Vertical coordinate bins over the frame height.
+    pub y_bins: usize,
+    /// Keys a `key(...)` action may press, in text form (`Enter`, `ctrl+a`).
+    pub keys: Vec<String>,
+    /// Pixels per `scroll` action (one token per direction).
+    pub scroll_step: i32,
+    /// Milliseconds of a `wait` action.
+    pub wait_ms: u32,
+    /// Longest action in tokens, including the kind token and the text end token: a
+    /// `type` action carries at most `max_action_tokens - 2` bytes.
+    pub max_action_tokens: usize,
+}
+
+impl Default for ActionSpaceConfig {
+    /// The MiniWoB++ action space: click, type, key (Enter, Tab, Backspace), done.
+    fn default() -> Self {
+        ActionSpaceConfig {
+            kinds: ["click", "type", "key", "done"].map(String::from).to_vec(),
+            x_bins: 32,
+            y_bins: 42,
+            keys: ["Enter", "Tab", "Backspace"].map(String::from).to_vec(),
+            scroll_step: 100,
+            wait_ms: 500,
+            max_action_tokens: 24,
+        }
+    }
+}
+
+impl Default for VlmConfig {
+    fn default() -> Self {
+        VlmConfig::small()
+    }
+}
+
+impl VlmConfig {
+    /// For tests: 4×5 image tokens, d_model 32, one layer each side. Trains in seconds.
+    pub fn tiny() -> Self {
+        VlmConfig {
+            image_width: 32,
+            image_height: 40,
+            stem_patch: 4,
+            stem_channels: 16,
+            stem_merge: 2,
+            d_model: 32,
+            heads: 2,
+            mlp_dim: 64,
+            encoder_layers: 1,
+            decoder_layers: 1,
+            max_instruction_bytes: 32,
+            actions: ActionSpaceConfig {
+                x_bins: 16,
+                y_bins: 20,
+                max_action_tokens: 12,
+                ..Default::default()
+            },
+        }
+    }
+
+    /// The CPU default: a 72×96 image (MiniWoB's 160×210 at 0.45×, nearly its aspect
+    /// ratio) as 9×12 = 108 tokens of width 64, three encoder and two decoder layers.
+    pub fn small() -> Self {
+        VlmConfig {
+            image_width: 72,
+            image_height: 96,
+            stem_patch: 4,
+            stem_channels: 32,
+            stem_merge: 2,
+            d_model: 64,
+            heads: 4,
+            mlp_dim: 256,
+            encoder_layers: 3,
+            decoder_layers: 2,
+            max_instruction_bytes: 64,
+            actions: ActionSpaceConfig::default(),
+        }
+    }
+
+    /// For a GPU: the full 160×208 MiniWoB screenshot as 20×26 = 520 tokens of width 256,
+    /// six encoder and four decoder layers.
+    pub fn base() -> Self {
+        VlmConfig {
+            image_width: 160,
+            image_height: 208,
+            stem_patch: 4,
+            stem_channels: 64,
+            stem_merge: 2,
+            d_model: 256,
+            heads: 8,
+            mlp_dim: 1024,
+            encoder_layers: 6,
+            decoder_layers: 4,
+            max_instruction_bytes: 128,
+            actions: ActionSpaceConfig {
+                x_bins: 80,
+                y_bins: 105,
+                max_action_tokens: 40,
+                ..Default::default()
+            },
+        }
+    }
+
+    /// A preset by name: `tiny`, `small` or `base`.
+    pub fn preset(name: &str) -> Result<Self> {
+        match name {
+            "tiny" => Ok(Self::tiny()),
+            "small" => Ok(Self::small()),
+            "base" => Ok(Self::base()),
+            _ => bail!("unknown VLM preset {name:?}: expected tiny, small or base"),
+        }
+    }
+
+    /// Image tokens along the width.
+    pub fn grid_w(&self) -> usize {
+        self.image_width / (self.stem_patch * self.stem_merge)
+    }
+
+    /// Image tokens along the height.
+    pub fn grid_h(&self) -> usize {
+        self.image_height / (self.stem_patch * self.stem_merge)
+    }
+
+    /// Image tokens per screenshot.
+    pub fn image_tokens(&self) -> usize {
+        self.grid_w() * self.grid_h()
+    }
+
+    /// Parse TOML and check it.
+    pub fn from_toml_str(s: &str) -> Result<Self> {
+        let cfg: VlmConfig = toml::from_str(s).context("invalid VLM config (TOML)")?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Parse JSON and check it.
+    pub fn from_json_str(s: &str) -> Result<Self> {
+        let cfg: VlmConfig = serde_json::from_str(s).context("invalid VLM config (JSON)")?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Read a `.json` or `.toml` file.
+    pub fn from_file(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read VLM config {}", path.display()))?;
+        let parsed = if path.extension().is_some_and(|e| e == "toml") {
+            Self::from_toml_str(&text)
+        } else {
+            Self::from_json_str(&text)
+        };
+        parsed.with_context(|| format!("in {}", path.display()))
+    }
+
+    /// Check every size; errors name the key and say what it must be.
+    pub fn validate(&self) -> Result<()> {
+        let positive = [
+            ("image_width", self.image_width),
+            ("image_height", self.image_height),
+            ("stem_patch", self.stem_patch),
+            ("stem_channels", self.stem_channels),
+            ("stem_merge", self.stem_merge),
+            ("d_model", self.d_model),
+            ("heads", self.heads),
+            ("mlp_dim", self.mlp_dim),
+            ("decoder_layers", self.decoder_layers),
+            ("max_instruction_bytes", self.max_instruction_bytes),
+            ("actions.x_bins", self.actions.x_bins),
+            ("actions.y_bins", self.actions.y_bins),
+        ];
+        for (key, v) in positive {
+            if v == 0 {
+                bail!("VLM config: `{key}` must be at least 1");
+            }
+        }
+        let cell = self.stem_patch * self.stem_merge;
+        for (key, v) in [("image_width", self.image_width), ("image_height", self.image_height)] {
+            if v % cell != 0 {
+                bail!("VLM config: `{key}` = {v} must be a multiple of stem_patch * stem_merge = {cell}");
+            }
+        }
+        if self.d_model % self.heads != 0 {
+            bail!("VLM config: `d_model` = {} must be a multiple of `heads` = {}", self.d_model, self.heads);
+        }
+        self.actions.validate()
+    }
+}
+
+impl ActionSpaceConfig {
+    /// Check kinds, keys and lengths; errors name the key.
+    pub fn validate(&self) -> Result<()> {
+        if self.kinds.is_empty() {
+            bail!(
+                "VLM config: `actions.kinds` is empty; list at least one of {}",
+                GuiAction::KINDS.join(", ")
+            );
+        }
+        for (i, k) in self.kinds.iter().enumerate() {
+            if !GuiAction::KINDS.contains(&k.as_str()) {
+                bail!(
+                    "VLM config: `actions.kinds` has {k:?}; expected one of {}",
+                    GuiAction::KINDS.join(", ")
+                );
+            }
+            if self.kinds[..i].contains(k) {
+                bail!("VLM config: `actions.kinds` lists {k:?} twice");
+            }
+        }
+        if self.kinds.iter().any(|k| k == "key") && self.keys.is_empty() {
+            bail!("VLM config: `actions.kinds` has \"key\" but `actions.keys` is empty");
+        }
+        for k in &self.keys {
+            GuiAction::parse(&format!("key({k})"))
+                .map_err(|e| anyhow::anyhow!("VLM config: `actions.keys` has {k:?}, not a key: {e}"))?;
+        }
+        if self.x_bins == 0 || self.y_bins == 0 {
+            bail!("VLM config: `actions.x_bins` and `actions.y_bins` must be at least 1");
+        }
+        // The longest fixed action (kind token plus its arguments) must fit.
+        let need = self.kinds.iter().map(|k| crate::policy::vlm::tokens::min_tokens(k)).max().unwrap_or(1);
+        if self.max_action_tokens < need {
+            bail!(
+                "VLM config: `actions.max_action_tokens` = {} is too small for the kinds listed: need at least {need}",
+                self.max_action_tokens
+            );
+        }
+        if self.scroll_step <= 0 {
+            bail!("VLM config: `actions.scroll_step` must be positive");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_validate_and_round_trip_through_json_and_toml() {
+        for cfg in [VlmConfig::tiny(), VlmConfig::small(), VlmConfig::base()] {
+            cfg.validate().unwrap();
+            let json = serde_json::to_string(&cfg).unwrap();
+            assert_eq!(VlmConfig::from_json_str(&json).unwrap(), cfg);
+            let toml = toml::to_string(&cfg).unwrap();
+            assert_eq!(VlmConfig::from_toml_str(&toml).unwrap(), cfg);
+        }
+        assert_eq!(VlmConfig::small().image_tokens(), 108);
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let mut c = VlmConfig::tiny();
+        c.image_width = 30;
+        assert!(c.validate().unwrap_err().to_string().contains("`image_width` = 30"));
+        let mut c = VlmConfig::tiny();
+        c.heads = 3;
+        assert!(c.validate().unwrap_err().to_string().contains("`heads`"));
+        let mut c = VlmConfig::tiny();
+        c.actions.kinds.push("jump".into());
+        assert!(c.validate().unwrap_err().to_string().contains("\"jump\""));
+        let mut c = VlmConfig::tiny();
+        c.actions.keys = vec!["NotAKey".into()];
+        assert!(c.validate().unwrap_err().to_string().contains("`actions.keys` has \"NotAKey\""));
+        let mut c = VlmConfig::tiny();
+        c.actions.kinds.push("drag".into());
+        c.actions.max_action_tokens = 3;
+        assert!(c.validate().unwrap_err().to_string().contains("max_action_tokens"));
+        let err = VlmConfig::from_toml_str("d_model = 4\nbogus = 1").unwrap_err();
+        assert!(format!("{err:#}").contains("bogus"), "{err:#}");
+    }
+}

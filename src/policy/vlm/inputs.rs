@@ -1,0 +1,151 @@
+//! Turning screen states and actions into the model's input tensors.
+//!
+//! Batching: screenshots of any size are resized to the config's fixed image size, so
+//! states from different tasks batch together. Instructions are padded to the longest in
+//! the batch (capped at `max_instruction_bytes`) and padding is masked out; actions are
+//! padded to the longest token sequence, with `mask` = 0 on padding.
+
+use anyhow::{Context, Result};
+use candle_core::{Device, Tensor};
+use image::{imageops::FilterType, RgbImage};
+
+use super::config::VlmConfig;
+use super::model::NEG;
+use super::tokens::{ActionVocab, BOS, END};
+use crate::env::{GuiAction, ScreenState};
+
+/// The encoder's inputs for a batch of states.
+#[derive(Debug, Clone)]
+pub struct EncoderInputs {
+    /// [B, image_height, image_width, 3], RGB scaled to [-1, 1].
+    pub images: Tensor,
+    /// [B, L] instruction bytes (u32), 0-padded.
+    pub text: Tensor,
+    /// [B, 1, 1, image_tokens + L]: 0 for real tokens, `NEG` for padding.
+    pub key_mask: Tensor,
+}
+
+/// The decoder's inputs and targets for a batch of token sequences.
+#[derive(Debug, Clone)]
+pub struct ActionBatch {
+    /// [B, T] u32: BOS then the action's tokens but the last (teacher forcing).
+    pub inputs: Tensor,
+    /// [B, T] u32: the action's tokens (END on padding).
+    pub targets: Tensor,
+    /// [B, T, vocab] f32: the grammar's additive mask before each target (0 on padding).
+    pub grammar_mask: Tensor,
+    /// [B, T] f32: 1 for real tokens, 0 for padding.
+    pub mask: Tensor,
+    /// Tokens per action.
+    pub lengths: Vec<usize>,
+}
+
+/// Everything `VlmPolicy::score` needs; build once, score many times (PPO epochs).
+#[derive(Debug, Clone)]
+pub struct PreparedBatch {
+    /// Screenshots and instructions.
+    pub encoder: EncoderInputs,
+    /// Actions as tokens.
+    pub actions: ActionBatch,
+}
+
+/// A screenshot resized to `w`×`h`, as row-major RGB floats in [-1, 1].
+pub fn image_values(img: &RgbImage, w: usize, h: usize, out: &mut Vec<f32>) {
+    let resized;
+    let img = if img.width() as usize == w && img.height() as usize == h {
+        img
+    } else {
+        resized = image::imageops::resize(img, w as u32, h as u32, FilterType::Triangle);
+        &resized
+    };
+    out.extend(img.as_raw().iter().map(|&v| f32::from(v) * (2.0 / 255.0) - 1.0));
+}
+
+/// Images, instruction bytes and the key mask for `states`.
+pub fn encoder_inputs(states: &[ScreenState], cfg: &VlmConfig, device: &Device) -> Result<EncoderInputs> {
+    let b = states.len();
+    let (w, h) = (cfg.image_width, cfg.image_height);
+    let mut pixels = Vec::with_capacity(b * w * h * 3);
+    for s in states {
+        image_values(&s.screenshot, w, h, &mut pixels);
+    }
+    let images = Tensor::from_vec(pixels, (b, h, w, 3), device)?;
+    let texts: Vec<&[u8]> = states
+        .iter()
+        .map(|s| {
+            let t = s.instruction.as_bytes();
+            &t[..t.len().min(cfg.max_instruction_bytes)]
+        })
+        .collect();
+    // At least one text position, so an all-empty batch still has a (masked) text token.
+    let l = texts.iter().map(|t| t.len()).max().unwrap_or(0).max(1);
+    let n = cfg.image_tokens() + l;
+    let mut text = vec![0u32; b * l];
+    let mut mask = vec![0f32; b * n];
+    for (i, t) in texts.iter().enumerate() {
+        for (j, &c) in t.iter().enumerate() {
+            text[i * l + j] = u32::from(c);
+        }
+        mask[i * n + cfg.image_tokens() + t.len()..(i + 1) * n].fill(NEG);
+    }
+    Ok(EncoderInputs {
+        images,
+        text: Tensor::from_vec(text, (b, l), device)?,
+        key_mask: Tensor::from_vec(mask, (b, 1, 1, n), device)?,
+    })
+}
+
+/// Decoder inputs, targets and grammar masks for token sequences that the grammar
+/// accepts (for example from [`ActionVocab::encode`]).
+pub fn action_batch(vocab: &ActionVocab, seqs: &[Vec<u32>], device: &Device) -> Result<ActionBatch> {
+    let b = seqs.len();
+    let t = seqs.iter().map(Vec::len).max().unwrap_or(0).max(1);
+    let v = vocab.size();
+    let mut inputs = vec![BOS; b * t];
+    let mut targets = vec![END; b * t];
+    let mut gmask = vec![0f32; b * t * v];
+    let mut mask = vec![0f32; b * t];
+    for (i, seq) in seqs.iter().enumerate() {
+        let mut g = vocab.grammar();
+        for (j, &tok) in seq.iter().enumerate() {
+            let at = i * t + j;
+            if j + 1 < t {
+                inputs[at + 1] = tok;
+            }
+            targets[at] = tok;
+            mask[at] = 1.0;
+            g.fill_mask(&mut gmask[at * v..(at + 1) * v], NEG);
+            g.advance(tok).with_context(|| format!("action {i} of the batch"))?;
+        }
+    }
+    Ok(ActionBatch {
+        inputs: Tensor::from_vec(inputs, (b, t), device)?,
+        targets: Tensor::from_vec(targets, (b, t), device)?,
+        grammar_mask: Tensor::from_vec(gmask, (b, t, v), device)?,
+        mask: Tensor::from_vec(mask, (b, t), device)?,
+        lengths: seqs.iter().map(Vec::len).collect(),
+    })
+}
+
+/// Encode each action on its own state's screenshot size; errors name the action.
+pub fn encode_actions(
+    vocab: &ActionVocab,
+    states: &[ScreenState],
+    actions: &[GuiAction],
+) -> Result<Vec<Vec<u32>>> {
+    anyhow::ensure!(
+        states.len() == actions.len(),
+        "{} states but {} actions: log_probs needs one action per state",
+        states.len(),
+        actions.len()
+    );
+    states
+        .iter()
+        .zip(actions)
+        .enumerate()
+        .map(|(i, (s, a))| {
+            let (w, h) = s.screenshot.dimensions();
+            vocab.encode(a, w, h).with_context(|| format!("action {i} of the batch"))
+        })
+        .collect()
+}

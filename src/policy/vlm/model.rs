@@ -1,0 +1,339 @@
+//! The network: a conv-stem ViT over the screenshot and a byte encoder over the
+//! instruction, fused in one transformer encoder, and a small decoder that writes the
+//! action tokens with cross-attention to the encoder's output.
+//!
+//! Why encoder–decoder rather than one prefix-LM sequence: the prefix (image +
+//! instruction, ~110–170 tokens) is the expensive part and does not change while an
+//! action is written, so `act` encodes it once and then runs only the short decoder
+//! (≤ `max_action_tokens` positions) per token. In training, the decoder's self-attention
+//! is T×T and its cross-attention T×N, far cheaper than causal attention over N+T.
+//!
+//! Only ops with a backward pass are used (see CANDLE-TRAINING.md): softmax, LayerNorm and
+//! GELU from [`super::fused`] (CPU kernels with a fused backward; `ops::softmax(x,
+//! D::Minus1)`, `ops::layer_norm_slow` and `Tensor::gelu` elsewhere), plain matmul
+//! attention with separate q/k/v projections, patchify by reshape/permute.
+
+use candle_core::{Module, Result, Tensor};
+use candle_nn::{Init, Linear, VarBuilder};
+
+use super::config::VlmConfig;
+use super::fused;
+
+/// Standard deviation of every weight at init (GPT-2 style).
+const INIT_STD: f64 = 0.02;
+/// Additive mask value for blocked attention keys and disallowed tokens: finite, so that
+/// `0 · mask` and `p · log p` stay 0 rather than NaN.
+pub const NEG: f32 = -1e9;
+
+/// A linear layer with a N(0, `std`) weight and a zero bias.
+fn linear(vb: VarBuilder, d_in: usize, d_out: usize, bias: bool, std: f64) -> Result<Linear> {
+    let w = vb.get_with_hints((d_out, d_in), "weight", Init::Randn { mean: 0.0, stdev: std })?;
+    let b = if bias { Some(vb.get_with_hints(d_out, "bias", Init::Const(0.0))?) } else { None };
+    Ok(Linear::new(w, b))
+}
+
+/// A learned table of `n` vectors of width `d` (embeddings and positions).
+fn table(vb: &VarBuilder, name: &str, n: usize, d: usize) -> Result<Tensor> {
+    vb.get_with_hints((n, d), name, Init::Randn { mean: 0.0, stdev: INIT_STD })
+}
+
+/// LayerNorm over the last dimension ([`fused::layer_norm`]; candle's fused
+/// `LayerNorm::forward` has no backward).
+#[derive(Debug, Clone)]
+pub struct LayerNorm {
+    weight: Tensor,
+    bias: Tensor,
+}
+
+impl LayerNorm {
+    /// Gain 1, bias 0.
+    pub fn new(d: usize, vb: VarBuilder) -> Result<Self> {
+        Ok(LayerNorm {
+            weight: vb.get_with_hints(d, "weight", Init::Const(1.0))?,
+            bias: vb.get_with_hints(d, "bias", Init::Const(0.0))?,
+        })
+    }
+}
+
+impl Module for LayerNorm {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        fused::layer_norm(x, &self.weight, &self.bias, 1e-5)
+    }
+}
+
+/// Multi-head attention with separate q/k/v projections. The key projection has no bias:
+/// a key bias shifts every score of a row equally, so its gradient is zero.
+#[derive(Debug, Clone)]
+pub struct Attention {
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    o: Linear,
+    heads: usize,
+}
+
+impl Attention {
+    /// `d`-wide attention with `heads` heads; `out_std` initialises the output projection.
+    pub fn new(d: usize, heads: usize, out_std: f64, vb: VarBuilder) -> Result<Self> {
+        Ok(Attention {
+            q: linear(vb.pp("q"), d, d, true, INIT_STD)?,
+            k: linear(vb.pp("k"), d, d, false, INIT_STD)?,
+            v: linear(vb.pp("v"), d, d, true, INIT_STD)?,
+            o: linear(vb.pp("o"), d, d, true, out_std)?,
+            heads,
+        })
+    }
+
+    /// [B, N, d] → [B, H, N, d/H], contiguous.
+    fn split(&self, x: &Tensor) -> Result<Tensor> {
+        let (b, n, d) = x.dims3()?;
+        x.reshape((b, n, self.heads, d / self.heads))?.transpose(1, 2)?.contiguous()
+    }
+
+    /// Keys (transposed, [B, H, d/H, N]) and values ([B, H, N, d/H]) of a context.
+    pub fn kv(&self, ctx: &Tensor) -> Result<(Tensor, Tensor)> {
+        let kt = self.split(&self.k.forward(ctx)?)?.transpose(2, 3)?.contiguous()?;
+        Ok((kt, self.split(&self.v.forward(ctx)?)?))
+    }
+
+    /// Queries from `x` [B, Nq, d] attend to precomputed keys/values; `mask` ([B, 1, 1, Nk]
+    /// key padding or [Nq, Nk] causal, 0 or [`NEG`]) is added to the scores.
+    pub fn attend(&self, x: &Tensor, kt: &Tensor, v: &Tensor, mask: &Tensor) -> Result<Tensor> {
+        let (b, n, d) = x.dims3()?;
+        let scale = 1.0 / ((d / self.heads) as f64).sqrt();
+        let q = (self.split(&self.q.forward(x)?)? * scale)?;
+        let p = fused::masked_softmax(&q.matmul(kt)?, mask)?;
+        let out = p.matmul(v)?.transpose(1, 2)?.reshape((b, n, d))?;
+        self.o.forward(&out)
+    }
+
+    /// Attention of `x` over `ctx`.
+    pub fn forward(&self, x: &Tensor, ctx: &Tensor, mask: &Tensor) -> Result<Tensor> {
+        let (kt, v) = self.kv(ctx)?;
+        self.attend(x, &kt, &v, mask)
+    }
+}
+
+/// Two linears with a GELU between.
+#[derive(Debug, Clone)]
+pub struct Mlp {
+    fc1: Linear,
+    fc2: Linear,
+}
+
+impl Mlp {
+    /// `d` → `hidden` → `d`.
+    pub fn new(d: usize, hidden: usize, out_std: f64, vb: VarBuilder) -> Result<Self> {
+        Ok(Mlp {
+            fc1: linear(vb.pp("fc1"), d, hidden, true, INIT_STD)?,
+            fc2: linear(vb.pp("fc2"), hidden, d, true, out_std)?,
+        })
+    }
+}
+
+impl Module for Mlp {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        self.fc2.forward(&fused::gelu(&self.fc1.forward(x)?)?)
+    }
+}
+
+/// Pre-LN transformer layer with bidirectional self-attention (padding mask only).
+#[derive(Debug, Clone)]
+pub struct EncoderLayer {
+    ln1: LayerNorm,
+    attn: Attention,
+    ln2: LayerNorm,
+    mlp: Mlp,
+}
+
+impl EncoderLayer {
+    /// One layer of the encoder.
+    pub fn new(cfg: &VlmConfig, out_std: f64, vb: VarBuilder) -> Result<Self> {
+        let d = cfg.d_model;
+        Ok(EncoderLayer {
+            ln1: LayerNorm::new(d, vb.pp("ln1"))?,
+            attn: Attention::new(d, cfg.heads, out_std, vb.pp("attn"))?,
+            ln2: LayerNorm::new(d, vb.pp("ln2"))?,
+            mlp: Mlp::new(d, cfg.mlp_dim, out_std, vb.pp("mlp"))?,
+        })
+    }
+
+    /// `x` [B, N, d]; `key_mask` [B, 1, 1, N] (0 or [`NEG`]).
+    pub fn forward(&self, x: &Tensor, key_mask: &Tensor) -> Result<Tensor> {
+        let h = self.ln1.forward(x)?;
+        let x = (x + self.attn.forward(&h, &h, key_mask)?)?;
+        &x + self.mlp.forward(&self.ln2.forward(&x)?)?
+    }
+}
+
+/// Pre-LN decoder layer: causal self-attention, cross-attention to the encoder, MLP.
+#[derive(Debug, Clone)]
+pub struct DecoderLayer {
+    ln1: LayerNorm,
+    self_attn: Attention,
+    ln2: LayerNorm,
+    cross: Attention,
+    ln3: LayerNorm,
+    mlp: Mlp,
+}
+
+impl DecoderLayer {
+    /// One layer of the decoder.
+    pub fn new(cfg: &VlmConfig, out_std: f64, vb: VarBuilder) -> Result<Self> {
+        let d = cfg.d_model;
+        Ok(DecoderLayer {
+            ln1: LayerNorm::new(d, vb.pp("ln1"))?,
+            self_attn: Attention::new(d, cfg.heads, out_std, vb.pp("self_attn"))?,
+            ln2: LayerNorm::new(d, vb.pp("ln2"))?,
+            cross: Attention::new(d, cfg.heads, out_std, vb.pp("cross"))?,
+            ln3: LayerNorm::new(d, vb.pp("ln3"))?,
+            mlp: Mlp::new(d, cfg.mlp_dim, out_std, vb.pp("mlp"))?,
+        })
+    }
+
+    /// `x` [B, T, d]; `causal` [T, T]; `mem` this layer's cross keys/values.
+    pub fn forward(
+        &self,
+        x: &Tensor,
+        causal: &Tensor,
+        mem: &(Tensor, Tensor),
+        mem_mask: &Tensor,
+    ) -> Result<Tensor> {
+        let h = self.ln1.forward(x)?;
+        let x = (x + self.self_attn.forward(&h, &h, causal)?)?;
+        let x = (&x + self.cross.attend(&self.ln2.forward(&x)?, &mem.0, &mem.1, mem_mask)?)?;
+        &x + self.mlp.forward(&self.ln3.forward(&x)?)?
+    }
+}
+
+/// The vision stem: two non-overlapping convolutions written as patchify + matmul
+/// (`stem_patch`² pixels → `stem_channels`, GELU, then `stem_merge`² cells → `d_model`),
+/// plus a learned position per image token.
+#[derive(Debug, Clone)]
+pub struct VisionStem {
+    patch: Linear,
+    merge: Linear,
+    pos: Tensor,
+    p: usize,
+    m: usize,
+}
+
+/// [B, H, W, C] → [B, H/s, W/s, s·s·C]: each s×s cell becomes one row (row-major, then C).
+fn patchify(x: &Tensor, s: usize) -> Result<Tensor> {
+    let (b, h, w, c) = x.dims4()?;
+    x.reshape((b, h / s, s, w / s, s, c))?.permute([0, 1, 3, 2, 4, 5])?.reshape((b, h / s, w / s, s * s * c))
+}
+
+impl VisionStem {
+    /// The stem for `cfg`'s image size.
+    pub fn new(cfg: &VlmConfig, vb: VarBuilder) -> Result<Self> {
+        let (p, m, c) = (cfg.stem_patch, cfg.stem_merge, cfg.stem_channels);
+        Ok(VisionStem {
+            // Fan-in scaled (1/sqrt(fan_in)), not 0.02: at 0.02 the image content starts ~50×
+            // smaller than the position table and localisation learns slowly and unreliably.
+            patch: linear(vb.pp("patch"), p * p * 3, c, true, 1.0 / ((p * p * 3) as f64).sqrt())?,
+            merge: linear(vb.pp("merge"), m * m * c, cfg.d_model, true, 1.0 / ((m * m * c) as f64).sqrt())?,
+            pos: table(&vb, "pos", cfg.image_tokens(), cfg.d_model)?,
+            p,
+            m,
+        })
+    }
+}
+
+impl Module for VisionStem {
+    /// `images` [B, H, W, 3] (normalised RGB) → [B, grid_h·grid_w, d_model].
+    fn forward(&self, images: &Tensor) -> Result<Tensor> {
+        let x = fused::gelu(&self.patch.forward(&patchify(images, self.p)?)?)?;
+        let x = self.merge.forward(&patchify(&x, self.m)?)?;
+        let (b, gh, gw, d) = x.dims4()?;
+        x.reshape((b, gh * gw, d))?.broadcast_add(&self.pos)
+    }
+}
+
+/// Encoder output, ready for decoding: per decoder layer, the cross-attention keys and
+/// values, plus the memory's key mask.
+#[derive(Debug, Clone)]
+pub struct Memory {
+    /// (keys transposed, values) for each decoder layer.
+    pub kv: Vec<(Tensor, Tensor)>,
+    /// [B, 1, 1, N]: 0 for real tokens, [`NEG`] for instruction padding.
+    pub mask: Tensor,
+}
+
+/// The whole network. See the module docs.
+#[derive(Debug, Clone)]
+pub struct VlmModel {
+    stem: VisionStem,
+    text_emb: Tensor,
+    text_pos: Tensor,
+    encoder: Vec<EncoderLayer>,
+    enc_ln: LayerNorm,
+    tok_emb: Tensor,
+    dec_pos: Tensor,
+    decoder: Vec<DecoderLayer>,
+    dec_ln: LayerNorm,
+    head: Linear,
+}
+
+impl VlmModel {
+    /// Build (or fetch from `vb`'s store) every weight for `cfg` and a `vocab`-token output.
+    pub fn new(cfg: &VlmConfig, vocab: usize, vb: VarBuilder) -> Result<Self> {
+        let d = cfg.d_model;
+        // Residual-branch outputs start smaller so the residual stream's scale does not
+        // grow with depth (GPT-2).
+        let out_std = INIT_STD / ((2 * (cfg.encoder_layers + cfg.decoder_layers)) as f64).sqrt();
+        let (venc, vdec) = (vb.pp("encoder"), vb.pp("decoder"));
+        Ok(VlmModel {
+            stem: VisionStem::new(cfg, vb.pp("stem"))?,
+            text_emb: table(&venc, "text_emb", 256, d)?,
+            text_pos: table(&venc, "text_pos", cfg.max_instruction_bytes, d)?,
+            encoder: (0..cfg.encoder_layers)
+                .map(|i| EncoderLayer::new(cfg, out_std, venc.pp(format!("layers.{i}"))))
+                .collect::<Result<_>>()?,
+            enc_ln: LayerNorm::new(d, venc.pp("ln_f"))?,
+            tok_emb: table(&vdec, "tok_emb", vocab, d)?,
+            dec_pos: table(&vdec, "pos", cfg.actions.max_action_tokens, d)?,
+            decoder: (0..cfg.decoder_layers)
+                .map(|i| DecoderLayer::new(cfg, out_std, vdec.pp(format!("layers.{i}"))))
+                .collect::<Result<_>>()?,
+            dec_ln: LayerNorm::new(d, vdec.pp("ln_f"))?,
+            head: linear(vdec.pp("head"), d, vocab, true, INIT_STD)?,
+        })
+    }
+
+    /// Encode screenshots `images` [B, H, W, 3] and instruction bytes `text` [B, L] (u32)
+    /// with `key_mask` [B, 1, 1, image_tokens + L].
+    pub fn encode(&self, images: &Tensor, text: &Tensor, key_mask: &Tensor) -> Result<Memory> {
+        let img = self.stem.forward(images)?;
+        let (b, l) = text.dims2()?;
+        let d = self.text_emb.dim(1)?;
+        let txt = self.text_emb.index_select(&text.flatten_all()?, 0)?.reshape((b, l, d))?;
+        let txt = txt.broadcast_add(&self.text_pos.narrow(0, 0, l)?)?;
+        let mut x = Tensor::cat(&[img, txt], 1)?;
+        for layer in &self.encoder {
+            x = layer.forward(&x, key_mask)?;
+        }
+        let mem = self.enc_ln.forward(&x)?;
+        let kv = self.decoder.iter().map(|l| l.cross.kv(&mem)).collect::<Result<_>>()?;
+        Ok(Memory { kv, mask: key_mask.clone() })
+    }
+
+    /// Decoder hidden states [B, T, d] for input tokens `tokens` [B, T] (u32; BOS first).
+    pub fn decode(&self, mem: &Memory, tokens: &Tensor) -> Result<Tensor> {
+        let (b, t) = tokens.dims2()?;
+        let d = self.tok_emb.dim(1)?;
+        let mut x = self.tok_emb.index_select(&tokens.flatten_all()?, 0)?.reshape((b, t, d))?;
+        x = x.broadcast_add(&self.dec_pos.narrow(0, 0, t)?)?;
+        let causal: Vec<f32> = (0..t * t).map(|i| if i % t > i / t { NEG } else { 0.0 }).collect();
+        let causal = Tensor::from_vec(causal, (t, t), tokens.device())?;
+        for (layer, kv) in self.decoder.iter().zip(&mem.kv) {
+            x = layer.forward(&x, &causal, kv, &mem.mask)?;
+        }
+        self.dec_ln.forward(&x)
+    }
+
+    /// Output logits [.., vocab] from decoder hidden states [.., d].
+    pub fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
+        self.head.forward(hidden)
+    }
+}

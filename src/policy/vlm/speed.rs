@@ -1,0 +1,198 @@
+//! Throughput of the VLM policy: training (forward, backward, AdamW) and acting, on
+//! synthetic MiniWoB-sized states. `benches/policy_speed.rs` prints these figures.
+
+use anyhow::Result;
+use candle_core::{Device, Tensor};
+use candle_nn::{AdamW, Optimizer, ParamsAdamW};
+use image::{Rgb, RgbImage};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::time::Instant;
+
+use super::{VlmConfig, VlmPolicy};
+use crate::env::{Frame, GuiAction, ScreenState};
+use crate::policy::Policy;
+
+/// A `w`×`h` screenshot of light grey with a `size`-pixel square of `colour` whose top-left
+/// corner is at (`x`, `y`), and the given instruction.
+pub fn square_state(
+    w: u32,
+    h: u32,
+    x: u32,
+    y: u32,
+    size: u32,
+    colour: [u8; 3],
+    instruction: &str,
+) -> ScreenState {
+    let mut img = RgbImage::from_pixel(w, h, Rgb([235, 235, 235]));
+    for py in y..(y + size).min(h) {
+        for px in x..(x + size).min(w) {
+            img.put_pixel(px, py, Rgb(colour));
+        }
+    }
+    ScreenState {
+        task_id: "synthetic/square".into(),
+        instruction: instruction.into(),
+        url: String::new(),
+        step: 0,
+        frame: Frame { width: w, height: h, ..Default::default() },
+        elements: Vec::new(),
+        screenshot: img,
+    }
+}
+
+/// `n` MiniWoB-sized (160×210) states with a red square and a ~40-byte instruction, and
+/// actions like a rollout's: mostly clicks on the square, every fourth a short `type`.
+pub fn synthetic_batch(n: usize, seed: u64) -> (Vec<ScreenState>, Vec<GuiAction>) {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    (0..n)
+        .map(|i| {
+            let (x, y) = (rng.gen_range(0..130), rng.gen_range(0..180));
+            let s = square_state(
+                160,
+                210,
+                x,
+                y,
+                30,
+                [220, 30, 30],
+                "Click on the red square, then press Submit.",
+            );
+            let a = if i % 4 == 3 {
+                GuiAction::Type { text: "hello world".into() }
+            } else {
+                GuiAction::Click { x: x as i32 + 15, y: y as i32 + 15 }
+            };
+            (s, a)
+        })
+        .unzip()
+}
+
+/// Median wall times (milliseconds) and what they mean per second.
+#[derive(Debug, Clone)]
+pub struct SpeedReport {
+    /// Training batch size.
+    pub batch: usize,
+    /// Trainable parameters.
+    pub params: usize,
+    /// Encoder tokens per sample (image + instruction).
+    pub encoder_tokens: usize,
+    /// Decoder positions per sample in the training batch.
+    pub action_tokens: usize,
+    /// Building the tensors (`VlmPolicy::prepare`).
+    pub prepare_ms: f64,
+    /// `score` + loss.
+    pub forward_ms: f64,
+    /// `loss.backward()`.
+    pub backward_ms: f64,
+    /// Forward + backward + AdamW step.
+    pub step_ms: f64,
+    /// `act` on one state.
+    pub act1_ms: f64,
+    /// `act` on eight states.
+    pub act8_ms: f64,
+    /// Mean tokens written per action in the act runs.
+    pub act_tokens: f64,
+}
+
+impl SpeedReport {
+    /// A few lines of figures.
+    pub fn to_text(&self) -> String {
+        let sps = |ms: f64| self.batch as f64 * 1000.0 / ms;
+        format!(
+            "params {} | encoder tokens {} | action tokens {} | batch {}\n\
+             prepare            {:8.1} ms  ({:7.1} samples/s)\n\
+             forward            {:8.1} ms  ({:7.1} samples/s)\n\
+             backward           {:8.1} ms  ({:7.1} samples/s)\n\
+             fwd+bwd+AdamW      {:8.1} ms  ({:7.1} samples/s)\n\
+             act batch 1        {:8.1} ms\n\
+             act batch 8        {:8.1} ms  ({:.1} tokens/action)",
+            self.params,
+            self.encoder_tokens,
+            self.action_tokens,
+            self.batch,
+            self.prepare_ms,
+            sps(self.prepare_ms),
+            self.forward_ms,
+            sps(self.forward_ms),
+            self.backward_ms,
+            sps(self.backward_ms),
+            self.step_ms,
+            sps(self.step_ms),
+            self.act1_ms,
+            self.act8_ms,
+            self.act_tokens,
+        )
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// Time `steps` training steps (after `warmup` more) of a policy-gradient-shaped loss on a
+/// synthetic batch, and `act` on 1 and 8 states.
+pub fn measure(
+    cfg: &VlmConfig,
+    batch: usize,
+    warmup: usize,
+    steps: usize,
+    device: &Device,
+) -> Result<SpeedReport> {
+    let mut policy = VlmPolicy::new(cfg.clone(), device, 0)?;
+    let (states, actions) = synthetic_batch(batch, 1);
+    let mut opt = AdamW::new(policy.vars(), ParamsAdamW { lr: 1e-4, ..Default::default() })?;
+    let adv: Vec<f32> = (0..batch).map(|i| if i % 2 == 0 { 1.0 } else { -1.0 }).collect();
+    let adv = Tensor::from_vec(adv, (batch, 1), device)?;
+    let (mut prep, mut fwd, mut bwd, mut step) = (vec![], vec![], vec![], vec![]);
+    let mut shape = (0, 0);
+    for i in 0..warmup + steps {
+        let t0 = Instant::now();
+        let prepared = policy.prepare(&states, &actions)?;
+        let t1 = Instant::now();
+        let s = policy.score(&prepared)?;
+        // −mean(A · Σ log π) − 0.01 · mean entropy: the shape of a policy-gradient loss.
+        let n = s.mask.sum_all()?;
+        let pg = s.logp.broadcast_mul(&adv)?.sum_all()?.neg()?;
+        let loss = ((pg - (s.entropy.sum_all()? * 0.01)?)?.broadcast_div(&n))?;
+        loss.to_scalar::<f32>()?;
+        let t2 = Instant::now();
+        let grads = loss.backward()?;
+        let t3 = Instant::now();
+        opt.step(&grads)?;
+        let t4 = Instant::now();
+        shape = (prepared.encoder.key_mask.dim(3)?, prepared.actions.inputs.dim(1)?);
+        if i >= warmup {
+            let ms = |a: Instant, b: Instant| (b - a).as_secs_f64() * 1000.0;
+            prep.push(ms(t0, t1));
+            fwd.push(ms(t1, t2));
+            bwd.push(ms(t2, t3));
+            step.push(ms(t1, t4));
+        }
+    }
+    let (mut a1, mut a8, mut toks, mut acts) = (vec![], vec![], 0usize, 0usize);
+    for i in 0..warmup + steps {
+        for (n, out) in [(1, &mut a1), (8, &mut a8)] {
+            let t0 = Instant::now();
+            let d = policy.act(&states[..n.min(batch)])?;
+            if i >= warmup {
+                out.push((Instant::now() - t0).as_secs_f64() * 1000.0);
+                toks += d.iter().map(|d| d.token_logprobs.len()).sum::<usize>();
+                acts += d.len();
+            }
+        }
+    }
+    Ok(SpeedReport {
+        batch,
+        params: policy.num_params(),
+        encoder_tokens: shape.0,
+        action_tokens: shape.1,
+        prepare_ms: median(prep),
+        forward_ms: median(fwd),
+        backward_ms: median(bwd),
+        step_ms: median(step),
+        act1_ms: median(a1),
+        act8_ms: median(a8),
+        act_tokens: toks as f64 / acts.max(1) as f64,
+    })
+}

@@ -1,0 +1,200 @@
+//! Tests of the whole policy on the tiny config: gradients reach every weight, `act` and
+//! `log_probs` agree, checkpoints and frozen copies are real copies, and it can learn.
+
+use super::speed::{square_state, synthetic_batch};
+use super::*;
+use candle_nn::{AdamW, Optimizer, ParamsAdamW};
+
+fn tiny(seed: u64) -> VlmPolicy {
+    VlmPolicy::new(VlmConfig::tiny(), &Device::Cpu, seed).unwrap()
+}
+
+fn mixed_actions() -> (Vec<ScreenState>, Vec<GuiAction>) {
+    let (states, _) = synthetic_batch(4, 3);
+    let actions = ["click(12, 40)", "type(\"hi there\")", "key(Enter)", "done()"]
+        .map(|a| GuiAction::parse(a).unwrap())
+        .to_vec();
+    (states, actions)
+}
+
+fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
+    (a - b).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap()
+}
+
+#[test]
+fn one_backward_pass_reaches_every_var() {
+    let p = tiny(1);
+    let (states, actions) = mixed_actions();
+    let s = p.log_probs(&states, &actions).unwrap();
+    let loss = (s.logp.sum_all().unwrap().neg().unwrap() - s.entropy.sum_all().unwrap()).unwrap();
+    let grads = loss.backward().unwrap();
+    let mut dead = Vec::new();
+    for (name, var) in p.named_vars() {
+        let g = grads.get(var.as_tensor());
+        let norm = g.map(|g| g.abs().unwrap().sum_all().unwrap().to_scalar::<f32>().unwrap()).unwrap_or(0.0);
+        if !(norm > 0.0 && norm.is_finite()) {
+            dead.push(format!("{name} ({norm})"));
+        }
+    }
+    assert!(dead.is_empty(), "Vars without gradient: {dead:?}");
+    assert!(p.vars().len() > 30, "{}", p.vars().len());
+}
+
+#[test]
+fn act_log_probs_equal_log_probs_of_the_same_actions() {
+    for (temperature, greedy) in [(1.0, false), (0.7, false), (1.3, true)] {
+        let mut p = tiny(2);
+        p.temperature = temperature;
+        p.greedy = greedy;
+        let (states, _) = synthetic_batch(6, 5);
+        let decisions = p.act(&states).unwrap();
+        let actions: Vec<GuiAction> = decisions.iter().map(|d| d.action.clone()).collect();
+        let s = p.log_probs(&states, &actions).unwrap();
+        let logp = s.logp.to_vec2::<f32>().unwrap();
+        let mask = s.mask.to_vec2::<f32>().unwrap();
+        for (i, d) in decisions.iter().enumerate() {
+            let n = mask[i].iter().filter(|m| **m > 0.0).count();
+            assert_eq!(n, d.token_logprobs.len(), "{}", d.action);
+            for (j, lp) in d.token_logprobs.iter().enumerate() {
+                assert!(
+                    (lp - logp[i][j]).abs() < 1e-4,
+                    "T={temperature} state {i} token {j}: act {lp} vs {}",
+                    logp[i][j]
+                );
+            }
+            let total: f32 = d.token_logprobs.iter().sum();
+            assert!((d.logprob - total).abs() < 1e-5);
+            // The action was written in the policy's vocabulary, on this screenshot.
+            GuiAction::parse(&d.action.to_string()).unwrap();
+        }
+        let ent = s.entropy.to_vec2::<f32>().unwrap();
+        assert!(ent.iter().flatten().all(|e| *e >= -1e-5 && e.is_finite()));
+    }
+}
+
+#[test]
+fn same_seed_same_weights_and_samples() {
+    let (states, _) = synthetic_batch(4, 9);
+    let (mut a, mut b) = (tiny(7), tiny(7));
+    for ((na, va), (nb, vb)) in a.named_vars().iter().zip(b.named_vars().iter()) {
+        assert_eq!(na, nb);
+        assert_eq!(max_abs_diff(va.as_tensor(), vb.as_tensor()), 0.0, "{na}");
+    }
+    let da: Vec<String> = a.act(&states).unwrap().iter().map(|d| d.action.to_string()).collect();
+    let db: Vec<String> = b.act(&states).unwrap().iter().map(|d| d.action.to_string()).collect();
+    assert_eq!(da, db);
+    let c = tiny(8);
+    let differ = a.vars().iter().zip(c.vars()).any(|(x, y)| max_abs_diff(x.as_tensor(), y.as_tensor()) > 0.0);
+    assert!(differ, "seeds 7 and 8 gave the same weights");
+}
+
+#[test]
+fn save_load_round_trip_gives_identical_outputs() {
+    let p = tiny(3);
+    let dir = tempfile::tempdir().unwrap();
+    let ckpt = dir.path().join("ckpt");
+    p.save(&ckpt).unwrap();
+    let q = VlmPolicy::load(&ckpt, &Device::Cpu).unwrap();
+    assert_eq!(q.config(), p.config());
+    let (states, actions) = mixed_actions();
+    let (a, b) = (p.log_probs(&states, &actions).unwrap(), q.log_probs(&states, &actions).unwrap());
+    assert_eq!(max_abs_diff(&a.logp, &b.logp), 0.0);
+    assert_eq!(max_abs_diff(&a.entropy, &b.entropy), 0.0);
+}
+
+#[test]
+fn load_errors_name_the_folder_and_what_is_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = VlmPolicy::load(&dir.path().join("nope"), &Device::Cpu).err().unwrap().to_string();
+    assert!(e.contains("nope") && e.contains("does not exist"), "{e}");
+    let e = VlmPolicy::load(dir.path(), &Device::Cpu).err().unwrap().to_string();
+    assert!(e.contains("has no config.json"), "{e}");
+    tiny(1).save(dir.path()).unwrap();
+    std::fs::remove_file(dir.path().join(WEIGHTS_FILE)).unwrap();
+    let e = VlmPolicy::load(dir.path(), &Device::Cpu).err().unwrap().to_string();
+    assert!(e.contains("has no model.safetensors"), "{e}");
+    // Weights of one architecture under the config of another.
+    tiny(1).save(dir.path()).unwrap();
+    let mut cfg = VlmConfig::tiny();
+    cfg.decoder_layers = 2;
+    std::fs::write(dir.path().join(CONFIG_FILE), serde_json::to_string(&cfg).unwrap()).unwrap();
+    let e = format!("{:#}", VlmPolicy::load(dir.path(), &Device::Cpu).err().unwrap());
+    assert!(e.contains("lacks") && e.contains("decoder.layers.1"), "{e}");
+    cfg.decoder_layers = 1;
+    cfg.mlp_dim = 48;
+    std::fs::write(dir.path().join(CONFIG_FILE), serde_json::to_string(&cfg).unwrap()).unwrap();
+    let e = format!("{:#}", VlmPolicy::load(dir.path(), &Device::Cpu).err().unwrap());
+    assert!(e.contains("has shape") && e.contains("mlp"), "{e}");
+}
+
+#[test]
+fn frozen_copy_does_not_follow_the_original() {
+    let p = tiny(4);
+    let frozen = p.frozen_copy().unwrap();
+    let (states, actions) = mixed_actions();
+    let before = frozen.log_probs(&states, &actions).unwrap().logp;
+    assert_eq!(max_abs_diff(&before, &p.log_probs(&states, &actions).unwrap().logp), 0.0);
+    for var in p.vars() {
+        var.set(&(var.as_tensor() + 0.05).unwrap()).unwrap();
+    }
+    let after = frozen.log_probs(&states, &actions).unwrap().logp;
+    assert_eq!(max_abs_diff(&before, &after), 0.0, "the frozen copy changed with the original");
+    assert!(max_abs_diff(&before, &p.log_probs(&states, &actions).unwrap().logp) > 1e-3);
+}
+
+#[test]
+fn supervised_clicks_on_a_coloured_square_drive_the_loss_down() {
+    let mut p = tiny(5);
+    let mut rng = ChaCha8Rng::seed_from_u64(11);
+    let colours = [([220, 30, 30], "red"), ([30, 60, 220], "blue")];
+    let (mut states, mut actions) = (Vec::new(), Vec::new());
+    for i in 0..16 {
+        let (x, y) = (rng.gen_range(0..130), rng.gen_range(0..180));
+        let (colour, name) = colours[i % 2];
+        states.push(square_state(160, 210, x, y, 30, colour, &format!("Click the {name} square.")));
+        actions.push(GuiAction::Click { x: x as i32 + 15, y: y as i32 + 15 });
+    }
+    let batch = p.prepare(&states, &actions).unwrap();
+    let mut opt =
+        AdamW::new(p.vars(), ParamsAdamW { lr: 3e-3, weight_decay: 0.0, ..Default::default() }).unwrap();
+    let mut losses = Vec::new();
+    for _ in 0..200 {
+        let s = p.score(&batch).unwrap();
+        // Cross-entropy per action: −Σ_t log π(a_t) averaged over the batch.
+        let loss = (s.logp.sum_all().unwrap().neg().unwrap() / states.len() as f64).unwrap();
+        losses.push(loss.to_scalar::<f32>().unwrap());
+        opt.backward_step(&loss).unwrap();
+    }
+    let (first, last) = (losses[0], *losses.last().unwrap());
+    assert!(last < 0.3 * first, "loss went {first} → {last}: {losses:?}");
+    // Greedy decoding now clicks on at least half the squares (chance: about 0.4 of 16).
+    p.greedy = true;
+    let hits = p
+        .act(&states)
+        .unwrap()
+        .iter()
+        .zip(&actions)
+        .filter(|(d, a)| match (&d.action, a) {
+            (GuiAction::Click { x, y }, GuiAction::Click { x: tx, y: ty }) => {
+                (x - tx).abs() <= 15 && (y - ty).abs() <= 15
+            }
+            _ => false,
+        })
+        .count();
+    assert!(hits >= 8, "{hits}/16 greedy clicks on the square; losses {losses:?}");
+}
+
+/// Speed figures in the test profile (dependencies at opt-level 2): `VLM_PRESET=small
+/// cargo test --lib vlm::tests::speed_report -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn speed_report() {
+    let preset = std::env::var("VLM_PRESET").unwrap_or_else(|_| "small".into());
+    let batch = std::env::var("VLM_BATCH").map(|b| b.parse().unwrap()).unwrap_or(32);
+    let cfg = match std::env::var("VLM_CONFIG") {
+        Ok(path) => VlmConfig::from_file(std::path::Path::new(&path)).unwrap(),
+        Err(_) => VlmConfig::preset(&preset).unwrap(),
+    };
+    let report = speed::measure(&cfg, batch, 2, 7, &Device::Cpu).unwrap();
+    println!("VLM `{preset}`\n{}", report.to_text());
+}

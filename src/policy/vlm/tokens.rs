@@ -1,0 +1,488 @@
+//! The action vocabulary and the grammar that keeps decoding inside it.
+//!
+//! An action is written as a short token sequence:
+//!
+//! ```text
+//! click(x, y)            [click] [X x_bin] [Y y_bin]        (double_click, right_click, hover alike)
+//! drag(x1, y1, x2, y2)   [drag] [X] [Y] [X] [Y]
+//! scroll(x, y, dx, dy)   [scroll] [X] [Y] [up|down|left|right]
+//! type("abc")            [type] [a] [b] [c] [END]           (1 ..= max_action_tokens-2 bytes)
+//! key(Enter)             [key] [Enter]
+//! wait(ms) / done()      [wait] / [done]
+//! ```
+//!
+//! Coordinates: bin `b` of `n` bins over a frame `W` pixels wide covers pixels
+//! `[b·W/n, (b+1)·W/n)` and decodes to its centre pixel `floor((2b+1)·W / (2n))`; encoding
+//! picks the bin whose centre is nearest (ties to the lower bin), after clamping into the
+//! frame. So `decode(encode(a)) == a` exactly when `a`'s coordinates are bin centres.
+//! Typed text is printable ASCII (0x20..=0x7E), one token a byte. `wait` decodes to the
+//! configured `wait_ms`, `scroll` to `scroll_step` pixels along one axis.
+
+use anyhow::{anyhow, bail, Result};
+
+use super::config::ActionSpaceConfig;
+use crate::env::{GuiAction, KeyCombo};
+
+/// Decoder start token (input only, never written).
+pub const BOS: u32 = 0;
+/// Ends typed text.
+pub const END: u32 = 1;
+const KIND0: u32 = 2;
+const N_KINDS: u32 = GuiAction::KINDS.len() as u32;
+const FIRST_BYTE: u8 = 0x20;
+const N_BYTES: u32 = 95;
+const SCROLL_DIRS: [&str; 4] = ["up", "down", "left", "right"];
+
+/// What the argument at one position of an action must be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slot {
+    X,
+    Y,
+    Key,
+    ScrollDir,
+}
+
+/// The argument slots that follow a kind token (typed text is handled apart).
+fn slots(kind: &str) -> &'static [Slot] {
+    match kind {
+        "click" | "double_click" | "right_click" | "hover" => &[Slot::X, Slot::Y],
+        "drag" => &[Slot::X, Slot::Y, Slot::X, Slot::Y],
+        "scroll" => &[Slot::X, Slot::Y, Slot::ScrollDir],
+        "key" => &[Slot::Key],
+        _ => &[],
+    }
+}
+
+/// Fewest tokens an action of this kind takes (a `type` with one byte takes 3).
+pub fn min_tokens(kind: &str) -> usize {
+    if kind == "type" {
+        3
+    } else {
+        1 + slots(kind).len()
+    }
+}
+
+/// Token layout for one action space: `BOS END kinds(10) X(x_bins) Y(y_bins) bytes(95)
+/// keys scroll(4)`. All ten kinds have tokens; the grammar masks those not enabled.
+#[derive(Debug, Clone)]
+pub struct ActionVocab {
+    cfg: ActionSpaceConfig,
+    keys: Vec<KeyCombo>,
+    enabled: [bool; GuiAction::KINDS.len()],
+    x0: u32,
+    y0: u32,
+    byte0: u32,
+    key0: u32,
+    scroll0: u32,
+    size: u32,
+}
+
+impl ActionVocab {
+    /// The vocabulary of a (validated) action space.
+    pub fn new(cfg: &ActionSpaceConfig) -> Result<Self> {
+        cfg.validate()?;
+        let keys = cfg
+            .keys
+            .iter()
+            .map(|k| match GuiAction::parse(&format!("key({k})")) {
+                Ok(GuiAction::Key(c)) => Ok(c),
+                _ => Err(anyhow!("`actions.keys` has {k:?}, not a key")),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut enabled = [false; GuiAction::KINDS.len()];
+        for (i, k) in GuiAction::KINDS.iter().enumerate() {
+            enabled[i] = cfg.kinds.iter().any(|c| c == k);
+        }
+        let x0 = KIND0 + N_KINDS;
+        let y0 = x0 + cfg.x_bins as u32;
+        let byte0 = y0 + cfg.y_bins as u32;
+        let key0 = byte0 + N_BYTES;
+        let scroll0 = key0 + keys.len() as u32;
+        let size = scroll0 + SCROLL_DIRS.len() as u32;
+        Ok(ActionVocab { cfg: cfg.clone(), keys, enabled, x0, y0, byte0, key0, scroll0, size })
+    }
+
+    /// Number of tokens (the width of the model's output).
+    pub fn size(&self) -> usize {
+        self.size as usize
+    }
+
+    /// Longest action, in tokens.
+    pub fn max_tokens(&self) -> usize {
+        self.cfg.max_action_tokens
+    }
+
+    /// The action space this vocabulary was built from.
+    pub fn config(&self) -> &ActionSpaceConfig {
+        &self.cfg
+    }
+
+    /// A grammar at the start of an action.
+    pub fn grammar(&self) -> Grammar<'_> {
+        Grammar { vocab: self, state: State::Start, len: 0 }
+    }
+
+    /// A readable name for a token, for logs and error messages.
+    pub fn token_name(&self, t: u32) -> String {
+        match self.classify(t) {
+            Some(Tok::Bos) => "<bos>".into(),
+            Some(Tok::End) => "<end>".into(),
+            Some(Tok::Kind(k)) => GuiAction::KINDS[k].into(),
+            Some(Tok::X(b)) => format!("x{b}"),
+            Some(Tok::Y(b)) => format!("y{b}"),
+            Some(Tok::Byte(c)) => format!("{:?}", c as char),
+            Some(Tok::Key(k)) => format!("key:{}", self.keys[k]),
+            Some(Tok::Scroll(d)) => format!("scroll:{}", SCROLL_DIRS[d]),
+            None => format!("<invalid {t}>"),
+        }
+    }
+
+    fn classify(&self, t: u32) -> Option<Tok> {
+        Some(match t {
+            BOS => Tok::Bos,
+            END => Tok::End,
+            t if t < self.x0 => Tok::Kind((t - KIND0) as usize),
+            t if t < self.y0 => Tok::X((t - self.x0) as usize),
+            t if t < self.byte0 => Tok::Y((t - self.y0) as usize),
+            t if t < self.key0 => Tok::Byte(FIRST_BYTE + (t - self.byte0) as u8),
+            t if t < self.scroll0 => Tok::Key((t - self.key0) as usize),
+            t if t < self.size => Tok::Scroll((t - self.scroll0) as usize),
+            _ => return None,
+        })
+    }
+
+    /// The tokens of `action` on a `frame_w`×`frame_h` screenshot. Coordinates are
+    /// quantised to bins (clamped into the frame), `scroll` to its dominant direction and
+    /// `wait` to the configured length. Errors for a kind not enabled, a key not listed,
+    /// or text that is empty, too long, or not printable ASCII.
+    pub fn encode(&self, action: &GuiAction, frame_w: u32, frame_h: u32) -> Result<Vec<u32>> {
+        let kind = action.kind();
+        let ki = GuiAction::KINDS.iter().position(|k| *k == kind).expect("every kind is listed");
+        if !self.enabled[ki] {
+            bail!(
+                "action `{action}`: kind `{kind}` is not in this policy's action space (kinds = {:?})",
+                self.cfg.kinds
+            );
+        }
+        let mut out = vec![KIND0 + ki as u32];
+        let x = |v: i32| self.x0 + nearest_bin(v, frame_w, self.cfg.x_bins) as u32;
+        let y = |v: i32| self.y0 + nearest_bin(v, frame_h, self.cfg.y_bins) as u32;
+        match action {
+            GuiAction::Click { x: px, y: py }
+            | GuiAction::DoubleClick { x: px, y: py }
+            | GuiAction::RightClick { x: px, y: py }
+            | GuiAction::Hover { x: px, y: py } => out.extend([x(*px), y(*py)]),
+            GuiAction::Drag { x1, y1, x2, y2 } => out.extend([x(*x1), y(*y1), x(*x2), y(*y2)]),
+            GuiAction::Scroll { x: px, y: py, dx, dy } => {
+                let dir = if dy.abs() >= dx.abs() { usize::from(*dy >= 0) } else { 2 + usize::from(*dx > 0) };
+                out.extend([x(*px), y(*py), self.scroll0 + dir as u32]);
+            }
+            GuiAction::Type { text } => {
+                let max = self.cfg.max_action_tokens - 2;
+                if text.is_empty() || text.len() > max {
+                    bail!("action `{action}`: typed text must have 1 to {max} bytes, it has {}", text.len());
+                }
+                for c in text.bytes() {
+                    if !(FIRST_BYTE..FIRST_BYTE + N_BYTES as u8).contains(&c) {
+                        bail!("action `{action}`: typed text must be printable ASCII, found byte 0x{c:02x}");
+                    }
+                    out.push(self.byte0 + u32::from(c - FIRST_BYTE));
+                }
+                out.push(END);
+            }
+            GuiAction::Key(combo) => match self.keys.iter().position(|k| k == combo) {
+                Some(i) => out.push(self.key0 + i as u32),
+                None => {
+                    bail!("action `{action}`: key `{combo}` is not in `actions.keys` {:?}", self.cfg.keys)
+                }
+            },
+            GuiAction::Wait { .. } | GuiAction::Done => {}
+        }
+        Ok(out)
+    }
+
+    /// The action a complete token sequence stands for, with exact pixel coordinates on
+    /// a `frame_w`×`frame_h` screenshot. Errors if the sequence breaks the grammar or is
+    /// unfinished.
+    pub fn decode(&self, tokens: &[u32], frame_w: u32, frame_h: u32) -> Result<GuiAction> {
+        let mut g = self.grammar();
+        for &t in tokens {
+            g.advance(t)?;
+        }
+        if !g.is_complete() {
+            bail!("unfinished action: {}", self.describe(tokens));
+        }
+        let mut xs = Vec::new();
+        let mut ys = Vec::new();
+        let (mut text, mut key, mut dir) = (String::new(), None, 0);
+        for &t in &tokens[1..] {
+            match self.classify(t) {
+                Some(Tok::X(b)) => xs.push(bin_centre(b, frame_w, self.cfg.x_bins)),
+                Some(Tok::Y(b)) => ys.push(bin_centre(b, frame_h, self.cfg.y_bins)),
+                Some(Tok::Byte(c)) => text.push(c as char),
+                Some(Tok::Key(k)) => key = Some(self.keys[k].clone()),
+                Some(Tok::Scroll(d)) => dir = d,
+                _ => {}
+            }
+        }
+        let s = self.cfg.scroll_step;
+        Ok(match GuiAction::KINDS[(tokens[0] - KIND0) as usize] {
+            "click" => GuiAction::Click { x: xs[0], y: ys[0] },
+            "double_click" => GuiAction::DoubleClick { x: xs[0], y: ys[0] },
+            "right_click" => GuiAction::RightClick { x: xs[0], y: ys[0] },
+            "hover" => GuiAction::Hover { x: xs[0], y: ys[0] },
+            "drag" => GuiAction::Drag { x1: xs[0], y1: ys[0], x2: xs[1], y2: ys[1] },
+            "scroll" => {
+                let (dx, dy) = [(0, -s), (0, s), (-s, 0), (s, 0)][dir];
+                GuiAction::Scroll { x: xs[0], y: ys[0], dx, dy }
+            }
+            "type" => GuiAction::Type { text },
+            "key" => GuiAction::Key(key.expect("grammar requires a key")),
+            "wait" => GuiAction::Wait { ms: self.cfg.wait_ms },
+            _ => GuiAction::Done,
+        })
+    }
+
+    fn describe(&self, tokens: &[u32]) -> String {
+        tokens.iter().map(|&t| self.token_name(t)).collect::<Vec<_>>().join(" ")
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Tok {
+    Bos,
+    End,
+    Kind(usize),
+    X(usize),
+    Y(usize),
+    Byte(u8),
+    Key(usize),
+    Scroll(usize),
+}
+
+/// Pixel of bin `b` of `n` over `size` pixels: the centre, `floor((2b+1)·size / 2n)`.
+pub fn bin_centre(b: usize, size: u32, n: usize) -> i32 {
+    ((2 * b as u64 + 1) * u64::from(size.max(1)) / (2 * n as u64)) as i32
+}
+
+/// The bin whose centre pixel is nearest to `v` (clamped into `0..size`; ties go low).
+pub fn nearest_bin(v: i32, size: u32, n: usize) -> usize {
+    let size = size.max(1);
+    let v = v.clamp(0, size as i32 - 1);
+    let guess = ((v as u64 * n as u64) / u64::from(size)).min(n as u64 - 1) as usize;
+    let lo = guess.saturating_sub(1);
+    let hi = (guess + 1).min(n - 1);
+    (lo..=hi).min_by_key(|&b| (bin_centre(b, size, n) - v).abs()).expect("non-empty range")
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Start,
+    Args { kind: usize, next: usize },
+    Text { bytes: usize },
+    Complete,
+}
+
+/// Constrained-decoding state machine: which tokens may come next, so that every
+/// sequence it accepts decodes to a valid action.
+#[derive(Debug, Clone)]
+pub struct Grammar<'a> {
+    vocab: &'a ActionVocab,
+    state: State,
+    len: usize,
+}
+
+impl Grammar<'_> {
+    /// Whether a whole action has been written.
+    pub fn is_complete(&self) -> bool {
+        self.state == State::Complete
+    }
+
+    /// Tokens accepted so far.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no token has been accepted yet.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Whether token `t` may come next.
+    pub fn allows(&self, t: u32) -> bool {
+        let v = self.vocab;
+        match (self.state, v.classify(t)) {
+            (State::Start, Some(Tok::Kind(k))) => v.enabled[k],
+            (State::Args { kind, next }, Some(tok)) => matches!(
+                (slots(GuiAction::KINDS[kind])[next], tok),
+                (Slot::X, Tok::X(_))
+                    | (Slot::Y, Tok::Y(_))
+                    | (Slot::Key, Tok::Key(_))
+                    | (Slot::ScrollDir, Tok::Scroll(_))
+            ),
+            (State::Text { bytes }, Some(Tok::Byte(_))) => bytes + 2 < v.cfg.max_action_tokens,
+            (State::Text { bytes }, Some(Tok::End)) => bytes > 0,
+            _ => false,
+        }
+    }
+
+    /// The allowed next tokens, in order.
+    pub fn allowed(&self) -> Vec<u32> {
+        (0..self.vocab.size).filter(|&t| self.allows(t)).collect()
+    }
+
+    /// Write the grammar's additive mask for the next token into `out` (length = vocab
+    /// size): 0 where allowed, `blocked` elsewhere. On a complete grammar, all 0.
+    pub fn fill_mask(&self, out: &mut [f32], blocked: f32) {
+        if self.is_complete() {
+            out.fill(0.0);
+            return;
+        }
+        for (t, o) in out.iter_mut().enumerate() {
+            *o = if self.allows(t as u32) { 0.0 } else { blocked };
+        }
+    }
+
+    /// Accept token `t`, or say why it is not allowed here.
+    pub fn advance(&mut self, t: u32) -> Result<()> {
+        if !self.allows(t) {
+            bail!(
+                "token {} is not allowed after {} token(s) in state {:?}",
+                self.vocab.token_name(t),
+                self.len,
+                self.state
+            );
+        }
+        self.len += 1;
+        self.state = match (self.state, self.vocab.classify(t)) {
+            (State::Start, Some(Tok::Kind(k))) => match GuiAction::KINDS[k] {
+                "type" => State::Text { bytes: 0 },
+                name if slots(name).is_empty() => State::Complete,
+                _ => State::Args { kind: k, next: 0 },
+            },
+            (State::Args { kind, next }, _) if next + 1 == slots(GuiAction::KINDS[kind]).len() => {
+                State::Complete
+            }
+            (State::Args { kind, next }, _) => State::Args { kind, next: next + 1 },
+            (State::Text { .. }, Some(Tok::End)) => State::Complete,
+            (State::Text { bytes }, _) => State::Text { bytes: bytes + 1 },
+            (s, _) => s,
+        };
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    fn all_kinds() -> ActionSpaceConfig {
+        ActionSpaceConfig {
+            kinds: GuiAction::KINDS.iter().map(|s| s.to_string()).collect(),
+            keys: vec!["Enter".into(), "ctrl+a".into(), "Tab".into()],
+            max_action_tokens: 10,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn random_paths_through_the_grammar_always_parse() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        for cfg in [all_kinds(), ActionSpaceConfig::default()] {
+            let v = ActionVocab::new(&cfg).unwrap();
+            for i in 0..1000 {
+                let (w, h) = (rng.gen_range(1..400), rng.gen_range(1..400));
+                let mut g = v.grammar();
+                let mut toks = Vec::new();
+                while !g.is_complete() {
+                    let allowed = g.allowed();
+                    assert!(!allowed.is_empty(), "dead end after {toks:?}");
+                    let t = allowed[rng.gen_range(0..allowed.len())];
+                    g.advance(t).unwrap();
+                    toks.push(t);
+                }
+                assert!(toks.len() <= cfg.max_action_tokens, "{toks:?}");
+                let a = v.decode(&toks, w, h).unwrap();
+                assert!(cfg.kinds.iter().any(|k| k == a.kind()));
+                let text = a.to_string();
+                assert_eq!(GuiAction::parse(&text).unwrap(), a, "path {i}: {text}");
+                for (x, y) in a.points() {
+                    assert!(x >= 0 && y >= 0 && x < w as i32 && y < h as i32, "{text} on {w}x{h}");
+                }
+                if w as usize >= cfg.x_bins && h as usize >= cfg.y_bins {
+                    // Bin centres are distinct, so encoding recovers the very tokens.
+                    assert_eq!(v.encode(&a, w, h).unwrap(), toks, "{text}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn round_trip_on_bin_centres() {
+        let cfg = all_kinds();
+        let v = ActionVocab::new(&cfg).unwrap();
+        let (w, h) = (160, 210);
+        let cx = |b| bin_centre(b, w, cfg.x_bins);
+        let cy = |b| bin_centre(b, h, cfg.y_bins);
+        let actions = [
+            GuiAction::Click { x: cx(0), y: cy(0) },
+            GuiAction::Click { x: cx(31), y: cy(41) },
+            GuiAction::DoubleClick { x: cx(5), y: cy(17) },
+            GuiAction::RightClick { x: cx(9), y: cy(2) },
+            GuiAction::Hover { x: cx(12), y: cy(30) },
+            GuiAction::Drag { x1: cx(1), y1: cy(2), x2: cx(30), y2: cy(40) },
+            GuiAction::Scroll { x: cx(3), y: cy(4), dx: 0, dy: 100 },
+            GuiAction::Scroll { x: cx(3), y: cy(4), dx: -100, dy: 0 },
+            GuiAction::parse("type(\"a \\\"b\\\"!\")").unwrap(),
+            GuiAction::parse("key(ctrl+a)").unwrap(),
+            GuiAction::parse("key(Enter)").unwrap(),
+            GuiAction::Wait { ms: 500 },
+            GuiAction::Done,
+        ];
+        for a in actions {
+            let toks = v.encode(&a, w, h).unwrap();
+            assert_eq!(v.decode(&toks, w, h).unwrap(), a, "{a}");
+        }
+        // Every bin centre is a fixed point, on frames smaller and larger than the bins.
+        for size in [7u32, 32, 160, 211, 1280] {
+            for b in 0..32 {
+                let c = bin_centre(b, size, 32);
+                assert_eq!(bin_centre(nearest_bin(c, size, 32), size, 32), c);
+                if size >= 32 {
+                    assert_eq!(nearest_bin(c, size, 32), b);
+                }
+            }
+        }
+        // Off-centre and off-screen coordinates snap to the nearest bin inside the frame.
+        let a = v.decode(&v.encode(&GuiAction::Click { x: -40, y: 999 }, w, h).unwrap(), w, h).unwrap();
+        assert_eq!(a, GuiAction::Click { x: cx(0), y: cy(41) });
+    }
+
+    #[test]
+    fn encode_errors_say_what_is_wrong() {
+        let v = ActionVocab::new(&ActionSpaceConfig::default()).unwrap();
+        let e = |a: &str| v.encode(&GuiAction::parse(a).unwrap(), 160, 210).unwrap_err().to_string();
+        assert!(e("drag(1, 2, 3, 4)").contains("kind `drag` is not in"));
+        assert!(e("key(F5)").contains("key `F5` is not in"));
+        assert!(e("type(\"\")").contains("1 to 22 bytes"));
+        assert!(e("type(\"caf\u{e9}\")").contains("printable ASCII"));
+        assert!(v.decode(&[KIND0], 160, 210).unwrap_err().to_string().contains("unfinished"));
+        assert!(v.decode(&[END], 160, 210).unwrap_err().to_string().contains("not allowed"));
+    }
+
+    #[test]
+    fn text_length_is_capped_by_max_action_tokens() {
+        let cfg = ActionSpaceConfig { max_action_tokens: 5, ..Default::default() };
+        let v = ActionVocab::new(&cfg).unwrap();
+        let mut g = v.grammar();
+        g.advance(KIND0 + 6).unwrap(); // type
+        assert!(!g.allows(END), "empty text is not allowed");
+        for _ in 0..3 {
+            g.advance(v.byte0).unwrap();
+        }
+        assert_eq!(g.allowed(), vec![END]);
+        g.advance(END).unwrap();
+        assert!(g.is_complete() && g.len() == 5);
+    }
+}
