@@ -285,17 +285,28 @@ impl Browser {
         Ok(b)
     }
 
-    /// Make the viewport exactly `width`×`height` (window size includes any browser chrome).
+    /// Make the viewport `width`×`height`: the window size includes the browser's own
+    /// chrome (143 px high in headless Chromium 156), so resize by the difference until the
+    /// inner size matches. Chromium keeps windows at least 500 px wide; a narrower task
+    /// gets a wider viewport and its screenshot is cropped from the top-left.
     pub async fn fit_viewport(&self, width: u32, height: u32) -> Result<(), EnvError> {
-        let inner = self.execute("return [window.innerWidth, window.innerHeight];", vec![]).await?;
-        let (iw, ih) = (inner[0].as_u64().unwrap_or(0) as u32, inner[1].as_u64().unwrap_or(0) as u32);
-        if (iw, ih) != (width, height) {
+        let mut inner = (0, 0);
+        for _ in 0..4 {
+            let v = self.execute("return [window.innerWidth, window.innerHeight];", vec![]).await?;
+            inner = (v[0].as_i64().unwrap_or(0), v[1].as_i64().unwrap_or(0));
+            let (dw, dh) = ((width as i64 - inner.0).max(0), height as i64 - inner.1);
+            if dw == 0 && dh == 0 {
+                return Ok(());
+            }
             let (ow, oh) = self.guard("reading the window size", self.client.get_window_size()).await?;
-            let (nw, nh) = (
-                ow as u32 + width - iw.min(width + ow as u32),
-                oh as u32 + height - ih.min(height + oh as u32),
-            );
+            let (nw, nh) = ((ow as i64 + dw).max(1) as u32, (oh as i64 + dh).max(1) as u32);
             self.guard("resizing the window", self.client.set_window_size(nw, nh)).await?;
+        }
+        if inner.0 < width as i64 || inner.1 < height as i64 {
+            return Err(EnvError::Setup(format!(
+                "could not size the browser viewport to {width}x{height} (got {}x{})",
+                inner.0, inner.1
+            )));
         }
         Ok(())
     }

@@ -1,0 +1,91 @@
+//! The trainer on real browsers and the real (tiny) policy: exact resume, config errors.
+
+mod common;
+
+use common::repo;
+use guirl::train::trainer::Trainer;
+use guirl::train::TrainConfig;
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+fn config(iterations: u64) -> TrainConfig {
+    let task = repo("fixtures/tasks/two-buttons.toml");
+    TrainConfig::parse(&format!(
+        r#"
+[run]
+name = "resume"
+seed = 3
+iterations = {iterations}
+[tasks]
+ids = ["{}"]
+[model]
+preset = "tiny"
+[algo]
+group_size = 2
+batch_seeds = 2
+epochs = 2
+minibatch = 4
+lr = 1e-2
+lr_schedule = "constant"
+[rollout]
+envs = 1
+max_steps = 1
+[eval]
+interval = 0
+[checkpoint]
+interval = 2
+"#,
+        task.display()
+    ))
+    .unwrap()
+}
+
+async fn train(cfg: TrainConfig, dir: &Path, resume: bool) {
+    let mut t = Trainer::new(cfg, dir.to_path_buf(), resume).unwrap();
+    t.run(Arc::new(AtomicBool::new(false))).await.unwrap();
+}
+
+fn weights(ckpt: &Path) -> Vec<(String, Vec<f32>)> {
+    let map =
+        candle_core::safetensors::load(ckpt.join("model.safetensors"), &candle_core::Device::Cpu).unwrap();
+    let mut v: Vec<(String, Vec<f32>)> =
+        map.into_iter().map(|(k, t)| (k, t.flatten_all().unwrap().to_vec1::<f32>().unwrap())).collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    v
+}
+
+#[tokio::test]
+async fn four_iterations_equal_two_plus_resume_plus_two() {
+    let root = tempfile::tempdir().unwrap();
+    let (a, b) = (root.path().join("a"), root.path().join("b"));
+    train(config(4), &a, false).await;
+    train(config(2), &b, false).await;
+    let refused =
+        Trainer::new(config(4), b.clone(), false).err().expect("an existing run is not overwritten");
+    assert!(refused.to_string().contains("--resume"), "{refused}");
+    train(config(4), &b, true).await;
+    let (wa, wb) = (weights(&a.join("checkpoints/iter-000004")), weights(&b.join("checkpoints/iter-000004")));
+    assert_eq!(wa.len(), wb.len());
+    assert!(wa.iter().zip(&wb).all(|(x, y)| x == y), "resumed weights differ from the uninterrupted run");
+    let init = weights(&b.join("checkpoints/iter-000002"));
+    assert!(init.iter().zip(&wb).any(|(x, y)| x != y), "training changed the weights");
+    // The metrics file has one line per iteration, also across the resume.
+    let lines = std::fs::read_to_string(b.join("metrics.jsonl")).unwrap().lines().count();
+    assert_eq!(lines, 4);
+    assert!(b.join("plots/success.png").is_file());
+}
+
+#[test]
+fn bad_train_configs_name_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("bad.toml");
+    std::fs::write(&p, "[run]\nname = \"x\"\niterations = 1\n[tasks]\nids = [\"miniwob/click-test\"]\n[algo]\nclip_lo = 0.2\n").unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_guirl")).arg("train").arg(&p).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("clip_lo"), "{err}");
+    std::fs::write(&p, "[run]\nname = \"x\"\niterations = 1\n[tasks]\nids = [\"miniwob/click-test\"]\n[algo]\nclip_low = 1.5\n").unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_guirl")).arg("train").arg(&p).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("algo.clip_low"), "{err}");
+}
