@@ -8,8 +8,15 @@
 //! Coordinates are integer pixels of the observation's screenshot, origin top-left.
 //! `GuiAction::parse(&a.to_string()) == Ok(a)` holds for every action.
 
+use super::browser::Browser;
+use super::{EnvError, Frame};
+use fantoccini::actions::{
+    InputSource, KeyAction, KeyActions, MouseActions, PointerAction, WheelAction, WheelActions,
+    MOUSE_BUTTON_LEFT, MOUSE_BUTTON_RIGHT,
+};
 use serde::{Deserialize, Serialize};
 use std::fmt;
+use std::time::Duration;
 
 /// A modifier key held during a `key(...)` press.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -474,83 +481,85 @@ impl Parser<'_> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    fn arb_action() -> impl Strategy<Value = GuiAction> {
-        let c = -5000i32..5000;
-        let key = prop_oneof![
-            proptest::sample::select(NAMED_KEYS.iter().map(|(n, _)| n.to_string()).collect::<Vec<_>>()),
-            "[a-zA-Z0-9+=;,./\\-]".prop_map(|s| s),
-        ];
-        prop_oneof![
-            (c.clone(), c.clone()).prop_map(|(x, y)| GuiAction::Click { x, y }),
-            (c.clone(), c.clone()).prop_map(|(x, y)| GuiAction::DoubleClick { x, y }),
-            (c.clone(), c.clone()).prop_map(|(x, y)| GuiAction::RightClick { x, y }),
-            (c.clone(), c.clone()).prop_map(|(x, y)| GuiAction::Hover { x, y }),
-            (c.clone(), c.clone(), c.clone(), c.clone()).prop_map(|(x1, y1, x2, y2)| GuiAction::Drag {
-                x1,
-                y1,
-                x2,
-                y2
-            }),
-            (c.clone(), c.clone(), c.clone(), c.clone()).prop_map(|(x, y, dx, dy)| GuiAction::Scroll {
-                x,
-                y,
-                dx,
-                dy
-            }),
-            any::<String>().prop_map(|text| GuiAction::Type { text }),
-            (proptest::collection::btree_set(0..4usize, 0..4), key).prop_map(|(m, key)| {
-                let all = [Modifier::Ctrl, Modifier::Alt, Modifier::Shift, Modifier::Meta];
-                GuiAction::Key(KeyCombo { modifiers: m.into_iter().map(|i| all[i]).collect(), key })
-            }),
-            any::<u32>().prop_map(|ms| GuiAction::Wait { ms }),
-            Just(GuiAction::Done),
-        ]
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(2000))]
-        #[test]
-        fn parse_format_roundtrip(a in arb_action()) {
-            let text = a.to_string();
-            prop_assert_eq!(GuiAction::parse(&text), Ok(a), "text: {}", text);
+/// Execute one action through WebDriver input actions at screenshot coordinates.
+pub(crate) async fn execute(browser: &Browser, action: &GuiAction, f: &Frame) -> Result<(), EnvError> {
+    let at = |x: i32, y: i32| move_to(f, x, y, Duration::ZERO);
+    let mouse = || MouseActions::new("mouse".into());
+    let down = |b| PointerAction::Down { button: b };
+    let up = |b| PointerAction::Up { button: b };
+    let seq: fantoccini::actions::Actions = match *action {
+        GuiAction::Click { x, y } => {
+            mouse().then(at(x, y)).then(down(MOUSE_BUTTON_LEFT)).then(up(MOUSE_BUTTON_LEFT)).into()
         }
+        GuiAction::DoubleClick { x, y } => mouse()
+            .then(at(x, y))
+            .then(down(MOUSE_BUTTON_LEFT))
+            .then(up(MOUSE_BUTTON_LEFT))
+            .then(down(MOUSE_BUTTON_LEFT))
+            .then(up(MOUSE_BUTTON_LEFT))
+            .into(),
+        GuiAction::RightClick { x, y } => {
+            mouse().then(at(x, y)).then(down(MOUSE_BUTTON_RIGHT)).then(up(MOUSE_BUTTON_RIGHT)).into()
+        }
+        GuiAction::Hover { x, y } => mouse().then(at(x, y)).into(),
+        GuiAction::Drag { x1, y1, x2, y2 } => {
+            // Intermediate moves so drag libraries see a real gesture, not a teleport.
+            let mut m = mouse().then(at(x1, y1)).then(down(MOUSE_BUTTON_LEFT));
+            const STEPS: i32 = 8;
+            for i in 1..=STEPS {
+                let (x, y) = (x1 + (x2 - x1) * i / STEPS, y1 + (y2 - y1) * i / STEPS);
+                m = m.then(move_to(f, x, y, Duration::from_millis(5)));
+            }
+            m.then(up(MOUSE_BUTTON_LEFT)).into()
+        }
+        GuiAction::Scroll { x, y, dx, dy } => {
+            let mut w = WheelActions::new("wheel".into());
+            w.push(WheelAction::Scroll {
+                duration: Some(Duration::ZERO),
+                x: (f.origin_x + x) as i64,
+                y: (f.origin_y + y) as i64,
+                delta_x: dx as i64,
+                delta_y: dy as i64,
+            });
+            w.into()
+        }
+        GuiAction::Type { ref text } => {
+            let mut k = KeyActions::new("keyboard".into());
+            for c in text.chars() {
+                let c = if c == '\n' { '\u{E007}' } else { c };
+                k = k.then(KeyAction::Down { value: c }).then(KeyAction::Up { value: c });
+            }
+            k.into()
+        }
+        GuiAction::Key(ref combo) => {
+            let mut k = KeyActions::new("keyboard".into());
+            for m in &combo.modifiers {
+                k = k.then(KeyAction::Down { value: m.webdriver_char() });
+            }
+            let c = combo.webdriver_char();
+            k = k.then(KeyAction::Down { value: c }).then(KeyAction::Up { value: c });
+            for m in combo.modifiers.iter().rev() {
+                k = k.then(KeyAction::Up { value: m.webdriver_char() });
+            }
+            k.into()
+        }
+        GuiAction::Wait { ms } => {
+            tokio::time::sleep(Duration::from_millis(ms.min(60_000) as u64)).await;
+            return Ok(());
+        }
+        GuiAction::Done => return Ok(()),
+    };
+    browser.perform(seq).await?;
+    if matches!(action, GuiAction::Scroll { .. } | GuiAction::Drag { .. }) {
+        browser.next_frames().await?;
     }
-
-    #[test]
-    fn examples_parse() {
-        assert_eq!(GuiAction::parse(" click( 3 ,4 ) ").unwrap(), GuiAction::Click { x: 3, y: 4 });
-        assert_eq!(
-            GuiAction::parse(r#"type("a \"b\"\n")"#).unwrap(),
-            GuiAction::Type { text: "a \"b\"\n".into() }
-        );
-        assert_eq!(GuiAction::parse("key(Ctrl+A)").unwrap().to_string(), "key(ctrl+A)");
-        assert_eq!(GuiAction::parse("key(enter)").unwrap().to_string(), "key(Enter)");
-        assert_eq!(GuiAction::parse("key(ctrl++)").unwrap().to_string(), "key(ctrl++)");
-    }
-
-    #[test]
-    fn errors_name_position_and_expectation() {
-        let e = GuiAction::parse("clik(1, 2)").unwrap_err();
-        assert_eq!(e.position, 0);
-        assert!(e.expected.contains("action name"), "{e}");
-        let e = GuiAction::parse("click(1 2)").unwrap_err();
-        assert_eq!(e.position, 8);
-        assert_eq!(e.expected, "','");
-        let e = GuiAction::parse("click(1, x)").unwrap_err();
-        assert_eq!(e.position, 9);
-        assert!(e.to_string().contains("expected an integer"), "{e}");
-        let e = GuiAction::parse("type(\"abc").unwrap_err();
-        assert!(e.expected.contains("closing"), "{e}");
-        let e = GuiAction::parse("key(ctrl+Foo)").unwrap_err();
-        assert!(e.expected.contains("key name"), "{e}");
-        let e = GuiAction::parse("done() extra").unwrap_err();
-        assert_eq!(e.position, 7);
-        let e = GuiAction::parse("wait(-1)").unwrap_err();
-        assert!(e.expected.contains("non-negative"), "{e}");
-    }
+    Ok(())
 }
+
+fn move_to(f: &Frame, x: i32, y: i32, duration: Duration) -> PointerAction {
+    PointerAction::MoveTo { duration: Some(duration), x: (f.origin_x + x) as f64, y: (f.origin_y + y) as f64 }
+}
+
+#[cfg(test)]
+#[path = "action_tests.rs"]
+mod tests;

@@ -7,10 +7,6 @@
 use super::browser::{Browser, BrowserConfig};
 use super::{Element, EnvError, Frame, GuiAction, ScreenState};
 use crate::tasks::{EpisodeOptions, Task, TaskStatus};
-use fantoccini::actions::{
-    InputSource, KeyAction, KeyActions, MouseActions, PointerAction, WheelAction, WheelActions,
-    MOUSE_BUTTON_LEFT, MOUSE_BUTTON_RIGHT,
-};
 use image::RgbImage;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -405,7 +401,7 @@ impl GuiEnv {
         let mut timings = StepTimings::default();
         let exec = match action {
             Some(a) => {
-                let r = execute(self.browser.as_ref().expect("browser"), a, &frame).await;
+                let r = super::action::execute(self.browser.as_ref().expect("browser"), a, &frame).await;
                 timings.action_ms = ms(t0);
                 r
             }
@@ -523,85 +519,6 @@ impl GuiEnv {
 
 fn ms(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1000.0
-}
-
-/// Execute one action through WebDriver input actions at screenshot coordinates.
-async fn execute(browser: &Browser, action: &GuiAction, f: &Frame) -> Result<(), EnvError> {
-    let at = |x: i32, y: i32| move_to(f, x, y, Duration::ZERO);
-    let mouse = || MouseActions::new("mouse".into());
-    let down = |b| PointerAction::Down { button: b };
-    let up = |b| PointerAction::Up { button: b };
-    let seq: fantoccini::actions::Actions = match *action {
-        GuiAction::Click { x, y } => {
-            mouse().then(at(x, y)).then(down(MOUSE_BUTTON_LEFT)).then(up(MOUSE_BUTTON_LEFT)).into()
-        }
-        GuiAction::DoubleClick { x, y } => mouse()
-            .then(at(x, y))
-            .then(down(MOUSE_BUTTON_LEFT))
-            .then(up(MOUSE_BUTTON_LEFT))
-            .then(down(MOUSE_BUTTON_LEFT))
-            .then(up(MOUSE_BUTTON_LEFT))
-            .into(),
-        GuiAction::RightClick { x, y } => {
-            mouse().then(at(x, y)).then(down(MOUSE_BUTTON_RIGHT)).then(up(MOUSE_BUTTON_RIGHT)).into()
-        }
-        GuiAction::Hover { x, y } => mouse().then(at(x, y)).into(),
-        GuiAction::Drag { x1, y1, x2, y2 } => {
-            // Intermediate moves so drag libraries see a real gesture, not a teleport.
-            let mut m = mouse().then(at(x1, y1)).then(down(MOUSE_BUTTON_LEFT));
-            const STEPS: i32 = 8;
-            for i in 1..=STEPS {
-                let (x, y) = (x1 + (x2 - x1) * i / STEPS, y1 + (y2 - y1) * i / STEPS);
-                m = m.then(move_to(f, x, y, Duration::from_millis(5)));
-            }
-            m.then(up(MOUSE_BUTTON_LEFT)).into()
-        }
-        GuiAction::Scroll { x, y, dx, dy } => {
-            let mut w = WheelActions::new("wheel".into());
-            w.push(WheelAction::Scroll {
-                duration: Some(Duration::ZERO),
-                x: (f.origin_x + x) as i64,
-                y: (f.origin_y + y) as i64,
-                delta_x: dx as i64,
-                delta_y: dy as i64,
-            });
-            w.into()
-        }
-        GuiAction::Type { ref text } => {
-            let mut k = KeyActions::new("keyboard".into());
-            for c in text.chars() {
-                let c = if c == '\n' { '\u{E007}' } else { c };
-                k = k.then(KeyAction::Down { value: c }).then(KeyAction::Up { value: c });
-            }
-            k.into()
-        }
-        GuiAction::Key(ref combo) => {
-            let mut k = KeyActions::new("keyboard".into());
-            for m in &combo.modifiers {
-                k = k.then(KeyAction::Down { value: m.webdriver_char() });
-            }
-            let c = combo.webdriver_char();
-            k = k.then(KeyAction::Down { value: c }).then(KeyAction::Up { value: c });
-            for m in combo.modifiers.iter().rev() {
-                k = k.then(KeyAction::Up { value: m.webdriver_char() });
-            }
-            k.into()
-        }
-        GuiAction::Wait { ms } => {
-            tokio::time::sleep(Duration::from_millis(ms.min(60_000) as u64)).await;
-            return Ok(());
-        }
-        GuiAction::Done => return Ok(()),
-    };
-    browser.perform(seq).await?;
-    if matches!(action, GuiAction::Scroll { .. } | GuiAction::Drag { .. }) {
-        browser.next_frames().await?;
-    }
-    Ok(())
-}
-
-fn move_to(f: &Frame, x: i32, y: i32, duration: Duration) -> PointerAction {
-    PointerAction::MoveTo { duration: Some(duration), x: (f.origin_x + x) as f64, y: (f.origin_y + y) as f64 }
 }
 
 /// A value helper for tests and tools: the raw JSON of a script's result.

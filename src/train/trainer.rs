@@ -225,7 +225,7 @@ impl Trainer {
             let last = self.state.iteration == total;
             let interval = self.cfg.checkpoint.interval;
             let stopping = stop.load(Ordering::SeqCst);
-            if last || stopping || (interval > 0 && self.state.iteration % interval == 0) {
+            if last || stopping || (interval > 0 && self.state.iteration.is_multiple_of(interval)) {
                 let dir = checkpoint::save(&self.run_dir, &self.policy, &self.opt, &self.state)?;
                 if let (Some(s), Some((best, _))) = (m.eval_success, &self.state.best_eval) {
                     if s >= *best {
@@ -376,7 +376,7 @@ impl Trainer {
         m.set_loss(&mean_loss_stats(&loss_stats));
         let interval = cfg.eval.interval;
         if interval > 0
-            && (self.state.iteration % interval == 0 || self.state.iteration == cfg.run.iterations)
+            && (self.state.iteration.is_multiple_of(interval) || self.state.iteration == cfg.run.iterations)
         {
             let (s, r) = self.evaluate().await?;
             m.eval_success = Some(s);

@@ -1,0 +1,166 @@
+//! Tests of the parent module (kept apart to keep the module short).
+use super::*;
+
+fn parse_ok(text: &str) -> TrainConfig {
+    let mut c = TrainConfig::parse(text).unwrap();
+    c.resolve();
+    c.validate().unwrap();
+    c
+}
+
+fn err(text: &str) -> String {
+    match TrainConfig::parse(text) {
+        Err(e) => format!("{e:#}"),
+        Ok(mut c) => {
+            c.resolve();
+            format!("{:#}", c.validate().unwrap_err())
+        }
+    }
+}
+
+const MINIMAL: &str = "[run]\nname = \"r\"\niterations = 10\n[tasks]\nids = [\"miniwob/click-button\"]\n";
+
+#[test]
+fn the_example_parses_with_every_key() {
+    let c = parse_ok(EXAMPLE_CONFIG);
+    assert_eq!(c.run.name, "click-button");
+    assert_eq!(c.run.iterations, 200);
+    assert_eq!(c.tasks.eval_seeds, EvalSeeds { start: 1_000_000, count: 100 });
+    assert_eq!(c.algo.kind, AlgoKind::Grpo);
+    assert_eq!((c.algo.clip_low(), c.algo.clip_high()), (0.2, 0.2));
+    assert_eq!(c.model.preset, ModelPreset::Tiny);
+    assert!(c.sft.is_none());
+    assert_eq!(c.run_dir(), PathBuf::from("runs/click-button"));
+    // the example shows the defaults: it equals the minimal file's resolved config
+    let mut d = parse_ok(&EXAMPLE_CONFIG.replace("iterations = 200", "iterations = 10"));
+    d.run.name = "r".into();
+    d.tasks.ids = vec!["miniwob/click-button".into()];
+    assert_eq!(d, parse_ok(MINIMAL));
+}
+
+#[test]
+fn full_config_with_sft_and_overrides_round_trips() {
+    let text = r#"
+device = "cuda:1"
+[run]
+name = "x"
+seed = 7
+iterations = 50
+[tasks]
+ids = ["a", "b"]
+train_seeds = { start = 100, end = 200 }
+eval_seeds = { start = 0, count = 100 }
+[model]
+preset = "small"
+d_model = 128
+heads = 4
+init = "w.safetensors"
+[algo]
+kind = "dapo"
+lr_schedule = "cosine"
+warmup = 5
+beta = 0.01
+scale_std = false
+[sft]
+dir = "demos"
+"#;
+    let c = parse_ok(text);
+    assert_eq!(c.device, "cuda:1");
+    assert_eq!((c.algo.clip_low, c.algo.clip_high), (Some(0.2), Some(0.28)));
+    assert!(c.algo.drop_all_equal_groups());
+    assert_eq!(c.model.d_model, Some(128));
+    assert_eq!(c.sft.as_ref().unwrap().epochs, 3);
+    let lc = c.algo.loss_config();
+    assert_eq!((lc.kind, lc.beta), (PolicyLossKind::Token, 0.01));
+    let s = c.algo.lr_scheduler(c.run.iterations);
+    assert_eq!((s.schedule, s.warmup, s.total), (LrSchedule::Cosine, 5, 50));
+    // the resolved config written out reads back the same
+    let again = parse_ok(&c.to_toml().unwrap());
+    assert_eq!(again, c);
+    let g = parse_ok(&text.replace("\"dapo\"", "\"gspo\""));
+    assert_eq!(g.algo.loss_config().kind, PolicyLossKind::Sequence);
+    assert_eq!((g.algo.clip_low(), g.algo.clip_high()), (3e-4, 4e-4));
+}
+
+#[test]
+fn unknown_keys_are_named_with_their_table() {
+    let e = err(&format!("devices = \"cpu\"\n{MINIMAL}"));
+    assert!(e.contains("unknown field `devices`"), "{e}");
+    assert!(!e.contains("in table"), "{e}");
+    let e = err(&format!("{MINIMAL}[algo]\ngroup_size = 4\nclip_lo = 0.1\n"));
+    assert!(e.contains("unknown field `clip_lo`") && e.contains("in table [algo]"), "{e}");
+    let e = err(&format!("{MINIMAL}[sft]\ndir = \"d\"\nepoch = 3\n"));
+    assert!(e.contains("unknown field `epoch`") && e.contains("[sft]"), "{e}");
+    let e = err(&format!("{MINIMAL}[optimizer]\nlr = 1\n"));
+    assert!(e.contains("unknown field `optimizer`") && !e.contains("in table"), "{e}");
+    let e = err(&format!("{MINIMAL}[algo.extra]\nlr = 1\n"));
+    assert!(e.contains("unknown field `extra`") && e.contains("in table [algo]"), "{e}");
+    let e = err(&MINIMAL.replace("ids =", "train_seeds = { start = 0, stop = 5 }\nids ="));
+    assert!(e.contains("unknown field `stop`") && e.contains("[tasks]"), "{e}");
+    let e = err(&format!("{MINIMAL}[algo]\nkind = \"ppo\"\n"));
+    assert!(e.contains("unknown variant `ppo`"), "{e}");
+    let e = err("[run]\nname = \"r\"\n[tasks]\nids = []\n");
+    assert!(e.contains("missing field `iterations`"), "{e}");
+}
+
+#[test]
+fn bad_values_are_named() {
+    let with = |table: &str, kv: &str| err(&format!("{MINIMAL}[{table}]\n{kv}\n"));
+    for (table, kv, want) in [
+        ("algo", "clip_low = 1.5", "algo.clip_low must be in (0, 1), got 1.5"),
+        ("algo", "clip_low = 0.0", "algo.clip_low must be in (0, 1)"),
+        ("algo", "clip_high = -0.1", "algo.clip_high must be > 0"),
+        ("algo", "group_size = 1", "algo.group_size must be at least 2"),
+        ("algo", "lr = 0.0", "algo.lr must be in (0, 1]"),
+        ("algo", "lr = nan", "algo.lr must be in (0, 1]"),
+        ("algo", "beta = -1.0", "algo.beta must be >= 0"),
+        ("algo", "epochs = 0", "algo.epochs must be at least 1"),
+        ("algo", "temperature = 0.0", "algo.temperature must be > 0"),
+        ("algo", "max_grad_norm = 0.0", "algo.max_grad_norm must be > 0"),
+        ("algo", "warmup = 11", "algo.warmup (11) must not exceed run.iterations (10)"),
+        ("algo", "min_lr = 1.0", "algo.min_lr must be in [0, algo.lr]"),
+        ("rollout", "envs = 0", "rollout.envs must be at least 1"),
+        ("model", "d_model = 100\nheads = 3", "model.heads (3) must divide model.d_model (100)"),
+        ("model", "layers = 0", "model.layers must be at least 1"),
+        ("sft", "dir = \"d\"\nlr = 2.0", "sft.lr must be in (0, 1]"),
+    ] {
+        let e = with(table, kv);
+        assert!(e.contains(want), "[{table}] {kv}: {e}");
+    }
+    let e = err(&format!("device = \"gpu\"\n{MINIMAL}"));
+    assert!(e.contains("device must be \"cpu\", \"cuda\" or \"cuda:N\""), "{e}");
+    assert!(err(&format!("device = \"cuda:x\"\n{MINIMAL}")).contains("got \"cuda:x\""));
+    let e = err(&MINIMAL.replace("iterations = 10", "iterations = 0"));
+    assert!(e.contains("run.iterations must be at least 1"), "{e}");
+    let e = err(&MINIMAL.replace("\"r\"", "\"a/b\""));
+    assert!(e.contains("run.name must be a folder name"), "{e}");
+    // several bad keys: all named
+    let e = with("algo", "clip_low = 2.0\nepochs = 0");
+    assert!(e.contains("algo.clip_low") && e.contains("algo.epochs"), "{e}");
+}
+
+#[test]
+fn eval_seeds_must_be_held_out() {
+    let t = |tr: &str, ev: &str| {
+        MINIMAL.replace("ids =", &format!("train_seeds = {tr}\neval_seeds = {ev}\nids ="))
+    };
+    let e = err(&t("{ start = 0, end = 100 }", "{ start = 50, count = 10 }"));
+    assert!(e.contains("tasks.eval_seeds (50..60) overlaps tasks.train_seeds (0..100)"), "{e}");
+    let e = err(&t("{ start = 10, end = 100 }", "{ start = 0, count = 11 }"));
+    assert!(e.contains("overlaps"), "{e}");
+    parse_ok(&t("{ start = 10, end = 100 }", "{ start = 0, count = 10 }"));
+    parse_ok(&t("{ start = 0, end = 100 }", "{ start = 100, count = 10 }"));
+    let e = err(&t("{ start = 5, end = 5 }", "{ start = 100, count = 10 }"));
+    assert!(e.contains("tasks.train_seeds must have start < end"), "{e}");
+}
+
+#[test]
+fn load_names_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("train.toml");
+    std::fs::write(&p, format!("{MINIMAL}[algo]\nclip_low = 3.0\n")).unwrap();
+    let e = format!("{:#}", TrainConfig::load(&p).unwrap_err());
+    assert!(e.contains("train.toml") && e.contains("algo.clip_low"), "{e}");
+    let e = format!("{:#}", TrainConfig::load(&dir.path().join("nope.toml")).unwrap_err());
+    assert!(e.contains("cannot read train config") && e.contains("nope.toml"), "{e}");
+}
