@@ -264,6 +264,10 @@ impl Trainer {
         let jobs = Job::groups(&instances, algo.group_size, it * algo.batch_seeds as u64);
         self.policy.temperature = algo.temperature;
         self.policy.greedy = false;
+        // The KL compares log-probs at the same (sampling) temperature.
+        if let Some(r) = self.reference.as_mut() {
+            r.temperature = algo.temperature;
+        }
         self.policy.set_seed(rng_for(cfg.run.seed, it, 2).gen());
         let (recs, cstats) = self.collector.collect(&mut self.policy, jobs, |_, _| {}).await?;
         let rollout_secs = t0.elapsed().as_secs_f64();

@@ -33,9 +33,7 @@ impl candle_nn::var_builder::SimpleBackend for SeededVarMap {
         let mut rng = self.rng.lock().expect("init RNG lock poisoned");
         let values: Vec<f32> = match h {
             Init::Const(c) => vec![c as f32; n],
-            Init::Randn { mean, stdev } => {
-                (0..n).map(|_| (mean + stdev * normal(&mut *rng)) as f32).collect()
-            }
+            Init::Randn { mean, stdev } => (0..n).map(|_| (mean + stdev * normal(&mut rng)) as f32).collect(),
             Init::Uniform { lo, up } => (0..n).map(|_| rng.gen_range(lo..up) as f32).collect(),
             Init::Kaiming { .. } => candle_core::bail!("{name}: Kaiming init is not used by the VLM"),
         };

@@ -4,12 +4,17 @@
 //! - [`config`]: sizes and the action space ([`VlmConfig`], presets tiny/small/base).
 //! - [`tokens`]: the action vocabulary, coordinate bins and the decoding [`Grammar`].
 //! - [`model`]: the network (conv-stem ViT + byte encoder → action decoder).
+//! - [`fused`]: CPU kernels with a fused backward (softmax, LayerNorm, GELU, bias add).
 //! - [`inputs`]: states and actions → tensors ([`PreparedBatch`]).
 //! - [`speed`]: training/acting throughput measurement (used by `benches/policy_speed.rs`).
 //!
 //! Log-probs, in `act` and in [`VlmPolicy::log_probs`] alike, are taken on
 //! `logits / temperature` with disallowed tokens masked out, so the PPO ratio of a fresh
 //! rollout is exactly 1.
+//!
+//! Training speed: the fused kernels live in this crate, so build it optimised for
+//! training (`--release`, or `opt-level` ≥ 2 for `guirl` in the dev profile); in an
+//! unoptimised build they run several times slower than the rest of the step.
 
 pub mod config;
 pub mod fused;
@@ -324,5 +329,3 @@ impl Policy for VlmPolicy {
             .collect()
     }
 }
-#[cfg(test)]
-mod scratch;

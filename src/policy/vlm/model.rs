@@ -14,7 +14,7 @@
 //! attention with separate q/k/v projections, patchify by reshape/permute.
 
 use candle_core::{Module, Result, Tensor};
-use candle_nn::{Init, Linear, VarBuilder};
+use candle_nn::{Init, VarBuilder};
 
 use super::config::VlmConfig;
 use super::fused;
@@ -25,11 +25,41 @@ const INIT_STD: f64 = 0.02;
 /// `0 · mask` and `p · log p` stay 0 rather than NaN.
 pub const NEG: f32 = -1e9;
 
-/// A linear layer with a N(0, `std`) weight and a zero bias.
+/// A linear layer over the last dimension: `x Wᵀ + b` (bias added by [`fused::bias_add`]).
+#[derive(Debug, Clone)]
+pub struct Linear {
+    weight: Tensor,
+    bias: Option<Tensor>,
+}
+
+/// A linear layer with a N(0, `std`) weight [d_out, d_in] and a zero bias.
 fn linear(vb: VarBuilder, d_in: usize, d_out: usize, bias: bool, std: f64) -> Result<Linear> {
-    let w = vb.get_with_hints((d_out, d_in), "weight", Init::Randn { mean: 0.0, stdev: std })?;
-    let b = if bias { Some(vb.get_with_hints(d_out, "bias", Init::Const(0.0))?) } else { None };
-    Ok(Linear::new(w, b))
+    let weight = vb.get_with_hints((d_out, d_in), "weight", Init::Randn { mean: 0.0, stdev: std })?;
+    let bias = if bias { Some(vb.get_with_hints(d_out, "bias", Init::Const(0.0))?) } else { None };
+    Ok(Linear { weight, bias })
+}
+
+impl Module for Linear {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        // One 2-D matmul over all rows (a batched matmul is much slower on CPU).
+        let dims = x.dims();
+        let (rows, d_in) = (dims[..dims.len() - 1].iter().product::<usize>(), dims[dims.len() - 1]);
+        let mut out_dims = dims.to_vec();
+        *out_dims.last_mut().expect("non-scalar input") = self.weight.dim(0)?;
+        let y = x.reshape((rows, d_in))?.matmul(&self.weight.t()?)?;
+        let y = match &self.bias {
+            Some(b) => fused::bias_add(&y, b)?,
+            None => y,
+        };
+        y.reshape(out_dims)
+    }
+}
+
+/// `x` [B, N, d] plus a position table `pos` [N, d] for every batch item (as one
+/// [`fused::bias_add`] over rows of N·d, whose gradient is a fast column sum).
+fn add_positions(x: &Tensor, pos: &Tensor) -> Result<Tensor> {
+    let (b, n, d) = x.dims3()?;
+    fused::bias_add(&x.reshape((b, n * d))?, &pos.reshape(n * d)?)?.reshape((b, n, d))
 }
 
 /// A learned table of `n` vectors of width `d` (embeddings and positions).
@@ -97,12 +127,12 @@ impl Attention {
     }
 
     /// Queries from `x` [B, Nq, d] attend to precomputed keys/values; `mask` ([B, 1, 1, Nk]
-    /// key padding or [Nq, Nk] causal, 0 or [`NEG`]) is added to the scores.
+    /// key padding or [Nq, Nk] causal, 0 or [`NEG`]) is added to the scaled scores.
     pub fn attend(&self, x: &Tensor, kt: &Tensor, v: &Tensor, mask: &Tensor) -> Result<Tensor> {
         let (b, n, d) = x.dims3()?;
         let scale = 1.0 / ((d / self.heads) as f64).sqrt();
-        let q = (self.split(&self.q.forward(x)?)? * scale)?;
-        let p = fused::masked_softmax(&q.matmul(kt)?, mask)?;
+        let q = self.split(&self.q.forward(x)?)?;
+        let p = fused::masked_softmax(&q.matmul(kt)?, scale, mask)?;
         let out = p.matmul(v)?.transpose(1, 2)?.reshape((b, n, d))?;
         self.o.forward(&out)
     }
@@ -246,7 +276,7 @@ impl Module for VisionStem {
         let x = fused::gelu(&self.patch.forward(&patchify(images, self.p)?)?)?;
         let x = self.merge.forward(&patchify(&x, self.m)?)?;
         let (b, gh, gw, d) = x.dims4()?;
-        x.reshape((b, gh * gw, d))?.broadcast_add(&self.pos)
+        add_positions(&x.reshape((b, gh * gw, d))?, &self.pos)
     }
 }
 
@@ -308,7 +338,7 @@ impl VlmModel {
         let (b, l) = text.dims2()?;
         let d = self.text_emb.dim(1)?;
         let txt = self.text_emb.index_select(&text.flatten_all()?, 0)?.reshape((b, l, d))?;
-        let txt = txt.broadcast_add(&self.text_pos.narrow(0, 0, l)?)?;
+        let txt = add_positions(&txt, &self.text_pos.narrow(0, 0, l)?)?;
         let mut x = Tensor::cat(&[img, txt], 1)?;
         for layer in &self.encoder {
             x = layer.forward(&x, key_mask)?;
@@ -323,7 +353,7 @@ impl VlmModel {
         let (b, t) = tokens.dims2()?;
         let d = self.tok_emb.dim(1)?;
         let mut x = self.tok_emb.index_select(&tokens.flatten_all()?, 0)?.reshape((b, t, d))?;
-        x = x.broadcast_add(&self.dec_pos.narrow(0, 0, t)?)?;
+        x = add_positions(&x, &self.dec_pos.narrow(0, 0, t)?)?;
         let causal: Vec<f32> = (0..t * t).map(|i| if i % t > i / t { NEG } else { 0.0 }).collect();
         let causal = Tensor::from_vec(causal, (t, t), tokens.device())?;
         for (layer, kv) in self.decoder.iter().zip(&mem.kv) {

@@ -86,12 +86,38 @@ pub struct SpeedReport {
     pub backward_ms: f64,
     /// Forward + backward + AdamW step.
     pub step_ms: f64,
+    /// CPU time (all threads) of one such step: on a busy machine, `step_cpu_ms / threads`
+    /// estimates the wall time the step would take on idle cores.
+    pub step_cpu_ms: Option<f64>,
     /// `act` on one state.
     pub act1_ms: f64,
     /// `act` on eight states.
     pub act8_ms: f64,
     /// Mean tokens written per action in the act runs.
     pub act_tokens: f64,
+    /// Peak resident memory of the process after the training steps (Linux `VmHWM`).
+    pub peak_rss_mb: Option<f64>,
+}
+
+/// CPU time used by the whole process so far, in milliseconds.
+pub fn process_cpu_ms() -> Option<f64> {
+    #[cfg(unix)]
+    {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: `ts` is a valid, writable timespec.
+        let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+        (rc == 0).then(|| ts.tv_sec as f64 * 1000.0 + ts.tv_nsec as f64 / 1e6)
+    }
+    #[cfg(not(unix))]
+    None
+}
+
+/// The process's peak resident set size in MiB, where `/proc` has it.
+pub fn peak_rss_mb() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
 }
 
 impl SpeedReport {
@@ -103,9 +129,10 @@ impl SpeedReport {
              prepare            {:8.1} ms  ({:7.1} samples/s)\n\
              forward            {:8.1} ms  ({:7.1} samples/s)\n\
              backward           {:8.1} ms  ({:7.1} samples/s)\n\
-             fwd+bwd+AdamW      {:8.1} ms  ({:7.1} samples/s)\n\
+             fwd+bwd+AdamW      {:8.1} ms  ({:7.1} samples/s; {} CPU ms)\n\
              act batch 1        {:8.1} ms\n\
-             act batch 8        {:8.1} ms  ({:.1} tokens/action)",
+             act batch 8        {:8.1} ms  ({:.1} tokens/action)\n\
+             peak RSS           {}",
             self.params,
             self.encoder_tokens,
             self.action_tokens,
@@ -118,9 +145,11 @@ impl SpeedReport {
             sps(self.backward_ms),
             self.step_ms,
             sps(self.step_ms),
+            self.step_cpu_ms.map_or("?".into(), |c| format!("{c:.0}")),
             self.act1_ms,
             self.act8_ms,
             self.act_tokens,
+            self.peak_rss_mb.map_or("unknown".into(), |m| format!("{m:.0} MiB")),
         )
     }
 }
@@ -144,12 +173,13 @@ pub fn measure(
     let mut opt = AdamW::new(policy.vars(), ParamsAdamW { lr: 1e-4, ..Default::default() })?;
     let adv: Vec<f32> = (0..batch).map(|i| if i % 2 == 0 { 1.0 } else { -1.0 }).collect();
     let adv = Tensor::from_vec(adv, (batch, 1), device)?;
-    let (mut prep, mut fwd, mut bwd, mut step) = (vec![], vec![], vec![], vec![]);
+    let (mut prep, mut fwd, mut bwd, mut step, mut cpu) = (vec![], vec![], vec![], vec![], vec![]);
     let mut shape = (0, 0);
     for i in 0..warmup + steps {
         let t0 = Instant::now();
         let prepared = policy.prepare(&states, &actions)?;
         let t1 = Instant::now();
+        let c1 = process_cpu_ms();
         let s = policy.score(&prepared)?;
         // −mean(A · Σ log π) − 0.01 · mean entropy: the shape of a policy-gradient loss.
         let n = s.mask.sum_all()?;
@@ -161,6 +191,7 @@ pub fn measure(
         let t3 = Instant::now();
         opt.step(&grads)?;
         let t4 = Instant::now();
+        let c4 = process_cpu_ms();
         shape = (prepared.encoder.key_mask.dim(3)?, prepared.actions.inputs.dim(1)?);
         if i >= warmup {
             let ms = |a: Instant, b: Instant| (b - a).as_secs_f64() * 1000.0;
@@ -168,8 +199,12 @@ pub fn measure(
             fwd.push(ms(t1, t2));
             bwd.push(ms(t2, t3));
             step.push(ms(t1, t4));
+            if let (Some(a), Some(b)) = (c1, c4) {
+                cpu.push(b - a);
+            }
         }
     }
+    let peak_rss_mb = peak_rss_mb();
     let (mut a1, mut a8, mut toks, mut acts) = (vec![], vec![], 0usize, 0usize);
     for i in 0..warmup + steps {
         for (n, out) in [(1, &mut a1), (8, &mut a8)] {
@@ -191,8 +226,10 @@ pub fn measure(
         forward_ms: median(fwd),
         backward_ms: median(bwd),
         step_ms: median(step),
+        step_cpu_ms: (!cpu.is_empty()).then(|| median(cpu)),
         act1_ms: median(a1),
         act8_ms: median(a8),
         act_tokens: toks as f64 / acts.max(1) as f64,
+        peak_rss_mb,
     })
 }

@@ -41,6 +41,31 @@ fn one_backward_pass_reaches_every_var() {
 }
 
 #[test]
+fn fused_and_composed_ops_give_the_same_scores_and_gradients() {
+    let p = tiny(6);
+    let (states, actions) = mixed_actions();
+    let run = |fused_ops: bool| {
+        fused::set_enabled_on_this_thread(fused_ops);
+        let s = p.log_probs(&states, &actions).unwrap();
+        let loss = (s.logp.sum_all().unwrap() + s.entropy.sum_all().unwrap()).unwrap();
+        let grads = loss.backward().unwrap();
+        fused::set_enabled_on_this_thread(true);
+        let g: Vec<Tensor> = p.vars().iter().map(|v| grads.get(v.as_tensor()).unwrap().clone()).collect();
+        (s.logp, g)
+    };
+    let ((lf, gf), (lc, gc)) = (run(true), run(false));
+    assert!(max_abs_diff(&lf, &lc) < 1e-5, "log-probs differ by {}", max_abs_diff(&lf, &lc));
+    for ((name, _), (a, b)) in p.named_vars().iter().zip(gf.iter().zip(&gc)) {
+        let size = b.abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+        assert!(
+            max_abs_diff(a, b) <= 1e-4 * (1.0 + size),
+            "{name}: gradients differ by {}",
+            max_abs_diff(a, b)
+        );
+    }
+}
+
+#[test]
 fn act_log_probs_equal_log_probs_of_the_same_actions() {
     for (temperature, greedy) in [(1.0, false), (0.7, false), (1.3, true)] {
         let mut p = tiny(2);
