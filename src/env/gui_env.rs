@@ -152,6 +152,8 @@ const OBSERVE_JS: &str = include_str!("observe.js");
 #[derive(Deserialize)]
 struct PageState {
     ready: bool,
+    #[serde(default)]
+    animating: bool,
     url: String,
     scroll: [i32; 2],
     elements: Vec<Element>,
@@ -300,7 +302,10 @@ impl GuiEnv {
                 Ok(v) => {
                     let s: PageState = serde_json::from_value(v)
                         .map_err(|e| EnvError::Task(format!("unexpected page state: {e}")))?;
-                    if s.ready || Instant::now() > deadline {
+                    // Wait out short script animations too, so the frame shows where things
+                    // end up (and replays see the same frame); never longer than a second.
+                    let animating = s.animating && t0.elapsed() < Duration::from_secs(1);
+                    if (s.ready && !animating) || Instant::now() > deadline {
                         break s;
                     }
                 }

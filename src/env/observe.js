@@ -51,6 +51,8 @@ if (document.body) {
 }
 return {
   ready: ready, url: location.href,
+  // jQuery animations (MiniWoB++ accordions, dialogs) run on timers for a few hundred ms.
+  animating: !!(window.jQuery && jQuery.timers && jQuery.timers.length > 0),
   scroll: [Math.round(window.scrollX), Math.round(window.scrollY)],
   elements: out, status: status
 };
