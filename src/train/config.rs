@@ -11,69 +11,7 @@ use std::path::{Path, PathBuf};
 
 /// A documented example with every key (the values shown are the defaults unless the
 /// comment says otherwise).
-pub const EXAMPLE_CONFIG: &str = r#"# guirl train config
-device = "cpu"                 # "cpu", "cuda" or "cuda:N"
-
-[run]
-name = "click-button"          # required; the run folder is <dir>/<name>
-seed = 0
-iterations = 200               # required: collect + update rounds
-dir = "runs"
-
-[tasks]
-ids = ["miniwob/click-button"] # required
-train_seeds = { start = 0, end = 1000000 }        # [start, end)
-eval_seeds = { start = 1000000, count = 100 }     # held out: must not overlap train_seeds
-
-[model]
-preset = "tiny"                # tiny | small | base
-# optional overrides of the preset, and weights to start from:
-# d_model = 256
-# layers = 4
-# heads = 4
-# patch_size = 16
-# image_size = 160
-# init = "runs/sft/checkpoints/best/model.safetensors"
-
-[algo]
-kind = "grpo"                  # grpo | dapo | gspo
-group_size = 8                 # G rollouts per task seed
-batch_seeds = 8                # B task seeds per iteration (B·G rollouts)
-clip_low = 0.2                 # ε_low  (default by kind: grpo 0.2, dapo 0.2, gspo 3e-4)
-clip_high = 0.2                # ε_high (default by kind: grpo 0.2, dapo 0.28, gspo 4e-4)
-beta = 0.0                     # KL(π‖π_ref) weight (k3 estimator); 0 = no reference model
-entropy_coef = 0.0
-epochs = 1                     # μ: passes over each batch
-minibatch = 16                 # samples (steps) per optimizer step
-lr = 1e-4
-lr_schedule = "constant"       # constant | linear | cosine
-warmup = 0                     # iterations of linear warmup
-min_lr = 0.0                   # end of the linear / cosine decay
-weight_decay = 0.0             # AdamW's decoupled weight decay
-max_grad_norm = 1.0
-temperature = 1.0              # sampling temperature (log-probs are taken at it too)
-scale_std = true               # false: Dr. GRPO (A = R − mean, no division by std)
-eps = 1e-6                     # added to the group std
-drop_all_equal_groups = false  # DAPO's dynamic sampling: train only on groups with signal (dapo: true)
-
-[rollout]
-envs = 4                       # browsers in parallel
-max_steps = 10                 # step limit per episode
-
-[eval]
-interval = 10                  # iterations between evaluations; 0 = never
-episodes = 50                  # episodes per evaluation, on eval seeds
-
-[checkpoint]
-interval = 20                  # iterations between checkpoints; 0 = only at the end
-
-# optional: supervised warm start on recorded trajectories before RL
-# [sft]
-# dir = "data/demos"           # a trajectory set folder (trajectories.jsonl + frames/)
-# epochs = 3
-# lr = 1e-4
-# minibatch = 16
-"#;
+pub const EXAMPLE_CONFIG: &str = include_str!("example_config.toml");
 
 /// The whole training configuration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
