@@ -84,3 +84,42 @@ async fn hung_page_is_detected_by_the_command_timeout() {
     env.reset(0).await.expect("a fresh browser after the hang");
     env.close().await;
 }
+
+#[tokio::test]
+async fn devtools_and_webdriver_paths_see_the_same_page() {
+    // The fast path (page reads and screenshots over DevTools) and plain WebDriver must
+    // observe identical states, including across a page navigation (multi-page task).
+    let mut seen = Vec::new();
+    for devtools in [true, false] {
+        let browser = BrowserConfig::default().with_devtools(devtools);
+        let mut env = env_with("builtin/login-settings", EnvConfig { browser, ..Default::default() });
+        let (obs, _) = env.reset(3).await.unwrap();
+        if devtools && std::env::var("GUIRL_DEVTOOLS").map_or(true, |v| v != "0") {
+            assert!(env.uses_devtools(), "a local chromedriver session gets the DevTools channel");
+        } else if !devtools {
+            assert!(!env.uses_devtools());
+        }
+        let mut oracle = guirl::policy::oracle::OraclePolicy;
+        let mut states = vec![obs.clone()];
+        let mut o = obs;
+        for _ in 0..env.max_steps() {
+            use guirl::policy::Policy;
+            let d = oracle.act(std::slice::from_ref(&o)).unwrap().remove(0);
+            let out = env.step(&d.action).await.unwrap();
+            o = out.obs;
+            states.push(o.clone());
+            if out.terminated || out.truncated {
+                assert_eq!(out.info.status, EpisodeStatus::Success, "{:?}", out.info);
+                break;
+            }
+        }
+        seen.push(states);
+        env.close().await;
+    }
+    assert_eq!(seen[0].len(), seen[1].len());
+    for (a, b) in seen[0].iter().zip(&seen[1]) {
+        assert_eq!(a.url, b.url);
+        assert_eq!(a.elements, b.elements, "step {}", a.step);
+        assert_eq!(a.screenshot, b.screenshot, "step {} on {}", a.step, a.url);
+    }
+}

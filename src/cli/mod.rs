@@ -31,6 +31,10 @@ pub struct BrowserArgs {
     /// Limit on any single WebDriver command, in seconds.
     #[arg(long, default_value_t = 10.0, value_name = "SECS")]
     pub command_timeout: f64,
+    /// Send everything through WebDriver (no direct DevTools channel for page reads and
+    /// screenshots; slower, for comparison and for endpoints that misbehave).
+    #[arg(long)]
+    pub no_devtools: bool,
 }
 
 impl BrowserArgs {
@@ -43,6 +47,7 @@ impl BrowserArgs {
             command_timeout: std::time::Duration::from_secs_f64(self.command_timeout.max(0.1)),
             ..Default::default()
         }
+        .with_devtools(!self.no_devtools)
     }
 }
 

@@ -3,6 +3,7 @@
 //! Every WebDriver call goes through [`Browser`], which puts a timeout on it, so a hung
 //! or dead browser shows up as an [`EnvError`] instead of a stuck program.
 
+use super::devtools::{self, CdpError, DevTools};
 use super::EnvError;
 use fantoccini::actions::Actions;
 use fantoccini::wd::{Capabilities, WebDriverCompatibleCommand};
@@ -52,6 +53,18 @@ pub struct BrowserConfig {
     pub command_timeout: Duration,
     /// Limit on a page load.
     pub page_load_timeout: Duration,
+    /// Read the page and take screenshots over a direct DevTools connection where the
+    /// endpoint offers one (default; `GUIRL_DEVTOOLS=0` turns it off). Input actions and
+    /// navigation always go through WebDriver.
+    pub devtools: bool,
+}
+
+impl BrowserConfig {
+    /// This config with the DevTools channel on (if the environment allows) or off.
+    pub fn with_devtools(mut self, on: bool) -> Self {
+        self.devtools &= on;
+        self
+    }
 }
 
 impl Default for BrowserConfig {
@@ -63,6 +76,7 @@ impl Default for BrowserConfig {
             headful: false,
             command_timeout: Duration::from_secs(10),
             page_load_timeout: Duration::from_secs(20),
+            devtools: std::env::var("GUIRL_DEVTOOLS").map_or(true, |v| v != "0"),
         }
     }
 }
@@ -146,6 +160,8 @@ pub struct Browser {
     page_load_timeout: Duration,
     /// Whether Chrome DevTools commands work through this endpoint (fast clipped screenshots).
     cdp: AtomicBool,
+    /// The direct DevTools channel for scripts and screenshots, where one can be reached.
+    devtools: Option<DevTools>,
 }
 
 impl std::fmt::Debug for Browser {
@@ -260,7 +276,7 @@ impl Browser {
                 }
             }
         };
-        let b = Browser {
+        let mut b = Browser {
             client,
             driver,
             profile: Some(profile),
@@ -268,6 +284,7 @@ impl Browser {
             command_timeout: cfg.command_timeout,
             page_load_timeout: cfg.page_load_timeout,
             cdp: AtomicBool::new(true),
+            devtools: None,
         };
         b.guard("setting timeouts", async {
             b.client
@@ -279,10 +296,35 @@ impl Browser {
                 .await
         })
         .await?;
+        b.devtools = b.open_devtools(cfg).await;
         b.fit_viewport(width, height).await?;
         b.set_patient(false);
         tracing::debug!(ms = started.elapsed().as_millis() as u64, %url, "browser started");
         Ok(b)
+    }
+
+    /// Attach the direct DevTools channel (if `cfg.devtools`); `None` where the endpoint
+    /// does not expose one, and the browser then works over WebDriver alone.
+    async fn open_devtools(&self, cfg: &BrowserConfig) -> Option<DevTools> {
+        if !cfg.devtools {
+            return None;
+        }
+        let profile = cfg.webdriver_url.is_none().then(|| self.profile_dir()).flatten();
+        let url = devtools::endpoint(self.client.capabilities(), profile)?;
+        let target = self.guard("reading the window handle", self.client.window()).await.ok()?;
+        let target: String = target.into();
+        match DevTools::connect(&url, &target, Duration::from_secs(5)).await {
+            Ok(d) => Some(d),
+            Err(e) => {
+                tracing::warn!("no direct DevTools channel ({e}); scripts and screenshots go over WebDriver");
+                None
+            }
+        }
+    }
+
+    /// Whether scripts and screenshots go over the direct DevTools channel.
+    pub fn has_devtools(&self) -> bool {
+        self.devtools.is_some()
     }
 
     /// Make the viewport `width`×`height`: the window size includes the browser's own
@@ -325,8 +367,7 @@ impl Browser {
     where
         F: Future<Output = Result<T, fantoccini::error::CmdError>>,
     {
-        let limit = Duration::from_millis(self.command_timeout_ms.load(Ordering::Relaxed));
-        self.guard_for(limit, doing, fut).await
+        self.guard_for(self.limit(), doing, fut).await
     }
 
     async fn guard_for<T, F>(&self, limit: Duration, doing: &str, fut: F) -> Result<T, EnvError>
@@ -336,21 +377,59 @@ impl Browser {
         match tokio::time::timeout(limit, fut).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(EnvError::from_cmd(doing, e)),
-            Err(_) => Err(EnvError::Browser(format!(
-                "the browser did not answer within {:.1}s while {doing}",
-                limit.as_secs_f64()
-            ))),
+            Err(_) => Err(self.no_answer(limit, doing)),
         }
     }
 
     /// Run JavaScript in the page (a function body; `arguments` holds `args`).
+    ///
+    /// Goes over DevTools where it can (a thrown error or a hang is final); when the
+    /// channel fails otherwise (the page is between documents, the socket closed), the
+    /// WebDriver session runs it, waiting out navigations as WebDriver does.
     pub async fn execute(&self, script: &str, args: Vec<Value>) -> Result<Value, EnvError> {
+        const DOING: &str = "running a script in the page";
+        if let Some(dt) = &self.devtools {
+            match dt.run_script(script, &args, false, self.limit()).await {
+                Ok(v) => return Ok(v),
+                Err(CdpError::Timeout) => return Err(self.no_answer(self.limit(), DOING)),
+                Err(CdpError::Protocol(m)) if m.starts_with("javascript error") => {
+                    return Err(EnvError::Browser(format!("{DOING}: {m}")))
+                }
+                Err(e) => tracing::debug!("DevTools script failed ({e}); using WebDriver"),
+            }
+        }
+        self.guard(DOING, self.client.execute(script, args)).await
+    }
+
+    /// Run `script` over WebDriver only: it waits for a navigation in flight to finish.
+    pub async fn execute_webdriver(&self, script: &str, args: Vec<Value>) -> Result<Value, EnvError> {
         self.guard("running a script in the page", self.client.execute(script, args)).await
+    }
+
+    fn limit(&self) -> Duration {
+        Duration::from_millis(self.command_timeout_ms.load(Ordering::Relaxed))
+    }
+
+    fn no_answer(&self, limit: Duration, doing: &str) -> EnvError {
+        EnvError::Browser(format!(
+            "the browser did not answer within {:.1}s while {doing}",
+            limit.as_secs_f64()
+        ))
     }
 
     /// Wait for the page to draw two more frames (wheel scrolls and drags are applied
     /// asynchronously; reading the page right away can see the old positions).
     pub async fn next_frames(&self) -> Result<(), EnvError> {
+        if let Some(dt) = &self.devtools {
+            let js = "return new Promise(function (r) { requestAnimationFrame(function () { requestAnimationFrame(r); }); });";
+            match dt.run_script(js, &[], true, self.limit()).await {
+                Ok(_) => return Ok(()),
+                Err(CdpError::Timeout) => {
+                    return Err(self.no_answer(self.limit(), "waiting for the page to draw"))
+                }
+                Err(e) => tracing::debug!("DevTools frame wait failed ({e}); using WebDriver"),
+            }
+        }
         let js = "var done = arguments[arguments.length - 1]; \
                   requestAnimationFrame(function () { requestAnimationFrame(function () { done(null); }); });";
         self.guard("waiting for the page to draw", self.client.execute_async(js, vec![])).await?;
@@ -382,23 +461,22 @@ impl Browser {
     /// does) and crops here: a `clip` makes Chromium re-layout with an emulated viewport,
     /// which measured 3-5x slower. Falls back to WebDriver's screenshot.
     pub async fn screenshot(&self, x: i32, y: i32, w: u32, h: u32) -> Result<RgbImage, EnvError> {
+        const DOING: &str = "taking a screenshot";
+        let params = json!({ "format": "png", "optimizeForSpeed": true });
+        if let Some(dt) = &self.devtools {
+            match dt.call("Page.captureScreenshot", params.clone(), self.limit()).await {
+                Ok(v) => return screenshot_data(&v).map(|img| crop(img, x, y, w, h)),
+                Err(CdpError::Timeout) => return Err(self.no_answer(self.limit(), DOING)),
+                Err(e) => tracing::debug!("DevTools screenshot failed ({e}); using WebDriver"),
+            }
+        }
         if self.cdp.load(Ordering::Relaxed) {
-            let cmd = CdpCommand {
-                cmd: "Page.captureScreenshot",
-                params: json!({ "format": "png", "optimizeForSpeed": true }),
-            };
-            match self.guard("taking a screenshot", self.client.issue_cmd(cmd)).await {
-                Ok(v) => {
-                    if let Some(data) = v.get("data").and_then(Value::as_str) {
-                        use base64::Engine;
-                        let bytes = base64::engine::general_purpose::STANDARD
-                            .decode(data)
-                            .map_err(|e| EnvError::Browser(format!("bad screenshot data: {e}")))?;
-                        let img = super::decode_png(&bytes)
-                            .map_err(|e| EnvError::Browser(format!("bad screenshot PNG: {e}")))?;
-                        return Ok(crop(img, x, y, w, h));
-                    }
+            let cmd = CdpCommand { cmd: "Page.captureScreenshot", params };
+            match self.guard(DOING, self.client.issue_cmd(cmd)).await {
+                Ok(v) if v.get("data").is_some() => {
+                    return screenshot_data(&v).map(|img| crop(img, x, y, w, h))
                 }
+                Ok(_) => tracing::warn!("DevTools screenshot gave no data; using WebDriver's"),
                 Err(EnvError::Browser(m)) if m.contains("did not answer") => {
                     return Err(EnvError::Browser(m))
                 }
@@ -406,7 +484,7 @@ impl Browser {
             }
             self.cdp.store(false, Ordering::Relaxed);
         }
-        let png = self.guard("taking a screenshot", self.client.screenshot()).await?;
+        let png = self.guard(DOING, self.client.screenshot()).await?;
         let full =
             super::decode_png(&png).map_err(|e| EnvError::Browser(format!("bad screenshot PNG: {e}")))?;
         Ok(crop(full, x, y, w, h))
@@ -431,6 +509,16 @@ impl Browser {
 
 /// Cut the w×h rectangle at (x, y) out of a viewport screenshot, padding with white
 /// where the viewport is smaller, so frames always match their `Frame`.
+/// The image of a `Page.captureScreenshot` result.
+fn screenshot_data(v: &Value) -> Result<RgbImage, EnvError> {
+    use base64::Engine;
+    let data = v.get("data").and_then(Value::as_str).unwrap_or_default();
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(data)
+        .map_err(|e| EnvError::Browser(format!("bad screenshot data: {e}")))?;
+    super::decode_png(&bytes).map_err(|e| EnvError::Browser(format!("bad screenshot PNG: {e}")))
+}
+
 fn crop(full: RgbImage, x: i32, y: i32, w: u32, h: u32) -> RgbImage {
     if (x, y, full.width(), full.height()) == (0, 0, w, h) {
         return full;

@@ -154,6 +154,8 @@ struct PageState {
     ready: bool,
     #[serde(default)]
     animating: bool,
+    #[serde(default)]
+    leaving: bool,
     url: String,
     scroll: [i32; 2],
     elements: Vec<Element>,
@@ -194,6 +196,12 @@ impl GuiEnv {
     /// The live browser's profile folder (for finding its processes), if one is running.
     pub fn browser_profile_dir(&self) -> Option<std::path::PathBuf> {
         self.browser.as_ref().and_then(|b| b.profile_dir().map(|p| p.to_path_buf()))
+    }
+
+    /// Whether page reads and screenshots go over a direct DevTools channel (see
+    /// [`BrowserConfig::devtools`]); false until the browser has started.
+    pub fn uses_devtools(&self) -> bool {
+        self.browser.as_ref().is_some_and(Browser::has_devtools)
     }
 
     /// Start the browser now (otherwise the first reset does).
@@ -296,12 +304,21 @@ impl GuiEnv {
         let t0 = Instant::now();
         let deadline = t0 + self.cfg.browser.page_load_timeout;
         let args = vec![json!([vp.crop_x, vp.crop_y, vp.width, vp.height])];
-        let mut retried = false;
+        let (mut retried, mut via_webdriver) = (false, false);
         let state: PageState = loop {
-            match browser.execute(&ep.script, args.clone()).await {
+            let read = if via_webdriver {
+                browser.execute_webdriver(&ep.script, args.clone()).await
+            } else {
+                browser.execute(&ep.script, args.clone()).await
+            };
+            match read {
                 Ok(v) => {
                     let s: PageState = serde_json::from_value(v)
                         .map_err(|e| EnvError::Task(format!("unexpected page state: {e}")))?;
+                    if s.leaving && !via_webdriver && browser.has_devtools() {
+                        via_webdriver = true;
+                        continue;
+                    }
                     // Wait out short script animations too, so the frame shows where things
                     // end up (and replays see the same frame); never longer than a second.
                     let animating = s.animating && t0.elapsed() < Duration::from_secs(1);

@@ -3,6 +3,7 @@
 
 pub mod action;
 pub mod browser;
+pub mod devtools;
 pub mod gui_env;
 pub mod observation;
 pub mod server;

@@ -3,6 +3,12 @@
 // Returns {ready, url, scroll, elements, status}; `status` comes from the task's
 // expression spliced in below as __STATUS__.
 var o = arguments[0];
+// A navigation started by the last action fires beforeunload before the next page
+// commits; the caller then re-reads over WebDriver, which waits for the navigation.
+if (!window.__guirlWatch) {
+  window.__guirlWatch = true;
+  addEventListener('beforeunload', function () { window.__guirlLeaving = true; });
+}
 var ready = document.readyState === 'complete';
 var status = null;
 try { status = (__STATUS__); } catch (e) { status = { error: String(e) }; }
@@ -50,7 +56,7 @@ if (document.body) {
   cands.forEach(add);
 }
 return {
-  ready: ready, url: location.href,
+  ready: ready, url: location.href, leaving: !!window.__guirlLeaving,
   // jQuery animations (MiniWoB++ accordions, dialogs) run on timers for a few hundred ms.
   animating: !!(window.jQuery && jQuery.timers && jQuery.timers.length > 0),
   scroll: [Math.round(window.scrollX), Math.round(window.scrollY)],

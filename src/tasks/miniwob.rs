@@ -111,37 +111,29 @@ impl Task for MiniwobTask {
         seed: u64,
         opts: &EpisodeOptions,
     ) -> Result<EpisodeStart, EnvError> {
-        // Reuse the loaded page when it is this task's (MiniWoB++ itself never reloads).
-        let loaded = browser
-            .execute(
-                "return typeof core !== 'undefined' && typeof genProblem === 'function' \
-                 && location.pathname === arguments[0];",
-                vec![json!(self.path())],
-            )
-            .await?;
-        if loaded != json!(true) {
+        // Reuse the loaded page when it is this task's (MiniWoB++ itself never reloads);
+        // checking and starting the episode is one round trip.
+        const START: &str = "if (!(typeof core !== 'undefined' && typeof genProblem === 'function' \
+             && location.pathname.endsWith(arguments[2]))) return null; \
+             core.EPISODE_MAX_TIME = arguments[1]; Math.seedrandom(arguments[0]); \
+             core.startEpisodeReal(); return [WOB_TASK_READY === true, core.getUtterance()];";
+        let timer = opts.wall_clock_ms.unwrap_or(NO_TIMER_MS).min(NO_TIMER_MS);
+        let args = vec![json!(seed), json!(timer), json!(self.path())];
+        let mut started = browser.execute(START, args.clone()).await?;
+        if started.is_null() {
             let url = format!("{}{}", base_url()?, self.path());
             browser.goto(&url).await?;
-            let ok = browser
-                .execute("return typeof core !== 'undefined' && typeof genProblem === 'function';", vec![])
-                .await?;
-            if ok != json!(true) {
+            started = browser.execute(START, args).await?;
+            if started.is_null() {
                 return Err(EnvError::PageLoad {
                     url,
                     reason: "it is not a MiniWoB++ task page (no core.js / genProblem)".into(),
                 });
             }
         }
-        let timer = opts.wall_clock_ms.unwrap_or(NO_TIMER_MS).min(NO_TIMER_MS);
-        let started = browser
-            .execute(
-                "core.EPISODE_MAX_TIME = arguments[1]; Math.seedrandom(arguments[0]); \
-                 core.startEpisodeReal(); return WOB_TASK_READY;",
-                vec![json!(seed), json!(timer)],
-            )
-            .await?;
+        let mut utterance = started[1].clone();
         // Some tasks build their page asynchronously and say so with WOB_TASK_READY.
-        if started != json!(true) {
+        if started[0] != json!(true) {
             let deadline = Instant::now() + Duration::from_secs(5);
             while browser.execute("return WOB_TASK_READY;", vec![]).await? != json!(true) {
                 if Instant::now() > deadline {
@@ -149,10 +141,10 @@ impl Task for MiniwobTask {
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
+            utterance = browser.execute("return core.getUtterance();", vec![]).await?;
         }
-        let u = browser.execute("return core.getUtterance();", vec![]).await?;
         Ok(EpisodeStart {
-            instruction: u.as_str().unwrap_or_default().to_string(),
+            instruction: utterance.as_str().unwrap_or_default().to_string(),
             status_js: STATUS_JS.into(),
         })
     }

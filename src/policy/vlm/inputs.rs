@@ -17,7 +17,7 @@ use crate::env::{GuiAction, ScreenState};
 /// The encoder's inputs for a batch of states.
 #[derive(Debug, Clone)]
 pub struct EncoderInputs {
-    /// [B, image_height, image_width, 3], RGB scaled to [-1, 1].
+    /// [B, image_height, image_width, 3], RGB standardized per image and channel.
     pub images: Tensor,
     /// [B, L] instruction bytes (u32), 0-padded.
     pub text: Tensor,
@@ -49,7 +49,14 @@ pub struct PreparedBatch {
     pub actions: ActionBatch,
 }
 
-/// A screenshot resized to `w`×`h`, as row-major RGB floats in [-1, 1].
+/// A screenshot resized to `w`×`h`, as row-major RGB floats, each channel standardized
+/// over the image (zero mean, unit variance).
+///
+/// Why: web pages are mostly flat white, and a light-grey button on white differs by a
+/// few percent of the [0, 255] range; a fixed scaling leaves that contrast tiny next to a
+/// coloured header, and a policy from random init learns a position prior long before it
+/// learns to look. Standardizing makes the deviations from the page's background the
+/// signal. A flat channel (std below 1/255) is only centred.
 pub fn image_values(img: &RgbImage, w: usize, h: usize, out: &mut Vec<f32>) {
     let resized;
     let img = if img.width() as usize == w && img.height() as usize == h {
@@ -58,7 +65,23 @@ pub fn image_values(img: &RgbImage, w: usize, h: usize, out: &mut Vec<f32>) {
         resized = image::imageops::resize(img, w as u32, h as u32, FilterType::Triangle);
         &resized
     };
-    out.extend(img.as_raw().iter().map(|&v| f32::from(v) * (2.0 / 255.0) - 1.0));
+    let raw = img.as_raw();
+    let n = (raw.len() / 3).max(1) as f64;
+    let (mut sum, mut sq) = ([0f64; 3], [0f64; 3]);
+    for px in raw.chunks_exact(3) {
+        for c in 0..3 {
+            let v = f64::from(px[c]) / 255.0;
+            sum[c] += v;
+            sq[c] += v * v;
+        }
+    }
+    let mean = sum.map(|s| s / n);
+    let scale: [f64; 3] =
+        std::array::from_fn(|c| 1.0 / (sq[c] / n - mean[c] * mean[c]).max(0.0).sqrt().max(1.0 / 255.0));
+    out.extend(
+        raw.chunks_exact(3)
+            .flat_map(|px| (0..3).map(move |c| ((f64::from(px[c]) / 255.0 - mean[c]) * scale[c]) as f32)),
+    );
 }
 
 /// Images, instruction bytes and the key mask for `states`.

@@ -239,8 +239,16 @@ impl DecoderLayer {
 /// The vision stem: two non-overlapping convolutions written as patchify + matmul
 /// (`stem_patch`² pixels → `stem_channels`, GELU, then `stem_merge`² cells → `d_model`),
 /// plus a learned position per image token.
+///
+/// Every pixel also carries its own x and y (in [-1, 1]) as two extra input channels
+/// ("CoordConv"): actions are coordinates, and with exact positions in the features the
+/// decoder can read off where something is, finer than one token, instead of learning
+/// it from the position table alone (measured on click-test behaviour cloning: the
+/// greedy success on 100 held-out seeds after 20 epochs went from 0.65 to 1.00).
 #[derive(Debug, Clone)]
 pub struct VisionStem {
+    /// [1, H, W, 2]: each pixel's x and y.
+    coords: Tensor,
     patch: Linear,
     merge: Linear,
     pos: Tensor,
@@ -258,10 +266,14 @@ impl VisionStem {
     /// The stem for `cfg`'s image size.
     pub fn new(cfg: &VlmConfig, vb: VarBuilder) -> Result<Self> {
         let (p, m, c) = (cfg.stem_patch, cfg.stem_merge, cfg.stem_channels);
+        let (w, h) = (cfg.image_width, cfg.image_height);
+        let ramp = |i: usize, n: usize| (2 * i + 1) as f32 / n as f32 - 1.0;
+        let xy: Vec<f32> = (0..h).flat_map(|y| (0..w).flat_map(move |x| [ramp(x, w), ramp(y, h)])).collect();
         Ok(VisionStem {
+            coords: Tensor::from_vec(xy, (1, h, w, 2), vb.device())?,
             // Fan-in scaled (1/sqrt(fan_in)), not 0.02: at 0.02 the image content starts ~50×
             // smaller than the position table and localisation learns slowly and unreliably.
-            patch: linear(vb.pp("patch"), p * p * 3, c, true, 1.0 / ((p * p * 3) as f64).sqrt())?,
+            patch: linear(vb.pp("patch"), p * p * 5, c, true, 1.0 / ((p * p * 5) as f64).sqrt())?,
             merge: linear(vb.pp("merge"), m * m * c, cfg.d_model, true, 1.0 / ((m * m * c) as f64).sqrt())?,
             pos: table(&vb, "pos", cfg.image_tokens(), cfg.d_model)?,
             p,
@@ -273,7 +285,10 @@ impl VisionStem {
 impl Module for VisionStem {
     /// `images` [B, H, W, 3] (normalised RGB) → [B, grid_h·grid_w, d_model].
     fn forward(&self, images: &Tensor) -> Result<Tensor> {
-        let x = fused::gelu(&self.patch.forward(&patchify(images, self.p)?)?)?;
+        let (b, h, w, _) = images.dims4()?;
+        let coords = self.coords.broadcast_as((b, h, w, 2))?;
+        let images = Tensor::cat(&[images, &coords], 3)?;
+        let x = fused::gelu(&self.patch.forward(&patchify(&images, self.p)?)?)?;
         let x = self.merge.forward(&patchify(&x, self.m)?)?;
         let (b, gh, gw, d) = x.dims4()?;
         add_positions(&x.reshape((b, gh * gw, d))?, &self.pos)
