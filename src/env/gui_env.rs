@@ -305,9 +305,23 @@ impl GuiEnv {
         let deadline = t0 + self.cfg.browser.page_load_timeout;
         let args = vec![json!([vp.crop_x, vp.crop_y, vp.width, vp.height])];
         let (mut retried, mut via_webdriver) = (false, false);
+        let shoot = || browser.screenshot(vp.crop_x, vp.crop_y, vp.width, vp.height);
+        // Over DevTools the first read goes out together with the screenshot: the capture
+        // waits for the next frame anyway, and the read usually finds the page settled,
+        // so that frame is the one we want (otherwise it is dropped and taken again).
+        let mut early: Option<(Result<RgbImage, EnvError>, f64)> = None;
+        let mut first = browser.has_devtools();
         let state: PageState = loop {
             let read = if via_webdriver {
                 browser.execute_webdriver(&ep.script, args.clone()).await
+            } else if std::mem::take(&mut first) {
+                let read = async {
+                    let r = browser.execute(&ep.script, args.clone()).await;
+                    (r, ms(t0))
+                };
+                let ((read, read_ms), shot) = tokio::join!(read, shoot());
+                early = Some((shot, read_ms));
+                read
             } else {
                 browser.execute(&ep.script, args.clone()).await
             };
@@ -317,6 +331,7 @@ impl GuiEnv {
                         .map_err(|e| EnvError::Task(format!("unexpected page state: {e}")))?;
                     if s.leaving && !via_webdriver && browser.has_devtools() {
                         via_webdriver = true;
+                        early = None;
                         continue;
                     }
                     // Wait out short script animations too, so the frame shows where things
@@ -325,20 +340,26 @@ impl GuiEnv {
                     if (s.ready && !animating) || Instant::now() > deadline {
                         break s;
                     }
+                    early = None;
                 }
                 // A navigation in flight can swallow one script call; a dead browser fails twice.
                 Err(e) if !retried && !e.to_string().contains("did not answer") => {
                     retried = true;
+                    early = None;
                     tracing::debug!("page state read failed once ({e}); retrying");
                 }
                 Err(e) => return Err(e),
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         };
-        let settle_ms = ms(t0);
-        let t1 = Instant::now();
-        let screenshot = browser.screenshot(vp.crop_x, vp.crop_y, vp.width, vp.height).await?;
-        let screenshot_ms = ms(t1);
+        let (screenshot, settle_ms, screenshot_ms) = match early {
+            Some((shot, read_ms)) => (shot?, read_ms, ms(t0) - read_ms),
+            None => {
+                let settle_ms = ms(t0);
+                let t1 = Instant::now();
+                (shoot().await?, settle_ms, ms(t1))
+            }
+        };
         let mut status = state.status.unwrap_or_default();
         if let Some(err) = status.error.take() {
             tracing::debug!(task = self.task.id(), "task status expression failed: {err}");

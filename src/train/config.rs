@@ -145,6 +145,15 @@ pub struct ModelConfig {
     /// Side of the (resized) screenshot the model sees, pixels.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_size: Option<usize>,
+    /// Action kinds the policy may write (text-form names: `click`, `type`, `key`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kinds: Option<Vec<String>>,
+    /// Horizontal coordinate bins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub x_bins: Option<usize>,
+    /// Vertical coordinate bins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub y_bins: Option<usize>,
     /// Weights to start from (safetensors), e.g. an SFT checkpoint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub init: Option<PathBuf>,
@@ -460,8 +469,22 @@ impl TrainConfig {
             ("heads", m.heads),
             ("patch_size", m.patch_size),
             ("image_size", m.image_size),
+            ("x_bins", m.x_bins),
+            ("y_bins", m.y_bins),
         ] {
             check(v != Some(0), format!("model.{k} must be at least 1"));
+        }
+        if let Some(kinds) = &m.kinds {
+            check(!kinds.is_empty(), "model.kinds must name at least one action kind".into());
+            for k in kinds {
+                check(
+                    crate::env::GuiAction::KINDS.contains(&k.as_str()),
+                    format!(
+                        "model.kinds: unknown action kind {k:?} (expected one of {:?})",
+                        crate::env::GuiAction::KINDS
+                    ),
+                );
+            }
         }
         if let (Some(d), Some(h)) = (m.d_model, m.heads) {
             check(h == 0 || d % h == 0, format!("model.heads ({h}) must divide model.d_model ({d})"));

@@ -122,6 +122,8 @@ fn bad_values_are_named() {
         ("rollout", "envs = 0", "rollout.envs must be at least 1"),
         ("model", "d_model = 100\nheads = 3", "model.heads (3) must divide model.d_model (100)"),
         ("model", "layers = 0", "model.layers must be at least 1"),
+        ("model", "kinds = [\"clik\"]", "model.kinds: unknown action kind \"clik\""),
+        ("model", "x_bins = 0", "model.x_bins must be at least 1"),
         ("sft", "dir = \"d\"\nlr = 2.0", "sft.lr must be in (0, 1]"),
     ] {
         let e = with(table, kv);

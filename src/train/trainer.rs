@@ -54,6 +54,15 @@ pub fn model_config(cfg: &TrainConfig) -> anyhow::Result<VlmConfig> {
         v.image_width = s;
         v.image_height = s;
     }
+    if let Some(k) = &m.kinds {
+        v.actions.kinds = k.clone();
+    }
+    if let Some(b) = m.x_bins {
+        v.actions.x_bins = b;
+    }
+    if let Some(b) = m.y_bins {
+        v.actions.y_bins = b;
+    }
     v.validate().context("invalid [model] settings")?;
     Ok(v)
 }
