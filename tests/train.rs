@@ -89,3 +89,28 @@ fn bad_train_configs_name_the_key() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("algo.clip_low"), "{err}");
 }
+
+#[tokio::test]
+async fn sft_records_oracle_demos_and_checkpoints_the_cloned_policy() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("run");
+    let mut cfg = config(1);
+    cfg.tasks.ids = vec!["miniwob/click-test".into()];
+    cfg.checkpoint.interval = 1;
+    cfg.sft = Some(toml::from_str("oracle_episodes = 4\nepochs = 2\nlr = 1e-3").unwrap());
+    train(cfg.clone(), &dir, false).await;
+    let demos = guirl::rollout::TrajectorySet::read(&dir.join("demos")).unwrap();
+    assert_eq!(demos.trajectories.len(), 4);
+    assert!(demos.trajectories.iter().all(|t| t.trajectory.policy == "oracle"));
+    let sft_log = std::fs::read_to_string(dir.join("sft.jsonl")).unwrap();
+    assert_eq!(sft_log.lines().count(), 2, "one line per SFT epoch");
+    let cloned = dir.join("checkpoints/iter-000000");
+    let state: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(cloned.join("trainer.json")).unwrap()).unwrap();
+    assert_eq!(state["sft_done"], true);
+    assert_ne!(
+        weights(&cloned),
+        weights(&dir.join("checkpoints/iter-000001")),
+        "GRPO moved on from the clone"
+    );
+}

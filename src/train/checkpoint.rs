@@ -24,6 +24,9 @@ pub struct TrainerState {
     pub wall_secs: f64,
     /// Best held-out success so far, and the checkpoint that had it.
     pub best_eval: Option<(f64, String)>,
+    /// Whether the `[sft]` stage has run (its result is checkpoint `iter-000000`).
+    #[serde(default)]
+    pub sft_done: bool,
 }
 
 /// The checkpoints folder of a run.

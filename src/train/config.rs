@@ -348,8 +348,13 @@ impl Default for CheckpointConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SftConfig {
-    /// A trajectory set folder.
-    pub dir: PathBuf,
+    /// A trajectory set folder (recorded demonstrations).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dir: Option<PathBuf>,
+    /// Or: record this many oracle episodes per task first (on training seeds, into the
+    /// run's `demos/` folder), so a recipe needs nothing prepared by hand.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oracle_episodes: Option<usize>,
     /// Passes over the set (default 3).
     #[serde(default = "default_sft_epochs")]
     pub epochs: usize,
@@ -538,7 +543,15 @@ impl TrainConfig {
         );
         // [sft]
         if let Some(s) = &self.sft {
-            check(!s.dir.as_os_str().is_empty(), "sft.dir must not be empty".into());
+            check(
+                s.dir.is_some() != s.oracle_episodes.is_some(),
+                "[sft] needs exactly one of sft.dir (recorded demonstrations) or sft.oracle_episodes".into(),
+            );
+            check(
+                s.dir.as_ref().is_none_or(|d| !d.as_os_str().is_empty()),
+                "sft.dir must not be empty".into(),
+            );
+            check(s.oracle_episodes != Some(0), "sft.oracle_episodes must be at least 1".into());
             check(s.epochs >= 1, "sft.epochs must be at least 1".into());
             check(s.lr > 0.0 && s.lr <= 1.0, format!("sft.lr must be in (0, 1], got {}", s.lr));
             check(s.minibatch >= 1, "sft.minibatch must be at least 1".into());

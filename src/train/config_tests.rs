@@ -125,6 +125,8 @@ fn bad_values_are_named() {
         ("model", "kinds = [\"clik\"]", "model.kinds: unknown action kind \"clik\""),
         ("model", "x_bins = 0", "model.x_bins must be at least 1"),
         ("sft", "dir = \"d\"\nlr = 2.0", "sft.lr must be in (0, 1]"),
+        ("sft", "epochs = 2", "[sft] needs exactly one of sft.dir"),
+        ("sft", "dir = \"d\"\noracle_episodes = 5", "[sft] needs exactly one of sft.dir"),
     ] {
         let e = with(table, kv);
         assert!(e.contains(want), "[{table}] {kv}: {e}");

@@ -211,8 +211,12 @@ impl Trainer {
     pub async fn run(&mut self, stop: Arc<AtomicBool>) -> anyhow::Result<TrainerState> {
         let started = Instant::now();
         let wall0 = self.state.wall_secs;
-        if self.state.iteration == 0 && self.cfg.sft.is_some() && self.state.env_steps == 0 {
-            self.sft()?;
+        if self.cfg.sft.is_some() && !self.state.sft_done && self.state.iteration == 0 {
+            self.sft().await?;
+            // The behaviour-cloned policy is a checkpoint of its own (`iter-000000`): GRPO's
+            // gain is measured against it, and a resume does not clone again.
+            self.state.sft_done = true;
+            checkpoint::save(&self.run_dir, &self.policy, &self.opt, &self.state)?;
         }
         let total = self.cfg.run.iterations;
         let bar = self.progress.then(|| {
@@ -408,9 +412,15 @@ impl Trainer {
     /// Greedy success rate and mean reward on the held-out seeds.
     pub async fn evaluate(&mut self) -> anyhow::Result<(f64, f64)> {
         let e = &self.cfg.tasks.eval_seeds;
-        let jobs: Vec<Job> = (0..self.cfg.eval.episodes as u64)
+        let t = self.tasks.len() as u64;
+        let mut order: Vec<u64> = (0..self.cfg.eval.episodes as u64).collect();
+        // Task by task (switching an env to another task reloads its page); the same
+        // task/seed pairs as round-robin.
+        order.sort_by_key(|i| i % t);
+        let jobs: Vec<Job> = order
+            .into_iter()
             .map(|i| Job {
-                task: self.tasks[i as usize % self.tasks.len()].clone(),
+                task: self.tasks[(i % t) as usize].clone(),
                 seed: e.start + i % e.count.max(1),
                 group: None,
             })
@@ -429,11 +439,57 @@ impl Trainer {
         Ok((s, r))
     }
 
+    /// Record `n` oracle episodes per task on training seeds into `demos/` (kept if it
+    /// is already complete, so a restarted run does not record twice).
+    async fn record_demos(&mut self, n: usize) -> anyhow::Result<PathBuf> {
+        let dir = self.run_dir.join("demos");
+        let want = n * self.tasks.len();
+        if TrajectorySet::read(&dir).is_ok_and(|s| s.trajectories.len() >= want) {
+            return Ok(dir);
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        let tr = self.cfg.tasks.train_seeds;
+        let mut rng = rng_for(self.cfg.run.seed, 0, 11);
+        // Task by task: switching an env to another task reloads its page.
+        let jobs: Vec<Job> = (0..want)
+            .map(|i| Job {
+                task: self.tasks[i / n].clone(),
+                seed: rng.gen_range(tr.start..tr.end),
+                group: None,
+            })
+            .collect();
+        let mut writer = crate::rollout::store::TrajectoryWriter::open(&dir)?;
+        let mut oracle = crate::policy::oracle::OraclePolicy;
+        let mut failed = None;
+        let (recs, _) = self
+            .collector
+            .collect(&mut oracle, jobs, |_, rec| {
+                if let Err(e) = writer.append(rec) {
+                    failed.get_or_insert(e);
+                }
+            })
+            .await?;
+        if let Some(e) = failed {
+            return Err(e.context(format!("writing demonstrations to {}", dir.display())));
+        }
+        let ok = recs.iter().filter(|r| r.trajectory.outcome.status == EpisodeStatus::Success).count();
+        tracing::info!(
+            "recorded {} oracle demonstrations ({ok} successful) in {}",
+            recs.len(),
+            dir.display()
+        );
+        Ok(dir)
+    }
+
     /// Behaviour cloning on a recorded trajectory set (cross-entropy on the action
     /// tokens at temperature 1); metrics go to `sft.jsonl` in the run folder.
-    fn sft(&mut self) -> anyhow::Result<()> {
+    async fn sft(&mut self) -> anyhow::Result<()> {
         let sft = self.cfg.sft.clone().expect("sft configured");
-        let set = TrajectorySet::read(&sft.dir)?;
+        let dir = match (&sft.dir, sft.oracle_episodes) {
+            (Some(d), _) => d.clone(),
+            (None, n) => self.record_demos(n.unwrap_or(1)).await?,
+        };
+        let set = TrajectorySet::read(&dir)?;
         let mut samples = Vec::new();
         for st in &set.trajectories {
             let t = &st.trajectory;
@@ -454,7 +510,7 @@ impl Trainer {
             }
         }
         if samples.is_empty() {
-            bail!("sft.dir {} has no steps with frames to learn from", sft.dir.display());
+            bail!("{} has no steps with frames to learn from", dir.display());
         }
         let mut log = std::fs::File::create(self.run_dir.join("sft.jsonl"))?;
         let (temp, lr) = (self.policy.temperature, self.opt.lr());
