@@ -35,6 +35,10 @@ pub struct RunArgs {
     /// End an episode on an action that cannot be executed (status invalid_action).
     #[arg(long)]
     strict_actions: bool,
+    /// Sample a checkpoint policy's actions at this temperature instead of decoding
+    /// greedily (0, the default, is greedy).
+    #[arg(long, default_value_t = 0.0, value_name = "T")]
+    temperature: f64,
     /// Print one JSON object instead of text lines.
     #[arg(long)]
     json: bool,
@@ -45,7 +49,7 @@ pub struct RunArgs {
     browser: BrowserArgs,
 }
 
-fn make_policy(name: &str, task_id: &str, seed: u64) -> anyhow::Result<Box<dyn Policy>> {
+fn make_policy(name: &str, task_id: &str, seed: u64, temperature: f64) -> anyhow::Result<Box<dyn Policy>> {
     match name {
         "random" => Ok(Box::new(RandomPolicy::new(seed))),
         "oracle" => {
@@ -57,7 +61,11 @@ fn make_policy(name: &str, task_id: &str, seed: u64) -> anyhow::Result<Box<dyn P
         path if std::path::Path::new(path).join(crate::policy::vlm::CONFIG_FILE).is_file() => {
             let mut p =
                 crate::policy::vlm::VlmPolicy::load(std::path::Path::new(path), &candle_core::Device::Cpu)?;
-            p.greedy = true;
+            p.greedy = temperature == 0.0;
+            if temperature > 0.0 {
+                p.temperature = temperature;
+                p.set_seed(seed);
+            }
             Ok(Box::new(p))
         }
         other => {
@@ -75,7 +83,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         bail!("--max-steps must be at least 1");
     }
     let task = crate::tasks::load_task(&args.task)?;
-    let mut policy = make_policy(&args.policy, task.id(), args.seed)?;
+    if args.temperature < 0.0 || !args.temperature.is_finite() {
+        bail!("--temperature must be 0 (greedy) or positive, got {}", args.temperature);
+    }
+    let mut policy = make_policy(&args.policy, task.id(), args.seed, args.temperature)?;
     let cfg = EnvConfig {
         browser: args.browser.config(),
         max_steps: args.max_steps,
