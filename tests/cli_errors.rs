@@ -99,6 +99,10 @@ fn bad_arguments_are_explained() {
         &["no oracle for task miniwob/terminal"],
     );
     fails_with(&guirl(&["tasks", "--suite", "nope"]), &["invalid value 'nope'"]);
+    fails_with(
+        &guirl(&["run", "--task", "miniwob/click-test", "--temperature=-1"]),
+        &["--temperature must be 0 (greedy) or positive"],
+    );
 }
 
 #[test]
