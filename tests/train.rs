@@ -108,6 +108,10 @@ async fn sft_records_oracle_demos_and_checkpoints_the_cloned_policy() {
     let state: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(cloned.join("trainer.json")).unwrap()).unwrap();
     assert_eq!(state["sft_done"], true);
+    assert!(
+        state["wall_secs"].as_f64().unwrap() > 0.0,
+        "the SFT stage's time counts in the run's wall-clock"
+    );
     assert_ne!(
         weights(&cloned),
         weights(&dir.join("checkpoints/iter-000001")),

@@ -216,6 +216,7 @@ impl Trainer {
             // The behaviour-cloned policy is a checkpoint of its own (`iter-000000`): GRPO's
             // gain is measured against it, and a resume does not clone again.
             self.state.sft_done = true;
+            self.state.wall_secs = wall0 + started.elapsed().as_secs_f64();
             checkpoint::save(&self.run_dir, &self.policy, &self.opt, &self.state)?;
         }
         let total = self.cfg.run.iterations;
