@@ -398,7 +398,7 @@ impl Browser {
                 Err(e) => tracing::debug!("DevTools script failed ({e}); using WebDriver"),
             }
         }
-        self.guard(DOING, self.client.execute(script, args)).await
+        self.execute_webdriver(script, args).await
     }
 
     /// Run `script` over WebDriver only: it waits for a navigation in flight to finish.

@@ -9,10 +9,11 @@ use super::optim::{clip_grad_norm, AdamW};
 use super::{group_advantages, policy_loss, LossInputs};
 use crate::env::{EnvConfig, EpisodeStatus, GuiAction, ScreenState};
 use crate::policy::vlm::{VlmConfig, VlmPolicy};
-use crate::rollout::{Collector, Group, Job, Recorded, TrainingBatch, TrajectorySet};
+use crate::rollout::{Collector, Group, Job, Recorded, TrainingBatch, Trajectory, TrajectorySet};
 use crate::tasks::Task;
 use anyhow::{bail, Context};
 use candle_core::{Device, Tensor};
+use image::RgbImage;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -73,18 +74,23 @@ fn rng_for(seed: u64, iteration: u64, purpose: u64) -> ChaCha8Rng {
     ChaCha8Rng::seed_from_u64(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (iteration << 8) ^ purpose)
 }
 
-/// Rebuild the observation a step acted on from a recorded episode's frames.
-fn step_state(rec: &Recorded, i: usize) -> Option<ScreenState> {
-    let t = &rec.trajectory;
-    Some(ScreenState {
+/// The observation step `i` of trajectory `t` acted on, rebuilt from its screenshot
+/// (what the policy reads: task, instruction, frame, screenshot).
+fn recorded_state(t: &Trajectory, i: usize, screenshot: RgbImage) -> ScreenState {
+    ScreenState {
         task_id: t.task_id.clone(),
         instruction: t.instruction.clone(),
         url: String::new(),
         step: i as u32,
         frame: t.frame,
         elements: vec![],
-        screenshot: rec.frames.get(i)?.clone(),
-    })
+        screenshot,
+    }
+}
+
+/// Rebuild the observation a step acted on from a recorded episode's frames.
+fn step_state(rec: &Recorded, i: usize) -> Option<ScreenState> {
+    Some(recorded_state(&rec.trajectory, i, rec.frames.get(i)?.clone()))
 }
 
 /// Group recorded episodes by their group id, in order of first appearance.
@@ -486,9 +492,11 @@ impl Trainer {
     /// tokens at temperature 1); metrics go to `sft.jsonl` in the run folder.
     async fn sft(&mut self) -> anyhow::Result<()> {
         let sft = self.cfg.sft.clone().expect("sft configured");
+        // Validation guarantees exactly one of the two.
         let dir = match (&sft.dir, sft.oracle_episodes) {
             (Some(d), _) => d.clone(),
-            (None, n) => self.record_demos(n.unwrap_or(1)).await?,
+            (None, Some(n)) => self.record_demos(n).await?,
+            (None, None) => bail!("[sft] needs sft.dir or sft.oracle_episodes"),
         };
         let set = TrajectorySet::read(&dir)?;
         let mut samples = Vec::new();
@@ -498,16 +506,7 @@ impl Trainer {
                 let (Some(frame), Ok(action)) = (&step.frame, GuiAction::parse(&step.action)) else {
                     continue;
                 };
-                let state = ScreenState {
-                    task_id: t.task_id.clone(),
-                    instruction: t.instruction.clone(),
-                    url: String::new(),
-                    step: i as u32,
-                    frame: t.frame,
-                    elements: vec![],
-                    screenshot: set.load_frame(frame)?,
-                };
-                samples.push((state, action));
+                samples.push((recorded_state(t, i, set.load_frame(frame)?), action));
             }
         }
         if samples.is_empty() {
