@@ -154,6 +154,9 @@ pub struct ModelConfig {
     /// Vertical coordinate bins.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub y_bins: Option<usize>,
+    /// Score coordinates with the pointer head (default: on in every preset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pointer: Option<bool>,
     /// Weights to start from (safetensors), e.g. an SFT checkpoint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub init: Option<PathBuf>,

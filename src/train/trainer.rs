@@ -64,6 +64,9 @@ pub fn model_config(cfg: &TrainConfig) -> anyhow::Result<VlmConfig> {
     if let Some(b) = m.y_bins {
         v.actions.y_bins = b;
     }
+    if let Some(p) = m.pointer {
+        v.pointer = p;
+    }
     v.validate().context("invalid [model] settings")?;
     Ok(v)
 }

@@ -37,6 +37,11 @@ pub struct VlmConfig {
     pub max_instruction_bytes: usize,
     /// What the decoder may write.
     pub actions: ActionSpaceConfig,
+    /// Score coordinate tokens with the pointer head (a query against a key grid over the
+    /// screenshot, see `pointer.rs`) on top of the linear head. Absent in configs written
+    /// before it existed, which load as `false`.
+    #[serde(default)]
+    pub pointer: bool,
 }
 
 /// The action space: which kinds of action the policy may write, and how finely.
@@ -102,6 +107,7 @@ impl VlmConfig {
                 max_action_tokens: 12,
                 ..Default::default()
             },
+            pointer: true,
         }
     }
 
@@ -123,6 +129,7 @@ impl VlmConfig {
             decoder_layers: 2,
             max_instruction_bytes: 64,
             actions: ActionSpaceConfig::default(),
+            pointer: true,
         }
     }
 
@@ -147,6 +154,7 @@ impl VlmConfig {
                 max_action_tokens: 40,
                 ..Default::default()
             },
+            pointer: true,
         }
     }
 
@@ -294,6 +302,15 @@ mod tests {
             assert_eq!(VlmConfig::from_toml_str(&toml).unwrap(), cfg);
         }
         assert_eq!(VlmConfig::small().image_tokens(), 108);
+    }
+
+    #[test]
+    fn a_config_written_before_the_pointer_head_loads_without_it() {
+        let mut json: serde_json::Value = serde_json::to_value(VlmConfig::tiny()).unwrap();
+        json.as_object_mut().unwrap().remove("pointer");
+        let cfg = VlmConfig::from_json_str(&json.to_string()).unwrap();
+        assert!(!cfg.pointer);
+        assert!(VlmConfig::tiny().pointer && VlmConfig::small().pointer && VlmConfig::base().pointer);
     }
 
     #[test]

@@ -21,6 +21,7 @@ pub mod fused;
 mod init;
 pub mod inputs;
 pub mod model;
+mod pointer;
 pub mod speed;
 #[cfg(test)]
 mod tests;
@@ -157,7 +158,7 @@ impl VlmPolicy {
         let (enc, act) = (&batch.encoder, &batch.actions);
         let mem = self.model.encode(&enc.images, &enc.text, &enc.key_mask)?;
         let hidden = self.model.decode(&mem, &act.inputs)?;
-        let z = ((self.model.logits(&hidden)? / self.temperature)? + &act.grammar_mask)?;
+        let z = ((self.model.logits(&hidden, &mem, &act.inputs)? / self.temperature)? + &act.grammar_mask)?;
         let lsm = candle_nn::ops::log_softmax(&z, D::Minus1)?;
         let logp = lsm.gather(&act.targets.unsqueeze(2)?, 2)?.squeeze(2)?;
         let entropy = (lsm.exp()? * &lsm)?.sum(D::Minus1)?.neg()?;
@@ -307,7 +308,12 @@ impl Policy for VlmPolicy {
             }
             let input = Tensor::from_vec(input, (b, t + 1), &self.device)?;
             let last = self.model.decode(&mem, &input)?.narrow(1, t, 1)?;
-            let logits = self.model.logits(&last)?.squeeze(1)?.to_dtype(DType::F32)?.to_vec2::<f32>()?;
+            let logits = self
+                .model
+                .logits(&last, &mem, &input.narrow(1, t, 1)?)?
+                .squeeze(1)?
+                .to_dtype(DType::F32)?
+                .to_vec2::<f32>()?;
             for i in 0..b {
                 if grammars[i].is_complete() {
                     continue;

@@ -18,9 +18,10 @@ use candle_nn::{Init, VarBuilder};
 
 use super::config::VlmConfig;
 use super::fused;
+use super::pointer::PointerHead;
 
 /// Standard deviation of every weight at init (GPT-2 style).
-const INIT_STD: f64 = 0.02;
+pub(super) const INIT_STD: f64 = 0.02;
 /// Additive mask value for blocked attention keys and disallowed tokens: finite, so that
 /// `0 · mask` and `p · log p` stay 0 rather than NaN.
 pub const NEG: f32 = -1e9;
@@ -33,7 +34,7 @@ pub struct Linear {
 }
 
 /// A linear layer with a N(0, `std`) weight [d_out, d_in] and a zero bias.
-fn linear(vb: VarBuilder, d_in: usize, d_out: usize, bias: bool, std: f64) -> Result<Linear> {
+pub(super) fn linear(vb: VarBuilder, d_in: usize, d_out: usize, bias: bool, std: f64) -> Result<Linear> {
     let weight = vb.get_with_hints((d_out, d_in), "weight", Init::Randn { mean: 0.0, stdev: std })?;
     let bias = if bias { Some(vb.get_with_hints(d_out, "bias", Init::Const(0.0))?) } else { None };
     Ok(Linear { weight, bias })
@@ -282,16 +283,18 @@ impl VisionStem {
     }
 }
 
-impl Module for VisionStem {
-    /// `images` [B, H, W, 3] (normalised RGB) → [B, grid_h·grid_w, d_model].
-    fn forward(&self, images: &Tensor) -> Result<Tensor> {
+impl VisionStem {
+    /// `images` [B, H, W, 3] (normalised RGB) → image tokens [B, grid_h·grid_w, d_model]
+    /// and the first layer's cells [B, (H/p)·(W/p), stem_channels] (for the pointer head).
+    pub fn forward(&self, images: &Tensor) -> Result<(Tensor, Tensor)> {
         let (b, h, w, _) = images.dims4()?;
         let coords = self.coords.broadcast_as((b, h, w, 2))?;
         let images = Tensor::cat(&[images, &coords], 3)?;
-        let x = fused::gelu(&self.patch.forward(&patchify(&images, self.p)?)?)?;
-        let x = self.merge.forward(&patchify(&x, self.m)?)?;
+        let cells = fused::gelu(&self.patch.forward(&patchify(&images, self.p)?)?)?;
+        let x = self.merge.forward(&patchify(&cells, self.m)?)?;
         let (b, gh, gw, d) = x.dims4()?;
-        add_positions(&x.reshape((b, gh * gw, d))?, &self.pos)
+        let (_, ch, cw, c) = cells.dims4()?;
+        Ok((add_positions(&x.reshape((b, gh * gw, d))?, &self.pos)?, cells.reshape((b, ch * cw, c))?))
     }
 }
 
@@ -303,6 +306,8 @@ pub struct Memory {
     pub kv: Vec<(Tensor, Tensor)>,
     /// [B, 1, 1, N]: 0 for real tokens, [`NEG`] for instruction padding.
     pub mask: Tensor,
+    /// The pointer head's key grid [B, d, y_bins·x_bins], when the model has one.
+    pub pointer_keys: Option<Tensor>,
 }
 
 /// The whole network. See the module docs.
@@ -318,6 +323,7 @@ pub struct VlmModel {
     decoder: Vec<DecoderLayer>,
     dec_ln: LayerNorm,
     head: Linear,
+    pointer: Option<PointerHead>,
 }
 
 impl VlmModel {
@@ -343,13 +349,15 @@ impl VlmModel {
                 .collect::<Result<_>>()?,
             dec_ln: LayerNorm::new(d, vdec.pp("ln_f"))?,
             head: linear(vdec.pp("head"), d, vocab, true, INIT_STD)?,
+            pointer: if cfg.pointer { Some(PointerHead::new(cfg, vocab, vdec.pp("pointer"))?) } else { None },
         })
     }
 
     /// Encode screenshots `images` [B, H, W, 3] and instruction bytes `text` [B, L] (u32)
     /// with `key_mask` [B, 1, 1, image_tokens + L].
     pub fn encode(&self, images: &Tensor, text: &Tensor, key_mask: &Tensor) -> Result<Memory> {
-        let img = self.stem.forward(images)?;
+        let (img, cells) = self.stem.forward(images)?;
+        let n_img = img.dim(1)?;
         let (b, l) = text.dims2()?;
         let d = self.text_emb.dim(1)?;
         let txt = self.text_emb.index_select(&text.flatten_all()?, 0)?.reshape((b, l, d))?;
@@ -360,7 +368,11 @@ impl VlmModel {
         }
         let mem = self.enc_ln.forward(&x)?;
         let kv = self.decoder.iter().map(|l| l.cross.kv(&mem)).collect::<Result<_>>()?;
-        Ok(Memory { kv, mask: key_mask.clone() })
+        let pointer_keys = match &self.pointer {
+            Some(p) => Some(p.keys(&mem.narrow(1, 0, n_img)?, &cells)?),
+            None => None,
+        };
+        Ok(Memory { kv, mask: key_mask.clone(), pointer_keys })
     }
 
     /// Decoder hidden states [B, T, d] for input tokens `tokens` [B, T] (u32; BOS first).
@@ -377,8 +389,13 @@ impl VlmModel {
         self.dec_ln.forward(&x)
     }
 
-    /// Output logits [.., vocab] from decoder hidden states [.., d].
-    pub fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
-        self.head.forward(hidden)
+    /// Output logits [B, T, vocab] from decoder hidden states `hidden` [B, T, d] whose input
+    /// tokens were `inputs` [B, T] (the pointer head needs the x token a y token follows).
+    pub fn logits(&self, hidden: &Tensor, mem: &Memory, inputs: &Tensor) -> Result<Tensor> {
+        let out = self.head.forward(hidden)?;
+        match (&self.pointer, &mem.pointer_keys) {
+            (Some(p), Some(keys)) => out + p.logits(hidden, keys, inputs)?,
+            _ => Ok(out),
+        }
     }
 }

@@ -29,6 +29,8 @@ pub const BOS: u32 = 0;
 pub const END: u32 = 1;
 const KIND0: u32 = 2;
 const N_KINDS: u32 = GuiAction::KINDS.len() as u32;
+/// The first x-coordinate token; the `x_bins` x tokens are followed by the `y_bins` y tokens.
+pub const X0: u32 = KIND0 + N_KINDS;
 const FIRST_BYTE: u8 = 0x20;
 const N_BYTES: u32 = 95;
 const SCROLL_DIRS: [&str; 4] = ["up", "down", "left", "right"];
@@ -93,7 +95,7 @@ impl ActionVocab {
         for (i, k) in GuiAction::KINDS.iter().enumerate() {
             enabled[i] = cfg.kinds.iter().any(|c| c == k);
         }
-        let x0 = KIND0 + N_KINDS;
+        let x0 = X0;
         let y0 = x0 + cfg.x_bins as u32;
         let byte0 = y0 + cfg.y_bins as u32;
         let key0 = byte0 + N_BYTES;
