@@ -90,10 +90,19 @@ pub fn main() -> ExitCode {
         .init();
     let result = match cli.command {
         Command::Tasks { suite } => list_tasks(suite.as_deref()),
-        Command::Run(args) => runtime().block_on(run::run(args)),
-        Command::BenchEnv(args) => runtime().block_on(run::bench_env(args)),
+        Command::Run(args) => runtime().block_on(async {
+            watch_signals(None);
+            run::run(args).await
+        }),
+        Command::BenchEnv(args) => runtime().block_on(async {
+            watch_signals(None);
+            run::bench_env(args).await
+        }),
         Command::Train(args) => runtime().block_on(train::train(args)),
-        Command::Replay(args) => match runtime().block_on(replay::replay(args)) {
+        Command::Replay(args) => match runtime().block_on(async {
+            watch_signals(None);
+            replay::replay(args).await
+        }) {
             Ok(true) => Ok(()),
             Ok(false) => return ExitCode::from(1),
             Err(e) => Err(e),
@@ -107,6 +116,37 @@ pub fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// Ctrl-C and SIGTERM. With `graceful` (training), the first signal raises that flag (the
+/// trainer finishes the iteration, saves a checkpoint and closes its browsers); otherwise,
+/// or at a second signal, kill the browsers this process started and exit at once
+/// (status 130 / 143), since destructors do not run on `exit`. Call inside the runtime.
+pub(crate) fn watch_signals(graceful: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate()))
+    else {
+        tracing::warn!("cannot watch for Ctrl-C / SIGTERM: browsers may outlive an interrupted run");
+        return;
+    };
+    tokio::spawn(async move {
+        let mut graceful = graceful;
+        loop {
+            let code = tokio::select! {
+                _ = int.recv() => 130,
+                _ = term.recv() => 143,
+            };
+            if let Some(flag) = graceful.take() {
+                eprintln!(
+                    "guirl: stopping after this iteration (a checkpoint will be saved); signal again to stop now"
+                );
+                flag.store(true, std::sync::atomic::Ordering::SeqCst);
+                continue;
+            }
+            crate::env::profiles::kill_all_started();
+            std::process::exit(code);
+        }
+    });
 }
 
 fn runtime() -> tokio::runtime::Runtime {

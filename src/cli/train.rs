@@ -3,7 +3,7 @@
 use crate::train::trainer::{run_dir, Trainer};
 use crate::train::TrainConfig;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 /// Arguments of `guirl train`.
@@ -25,15 +25,9 @@ pub async fn train(args: TrainArgs) -> anyhow::Result<()> {
     let dir = run_dir(&cfg, args.out.as_deref());
     let mut trainer = Trainer::new(cfg, dir.clone(), args.resume)?;
     trainer.progress = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    // Ctrl-C: finish the iteration, save a checkpoint, exit.
+    // Ctrl-C / SIGTERM: finish the iteration, save a checkpoint, exit.
     let stop = Arc::new(AtomicBool::new(false));
-    let flag = stop.clone();
-    tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            eprintln!("guirl: stopping after this iteration (a checkpoint will be saved)");
-            flag.store(true, Ordering::SeqCst);
-        }
-    });
+    super::watch_signals(Some(stop.clone()));
     let state = trainer.run(stop).await?;
     let best = state.best_eval.as_ref().filter(|(s, _)| *s >= 0.0);
     println!(

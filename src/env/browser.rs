@@ -198,6 +198,7 @@ impl Browser {
         let (url, driver, chromium) = match &cfg.webdriver_url {
             Some(u) => (u.clone(), None, remote_chromium(cfg, u)),
             None => {
+                super::profiles::sweep_stale();
                 let driver_bin = cfg.chromedriver_path()?;
                 let chromium = cfg.chromium_path()?;
                 let port = free_port().map_err(|e| EnvError::Setup(format!("no free port: {e}")))?;
@@ -228,9 +229,13 @@ impl Browser {
             }
         };
         let profile = tempfile::Builder::new()
-            .prefix("guirl-chromium-")
+            .prefix(super::profiles::PREFIX)
             .tempdir()
             .map_err(|e| EnvError::Setup(format!("cannot create a browser profile folder: {e}")))?;
+        if driver.is_some() {
+            super::profiles::register(profile.path())
+                .map_err(|e| EnvError::Setup(format!("cannot write into the browser profile folder: {e}")))?;
+        }
         let mut args: Vec<String> = CHROMIUM_FLAGS.iter().map(|s| s.to_string()).collect();
         if !cfg.headful {
             args.push("--headless".into());
@@ -536,16 +541,11 @@ impl Drop for Browser {
     fn drop(&mut self) {
         // Not closed cleanly (a crash, a hang): chromedriver dies with its handle, but the
         // browser it started may not. Kill what runs with our profile folder.
-        if self.driver.is_some() {
-            if let Some(dir) = self.profile_dir() {
-                let _ = std::process::Command::new("pkill")
-                    .arg("-9")
-                    .arg("-f")
-                    .arg(format!("user-data-dir={}", dir.display()))
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .status();
+        if let Some(dir) = self.profile_dir() {
+            if self.driver.is_some() {
+                super::profiles::kill_browser(dir);
             }
+            super::profiles::unregister(dir);
         }
     }
 }

@@ -6,6 +6,7 @@ pub mod browser;
 pub mod devtools;
 pub mod gui_env;
 pub mod observation;
+pub mod profiles;
 pub mod server;
 
 pub use action::{GuiAction, KeyCombo, Modifier, ParseActionError};

@@ -1,0 +1,99 @@
+//! A `guirl` process stopped by a signal leaves no browser behind: SIGTERM kills its
+//! browsers before it exits, and after a SIGKILL the next guirl process removes them.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Start `guirl run` with a long random-policy job on `envs` browsers.
+fn long_run(envs: &str) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_guirl"))
+        .args(["run", "--task", "miniwob/click-test", "--policy", "random", "--episodes", "100000"])
+        .args(["--envs", envs])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("running guirl")
+}
+
+/// Profile folders owned by process `pid`.
+fn profiles_of(pid: u32) -> Vec<PathBuf> {
+    std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|d| {
+            d.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("guirl-chromium-"))
+                && std::fs::read_to_string(d.join("guirl.owner")).is_ok_and(|s| s.trim() == pid.to_string())
+        })
+        .collect()
+}
+
+/// Whether any process runs with profile `dir`.
+fn browser_running(dir: &Path) -> bool {
+    Command::new("pgrep")
+        .arg("-f")
+        .arg(format!("user-data-dir={}", dir.display()))
+        .stdout(Stdio::null())
+        .status()
+        .unwrap()
+        .success()
+}
+
+/// Wait until `child` has `n` browsers running, and return their profiles.
+fn wait_for_browsers(child: &Child, n: usize) -> Vec<PathBuf> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let dirs = profiles_of(child.id());
+        if dirs.len() == n && dirs.iter().all(|d| browser_running(d)) {
+            return dirs;
+        }
+        assert!(Instant::now() < deadline, "guirl did not start {n} browsers in 60 s");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Poll until `cond` holds (up to 10 s).
+fn eventually(cond: impl Fn() -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    cond()
+}
+
+#[test]
+fn sigterm_kills_the_browsers_before_exiting() {
+    let mut child = long_run("2");
+    let dirs = wait_for_browsers(&child, 2);
+    std::thread::sleep(Duration::from_millis(500));
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(143), "exit status after SIGTERM: {status}");
+    for d in &dirs {
+        assert!(eventually(|| !browser_running(d)), "a browser of {} outlived guirl", d.display());
+        assert!(!d.exists(), "profile {} left behind", d.display());
+    }
+}
+
+#[test]
+fn the_next_run_removes_what_a_killed_run_left() {
+    let mut child = long_run("1");
+    let dirs = wait_for_browsers(&child, 1);
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    child.wait().unwrap();
+    // SIGKILL runs no handler: the browser is orphaned, its profile stays.
+    assert!(dirs.iter().all(|d| d.exists()));
+    let out = Command::new(env!("CARGO_BIN_EXE_guirl"))
+        .args(["run", "--task", "miniwob/click-test", "--policy", "random", "--episodes", "1"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for d in &dirs {
+        assert!(eventually(|| !browser_running(d)), "the orphaned browser of {} still runs", d.display());
+        assert!(!d.exists(), "profile {} left behind", d.display());
+    }
+}
