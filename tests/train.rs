@@ -98,6 +98,12 @@ async fn sft_records_oracle_demos_and_checkpoints_the_cloned_policy() {
     cfg.tasks.ids = vec!["miniwob/click-test".into()];
     cfg.checkpoint.interval = 1;
     cfg.sft = Some(toml::from_str("oracle_episodes = 4\nepochs = 2\nlr = 1e-3").unwrap());
+    // Stopped (Ctrl-C) before the first SFT epoch: nothing is checkpointed, and the next
+    // start records nothing again and clones from the start.
+    let mut stopped = Trainer::new(cfg.clone(), dir.clone(), false).unwrap();
+    let state = stopped.run(Arc::new(AtomicBool::new(true))).await.unwrap();
+    assert!(!state.sft_done && state.iteration == 0);
+    assert!(!dir.join("checkpoints").exists() || guirl::train::checkpoint::latest(&dir).unwrap().is_none());
     train(cfg.clone(), &dir, false).await;
     let demos = guirl::rollout::TrajectorySet::read(&dir.join("demos")).unwrap();
     assert_eq!(demos.trajectories.len(), 4);

@@ -138,12 +138,13 @@ pub(crate) fn watch_signals(graceful: Option<std::sync::Arc<std::sync::atomic::A
             };
             if let Some(flag) = graceful.take() {
                 eprintln!(
-                    "guirl: stopping after this iteration (a checkpoint will be saved); signal again to stop now"
+                    "guirl: stopping after this iteration or SFT epoch (a checkpoint will be saved); signal again to stop now"
                 );
                 flag.store(true, std::sync::atomic::Ordering::SeqCst);
                 continue;
             }
             crate::env::profiles::kill_all_started();
+            eprintln!("guirl: interrupted; the browsers it started are closed");
             std::process::exit(code);
         }
     });

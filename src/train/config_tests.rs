@@ -168,3 +168,22 @@ fn load_names_the_file() {
     let e = format!("{:#}", TrainConfig::load(&dir.path().join("nope.toml")).unwrap_err());
     assert!(e.contains("cannot read train config") && e.contains("nope.toml"), "{e}");
 }
+
+#[test]
+fn every_shipped_recipe_parses_and_validates() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("configs");
+    let mut n = 0;
+    for e in std::fs::read_dir(&dir).unwrap().flatten() {
+        if e.path().extension().is_some_and(|x| x == "toml") {
+            let text = std::fs::read_to_string(e.path()).unwrap();
+            let mut c =
+                TrainConfig::parse(&text).unwrap_or_else(|err| panic!("{}: {err:#}", e.path().display()));
+            c.resolve();
+            c.validate().unwrap_or_else(|err| panic!("{}: {err:#}", e.path().display()));
+            crate::train::trainer::model_config(&c)
+                .unwrap_or_else(|err| panic!("{}: {err:#}", e.path().display()));
+            n += 1;
+        }
+    }
+    assert!(n >= 3, "found {n} recipes in {}", dir.display());
+}

@@ -221,7 +221,11 @@ impl Trainer {
         let started = Instant::now();
         let wall0 = self.state.wall_secs;
         if self.cfg.sft.is_some() && !self.state.sft_done && self.state.iteration == 0 {
-            self.sft().await?;
+            if !self.sft(&stop).await? {
+                tracing::warn!("stopped during behaviour cloning: nothing saved; a restart clones again");
+                self.collector.close().await;
+                return Ok(self.state.clone());
+            }
             // The behaviour-cloned policy is a checkpoint of its own (`iter-000000`): GRPO's
             // gain is measured against it, and a resume does not clone again.
             self.state.sft_done = true;
@@ -492,8 +496,9 @@ impl Trainer {
     }
 
     /// Behaviour cloning on a recorded trajectory set (cross-entropy on the action
-    /// tokens at temperature 1); metrics go to `sft.jsonl` in the run folder.
-    async fn sft(&mut self) -> anyhow::Result<()> {
+    /// tokens at temperature 1); metrics go to `sft.jsonl` in the run folder. Returns
+    /// false when `stop` was raised (checked between epochs).
+    async fn sft(&mut self, stop: &AtomicBool) -> anyhow::Result<bool> {
         let sft = self.cfg.sft.clone().expect("sft configured");
         // Validation guarantees exactly one of the two.
         let dir = match (&sft.dir, sft.oracle_episodes) {
@@ -520,6 +525,11 @@ impl Trainer {
         self.policy.temperature = 1.0;
         self.opt.set_lr(sft.lr);
         for epoch in 0..sft.epochs {
+            if stop.load(Ordering::SeqCst) {
+                self.policy.temperature = temp;
+                self.opt.set_lr(lr);
+                return Ok(false);
+            }
             let mut order: Vec<usize> = (0..samples.len()).collect();
             order.shuffle(&mut rng_for(self.cfg.run.seed, epoch as u64, 7));
             let (mut total, mut count) = (0.0, 0);
@@ -544,7 +554,7 @@ impl Trainer {
         }
         self.policy.temperature = temp;
         self.opt.set_lr(lr);
-        Ok(())
+        Ok(true)
     }
 }
 
