@@ -218,6 +218,9 @@ impl Browser {
                     .stdout(Stdio::null())
                     .stderr(Stdio::null())
                     .kill_on_drop(true)
+                    // Its own process group: a Ctrl-C in the terminal goes to guirl alone, which
+                    // finishes the iteration and closes its browsers itself (see `profiles`).
+                    .process_group(0)
                     .spawn()
                     .map_err(|e| {
                         EnvError::Setup(format!(
