@@ -12,6 +12,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod loss;
 pub mod metrics;
+pub mod model;
 pub mod optim;
 pub mod plots;
 pub mod trainer;
