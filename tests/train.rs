@@ -161,11 +161,52 @@ interval = 0
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let mut t = Trainer::new(cfg, dir.path().to_path_buf(), false).unwrap();
-    let (before, _) = t.evaluate().await.unwrap();
     t.run(Arc::new(AtomicBool::new(false))).await.unwrap();
     let metrics = std::fs::read_to_string(dir.path().join("metrics.jsonl")).unwrap();
-    let last: serde_json::Value = serde_json::from_str(metrics.lines().last().unwrap()).unwrap();
-    let after = last["eval_success"].as_f64().expect("an evaluation at the last iteration");
+    let lines: Vec<serde_json::Value> = metrics.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    // The trainer evaluates the starting policy first (iteration 0), then at iteration 10.
+    assert_eq!(lines.len(), 11, "a baseline line and one line per iteration");
+    assert_eq!(lines[0]["iteration"], 0);
+    let before = lines[0]["eval_success"].as_f64().expect("an evaluation of the starting policy");
+    let after = lines[10]["eval_success"].as_f64().expect("an evaluation at the last iteration");
     assert!(before < 0.5, "the untrained policy already succeeds {before}");
     assert!(after >= 0.8 && after > before + 0.3, "held-out success {before} -> {after}");
+}
+
+/// `[model] init` starts from a saved policy's weights; a missing path or another
+/// architecture is an error that says what to give instead.
+#[test]
+fn model_init_starts_from_a_checkpoint_folder() {
+    use guirl::policy::vlm::{VlmConfig, VlmPolicy};
+    let dev = candle_core::Device::Cpu;
+    let dir = tempfile::tempdir().unwrap();
+    let saved = dir.path().join("start");
+    let start = VlmPolicy::new(VlmConfig::tiny(), &dev, 7).unwrap();
+    start.save(&saved).unwrap();
+    let weights = |p: &VlmPolicy| -> Vec<f32> {
+        let (_, v) = p.named_vars().into_iter().find(|(n, _)| n.contains("text_pos")).unwrap();
+        v.as_tensor().flatten_all().unwrap().to_vec1().unwrap()
+    };
+    let with_init = |init: &Path, extra: &str| {
+        let mut text = config(1).to_toml().unwrap();
+        text =
+            text.replace("[model]\n", &format!("[model]\ninit = {:?}\n{extra}", init.display().to_string()));
+        TrainConfig::parse(&text).unwrap()
+    };
+    let t = Trainer::new(with_init(&saved, ""), dir.path().join("run"), false).unwrap();
+    assert_eq!(weights(t.policy()), weights(&start), "the run starts from the saved weights");
+    let fresh = Trainer::new(config(1), dir.path().join("fresh"), false).unwrap();
+    assert_ne!(weights(fresh.policy()), weights(&start), "without init the weights differ");
+
+    let err = Trainer::new(with_init(&dir.path().join("nope"), ""), dir.path().join("r2"), false)
+        .err()
+        .expect("a missing init is an error");
+    assert!(
+        format!("{err:#}").contains("model.init") && format!("{err:#}").contains("does not exist"),
+        "{err:#}"
+    );
+    let err = Trainer::new(with_init(&saved, "x_bins = 12\n"), dir.path().join("r3"), false)
+        .err()
+        .expect("another architecture is an error");
+    assert!(format!("{err:#}").contains("another architecture"), "{err:#}");
 }

@@ -427,6 +427,7 @@ impl TrainConfig {
             ("heads", m.heads),
             ("patch_size", m.patch_size),
             ("image_size", m.image_size),
+            ("max_instruction_bytes", m.max_instruction_bytes),
             ("x_bins", m.x_bins),
             ("y_bins", m.y_bins),
         ] {

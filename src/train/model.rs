@@ -38,6 +38,9 @@ pub struct ModelConfig {
     /// Side of the (resized) screenshot the model sees, pixels.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_size: Option<usize>,
+    /// Instruction bytes the policy reads (longer instructions are cut).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_instruction_bytes: Option<usize>,
     /// Action kinds the policy may write (text-form names: `click`, `type`, `key`, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kinds: Option<Vec<String>>,
@@ -50,7 +53,9 @@ pub struct ModelConfig {
     /// Score coordinates with the pointer head (default: on in every preset).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pointer: Option<bool>,
-    /// Weights to start from (safetensors), e.g. an SFT checkpoint.
+    /// Weights to start from: a checkpoint folder (e.g. a cloned policy's
+    /// `checkpoints/iter-000000`; its architecture must be the one `[model]` describes)
+    /// or a safetensors file. A resumed run starts from its own checkpoint instead.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub init: Option<PathBuf>,
 }

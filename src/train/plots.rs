@@ -182,6 +182,12 @@ pub fn write_plots(metrics: &[IterationMetrics], dir: &Path) -> anyhow::Result<V
     write_plots_with(metrics, dir, font().is_some())
 }
 
+/// Whether a metrics line comes from a training iteration (iteration 0 holds only the
+/// starting policy's evaluation).
+fn train(m: &IterationMetrics) -> bool {
+    m.iteration > 0
+}
+
 /// Read `<run>/metrics.jsonl` and draw `<run>/plots/`.
 pub fn plot_run(run_dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     let ms = read_metrics(&run_dir.join("metrics.jsonl"))?;
@@ -191,8 +197,9 @@ pub fn plot_run(run_dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
 fn write_plots_with(ms: &[IterationMetrics], dir: &Path, text: bool) -> anyhow::Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir).map_err(|e| anyhow!("cannot create {}: {e}", dir.display()))?;
     let steps = "environment steps";
-    let at_steps =
-        |f: fn(&IterationMetrics) -> f64| move |m: &IterationMetrics| Some((m.env_steps as f64, f(m)));
+    let at_steps = |f: fn(&IterationMetrics) -> f64| {
+        move |m: &IterationMetrics| train(m).then(|| (m.env_steps as f64, f(m)))
+    };
     let eval_at = |m: &IterationMetrics| m.eval_success.map(|s| (m.env_steps as f64, s));
     let plots: Vec<(&str, &str, &str, &str, Vec<Line>)> = vec![
         (
@@ -222,7 +229,7 @@ fn write_plots_with(ms: &[IterationMetrics], dir: &Path, text: bool) -> anyhow::
             "wall-clock minutes",
             "success rate",
             vec![
-                line("train", BLUE_, ms, |m| Some((m.wall_secs / 60.0, m.success_rate))),
+                line("train", BLUE_, ms, |m| train(m).then(|| (m.wall_secs / 60.0, m.success_rate))),
                 line("eval (held-out seeds)", GREEN_, ms, |m| {
                     m.eval_success.map(|s| (m.wall_secs / 60.0, s))
                 }),
@@ -271,15 +278,18 @@ fn write_plots_with(ms: &[IterationMetrics], dir: &Path, text: bool) -> anyhow::
 mod tests {
     use super::*;
 
-    /// A synthetic run: success climbing from 0 to ~0.9 with noise, eval every 5 iterations.
+    /// A synthetic run: the starting policy's evaluation (iteration 0), then success
+    /// climbing from 0 to ~0.9 with noise, eval every 5 iterations.
     fn synthetic(n: u64) -> Vec<IterationMetrics> {
-        (0..n)
-            .map(|i| {
+        let baseline =
+            IterationMetrics { eval_success: Some(0.02), eval_reward: Some(-0.5), ..Default::default() };
+        std::iter::once(baseline)
+            .chain((0..n).map(|i| {
                 let t = i as f64 / n as f64;
                 let wobble = ((i * 7919) % 13) as f64 / 13.0 - 0.5;
                 let success = (0.9 / (1.0 + (-10.0 * (t - 0.4)).exp()) + 0.05 * wobble).clamp(0.0, 1.0);
                 IterationMetrics {
-                    iteration: i,
+                    iteration: i + 1,
                     env_steps: 640 * (i + 1),
                     reward_mean: success,
                     baseline_mean: success - 0.02,
@@ -293,7 +303,7 @@ mod tests {
                     wall_secs: 12.5 * (i + 1) as f64,
                     ..Default::default()
                 }
-            })
+            }))
             .collect()
     }
 

@@ -4,7 +4,7 @@
 
 use super::checkpoint::{self, TrainerState};
 use super::config::{ModelPreset, TrainConfig};
-use super::metrics::{mean_loss_stats, IterationMetrics, MetricsWriter};
+use super::metrics::{mean_loss_stats, read_metrics, IterationMetrics, MetricsWriter};
 use super::optim::{clip_grad_norm, AdamW};
 use super::{group_advantages, policy_loss, LossInputs};
 use crate::env::{EnvConfig, EpisodeStatus, GuiAction, ScreenState};
@@ -55,6 +55,9 @@ pub fn model_config(cfg: &TrainConfig) -> anyhow::Result<VlmConfig> {
         v.image_width = s;
         v.image_height = s;
     }
+    if let Some(b) = m.max_instruction_bytes {
+        v.max_instruction_bytes = b;
+    }
     if let Some(k) = &m.kinds {
         v.actions.kinds = k.clone();
     }
@@ -69,6 +72,43 @@ pub fn model_config(cfg: &TrainConfig) -> anyhow::Result<VlmConfig> {
     }
     v.validate().context("invalid [model] settings")?;
     Ok(v)
+}
+
+/// `[model] init`: load a checkpoint folder's (or a safetensors file's) weights into
+/// the freshly built `policy`, whose architecture `[model]` describes.
+fn start_from(
+    policy: &VlmPolicy,
+    init: &std::path::Path,
+    device: &candle_core::Device,
+) -> anyhow::Result<()> {
+    use crate::policy::vlm::{CONFIG_FILE, WEIGHTS_FILE};
+    let weights = if init.is_dir() {
+        let cfg_path = init.join(CONFIG_FILE);
+        if cfg_path.is_file() {
+            let theirs = VlmConfig::from_file(&cfg_path)?;
+            if theirs != *policy.config() {
+                bail!(
+                    "model.init: {} holds a policy with another architecture than [model] describes \
+                     ({}: {theirs:?}; [model]: {:?}); give [model] the settings of the run that wrote it",
+                    init.display(),
+                    cfg_path.display(),
+                    policy.config()
+                );
+            }
+        }
+        init.join(WEIGHTS_FILE)
+    } else {
+        init.to_path_buf()
+    };
+    if !weights.is_file() {
+        bail!(
+            "model.init: {} does not exist (expected a checkpoint folder such as runs/NAME/checkpoints/iter-000000, or a .safetensors file)",
+            weights.display()
+        );
+    }
+    policy
+        .load_weights(&weights, device)
+        .with_context(|| format!("model.init: cannot start from {}", init.display()))
 }
 
 /// Deterministic per-(seed, iteration, purpose) generator, so a resumed run draws exactly
@@ -168,7 +208,13 @@ impl Trainer {
         std::fs::write(run_dir.join("config.toml"), cfg.to_toml()?)?;
         let policy = match &latest {
             Some(dir) => VlmPolicy::load(dir, &device)?,
-            None => VlmPolicy::new(model_config(&cfg)?, &device, cfg.run.seed)?,
+            None => {
+                let policy = VlmPolicy::new(model_config(&cfg)?, &device, cfg.run.seed)?;
+                if let Some(init) = &cfg.model.init {
+                    start_from(&policy, init, &device)?;
+                }
+                policy
+            }
         };
         let mut opt = AdamW::from_varmap(policy.varmap(), cfg.algo.adamw_config())?;
         let state = match &latest {
@@ -231,6 +277,17 @@ impl Trainer {
             self.state.sft_done = true;
             self.state.wall_secs = wall0 + started.elapsed().as_secs_f64();
             checkpoint::save(&self.run_dir, &self.policy, &self.opt, &self.state)?;
+        }
+        if self.state.iteration == 0 && self.cfg.eval.interval > 0 && !self.has_baseline() {
+            // The starting policy (random init, or the cloned one) on the held-out seeds:
+            // the first point of the success curves, what training is measured against.
+            let (s, r) = self.evaluate().await?;
+            self.metrics.append(&IterationMetrics {
+                eval_success: Some(s),
+                eval_reward: Some(r),
+                wall_secs: wall0 + started.elapsed().as_secs_f64(),
+                ..Default::default()
+            })?;
         }
         let total = self.cfg.run.iterations;
         let bar = self.progress.then(|| {
@@ -421,6 +478,12 @@ impl Trainer {
             tracing::warn!("plots not written: {e:#}");
         }
         Ok(m)
+    }
+
+    /// Whether `metrics.jsonl` already holds the starting policy's evaluation (a run
+    /// stopped after behaviour cloning and started again).
+    fn has_baseline(&self) -> bool {
+        read_metrics(self.metrics.path()).is_ok_and(|ms| ms.iter().any(|m| m.iteration == 0))
     }
 
     /// Greedy success rate and mean reward on the held-out seeds.

@@ -219,10 +219,17 @@ impl VlmPolicy {
                 dir.display()
             );
         }
-        let tensors = candle_core::safetensors::load(&weights, device)
-            .with_context(|| format!("cannot read weights {}", weights.display()))?;
         let policy = Self::new(cfg, device, 0)?;
-        let vars = policy.named_vars();
+        policy.load_weights(&weights, device)?;
+        Ok(policy)
+    }
+
+    /// Overwrite every weight with the tensor of the same name in a safetensors file
+    /// (extra tensors are ignored; a missing one or another shape is an error).
+    pub fn load_weights(&self, weights: &Path, device: &Device) -> Result<()> {
+        let tensors = candle_core::safetensors::load(weights, device)
+            .with_context(|| format!("cannot read weights {}", weights.display()))?;
+        let vars = self.named_vars();
         let missing: Vec<&str> =
             vars.iter().map(|(n, _)| n.as_str()).filter(|n| !tensors.contains_key(*n)).collect();
         if !missing.is_empty() {
@@ -245,7 +252,7 @@ impl VlmPolicy {
             );
             var.set(&t.to_dtype(DType::F32)?)?;
         }
-        Ok(policy)
+        Ok(())
     }
 
     /// Choose a token among the allowed ones from one row of raw logits; returns the
