@@ -58,7 +58,7 @@ pub fn synthetic_batch(n: usize, seed: u64) -> (Vec<ScreenState>, Vec<GuiAction>
                 "Click on the red square, then press Submit.",
             );
             let a = if i % 4 == 3 {
-                GuiAction::Type { text: "hello world".into() }
+                GuiAction::Type { text: "hello".into() }
             } else {
                 GuiAction::Click { x: x as i32 + 15, y: y as i32 + 15 }
             };
