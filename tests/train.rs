@@ -208,5 +208,9 @@ fn model_init_starts_from_a_checkpoint_folder() {
     let err = Trainer::new(with_init(&saved, "x_bins = 12\n"), dir.path().join("r3"), false)
         .err()
         .expect("another architecture is an error");
-    assert!(format!("{err:#}").contains("another architecture"), "{err:#}");
+    let msg = format!("{err:#}");
+    assert!(
+        msg.contains("another architecture") && msg.contains("x_bins: 16 in the checkpoint, 12 in [model]"),
+        "{msg}"
+    );
 }

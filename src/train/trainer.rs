@@ -86,13 +86,13 @@ fn start_from(
         let cfg_path = init.join(CONFIG_FILE);
         if cfg_path.is_file() {
             let theirs = VlmConfig::from_file(&cfg_path)?;
-            if theirs != *policy.config() {
+            let diff = config_diff(&theirs, policy.config())?;
+            if !diff.is_empty() {
                 bail!(
                     "model.init: {} holds a policy with another architecture than [model] describes \
-                     ({}: {theirs:?}; [model]: {:?}); give [model] the settings of the run that wrote it",
+                     ({}); give [model] the settings of the run that wrote it",
                     init.display(),
-                    cfg_path.display(),
-                    policy.config()
+                    diff.join(", ")
                 );
             }
         }
@@ -109,6 +109,27 @@ fn start_from(
     policy
         .load_weights(&weights, device)
         .with_context(|| format!("model.init: cannot start from {}", init.display()))
+}
+
+/// The settings in which two architectures differ, as `name: theirs (checkpoint) vs
+/// ours ([model])`.
+fn config_diff(theirs: &VlmConfig, ours: &VlmConfig) -> anyhow::Result<Vec<String>> {
+    fn flat(prefix: &str, v: serde_json::Value, out: &mut Vec<(String, serde_json::Value)>) {
+        match v {
+            serde_json::Value::Object(m) => {
+                m.into_iter().for_each(|(k, v)| flat(&format!("{prefix}{k}."), v, out))
+            }
+            v => out.push((prefix.trim_end_matches('.').to_string(), v)),
+        }
+    }
+    let (mut a, mut b) = (vec![], vec![]);
+    flat("", serde_json::to_value(theirs)?, &mut a);
+    flat("", serde_json::to_value(ours)?, &mut b);
+    Ok(a.into_iter()
+        .zip(b)
+        .filter(|((_, x), (_, y))| x != y)
+        .map(|((k, x), (_, y))| format!("{k}: {x} in the checkpoint, {y} in [model]"))
+        .collect())
 }
 
 /// Deterministic per-(seed, iteration, purpose) generator, so a resumed run draws exactly
