@@ -41,6 +41,9 @@ pub struct ModelConfig {
     /// Instruction bytes the policy reads (longer instructions are cut).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_instruction_bytes: Option<usize>,
+    /// Word-level instruction features: hash buckets (0 = off, the presets' default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub word_buckets: Option<usize>,
     /// Action kinds the policy may write (text-form names: `click`, `type`, `key`, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kinds: Option<Vec<String>>,

@@ -58,6 +58,9 @@ pub fn model_config(cfg: &TrainConfig) -> anyhow::Result<VlmConfig> {
     if let Some(b) = m.max_instruction_bytes {
         v.max_instruction_bytes = b;
     }
+    if let Some(w) = m.word_buckets {
+        v.word_buckets = w;
+    }
     if let Some(k) = &m.kinds {
         v.actions.kinds = k.clone();
     }

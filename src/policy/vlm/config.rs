@@ -42,6 +42,12 @@ pub struct VlmConfig {
     /// before it existed, which load as `false`.
     #[serde(default)]
     pub pointer: bool,
+    /// Word-level instruction features: each byte of a word (a run of ASCII letters and
+    /// digits) also gets the embedding of the word's hash bucket, so a word reads the same
+    /// at every offset (see `inputs::word_buckets`). 0 (the default, and what configs
+    /// written before it load as) turns them off.
+    #[serde(default)]
+    pub word_buckets: usize,
 }
 
 /// The action space: which kinds of action the policy may write, and how finely.
@@ -108,6 +114,7 @@ impl VlmConfig {
                 ..Default::default()
             },
             pointer: true,
+            word_buckets: 0,
         }
     }
 
@@ -130,6 +137,7 @@ impl VlmConfig {
             max_instruction_bytes: 64,
             actions: ActionSpaceConfig::default(),
             pointer: true,
+            word_buckets: 0,
         }
     }
 
@@ -155,6 +163,7 @@ impl VlmConfig {
                 ..Default::default()
             },
             pointer: true,
+            word_buckets: 0,
         }
     }
 

@@ -21,6 +21,8 @@ pub struct EncoderInputs {
     pub images: Tensor,
     /// [B, L] instruction bytes (u32), 0-padded.
     pub text: Tensor,
+    /// [B, L] each byte's word bucket (u32; see [`word_buckets`]), when the config has them.
+    pub words: Option<Tensor>,
     /// [B, 1, 1, image_tokens + L]: 0 for real tokens, `NEG` for padding.
     pub key_mask: Tensor,
 }
@@ -84,6 +86,32 @@ pub fn image_values(img: &RgbImage, w: usize, h: usize, out: &mut Vec<f32>) {
     );
 }
 
+/// For each byte of `text`, the hash bucket (1..`buckets`) of the word it belongs to, or 0
+/// outside words. A word is a run of ASCII letters and digits; the hash is FNV-1a, so the
+/// buckets are the same on every machine and in every run.
+///
+/// Why: with byte embeddings and absolute positions, "Sync" at offset 9 and at offset 40
+/// share nothing until the encoder has learned to spell; a word feature makes matching a
+/// name in the instruction against one on the screen a one-layer lookup.
+pub fn word_buckets(text: &[u8], buckets: usize) -> Vec<u32> {
+    let mut out = vec![0u32; text.len()];
+    let mut i = 0;
+    while i < text.len() {
+        if !text[i].is_ascii_alphanumeric() {
+            i += 1;
+            continue;
+        }
+        let end = text[i..].iter().position(|c| !c.is_ascii_alphanumeric()).map_or(text.len(), |n| i + n);
+        let hash = text[i..end]
+            .iter()
+            .fold(0xcbf2_9ce4_8422_2325u64, |h, &c| (h ^ u64::from(c)).wrapping_mul(0x0100_0000_01b3));
+        let bucket = if buckets > 1 { 1 + (hash % (buckets as u64 - 1)) as u32 } else { 0 };
+        out[i..end].fill(bucket);
+        i = end;
+    }
+    out
+}
+
 /// Images, instruction bytes and the key mask for `states`.
 pub fn encoder_inputs(states: &[ScreenState], cfg: &VlmConfig, device: &Device) -> Result<EncoderInputs> {
     let b = states.len();
@@ -111,8 +139,18 @@ pub fn encoder_inputs(states: &[ScreenState], cfg: &VlmConfig, device: &Device) 
         }
         mask[i * n + cfg.image_tokens() + t.len()..(i + 1) * n].fill(NEG);
     }
+    let words = if cfg.word_buckets > 0 {
+        let mut ids = vec![0u32; b * l];
+        for (i, t) in texts.iter().enumerate() {
+            ids[i * l..i * l + t.len()].copy_from_slice(&word_buckets(t, cfg.word_buckets));
+        }
+        Some(Tensor::from_vec(ids, (b, l), device)?)
+    } else {
+        None
+    };
     Ok(EncoderInputs {
         images,
+        words,
         text: Tensor::from_vec(text, (b, l), device)?,
         key_mask: Tensor::from_vec(mask, (b, 1, 1, n), device)?,
     })

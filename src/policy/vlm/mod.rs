@@ -156,7 +156,7 @@ impl VlmPolicy {
     /// Differentiable per-token log-probs and entropies of a prepared batch.
     pub fn score(&self, batch: &PreparedBatch) -> Result<TokenScores> {
         let (enc, act) = (&batch.encoder, &batch.actions);
-        let mem = self.model.encode(&enc.images, &enc.text, &enc.key_mask)?;
+        let mem = self.model.encode(enc)?;
         let hidden = self.model.decode(&mem, &act.inputs)?;
         let z = ((self.model.logits(&hidden, &mem, &act.inputs)? / self.temperature)? + &act.grammar_mask)?;
         let lsm = candle_nn::ops::log_softmax(&z, D::Minus1)?;
@@ -299,7 +299,7 @@ impl Policy for VlmPolicy {
         }
         let b = states.len();
         let enc = inputs::encoder_inputs(states, &self.cfg, &self.device)?;
-        let mem = self.model.encode(&enc.images, &enc.text, &enc.key_mask)?;
+        let mem = self.model.encode(&enc)?;
         let vocab = self.vocab.clone();
         let mut grammars: Vec<Grammar> = (0..b).map(|_| vocab.grammar()).collect();
         let mut toks: Vec<Vec<u32>> = vec![Vec::new(); b];

@@ -18,6 +18,7 @@ use candle_nn::{Init, VarBuilder};
 
 use super::config::VlmConfig;
 use super::fused;
+use super::inputs::EncoderInputs;
 use super::pointer::PointerHead;
 
 /// Standard deviation of every weight at init (GPT-2 style).
@@ -316,6 +317,7 @@ pub struct VlmModel {
     stem: VisionStem,
     text_emb: Tensor,
     text_pos: Tensor,
+    word_emb: Option<Tensor>,
     encoder: Vec<EncoderLayer>,
     enc_ln: LayerNorm,
     tok_emb: Tensor,
@@ -338,6 +340,10 @@ impl VlmModel {
             stem: VisionStem::new(cfg, vb.pp("stem"))?,
             text_emb: table(&venc, "text_emb", 256, d)?,
             text_pos: table(&venc, "text_pos", cfg.max_instruction_bytes, d)?,
+            word_emb: match cfg.word_buckets {
+                0 => None,
+                n => Some(table(&venc, "word_emb", n, d)?),
+            },
             encoder: (0..cfg.encoder_layers)
                 .map(|i| EncoderLayer::new(cfg, out_std, venc.pp(format!("layers.{i}"))))
                 .collect::<Result<_>>()?,
@@ -353,14 +359,17 @@ impl VlmModel {
         })
     }
 
-    /// Encode screenshots `images` [B, H, W, 3] and instruction bytes `text` [B, L] (u32)
-    /// with `key_mask` [B, 1, 1, image_tokens + L].
-    pub fn encode(&self, images: &Tensor, text: &Tensor, key_mask: &Tensor) -> Result<Memory> {
-        let (img, cells) = self.stem.forward(images)?;
+    /// Encode a batch's screenshots and instructions (see [`EncoderInputs`]).
+    pub fn encode(&self, enc: &EncoderInputs) -> Result<Memory> {
+        let key_mask = &enc.key_mask;
+        let (img, cells) = self.stem.forward(&enc.images)?;
         let n_img = img.dim(1)?;
-        let (b, l) = text.dims2()?;
+        let (b, l) = enc.text.dims2()?;
         let d = self.text_emb.dim(1)?;
-        let txt = self.text_emb.index_select(&text.flatten_all()?, 0)?.reshape((b, l, d))?;
+        let mut txt = self.text_emb.index_select(&enc.text.flatten_all()?, 0)?.reshape((b, l, d))?;
+        if let (Some(table), Some(words)) = (&self.word_emb, &enc.words) {
+            txt = (txt + table.index_select(&words.flatten_all()?, 0)?.reshape((b, l, d))?)?;
+        }
         let txt = add_positions(&txt, &self.text_pos.narrow(0, 0, l)?)?;
         let mut x = Tensor::cat(&[img, txt], 1)?;
         for layer in &self.encoder {

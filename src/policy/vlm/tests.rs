@@ -23,7 +23,8 @@ fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
 
 #[test]
 fn one_backward_pass_reaches_every_var() {
-    let p = tiny(1);
+    // With the optional word features on, so their table is covered too.
+    let p = VlmPolicy::new(VlmConfig { word_buckets: 64, ..VlmConfig::tiny() }, &Device::Cpu, 1).unwrap();
     let (states, actions) = mixed_actions();
     let s = p.log_probs(&states, &actions).unwrap();
     let loss = (s.logp.sum_all().unwrap().neg().unwrap() - s.entropy.sum_all().unwrap()).unwrap();
@@ -222,4 +223,24 @@ fn speed_report() {
     };
     let report = speed::measure(&cfg, batch, 2, 7, &Device::Cpu).unwrap();
     println!("VLM `{preset}`\n{}", report.to_text());
+}
+
+#[test]
+fn word_buckets_name_a_word_the_same_at_every_offset() {
+    let text = br#"Turn on "Sync" and "Wi-Fi"; Sync, then Apply."#;
+    let ids = inputs::word_buckets(text, 512);
+    let at = |needle: &str, from: usize| {
+        let i = from + text[from..].windows(needle.len()).position(|w| w == needle.as_bytes()).unwrap();
+        ids[i..i + needle.len()].to_vec()
+    };
+    let sync = at("Sync", 0);
+    assert!(sync.iter().all(|&b| b == sync[0] && b > 0), "{sync:?}");
+    assert_eq!(at("Sync", 20), sync, "the same word, later in the text");
+    // "Wi-Fi" is two words; quotes, spaces and punctuation are outside words.
+    let wifi = at("Wi-Fi", 0);
+    assert!(wifi[0] == wifi[1] && wifi[2] == 0 && wifi[3] == wifi[4] && wifi[0] != wifi[3], "{wifi:?}");
+    assert_eq!(ids[4], 0);
+    assert!(ids.iter().all(|&b| b < 512));
+    let words: std::collections::BTreeSet<u32> = ids.iter().copied().filter(|&b| b > 0).collect();
+    assert_eq!(words.len(), 8, "Turn on Sync and Wi Fi then Apply (Sync twice): {ids:?}");
 }
