@@ -306,10 +306,11 @@ impl Trainer {
             // The starting policy (random init, or the cloned one) on the held-out seeds:
             // the first point of the success curves, what training is measured against.
             let (s, r) = self.evaluate().await?;
+            self.state.wall_secs = wall0 + started.elapsed().as_secs_f64();
             self.metrics.append(&IterationMetrics {
                 eval_success: Some(s),
                 eval_reward: Some(r),
-                wall_secs: wall0 + started.elapsed().as_secs_f64(),
+                wall_secs: self.state.wall_secs,
                 ..Default::default()
             })?;
         }
