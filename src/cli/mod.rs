@@ -90,19 +90,10 @@ pub fn main() -> ExitCode {
         .init();
     let result = match cli.command {
         Command::Tasks { suite } => list_tasks(suite.as_deref()),
-        Command::Run(args) => runtime().block_on(async {
-            watch_signals(None);
-            run::run(args).await
-        }),
-        Command::BenchEnv(args) => runtime().block_on(async {
-            watch_signals(None);
-            run::bench_env(args).await
-        }),
+        Command::Run(args) => interruptible(run::run(args)),
+        Command::BenchEnv(args) => interruptible(run::bench_env(args)),
         Command::Train(args) => runtime().block_on(train::train(args)),
-        Command::Replay(args) => match runtime().block_on(async {
-            watch_signals(None);
-            replay::replay(args).await
-        }) {
+        Command::Replay(args) => match interruptible(replay::replay(args)) {
             Ok(true) => Ok(()),
             Ok(false) => return ExitCode::from(1),
             Err(e) => Err(e),
@@ -148,6 +139,14 @@ pub(crate) fn watch_signals(graceful: Option<std::sync::Arc<std::sync::atomic::A
             std::process::exit(code);
         }
     });
+}
+
+/// Run `job` to completion; a signal kills its browsers and exits (see [`watch_signals`]).
+fn interruptible<F: std::future::Future>(job: F) -> F::Output {
+    runtime().block_on(async {
+        watch_signals(None);
+        job.await
+    })
 }
 
 fn runtime() -> tokio::runtime::Runtime {

@@ -45,10 +45,13 @@ pub(crate) fn kill_browser(dir: &Path) {
 /// that is about to exit, when destructors will not run.
 pub fn kill_all_started() {
     let dirs = std::mem::take(&mut *LIVE.lock().unwrap_or_else(|e| e.into_inner()));
-    for dir in dirs {
-        kill_browser(&dir);
-        let _ = std::fs::remove_dir_all(&dir);
-    }
+    dirs.iter().for_each(|d| discard(d));
+}
+
+/// Kill the browser of profile `dir` and delete the folder.
+fn discard(dir: &Path) {
+    kill_browser(dir);
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// Whether process `pid` exists.
@@ -72,8 +75,7 @@ pub(crate) fn sweep_stale() {
             if let (true, Some(pid)) = (named, owner) {
                 if !alive(pid) {
                     tracing::info!("removing the browser profile {} left by process {pid}", dir.display());
-                    kill_browser(&dir);
-                    let _ = std::fs::remove_dir_all(&dir);
+                    discard(&dir);
                 }
             }
         }

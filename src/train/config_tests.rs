@@ -180,8 +180,7 @@ fn every_shipped_recipe_parses_and_validates() {
                 TrainConfig::parse(&text).unwrap_or_else(|err| panic!("{}: {err:#}", e.path().display()));
             c.resolve();
             c.validate().unwrap_or_else(|err| panic!("{}: {err:#}", e.path().display()));
-            crate::train::trainer::model_config(&c)
-                .unwrap_or_else(|err| panic!("{}: {err:#}", e.path().display()));
+            c.model.vlm_config().unwrap_or_else(|err| panic!("{}: {err:#}", e.path().display()));
             n += 1;
         }
     }

@@ -1,7 +1,11 @@
-//! `[model]` of a training config: a policy preset plus optional overrides.
+//! `[model]` of a training config: a policy preset plus optional overrides, resolved to a
+//! policy architecture, and the starting weights (`init`).
 
+use crate::policy::vlm::{VlmConfig, VlmPolicy, CONFIG_FILE, WEIGHTS_FILE};
+use anyhow::{bail, Context};
+use candle_core::Device;
 use serde::{Deserialize, Serialize};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Size of the policy network.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -61,4 +65,114 @@ pub struct ModelConfig {
     /// or a safetensors file. A resumed run starts from its own checkpoint instead.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub init: Option<PathBuf>,
+}
+
+impl ModelConfig {
+    /// The policy architecture: the preset plus its overrides.
+    pub fn vlm_config(&self) -> anyhow::Result<VlmConfig> {
+        let mut v = match self.preset {
+            ModelPreset::Tiny => VlmConfig::tiny(),
+            ModelPreset::Small => VlmConfig::small(),
+            ModelPreset::Base => VlmConfig::base(),
+        };
+        if let Some(d) = self.d_model {
+            v.d_model = d;
+        }
+        if let Some(h) = self.heads {
+            v.heads = h;
+        }
+        if let Some(l) = self.layers {
+            v.encoder_layers = l;
+        }
+        if let Some(p) = self.patch_size {
+            v.stem_patch = p;
+        }
+        if let Some(s) = self.image_size {
+            v.image_width = s;
+            v.image_height = s;
+        }
+        if let Some(b) = self.max_instruction_bytes {
+            v.max_instruction_bytes = b;
+        }
+        if let Some(w) = self.word_buckets {
+            v.word_buckets = w;
+        }
+        if let Some(k) = &self.kinds {
+            v.actions.kinds = k.clone();
+        }
+        if let Some(b) = self.x_bins {
+            v.actions.x_bins = b;
+        }
+        if let Some(b) = self.y_bins {
+            v.actions.y_bins = b;
+        }
+        if let Some(p) = self.pointer {
+            v.pointer = p;
+        }
+        v.validate().context("invalid [model] settings")?;
+        Ok(v)
+    }
+
+    /// A fresh policy of that architecture (initialised from `seed`), holding `init`'s
+    /// weights when it is set.
+    pub fn build_policy(&self, device: &Device, seed: u64) -> anyhow::Result<VlmPolicy> {
+        let policy = VlmPolicy::new(self.vlm_config()?, device, seed)?;
+        if let Some(init) = &self.init {
+            start_from(&policy, init, device)?;
+        }
+        Ok(policy)
+    }
+}
+
+/// `[model] init`: load a checkpoint folder's (or a safetensors file's) weights into
+/// the freshly built `policy`, whose architecture `[model]` describes.
+fn start_from(policy: &VlmPolicy, init: &Path, device: &Device) -> anyhow::Result<()> {
+    let weights = if init.is_dir() {
+        let cfg_path = init.join(CONFIG_FILE);
+        if cfg_path.is_file() {
+            let theirs = VlmConfig::from_file(&cfg_path)?;
+            let diff = config_diff(&theirs, policy.config())?;
+            if !diff.is_empty() {
+                bail!(
+                    "model.init: {} holds a policy with another architecture than [model] describes \
+                     ({}); give [model] the settings of the run that wrote it",
+                    init.display(),
+                    diff.join(", ")
+                );
+            }
+        }
+        init.join(WEIGHTS_FILE)
+    } else {
+        init.to_path_buf()
+    };
+    if !weights.is_file() {
+        bail!(
+            "model.init: {} does not exist (expected a checkpoint folder such as runs/NAME/checkpoints/iter-000000, or a .safetensors file)",
+            weights.display()
+        );
+    }
+    policy
+        .load_weights(&weights, device)
+        .with_context(|| format!("model.init: cannot start from {}", init.display()))
+}
+
+/// The settings in which two architectures differ, as `name: theirs (checkpoint) vs
+/// ours ([model])`.
+fn config_diff(theirs: &VlmConfig, ours: &VlmConfig) -> anyhow::Result<Vec<String>> {
+    fn flat(prefix: &str, v: serde_json::Value, out: &mut Vec<(String, serde_json::Value)>) {
+        match v {
+            serde_json::Value::Object(m) => {
+                m.into_iter().for_each(|(k, v)| flat(&format!("{prefix}{k}."), v, out))
+            }
+            v => out.push((prefix.trim_end_matches('.').to_string(), v)),
+        }
+    }
+    let (mut a, mut b) = (vec![], vec![]);
+    flat("", serde_json::to_value(theirs)?, &mut a);
+    flat("", serde_json::to_value(ours)?, &mut b);
+    Ok(a.into_iter()
+        .zip(b)
+        .filter(|((_, x), (_, y))| x != y)
+        .map(|((k, x), (_, y))| format!("{k}: {x} in the checkpoint, {y} in [model]"))
+        .collect())
 }

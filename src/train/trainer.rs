@@ -3,12 +3,12 @@
 //! checkpoints along the way. Reads top to bottom like the GRPO paper's algorithm 1.
 
 use super::checkpoint::{self, TrainerState};
-use super::config::{ModelPreset, TrainConfig};
+use super::config::TrainConfig;
 use super::metrics::{mean_loss_stats, read_metrics, IterationMetrics, MetricsWriter};
 use super::optim::{clip_grad_norm, AdamW};
 use super::{group_advantages, policy_loss, LossInputs};
 use crate::env::{EnvConfig, EpisodeStatus, GuiAction, ScreenState};
-use crate::policy::vlm::{VlmConfig, VlmPolicy};
+use crate::policy::vlm::VlmPolicy;
 use crate::rollout::{Collector, Group, Job, Recorded, TrainingBatch, Trajectory, TrajectorySet};
 use crate::tasks::Task;
 use anyhow::{bail, Context};
@@ -29,110 +29,6 @@ struct Sample {
     action: GuiAction,
     old_logp: Vec<f32>,
     adv: f32,
-}
-
-/// The model architecture for a config: the preset plus its overrides.
-pub fn model_config(cfg: &TrainConfig) -> anyhow::Result<VlmConfig> {
-    let m = &cfg.model;
-    let mut v = match m.preset {
-        ModelPreset::Tiny => VlmConfig::tiny(),
-        ModelPreset::Small => VlmConfig::small(),
-        ModelPreset::Base => VlmConfig::base(),
-    };
-    if let Some(d) = m.d_model {
-        v.d_model = d;
-    }
-    if let Some(h) = m.heads {
-        v.heads = h;
-    }
-    if let Some(l) = m.layers {
-        v.encoder_layers = l;
-    }
-    if let Some(p) = m.patch_size {
-        v.stem_patch = p;
-    }
-    if let Some(s) = m.image_size {
-        v.image_width = s;
-        v.image_height = s;
-    }
-    if let Some(b) = m.max_instruction_bytes {
-        v.max_instruction_bytes = b;
-    }
-    if let Some(w) = m.word_buckets {
-        v.word_buckets = w;
-    }
-    if let Some(k) = &m.kinds {
-        v.actions.kinds = k.clone();
-    }
-    if let Some(b) = m.x_bins {
-        v.actions.x_bins = b;
-    }
-    if let Some(b) = m.y_bins {
-        v.actions.y_bins = b;
-    }
-    if let Some(p) = m.pointer {
-        v.pointer = p;
-    }
-    v.validate().context("invalid [model] settings")?;
-    Ok(v)
-}
-
-/// `[model] init`: load a checkpoint folder's (or a safetensors file's) weights into
-/// the freshly built `policy`, whose architecture `[model]` describes.
-fn start_from(
-    policy: &VlmPolicy,
-    init: &std::path::Path,
-    device: &candle_core::Device,
-) -> anyhow::Result<()> {
-    use crate::policy::vlm::{CONFIG_FILE, WEIGHTS_FILE};
-    let weights = if init.is_dir() {
-        let cfg_path = init.join(CONFIG_FILE);
-        if cfg_path.is_file() {
-            let theirs = VlmConfig::from_file(&cfg_path)?;
-            let diff = config_diff(&theirs, policy.config())?;
-            if !diff.is_empty() {
-                bail!(
-                    "model.init: {} holds a policy with another architecture than [model] describes \
-                     ({}); give [model] the settings of the run that wrote it",
-                    init.display(),
-                    diff.join(", ")
-                );
-            }
-        }
-        init.join(WEIGHTS_FILE)
-    } else {
-        init.to_path_buf()
-    };
-    if !weights.is_file() {
-        bail!(
-            "model.init: {} does not exist (expected a checkpoint folder such as runs/NAME/checkpoints/iter-000000, or a .safetensors file)",
-            weights.display()
-        );
-    }
-    policy
-        .load_weights(&weights, device)
-        .with_context(|| format!("model.init: cannot start from {}", init.display()))
-}
-
-/// The settings in which two architectures differ, as `name: theirs (checkpoint) vs
-/// ours ([model])`.
-fn config_diff(theirs: &VlmConfig, ours: &VlmConfig) -> anyhow::Result<Vec<String>> {
-    fn flat(prefix: &str, v: serde_json::Value, out: &mut Vec<(String, serde_json::Value)>) {
-        match v {
-            serde_json::Value::Object(m) => {
-                m.into_iter().for_each(|(k, v)| flat(&format!("{prefix}{k}."), v, out))
-            }
-            v => out.push((prefix.trim_end_matches('.').to_string(), v)),
-        }
-    }
-    let (mut a, mut b) = (vec![], vec![]);
-    flat("", serde_json::to_value(theirs)?, &mut a);
-    flat("", serde_json::to_value(ours)?, &mut b);
-    Ok(a.into_iter()
-        .zip(b)
-        .filter(|((_, x), (_, y))| x != y)
-        .map(|((k, x), (_, y))| format!("{k}: {x} in the checkpoint, {y} in [model]"))
-        .collect())
 }
 
 /// Deterministic per-(seed, iteration, purpose) generator, so a resumed run draws exactly
@@ -232,13 +128,7 @@ impl Trainer {
         std::fs::write(run_dir.join("config.toml"), cfg.to_toml()?)?;
         let policy = match &latest {
             Some(dir) => VlmPolicy::load(dir, &device)?,
-            None => {
-                let policy = VlmPolicy::new(model_config(&cfg)?, &device, cfg.run.seed)?;
-                if let Some(init) = &cfg.model.init {
-                    start_from(&policy, init, &device)?;
-                }
-                policy
-            }
+            None => cfg.model.build_policy(&device, cfg.run.seed)?,
         };
         let mut opt = AdamW::from_varmap(policy.varmap(), cfg.algo.adamw_config())?;
         let state = match &latest {
@@ -612,11 +502,11 @@ impl Trainer {
         let (temp, lr) = (self.policy.temperature, self.opt.lr());
         self.policy.temperature = 1.0;
         self.opt.set_lr(sft.lr);
+        let mut finished = true;
         for epoch in 0..sft.epochs {
             if stop.load(Ordering::SeqCst) {
-                self.policy.temperature = temp;
-                self.opt.set_lr(lr);
-                return Ok(false);
+                finished = false;
+                break;
             }
             let mut order: Vec<usize> = (0..samples.len()).collect();
             order.shuffle(&mut rng_for(self.cfg.run.seed, epoch as u64, 7));
@@ -642,7 +532,7 @@ impl Trainer {
         }
         self.policy.temperature = temp;
         self.opt.set_lr(lr);
-        Ok(true)
+        Ok(finished)
     }
 }
 
