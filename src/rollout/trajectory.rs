@@ -1,6 +1,6 @@
 //! `Trajectory`: one recorded episode, as kept in memory and written to disk.
 
-use crate::env::{EpisodeStatus, Frame, StepTimings};
+use crate::env::{Element, EpisodeStatus, Frame, StepTimings};
 use image::RgbImage;
 use serde::{Deserialize, Serialize};
 
@@ -27,6 +27,10 @@ pub struct TrajStep {
     /// Per-token log-probs the policy had when it chose this action (trainable policies).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub token_logprobs: Vec<f32>,
+    /// The visible interactive elements of the observation the policy acted on (a policy
+    /// with screen-text features reads them; trajectories written before them have none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub elements: Vec<Element>,
 }
 
 /// How an episode ended.

@@ -48,6 +48,10 @@ pub struct ModelConfig {
     /// Word-level instruction features: hash buckets (0 = off, the presets' default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub word_buckets: Option<usize>,
+    /// Screen-text features: the visible elements' words at their place on the image
+    /// (needs `word_buckets`; off in the presets).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub screen_text: Option<bool>,
     /// Action kinds the policy may write (text-form names: `click`, `type`, `key`, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kinds: Option<Vec<String>>,
@@ -96,6 +100,9 @@ impl ModelConfig {
         }
         if let Some(w) = self.word_buckets {
             v.word_buckets = w;
+        }
+        if let Some(t) = self.screen_text {
+            v.screen_text = t;
         }
         if let Some(k) = &self.kinds {
             v.actions.kinds = k.clone();

@@ -38,7 +38,7 @@ fn rng_for(seed: u64, iteration: u64, purpose: u64) -> ChaCha8Rng {
 }
 
 /// The observation step `i` of trajectory `t` acted on, rebuilt from its screenshot
-/// (what the policy reads: task, instruction, frame, screenshot).
+/// (what the policy reads: task, instruction, frame, elements, screenshot).
 fn recorded_state(t: &Trajectory, i: usize, screenshot: RgbImage) -> ScreenState {
     ScreenState {
         task_id: t.task_id.clone(),
@@ -46,7 +46,7 @@ fn recorded_state(t: &Trajectory, i: usize, screenshot: RgbImage) -> ScreenState
         url: String::new(),
         step: i as u32,
         frame: t.frame,
-        elements: vec![],
+        elements: t.steps.get(i).map(|s| s.elements.clone()).unwrap_or_default(),
         screenshot,
     }
 }

@@ -48,6 +48,13 @@ pub struct VlmConfig {
     /// written before it load as) turns them off.
     #[serde(default)]
     pub word_buckets: usize,
+    /// Screen-text features: the words of each visible element's text
+    /// (`ScreenState.elements`, what the page's accessibility tree names) are added, through
+    /// the same word table as the instruction's, to the image token under the element's
+    /// centre (see `inputs::screen_words`). Needs `word_buckets`. Off in every preset and
+    /// in configs written before it existed.
+    #[serde(default)]
+    pub screen_text: bool,
 }
 
 /// The action space: which kinds of action the policy may write, and how finely.
@@ -115,6 +122,7 @@ impl VlmConfig {
             },
             pointer: true,
             word_buckets: 0,
+            screen_text: false,
         }
     }
 
@@ -138,6 +146,7 @@ impl VlmConfig {
             actions: ActionSpaceConfig::default(),
             pointer: true,
             word_buckets: 0,
+            screen_text: false,
         }
     }
 
@@ -164,6 +173,7 @@ impl VlmConfig {
             },
             pointer: true,
             word_buckets: 0,
+            screen_text: false,
         }
     }
 
@@ -244,6 +254,9 @@ impl VlmConfig {
             if !v.is_multiple_of(cell) {
                 bail!("VLM config: `{key}` = {v} must be a multiple of stem_patch * stem_merge = {cell}");
             }
+        }
+        if self.screen_text && self.word_buckets == 0 {
+            bail!("VLM config: `screen_text` needs word features: set `word_buckets` (e.g. 1024)");
         }
         if !self.d_model.is_multiple_of(self.heads) {
             bail!("VLM config: `d_model` = {} must be a multiple of `heads` = {}", self.d_model, self.heads);

@@ -23,9 +23,24 @@ pub struct EncoderInputs {
     pub text: Tensor,
     /// [B, L] each byte's word bucket (u32; see [`word_buckets`]), when the config has them.
     pub words: Option<Tensor>,
+    /// The visible elements' words at their image token, when the config has `screen_text`.
+    pub screen: Option<ScreenWords>,
     /// [B, 1, 1, image_tokens + L]: 0 for real tokens, `NEG` for padding.
     pub key_mask: Tensor,
 }
+
+/// Word buckets of the elements' texts, placed on the image-token grid (see
+/// [`screen_words`]).
+#[derive(Debug, Clone)]
+pub struct ScreenWords {
+    /// [B, image_tokens, SCREEN_WORD_SLOTS] u32 word buckets, 0 on empty slots.
+    pub ids: Tensor,
+    /// [B, image_tokens, SCREEN_WORD_SLOTS, 1] f32: 1 on filled slots, 0 on empty ones.
+    pub mask: Tensor,
+}
+
+/// Words one image token can hold; further words of elements centred there are dropped.
+pub const SCREEN_WORD_SLOTS: usize = 4;
 
 /// The decoder's inputs and targets for a batch of token sequences.
 #[derive(Debug, Clone)]
@@ -112,6 +127,45 @@ pub fn word_buckets(text: &[u8], buckets: usize) -> Vec<u32> {
     out
 }
 
+/// For one state, `SCREEN_WORD_SLOTS` word buckets per image token (row-major, 0 = empty):
+/// each element with text puts its distinct words, in order, on the token under its box's
+/// centre. Elements centred outside the screenshot are skipped.
+///
+/// Why: the labels a task names are a few pixels high once the screenshot is resized to
+/// the model's input, so reading them off the pixels is the hard part of a multi-step task
+/// (`builtin/toggle-switches` clones to about 25 % on pixels alone). The accessibility
+/// tree has the same words; through the instruction's word table they read as the same
+/// vector in both places, and matching a name against a place becomes attention.
+pub fn screen_words(state: &ScreenState, cfg: &VlmConfig) -> Vec<u32> {
+    let (gw, gh) = (cfg.grid_w(), cfg.grid_h());
+    let mut out = vec![0u32; gw * gh * SCREEN_WORD_SLOTS];
+    let (w, h) = state.screenshot.dimensions();
+    if w == 0 || h == 0 {
+        return out;
+    }
+    for e in &state.elements {
+        let text = e.text.trim();
+        if text.is_empty() {
+            continue;
+        }
+        let (cx, cy) = (e.bbox.x + e.bbox.w / 2.0, e.bbox.y + e.bbox.h / 2.0);
+        if !(0.0..w as f32).contains(&cx) || !(0.0..h as f32).contains(&cy) {
+            continue;
+        }
+        let cell = (cy / h as f32 * gh as f32) as usize * gw + (cx / w as f32 * gw as f32) as usize;
+        let slots = &mut out[cell * SCREEN_WORD_SLOTS..(cell + 1) * SCREEN_WORD_SLOTS];
+        let mut words = word_buckets(text.as_bytes(), cfg.word_buckets);
+        words.dedup();
+        for id in words.into_iter().filter(|&id| id != 0) {
+            match slots.iter().position(|&s| s == 0 || s == id) {
+                Some(k) => slots[k] = id,
+                None => break,
+            }
+        }
+    }
+    out
+}
+
 /// Images, instruction bytes and the key mask for `states`.
 pub fn encoder_inputs(states: &[ScreenState], cfg: &VlmConfig, device: &Device) -> Result<EncoderInputs> {
     let b = states.len();
@@ -148,9 +202,21 @@ pub fn encoder_inputs(states: &[ScreenState], cfg: &VlmConfig, device: &Device) 
     } else {
         None
     };
+    let screen = if cfg.screen_text {
+        let ids: Vec<u32> = states.iter().flat_map(|s| screen_words(s, cfg)).collect();
+        let mask: Vec<f32> = ids.iter().map(|&id| f32::from(u8::from(id != 0))).collect();
+        let shape = (b, cfg.image_tokens(), SCREEN_WORD_SLOTS);
+        Some(ScreenWords {
+            ids: Tensor::from_vec(ids, shape, device)?,
+            mask: Tensor::from_vec(mask, (b, cfg.image_tokens(), SCREEN_WORD_SLOTS, 1), device)?,
+        })
+    } else {
+        None
+    };
     Ok(EncoderInputs {
         images,
         words,
+        screen,
         text: Tensor::from_vec(text, (b, l), device)?,
         key_mask: Tensor::from_vec(mask, (b, 1, 1, n), device)?,
     })

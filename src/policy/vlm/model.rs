@@ -362,10 +362,16 @@ impl VlmModel {
     /// Encode a batch's screenshots and instructions (see [`EncoderInputs`]).
     pub fn encode(&self, enc: &EncoderInputs) -> Result<Memory> {
         let key_mask = &enc.key_mask;
-        let (img, cells) = self.stem.forward(&enc.images)?;
+        let (mut img, cells) = self.stem.forward(&enc.images)?;
         let n_img = img.dim(1)?;
         let (b, l) = enc.text.dims2()?;
         let d = self.text_emb.dim(1)?;
+        if let (Some(table), Some(screen)) = (&self.word_emb, &enc.screen) {
+            // Sum of the slot embeddings (empty slots masked out) on each image token.
+            let k = screen.ids.dim(2)?;
+            let emb = table.index_select(&screen.ids.flatten_all()?, 0)?.reshape((b, n_img, k, d))?;
+            img = (img + emb.broadcast_mul(&screen.mask)?.sum(2)?)?;
+        }
         let mut txt = self.text_emb.index_select(&enc.text.flatten_all()?, 0)?.reshape((b, l, d))?;
         if let (Some(table), Some(words)) = (&self.word_emb, &enc.words) {
             txt = (txt + table.index_select(&words.flatten_all()?, 0)?.reshape((b, l, d))?)?;

@@ -244,3 +244,58 @@ fn word_buckets_name_a_word_the_same_at_every_offset() {
     let words: std::collections::BTreeSet<u32> = ids.iter().copied().filter(|&b| b > 0).collect();
     assert_eq!(words.len(), 8, "Turn on Sync and Wi Fi then Apply (Sync twice): {ids:?}");
 }
+
+fn labelled(text: &str, x: f32, y: f32) -> crate::env::Element {
+    crate::env::Element {
+        tag: "label".into(),
+        text: text.into(),
+        bbox: crate::env::BBox { x, y, w: 40.0, h: 10.0 },
+        ..Default::default()
+    }
+}
+
+#[test]
+fn screen_words_sit_on_the_token_under_each_element() {
+    // tiny: a 4 × 5 token grid; on a 160 × 200 screenshot one token is 40 × 40 pixels.
+    let cfg = VlmConfig { word_buckets: 256, screen_text: true, ..VlmConfig::tiny() };
+    let mut s = speed::square_state(160, 200, 0, 0, 1, [0, 0, 0], "Turn on \"Sync\".");
+    s.elements = vec![
+        labelled("Sync", 50.0, 85.0),        // centre (70, 90): column 1, row 2
+        labelled("Dark mode", 100.0, 160.0), // centre (120, 165): column 3, row 4
+        labelled("Dark", 100.0, 160.0),      // the same token, a word it already has
+        labelled("  ", 0.0, 0.0),            // no text: nothing
+        labelled("Far away", 400.0, 10.0),   // centred off the screenshot: skipped
+        labelled("a b c d e f", 0.0, 0.0),   // more words than slots: the first four
+    ];
+    let ids = inputs::screen_words(&s, &cfg);
+    let k = inputs::SCREEN_WORD_SLOTS;
+    let at = |col: usize, row: usize| ids[(row * 4 + col) * k..(row * 4 + col + 1) * k].to_vec();
+    let word = |w: &str| inputs::word_buckets(w.as_bytes(), 256)[0];
+    // The same bucket as the instruction's "Sync": one vector for the word in both places.
+    let sync_in_instruction = inputs::word_buckets(s.instruction.as_bytes(), 256)[9];
+    assert_eq!(at(1, 2), vec![sync_in_instruction, 0, 0, 0]);
+    assert_eq!(at(3, 4), vec![word("Dark"), word("mode"), 0, 0]);
+    assert_eq!(at(0, 0), ["a", "b", "c", "d"].map(word).to_vec());
+    let filled = ids.iter().filter(|&&id| id != 0).count();
+    assert_eq!(filled, 1 + 2 + 4, "{ids:?}");
+
+    // The words reach the policy's output, and their embeddings get a gradient.
+    let p = VlmPolicy::new(cfg, &Device::Cpu, 3).unwrap();
+    let action = vec![GuiAction::parse("click(70, 90)").unwrap()];
+    let mut plain = s.clone();
+    plain.elements.clear();
+    let with = p.log_probs(std::slice::from_ref(&s), &action).unwrap();
+    let without = p.log_probs(&[plain], &action).unwrap();
+    assert!(max_abs_diff(&with.logp, &without.logp) > 1e-6, "screen words change nothing");
+    let grads = with.logp.sum_all().unwrap().backward().unwrap();
+    let (_, table) = p.named_vars().into_iter().find(|(n, _)| n.ends_with("word_emb")).unwrap();
+    let g = grads.get(table.as_tensor()).unwrap().to_vec2::<f32>().unwrap();
+    let mode = word("mode") as usize; // on the screen only, not in the instruction
+    assert!(g[mode].iter().any(|v| *v != 0.0), "no gradient for a screen-only word");
+}
+
+#[test]
+fn screen_text_needs_word_buckets() {
+    let err = VlmConfig { screen_text: true, ..VlmConfig::tiny() }.validate().unwrap_err().to_string();
+    assert!(err.contains("screen_text") && err.contains("word_buckets"), "{err}");
+}
