@@ -36,6 +36,12 @@ async fn builtin_and_website_tasks_are_seeded_too() {
         let (b, _) = env.reset(5).await.unwrap();
         assert_eq!(a.instruction, b.instruction, "{task}");
         assert_eq!(a.screenshot, b.screenshot, "{task}");
+        if task.ends_with("newsletter.toml") {
+            // Form controls carry their accessible name: a `for=` label and a wrapping one.
+            let label = |id: &str| a.elements.iter().find(|e| e.id == id).map(|e| e.label.clone());
+            assert_eq!(label("email").as_deref(), Some("Email"), "{:?}", a.elements);
+            assert_eq!(label("daily").as_deref(), Some("Daily digest instead"), "{:?}", a.elements);
+        }
         env.close().await;
     }
 }

@@ -64,6 +64,10 @@ pub struct Element {
     /// Visible text (whitespace collapsed; for inputs, the label-less text is empty).
     #[serde(default)]
     pub text: String,
+    /// Accessible name of an input, textarea or select: its `aria-label`, else the text of
+    /// its first `<label>`; empty for other elements.
+    #[serde(default)]
+    pub label: String,
     /// Current value for inputs, textareas and selects.
     #[serde(default)]
     pub value: String,

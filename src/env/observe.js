@@ -33,11 +33,17 @@ function add(el) {
   var text = (tag === 'input' || tag === 'textarea') ? '' : (el.innerText || el.textContent || '');
   text = text.replace(/\s+/g, ' ').trim();
   if (text.length > 200) text = text.slice(0, 200);
+  // A form control's accessible name: aria-label, else its first <label>'s text.
+  var label = '';
+  if (tag === 'input' || tag === 'textarea' || tag === 'select') {
+    label = el.getAttribute('aria-label') || (el.labels && el.labels.length ? el.labels[0].innerText || '' : '');
+    label = label.replace(/\s+/g, ' ').trim().slice(0, 200);
+  }
   var value = '';
   if ('value' in el && typeof el.value === 'string' && tag !== 'button' && tag !== 'li') value = el.value;
   out.push({
     tag: tag, id: el.id || '', classes: (typeof el.className === 'string') ? el.className : '',
-    text: text, value: value, input_type: tag === 'input' ? (el.type || 'text') : '',
+    text: text, label: label, value: value, input_type: tag === 'input' ? (el.type || 'text') : '',
     checked: !!(el.checked || el.selected), focused: document.activeElement === el, name: el.getAttribute('name') || '',
     bbox: { x: r.left - o[0], y: r.top - o[1], w: r.width, h: r.height }
   });

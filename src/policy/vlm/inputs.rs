@@ -12,7 +12,7 @@ use image::{imageops::FilterType, RgbImage};
 use super::config::VlmConfig;
 use super::model::NEG;
 use super::tokens::{ActionVocab, BOS, END};
-use crate::env::{GuiAction, ScreenState};
+use crate::env::{Element, GuiAction, ScreenState};
 
 /// The encoder's inputs for a batch of states.
 #[derive(Debug, Clone)]
@@ -40,7 +40,7 @@ pub struct ScreenWords {
 }
 
 /// Words one image token can hold; further words of elements centred there are dropped.
-pub const SCREEN_WORD_SLOTS: usize = 4;
+pub const SCREEN_WORD_SLOTS: usize = 6;
 
 /// The decoder's inputs and targets for a batch of token sequences.
 #[derive(Debug, Clone)]
@@ -127,9 +127,20 @@ pub fn word_buckets(text: &[u8], buckets: usize) -> Vec<u32> {
     out
 }
 
+/// What an element says, as an accessibility tree names it: its text, a form control's
+/// accessible name, and a checkbox's or radio button's state (`checked` / `unchecked`).
+pub fn element_words(e: &Element) -> String {
+    let state = match e.input_type.as_str() {
+        "checkbox" | "radio" if e.checked => "checked",
+        "checkbox" | "radio" => "unchecked",
+        _ => "",
+    };
+    format!("{} {} {state}", e.text, e.label)
+}
+
 /// For one state, `SCREEN_WORD_SLOTS` word buckets per image token (row-major, 0 = empty):
-/// each element with text puts its distinct words, in order, on the token under its box's
-/// centre. Elements centred outside the screenshot are skipped.
+/// each element puts the distinct words of [`element_words`], in order, on the token under
+/// its box's centre. Elements centred outside the screenshot are skipped.
 ///
 /// Why: the labels a task names are a few pixels high once the screenshot is resized to
 /// the model's input, so reading them off the pixels is the hard part of a multi-step task
@@ -144,8 +155,8 @@ pub fn screen_words(state: &ScreenState, cfg: &VlmConfig) -> Vec<u32> {
         return out;
     }
     for e in &state.elements {
-        let text = e.text.trim();
-        if text.is_empty() {
+        let text = element_words(e);
+        if text.trim().is_empty() {
             continue;
         }
         let (cx, cy) = (e.bbox.x + e.bbox.w / 2.0, e.bbox.y + e.bbox.h / 2.0);

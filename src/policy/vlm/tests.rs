@@ -260,12 +260,21 @@ fn screen_words_sit_on_the_token_under_each_element() {
     let cfg = VlmConfig { word_buckets: 256, screen_text: true, ..VlmConfig::tiny() };
     let mut s = speed::square_state(160, 200, 0, 0, 1, [0, 0, 0], "Turn on \"Sync\".");
     s.elements = vec![
-        labelled("Sync", 50.0, 85.0),        // centre (70, 90): column 1, row 2
-        labelled("Dark mode", 100.0, 160.0), // centre (120, 165): column 3, row 4
-        labelled("Dark", 100.0, 160.0),      // the same token, a word it already has
-        labelled("  ", 0.0, 0.0),            // no text: nothing
-        labelled("Far away", 400.0, 10.0),   // centred off the screenshot: skipped
-        labelled("a b c d e f", 0.0, 0.0),   // more words than slots: the first four
+        labelled("Sync", 50.0, 85.0),          // centre (70, 90): column 1, row 2
+        labelled("Dark mode", 100.0, 160.0),   // centre (120, 165): column 3, row 4
+        labelled("Dark", 100.0, 160.0),        // the same token, a word it already has
+        labelled("  ", 0.0, 0.0),              // no text: nothing
+        labelled("Far away", 400.0, 10.0),     // centred off the screenshot: skipped
+        labelled("a b c d e f g h", 0.0, 0.0), // more words than slots: the first six
+        crate::env::Element {
+            // A switch: its accessible name and its state, on its own token.
+            tag: "input".into(),
+            input_type: "checkbox".into(),
+            label: "Wi-Fi".into(),
+            checked: true,
+            bbox: crate::env::BBox { x: 130.0, y: 10.0, w: 20.0, h: 10.0 },
+            ..Default::default()
+        },
     ];
     let ids = inputs::screen_words(&s, &cfg);
     let k = inputs::SCREEN_WORD_SLOTS;
@@ -273,11 +282,12 @@ fn screen_words_sit_on_the_token_under_each_element() {
     let word = |w: &str| inputs::word_buckets(w.as_bytes(), 256)[0];
     // The same bucket as the instruction's "Sync": one vector for the word in both places.
     let sync_in_instruction = inputs::word_buckets(s.instruction.as_bytes(), 256)[9];
-    assert_eq!(at(1, 2), vec![sync_in_instruction, 0, 0, 0]);
-    assert_eq!(at(3, 4), vec![word("Dark"), word("mode"), 0, 0]);
-    assert_eq!(at(0, 0), ["a", "b", "c", "d"].map(word).to_vec());
+    assert_eq!(at(1, 2), vec![sync_in_instruction, 0, 0, 0, 0, 0]);
+    assert_eq!(at(3, 4), vec![word("Dark"), word("mode"), 0, 0, 0, 0]);
+    assert_eq!(at(0, 0), ["a", "b", "c", "d", "e", "f"].map(word).to_vec());
+    assert_eq!(at(3, 0), vec![word("Wi"), word("Fi"), word("checked"), 0, 0, 0]);
     let filled = ids.iter().filter(|&&id| id != 0).count();
-    assert_eq!(filled, 1 + 2 + 4, "{ids:?}");
+    assert_eq!(filled, 1 + 2 + 6 + 3, "{ids:?}");
 
     // The words reach the policy's output, and their embeddings get a gradient.
     let p = VlmPolicy::new(cfg, &Device::Cpu, 3).unwrap();
