@@ -37,6 +37,11 @@ pub struct ScreenWords {
     pub ids: Tensor,
     /// [B, image_tokens, SCREEN_WORD_SLOTS, 1] f32: 1 on filled slots, 0 on empty ones.
     pub mask: Tensor,
+    /// [B, image_tokens, SCREEN_WORD_SLOTS, 1] f32: 1 where the slot's word is also a word
+    /// of the (cut) instruction. Why: an utterance-to-element alignment feature, as DOM
+    /// agents for MiniWoB++ use; learning the match through attention alone from a few
+    /// thousand demonstrations left the policy choosing rows at about chance.
+    pub matched: Tensor,
 }
 
 /// Words one image token can hold; further words of elements centred there are dropped.
@@ -204,22 +209,33 @@ pub fn encoder_inputs(states: &[ScreenState], cfg: &VlmConfig, device: &Device) 
         }
         mask[i * n + cfg.image_tokens() + t.len()..(i + 1) * n].fill(NEG);
     }
+    let text_words: Vec<Vec<u32>> = match cfg.word_buckets {
+        0 => vec![],
+        n => texts.iter().map(|t| word_buckets(t, n)).collect(),
+    };
     let words = if cfg.word_buckets > 0 {
         let mut ids = vec![0u32; b * l];
-        for (i, t) in texts.iter().enumerate() {
-            ids[i * l..i * l + t.len()].copy_from_slice(&word_buckets(t, cfg.word_buckets));
+        for (i, w) in text_words.iter().enumerate() {
+            ids[i * l..i * l + w.len()].copy_from_slice(w);
         }
         Some(Tensor::from_vec(ids, (b, l), device)?)
     } else {
         None
     };
     let screen = if cfg.screen_text {
-        let ids: Vec<u32> = states.iter().flat_map(|s| screen_words(s, cfg)).collect();
+        let (mut ids, mut matched) = (vec![], vec![]);
+        for (s, said) in states.iter().zip(&text_words) {
+            let said: std::collections::HashSet<u32> = said.iter().copied().filter(|&w| w != 0).collect();
+            let slots = screen_words(s, cfg);
+            matched.extend(slots.iter().map(|id| f32::from(u8::from(said.contains(id)))));
+            ids.extend(slots);
+        }
         let mask: Vec<f32> = ids.iter().map(|&id| f32::from(u8::from(id != 0))).collect();
-        let shape = (b, cfg.image_tokens(), SCREEN_WORD_SLOTS);
+        let shape = (b, cfg.image_tokens(), SCREEN_WORD_SLOTS, 1);
         Some(ScreenWords {
-            ids: Tensor::from_vec(ids, shape, device)?,
-            mask: Tensor::from_vec(mask, (b, cfg.image_tokens(), SCREEN_WORD_SLOTS, 1), device)?,
+            ids: Tensor::from_vec(ids, (b, cfg.image_tokens(), SCREEN_WORD_SLOTS), device)?,
+            mask: Tensor::from_vec(mask, shape, device)?,
+            matched: Tensor::from_vec(matched, shape, device)?,
         })
     } else {
         None

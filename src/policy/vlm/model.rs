@@ -318,6 +318,8 @@ pub struct VlmModel {
     text_emb: Tensor,
     text_pos: Tensor,
     word_emb: Option<Tensor>,
+    /// [1, d]: added to a screen word that the instruction also has.
+    screen_match: Option<Tensor>,
     encoder: Vec<EncoderLayer>,
     enc_ln: LayerNorm,
     tok_emb: Tensor,
@@ -344,6 +346,7 @@ impl VlmModel {
                 0 => None,
                 n => Some(table(&venc, "word_emb", n, d)?),
             },
+            screen_match: if cfg.screen_text { Some(table(&venc, "screen_match", 1, d)?) } else { None },
             encoder: (0..cfg.encoder_layers)
                 .map(|i| EncoderLayer::new(cfg, out_std, venc.pp(format!("layers.{i}"))))
                 .collect::<Result<_>>()?,
@@ -369,7 +372,10 @@ impl VlmModel {
         if let (Some(table), Some(screen)) = (&self.word_emb, &enc.screen) {
             // Sum of the slot embeddings (empty slots masked out) on each image token.
             let k = screen.ids.dim(2)?;
-            let emb = table.index_select(&screen.ids.flatten_all()?, 0)?.reshape((b, n_img, k, d))?;
+            let mut emb = table.index_select(&screen.ids.flatten_all()?, 0)?.reshape((b, n_img, k, d))?;
+            if let Some(m) = &self.screen_match {
+                emb = emb.broadcast_add(&screen.matched.broadcast_mul(m)?)?;
+            }
             img = (img + emb.broadcast_mul(&screen.mask)?.sum(2)?)?;
         }
         let mut txt = self.text_emb.index_select(&enc.text.flatten_all()?, 0)?.reshape((b, l, d))?;

@@ -288,6 +288,11 @@ fn screen_words_sit_on_the_token_under_each_element() {
     assert_eq!(at(3, 0), vec![word("Wi"), word("Fi"), word("checked"), 0, 0, 0]);
     let filled = ids.iter().filter(|&&id| id != 0).count();
     assert_eq!(filled, 1 + 2 + 6 + 3, "{ids:?}");
+    // Only "Sync" is also a word of the instruction.
+    let enc = inputs::encoder_inputs(std::slice::from_ref(&s), &cfg, &Device::Cpu).unwrap();
+    let matched = enc.screen.unwrap().matched.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    assert_eq!(matched.iter().sum::<f32>(), 1.0);
+    assert_eq!(matched[(2 * 4 + 1) * k], 1.0);
 
     // The words reach the policy's output, and their embeddings get a gradient.
     let p = VlmPolicy::new(cfg, &Device::Cpu, 3).unwrap();
@@ -302,6 +307,9 @@ fn screen_words_sit_on_the_token_under_each_element() {
     let g = grads.get(table.as_tensor()).unwrap().to_vec2::<f32>().unwrap();
     let mode = word("mode") as usize; // on the screen only, not in the instruction
     assert!(g[mode].iter().any(|v| *v != 0.0), "no gradient for a screen-only word");
+    let (_, m) = p.named_vars().into_iter().find(|(n, _)| n.ends_with("screen_match")).unwrap();
+    let g = grads.get(m.as_tensor()).unwrap().abs().unwrap().sum_all().unwrap().to_scalar::<f32>().unwrap();
+    assert!(g > 0.0, "no gradient for the match feature");
 }
 
 #[test]
