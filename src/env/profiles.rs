@@ -50,8 +50,17 @@ pub fn kill_all_started() {
 
 /// Kill the browser of profile `dir` and delete the folder.
 fn discard(dir: &Path) {
-    kill_browser(dir);
-    let _ = std::fs::remove_dir_all(dir);
+    // SIGKILL lands asynchronously, and a process not yet hit can still write into the
+    // profile while it is being deleted (seen on a loaded machine: the folder survived).
+    // Kill and delete again until the folder is gone, for at most about a second.
+    for _ in 0..20 {
+        kill_browser(dir);
+        let _ = std::fs::remove_dir_all(dir);
+        if !dir.exists() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 }
 
 /// Whether process `pid` exists.
