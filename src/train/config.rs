@@ -181,6 +181,11 @@ pub struct AlgoConfig {
     /// Leave out groups whose rewards are all equal (default by kind: dapo true).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub drop_all_equal_groups: Option<bool>,
+    /// The reward a rollout that hit `rollout.max_steps` trains on, instead of the task's
+    /// (usually 0). Set it to the task's failure reward (e.g. -1) where stalling until the
+    /// step limit would otherwise score better than a wrong answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub truncation_reward: Option<f64>,
 }
 
 impl Default for AlgoConfig {
@@ -205,6 +210,7 @@ impl Default for AlgoConfig {
             scale_std: true,
             eps: 1e-6,
             drop_all_equal_groups: None,
+            truncation_reward: None,
         }
     }
 }
@@ -487,6 +493,9 @@ impl TrainConfig {
             format!("algo.temperature must be > 0, got {}", a.temperature),
         );
         check(a.eps > 0.0 && a.eps < 1.0, format!("algo.eps must be in (0, 1), got {}", a.eps));
+        if let Some(r) = a.truncation_reward {
+            check(r.is_finite(), format!("algo.truncation_reward must be a finite number, got {r}"));
+        }
         // [rollout]
         check(self.rollout.envs >= 1, "rollout.envs must be at least 1".into());
         check(self.rollout.max_steps >= 1, "rollout.max_steps must be at least 1".into());

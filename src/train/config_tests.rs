@@ -119,6 +119,7 @@ fn bad_values_are_named() {
         ("algo", "max_grad_norm = 0.0", "algo.max_grad_norm must be > 0"),
         ("algo", "warmup = 11", "algo.warmup (11) must not exceed run.iterations (10)"),
         ("algo", "min_lr = 1.0", "algo.min_lr must be in [0, algo.lr]"),
+        ("algo", "truncation_reward = nan", "algo.truncation_reward must be a finite number"),
         ("rollout", "envs = 0", "rollout.envs must be at least 1"),
         ("model", "d_model = 100\nheads = 3", "model.heads (3) must divide model.d_model (100)"),
         ("model", "layers = 0", "model.layers must be at least 1"),

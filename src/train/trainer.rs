@@ -56,6 +56,18 @@ fn step_state(rec: &Recorded, i: usize) -> Option<ScreenState> {
     Some(recorded_state(&rec.trajectory, i, rec.frames.get(i)?.clone()))
 }
 
+/// `[algo] truncation_reward`: rollouts that hit the step limit train on this reward
+/// instead of the task's (the reward and success statistics then count it too).
+fn score_truncations(recs: &mut [Recorded], reward: Option<f64>) {
+    let Some(r) = reward else { return };
+    for rec in recs {
+        let out = &mut rec.trajectory.outcome;
+        if out.status == EpisodeStatus::Truncated {
+            out.reward = r;
+        }
+    }
+}
+
 /// Group recorded episodes by their group id, in order of first appearance.
 fn into_batch(recs: &[Recorded]) -> (TrainingBatch, Vec<Vec<usize>>) {
     let mut batch = TrainingBatch::default();
@@ -268,7 +280,8 @@ impl Trainer {
             r.temperature = algo.temperature;
         }
         self.policy.set_seed(rng_for(cfg.run.seed, it, 2).gen());
-        let (recs, cstats) = self.collector.collect(&mut self.policy, jobs, |_, _| {}).await?;
+        let (mut recs, cstats) = self.collector.collect(&mut self.policy, jobs, |_, _| {}).await?;
+        score_truncations(&mut recs, algo.truncation_reward);
         let rollout_secs = t0.elapsed().as_secs_f64();
 
         // 2. Group-relative advantages; env_error rollouts get none.
@@ -539,4 +552,40 @@ impl Trainer {
 /// The run folder for a config and an optional `--out`.
 pub fn run_dir(cfg: &TrainConfig, out: Option<&Path>) -> PathBuf {
     out.map(Path::to_path_buf).unwrap_or_else(|| cfg.run_dir())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rollout::{Outcome, FORMAT_VERSION};
+
+    #[test]
+    fn truncations_train_on_the_configured_reward() {
+        let rec = |status, reward| Recorded {
+            trajectory: Trajectory {
+                version: FORMAT_VERSION,
+                task_id: "builtin/counter".into(),
+                seed: 0,
+                instruction: String::new(),
+                frame: Default::default(),
+                max_steps: Some(3),
+                policy: String::new(),
+                group: Some(0),
+                steps: vec![],
+                final_frame: None,
+                outcome: Outcome { reward, status, steps: 3, error: None },
+            },
+            frames: vec![],
+        };
+        let mut recs = vec![
+            rec(EpisodeStatus::Truncated, 0.0),
+            rec(EpisodeStatus::Fail, -1.0),
+            rec(EpisodeStatus::Success, 1.0),
+        ];
+        let rewards = |r: &[Recorded]| r.iter().map(|r| r.trajectory.outcome.reward).collect::<Vec<_>>();
+        score_truncations(&mut recs, None);
+        assert_eq!(rewards(&recs), [0.0, -1.0, 1.0], "unset: the task's rewards");
+        score_truncations(&mut recs, Some(-1.0));
+        assert_eq!(rewards(&recs), [-1.0, -1.0, 1.0], "only the truncated rollout changes");
+    }
 }
