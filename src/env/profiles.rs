@@ -30,15 +30,31 @@ pub(crate) fn unregister(dir: &Path) {
     LIVE.lock().unwrap_or_else(|e| e.into_inner()).retain(|d| d != dir);
 }
 
+/// The `pkill`/`pgrep` pattern of the processes running with profile `dir`.
+fn pattern(dir: &Path) -> String {
+    format!("user-data-dir={}", dir.display())
+}
+
 /// Kill every process running with profile `dir` (the browser and its helpers).
 pub(crate) fn kill_browser(dir: &Path) {
     let _ = std::process::Command::new("pkill")
         .arg("-9")
         .arg("-f")
-        .arg(format!("user-data-dir={}", dir.display()))
+        .arg(pattern(dir))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status();
+}
+
+/// Whether a process still runs with profile `dir`.
+fn browser_alive(dir: &Path) -> bool {
+    std::process::Command::new("pgrep")
+        .arg("-f")
+        .arg(pattern(dir))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 /// Kill the browsers this process started and delete their profiles: for a signal handler
@@ -50,14 +66,17 @@ pub fn kill_all_started() {
 
 /// Kill the browser of profile `dir` and delete the folder.
 fn discard(dir: &Path) {
-    // SIGKILL lands asynchronously, and a process not yet hit can still write into the
-    // profile while it is being deleted (seen on a loaded machine: the folder survived).
-    // Kill and delete again until the folder is gone, for at most about a second.
-    for _ in 0..20 {
+    // A browser whose GPU process is killed first starts a new one, which `pkill` may
+    // miss; that process re-creates the profile folder for its log (seen under load: a
+    // folder holding only chrome_debug.log survived). So kill until nothing runs with the
+    // profile, then delete, for at most about two seconds.
+    for _ in 0..40 {
         kill_browser(dir);
-        let _ = std::fs::remove_dir_all(dir);
-        if !dir.exists() {
-            return;
+        if !browser_alive(dir) {
+            let _ = std::fs::remove_dir_all(dir);
+            if !dir.exists() && !browser_alive(dir) {
+                return;
+            }
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
