@@ -30,31 +30,27 @@ pub(crate) fn unregister(dir: &Path) {
     LIVE.lock().unwrap_or_else(|e| e.into_inner()).retain(|d| d != dir);
 }
 
-/// The `pkill`/`pgrep` pattern of the processes running with profile `dir`.
-fn pattern(dir: &Path) -> String {
-    format!("user-data-dir={}", dir.display())
-}
-
-/// Kill every process running with profile `dir` (the browser and its helpers).
-pub(crate) fn kill_browser(dir: &Path) {
-    let _ = std::process::Command::new("pkill")
-        .arg("-9")
+/// Run `tool` (`pkill` or `pgrep`) with `args` on the processes running with profile
+/// `dir`; whether it matched any.
+fn on_profile(tool: &str, args: &[&str], dir: &Path) -> bool {
+    std::process::Command::new(tool)
+        .args(args)
         .arg("-f")
-        .arg(pattern(dir))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
-}
-
-/// Whether a process still runs with profile `dir`.
-fn browser_alive(dir: &Path) -> bool {
-    std::process::Command::new("pgrep")
-        .arg("-f")
-        .arg(pattern(dir))
+        .arg(format!("user-data-dir={}", dir.display()))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success())
+}
+
+/// Kill every process running with profile `dir` (the browser and its helpers).
+pub(crate) fn kill_browser(dir: &Path) {
+    on_profile("pkill", &["-9"], dir);
+}
+
+/// Whether a process still runs with profile `dir`.
+fn browser_alive(dir: &Path) -> bool {
+    on_profile("pgrep", &[], dir)
 }
 
 /// Kill the browsers this process started and delete their profiles: for a signal handler
@@ -66,10 +62,9 @@ pub fn kill_all_started() {
 
 /// Kill the browser of profile `dir` and delete the folder.
 fn discard(dir: &Path) {
-    // A browser whose GPU process is killed first starts a new one, which `pkill` may
-    // miss; that process re-creates the profile folder for its log (seen under load: a
-    // folder holding only chrome_debug.log survived). So kill until nothing runs with the
-    // profile, then delete, for at most about two seconds.
+    // Seen under load: after one kill and delete, a folder holding only chrome_debug.log
+    // came back, most likely from a helper the browser started while `pkill` ran. So kill
+    // until nothing runs with the profile, then delete, for at most about two seconds.
     for _ in 0..40 {
         kill_browser(dir);
         if !browser_alive(dir) {

@@ -305,7 +305,6 @@ async fn episode(
         if keep_frames {
             frames.push(obs.screenshot.clone());
         }
-        let elements = obs.elements.clone();
         tx.send(Msg::Act(obs.clone(), reply_tx)).map_err(|_| EnvError::Task("collection stopped".into()))?;
         let d = reply_rx.await.map_err(|_| EnvError::Task("the policy stopped answering".into()))?;
         let out = env.step(&d.action).await?;
@@ -318,7 +317,8 @@ async fn episode(
             frame: None,
             action_error: out.info.action_error.clone(),
             token_logprobs: d.token_logprobs,
-            elements,
+            // `obs` is replaced by the next observation just below.
+            elements: std::mem::take(&mut obs.elements),
         });
         obs = out.obs;
         if out.terminated || out.truncated {

@@ -79,43 +79,25 @@ impl ModelConfig {
             ModelPreset::Small => VlmConfig::small(),
             ModelPreset::Base => VlmConfig::base(),
         };
-        if let Some(d) = self.d_model {
-            v.d_model = d;
+        // Each override that is set replaces the preset's value.
+        fn set<T: Clone>(slot: &mut T, value: &Option<T>) {
+            if let Some(x) = value {
+                *slot = x.clone();
+            }
         }
-        if let Some(h) = self.heads {
-            v.heads = h;
-        }
-        if let Some(l) = self.layers {
-            v.encoder_layers = l;
-        }
-        if let Some(p) = self.patch_size {
-            v.stem_patch = p;
-        }
-        if let Some(s) = self.image_size {
-            v.image_width = s;
-            v.image_height = s;
-        }
-        if let Some(b) = self.max_instruction_bytes {
-            v.max_instruction_bytes = b;
-        }
-        if let Some(w) = self.word_buckets {
-            v.word_buckets = w;
-        }
-        if let Some(t) = self.screen_text {
-            v.screen_text = t;
-        }
-        if let Some(k) = &self.kinds {
-            v.actions.kinds = k.clone();
-        }
-        if let Some(b) = self.x_bins {
-            v.actions.x_bins = b;
-        }
-        if let Some(b) = self.y_bins {
-            v.actions.y_bins = b;
-        }
-        if let Some(p) = self.pointer {
-            v.pointer = p;
-        }
+        set(&mut v.d_model, &self.d_model);
+        set(&mut v.heads, &self.heads);
+        set(&mut v.encoder_layers, &self.layers);
+        set(&mut v.stem_patch, &self.patch_size);
+        set(&mut v.image_width, &self.image_size);
+        set(&mut v.image_height, &self.image_size);
+        set(&mut v.max_instruction_bytes, &self.max_instruction_bytes);
+        set(&mut v.word_buckets, &self.word_buckets);
+        set(&mut v.screen_text, &self.screen_text);
+        set(&mut v.actions.kinds, &self.kinds);
+        set(&mut v.actions.x_bins, &self.x_bins);
+        set(&mut v.actions.y_bins, &self.y_bins);
+        set(&mut v.pointer, &self.pointer);
         v.validate().context("invalid [model] settings")?;
         Ok(v)
     }

@@ -57,7 +57,7 @@ fn step_state(rec: &Recorded, i: usize) -> Option<ScreenState> {
 }
 
 /// `[algo] truncation_reward`: rollouts that hit the step limit train on this reward
-/// instead of the task's (the reward and success statistics then count it too).
+/// instead of the task's (`reward_mean` counts it too; success is by status).
 fn score_truncations(recs: &mut [Recorded], reward: Option<f64>) {
     let Some(r) = reward else { return };
     for rec in recs {
