@@ -8,10 +8,13 @@ cd "$(dirname "$0")/.."
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 
-if ! command -v chromedriver >/dev/null 2>&1 || ! command -v chromium >/dev/null 2>&1; then
-  echo "setup: installing chromium and chromium-driver with apt-get"
+# chromium-headless-shell is the same Chromium without its UI: guirl's headless runs use it
+# (faster); headful runs and the fallback use chromium.
+if ! command -v chromedriver >/dev/null 2>&1 || ! command -v chromium >/dev/null 2>&1 \
+  || [ ! -x /usr/lib/chromium/chromium-headless-shell ]; then
+  echo "setup: installing chromium, chromium-driver and chromium-headless-shell with apt-get"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver chromium-headless-shell >/dev/null
 fi
 
 MINIWOB_VERSION=1.1.0

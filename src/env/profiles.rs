@@ -5,6 +5,9 @@
 //! (`guirl.owner`); a signal handler kills the browsers of this process before it exits
 //! ([`kill_all_started`]), and the first launch of a later process removes what a killed one
 //! (SIGKILL, a crash) left behind ([`sweep_stale`]).
+//!
+//! chromedriver runs with the folder as its temp folder, so the profile it makes for the
+//! browser (`--user-data-dir`) lies inside it and the browser's command line names it.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
