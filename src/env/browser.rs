@@ -553,12 +553,10 @@ fn crop(full: RgbImage, x: i32, y: i32, w: u32, h: u32) -> RgbImage {
 
 impl Drop for Browser {
     fn drop(&mut self) {
-        // Not closed cleanly (a crash, a hang): chromedriver dies with its handle, but the
-        // browser it started may not. Kill what runs with our profile folder.
+        // Closed or not (a crash, a hang), kill whatever still runs for our profile folder
+        // (a helper exiting late would write into it) and delete it.
         if let Some(dir) = self.profile_dir() {
-            if self.driver.is_some() {
-                super::profiles::kill_browser(dir);
-            }
+            super::profiles::discard(dir);
             super::profiles::unregister(dir);
         }
     }

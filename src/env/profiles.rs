@@ -10,7 +10,6 @@
 //! browser (`--user-data-dir`) lies inside it and the browser's command line names it.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::{Mutex, Once};
 
 /// Prefix of every profile folder guirl creates in the temp folder.
@@ -33,27 +32,49 @@ pub(crate) fn unregister(dir: &Path) {
     LIVE.lock().unwrap_or_else(|e| e.into_inner()).retain(|d| d != dir);
 }
 
-/// Run `tool` (`pkill` or `pgrep`) with `args` on the processes running with profile
-/// `dir`; whether it matched any.
-fn on_profile(tool: &str, args: &[&str], dir: &Path) -> bool {
-    std::process::Command::new(tool)
-        .args(args)
-        .arg("-f")
-        .arg(format!("user-data-dir={}", dir.display()))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
+/// The processes started for profile `dir`. chromedriver runs with the folder as its temp
+/// folder (`TMPDIR`), in a process group of its own that the browser and its helpers
+/// join; the helpers overwrite their environment and command line with a process title,
+/// so they are found by that group. A browser started with the folder itself as
+/// `--user-data-dir` (earlier guirl versions) is matched by its command line.
+fn processes_of(dir: &Path) -> Vec<i32> {
+    let env_entry = format!("TMPDIR={}", dir.display()).into_bytes();
+    let arg = format!("--user-data-dir={}", dir.display()).into_bytes();
+    let own_group = unsafe { libc::getpgrp() };
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    // (pid, process group, started for `dir`)
+    let procs: Vec<(i32, i32, bool)> = entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let group = stat.rsplit_once(')')?.1.split_whitespace().nth(2)?.parse().ok()?;
+            let has = |file: &str, item: &[u8]| {
+                std::fs::read(format!("/proc/{pid}/{file}"))
+                    .is_ok_and(|bytes| bytes.split(|&b| b == 0).any(|field| field == item))
+            };
+            Some((pid, group, has("environ", &env_entry) || has("cmdline", &arg)))
+        })
+        .collect();
+    let groups: Vec<i32> = procs.iter().filter(|p| p.2 && p.1 != own_group).map(|p| p.1).collect();
+    procs
+        .iter()
+        .filter(|p| p.2 || groups.contains(&p.1))
+        .map(|p| p.0)
+        .filter(|&pid| pid != std::process::id() as i32)
+        .collect()
 }
 
-/// Kill every process running with profile `dir` (the browser and its helpers).
+/// Kill every process started for profile `dir` (chromedriver, the browser, its helpers).
 pub(crate) fn kill_browser(dir: &Path) {
-    on_profile("pkill", &["-9"], dir);
+    for pid in processes_of(dir) {
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
 }
 
-/// Whether a process still runs with profile `dir`.
+/// Whether a process started for profile `dir` still runs.
 fn browser_alive(dir: &Path) -> bool {
-    on_profile("pgrep", &[], dir)
+    !processes_of(dir).is_empty()
 }
 
 /// Kill the browsers this process started and delete their profiles: for a signal handler
@@ -63,11 +84,10 @@ pub fn kill_all_started() {
     dirs.iter().for_each(|d| discard(d));
 }
 
-/// Kill the browser of profile `dir` and delete the folder.
-fn discard(dir: &Path) {
-    // Seen under load: after one kill and delete, a folder holding only chrome_debug.log
-    // came back, most likely from a helper the browser started while `pkill` ran. So kill
-    // until nothing runs with the profile, then delete, for at most about two seconds.
+/// Kill what runs for profile `dir` and delete the folder.
+pub(crate) fn discard(dir: &Path) {
+    // A helper still exiting can re-create the folder (its temp folder) or write into it
+    // after a delete, so kill until nothing runs for it, then delete, for at most ~2 s.
     for _ in 0..40 {
         kill_browser(dir);
         if !browser_alive(dir) {
