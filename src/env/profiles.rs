@@ -40,12 +40,13 @@ pub(crate) fn unregister(dir: &Path) {
 fn processes_of(dir: &Path) -> Vec<i32> {
     let env_entry = format!("TMPDIR={}", dir.display()).into_bytes();
     let arg = format!("--user-data-dir={}", dir.display()).into_bytes();
-    let own_group = unsafe { libc::getpgrp() };
+    let (me, own_group) = (std::process::id() as i32, unsafe { libc::getpgrp() });
     let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
     // (pid, process group, started for `dir`)
     let procs: Vec<(i32, i32, bool)> = entries
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| pid != me)
         .filter_map(|pid| {
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
             let group = stat.rsplit_once(')')?.1.split_whitespace().nth(2)?.parse().ok()?;
@@ -57,12 +58,7 @@ fn processes_of(dir: &Path) -> Vec<i32> {
         })
         .collect();
     let groups: Vec<i32> = procs.iter().filter(|p| p.2 && p.1 != own_group).map(|p| p.1).collect();
-    procs
-        .iter()
-        .filter(|p| p.2 || groups.contains(&p.1))
-        .map(|p| p.0)
-        .filter(|&pid| pid != std::process::id() as i32)
-        .collect()
+    procs.iter().filter(|p| p.2 || groups.contains(&p.1)).map(|p| p.0).collect()
 }
 
 /// Kill every process started for profile `dir` (chromedriver, the browser, its helpers).
