@@ -83,7 +83,13 @@ async fn hung_page_is_detected_by_the_command_timeout() {
     let (obs, _) = env.reset(0).await.unwrap();
     let (x, y) = obs.elements.iter().find(|e| e.id == "hang").unwrap().bbox.center();
     let t0 = std::time::Instant::now();
-    let out = env.step(&GuiAction::Click { x, y }).await.unwrap();
+    let mut out = env.step(&GuiAction::Click { x, y }).await.unwrap();
+    // The click's handler hangs the page from a `setTimeout(0)`: a page read and frame
+    // issued the moment the input is acknowledged (begin-frame control) can run before
+    // it, and the hang then shows at the next step.
+    if out.info.status == EpisodeStatus::Running {
+        out = env.step(&GuiAction::Wait { ms: 10 }).await.unwrap();
+    }
     assert_eq!(out.info.status, EpisodeStatus::EnvError, "{:?}", out.info);
     assert!(out.info.env_error.unwrap().contains("did not answer"));
     assert!(t0.elapsed() < Duration::from_secs(30));
@@ -92,18 +98,28 @@ async fn hung_page_is_detected_by_the_command_timeout() {
 }
 
 #[tokio::test]
-async fn devtools_and_webdriver_paths_see_the_same_page() {
-    // The fast path (page reads and screenshots over DevTools) and plain WebDriver must
-    // observe identical states, including across a page navigation (multi-page task).
+async fn devtools_frame_control_and_webdriver_paths_see_the_same_page() {
+    // The fast paths (page reads and screenshots over DevTools; frames drawn only on
+    // request) and plain WebDriver must observe identical states, including across a page
+    // navigation (multi-page task).
     let mut seen = Vec::new();
-    for devtools in [true, false] {
-        let browser = BrowserConfig::default().with_devtools(devtools);
+    let devtools_allowed = std::env::var("GUIRL_DEVTOOLS").map_or(true, |v| v != "0");
+    let frames_allowed = std::env::var("GUIRL_FRAME_CONTROL").map_or(true, |v| v != "0")
+        && std::env::var_os("GUIRL_CHROMIUM").is_none();
+    for (devtools, frames) in [(true, true), (true, false), (false, false)] {
+        let browser = BrowserConfig::default().with_devtools(devtools).with_frame_control(frames);
         let mut env = env_with("builtin/login-settings", EnvConfig { browser, ..Default::default() });
         let (obs, _) = env.reset(3).await.unwrap();
-        if devtools && std::env::var("GUIRL_DEVTOOLS").map_or(true, |v| v != "0") {
+        if devtools && devtools_allowed {
             assert!(env.uses_devtools(), "a local chromedriver session gets the DevTools channel");
         } else if !devtools {
             assert!(!env.uses_devtools());
+        }
+        let shell = std::path::Path::new(guirl::env::browser::HEADLESS_SHELL).is_file();
+        if devtools && frames && devtools_allowed && frames_allowed && shell {
+            assert!(env.uses_frame_control(), "the headless shell runs under begin-frame control");
+        } else if !frames {
+            assert!(!env.uses_frame_control());
         }
         let mut oracle = guirl::policy::oracle::OraclePolicy;
         let mut states = vec![obs.clone()];
@@ -122,10 +138,12 @@ async fn devtools_and_webdriver_paths_see_the_same_page() {
         seen.push(states);
         env.close().await;
     }
-    assert_eq!(seen[0].len(), seen[1].len());
-    for (a, b) in seen[0].iter().zip(&seen[1]) {
-        assert_eq!(a.url, b.url);
-        assert_eq!(a.elements, b.elements, "step {}", a.step);
-        assert_eq!(a.screenshot, b.screenshot, "step {} on {}", a.step, a.url);
+    for other in &seen[1..] {
+        assert_eq!(seen[0].len(), other.len());
+        for (a, b) in seen[0].iter().zip(other) {
+            assert_eq!(a.url, b.url);
+            assert_eq!(a.elements, b.elements, "step {}", a.step);
+            assert_eq!(a.screenshot, b.screenshot, "step {} on {}", a.step, a.url);
+        }
     }
 }

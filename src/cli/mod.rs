@@ -35,6 +35,10 @@ pub struct BrowserArgs {
     /// screenshots; slower, for comparison and for endpoints that misbehave).
     #[arg(long)]
     pub no_devtools: bool,
+    /// Let the headless shell draw freely instead of only when guirl asks for a frame
+    /// (begin-frame control; slower with several envs, for comparison).
+    #[arg(long)]
+    pub free_frames: bool,
 }
 
 impl BrowserArgs {
@@ -48,6 +52,7 @@ impl BrowserArgs {
             ..Default::default()
         }
         .with_devtools(!self.no_devtools)
+        .with_frame_control(!self.free_frames)
     }
 }
 

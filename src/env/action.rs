@@ -549,7 +549,8 @@ pub(crate) async fn execute(browser: &Browser, action: &GuiAction, f: &Frame) ->
         }
         GuiAction::Done => return Ok(()),
     };
-    browser.perform(seq).await?;
+    let scrolls = matches!(action, GuiAction::Scroll { .. } | GuiAction::Key(_));
+    browser.perform(seq, scrolls).await?;
     if matches!(action, GuiAction::Scroll { .. } | GuiAction::Drag { .. }) {
         browser.next_frames().await?;
     }

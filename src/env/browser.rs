@@ -4,6 +4,7 @@
 //! or dead browser shows up as an [`EnvError`] instead of a stuck program.
 
 use super::devtools::{self, CdpError, DevTools};
+use super::frames::{self, FrameControl};
 use super::EnvError;
 use fantoccini::actions::Actions;
 use fantoccini::wd::{Capabilities, WebDriverCompatibleCommand};
@@ -29,11 +30,12 @@ pub const CHROMIUM_FLAGS: &[&str] = &[
     "--hide-scrollbars",
     "--disable-dev-shm-usage",
     "--mute-audio",
-    // Without these, headless Chromium paces frames to a virtual 60 Hz display and every
-    // screenshot waits for the next tick (measured: ~38 ms -> ~10 ms per capture).
-    "--disable-frame-rate-limit",
-    "--disable-gpu-vsync",
 ];
+
+/// Added where frames run freely (no begin-frame control): without these, headless
+/// Chromium paces frames to a virtual 60 Hz display and every screenshot waits for the
+/// next tick (measured: ~38 ms -> ~10 ms per capture).
+pub const FREE_FRAME_FLAGS: &[&str] = &["--disable-frame-rate-limit", "--disable-gpu-vsync"];
 
 /// The apt-get line that installs what guirl needs to drive a browser.
 pub const APT_HINT: &str = "sudo apt-get install -y chromium chromium-driver chromium-headless-shell";
@@ -63,6 +65,10 @@ pub struct BrowserConfig {
     /// endpoint offers one (default; `GUIRL_DEVTOOLS=0` turns it off). Input actions and
     /// navigation always go through WebDriver.
     pub devtools: bool,
+    /// Draw frames only when guirl asks (begin-frame control, see [`super::frames`]) where
+    /// the browser is the headless shell started here with the DevTools channel (default;
+    /// `GUIRL_FRAME_CONTROL=0` turns it off).
+    pub frame_control: bool,
 }
 
 impl BrowserConfig {
@@ -70,6 +76,22 @@ impl BrowserConfig {
     pub fn with_devtools(mut self, on: bool) -> Self {
         self.devtools &= on;
         self
+    }
+
+    /// This config with begin-frame control on (if the environment allows) or off.
+    pub fn with_frame_control(mut self, on: bool) -> Self {
+        self.frame_control &= on;
+        self
+    }
+
+    /// Whether a browser started from this config with binary `chromium` runs under
+    /// begin-frame control.
+    fn controls_frames(&self, chromium: &Path) -> bool {
+        self.frame_control
+            && self.devtools
+            && !self.headful
+            && self.webdriver_url.is_none()
+            && frames::supported_by(chromium)
     }
 }
 
@@ -83,6 +105,7 @@ impl Default for BrowserConfig {
             command_timeout: Duration::from_secs(10),
             page_load_timeout: Duration::from_secs(20),
             devtools: std::env::var("GUIRL_DEVTOOLS").map_or(true, |v| v != "0"),
+            frame_control: std::env::var("GUIRL_FRAME_CONTROL").map_or(true, |v| v != "0"),
         }
     }
 }
@@ -172,6 +195,8 @@ pub struct Browser {
     cdp: AtomicBool,
     /// The direct DevTools channel for scripts and screenshots, where one can be reached.
     devtools: Option<DevTools>,
+    /// Set when the page draws only on request (begin-frame control).
+    frames: Option<FrameControl>,
 }
 
 impl std::fmt::Debug for Browser {
@@ -252,7 +277,9 @@ impl Browser {
                 (format!("http://127.0.0.1:{port}"), Some(child), Some(chromium))
             }
         };
-        let mut args: Vec<String> = CHROMIUM_FLAGS.iter().map(|s| s.to_string()).collect();
+        let controlled = chromium.as_deref().is_some_and(|c| cfg.controls_frames(c));
+        let frame_flags = if controlled { frames::FLAGS } else { FREE_FRAME_FLAGS };
+        let mut args: Vec<String> = CHROMIUM_FLAGS.iter().chain(frame_flags).map(|s| s.to_string()).collect();
         if !cfg.headful {
             args.push("--headless".into());
         }
@@ -302,6 +329,7 @@ impl Browser {
             page_load_timeout: cfg.page_load_timeout,
             cdp: AtomicBool::new(true),
             devtools: None,
+            frames: None,
         };
         b.guard("setting timeouts", async {
             b.client
@@ -313,7 +341,10 @@ impl Browser {
                 .await
         })
         .await?;
-        b.devtools = b.open_devtools(cfg).await;
+        b.devtools = b.open_devtools(cfg, controlled).await?;
+        if controlled && b.devtools.is_some() {
+            b.frames = Some(FrameControl::default());
+        }
         b.fit_viewport(width, height).await?;
         b.set_patient(false);
         tracing::debug!(ms = started.elapsed().as_millis() as u64, %url, "browser started");
@@ -321,10 +352,35 @@ impl Browser {
     }
 
     /// Attach the direct DevTools channel (if `cfg.devtools`); `None` where the endpoint
-    /// does not expose one, and the browser then works over WebDriver alone.
-    async fn open_devtools(&self, cfg: &BrowserConfig) -> Option<DevTools> {
+    /// does not expose one, and the browser then works over WebDriver alone. A browser
+    /// started under begin-frame control (`controlled`) needs it: the session moves to a
+    /// page opened through it.
+    async fn open_devtools(
+        &self,
+        cfg: &BrowserConfig,
+        controlled: bool,
+    ) -> Result<Option<DevTools>, EnvError> {
+        let dt = self.attach_devtools(cfg, controlled).await;
+        match dt {
+            Err(e) if controlled => Err(EnvError::Setup(format!(
+                "the headless shell started under begin-frame control, but {e}; \
+                 set GUIRL_FRAME_CONTROL=0 (or pass --free-frames) to run without it"
+            ))),
+            Err(e) => {
+                tracing::warn!("no direct DevTools channel ({e}); scripts and screenshots go over WebDriver");
+                Ok(None)
+            }
+            Ok(dt) => Ok(dt),
+        }
+    }
+
+    async fn attach_devtools(
+        &self,
+        cfg: &BrowserConfig,
+        controlled: bool,
+    ) -> Result<Option<DevTools>, String> {
         if !cfg.devtools {
-            return None;
+            return Ok(None);
         }
         // chromedriver names the profile it made (inside ours); a remote one's is not on this disk.
         let caps = self.client.capabilities();
@@ -333,16 +389,24 @@ impl Browser {
             .is_none()
             .then(|| caps.and_then(|c| c.get("chrome")?.get("userDataDir")?.as_str()).map(PathBuf::from))
             .flatten();
-        let url = devtools::endpoint(caps, user_data.as_deref())?;
-        let target = self.guard("reading the window handle", self.client.window()).await.ok()?;
-        let target: String = target.into();
-        match DevTools::connect(&url, &target, Duration::from_secs(5)).await {
-            Ok(d) => Some(d),
-            Err(e) => {
-                tracing::warn!("no direct DevTools channel ({e}); scripts and screenshots go over WebDriver");
-                None
-            }
+        let Some(url) = devtools::endpoint(caps, user_data.as_deref()) else {
+            return if controlled { Err("its DevTools port could not be found".into()) } else { Ok(None) };
+        };
+        let limit = Duration::from_secs(5);
+        let mut dt = DevTools::open(&url, limit).await?;
+        if controlled {
+            frames::take_over(&self.client, &mut dt, limit).await?;
+        } else {
+            let target: String =
+                self.client.window().await.map_err(|e| format!("reading the window handle: {e}"))?.into();
+            dt.attach(&target, limit).await?;
         }
+        Ok(Some(dt))
+    }
+
+    /// Whether the page draws only when asked (begin-frame control).
+    pub fn controls_frames(&self) -> bool {
+        self.frames.is_some()
     }
 
     /// Whether scripts and screenshots go over the direct DevTools channel.
@@ -397,7 +461,27 @@ impl Browser {
     where
         F: Future<Output = Result<T, fantoccini::error::CmdError>>,
     {
-        match tokio::time::timeout(limit, fut).await {
+        self.guard_drawing(limit, doing, frames::Draw::Nothing, fut).await
+    }
+
+    /// [`Browser::guard_for`], issuing frames that do `draw` while the command runs.
+    async fn guard_drawing<T, F>(
+        &self,
+        limit: Duration,
+        doing: &str,
+        draw: frames::Draw,
+        fut: F,
+    ) -> Result<T, EnvError>
+    where
+        F: Future<Output = Result<T, fantoccini::error::CmdError>>,
+    {
+        let timed = tokio::time::timeout(limit, fut);
+        // Under begin-frame control input is acknowledged after a frame: draw while it waits.
+        let answer = match (&self.frames, &self.devtools) {
+            (Some(f), Some(dt)) => f.pumped(dt, draw, limit, timed).await,
+            _ => timed.await,
+        };
+        match answer {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(EnvError::from_cmd(doing, e)),
             Err(_) => Err(self.no_answer(limit, doing)),
@@ -443,6 +527,15 @@ impl Browser {
     /// Wait for the page to draw two more frames (wheel scrolls and drags are applied
     /// asynchronously; reading the page right away can see the old positions).
     pub async fn next_frames(&self) -> Result<(), EnvError> {
+        if let (Some(f), Some(dt)) = (&self.frames, &self.devtools) {
+            for _ in 0..2 {
+                f.frame(dt, frames::Draw::Display, self.limit()).await.map_err(|e| match e {
+                    CdpError::Timeout => self.no_answer(self.limit(), "drawing a frame"),
+                    e => EnvError::Browser(format!("drawing a frame: {e}")),
+                })?;
+            }
+            return Ok(());
+        }
         if let Some(dt) = &self.devtools {
             let js = "return new Promise(function (r) { requestAnimationFrame(function () { requestAnimationFrame(r); }); });";
             match dt.run_script(js, &[], true, self.limit()).await {
@@ -473,9 +566,13 @@ impl Browser {
         Ok(self.guard("reading the URL", self.client.current_url()).await?.to_string())
     }
 
-    /// Perform WebDriver input actions, then release all keys and buttons.
-    pub async fn perform(&self, actions: Actions) -> Result<(), EnvError> {
-        self.guard("performing input actions", self.client.perform_actions(actions)).await
+    /// Perform WebDriver input actions, then release all keys and buttons. `scrolls`: the
+    /// input may scroll the page (wheel, keys), which under begin-frame control only
+    /// happens in frames that are drawn.
+    pub async fn perform(&self, actions: Actions, scrolls: bool) -> Result<(), EnvError> {
+        let draw = if scrolls { frames::Draw::Display } else { frames::Draw::Nothing };
+        let doing = "performing input actions";
+        self.guard_drawing(self.limit(), doing, draw, self.client.perform_actions(actions)).await
     }
 
     /// A screenshot of viewport rectangle (x, y, w, h), in CSS pixels, as RGB.
@@ -486,9 +583,17 @@ impl Browser {
     pub async fn screenshot(&self, x: i32, y: i32, w: u32, h: u32) -> Result<RgbImage, EnvError> {
         const DOING: &str = "taking a screenshot";
         let params = json!({ "format": "png", "optimizeForSpeed": true });
+        if let (Some(f), Some(dt)) = (&self.frames, &self.devtools) {
+            // Under begin-frame control the capture is a frame of its own.
+            return match f.frame(dt, frames::Draw::Screenshot, self.limit()).await {
+                Ok(v) => screenshot_data(&v, "screenshotData").map(|img| crop(img, x, y, w, h)),
+                Err(CdpError::Timeout) => Err(self.no_answer(self.limit(), DOING)),
+                Err(e) => Err(EnvError::Browser(format!("{DOING}: {e}"))),
+            };
+        }
         if let Some(dt) = &self.devtools {
             match dt.call("Page.captureScreenshot", params.clone(), self.limit()).await {
-                Ok(v) => return screenshot_data(&v).map(|img| crop(img, x, y, w, h)),
+                Ok(v) => return screenshot_data(&v, "data").map(|img| crop(img, x, y, w, h)),
                 Err(CdpError::Timeout) => return Err(self.no_answer(self.limit(), DOING)),
                 Err(e) => tracing::debug!("DevTools screenshot failed ({e}); using WebDriver"),
             }
@@ -497,7 +602,7 @@ impl Browser {
             let cmd = CdpCommand { cmd: "Page.captureScreenshot", params };
             match self.guard(DOING, self.client.issue_cmd(cmd)).await {
                 Ok(v) if v.get("data").is_some() => {
-                    return screenshot_data(&v).map(|img| crop(img, x, y, w, h))
+                    return screenshot_data(&v, "data").map(|img| crop(img, x, y, w, h))
                 }
                 Ok(_) => tracing::warn!("DevTools screenshot gave no data; using WebDriver's"),
                 Err(EnvError::Browser(m)) if m.contains("did not answer") => {
@@ -533,10 +638,12 @@ impl Browser {
 
 /// Cut the w×h rectangle at (x, y) out of a viewport screenshot, padding with white
 /// where the viewport is smaller, so frames always match their `Frame`.
-/// The image of a `Page.captureScreenshot` result.
-fn screenshot_data(v: &Value) -> Result<RgbImage, EnvError> {
+/// The image in field `key` of a DevTools screenshot result.
+fn screenshot_data(v: &Value, key: &str) -> Result<RgbImage, EnvError> {
     use base64::Engine;
-    let data = v.get("data").and_then(Value::as_str).unwrap_or_default();
+    let Some(data) = v.get(key).and_then(Value::as_str) else {
+        return Err(EnvError::Browser(format!("the browser returned no screenshot ({v})")));
+    };
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(data)
         .map_err(|e| EnvError::Browser(format!("bad screenshot data: {e}")))?;

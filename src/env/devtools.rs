@@ -56,6 +56,13 @@ impl DevTools {
     /// Connect to a browser-level DevTools websocket and attach to page `target_id`
     /// (chromedriver's window handles are DevTools target ids).
     pub async fn connect(ws_url: &str, target_id: &str, limit: Duration) -> Result<DevTools, String> {
+        let mut dt = DevTools::open(ws_url, limit).await?;
+        dt.attach(target_id, limit).await?;
+        Ok(dt)
+    }
+
+    /// Connect to a browser-level DevTools websocket, attached to no page yet.
+    pub async fn open(ws_url: &str, limit: Duration) -> Result<DevTools, String> {
         let (ws, _) = tokio::time::timeout(limit, tokio_tungstenite::connect_async(ws_url))
             .await
             .map_err(|_| format!("no answer from {ws_url}"))?
@@ -101,25 +108,34 @@ impl DevTools {
                 let _ = tx.send(Err(CdpError::Closed));
             }
         });
-        let mut dt = DevTools {
+        Ok(DevTools {
             out,
             pending,
             next_id: AtomicU64::new(1),
             session: String::new(),
             tasks: vec![writer, reader],
-        };
-        let attached = dt
-            .send(None, "Target.attachToTarget", json!({ "targetId": target_id, "flatten": true }), limit)
+        })
+    }
+
+    /// Attach to page `target_id`: [`DevTools::call`] then goes to that page.
+    pub async fn attach(&mut self, target_id: &str, limit: Duration) -> Result<(), String> {
+        let attached = self
+            .browser_call("Target.attachToTarget", json!({ "targetId": target_id, "flatten": true }), limit)
             .await
             .map_err(|e| format!("cannot attach to page {target_id}: {e}"))?;
-        dt.session = attached["sessionId"].as_str().unwrap_or_default().to_string();
-        dt.call("Page.enable", json!({}), limit).await.map_err(|e| format!("Page.enable: {e}"))?;
-        Ok(dt)
+        self.session = attached["sessionId"].as_str().unwrap_or_default().to_string();
+        self.call("Page.enable", json!({}), limit).await.map_err(|e| format!("Page.enable: {e}"))?;
+        Ok(())
     }
 
     /// Send `method` to the page and wait at most `limit` for its result.
     pub async fn call(&self, method: &str, params: Value, limit: Duration) -> Reply {
         self.send(Some(&self.session), method, params, limit).await
+    }
+
+    /// Send `method` to the browser itself (no page session).
+    pub async fn browser_call(&self, method: &str, params: Value, limit: Duration) -> Reply {
+        self.send(None, method, params, limit).await
     }
 
     async fn send(&self, session: Option<&str>, method: &str, params: Value, limit: Duration) -> Reply {

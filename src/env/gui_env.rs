@@ -204,6 +204,12 @@ impl GuiEnv {
         self.browser.as_ref().is_some_and(Browser::has_devtools)
     }
 
+    /// Whether the page draws only when guirl asks (see [`BrowserConfig::frame_control`]);
+    /// false until the browser has started.
+    pub fn uses_frame_control(&self) -> bool {
+        self.browser.as_ref().is_some_and(Browser::controls_frames)
+    }
+
     /// Start the browser now (otherwise the first reset does).
     pub async fn start(&mut self) -> Result<(), EnvError> {
         if self.browser.is_none() {

@@ -4,6 +4,7 @@
 pub mod action;
 pub mod browser;
 pub mod devtools;
+pub mod frames;
 pub mod gui_env;
 pub mod observation;
 pub mod profiles;
