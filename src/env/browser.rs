@@ -342,7 +342,8 @@ impl Browser {
         })
         .await?;
         b.devtools = b.open_devtools(cfg, controlled).await?;
-        if controlled && b.devtools.is_some() {
+        if controlled {
+            // `open_devtools` fails when a controlled browser has no channel.
             b.frames = Some(FrameControl::default());
         }
         b.fit_viewport(width, height).await?;
@@ -584,12 +585,19 @@ impl Browser {
         const DOING: &str = "taking a screenshot";
         let params = json!({ "format": "png", "optimizeForSpeed": true });
         if let (Some(f), Some(dt)) = (&self.frames, &self.devtools) {
-            // Under begin-frame control the capture is a frame of its own.
-            return match f.frame(dt, frames::Draw::Screenshot, self.limit()).await {
-                Ok(v) => screenshot_data(&v, "screenshotData").map(|img| crop(img, x, y, w, h)),
-                Err(CdpError::Timeout) => Err(self.no_answer(self.limit(), DOING)),
-                Err(e) => Err(EnvError::Browser(format!("{DOING}: {e}"))),
-            };
+            // Under begin-frame control the capture is a frame of its own. A page that has
+            // just been navigated to can have nothing to show yet: draw again shortly.
+            let deadline = Instant::now() + self.limit();
+            loop {
+                match f.frame(dt, frames::Draw::Screenshot, self.limit()).await {
+                    Ok(v) if v.get("screenshotData").is_some() || Instant::now() > deadline => {
+                        return screenshot_data(&v, "screenshotData").map(|img| crop(img, x, y, w, h))
+                    }
+                    Ok(_) => tokio::time::sleep(Duration::from_millis(5)).await,
+                    Err(CdpError::Timeout) => return Err(self.no_answer(self.limit(), DOING)),
+                    Err(e) => return Err(EnvError::Browser(format!("{DOING}: {e}"))),
+                }
+            }
         }
         if let Some(dt) = &self.devtools {
             match dt.call("Page.captureScreenshot", params.clone(), self.limit()).await {

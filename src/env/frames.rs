@@ -20,8 +20,12 @@ use std::future::Future;
 use std::path::Path;
 use std::time::Duration;
 
-/// The Chromium flags that put the headless shell under begin-frame control.
-pub const FLAGS: &[&str] = &["--enable-begin-frame-control", "--run-all-compositor-stages-before-draw"];
+/// The Chromium flags that put the headless shell under begin-frame control, with the
+/// display compositor in the browser process (`--in-process-gpu`; there is no GPU behind
+/// `--disable-gpu`): each frame then crosses one process fewer (measured: 4-env steps/s
+/// +3-12%).
+pub const FLAGS: &[&str] =
+    &["--enable-begin-frame-control", "--run-all-compositor-stages-before-draw", "--in-process-gpu"];
 
 /// Time between frames while a WebDriver command waits: shorter answers input sooner,
 /// longer spends less CPU on frames nobody needed (each costs ~0.7 ms CPU). Measured on
