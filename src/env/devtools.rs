@@ -53,14 +53,6 @@ pub struct DevTools {
 }
 
 impl DevTools {
-    /// Connect to a browser-level DevTools websocket and attach to page `target_id`
-    /// (chromedriver's window handles are DevTools target ids).
-    pub async fn connect(ws_url: &str, target_id: &str, limit: Duration) -> Result<DevTools, String> {
-        let mut dt = DevTools::open(ws_url, limit).await?;
-        dt.attach(target_id, limit).await?;
-        Ok(dt)
-    }
-
     /// Connect to a browser-level DevTools websocket, attached to no page yet.
     pub async fn open(ws_url: &str, limit: Duration) -> Result<DevTools, String> {
         let (ws, _) = tokio::time::timeout(limit, tokio_tungstenite::connect_async(ws_url))
@@ -117,7 +109,8 @@ impl DevTools {
         })
     }
 
-    /// Attach to page `target_id`: [`DevTools::call`] then goes to that page.
+    /// Attach to page `target_id` (chromedriver's window handles are DevTools target ids):
+    /// [`DevTools::call`] then goes to that page.
     pub async fn attach(&mut self, target_id: &str, limit: Duration) -> Result<(), String> {
         let attached = self
             .browser_call("Target.attachToTarget", json!({ "targetId": target_id, "flatten": true }), limit)
