@@ -3,11 +3,13 @@
 //! Every WebDriver call goes through [`Browser`], which puts a timeout on it, so a hung
 //! or dead browser shows up as an [`EnvError`] instead of a stuck program.
 
+use super::browser_config::remote_chromium;
+pub use super::browser_config::{BrowserConfig, APT_HINT, CHROMIUM_FLAGS, FREE_FRAME_FLAGS, HEADLESS_SHELL};
 use super::devtools::{self, CdpError, DevTools};
 use super::frames::{self, FrameControl};
 use super::EnvError;
 use fantoccini::actions::Actions;
-use fantoccini::wd::{Capabilities, WebDriverCompatibleCommand};
+use fantoccini::wd::{Capabilities, WebDriverCompatibleCommand, WindowHandle};
 use fantoccini::{Client, ClientBuilder};
 use image::RgbImage;
 use serde_json::{json, Value};
@@ -16,171 +18,6 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-
-/// The Chromium flags every guirl browser starts with (headless runs add `--headless`).
-pub const CHROMIUM_FLAGS: &[&str] = &[
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--force-device-scale-factor=1",
-    "--hide-scrollbars",
-    "--disable-dev-shm-usage",
-    "--mute-audio",
-];
-
-/// Added where frames run freely (no begin-frame control): without these, headless
-/// Chromium paces frames to a virtual 60 Hz display and every screenshot waits for the
-/// next tick (measured: ~38 ms -> ~10 ms per capture).
-pub const FREE_FRAME_FLAGS: &[&str] = &["--disable-frame-rate-limit", "--disable-gpu-vsync"];
-
-/// The apt-get line that installs what guirl needs to drive a browser.
-pub const APT_HINT: &str = "sudo apt-get install -y chromium chromium-driver chromium-headless-shell";
-
-/// Debian's headless shell (package `chromium-headless-shell`): the same Chromium without
-/// the browser UI, used for headless runs when installed. Measured on 2 cores against
-/// `chromium --headless` the same day: 5-20% more steps/s with 4 envs, 15-35% faster resets.
-pub const HEADLESS_SHELL: &str = "/usr/lib/chromium/chromium-headless-shell";
-
-/// How to get a browser: start chromedriver here, or attach to a WebDriver URL.
-#[derive(Debug, Clone)]
-pub struct BrowserConfig {
-    /// chromedriver binary (default: `$GUIRL_CHROMEDRIVER`, then `/usr/bin/chromedriver`, then PATH).
-    pub chromedriver: Option<PathBuf>,
-    /// Chromium binary (default: `$GUIRL_CHROMIUM`, then for headless runs Debian's headless
-    /// shell if installed, then `/usr/bin/chromium`, then PATH).
-    pub chromium: Option<PathBuf>,
-    /// Attach to this WebDriver endpoint (a chromedriver elsewhere, a Selenium Grid) instead.
-    pub webdriver_url: Option<String>,
-    /// Show the browser window.
-    pub headful: bool,
-    /// Limit on any single WebDriver command.
-    pub command_timeout: Duration,
-    /// Limit on a page load.
-    pub page_load_timeout: Duration,
-    /// Read the page and take screenshots over a direct DevTools connection where the
-    /// endpoint offers one (default; `GUIRL_DEVTOOLS=0` turns it off). Input actions and
-    /// navigation always go through WebDriver.
-    pub devtools: bool,
-    /// Draw frames only when guirl asks (begin-frame control, see [`super::frames`]) where
-    /// the browser is the headless shell started here with the DevTools channel (default;
-    /// `GUIRL_FRAME_CONTROL=0` turns it off).
-    pub frame_control: bool,
-}
-
-impl BrowserConfig {
-    /// This config with the DevTools channel on (if the environment allows) or off.
-    pub fn with_devtools(mut self, on: bool) -> Self {
-        self.devtools &= on;
-        self
-    }
-
-    /// This config with begin-frame control on (if the environment allows) or off.
-    pub fn with_frame_control(mut self, on: bool) -> Self {
-        self.frame_control &= on;
-        self
-    }
-
-    /// Whether a browser started from this config with binary `chromium` runs under
-    /// begin-frame control.
-    fn controls_frames(&self, chromium: &Path) -> bool {
-        self.frame_control
-            && self.devtools
-            && !self.headful
-            && self.webdriver_url.is_none()
-            && frames::supported_by(chromium)
-    }
-}
-
-impl Default for BrowserConfig {
-    fn default() -> Self {
-        BrowserConfig {
-            chromedriver: None,
-            chromium: None,
-            webdriver_url: None,
-            headful: false,
-            command_timeout: Duration::from_secs(10),
-            page_load_timeout: Duration::from_secs(20),
-            devtools: std::env::var("GUIRL_DEVTOOLS").map_or(true, |v| v != "0"),
-            frame_control: std::env::var("GUIRL_FRAME_CONTROL").map_or(true, |v| v != "0"),
-        }
-    }
-}
-
-fn find_binary(explicit: &Option<PathBuf>, env_var: &str, defaults: &[&str]) -> Option<PathBuf> {
-    if let Some(p) = explicit {
-        return Some(p.clone());
-    }
-    if let Some(p) = std::env::var_os(env_var).filter(|p| !p.is_empty()) {
-        return Some(PathBuf::from(p));
-    }
-    for d in defaults {
-        let p = Path::new(d);
-        if p.is_absolute() && p.exists() {
-            return Some(p.to_path_buf());
-        }
-    }
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .flat_map(|dir| defaults.iter().map(move |d| dir.join(Path::new(d).file_name().unwrap())))
-        .find(|p| p.is_file())
-}
-
-impl BrowserConfig {
-    /// The chromedriver binary to start, or a clear error naming how to install it.
-    pub fn chromedriver_path(&self) -> Result<PathBuf, EnvError> {
-        let p = find_binary(&self.chromedriver, "GUIRL_CHROMEDRIVER", &["/usr/bin/chromedriver"])
-            .unwrap_or_else(|| PathBuf::from("/usr/bin/chromedriver"));
-        if p.is_file() {
-            Ok(p)
-        } else {
-            Err(EnvError::Setup(format!(
-                "chromedriver not found at {}: install it with `{APT_HINT}`, or pass \
-                 --chromedriver PATH / set GUIRL_CHROMEDRIVER, or attach to a running \
-                 WebDriver with --webdriver URL",
-                p.display()
-            )))
-        }
-    }
-
-    /// The Chromium binary to start, or a clear error naming how to install it.
-    pub fn chromium_path(&self) -> Result<PathBuf, EnvError> {
-        let mut defaults = vec!["/usr/bin/chromium", "chromium"];
-        if !self.headful {
-            defaults.insert(0, HEADLESS_SHELL);
-        }
-        let p = find_binary(&self.chromium, "GUIRL_CHROMIUM", &defaults)
-            .unwrap_or_else(|| PathBuf::from("/usr/bin/chromium"));
-        if p.is_file() {
-            Ok(p)
-        } else {
-            Err(EnvError::Setup(format!(
-                "chromium not found at {}: install it with `{APT_HINT}`, or set GUIRL_CHROMIUM",
-                p.display()
-            )))
-        }
-    }
-}
-
-/// The Chromium binary to ask a remote endpoint for: `--chromium`/`$GUIRL_CHROMIUM` if
-/// given, else Debian's `/usr/bin/chromium` when the endpoint is on this machine (a Grid
-/// node would otherwise look for Google Chrome), else the endpoint's default.
-fn remote_chromium(cfg: &BrowserConfig, url: &str) -> Option<PathBuf> {
-    if let Some(p) = cfg
-        .chromium
-        .clone()
-        .or_else(|| std::env::var_os("GUIRL_CHROMIUM").filter(|s| !s.is_empty()).map(PathBuf::from))
-    {
-        return Some(p);
-    }
-    let host = url::Url::parse(url).ok()?.host_str()?.to_string();
-    let local = ["127.0.0.1", "localhost", "::1", "[::1]"].contains(&host.as_str());
-    let debian = Path::new("/usr/bin/chromium");
-    (local && debian.is_file()).then(|| debian.to_path_buf())
-}
 
 /// One browser session (and the chromedriver we started for it, if any).
 pub struct Browser {
@@ -395,19 +232,38 @@ impl Browser {
         };
         let limit = Duration::from_secs(5);
         let mut dt = DevTools::open(&url, limit).await?;
-        if controlled {
-            frames::take_over(&self.client, &mut dt, limit).await?;
+        let first: String = self
+            .guard("reading the window handle", self.client.window())
+            .await
+            .map_err(|e| e.to_string())?
+            .into();
+        let target = if controlled {
+            // Move the session to a page under frame control; close the one it started on.
+            let page = frames::open_page(&dt, limit).await?;
+            let handle =
+                WindowHandle::try_from(page.clone()).map_err(|e| format!("bad target id {page}: {e}"))?;
+            self.guard("switching to the controlled page", self.client.switch_to_window(handle))
+                .await
+                .map_err(|e| e.to_string())?;
+            dt.browser_call("Target.closeTarget", json!({ "targetId": first }), limit)
+                .await
+                .map_err(|e| format!("closing the first page: {e}"))?;
+            page
         } else {
-            let target: String =
-                self.client.window().await.map_err(|e| format!("reading the window handle: {e}"))?.into();
-            dt.attach(&target, limit).await?;
-        }
+            first
+        };
+        dt.attach(&target, limit).await?;
         Ok(Some(dt))
     }
 
     /// Whether the page draws only when asked (begin-frame control).
     pub fn controls_frames(&self) -> bool {
         self.frames.is_some()
+    }
+
+    /// The frame control and the DevTools channel it draws through, under begin-frame control.
+    fn frame_control(&self) -> Option<(&FrameControl, &DevTools)> {
+        self.frames.as_ref().zip(self.devtools.as_ref())
     }
 
     /// Whether scripts and screenshots go over the direct DevTools channel.
@@ -478,9 +334,9 @@ impl Browser {
     {
         let timed = tokio::time::timeout(limit, fut);
         // Under begin-frame control input is acknowledged after a frame: draw while it waits.
-        let answer = match (&self.frames, &self.devtools) {
-            (Some(f), Some(dt)) => f.pumped(dt, draw, limit, timed).await,
-            _ => timed.await,
+        let answer = match self.frame_control() {
+            Some((f, dt)) => f.pumped(dt, draw, limit, timed).await,
+            None => timed.await,
         };
         match answer {
             Ok(Ok(v)) => Ok(v),
@@ -528,7 +384,7 @@ impl Browser {
     /// Wait for the page to draw two more frames (wheel scrolls and drags are applied
     /// asynchronously; reading the page right away can see the old positions).
     pub async fn next_frames(&self) -> Result<(), EnvError> {
-        if let (Some(f), Some(dt)) = (&self.frames, &self.devtools) {
+        if let Some((f, dt)) = self.frame_control() {
             for _ in 0..2 {
                 f.frame(dt, frames::Draw::Display, self.limit()).await.map_err(|e| match e {
                     CdpError::Timeout => self.no_answer(self.limit(), "drawing a frame"),
@@ -584,7 +440,7 @@ impl Browser {
     pub async fn screenshot(&self, x: i32, y: i32, w: u32, h: u32) -> Result<RgbImage, EnvError> {
         const DOING: &str = "taking a screenshot";
         let params = json!({ "format": "png", "optimizeForSpeed": true });
-        if let (Some(f), Some(dt)) = (&self.frames, &self.devtools) {
+        if let Some((f, dt)) = self.frame_control() {
             // Under begin-frame control the capture is a frame of its own. A page that has
             // just been navigated to can have nothing to show yet: draw again shortly.
             let deadline = Instant::now() + self.limit();
@@ -644,8 +500,6 @@ impl Browser {
     }
 }
 
-/// Cut the w×h rectangle at (x, y) out of a viewport screenshot, padding with white
-/// where the viewport is smaller, so frames always match their `Frame`.
 /// The image in field `key` of a DevTools screenshot result.
 fn screenshot_data(v: &Value, key: &str) -> Result<RgbImage, EnvError> {
     use base64::Engine;
@@ -658,6 +512,8 @@ fn screenshot_data(v: &Value, key: &str) -> Result<RgbImage, EnvError> {
     super::decode_png(&bytes).map_err(|e| EnvError::Browser(format!("bad screenshot PNG: {e}")))
 }
 
+/// Cut the w×h rectangle at (x, y) out of a viewport screenshot, padding with white
+/// where the viewport is smaller, so frames always match their `Frame`.
 fn crop(full: RgbImage, x: i32, y: i32, w: u32, h: u32) -> RgbImage {
     if (x, y, full.width(), full.height()) == (0, 0, w, h) {
         return full;

@@ -3,6 +3,7 @@
 
 pub mod action;
 pub mod browser;
+pub mod browser_config;
 pub mod devtools;
 pub mod frames;
 pub mod gui_env;
