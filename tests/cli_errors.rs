@@ -155,3 +155,47 @@ fn tasks_lists_both_suites() {
     assert!(text.lines().any(|l| l == "miniwob/click-test"), "{text}");
     assert!(text.lines().count() > 100);
 }
+
+#[test]
+fn a_policy_path_that_is_no_checkpoint_lists_the_forms() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = guirl(&["run", "--task", "miniwob/click-test", "--policy", dir.path().to_str().unwrap()]);
+    fails_with(&out, &["is not a policy checkpoint", "a run folder", "RUN/checkpoints/latest"]);
+}
+
+#[test]
+fn train_keeps_one_run_per_folder() {
+    let root = tempfile::tempdir().unwrap();
+    let run = root.path().join("run");
+    let write_config = |name: &str, lr: &str| {
+        let p = root.path().join(name);
+        let task = repo("fixtures/tasks/two-buttons.toml");
+        let text = format!(
+            "[run]\nname = \"x\"\niterations = 2\n[tasks]\nids = [\"{}\"]\n[model]\npreset = \"tiny\"\n[algo]\nlr = {lr}\n",
+            task.display()
+        );
+        std::fs::write(&p, text).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let (a, b) = (write_config("a.toml", "1e-3"), write_config("b.toml", "1e-2"));
+    let out_dir = run.to_str().unwrap();
+    // Metrics of an earlier run that never reached a checkpoint: not merged into a new one.
+    std::fs::create_dir_all(&run).unwrap();
+    std::fs::write(run.join("metrics.jsonl"), "{\"iteration\": 0}\n").unwrap();
+    fails_with(
+        &guirl(&["train", &a, "--out", out_dir]),
+        &["holds metrics.jsonl of an earlier run", "choose another --out"],
+    );
+    // A run with a checkpoint, resumed with another config: the differences are listed.
+    let cfg = guirl::train::TrainConfig::load(std::path::Path::new(&a)).unwrap();
+    let r2 = root.path().join("r2");
+    guirl::train::run_folder::prepare(&r2, &cfg, false, false).unwrap();
+    let policy = cfg.model.build(&candle_core::Device::Cpu, 0).unwrap();
+    let opt = guirl::train::AdamW::new(policy.trainable_vars(), cfg.algo.adamw_config()).unwrap();
+    guirl::train::checkpoint::save(&r2, policy.as_ref(), &opt, &Default::default()).unwrap();
+    fails_with(
+        &guirl(&["train", &b, "--out", r2.to_str().unwrap(), "--resume"]),
+        &["differs from the one the run", "algo.lr: 0.001 → 0.01", "--force"],
+    );
+    fails_with(&guirl(&["train", &b, "--out", r2.to_str().unwrap(), "--force"]), &["--resume"]);
+}

@@ -3,6 +3,7 @@
 mod common;
 
 use common::repo;
+use guirl::policy::TrainablePolicy;
 use guirl::train::trainer::Trainer;
 use guirl::train::TrainConfig;
 use std::path::Path;
@@ -29,7 +30,7 @@ minibatch = 4
 lr = 1e-2
 lr_schedule = "constant"
 [rollout]
-envs = 1
+envs = 2
 max_steps = 1
 [eval]
 interval = 0
@@ -42,7 +43,7 @@ interval = 2
 }
 
 async fn train(cfg: TrainConfig, dir: &Path, resume: bool) {
-    let mut t = Trainer::new(cfg, dir.to_path_buf(), resume).unwrap();
+    let mut t = Trainer::new(cfg, dir.to_path_buf(), resume, false).unwrap();
     t.run(Arc::new(AtomicBool::new(false))).await.unwrap();
 }
 
@@ -62,7 +63,7 @@ async fn four_iterations_equal_two_plus_resume_plus_two() {
     train(config(4), &a, false).await;
     train(config(2), &b, false).await;
     let refused =
-        Trainer::new(config(4), b.clone(), false).err().expect("an existing run is not overwritten");
+        Trainer::new(config(4), b.clone(), false, false).err().expect("an existing run is not overwritten");
     assert!(refused.to_string().contains("--resume"), "{refused}");
     train(config(4), &b, true).await;
     let (wa, wb) = (weights(&a.join("checkpoints/iter-000004")), weights(&b.join("checkpoints/iter-000004")));
@@ -100,7 +101,7 @@ async fn sft_records_oracle_demos_and_checkpoints_the_cloned_policy() {
     cfg.sft = Some(toml::from_str("oracle_episodes = 4\nepochs = 2\nlr = 1e-3").unwrap());
     // Stopped (Ctrl-C) before the first SFT epoch: nothing is checkpointed, and the next
     // start records nothing again and clones from the start.
-    let mut stopped = Trainer::new(cfg.clone(), dir.clone(), false).unwrap();
+    let mut stopped = Trainer::new(cfg.clone(), dir.clone(), false, false).unwrap();
     let state = stopped.run(Arc::new(AtomicBool::new(true))).await.unwrap();
     assert!(!state.sft_done && state.iteration == 0);
     assert!(!dir.join("checkpoints").exists() || guirl::train::checkpoint::latest(&dir).unwrap().is_none());
@@ -160,7 +161,7 @@ interval = 0
     )
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let mut t = Trainer::new(cfg, dir.path().to_path_buf(), false).unwrap();
+    let mut t = Trainer::new(cfg, dir.path().to_path_buf(), false, false).unwrap();
     t.run(Arc::new(AtomicBool::new(false))).await.unwrap();
     let metrics = std::fs::read_to_string(dir.path().join("metrics.jsonl")).unwrap();
     let lines: Vec<serde_json::Value> = metrics.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
@@ -183,8 +184,8 @@ fn model_init_starts_from_a_checkpoint_folder() {
     let saved = dir.path().join("start");
     let start = VlmPolicy::new(VlmConfig::tiny(), &dev, 7).unwrap();
     start.save(&saved).unwrap();
-    let weights = |p: &VlmPolicy| -> Vec<f32> {
-        let (_, v) = p.named_vars().into_iter().find(|(n, _)| n.contains("text_pos")).unwrap();
+    let weights = |vars: Vec<(String, candle_core::Var)>| -> Vec<f32> {
+        let (_, v) = vars.into_iter().find(|(n, _)| n.contains("text_pos")).unwrap();
         v.as_tensor().flatten_all().unwrap().to_vec1().unwrap()
     };
     let with_init = |init: &Path, extra: &str| {
@@ -193,19 +194,27 @@ fn model_init_starts_from_a_checkpoint_folder() {
             text.replace("[model]\n", &format!("[model]\ninit = {:?}\n{extra}", init.display().to_string()));
         TrainConfig::parse(&text).unwrap()
     };
-    let t = Trainer::new(with_init(&saved, ""), dir.path().join("run"), false).unwrap();
-    assert_eq!(weights(t.policy()), weights(&start), "the run starts from the saved weights");
-    let fresh = Trainer::new(config(1), dir.path().join("fresh"), false).unwrap();
-    assert_ne!(weights(fresh.policy()), weights(&start), "without init the weights differ");
+    let t = Trainer::new(with_init(&saved, ""), dir.path().join("run"), false, false).unwrap();
+    assert_eq!(
+        weights(t.policy().trainable_vars()),
+        weights(start.named_vars()),
+        "the run starts from the saved weights"
+    );
+    let fresh = Trainer::new(config(1), dir.path().join("fresh"), false, false).unwrap();
+    assert_ne!(
+        weights(fresh.policy().trainable_vars()),
+        weights(start.named_vars()),
+        "without init the weights differ"
+    );
 
-    let err = Trainer::new(with_init(&dir.path().join("nope"), ""), dir.path().join("r2"), false)
+    let err = Trainer::new(with_init(&dir.path().join("nope"), ""), dir.path().join("r2"), false, false)
         .err()
         .expect("a missing init is an error");
     assert!(
         format!("{err:#}").contains("model.init") && format!("{err:#}").contains("does not exist"),
         "{err:#}"
     );
-    let err = Trainer::new(with_init(&saved, "x_bins = 12\n"), dir.path().join("r3"), false)
+    let err = Trainer::new(with_init(&saved, "x_bins = 12\n"), dir.path().join("r3"), false, false)
         .err()
         .expect("another architecture is an error");
     let msg = format!("{err:#}");
@@ -213,4 +222,114 @@ fn model_init_starts_from_a_checkpoint_folder() {
         msg.contains("another architecture") && msg.contains("x_bins: 16 in the checkpoint, 12 in [model]"),
         "{msg}"
     );
+}
+
+fn metrics_lines(dir: &Path) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(dir.join("metrics.jsonl")).unwrap();
+    text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// The KL reference is the policy RL starts from: after behaviour cloning, the clone
+/// (TRL's and veRL's convention), not the random initialisation.
+#[tokio::test]
+async fn the_kl_reference_after_behaviour_cloning_is_the_clone() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("run");
+    let mut cfg = config(1);
+    cfg.tasks.ids = vec!["miniwob/click-test".into()];
+    cfg.algo.beta = 0.1;
+    cfg.sft = Some(toml::from_str("oracle_episodes = 4\nepochs = 3\nlr = 1e-2").unwrap());
+    let mut t = Trainer::new(cfg.clone(), dir.clone(), false, false).unwrap();
+    t.run(Arc::new(AtomicBool::new(false))).await.unwrap();
+    let clone = weights(&dir.join("checkpoints/iter-000000"));
+    assert_eq!(weights(&dir.join("reference")), clone, "reference/ holds the cloned weights");
+    // The reference in memory scores like the clone: same log-probs on a real state.
+    let dev = candle_core::Device::Cpu;
+    let cloned = guirl::policy::vlm::VlmPolicy::load(&dir.join("checkpoints/iter-000000"), &dev).unwrap();
+    let (states, actions) = guirl::policy::vlm::speed::synthetic_batch(3, 1);
+    let tokens: Vec<Vec<u32>> =
+        states.iter().zip(&actions).map(|(s, a)| TrainablePolicy::encode(&cloned, s, a).unwrap()).collect();
+    let r = t.reference().expect("beta > 0 keeps a reference").score(&states, &tokens).unwrap().logp;
+    let c = TrainablePolicy::score(&cloned, &states, &tokens).unwrap().logp;
+    let diff = (r - c).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+    assert!(diff < 1e-6, "reference vs clone log-probs differ by {diff}");
+    // A resume reads the same reference back.
+    let mut more = cfg.clone();
+    more.run.iterations = 2;
+    let resumed = Trainer::new(more, dir.clone(), true, false).unwrap();
+    let r2 = resumed.reference().expect("reloaded").score(&states, &tokens).unwrap().logp;
+    let c = TrainablePolicy::score(&cloned, &states, &tokens).unwrap().logp;
+    let diff = (r2 - c).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+    assert!(diff < 1e-6, "resumed reference differs by {diff}");
+}
+
+/// Scoring the recorded token ids of a real rollout: the first minibatch's importance
+/// ratio is 1 (the policy has not moved yet).
+#[tokio::test]
+async fn a_real_iteration_starts_at_ratio_one() {
+    let root = tempfile::tempdir().unwrap();
+    let mut cfg = config(1);
+    cfg.tasks.ids = vec!["miniwob/click-test".into()];
+    cfg.rollout.max_steps = 2;
+    cfg.algo.temperature = 1.3;
+    train(cfg, root.path(), false).await;
+    let m = metrics_lines(root.path());
+    let r = m.last().unwrap()["first_ratio_mean"].as_f64().unwrap();
+    assert!((r - 1.0).abs() < 1e-5, "first minibatch ratio_mean {r}");
+}
+
+/// Every evaluation is a candidate for `best`, the starting policy's included: with a
+/// learning rate of 0 the policy never changes, so the first evaluation (iteration 0)
+/// stays the best, and `best` points at a checkpoint that exists although evaluations
+/// (every 3 iterations) and checkpoints (every 2) do not coincide.
+#[tokio::test]
+async fn every_evaluation_is_a_best_candidate() {
+    let root = tempfile::tempdir().unwrap();
+    let mut cfg = config(3);
+    cfg.algo.lr = 0.0;
+    cfg.eval.interval = 3;
+    cfg.eval.episodes = 4;
+    train(cfg, root.path(), false).await;
+    let state: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root.path().join("checkpoints/iter-000003/trainer.json")).unwrap(),
+    )
+    .unwrap();
+    let best = state["best_eval"][1].as_str().unwrap();
+    assert!(best.ends_with("iter-000000"), "best is the starting policy on a tie: {state}");
+    assert!(Path::new(best).join("model.safetensors").is_file(), "{best} was saved");
+    let m = metrics_lines(root.path());
+    assert!(m[0]["eval_success"].is_number() && m[3]["eval_success"].is_number());
+}
+
+/// Every `[algo]` option a config can set runs a real iteration on the tiny task, each
+/// within seconds, with finite metrics.
+#[tokio::test]
+async fn every_algorithm_option_runs_an_iteration() {
+    let variants: &[(&str, &str)] = &[
+        ("grpo-kl", "beta = 0.05"),
+        ("gspo", "kind = \"gspo\""),
+        ("dapo", "kind = \"dapo\""),
+        ("dr-grpo", "scale_std = false"),
+        ("no-drop", "kind = \"dapo\"\ndrop_all_equal_groups = false"),
+        ("drop", "drop_all_equal_groups = true"),
+        ("truncation", "truncation_reward = -1.0"),
+        ("give-up", "give_up_reward = -0.5\nentropy_coef = 0.01"),
+    ];
+    let root = tempfile::tempdir().unwrap();
+    for (name, extra) in variants {
+        let mut text = config(1).to_toml().unwrap();
+        text = text.replace("[algo]\n", &format!("[algo]\n{extra}\n"));
+        let cfg = TrainConfig::parse(&text).unwrap_or_else(|e| panic!("{name}: {e:#}"));
+        let dir = root.path().join(name);
+        train(cfg, &dir, false).await;
+        let m = metrics_lines(&dir);
+        let last = m.last().unwrap();
+        for key in ["loss", "grad_norm", "reward_mean", "first_ratio_mean"] {
+            assert!(last[key].as_f64().is_some_and(f64::is_finite), "{name}: {key} = {}", last[key]);
+        }
+        assert!(dir.join("checkpoints/latest").exists(), "{name}");
+        if name.contains("kl") {
+            assert!(dir.join("reference/model.safetensors").is_file(), "{name}");
+        }
+    }
 }

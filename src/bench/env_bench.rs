@@ -143,7 +143,7 @@ pub async fn run(opts: &EnvBenchOptions) -> anyhow::Result<EnvBenchReport> {
 }
 
 fn run_baseline(py: &PathBuf, opts: &EnvBenchOptions) -> anyhow::Result<BTreeMap<String, TaskFigures>> {
-    let script = crate::env::server::project_root().join("benches").join("miniwob_baseline.py");
+    let script = crate::tasks::server::project_root().join("benches").join("miniwob_baseline.py");
     let out_json = tempfile::NamedTempFile::new()?;
     let names: Vec<&str> = opts.tasks.iter().map(|t| t.strip_prefix("miniwob/").unwrap_or(t)).collect();
     let envs: Vec<String> = opts.envs.iter().map(|k| k.to_string()).collect();

@@ -163,7 +163,7 @@ fn list_tasks(suite: Option<&str>) -> anyhow::Result<()> {
     if ids.is_empty() {
         anyhow::bail!(
             "no tasks found: MiniWoB++ pages are not installed in {} (run scripts/setup.sh)",
-            crate::env::server::miniwob_dir().display()
+            crate::tasks::server::miniwob_dir().display()
         );
     }
     for id in ids {

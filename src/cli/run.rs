@@ -14,7 +14,8 @@ pub struct RunArgs {
     /// Task id (`miniwob/click-test`, `builtin/NAME`) or path to a website spec (.toml).
     #[arg(long)]
     task: String,
-    /// Policy: `random`, `oracle`, or a checkpoint folder (greedy decoding).
+    /// Policy: `random`, `oracle`, or a checkpoint (greedy decoding): a checkpoint folder,
+    /// a run folder (its best checkpoint, else its latest), RUN/checkpoints/latest or best.
     #[arg(long, default_value = "random")]
     policy: String,
     /// Number of episodes.
@@ -58,9 +59,14 @@ fn make_policy(name: &str, task_id: &str, seed: u64, temperature: f64) -> anyhow
             }
             Ok(Box::new(OraclePolicy))
         }
-        path if std::path::Path::new(path).join(crate::policy::vlm::CONFIG_FILE).is_file() => {
-            let mut p =
-                crate::policy::vlm::VlmPolicy::load(std::path::Path::new(path), &candle_core::Device::Cpu)?;
+        // Anything that exists on disk is a checkpoint in one of its forms (or an error
+        // that lists them).
+        path if std::fs::symlink_metadata(path).is_ok() => {
+            let found = crate::train::checkpoint::resolve_policy_dir(std::path::Path::new(path))?;
+            if let Some(note) = &found.note {
+                eprintln!("{note}");
+            }
+            let mut p = crate::policy::vlm::VlmPolicy::load(&found.dir, &candle_core::Device::Cpu)?;
             p.greedy = temperature == 0.0;
             if temperature > 0.0 {
                 p.temperature = temperature;
@@ -69,7 +75,10 @@ fn make_policy(name: &str, task_id: &str, seed: u64, temperature: f64) -> anyhow
             Ok(Box::new(p))
         }
         other => {
-            bail!("unknown policy {other:?}: use random, oracle, or a checkpoint folder (with config.json)")
+            bail!(
+                "unknown policy {other:?}: use random, oracle, or {}",
+                crate::train::checkpoint::POLICY_FORMS
+            )
         }
     }
 }

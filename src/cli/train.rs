@@ -17,13 +17,17 @@ pub struct TrainArgs {
     /// Continue the run in the folder from its latest checkpoint.
     #[arg(long)]
     resume: bool,
+    /// With --resume: continue even though the config differs from the run's config.toml
+    /// (the differences are listed without it; raising run.iterations needs no --force).
+    #[arg(long, requires = "resume")]
+    force: bool,
 }
 
 /// `guirl train`.
 pub async fn train(args: TrainArgs) -> anyhow::Result<()> {
     let cfg = TrainConfig::load(&args.config)?;
     let dir = run_dir(&cfg, args.out.as_deref());
-    let mut trainer = Trainer::new(cfg, dir.clone(), args.resume)?;
+    let mut trainer = Trainer::new(cfg, dir.clone(), args.resume, args.force)?;
     trainer.progress = std::io::IsTerminal::is_terminal(&std::io::stderr());
     // Ctrl-C / SIGTERM: finish the iteration, save a checkpoint, exit.
     let stop = Arc::new(AtomicBool::new(false));

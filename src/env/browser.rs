@@ -1,21 +1,24 @@
-//! Starting or attaching to a WebDriver endpoint and talking to one browser session.
+//! Talking to one browser session (starting it is in `browser/launch.rs`, clearing a
+//! site's stored state in `browser/site_data.rs`).
 //!
 //! Every WebDriver call goes through [`Browser`], which puts a timeout on it, so a hung
 //! or dead browser shows up as an [`EnvError`] instead of a stuck program.
 
-use super::browser_config::remote_chromium;
+mod launch;
+mod site_data;
+
 pub use super::browser_config::{BrowserConfig, APT_HINT, CHROMIUM_FLAGS, FREE_FRAME_FLAGS, HEADLESS_SHELL};
-use super::devtools::{self, CdpError, DevTools};
+use super::devtools::{CdpError, DevTools};
 use super::frames::{self, FrameControl};
 use super::EnvError;
 use fantoccini::actions::Actions;
-use fantoccini::wd::{Capabilities, WebDriverCompatibleCommand, WindowHandle};
-use fantoccini::{Client, ClientBuilder};
+use fantoccini::wd::WebDriverCompatibleCommand;
+use fantoccini::Client;
 use image::RgbImage;
+pub use launch::RELAUNCH_BACKOFF;
 use serde_json::{json, Value};
 use std::future::Future;
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -42,10 +45,6 @@ impl std::fmt::Debug for Browser {
     }
 }
 
-fn free_port() -> std::io::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
 /// A chromedriver command passed straight to Chrome DevTools (`goog/cdp/execute`).
 #[derive(Debug)]
 struct CdpCommand {
@@ -64,198 +63,6 @@ impl WebDriverCompatibleCommand for CdpCommand {
 }
 
 impl Browser {
-    /// Start (or attach to) a browser whose viewport is `width`×`height` CSS pixels.
-    pub async fn launch(cfg: &BrowserConfig, width: u32, height: u32) -> Result<Browser, EnvError> {
-        let started = Instant::now();
-        let profile = tempfile::Builder::new()
-            .prefix(super::profiles::PREFIX)
-            .tempdir()
-            .map_err(|e| EnvError::Setup(format!("cannot create a browser profile folder: {e}")))?;
-        if cfg.webdriver_url.is_none() {
-            super::profiles::register(profile.path())
-                .map_err(|e| EnvError::Setup(format!("cannot write into the browser profile folder: {e}")))?;
-        }
-        let (url, driver, chromium) = match &cfg.webdriver_url {
-            Some(u) => (u.clone(), None, remote_chromium(cfg, u)),
-            None => {
-                super::profiles::sweep_stale();
-                let driver_bin = cfg.chromedriver_path()?;
-                let chromium = cfg.chromium_path()?;
-                let port = free_port().map_err(|e| EnvError::Setup(format!("no free port: {e}")))?;
-                let mut cmd = tokio::process::Command::new(&driver_bin);
-                // If guirl dies without cleaning up (SIGKILL), chromedriver goes with it.
-                #[cfg(target_os = "linux")]
-                unsafe {
-                    cmd.pre_exec(|| {
-                        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
-                        Ok(())
-                    });
-                }
-                let child = cmd
-                    // chromedriver makes the browser's profile in its temp folder: ours. (Given
-                    // a --user-data-dir it opens no first page, which the headless shell needs.)
-                    .env("TMPDIR", profile.path())
-                    .arg(format!("--port={port}"))
-                    .arg("--allowed-ips=127.0.0.1")
-                    .stdin(Stdio::null())
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .kill_on_drop(true)
-                    // Its own process group: a Ctrl-C in the terminal goes to guirl alone, which
-                    // finishes the iteration and closes its browsers itself (see `profiles`).
-                    .process_group(0)
-                    .spawn()
-                    .map_err(|e| {
-                        EnvError::Setup(format!(
-                            "could not start chromedriver {}: {e}; install it with `{APT_HINT}`",
-                            driver_bin.display()
-                        ))
-                    })?;
-                (format!("http://127.0.0.1:{port}"), Some(child), Some(chromium))
-            }
-        };
-        let controlled = chromium.as_deref().is_some_and(|c| cfg.controls_frames(c));
-        let frame_flags = if controlled { frames::FLAGS } else { FREE_FRAME_FLAGS };
-        let mut args: Vec<String> = CHROMIUM_FLAGS.iter().chain(frame_flags).map(|s| s.to_string()).collect();
-        if !cfg.headful {
-            args.push("--headless".into());
-        }
-        args.push(format!("--window-size={width},{height}"));
-        // Extra flags for experiments and odd setups, space-separated.
-        if let Ok(extra) = std::env::var("GUIRL_CHROMIUM_ARGS") {
-            args.extend(extra.split_whitespace().map(String::from));
-        }
-        let mut chrome_opts = json!({ "args": args });
-        if let Some(bin) = &chromium {
-            chrome_opts["binary"] = json!(bin.display().to_string());
-        }
-        let mut caps = Capabilities::new();
-        caps.insert("browserName".into(), json!("chrome"));
-        caps.insert("goog:chromeOptions".into(), chrome_opts);
-        caps.insert("unhandledPromptBehavior".into(), json!("accept"));
-        caps.insert("pageLoadStrategy".into(), json!("normal"));
-
-        // chromedriver needs a moment to listen; retry the session request until it does.
-        let deadline = started + Duration::from_secs(20);
-        let client = loop {
-            let attempt = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
-                .capabilities(caps.clone())
-                .connect(&url)
-                .await;
-            match attempt {
-                Ok(c) => break c,
-                Err(e) => {
-                    let msg = e.to_string();
-                    let not_up = msg.contains("onnect") || msg.contains("refused");
-                    if !(not_up && driver.is_some()) || Instant::now() > deadline {
-                        return Err(EnvError::Setup(format!(
-                            "could not open a browser session at {url}: {msg}. Is chromium \
-                             installed (`{APT_HINT}`) and does its version match chromedriver's?"
-                        )));
-                    }
-                    tokio::time::sleep(Duration::from_millis(25)).await;
-                }
-            }
-        };
-        let mut b = Browser {
-            client,
-            driver,
-            profile: Some(profile),
-            command_timeout_ms: std::sync::atomic::AtomicU64::new(cfg.page_load_timeout.as_millis() as u64),
-            command_timeout: cfg.command_timeout,
-            page_load_timeout: cfg.page_load_timeout,
-            cdp: AtomicBool::new(true),
-            devtools: None,
-            frames: None,
-        };
-        b.guard("setting timeouts", async {
-            b.client
-                .update_timeouts(fantoccini::wd::TimeoutConfiguration::new(
-                    Some(b.command_timeout),
-                    Some(b.page_load_timeout),
-                    Some(Duration::ZERO),
-                ))
-                .await
-        })
-        .await?;
-        b.devtools = b.open_devtools(cfg, controlled).await?;
-        if controlled {
-            // `open_devtools` fails when a controlled browser has no channel.
-            b.frames = Some(FrameControl::default());
-        }
-        b.fit_viewport(width, height).await?;
-        b.set_patient(false);
-        tracing::debug!(ms = started.elapsed().as_millis() as u64, %url, "browser started");
-        Ok(b)
-    }
-
-    /// Attach the direct DevTools channel (if `cfg.devtools`); `None` where the endpoint
-    /// does not expose one, and the browser then works over WebDriver alone. A browser
-    /// started under begin-frame control (`controlled`) needs it: the session moves to a
-    /// page opened through it.
-    async fn open_devtools(
-        &self,
-        cfg: &BrowserConfig,
-        controlled: bool,
-    ) -> Result<Option<DevTools>, EnvError> {
-        let dt = self.attach_devtools(cfg, controlled).await;
-        match dt {
-            Err(e) if controlled => Err(EnvError::Setup(format!(
-                "the headless shell started under begin-frame control, but {e}; \
-                 set GUIRL_FRAME_CONTROL=0 (or pass --free-frames) to run without it"
-            ))),
-            Err(e) => {
-                tracing::warn!("no direct DevTools channel ({e}); scripts and screenshots go over WebDriver");
-                Ok(None)
-            }
-            Ok(dt) => Ok(dt),
-        }
-    }
-
-    async fn attach_devtools(
-        &self,
-        cfg: &BrowserConfig,
-        controlled: bool,
-    ) -> Result<Option<DevTools>, String> {
-        if !cfg.devtools {
-            return Ok(None);
-        }
-        // chromedriver names the profile it made (inside ours); a remote one's is not on this disk.
-        let caps = self.client.capabilities();
-        let user_data = cfg
-            .webdriver_url
-            .is_none()
-            .then(|| caps.and_then(|c| c.get("chrome")?.get("userDataDir")?.as_str()).map(PathBuf::from))
-            .flatten();
-        let Some(url) = devtools::endpoint(caps, user_data.as_deref()) else {
-            return if controlled { Err("its DevTools port could not be found".into()) } else { Ok(None) };
-        };
-        let limit = Duration::from_secs(5);
-        let mut dt = DevTools::open(&url, limit).await?;
-        let first: String = self
-            .guard("reading the window handle", self.client.window())
-            .await
-            .map_err(|e| e.to_string())?
-            .into();
-        let target = if controlled {
-            // Move the session to a page under frame control; close the one it started on.
-            let page = frames::open_page(&dt, limit).await?;
-            let handle =
-                WindowHandle::try_from(page.clone()).map_err(|e| format!("bad target id {page}: {e}"))?;
-            self.guard("switching to the controlled page", self.client.switch_to_window(handle))
-                .await
-                .map_err(|e| e.to_string())?;
-            dt.browser_call("Target.closeTarget", json!({ "targetId": first }), limit)
-                .await
-                .map_err(|e| format!("closing the first page: {e}"))?;
-            page
-        } else {
-            first
-        };
-        dt.attach(&target, limit).await?;
-        Ok(Some(dt))
-    }
-
     /// Whether the page draws only when asked (begin-frame control).
     pub fn controls_frames(&self) -> bool {
         self.frames.is_some()
@@ -488,7 +295,8 @@ impl Browser {
         self.profile.as_ref().map(|p| p.path())
     }
 
-    /// End the session and stop chromedriver (best effort, bounded in time).
+    /// End the session and stop chromedriver (best effort, bounded in time); returns once
+    /// the profile folder is gone.
     pub async fn close(mut self) {
         let closed = tokio::time::timeout(Duration::from_secs(5), self.client.clone().close()).await;
         if matches!(closed, Ok(Ok(()))) {
@@ -496,7 +304,10 @@ impl Browser {
                 let _ = d.kill().await;
             }
         }
-        // Otherwise Drop kills whatever is left of the browser.
+        // Closed or not, kill what is left of the browser and delete its profile.
+        if let Some(done) = self.profile.take().and_then(|p| super::profiles::release(p.keep())) {
+            let _ = done.await;
+        }
     }
 }
 
@@ -530,10 +341,10 @@ fn crop(full: RgbImage, x: i32, y: i32, w: u32, h: u32) -> RgbImage {
 impl Drop for Browser {
     fn drop(&mut self) {
         // Closed or not (a crash, a hang), kill whatever still runs for our profile folder
-        // (a helper exiting late would write into it) and delete it.
-        if let Some(dir) = self.profile_dir() {
-            super::profiles::discard(dir);
-            super::profiles::unregister(dir);
+        // (a helper exiting late would write into it) and delete it, on the runtime's
+        // blocking pool when there is one (see `profiles::release`).
+        if let Some(p) = self.profile.take() {
+            super::profiles::release(p.keep());
         }
     }
 }

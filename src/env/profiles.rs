@@ -96,6 +96,30 @@ pub(crate) fn discard(dir: &Path) {
     }
 }
 
+/// Kill what runs for profile `dir`, delete the folder and forget it, off the async
+/// threads: [`discard`] scans /proc and waits (10 ms to 2 s), which would stall the other
+/// browsers' tasks on that thread (frames are issued every 2 ms). Inside a tokio runtime
+/// the work goes to its blocking pool; await the handle to know it is done. A runtime
+/// that shuts down first does it inline (the job's `Drop` runs either way), and outside
+/// a runtime it runs here.
+pub(crate) fn release(dir: PathBuf) -> Option<tokio::task::JoinHandle<()>> {
+    struct Release(PathBuf);
+    impl Drop for Release {
+        fn drop(&mut self) {
+            discard(&self.0);
+            unregister(&self.0);
+        }
+    }
+    let job = Release(dir);
+    match tokio::runtime::Handle::try_current() {
+        Ok(rt) => Some(rt.spawn_blocking(move || drop(job))),
+        Err(_) => {
+            drop(job);
+            None
+        }
+    }
+}
+
 /// Whether process `pid` exists.
 fn alive(pid: i32) -> bool {
     // kill(pid, 0) checks existence without sending anything; EPERM means it exists.

@@ -3,7 +3,10 @@
 
 pub mod oracle;
 pub mod random;
+pub mod trainable;
 pub mod vlm;
+
+pub use trainable::{stream_key, Sampling, TokenScores, TrainablePolicy};
 
 use crate::env::{GuiAction, ScreenState};
 
@@ -16,12 +19,15 @@ pub struct Decision {
     pub logprob: f32,
     /// Per-token log-probs of the action's text form, for trainable policies.
     pub token_logprobs: Vec<f32>,
+    /// The token ids those log-probs belong to (trainable policies), so the trainer scores
+    /// exactly what was sampled.
+    pub tokens: Vec<u32>,
 }
 
 impl Decision {
     /// A decision from a policy that does not model probabilities.
     pub fn deterministic(action: GuiAction) -> Self {
-        Decision { action, logprob: 0.0, token_logprobs: Vec::new() }
+        Decision { action, logprob: 0.0, token_logprobs: Vec::new(), tokens: Vec::new() }
     }
 }
 
@@ -31,4 +37,11 @@ pub trait Policy: Send {
     fn name(&self) -> String;
     /// Choose an action for each state.
     fn act(&mut self, states: &[ScreenState]) -> anyhow::Result<Vec<Decision>>;
+    /// Choose an action for each state, state `i` drawing its randomness from the stream
+    /// `keys[i]` (see [`stream_key`]), so the result does not depend on how states were
+    /// batched. Deterministic policies ignore the keys.
+    fn act_keyed(&mut self, states: &[ScreenState], keys: &[u64]) -> anyhow::Result<Vec<Decision>> {
+        let _ = keys;
+        self.act(states)
+    }
 }

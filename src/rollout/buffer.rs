@@ -64,6 +64,11 @@ impl Group {
         }
     }
 
+    /// A group holding one trajectory.
+    fn first(t: Trajectory) -> Group {
+        Group { task_id: t.task_id.clone(), seed: t.seed, id: t.group, trajectories: vec![t] }
+    }
+
     fn matches(&self, t: &Trajectory) -> bool {
         match (self.id, t.group) {
             (Some(a), Some(b)) => a == b,
@@ -80,6 +85,29 @@ pub struct TrainingBatch {
 }
 
 impl TrainingBatch {
+    /// Group trajectories the way [`TrajectoryBuffer::add_trajectory`] does (same group id,
+    /// or same task and seed), groups in order of first appearance. Also returns, for each
+    /// group member, the index of the trajectory in the input.
+    pub fn group<'a>(
+        trajectories: impl IntoIterator<Item = &'a Trajectory>,
+    ) -> (TrainingBatch, Vec<Vec<usize>>) {
+        let mut batch = TrainingBatch::default();
+        let mut index: Vec<Vec<usize>> = Vec::new();
+        for (i, t) in trajectories.into_iter().enumerate() {
+            match batch.groups.iter().position(|g| g.matches(t)) {
+                Some(g) => {
+                    batch.groups[g].trajectories.push(t.clone());
+                    index[g].push(i);
+                }
+                None => {
+                    batch.groups.push(Group::first(t.clone()));
+                    index.push(vec![i]);
+                }
+            }
+        }
+        (batch, index)
+    }
+
     /// All trajectories of the batch.
     pub fn trajectories(&self) -> impl Iterator<Item = &Trajectory> {
         self.groups.iter().flat_map(|g| g.trajectories.iter())
@@ -150,12 +178,7 @@ impl TrajectoryBuffer {
     pub fn add_trajectory(&mut self, t: Trajectory) {
         match self.groups.iter_mut().rev().find(|g| g.matches(&t)) {
             Some(g) => g.trajectories.push(t),
-            None => self.groups.push_back(Group {
-                task_id: t.task_id.clone(),
-                seed: t.seed,
-                id: t.group,
-                trajectories: vec![t],
-            }),
+            None => self.groups.push_back(Group::first(t)),
         }
         self.len += 1;
         while self.len > self.capacity && self.groups.len() > 1 {

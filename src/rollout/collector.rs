@@ -8,9 +8,10 @@
 
 use super::trajectory::{Outcome, Recorded, TrajStep, Trajectory, FORMAT_VERSION};
 use crate::env::{EnvConfig, EnvError, EpisodeStatus, GuiEnv, ScreenState};
-use crate::policy::{Decision, Policy};
+use crate::policy::{stream_key, Decision, Policy};
 use crate::tasks::Task;
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tokio::sync::{mpsc, oneshot};
@@ -79,10 +80,14 @@ pub struct Collector {
     /// with a partial batch (envs step at different speeds; for a neural policy a batched
     /// forward pass is far cheaper per state). Zero: batch only what is already waiting.
     pub batch_wait: std::time::Duration,
+    /// Set once any env of this collector has started an episode: from then on a browser
+    /// that cannot be (re)started is bad luck (an `env_error` rollout), not a setup error.
+    worked: Arc<AtomicBool>,
 }
 
 enum Msg {
-    Act(ScreenState, oneshot::Sender<Decision>),
+    /// An observation to act on, with its sampling stream key ([`stream_key`]).
+    Act(ScreenState, u64, oneshot::Sender<Decision>),
     Done(usize, Result<Recorded, EnvError>),
     /// A worker ran out of jobs.
     Exit,
@@ -99,6 +104,7 @@ impl Collector {
             keep_frames: false,
             progress: false,
             batch_wait: std::time::Duration::ZERO,
+            worked: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -108,8 +114,9 @@ impl Collector {
     }
 
     /// Run every job; `on_done(i, &rec)` sees each episode as it finishes (i indexes `jobs`).
-    /// Returns the episodes in job order. Only setup errors (no chromedriver, a first page
-    /// that never loads) abort; browser failures become `env_error` episodes.
+    /// Returns the episodes in job order. Only setup errors before any episode has started
+    /// (no chromedriver, a browser that cannot start, a first page that never loads) abort;
+    /// afterwards browser failures, failed relaunches included, become `env_error` episodes.
     pub async fn collect(
         &mut self,
         policy: &mut dyn Policy,
@@ -124,16 +131,22 @@ impl Collector {
         let policy_name = policy.name();
         for slot in self.envs.iter_mut().take(n.max(1)) {
             let env = slot.take();
-            let (queue, tx, cfg, keep, name) =
-                (queue.clone(), tx.clone(), self.cfg.clone(), self.keep_frames, policy_name.clone());
-            handles.push(tokio::spawn(async move { worker(env, cfg, queue, tx, keep, name).await }));
+            let (queue, tx, cfg, keep, name, worked) = (
+                queue.clone(),
+                tx.clone(),
+                self.cfg.clone(),
+                self.keep_frames,
+                policy_name.clone(),
+                self.worked.clone(),
+            );
+            handles.push(tokio::spawn(async move { worker(env, cfg, queue, tx, keep, name, worked).await }));
         }
         drop(tx);
         let bar = self.progress_bar(n);
         let mut results: Vec<Option<Recorded>> = vec![None; n];
         let mut stats = CollectStats::default();
         let mut fatal: Option<EnvError> = None;
-        let mut pending: Vec<(ScreenState, oneshot::Sender<Decision>)> = Vec::new();
+        let mut pending: Vec<(ScreenState, u64, oneshot::Sender<Decision>)> = Vec::new();
         let mut alive = handles.len();
         let mut first_wait: Option<Instant> = None;
         loop {
@@ -148,9 +161,9 @@ impl Collector {
             let Some(msg) = msg else { break };
             let flush = matches!(msg, Msg::Flush);
             match msg {
-                Msg::Act(s, reply) => {
+                Msg::Act(s, key, reply) => {
                     first_wait.get_or_insert_with(Instant::now);
-                    pending.push((s, reply));
+                    pending.push((s, key, reply));
                 }
                 Msg::Done(i, Ok(rec)) => {
                     stats.episodes += 1;
@@ -175,8 +188,9 @@ impl Collector {
             // wait, or when the window since the first request has passed.
             let window_over = flush || first_wait.is_some_and(|t| t.elapsed() >= self.batch_wait);
             if !pending.is_empty() && (pending.len() >= alive || window_over) {
-                let states: Vec<ScreenState> = pending.iter().map(|(s, _)| s.clone()).collect();
-                let decisions = policy.act(&states)?;
+                let states: Vec<ScreenState> = pending.iter().map(|(s, _, _)| s.clone()).collect();
+                let keys: Vec<u64> = pending.iter().map(|(_, k, _)| *k).collect();
+                let decisions = off_runtime(|| policy.act_keyed(&states, &keys))?;
                 anyhow::ensure!(
                     decisions.len() == states.len(),
                     "the policy returned {} actions for {} states",
@@ -185,7 +199,7 @@ impl Collector {
                 );
                 stats.policy_calls += 1;
                 stats.mean_batch += states.len() as f64;
-                for ((_, reply), d) in pending.drain(..).zip(decisions) {
+                for ((_, _, reply), d) in pending.drain(..).zip(decisions) {
                     let _ = reply.send(d);
                 }
                 first_wait = None;
@@ -234,8 +248,8 @@ async fn worker(
     tx: mpsc::UnboundedSender<Msg>,
     keep_frames: bool,
     policy_name: String,
+    worked: Arc<AtomicBool>,
 ) -> Option<GuiEnv> {
-    let mut fresh = env.is_none();
     loop {
         let Some((i, job)) = queue.lock().expect("queue").pop_front() else { break };
         let e = match env.as_mut() {
@@ -247,11 +261,12 @@ async fn worker(
             }
             None => env.insert(GuiEnv::new(job.task.clone(), cfg.clone())),
         };
-        let r = episode(e, &job, &tx, keep_frames, &policy_name).await;
-        // A page that never loads in a fresh env is a user error, not bad luck.
+        let r = episode(e, i, &job, &tx, keep_frames, &policy_name, &worked).await;
+        // Before any episode of this collector has started, a page that never loads is a
+        // user error (a wrong URL), not bad luck.
         let r = match r {
             Ok(rec)
-                if fresh
+                if !worked.load(Ordering::SeqCst)
                     && rec.trajectory.steps.is_empty()
                     && rec.trajectory.outcome.status == EpisodeStatus::EnvError =>
             {
@@ -259,7 +274,6 @@ async fn worker(
             }
             r => r,
         };
-        fresh = false;
         if tx.send(Msg::Done(i, r)).is_err() {
             break;
         }
@@ -270,10 +284,12 @@ async fn worker(
 
 async fn episode(
     env: &mut GuiEnv,
+    index: usize,
     job: &Job,
     tx: &mpsc::UnboundedSender<Msg>,
     keep_frames: bool,
     policy_name: &str,
+    worked: &AtomicBool,
 ) -> Result<Recorded, EnvError> {
     let mut traj = Trajectory {
         version: FORMAT_VERSION,
@@ -289,8 +305,15 @@ async fn episode(
         outcome: Outcome { reward: 0.0, status: EpisodeStatus::Running, steps: 0, error: None },
     };
     let mut obs = match env.reset(job.seed).await {
-        Ok((obs, _)) => obs,
-        Err(e @ EnvError::Setup(_)) => return Err(e),
+        Ok((obs, _)) => {
+            worked.store(true, Ordering::SeqCst);
+            obs
+        }
+        // A browser that cannot start at all is the user's to fix until one has worked;
+        // afterwards (a Grid refusing a session, a crashed relaunch) it costs one rollout.
+        Err(e @ (EnvError::Setup(_) | EnvError::Launch(_))) if !worked.load(Ordering::SeqCst) => {
+            return Err(e)
+        }
         Err(e) => {
             traj.outcome.status = EpisodeStatus::EnvError;
             traj.outcome.error = Some(e.to_string());
@@ -305,7 +328,8 @@ async fn episode(
         if keep_frames {
             frames.push(obs.screenshot.clone());
         }
-        tx.send(Msg::Act(obs.clone(), reply_tx)).map_err(|_| EnvError::Task("collection stopped".into()))?;
+        tx.send(Msg::Act(obs.clone(), stream_key(index, traj.steps.len() as u32), reply_tx))
+            .map_err(|_| EnvError::Task("collection stopped".into()))?;
         let d = reply_rx.await.map_err(|_| EnvError::Task("the policy stopped answering".into()))?;
         let out = env.step(&d.action).await?;
         traj.outcome.reward += out.reward;
@@ -317,6 +341,7 @@ async fn episode(
             frame: None,
             action_error: out.info.action_error.clone(),
             token_logprobs: d.token_logprobs,
+            tokens: d.tokens,
             // `obs` is replaced by the next observation just below.
             elements: std::mem::take(&mut obs.elements),
         });
@@ -332,4 +357,16 @@ async fn episode(
     }
     traj.outcome.steps = traj.steps.len() as u32;
     Ok(Recorded { trajectory: traj, frames })
+}
+
+/// Run `f` (the policy's forward pass) without stalling the other tasks of a
+/// multi-threaded runtime: the envs' tasks on this worker thread (frame pumps issue a
+/// frame every 2 ms while a WebDriver command runs) move to other workers meanwhile.
+/// On a current-thread runtime (`#[tokio::test]`) or outside one, `f` just runs.
+fn off_runtime<T>(f: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => tokio::task::block_in_place(f),
+        _ => f(),
+    }
 }

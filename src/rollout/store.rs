@@ -3,13 +3,15 @@
 //!
 //! Appending is crash-safe: frames are written first, then the trajectory's line in one
 //! `write` of the whole line with its newline, then fsync. A run killed at any moment
-//! leaves every finished line valid; a torn last line is reported and skipped on read.
+//! leaves every finished line valid; a torn last line is reported and skipped on read,
+//! and cut off when the file is next opened for appending (so the next line starts on a
+//! line of its own).
 
 use super::trajectory::{Recorded, Trajectory, FORMAT_VERSION};
 use crate::env::encode_png;
 use anyhow::{bail, Context};
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 /// The file holding the trajectories.
@@ -33,6 +35,7 @@ impl TrajectoryWriter {
         std::fs::create_dir_all(dir.join(FRAMES_DIR))
             .with_context(|| format!("cannot create the trajectory folder {}", dir.display()))?;
         let path = dir.join(TRAJECTORIES_FILE);
+        cut_torn_tail(&path)?;
         let file = OpenOptions::new()
             .create(true)
             .append(true)
@@ -90,6 +93,46 @@ impl TrajectoryWriter {
         self.file.sync_data()?;
         Ok(())
     }
+}
+
+/// Cut off a torn tail of an append-only JSON-lines file: the bytes after its last `\n`,
+/// left by a writer killed mid-line. Appending after them would glue the next line onto
+/// the torn one and make both unreadable. Complete lines are never touched (a bad one is
+/// the reader's to report). Returns how many bytes were dropped (0 for a missing file).
+pub fn cut_torn_tail(path: &Path) -> anyhow::Result<u64> {
+    let mut f = match OpenOptions::new().read(true).write(true).open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(e).with_context(|| format!("cannot open {}", path.display())),
+    };
+    let len = f.metadata().with_context(|| format!("cannot read {}", path.display()))?.len();
+    // Scan back from the end in blocks for the last newline.
+    let mut end = len;
+    let mut keep = 0;
+    let mut block = vec![0u8; 64 * 1024];
+    while end > 0 {
+        let start = end.saturating_sub(block.len() as u64);
+        let buf = &mut block[..(end - start) as usize];
+        f.seek(SeekFrom::Start(start))
+            .and_then(|_| f.read_exact(buf))
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        if let Some(i) = buf.iter().rposition(|&b| b == b'\n') {
+            keep = start + i as u64 + 1;
+            break;
+        }
+        end = start;
+    }
+    let dropped = len - keep;
+    if dropped > 0 {
+        f.set_len(keep)
+            .and_then(|_| f.sync_all())
+            .with_context(|| format!("cannot cut the torn last line of {}", path.display()))?;
+        tracing::warn!(
+            "{}: dropped a torn last line ({dropped} bytes after the last newline; a run was killed while writing it)",
+            path.display()
+        );
+    }
+    Ok(dropped)
 }
 
 /// A trajectory read from disk, with where it came from.
@@ -182,5 +225,60 @@ impl TrajectorySet {
         let p = self.frame_path(name);
         let bytes = std::fs::read(&p).with_context(|| format!("cannot read frame {}", p.display()))?;
         crate::env::decode_png(&bytes).with_context(|| format!("frame {} is not a PNG", p.display()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::env::EpisodeStatus;
+    use crate::rollout::trajectory::Outcome;
+
+    fn traj(seed: u64) -> Trajectory {
+        Trajectory {
+            version: FORMAT_VERSION,
+            task_id: "t".into(),
+            seed,
+            instruction: "click".into(),
+            frame: Default::default(),
+            max_steps: None,
+            policy: "test".into(),
+            group: None,
+            steps: vec![],
+            final_frame: None,
+            outcome: Outcome { reward: 1.0, status: EpisodeStatus::Success, steps: 0, error: None },
+        }
+    }
+
+    fn seeds(dir: &Path) -> Vec<u64> {
+        let set = TrajectorySet::read(dir).unwrap();
+        assert_eq!(set.torn_line, None);
+        set.trajectories.iter().map(|t| t.trajectory.seed).collect()
+    }
+
+    #[test]
+    fn open_cuts_a_torn_tail_and_keeps_complete_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = TrajectoryWriter::open(dir.path()).unwrap();
+        w.append_line(&traj(1)).unwrap();
+        w.append_line(&traj(2)).unwrap();
+        drop(w);
+        let path = dir.path().join(TRAJECTORIES_FILE);
+        let torn = serde_json::to_string(&traj(3)).unwrap();
+        OpenOptions::new().append(true).open(&path).unwrap().write_all(&torn.as_bytes()[..40]).unwrap();
+        let mut w = TrajectoryWriter::open(dir.path()).unwrap();
+        w.append_line(&traj(4)).unwrap();
+        assert_eq!(seeds(dir.path()), vec![1, 2, 4]);
+        // A complete last line that does not parse is not the writer's to delete.
+        let before = std::fs::read(&path).unwrap();
+        OpenOptions::new().append(true).open(&path).unwrap().write_all(b"not json\n").unwrap();
+        assert_eq!(cut_torn_tail(&path).unwrap(), 0);
+        assert_eq!(std::fs::read(&path).unwrap().len(), before.len() + 9);
+        // A file that is all torn line is emptied; a missing one is left missing.
+        std::fs::write(&path, "{\"version\": 1, \"ta").unwrap();
+        assert_eq!(cut_torn_tail(&path).unwrap(), 18);
+        assert_eq!(std::fs::read(&path).unwrap(), b"");
+        assert_eq!(cut_torn_tail(&dir.path().join("none.jsonl")).unwrap(), 0);
+        assert!(!dir.path().join("none.jsonl").exists());
     }
 }

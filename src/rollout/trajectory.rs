@@ -27,6 +27,10 @@ pub struct TrajStep {
     /// Per-token log-probs the policy had when it chose this action (trainable policies).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub token_logprobs: Vec<f32>,
+    /// The token ids the policy sampled (trainable policies): the trainer scores exactly
+    /// these, never a re-encoding of the action text.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tokens: Vec<u32>,
     /// The visible interactive elements of the observation the policy acted on (a policy
     /// with screen-text features reads them; trajectories written before them have none).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -4,9 +4,9 @@
 //! episode state lives in sessionStorage so it survives navigation between pages.
 
 use super::builtin_specs::{BuiltinSpec, BUILTIN_TASKS};
+use super::server::base_url;
+use super::{EnvError, Page};
 use super::{EpisodeOptions, EpisodeStart, Task, Viewport};
-use crate::env::server::base_url;
-use crate::env::{Browser, EnvError};
 use async_trait::async_trait;
 use serde_json::json;
 
@@ -56,7 +56,7 @@ impl Task for BuiltinTask {
 
     async fn reset(
         &self,
-        browser: &Browser,
+        browser: &dyn Page,
         seed: u64,
         _opts: &EpisodeOptions,
     ) -> Result<EpisodeStart, EnvError> {

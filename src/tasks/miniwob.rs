@@ -2,9 +2,9 @@
 //! then `core.startEpisodeReal()` starts a seeded episode in the loaded page, and the
 //! `WOB_*` globals carry reward and done.
 
+use super::server::{base_url, miniwob_dir};
+use super::{EnvError, Page};
 use super::{EpisodeOptions, EpisodeStart, Task, Viewport};
-use crate::env::server::{base_url, miniwob_dir};
-use crate::env::{Browser, EnvError};
 use async_trait::async_trait;
 use serde_json::json;
 use std::time::{Duration, Instant};
@@ -107,7 +107,7 @@ impl Task for MiniwobTask {
 
     async fn reset(
         &self,
-        browser: &Browser,
+        browser: &dyn Page,
         seed: u64,
         opts: &EpisodeOptions,
     ) -> Result<EpisodeStart, EnvError> {

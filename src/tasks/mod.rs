@@ -6,10 +6,12 @@
 pub mod builtin;
 pub mod builtin_specs;
 pub mod miniwob;
+pub mod page;
+pub mod server;
 pub mod website;
 
-use crate::env::{Browser, EnvError};
 use async_trait::async_trait;
+pub use page::{EnvError, Page};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::sync::Arc;
@@ -94,10 +96,10 @@ pub trait Task: Send + Sync + std::fmt::Debug {
     fn viewport(&self) -> Viewport;
     /// Default step limit; the episode is truncated after this many steps.
     fn max_steps(&self) -> u32;
-    /// Start a new episode for `seed`.
+    /// Start a new episode for `seed` in `page` (the env's browser).
     async fn reset(
         &self,
-        browser: &Browser,
+        page: &dyn Page,
         seed: u64,
         opts: &EpisodeOptions,
     ) -> Result<EpisodeStart, EnvError>;
@@ -105,6 +107,11 @@ pub trait Task: Send + Sync + std::fmt::Debug {
     /// an automatic end); others end by themselves and `done()` just gives up.
     fn rewards_on_done(&self) -> bool {
         false
+    }
+    /// The reward of a definite failure (a wrong answer): what an agent that gives up
+    /// with `done()` trains on by default (MiniWoB++ and the built-in tasks: −1).
+    fn failure_reward(&self) -> f64 {
+        -1.0
     }
 }
 

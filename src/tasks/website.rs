@@ -5,7 +5,8 @@
 //! start_url = "/fixtures/pages/newsletter.html"   # absolute URL, or a path on guirl's task server
 //! instruction = "Subscribe {email} to the newsletter"
 //! max_steps = 12
-//! setup_js = "localStorage.clear();"             # optional, run after each load
+//! setup_js = "window.tour = false;"             # optional, run after each load
+//! fresh_state = true                             # default: clear the origin's storage first
 //! [viewport]
 //! width = 320
 //! height = 240
@@ -18,9 +19,9 @@
 //! element_text = { selector = "#msg", contains = "Thanks" }
 //! ```
 
+use super::server::base_url;
+use super::{EnvError, Page};
 use super::{EpisodeOptions, EpisodeStart, Task, Viewport};
-use crate::env::server::base_url;
-use crate::env::{Browser, EnvError};
 use anyhow::{bail, Context};
 use async_trait::async_trait;
 use rand::{Rng, SeedableRng};
@@ -46,6 +47,12 @@ pub struct WebsiteSpec {
     /// JavaScript run after each page load (template variables substituted).
     #[serde(default)]
     pub setup_js: Option<String>,
+    /// Start every episode from a clean browser state: before the start page loads, delete
+    /// what pages of its origin stored (cookies, localStorage, sessionStorage, IndexedDB,
+    /// Cache Storage, service workers), so nothing of the previous episode leaks into the
+    /// next. `false` keeps it (a task that relies on a logged-in session, say).
+    #[serde(default = "yes")]
+    pub fresh_state: bool,
     /// Template variables.
     #[serde(default)]
     pub variables: BTreeMap<String, Variable>,
@@ -248,15 +255,21 @@ impl Task for WebsiteTask {
     fn rewards_on_done(&self) -> bool {
         true
     }
+    fn failure_reward(&self) -> f64 {
+        0.0
+    }
 
     async fn reset(
         &self,
-        browser: &Browser,
+        browser: &dyn Page,
         seed: u64,
         _opts: &EpisodeOptions,
     ) -> Result<EpisodeStart, EnvError> {
         let vars = self.spec.draw(seed);
         let url = self.url(&vars)?;
+        if self.spec.fresh_state {
+            browser.clear_site_data(&url).await?;
+        }
         browser.goto(&url).await?;
         // A failed navigation lands on Chrome's error page; a 4xx/5xx still "loads".
         let check = browser

@@ -186,6 +186,11 @@ pub struct AlgoConfig {
     /// step limit would otherwise score better than a wrong answer.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub truncation_reward: Option<f64>,
+    /// The reward a rollout trains on when the agent gave up (`done()` on a task that ends
+    /// by itself, such as MiniWoB++'s); default: the task's failure reward (−1 there), so
+    /// quitting never pays better than a wrong answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub give_up_reward: Option<f64>,
 }
 
 impl Default for AlgoConfig {
@@ -211,6 +216,7 @@ impl Default for AlgoConfig {
             eps: 1e-6,
             drop_all_equal_groups: None,
             truncation_reward: None,
+            give_up_reward: None,
         }
     }
 }
@@ -493,6 +499,9 @@ impl TrainConfig {
             format!("algo.temperature must be > 0, got {}", a.temperature),
         );
         check(a.eps > 0.0 && a.eps < 1.0, format!("algo.eps must be in (0, 1), got {}", a.eps));
+        if let Some(r) = a.give_up_reward {
+            check(r.is_finite(), format!("algo.give_up_reward must be a finite number, got {r}"));
+        }
         if let Some(r) = a.truncation_reward {
             check(r.is_finite(), format!("algo.truncation_reward must be a finite number, got {r}"));
         }

@@ -83,6 +83,9 @@ pub struct LossStats {
     pub tokens: usize,
 }
 
+/// Bound on |log π − log π_old| and |log π_ref − log π| (veRL clamps both to ±20).
+pub const LOG_RATIO_CLAMP: f64 = 20.0;
+
 fn scalar(t: &Tensor) -> Result<f64> {
     t.to_dtype(DType::F64)?.to_scalar::<f64>()
 }
@@ -106,7 +109,9 @@ pub fn policy_loss(cfg: &LossConfig, x: &LossInputs) -> Result<(Tensor, LossStat
     let tokens = scalar(&m.sum_all()?)?;
     let token_mean = |v: &Tensor| -> Result<Tensor> { (v * &m)?.sum_all()? / tokens.max(1.0) };
     let logp = masked(x.logp)?;
-    let log_ratio = (&logp - masked(x.old_logp)?)?;
+    // Log-ratios are clamped to ±LOG_RATIO_CLAMP (veRL's ±20) so that one token whose
+    // log-prob collapsed cannot make exp() overflow into an infinite loss.
+    let log_ratio = (&logp - masked(x.old_logp)?)?.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)?;
     let adv = x.adv.to_dtype(dt)?.reshape((b, 1))?;
     let (lo, hi) = (1.0 - cfg.clip_low, 1.0 + cfg.clip_high);
 
@@ -146,7 +151,8 @@ pub fn policy_loss(cfg: &LossConfig, x: &LossInputs) -> Result<(Tensor, LossStat
     // k3(p‖q) = exp(log q − log p) − (log q − log p) − 1, unbiased and ≥ 0 per sample.
     let k3 = |d: Tensor| -> Result<Tensor> { (d.exp()? - d)? - 1.0 };
     if let Some(r) = x.ref_logp {
-        let kl = token_mean(&k3((masked(r)? - &logp)?)?)?;
+        let d = (masked(r)? - &logp)?.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)?;
+        let kl = token_mean(&k3(d)?)?;
         stats.kl = scalar(&kl)?;
         if cfg.beta != 0.0 {
             loss = (loss + (kl * cfg.beta)?)?;

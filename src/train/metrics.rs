@@ -50,6 +50,14 @@ pub struct IterationMetrics {
     pub clip_frac: f64,
     /// Mean importance ratio.
     pub ratio_mean: f64,
+    /// Rollouts that ended with the agent's `done()` before the task did (trained on the
+    /// give-up reward).
+    pub give_ups: u64,
+    /// Minibatches skipped for a non-finite loss or gradient norm (no optimizer step).
+    pub skipped_steps: u64,
+    /// Mean importance ratio of the first minibatch, before any update: 1 up to float
+    /// error when the scored tokens are the sampled ones.
+    pub first_ratio_mean: f64,
     /// Mean gradient norm before clipping, over the optimizer steps.
     pub grad_norm: f64,
     /// Learning rate used.
@@ -136,11 +144,13 @@ pub struct MetricsWriter {
 }
 
 impl MetricsWriter {
-    /// Open (create or append to) `path`.
+    /// Open (create or append to) `path`. A torn last line (a run killed mid-write) is
+    /// cut off first, with a warning, so the next line is not glued onto it.
     pub fn open(path: &Path) -> anyhow::Result<MetricsWriter> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         }
+        crate::rollout::store::cut_torn_tail(path)?;
         let file = OpenOptions::new()
             .create(true)
             .append(true)
@@ -160,20 +170,18 @@ impl MetricsWriter {
                 text.push_str(&serde_json::to_string(m)?);
                 text.push('\n');
             }
-            let tmp = path.with_extension("jsonl.tmp");
-            std::fs::write(&tmp, text).with_context(|| format!("cannot write {}", tmp.display()))?;
-            std::fs::rename(&tmp, path).with_context(|| format!("cannot replace {}", path.display()))?;
+            super::checkpoint::write_file_atomically(path, text.as_bytes())?;
         }
         MetricsWriter::open(path)
     }
 
-    /// Append one iteration and flush.
+    /// Append one iteration: the whole line in one write, then fsync.
     pub fn append(&mut self, m: &IterationMetrics) -> anyhow::Result<()> {
         let mut line = serde_json::to_string(m)?;
         line.push('\n');
         self.file
             .write_all(line.as_bytes())
-            .and_then(|_| self.file.flush())
+            .and_then(|_| self.file.sync_data())
             .with_context(|| format!("cannot write metrics to {}", self.path.display()))
     }
 
@@ -186,6 +194,15 @@ impl MetricsWriter {
 /// Read a `metrics.jsonl`. A torn last line (a run killed mid-write) is skipped; a bad
 /// line elsewhere is an error naming its line number.
 pub fn read_metrics(path: &Path) -> anyhow::Result<Vec<IterationMetrics>> {
+    // serde_json writes a non-finite f64 as `null`, which it then refuses to read as f64:
+    // a `null` field reads as missing (its default), so every line the writer wrote reads.
+    fn parse_line(line: &str) -> serde_json::Result<IterationMetrics> {
+        let mut v: serde_json::Value = serde_json::from_str(line)?;
+        if let Some(o) = v.as_object_mut() {
+            o.retain(|_, x| !x.is_null());
+        }
+        serde_json::from_value(v)
+    }
     let f = File::open(path).with_context(|| format!("cannot open metrics file {}", path.display()))?;
     let lines: Vec<String> = BufReader::new(f).lines().collect::<Result<_, _>>()?;
     let mut out = Vec::with_capacity(lines.len());
@@ -193,7 +210,7 @@ pub fn read_metrics(path: &Path) -> anyhow::Result<Vec<IterationMetrics>> {
         if line.trim().is_empty() {
             continue;
         }
-        match serde_json::from_str(line) {
+        match parse_line(line) {
             Ok(m) => out.push(m),
             Err(_) if i + 1 == lines.len() => break,
             Err(e) => anyhow::bail!("{}:{}: not a metrics line: {e}", path.display(), i + 1),
@@ -240,6 +257,36 @@ mod tests {
         std::fs::write(&p, "{\"iteration\": 1}\nnot json\n{\"iteration\": 2}\n").unwrap();
         let e = read_metrics(&p).unwrap_err().to_string();
         assert!(e.contains("metrics.jsonl:2"), "{e}");
+    }
+
+    #[test]
+    fn open_cuts_a_torn_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("metrics.jsonl");
+        let mut w = MetricsWriter::open(&p).unwrap();
+        w.append(&m(0)).unwrap();
+        drop(w);
+        let torn = serde_json::to_string(&m(1)).unwrap();
+        OpenOptions::new().append(true).open(&p).unwrap().write_all(&torn.as_bytes()[..20]).unwrap();
+        // Without the cut, iteration 2 would be glued onto the torn line and lost with it.
+        let mut w = MetricsWriter::open(&p).unwrap();
+        w.append(&m(2)).unwrap();
+        assert_eq!(read_metrics(&p).unwrap(), vec![m(0), m(2)]);
+        assert!(std::fs::read_to_string(&p).unwrap().ends_with("}\n"));
+    }
+
+    #[test]
+    fn a_non_finite_value_written_reads_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("metrics.jsonl");
+        let mut w = MetricsWriter::open(&p).unwrap();
+        w.append(&IterationMetrics { iteration: 1, grad_norm: f64::NAN, kl: f64::INFINITY, ..m(1) }).unwrap();
+        w.append(&m(2)).unwrap();
+        assert!(std::fs::read_to_string(&p).unwrap().contains("null"), "serde_json writes NaN as null");
+        let back = read_metrics(&p).unwrap();
+        assert_eq!(back.len(), 2);
+        assert_eq!((back[0].grad_norm, back[0].kl, back[0].reward_mean), (0.0, 0.0, 0.1));
+        MetricsWriter::resume(&p, 2).unwrap();
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! policy architecture, and the starting weights (`init`).
 
 use crate::policy::vlm::{VlmConfig, VlmPolicy, CONFIG_FILE, WEIGHTS_FILE};
+use crate::policy::TrainablePolicy;
 use anyhow::{bail, Context};
 use candle_core::Device;
 use serde::{Deserialize, Serialize};
@@ -110,6 +111,11 @@ impl ModelConfig {
             start_from(&policy, init, device)?;
         }
         Ok(policy)
+    }
+
+    /// The trainable policy `[model]` describes, as the trainer holds it.
+    pub fn build(&self, device: &Device, seed: u64) -> anyhow::Result<Box<dyn TrainablePolicy>> {
+        Ok(Box::new(self.build_policy(device, seed)?))
     }
 }
 

@@ -39,24 +39,14 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::path::Path;
 
-use super::{Decision, Policy};
+use super::{Decision, Policy, Sampling, TrainablePolicy};
 use crate::env::{GuiAction, ScreenState};
+pub use crate::policy::TokenScores;
 
 /// Weights file inside a checkpoint folder.
 pub const WEIGHTS_FILE: &str = "model.safetensors";
 /// Architecture file inside a checkpoint folder.
 pub const CONFIG_FILE: &str = "config.json";
-
-/// Per-token scores of given actions; all [B, T], zero on padding.
-#[derive(Debug, Clone)]
-pub struct TokenScores {
-    /// log π(token | state, earlier tokens), on temperature-scaled, grammar-masked logits.
-    pub logp: Tensor,
-    /// 1 for real tokens, 0 for padding.
-    pub mask: Tensor,
-    /// Entropy of the (scaled, masked) next-token distribution at each position.
-    pub entropy: Tensor,
-}
 
 /// The trainable vision-language policy. See the module docs.
 pub struct VlmPolicy {
@@ -69,6 +59,9 @@ pub struct VlmPolicy {
     pub temperature: f64,
     /// Take the most likely allowed token instead of sampling.
     pub greedy: bool,
+    /// Base seed of the per-state sampling streams ([`Policy::act_keyed`]).
+    seed: u64,
+    /// Draws the stream keys of unkeyed [`Policy::act`] calls.
     rng: ChaCha8Rng,
 }
 
@@ -92,6 +85,7 @@ impl VlmPolicy {
             device: device.clone(),
             temperature: 1.0,
             greedy: false,
+            seed,
             rng: ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_5a3b_1e00_0001),
         })
     }
@@ -141,7 +135,42 @@ impl VlmPolicy {
 
     /// Re-seed the sampling generator.
     pub fn set_seed(&mut self, seed: u64) {
+        self.seed = seed;
         self.rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_5a3b_1e00_0001);
+    }
+
+    /// The generator of one sampling stream: the base seed mixed with the state's key.
+    fn stream(&self, key: u64) -> ChaCha8Rng {
+        let mixed = (self.seed ^ 0x5eed_5a3b_1e00_0001).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ key;
+        ChaCha8Rng::seed_from_u64(mixed.rotate_left(17).wrapping_mul(0xBF58_476D_1CE4_E5B9))
+    }
+
+    /// Coordinate bins finer than the screenshot's pixels make two bins decode to one
+    /// pixel, so a sampled token would not survive decode∘encode: refuse them.
+    fn check_bins(&self, w: u32, h: u32) -> Result<()> {
+        let a = &self.cfg.actions;
+        ensure!(
+            a.x_bins as u64 <= u64::from(w) && a.y_bins as u64 <= u64::from(h),
+            "the policy's coordinate bins ({} x {}) exceed the {w}x{h} screenshot: set [model] \
+             x_bins <= {w} and y_bins <= {h}",
+            a.x_bins,
+            a.y_bins
+        );
+        Ok(())
+    }
+
+    /// Per-token scores of token sequences (see [`TrainablePolicy::score`]).
+    pub fn score_tokens(&self, states: &[ScreenState], tokens: &[Vec<u32>]) -> Result<TokenScores> {
+        ensure!(
+            states.len() == tokens.len(),
+            "{} states but {} token sequences: score needs one sequence per state",
+            states.len(),
+            tokens.len()
+        );
+        self.score(&PreparedBatch {
+            encoder: inputs::encoder_inputs(states, &self.cfg, &self.device)?,
+            actions: inputs::action_batch(&self.vocab, tokens, &self.device)?,
+        })
     }
 
     /// Tensors for scoring `actions` (one per state); cache it across PPO epochs.
@@ -184,6 +213,7 @@ impl VlmPolicy {
         let mut copy = Self::build(self.cfg.clone(), map, vb, &self.device, 0)?;
         copy.temperature = self.temperature;
         copy.greedy = self.greedy;
+        copy.seed = self.seed;
         copy.rng = self.rng.clone();
         Ok(copy)
     }
@@ -257,7 +287,7 @@ impl VlmPolicy {
 
     /// Choose a token among the allowed ones from one row of raw logits; returns the
     /// token and its log-prob under `logits / temperature` restricted to `allowed`.
-    fn choose(&mut self, logits: &[f32], allowed: &[u32]) -> (u32, f32) {
+    fn choose(&self, rng: &mut ChaCha8Rng, logits: &[f32], allowed: &[u32]) -> (u32, f32) {
         let inv_t = (1.0 / self.temperature) as f32;
         let z: Vec<f64> = allowed.iter().map(|&t| f64::from(logits[t as usize] * inv_t)).collect();
         let max = z.iter().copied().fold(f64::NEG_INFINITY, f64::max);
@@ -266,7 +296,7 @@ impl VlmPolicy {
         let pick = if self.greedy {
             z.iter().position(|&v| v == max).unwrap_or(0)
         } else {
-            let mut u = self.rng.gen::<f64>() * sum;
+            let mut u = rng.gen::<f64>() * sum;
             let mut k = z.len() - 1;
             for (i, v) in z.iter().enumerate() {
                 u -= (v - max).exp();
@@ -290,14 +320,26 @@ impl Policy for VlmPolicy {
         )
     }
 
-    /// Encode the batch once, then one decoder pass per token position for the whole
-    /// batch, sampling each state's next token among those its grammar allows.
     fn act(&mut self, states: &[ScreenState]) -> Result<Vec<Decision>> {
+        let keys: Vec<u64> = states.iter().map(|_| self.rng.gen()).collect();
+        self.act_keyed(states, &keys)
+    }
+
+    /// Encode the batch once, then one decoder pass per token position for the whole
+    /// batch, sampling each state's next token among those its grammar allows, from the
+    /// state's own stream.
+    fn act_keyed(&mut self, states: &[ScreenState], keys: &[u64]) -> Result<Vec<Decision>> {
+        ensure!(keys.len() == states.len(), "{} keys for {} states", keys.len(), states.len());
         ensure!(self.temperature > 0.0, "VlmPolicy temperature must be positive, it is {}", self.temperature);
         if states.is_empty() {
             return Ok(Vec::new());
         }
+        for s in states {
+            let (w, h) = s.screenshot.dimensions();
+            self.check_bins(w, h)?;
+        }
         let b = states.len();
+        let mut rngs: Vec<ChaCha8Rng> = keys.iter().map(|&k| self.stream(k)).collect();
         let enc = inputs::encoder_inputs(states, &self.cfg, &self.device)?;
         let mem = self.model.encode(&enc)?;
         let vocab = self.vocab.clone();
@@ -325,7 +367,7 @@ impl Policy for VlmPolicy {
                 if grammars[i].is_complete() {
                     continue;
                 }
-                let (tok, lp) = self.choose(&logits[i], &grammars[i].allowed());
+                let (tok, lp) = self.choose(&mut rngs[i], &logits[i], &grammars[i].allowed());
                 grammars[i].advance(tok)?;
                 toks[i].push(tok);
                 lps[i].push(lp);
@@ -337,8 +379,65 @@ impl Policy for VlmPolicy {
             .map(|(s, (seq, token_logprobs))| {
                 let (w, h) = s.screenshot.dimensions();
                 let action = vocab.decode(seq, w, h)?;
-                Ok(Decision { action, logprob: token_logprobs.iter().sum(), token_logprobs })
+                Ok(Decision {
+                    action,
+                    logprob: token_logprobs.iter().sum(),
+                    token_logprobs,
+                    tokens: seq.clone(),
+                })
             })
             .collect()
+    }
+}
+
+impl TrainablePolicy for VlmPolicy {
+    fn sampling(&self) -> Sampling {
+        Sampling { temperature: self.temperature, greedy: self.greedy, seed: self.seed }
+    }
+
+    fn set_sampling(&mut self, s: Sampling) {
+        self.temperature = s.temperature;
+        self.greedy = s.greedy;
+        self.set_seed(s.seed);
+    }
+
+    fn encode(&self, state: &ScreenState, action: &GuiAction) -> Result<Vec<u32>> {
+        let (w, h) = state.screenshot.dimensions();
+        self.check_bins(w, h)?;
+        self.vocab.encode(action, w, h)
+    }
+
+    fn score(&self, states: &[ScreenState], tokens: &[Vec<u32>]) -> Result<TokenScores> {
+        self.score_tokens(states, tokens)
+    }
+
+    fn trainable_vars(&self) -> Vec<(String, Var)> {
+        self.named_vars()
+    }
+
+    fn device(&self) -> &Device {
+        &self.device
+    }
+
+    fn save(&self, dir: &Path) -> Result<()> {
+        VlmPolicy::save(self, dir)
+    }
+
+    fn load(&mut self, dir: &Path) -> Result<()> {
+        let cfg = VlmConfig::from_file(&dir.join(CONFIG_FILE))?;
+        ensure!(
+            cfg == self.cfg,
+            "{} holds another architecture than this policy's; train it with the config it was made with",
+            dir.display()
+        );
+        self.load_weights(&dir.join(WEIGHTS_FILE), &self.device.clone())
+    }
+
+    fn reference(&self) -> Result<Box<dyn TrainablePolicy>> {
+        Ok(Box::new(self.frozen_copy()?))
+    }
+
+    fn describe(&self) -> String {
+        format!("{} {} parameters", self.name(), self.num_params())
     }
 }

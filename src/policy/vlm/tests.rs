@@ -317,3 +317,59 @@ fn screen_text_needs_word_buckets() {
     let err = VlmConfig { screen_text: true, ..VlmConfig::tiny() }.validate().unwrap_err().to_string();
     assert!(err.contains("screen_text") && err.contains("word_buckets"), "{err}");
 }
+
+/// A state's sampled action depends on its stream key only, not on which other states
+/// share the batch or in what order (what makes runs with several browsers reproducible).
+#[test]
+fn keyed_sampling_does_not_depend_on_the_batch() {
+    let mut p = tiny(5);
+    p.set_sampling(Sampling { temperature: 1.5, greedy: false, seed: 42 });
+    let (states, _) = synthetic_batch(4, 9);
+    let keys = [3u64, 17, 99, 1 << 20];
+    let together = p.act_keyed(&states, &keys).unwrap();
+    let (rev_s, rev_k): (Vec<_>, Vec<_>) = states.iter().cloned().zip(keys).rev().unzip();
+    let reversed = p.act_keyed(&rev_s, &rev_k).unwrap();
+    for i in 0..4 {
+        let alone = p.act_keyed(std::slice::from_ref(&states[i]), &keys[i..=i]).unwrap();
+        assert_eq!(alone[0].tokens, together[i].tokens, "state {i} alone vs in the batch");
+        assert_eq!(reversed[3 - i].tokens, together[i].tokens, "state {i} in reversed order");
+    }
+    // Another key draws another stream: over 4 states at T = 1.5 some action differs.
+    let other = p.act_keyed(&states, &[4, 18, 100, 7]).unwrap();
+    assert!(other.iter().zip(&together).any(|(a, b)| a.tokens != b.tokens));
+}
+
+/// Scoring the sampled token ids gives back the log-probs recorded at sampling time.
+#[test]
+fn scoring_the_sampled_tokens_reproduces_their_log_probs() {
+    let mut p = tiny(6);
+    p.set_sampling(Sampling { temperature: 0.8, greedy: false, seed: 1 });
+    let (states, _) = synthetic_batch(6, 2);
+    let keys: Vec<u64> = (0..6).collect();
+    let d = p.act_keyed(&states, &keys).unwrap();
+    let tokens: Vec<Vec<u32>> = d.iter().map(|d| d.tokens.clone()).collect();
+    let s = TrainablePolicy::score(&p, &states, &tokens).unwrap();
+    let logp = s.logp.to_vec2::<f32>().unwrap();
+    for (i, d) in d.iter().enumerate() {
+        assert_eq!(d.tokens.len(), d.token_logprobs.len());
+        for (j, lp) in d.token_logprobs.iter().enumerate() {
+            assert!((logp[i][j] - lp).abs() < 1e-4, "state {i} token {j}: {} vs {lp}", logp[i][j]);
+        }
+    }
+    // A token sequence the grammar forbids is refused, not scored.
+    let bad = vec![vec![tokens::END, tokens::END]];
+    assert!(TrainablePolicy::score(&p, &states[..1], &bad).is_err());
+}
+
+/// Coordinate bins finer than the screenshot's pixels are refused with what to set.
+#[test]
+fn bins_finer_than_pixels_are_refused() {
+    let mut cfg = VlmConfig::tiny();
+    cfg.actions.x_bins = 200; // the synthetic screenshots are 160 px wide
+    let mut p = VlmPolicy::new(cfg, &Device::Cpu, 0).unwrap();
+    let (states, actions) = synthetic_batch(1, 0);
+    let e = p.act(&states).unwrap_err().to_string();
+    assert!(e.contains("x_bins <= 160"), "{e}");
+    let e = TrainablePolicy::encode(&p, &states[0], &actions[0]).unwrap_err().to_string();
+    assert!(e.contains("x_bins <= 160"), "{e}");
+}

@@ -11,47 +11,9 @@
 //! on them. A group whose counted rewards are all equal gives every member advantage 0,
 //! so its policy-gradient term is zero (only the KL and entropy terms still act on it).
 
+use super::{mean_std, AdvantageStats};
 use crate::env::EpisodeStatus;
 use crate::rollout::TrainingBatch;
-use serde::{Deserialize, Serialize};
-
-/// Batch-level statistics of the advantage computation (for `metrics.jsonl`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct AdvantageStats {
-    /// Groups in the batch.
-    pub groups: usize,
-    /// Groups with at least one counted rollout whose counted rewards are all equal
-    /// (advantage 0 for every member: no policy gradient).
-    pub all_equal_groups: usize,
-    /// Groups where every rollout was an `env_error` (nothing counted).
-    pub empty_groups: usize,
-    /// Rollouts that got an advantage.
-    pub counted: usize,
-    /// `env_error` rollouts left out.
-    pub env_errors: usize,
-    /// Mean over non-empty groups of the group baseline `mean_g(R)`.
-    pub baseline_mean: f64,
-    /// Mean over counted rollouts of the relative reward `R_i − mean_g(R)` (0 up to
-    /// rounding: a sanity check).
-    pub relative_reward_mean: f64,
-    /// Population std over counted rollouts of `R_i − mean_g(R)`.
-    pub relative_reward_std: f64,
-    /// Mean of the advantages over counted rollouts.
-    pub adv_mean: f64,
-    /// Population std of the advantages over counted rollouts.
-    pub adv_std: f64,
-}
-
-/// Population mean and standard deviation (÷ n); `(0, 0)` for an empty slice.
-pub fn mean_std(x: &[f64]) -> (f64, f64) {
-    if x.is_empty() {
-        return (0.0, 0.0);
-    }
-    let n = x.len() as f64;
-    let mean = x.iter().sum::<f64>() / n;
-    let var = x.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n;
-    (mean, var.sqrt())
-}
 
 /// Advantages of every trajectory of `batch`, indexed `[group][trajectory]` like
 /// `batch.groups[g].trajectories[i]`; `None` for `env_error` rollouts.

@@ -1,0 +1,90 @@
+//! `TrainablePolicy`: everything the trainer knows of a model.
+//!
+//! The trainer samples actions with [`Policy::act_keyed`] (one sampling stream per
+//! `(episode, step)`, so a run draws the same actions however the collector batches the
+//! envs), keeps the sampled token ids and their log-probs with each step, and later scores
+//! exactly those token ids with [`TrainablePolicy::score`] (differentiable). It saves and
+//! loads weights through the policy, and asks it for a frozen reference for the KL term.
+//!
+//! Two kinds of implementation are foreseen: a model trained whole (the small VLM, whose
+//! reference is an independent copy of its weights) and a pretrained backbone with
+//! adapters (whose reference can be the same weights with the adapters off). The trainer
+//! names neither: it holds a `Box<dyn TrainablePolicy>`.
+
+use super::Policy;
+use crate::env::{GuiAction, ScreenState};
+use anyhow::Result;
+use candle_core::{Device, Tensor, Var};
+use std::path::Path;
+
+/// Per-token scores of given token sequences; all `[B, T]`, zero on padding.
+#[derive(Debug, Clone)]
+pub struct TokenScores {
+    /// log π(token | state, earlier tokens), on temperature-scaled, grammar-masked logits.
+    pub logp: Tensor,
+    /// 1 for real tokens, 0 for padding.
+    pub mask: Tensor,
+    /// Entropy of the (scaled, masked) next-token distribution at each position.
+    pub entropy: Tensor,
+}
+
+/// Sampling settings the trainer switches between rollouts (sampled, at the training
+/// temperature) and evaluation (greedy).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sampling {
+    /// Temperature (> 0); log-probs are taken on `logits / temperature`.
+    pub temperature: f64,
+    /// Take the most likely allowed token instead of sampling.
+    pub greedy: bool,
+    /// Base seed of the sampling streams (mixed with each state's key).
+    pub seed: u64,
+}
+
+impl Default for Sampling {
+    fn default() -> Self {
+        Sampling { temperature: 1.0, greedy: false, seed: 0 }
+    }
+}
+
+/// A policy the trainer can update. See the module docs.
+pub trait TrainablePolicy: Policy {
+    /// The sampling settings in force.
+    fn sampling(&self) -> Sampling;
+    /// Change the sampling settings (the same temperature is used by [`Self::score`]).
+    fn set_sampling(&mut self, s: Sampling);
+
+    /// The token ids this policy would write for `action` in `state` (behaviour cloning on
+    /// demonstrations); an action the policy cannot write is an error saying why.
+    fn encode(&self, state: &ScreenState, action: &GuiAction) -> Result<Vec<u32>>;
+
+    /// Differentiable per-token log-probs and entropies of the token sequences `tokens[i]`
+    /// taken in `states[i]`, at the current temperature.
+    fn score(&self, states: &[ScreenState], tokens: &[Vec<u32>]) -> Result<TokenScores>;
+
+    /// The trainable variables, with stable names (sorted), for the optimizer.
+    fn trainable_vars(&self) -> Vec<(String, Var)>;
+
+    /// Where the weights live.
+    fn device(&self) -> &Device;
+
+    /// Write what [`Self::load`] reads into `dir` (weights and architecture).
+    fn save(&self, dir: &Path) -> Result<()>;
+
+    /// Replace this policy's trainable weights with those saved in `dir` by [`Self::save`]
+    /// (a resume, or a reference read back); another architecture is an error.
+    fn load(&mut self, dir: &Path) -> Result<()>;
+
+    /// A frozen reference for the KL term: the policy as it is now, unaffected by later
+    /// updates (a copy of the weights, or the same base weights with adapters off).
+    fn reference(&self) -> Result<Box<dyn TrainablePolicy>>;
+
+    /// A short description for logs and `config.json` diffs (architecture, size).
+    fn describe(&self) -> String {
+        self.name()
+    }
+}
+
+/// A sampling stream key for step `step` of the `job`-th episode of a collection.
+pub fn stream_key(job: usize, step: u32) -> u64 {
+    ((job as u64) << 20) ^ u64::from(step)
+}

@@ -1,0 +1,48 @@
+//! `[sft] oracle_episodes`: demonstrations recorded with the scripted oracle on training
+//! seeds, into the run folder's `demos/`.
+
+use crate::env::EpisodeStatus;
+use crate::policy::oracle::OraclePolicy;
+use crate::rollout::store::TrajectoryWriter;
+use crate::rollout::{Collector, Job, TrajectorySet};
+use crate::tasks::Task;
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Record `n` oracle episodes per task, on seeds drawn from `seeds` with `rng`, into `dir`
+/// (kept as it is when already complete, so a restarted run does not record twice).
+pub async fn record_oracle_demos(
+    collector: &mut Collector,
+    tasks: &[Arc<dyn Task>],
+    n: usize,
+    seeds: std::ops::Range<u64>,
+    rng: &mut ChaCha8Rng,
+    dir: &Path,
+) -> anyhow::Result<PathBuf> {
+    let want = n * tasks.len();
+    if TrajectorySet::read(dir).is_ok_and(|s| s.trajectories.len() >= want) {
+        return Ok(dir.to_path_buf());
+    }
+    let _ = std::fs::remove_dir_all(dir);
+    // Task by task: switching an env to another task reloads its page.
+    let jobs: Vec<Job> = (0..want)
+        .map(|i| Job { task: tasks[i / n].clone(), seed: rng.gen_range(seeds.clone()), group: None })
+        .collect();
+    let mut writer = TrajectoryWriter::open(dir)?;
+    let mut failed = None;
+    let (recs, _) = collector
+        .collect(&mut OraclePolicy, jobs, |_, rec| {
+            if let Err(e) = writer.append(rec) {
+                failed.get_or_insert(e);
+            }
+        })
+        .await?;
+    if let Some(e) = failed {
+        return Err(e.context(format!("writing demonstrations to {}", dir.display())));
+    }
+    let ok = recs.iter().filter(|r| r.trajectory.outcome.status == EpisodeStatus::Success).count();
+    tracing::info!("recorded {} oracle demonstrations ({ok} successful) in {}", recs.len(), dir.display());
+    Ok(dir.to_path_buf())
+}

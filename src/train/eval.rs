@@ -1,0 +1,70 @@
+//! Evaluation on held-out seeds, and the best checkpoint.
+//!
+//! Every evaluation is a candidate for `best`, the starting policy's (iteration 0: the
+//! random init, `[model] init`, or the behaviour-cloned policy) included: a run whose RL
+//! lowered held-out success keeps pointing at the better starting checkpoint.
+
+use super::config::TasksConfig;
+use crate::env::EpisodeStatus;
+use crate::policy::{Sampling, TrainablePolicy};
+use crate::rollout::{Collector, Job};
+use crate::tasks::Task;
+use std::sync::Arc;
+
+/// Greedy held-out results.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EvalResult {
+    /// Success rate.
+    pub success: f64,
+    /// Mean reward.
+    pub reward: f64,
+}
+
+impl EvalResult {
+    /// Whether this beats `best` (higher success; at equal success, higher reward). The
+    /// earlier checkpoint is kept on a tie.
+    pub fn beats(&self, best: Option<(f64, f64)>) -> bool {
+        match best {
+            None => true,
+            Some((s, r)) => self.success > s || (self.success == s && self.reward > r),
+        }
+    }
+}
+
+/// The held-out jobs: `episodes` task/seed pairs, round-robin over the tasks, grouped
+/// task by task (switching an env to another task reloads its page).
+pub fn eval_jobs(tasks: &[Arc<dyn Task>], cfg: &TasksConfig, episodes: usize) -> Vec<Job> {
+    let e = &cfg.eval_seeds;
+    let t = tasks.len() as u64;
+    let mut order: Vec<u64> = (0..episodes as u64).collect();
+    order.sort_by_key(|i| i % t);
+    order
+        .into_iter()
+        .map(|i| Job {
+            task: tasks[(i % t) as usize].clone(),
+            seed: e.start + i % e.count.max(1),
+            group: None,
+        })
+        .collect()
+}
+
+/// Greedy success rate and mean reward of `policy` on `jobs`.
+pub async fn evaluate(
+    collector: &mut Collector,
+    policy: &mut dyn TrainablePolicy,
+    jobs: Vec<Job>,
+) -> anyhow::Result<EvalResult> {
+    let sampling = policy.sampling();
+    policy.set_sampling(Sampling { greedy: true, ..sampling });
+    let keep = collector.keep_frames;
+    collector.keep_frames = false;
+    let res = collector.collect(policy, jobs, |_, _| {}).await;
+    collector.keep_frames = keep;
+    policy.set_sampling(sampling);
+    let (recs, _) = res?;
+    let n = recs.len().max(1) as f64;
+    let success =
+        recs.iter().filter(|r| r.trajectory.outcome.status == EpisodeStatus::Success).count() as f64 / n;
+    let reward = recs.iter().map(|r| r.trajectory.outcome.reward).sum::<f64>() / n;
+    Ok(EvalResult { success, reward })
+}

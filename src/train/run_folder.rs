@@ -1,0 +1,236 @@
+//! The run folder's rules: one run per folder, and a resume continues the run its folder
+//! holds, with that run's config.
+//!
+//! - A new run (no `--resume`) needs a folder without a checkpoint and without metrics of
+//!   an earlier run (their lines would be merged with the new run's).
+//! - `--resume` needs a checkpoint, and a config equal to the folder's `config.toml`
+//!   (compared as parsed values: formatting and comments do not count). A different one
+//!   is refused with the differences listed, unless `--force`. Raising `run.iterations`
+//!   is not a difference: it is how a run is trained longer.
+
+use super::checkpoint;
+use super::config::TrainConfig;
+use anyhow::{bail, Context};
+use std::path::{Path, PathBuf};
+
+/// The resolved config of a run, inside its folder.
+pub const CONFIG_FILE: &str = "config.toml";
+/// The per-iteration metrics of a run, inside its folder.
+pub const METRICS_FILE: &str = "metrics.jsonl";
+
+/// Make `run_dir` ready for a run of `cfg`: create it, check the rules above (`resume`
+/// and `force` as given on the command line), remove what a killed write left, and write
+/// `config.toml` atomically. Returns the checkpoint to resume from (`Some` exactly when
+/// `resume`).
+pub fn prepare(
+    run_dir: &Path,
+    cfg: &TrainConfig,
+    resume: bool,
+    force: bool,
+) -> anyhow::Result<Option<PathBuf>> {
+    std::fs::create_dir_all(run_dir)
+        .with_context(|| format!("cannot create run folder {}", run_dir.display()))?;
+    checkpoint::remove_leftovers(run_dir);
+    let latest = checkpoint::latest(run_dir)?;
+    let config_path = run_dir.join(CONFIG_FILE);
+    if resume {
+        if latest.is_none() {
+            bail!("--resume: {} has no checkpoint yet; start without --resume", run_dir.display());
+        }
+        if config_path.is_file() {
+            let old = std::fs::read_to_string(&config_path)
+                .with_context(|| format!("cannot read {}", config_path.display()))?;
+            let diffs = config_differences(&old, cfg)?;
+            if !diffs.is_empty() {
+                let list: String = diffs.iter().map(|d| format!("\n  {d}")).collect();
+                if !force {
+                    bail!(
+                        "--resume: this config differs from the one the run in {} was trained with ({}):{list}\n\
+                         resume with the run's own config (guirl train {} --out {} --resume), \
+                         or pass --force to continue with the new one",
+                        run_dir.display(),
+                        config_path.display(),
+                        config_path.display(),
+                        run_dir.display()
+                    );
+                }
+                tracing::warn!(
+                    "--resume --force: continuing {} with a changed config:{list}",
+                    run_dir.display()
+                );
+            }
+        }
+    } else {
+        if latest.is_some() {
+            bail!(
+                "{} already holds a run: pass --resume to continue it, or choose another --out",
+                run_dir.display()
+            );
+        }
+        let metrics = run_dir.join(METRICS_FILE);
+        if has_content(&metrics)? {
+            bail!(
+                "{} holds {METRICS_FILE} of an earlier run that stopped before its first checkpoint; \
+                 a new run would mix its lines with that run's: remove the folder (or that file), \
+                 or choose another --out",
+                run_dir.display()
+            );
+        }
+    }
+    checkpoint::write_file_atomically(&config_path, cfg.to_toml()?.as_bytes())?;
+    Ok(latest)
+}
+
+/// Whether a file exists and holds more than white space.
+fn has_content(path: &Path) -> anyhow::Result<bool> {
+    match std::fs::read(path) {
+        Ok(bytes) => Ok(bytes.iter().any(|b| !b.is_ascii_whitespace())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
+    }
+}
+
+/// The differences between a run's `config.toml` (text) and `new`, one
+/// `key.path: old → new` a line, in key order. Both sides are compared resolved (defaults
+/// filled in), so a key written out by one guirl version and left to its default by
+/// another is no difference; `run.iterations` growing is none either.
+pub fn config_differences(old_text: &str, new: &TrainConfig) -> anyhow::Result<Vec<String>> {
+    let resolved = |mut c: TrainConfig| -> anyhow::Result<toml::Value> {
+        c.resolve();
+        Ok(toml::Value::try_from(c)?)
+    };
+    // A config an older guirl wrote may no longer parse as one: compare it as it stands.
+    let old = match TrainConfig::parse(old_text) {
+        Ok(c) => resolved(c)?,
+        Err(_) => toml::from_str(old_text).context("the run's config.toml is not TOML")?,
+    };
+    let new = resolved(new.clone())?;
+    let mut out = Vec::new();
+    diff_values("", Some(&old), Some(&new), &mut out);
+    let grows = |d: &(String, Option<toml::Value>, Option<toml::Value>)| {
+        d.0 == "run.iterations"
+            && matches!((&d.1, &d.2), (Some(toml::Value::Integer(a)), Some(toml::Value::Integer(b))) if b >= a)
+    };
+    Ok(out.iter().filter(|d| !grows(d)).map(|(k, a, b)| format!("{k}: {} → {}", show(a), show(b))).collect())
+}
+
+/// Collect `(key path, old, new)` for every leaf that differs.
+fn diff_values(
+    path: &str,
+    old: Option<&toml::Value>,
+    new: Option<&toml::Value>,
+    out: &mut Vec<(String, Option<toml::Value>, Option<toml::Value>)>,
+) {
+    // A table on one side only: list its keys (one level down) rather than "(a table)".
+    let empty = toml::Value::Table(Default::default());
+    let (old, new) = match (old, new) {
+        (None, Some(t @ toml::Value::Table(_))) => (Some(&empty), Some(t)),
+        (Some(t @ toml::Value::Table(_)), None) => (Some(t), Some(&empty)),
+        other => other,
+    };
+    match (old, new) {
+        (Some(toml::Value::Table(a)), Some(toml::Value::Table(b))) => {
+            let mut keys: Vec<&String> = a.keys().chain(b.keys()).collect();
+            keys.sort();
+            keys.dedup();
+            for k in keys {
+                let p = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+                diff_values(&p, a.get(k), b.get(k), out);
+            }
+        }
+        (a, b) if a != b => out.push((path.to_string(), a.cloned(), b.cloned())),
+        _ => {}
+    }
+}
+
+fn show(v: &Option<toml::Value>) -> String {
+    match v {
+        None => "(not set)".into(),
+        Some(toml::Value::Table(_)) => "(a table)".into(),
+        Some(v) => v.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CONFIG: &str = r#"
+[run]
+name = "r"
+iterations = 4
+[tasks]
+ids = ["builtin/two-buttons"]
+[algo]
+lr = 1e-3
+"#;
+
+    fn config(extra: &str) -> TrainConfig {
+        let text = CONFIG.replace("[algo]\n", &format!("[algo]\n{extra}\n"));
+        TrainConfig::parse(&text).unwrap()
+    }
+
+    fn fake_checkpoint(run: &Path) {
+        // `latest` only has to name an existing folder for these rules.
+        let ckpts = checkpoint::checkpoints_dir(run);
+        std::fs::create_dir_all(ckpts.join("iter-000002")).unwrap();
+        std::os::unix::fs::symlink("iter-000002", ckpts.join(checkpoint::LATEST)).unwrap();
+    }
+
+    #[test]
+    fn a_new_run_needs_an_empty_folder() {
+        let root = tempfile::tempdir().unwrap();
+        let run = root.path().join("run");
+        assert_eq!(prepare(&run, &config(""), false, false).unwrap(), None);
+        assert_eq!(
+            TrainConfig::parse(&std::fs::read_to_string(run.join(CONFIG_FILE)).unwrap()).unwrap(),
+            config("")
+        );
+        // An empty metrics file (a run stopped before any iteration) is no earlier run.
+        std::fs::write(run.join(METRICS_FILE), "").unwrap();
+        prepare(&run, &config(""), false, false).unwrap();
+        std::fs::write(run.join(METRICS_FILE), "{\"iteration\": 0}\n").unwrap();
+        let e = prepare(&run, &config(""), false, true).unwrap_err().to_string();
+        assert!(e.contains("metrics.jsonl of an earlier run") && e.contains("another --out"), "{e}");
+        let e = prepare(&run, &config(""), true, false).unwrap_err().to_string();
+        assert!(e.contains("has no checkpoint yet; start without --resume"), "{e}");
+        fake_checkpoint(&run);
+        let e = prepare(&run, &config(""), false, false).unwrap_err().to_string();
+        assert!(e.contains("already holds a run: pass --resume"), "{e}");
+    }
+
+    #[test]
+    fn resume_lists_config_differences_unless_forced() {
+        let root = tempfile::tempdir().unwrap();
+        let run = root.path().join("run");
+        prepare(&run, &config(""), false, false).unwrap();
+        fake_checkpoint(&run);
+        let latest = run.join("checkpoints/iter-000002");
+        assert_eq!(prepare(&run, &config(""), true, false).unwrap(), Some(latest.clone()));
+        // Comments and layout are no difference; training longer is none either.
+        let mut longer = config("");
+        longer.run.iterations = 10;
+        std::fs::write(
+            run.join(CONFIG_FILE),
+            format!("# the run's config\n{}", config("").to_toml().unwrap()),
+        )
+        .unwrap();
+        prepare(&run, &longer, true, false).unwrap();
+        let e = prepare(&run, &config("beta = 0.1\nepochs = 3"), true, false).unwrap_err().to_string();
+        assert!(e.contains("algo.beta: 0.0 → 0.1") && e.contains("algo.epochs: 1 → 3"), "{e}");
+        assert!(e.contains("run.iterations: 10 → 4"), "fewer iterations is a difference: {e}");
+        assert!(e.contains("--force") && e.contains("config.toml --out"), "{e}");
+        assert_eq!(prepare(&run, &config("beta = 0.1"), true, true).unwrap(), Some(latest));
+        let now = TrainConfig::parse(&std::fs::read_to_string(run.join(CONFIG_FILE)).unwrap()).unwrap();
+        assert_eq!(now.algo.beta, 0.1, "--force keeps the new config");
+    }
+
+    #[test]
+    fn a_config_that_no_longer_parses_is_compared_as_toml() {
+        let d = config_differences("[run]\nname = \"r\"\nold_key = 1\n", &config("")).unwrap();
+        assert!(d.iter().any(|l| l == "run.old_key: 1 → (not set)"), "{d:?}");
+        assert!(d.iter().any(|l| l.starts_with("tasks.ids: (not set) → ")), "{d:?}");
+        let e = config_differences("not = [toml", &config("")).unwrap_err();
+        assert!(format!("{e:#}").contains("config.toml is not TOML"), "{e:#}");
+    }
+}

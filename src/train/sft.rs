@@ -1,0 +1,196 @@
+//! Behaviour cloning: token-mean cross-entropy on the action tokens of a recorded
+//! trajectory set (demonstrations), at temperature 1.
+//!
+//! It runs with its own AdamW. Reinforcement learning then starts with a fresh optimizer
+//! (TRL's and veRL's convention): the moments of the cloning stage describe another loss
+//! and another learning rate, and carrying them over would make RL's first steps follow
+//! the cloning gradients.
+//!
+//! A demonstration step the policy cannot write (an action kind outside `[model] kinds`,
+//! text longer than the policy writes, no frame) is skipped and counted, not an error.
+
+use super::config::SftConfig;
+use super::optim::{clip_grad_norm, AdamW, AdamWConfig};
+use super::trainer::{recorded_state, rng_for};
+use crate::env::{GuiAction, ScreenState};
+use crate::policy::{Sampling, TrainablePolicy};
+use crate::rollout::TrajectorySet;
+use anyhow::bail;
+use rand::seq::SliceRandom;
+use std::io::Write;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// What behaviour cloning did.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct SftReport {
+    /// Steps trained on.
+    pub samples: usize,
+    /// Demonstration steps skipped (the policy cannot write their action, or no frame).
+    pub skipped: usize,
+    /// The first reason a step was skipped.
+    pub first_skip: Option<String>,
+    /// Mean NLL of the last epoch.
+    pub final_nll: f64,
+    /// False when `stop` was raised before the last epoch.
+    pub finished: bool,
+}
+
+/// Clone the demonstrations of `set` into `policy`; one JSON line per epoch goes to `log`.
+pub fn clone_demonstrations(
+    policy: &mut dyn TrainablePolicy,
+    set: &TrajectorySet,
+    sft: &SftConfig,
+    opt_cfg: AdamWConfig,
+    max_grad_norm: f64,
+    seed: u64,
+    log: &Path,
+    stop: &AtomicBool,
+) -> anyhow::Result<SftReport> {
+    let mut report = SftReport::default();
+    let mut samples: Vec<(ScreenState, Vec<u32>)> = Vec::new();
+    for st in &set.trajectories {
+        let t = &st.trajectory;
+        for (i, step) in t.steps.iter().enumerate() {
+            let Some(frame) = &step.frame else {
+                report.skipped += 1;
+                continue;
+            };
+            let state = recorded_state(t, i, set.load_frame(frame)?);
+            let tokens = GuiAction::parse(&step.action)
+                .map_err(anyhow::Error::from)
+                .and_then(|a| policy.encode(&state, &a));
+            match tokens {
+                Ok(tokens) => samples.push((state, tokens)),
+                Err(e) => {
+                    report.skipped += 1;
+                    report.first_skip.get_or_insert_with(|| {
+                        format!("{}:{} step {i} `{}`: {e:#}", set.dir.display(), st.line, step.action)
+                    });
+                }
+            }
+        }
+    }
+    if report.skipped > 0 {
+        tracing::warn!(
+            "behaviour cloning skips {} of {} demonstration steps the policy cannot learn (first: {})",
+            report.skipped,
+            report.skipped + samples.len(),
+            report.first_skip.as_deref().unwrap_or("a step without a frame")
+        );
+    }
+    if samples.is_empty() {
+        bail!(
+            "{} has no steps the policy can learn from ({} skipped{})",
+            set.dir.display(),
+            report.skipped,
+            report.first_skip.as_ref().map(|s| format!("; first: {s}")).unwrap_or_default()
+        );
+    }
+    report.samples = samples.len();
+    let mut log = std::fs::File::create(log)?;
+    let sampling = policy.sampling();
+    policy.set_sampling(Sampling { temperature: 1.0, ..sampling });
+    let mut opt = AdamW::new(policy.trainable_vars(), AdamWConfig { lr: sft.lr, ..opt_cfg })?;
+    report.finished = true;
+    for epoch in 0..sft.epochs {
+        if stop.load(Ordering::SeqCst) {
+            report.finished = false;
+            break;
+        }
+        let mut order: Vec<usize> = (0..samples.len()).collect();
+        order.shuffle(&mut rng_for(seed, epoch as u64, 7));
+        let (mut total, mut count) = (0.0, 0);
+        for chunk in order.chunks(sft.minibatch.max(1)) {
+            let states: Vec<ScreenState> = chunk.iter().map(|&k| samples[k].0.clone()).collect();
+            let tokens: Vec<Vec<u32>> = chunk.iter().map(|&k| samples[k].1.clone()).collect();
+            let s = policy.score(&states, &tokens)?;
+            // Token-mean negative log-likelihood over the real action tokens.
+            let loss = (s.logp.sum_all()?.neg()? / s.mask.sum_all()?.to_scalar::<f32>()? as f64)?;
+            let mut grads = loss.backward()?;
+            let norm = clip_grad_norm(&mut grads, opt.vars(), max_grad_norm)?;
+            if norm.is_finite() {
+                opt.step(&grads)?;
+            }
+            total += loss.to_scalar::<f32>()? as f64;
+            count += 1;
+        }
+        report.final_nll = total / count.max(1) as f64;
+        writeln!(
+            log,
+            "{}",
+            serde_json::json!({"epoch": epoch + 1, "nll": report.final_nll, "samples": samples.len(), "skipped": report.skipped})
+        )?;
+    }
+    policy.set_sampling(sampling);
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::env::EpisodeStatus;
+    use crate::policy::vlm::speed::square_state;
+    use crate::policy::vlm::{VlmConfig, VlmPolicy};
+    use crate::rollout::store::TrajectoryWriter;
+    use crate::rollout::{Outcome, Recorded, TrajStep, Trajectory, FORMAT_VERSION};
+    use candle_core::Device;
+
+    /// A demonstration set with one click step and one `type` step.
+    fn demos(dir: &Path) -> TrajectorySet {
+        let state = square_state(160, 210, 20, 30, 30, [220, 30, 30], "Click the square, type hi");
+        let step = |action: &str| TrajStep {
+            action: action.into(),
+            reward: 0.0,
+            status: EpisodeStatus::Running,
+            timings: Default::default(),
+            frame: None,
+            action_error: None,
+            token_logprobs: vec![],
+            tokens: vec![],
+            elements: vec![],
+        };
+        let t = Trajectory {
+            version: FORMAT_VERSION,
+            task_id: "builtin/demo".into(),
+            seed: 0,
+            instruction: state.instruction.clone(),
+            frame: Default::default(),
+            max_steps: Some(2),
+            policy: "human".into(),
+            group: None,
+            steps: vec![step("click(35, 45)"), step("type(\"hi\")")],
+            final_frame: None,
+            outcome: Outcome { reward: 1.0, status: EpisodeStatus::Success, steps: 2, error: None },
+        };
+        let shots = vec![state.screenshot.clone(), state.screenshot.clone(), state.screenshot];
+        TrajectoryWriter::open(dir).unwrap().append(&Recorded { trajectory: t, frames: shots }).unwrap();
+        TrajectorySet::read(dir).unwrap()
+    }
+
+    #[test]
+    fn steps_the_policy_cannot_write_are_skipped_and_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let set = demos(&dir.path().join("demos"));
+        let cfg: SftConfig = toml::from_str("dir = \"demos\"\nepochs = 2\nlr = 1e-3").unwrap();
+        let stop = AtomicBool::new(false);
+        let log = dir.path().join("sft.jsonl");
+        // The tiny policy writes clicks only: the `type` step is skipped, the click learned.
+        let mut vlm = VlmConfig::tiny();
+        vlm.actions.kinds = vec!["click".into()];
+        let mut p = VlmPolicy::new(vlm, &Device::Cpu, 0).unwrap();
+        let r =
+            clone_demonstrations(&mut p, &set, &cfg, AdamWConfig::default(), 1.0, 0, &log, &stop).unwrap();
+        assert_eq!((r.samples, r.skipped, r.finished), (1, 1, true), "{r:?}");
+        assert!(r.first_skip.as_deref().unwrap().contains("type(\"hi\")"), "{r:?}");
+        assert_eq!(std::fs::read_to_string(&log).unwrap().lines().count(), 2);
+        // A policy that can write neither has nothing to learn: an error that says why.
+        let mut vlm = VlmConfig::tiny();
+        vlm.actions.kinds = vec!["scroll".into()];
+        let mut p = VlmPolicy::new(vlm, &Device::Cpu, 0).unwrap();
+        let e = clone_demonstrations(&mut p, &set, &cfg, AdamWConfig::default(), 1.0, 0, &log, &stop)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no steps the policy can learn from") && e.contains("2 skipped"), "{e}");
+    }
+}

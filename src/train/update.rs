@@ -1,0 +1,183 @@
+//! The policy update of one iteration: μ epochs of shuffled minibatches, each scoring the
+//! sampled token ids again under the current policy (and the frozen reference), then one
+//! optimizer step on the configured objective.
+//!
+//! A minibatch whose loss or gradient norm is not finite is skipped (no optimizer step)
+//! and counted; the means reported leave it out, so one bad minibatch cannot turn the
+//! iteration's metrics into NaN.
+
+use super::config::AlgoConfig;
+use super::loss::{policy_loss, LossInputs, LossStats};
+use super::metrics::mean_loss_stats;
+use super::optim::{clip_grad_norm, AdamW};
+use super::trainer::rng_for;
+use crate::env::ScreenState;
+use crate::policy::TrainablePolicy;
+use anyhow::ensure;
+use candle_core::{Device, Tensor};
+use rand::seq::SliceRandom;
+
+/// One step to learn from: the state it was taken in, the token ids the policy sampled,
+/// their log-probs at sampling time, and the step's advantage.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    /// The observation acted on.
+    pub state: ScreenState,
+    /// The sampled token ids.
+    pub tokens: Vec<u32>,
+    /// log π_old of each token, recorded when it was sampled.
+    pub old_logp: Vec<f32>,
+    /// The advantage.
+    pub adv: f32,
+}
+
+/// What the update did.
+#[derive(Debug, Clone, Default)]
+pub struct UpdateStats {
+    /// Token-weighted mean of the minibatches' loss statistics (finite ones).
+    pub loss: LossStats,
+    /// The first minibatch's statistics (its ratio is 1 up to float error: the policy has
+    /// not moved yet).
+    pub first: Option<LossStats>,
+    /// Mean gradient norm before clipping, over the steps taken.
+    pub grad_norm: f64,
+    /// Optimizer steps taken.
+    pub optimizer_steps: u64,
+    /// Minibatches skipped for a non-finite loss or gradient norm.
+    pub skipped_steps: u64,
+    /// Tokens trained on (all epochs).
+    pub tokens: usize,
+}
+
+/// Pad per-sample rows into a `[B, T]` tensor; every row must fit.
+fn padded(rows: &[&[f32]], t: usize, device: &Device) -> candle_core::Result<Tensor> {
+    let mut flat = vec![0f32; rows.len() * t];
+    for (b, r) in rows.iter().enumerate() {
+        flat[b * t..b * t + r.len()].copy_from_slice(r);
+    }
+    Tensor::from_vec(flat, (rows.len(), t), device)
+}
+
+/// Run the update on `samples` (see the module docs).
+pub fn update(
+    policy: &dyn TrainablePolicy,
+    reference: Option<&dyn TrainablePolicy>,
+    opt: &mut AdamW,
+    samples: &[Sample],
+    algo: &AlgoConfig,
+    seed: u64,
+    iteration: u64,
+) -> anyhow::Result<UpdateStats> {
+    for (k, s) in samples.iter().enumerate() {
+        ensure!(
+            s.tokens.len() == s.old_logp.len() && !s.tokens.is_empty(),
+            "sample {k}: {} sampled tokens but {} recorded log-probs; the rollout's record is inconsistent",
+            s.tokens.len(),
+            s.old_logp.len()
+        );
+    }
+    let loss_cfg = algo.loss_config();
+    let mut out = UpdateStats::default();
+    let (mut all, mut norms) = (Vec::new(), Vec::new());
+    for epoch in 0..algo.epochs {
+        let mut order: Vec<usize> = (0..samples.len()).collect();
+        order.shuffle(&mut rng_for(seed, iteration, 100 + epoch as u64));
+        for chunk in order.chunks(algo.minibatch.max(1)) {
+            let states: Vec<ScreenState> = chunk.iter().map(|&k| samples[k].state.clone()).collect();
+            let tokens: Vec<Vec<u32>> = chunk.iter().map(|&k| samples[k].tokens.clone()).collect();
+            let scores = policy.score(&states, &tokens)?;
+            let (b, t) = scores.logp.dims2()?;
+            let dev = scores.logp.device().clone();
+            let longest = tokens.iter().map(Vec::len).max().unwrap_or(0);
+            ensure!(t == longest, "the policy scored {t} positions for sequences of up to {longest} tokens");
+            let old_rows: Vec<&[f32]> = chunk.iter().map(|&k| samples[k].old_logp.as_slice()).collect();
+            let old = padded(&old_rows, t, &dev)?;
+            let advs = Tensor::from_vec(chunk.iter().map(|&k| samples[k].adv).collect::<Vec<_>>(), b, &dev)?;
+            let ref_logp = match reference {
+                Some(r) => Some(r.score(&states, &tokens)?.logp.detach()),
+                None => None,
+            };
+            let inputs = LossInputs {
+                logp: &scores.logp,
+                old_logp: &old,
+                ref_logp: ref_logp.as_ref(),
+                adv: &advs,
+                mask: &scores.mask,
+                entropy: Some(&scores.entropy),
+            };
+            let (loss, ls) = policy_loss(&loss_cfg, &inputs)?;
+            out.first.get_or_insert(ls);
+            if !ls.loss.is_finite() {
+                out.skipped_steps += 1;
+                continue;
+            }
+            let mut grads = loss.backward()?;
+            let norm = clip_grad_norm(&mut grads, opt.vars(), algo.max_grad_norm)?;
+            if !norm.is_finite() {
+                out.skipped_steps += 1;
+                continue;
+            }
+            opt.step(&grads)?;
+            norms.push(norm);
+            out.tokens += ls.tokens;
+            all.push(ls);
+        }
+    }
+    if out.skipped_steps > 0 {
+        tracing::warn!("{} minibatch(es) skipped: non-finite loss or gradient norm", out.skipped_steps);
+    }
+    out.optimizer_steps = norms.len() as u64;
+    out.grad_norm = norms.iter().sum::<f64>() / norms.len().max(1) as f64;
+    out.loss = mean_loss_stats(&all);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::vlm::speed::synthetic_batch;
+    use crate::policy::vlm::{VlmConfig, VlmPolicy};
+    use crate::policy::{Policy, Sampling};
+
+    /// Rollout-like samples of the real tiny policy (its own sampled tokens and log-probs).
+    fn rollout(p: &mut VlmPolicy, n: usize) -> Vec<Sample> {
+        p.set_sampling(Sampling { temperature: 1.0, greedy: false, seed: 3 });
+        let (states, _) = synthetic_batch(n, 4);
+        let keys: Vec<u64> = (0..n as u64).collect();
+        let d = p.act_keyed(&states, &keys).unwrap();
+        states
+            .into_iter()
+            .zip(d)
+            .enumerate()
+            .map(|(i, (state, d))| Sample {
+                state,
+                tokens: d.tokens,
+                old_logp: d.token_logprobs,
+                adv: if i % 2 == 0 { 1.0 } else { -1.0 },
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_first_ratio_is_one_and_a_non_finite_minibatch_is_skipped() {
+        let mut p = VlmPolicy::new(VlmConfig::tiny(), &Device::Cpu, 2).unwrap();
+        let mut samples = rollout(&mut p, 8);
+        let algo = AlgoConfig { minibatch: 4, epochs: 1, lr: 1e-3, ..Default::default() };
+        let mut opt = AdamW::new(p.named_vars(), algo.adamw_config()).unwrap();
+        let up = update(&p, None, &mut opt, &samples, &algo, 0, 0).unwrap();
+        let first = up.first.unwrap();
+        assert!((first.ratio_mean - 1.0).abs() < 1e-5, "first minibatch ratio {}", first.ratio_mean);
+        assert_eq!((up.optimizer_steps, up.skipped_steps), (2, 0));
+        // One sample with a NaN advantage poisons its minibatch: that step is skipped and
+        // counted, the other one is taken, and the means stay finite.
+        samples[0].adv = f32::NAN;
+        let up = update(&p, None, &mut opt, &samples, &algo, 0, 1).unwrap();
+        assert_eq!((up.optimizer_steps, up.skipped_steps), (1, 1));
+        assert!(up.grad_norm.is_finite() && up.loss.loss.is_finite(), "{up:?}");
+        // Token ids and log-probs of different lengths are refused before any update.
+        samples[0].adv = 1.0;
+        samples[1].old_logp.pop();
+        let e = update(&p, None, &mut opt, &samples, &algo, 0, 2).unwrap_err().to_string();
+        assert!(e.contains("sample 1") && e.contains("log-probs"), "{e}");
+    }
+}
