@@ -199,3 +199,18 @@ fn train_keeps_one_run_per_folder() {
     );
     fails_with(&guirl(&["train", &b, "--out", r2.to_str().unwrap(), "--force"]), &["--resume"]);
 }
+
+/// `guirl train --example-config` prints the documented example, which parses as a
+/// config; `guirl train` with neither a config nor the flag says what it needs.
+#[test]
+fn train_prints_its_example_config() {
+    let out = guirl(&["train", "--example-config"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("[algo]") && text.contains("give_up_reward"), "{text}");
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("example.toml");
+    std::fs::write(&p, &text).unwrap();
+    guirl::train::TrainConfig::load(&p).expect("the printed example is a valid config");
+    fails_with(&guirl(&["train"]), &["<CONFIG>"]);
+}

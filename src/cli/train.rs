@@ -10,7 +10,11 @@ use std::sync::Arc;
 #[derive(Debug, clap::Args)]
 pub struct TrainArgs {
     /// The training config (TOML).
-    config: PathBuf,
+    #[arg(required_unless_present = "example_config")]
+    config: Option<PathBuf>,
+    /// Print the documented example config (every key, with its default) and exit.
+    #[arg(long, conflicts_with_all = ["resume", "out"])]
+    example_config: bool,
     /// Run folder (default: run.dir/run.name from the config).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -25,7 +29,11 @@ pub struct TrainArgs {
 
 /// `guirl train`.
 pub async fn train(args: TrainArgs) -> anyhow::Result<()> {
-    let cfg = TrainConfig::load(&args.config)?;
+    let Some(path) = args.config.as_deref().filter(|_| !args.example_config) else {
+        print!("{}", crate::train::config::EXAMPLE_CONFIG);
+        return Ok(());
+    };
+    let cfg = TrainConfig::load(path)?;
     let dir = run_dir(&cfg, args.out.as_deref());
     let mut trainer = Trainer::new(cfg, dir.clone(), args.resume, args.force)?;
     trainer.progress = std::io::IsTerminal::is_terminal(&std::io::stderr());

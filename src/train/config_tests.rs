@@ -38,6 +38,19 @@ fn the_example_parses_with_every_key() {
     assert_eq!(d, parse_ok(MINIMAL));
 }
 
+/// The example hard-codes no per-algorithm value: switching `kind` alone gives that
+/// algorithm's clip range and dynamic sampling.
+#[test]
+fn the_example_follows_the_algorithm_kind() {
+    let with =
+        |kind: &str| parse_ok(&EXAMPLE_CONFIG.replace("kind = \"grpo\"", &format!("kind = \"{kind}\"")));
+    let gspo = with("gspo");
+    assert_eq!((gspo.algo.clip_low(), gspo.algo.clip_high()), (3e-4, 4e-4));
+    let dapo = with("dapo");
+    assert_eq!((dapo.algo.clip_low(), dapo.algo.clip_high()), (0.2, 0.28));
+    assert!(dapo.algo.drop_all_equal_groups() && !with("grpo").algo.drop_all_equal_groups());
+}
+
 #[test]
 fn full_config_with_sft_and_overrides_round_trips() {
     let text = r#"
