@@ -147,3 +147,25 @@ async fn devtools_frame_control_and_webdriver_paths_see_the_same_page() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_an_env_on_a_multi_threaded_runtime_removes_its_browser() {
+    // The cleanup (/proc scans, waits) runs on the runtime's blocking pool, not on the
+    // worker thread that dropped the env: it finishes shortly after the drop.
+    let mut env = env_for("builtin/counter");
+    env.reset(0).await.unwrap();
+    let dir = env.browser_profile_dir().expect("a local browser");
+    let running = |dir: &std::path::Path| {
+        std::process::Command::new("pgrep")
+            .args(["-f", &dir.display().to_string()])
+            .output()
+            .is_ok_and(|o| !o.stdout.is_empty())
+    };
+    assert!(dir.exists() && running(&dir));
+    drop(env);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while dir.exists() || running(&dir) {
+        assert!(std::time::Instant::now() < deadline, "profile {} or its browser left behind", dir.display());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

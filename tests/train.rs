@@ -306,7 +306,8 @@ async fn every_evaluation_is_a_best_candidate() {
 #[tokio::test]
 async fn every_algorithm_option_runs_an_iteration() {
     use guirl::train::config::{AlgoConfig, AlgoKind};
-    let variants: Vec<(&str, fn(&mut AlgoConfig))> = vec![
+    type Variant = (&'static str, fn(&mut AlgoConfig));
+    let variants: Vec<Variant> = vec![
         ("grpo-kl", |a| a.beta = 0.05),
         ("gspo", |a| a.kind = AlgoKind::Gspo),
         ("dapo", |a| a.kind = AlgoKind::Dapo),

@@ -6,6 +6,7 @@
 mod common;
 
 use common::{env_with, repo};
+use guirl::env::browser::ClearedBy;
 use guirl::env::gui_env::eval;
 use guirl::env::{Browser, BrowserConfig, EnvConfig, GuiEnv};
 use serde_json::{json, Value};
@@ -65,30 +66,40 @@ async fn fresh_state_without_the_devtools_channel() {
     clean_then_kept(BrowserConfig::default().with_devtools(false)).await;
 }
 
-#[tokio::test]
-async fn scripts_clear_the_state_where_devtools_is_unavailable() {
-    let cfg = BrowserConfig::default().with_devtools(false);
-    let browser = Browser::launch(&cfg, 200, 100).await.unwrap();
-    let url = format!("{}/fixtures/pages/stateful.html", guirl::tasks::server::base_url().unwrap());
-    let seen = || async {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let js = "return window.stateDone === true ? window.stateSeen : null;";
-            let v = browser.execute(js, vec![]).await.unwrap();
-            if !v.is_null() {
-                return v;
-            }
-            assert!(Instant::now() < deadline, "the stateful page never finished");
-            tokio::time::sleep(Duration::from_millis(20)).await;
+/// What the stateful page at the browser's current URL found stored when it loaded.
+async fn seen_by(browser: &Browser) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let js = "return window.stateDone === true ? window.stateSeen : null;";
+        let v = browser.execute(js, vec![]).await.unwrap();
+        if !v.is_null() {
+            return v;
         }
-    };
-    browser.goto(&url).await.unwrap();
-    assert_eq!(seen().await, NOTHING());
-    browser.goto(&url).await.unwrap();
-    let stored = seen().await;
-    assert!(["local", "session", "cookie", "idb"].iter().all(|k| stored[*k].is_string()), "{stored}");
-    browser.clear_site_data_with_scripts(&url).await.unwrap();
-    browser.goto(&url).await.unwrap();
-    assert_eq!(seen().await, NOTHING());
-    browser.close().await;
+        assert!(Instant::now() < deadline, "the stateful page never finished");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn devtools_or_scripts_clear_a_sites_state() {
+    let url = format!("{}/fixtures/pages/stateful.html", guirl::tasks::server::base_url().unwrap());
+    // The direct DevTools channel, chromedriver's DevTools forwarding, and scripts alone
+    // (the fallback for endpoints that forward no DevTools commands).
+    for (devtools, scripts) in [(true, false), (false, false), (false, true)] {
+        let cfg = BrowserConfig::default().with_devtools(devtools);
+        let browser = Browser::launch(&cfg, 200, 100).await.unwrap();
+        browser.goto(&url).await.unwrap();
+        seen_by(&browser).await;
+        browser.goto(&url).await.unwrap();
+        let stored = seen_by(&browser).await;
+        assert!(["local", "session", "cookie", "idb"].iter().all(|k| stored[*k].is_string()), "{stored}");
+        if scripts {
+            browser.clear_site_data_with_scripts(&url).await.unwrap();
+        } else {
+            assert_eq!(browser.clear_site_data(&url).await.unwrap(), ClearedBy::DevTools);
+        }
+        browser.goto(&url).await.unwrap();
+        assert_eq!(seen_by(&browser).await, NOTHING(), "devtools {devtools}, scripts {scripts}");
+        browser.close().await;
+    }
 }

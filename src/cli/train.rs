@@ -25,6 +25,8 @@ pub struct TrainArgs {
     /// (the differences are listed without it; raising run.iterations needs no --force).
     #[arg(long, requires = "resume")]
     force: bool,
+    #[command(flatten)]
+    browser: super::BrowserArgs,
 }
 
 /// `guirl train`.
@@ -36,6 +38,7 @@ pub async fn train(args: TrainArgs) -> anyhow::Result<()> {
     let cfg = TrainConfig::load(path)?;
     let dir = run_dir(&cfg, args.out.as_deref());
     let mut trainer = Trainer::new(cfg, dir.clone(), args.resume, args.force)?;
+    trainer.set_env_config(crate::env::EnvConfig { browser: args.browser.config(), ..Default::default() });
     trainer.progress = std::io::IsTerminal::is_terminal(&std::io::stderr());
     // Ctrl-C / SIGTERM: finish the iteration, save a checkpoint, exit.
     let stop = Arc::new(AtomicBool::new(false));

@@ -17,6 +17,7 @@ use fantoccini::Client;
 use image::RgbImage;
 pub use launch::RELAUNCH_BACKOFF;
 use serde_json::{json, Value};
+pub use site_data::{origin_of, ClearedBy};
 use std::future::Future;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};

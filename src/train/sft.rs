@@ -36,17 +36,29 @@ pub struct SftReport {
     pub finished: bool,
 }
 
+/// How to clone: `[sft]`, the optimizer settings (its learning rate is `sft.lr`), the
+/// gradient-norm clip and the seed of the shuffles.
+#[derive(Debug, Clone, Copy)]
+pub struct SftSettings<'a> {
+    /// `[sft]`.
+    pub sft: &'a SftConfig,
+    /// AdamW settings (`lr` is replaced by `sft.lr`).
+    pub opt: AdamWConfig,
+    /// Global gradient-norm clip.
+    pub max_grad_norm: f64,
+    /// Seed of the per-epoch shuffles.
+    pub seed: u64,
+}
+
 /// Clone the demonstrations of `set` into `policy`; one JSON line per epoch goes to `log`.
 pub fn clone_demonstrations(
     policy: &mut dyn TrainablePolicy,
     set: &TrajectorySet,
-    sft: &SftConfig,
-    opt_cfg: AdamWConfig,
-    max_grad_norm: f64,
-    seed: u64,
+    how: SftSettings,
     log: &Path,
     stop: &AtomicBool,
 ) -> anyhow::Result<SftReport> {
+    let SftSettings { sft, opt: opt_cfg, max_grad_norm, seed } = how;
     let mut report = SftReport::default();
     let mut samples: Vec<(ScreenState, Vec<u32>)> = Vec::new();
     for st in &set.trajectories {
@@ -179,8 +191,8 @@ mod tests {
         let mut vlm = VlmConfig::tiny();
         vlm.actions.kinds = vec!["click".into()];
         let mut p = VlmPolicy::new(vlm, &Device::Cpu, 0).unwrap();
-        let r =
-            clone_demonstrations(&mut p, &set, &cfg, AdamWConfig::default(), 1.0, 0, &log, &stop).unwrap();
+        let how = SftSettings { sft: &cfg, opt: AdamWConfig::default(), max_grad_norm: 1.0, seed: 0 };
+        let r = clone_demonstrations(&mut p, &set, how, &log, &stop).unwrap();
         assert_eq!((r.samples, r.skipped, r.finished), (1, 1, true), "{r:?}");
         assert!(r.first_skip.as_deref().unwrap().contains("type(\"hi\")"), "{r:?}");
         assert_eq!(std::fs::read_to_string(&log).unwrap().lines().count(), 2);
@@ -188,9 +200,7 @@ mod tests {
         let mut vlm = VlmConfig::tiny();
         vlm.actions.kinds = vec!["scroll".into()];
         let mut p = VlmPolicy::new(vlm, &Device::Cpu, 0).unwrap();
-        let e = clone_demonstrations(&mut p, &set, &cfg, AdamWConfig::default(), 1.0, 0, &log, &stop)
-            .unwrap_err()
-            .to_string();
+        let e = clone_demonstrations(&mut p, &set, how, &log, &stop).unwrap_err().to_string();
         assert!(e.contains("no steps the policy can learn from") && e.contains("2 skipped"), "{e}");
     }
 }

@@ -433,14 +433,29 @@ impl Trainer {
         let report = super::sft::clone_demonstrations(
             self.policy.as_mut(),
             &set,
-            &sft,
-            self.cfg.algo.adamw_config(),
-            self.cfg.algo.max_grad_norm,
-            self.cfg.run.seed,
+            super::sft::SftSettings {
+                sft: &sft,
+                opt: self.cfg.algo.adamw_config(),
+                max_grad_norm: self.cfg.algo.max_grad_norm,
+                seed: self.cfg.run.seed,
+            },
             &self.run_dir.join("sft.jsonl"),
             stop,
         )?;
         Ok(report.finished)
+    }
+
+    /// Run the rollouts with `env`'s browsers (a WebDriver URL such as a Selenium Grid,
+    /// chromedriver, timeouts: the CLI's browser flags) instead of local defaults; the
+    /// config's `rollout.max_steps` stays in force. Call before [`Trainer::run`]: it
+    /// replaces the collector, whose browsers start at their first episode.
+    pub fn set_env_config(&mut self, env: EnvConfig) {
+        let env = EnvConfig { max_steps: Some(self.cfg.rollout.max_steps), ..env };
+        let mut collector = Collector::new(self.cfg.rollout.envs, env);
+        collector.keep_frames = self.collector.keep_frames;
+        collector.progress = self.collector.progress;
+        collector.batch_wait = self.collector.batch_wait;
+        self.collector = collector;
     }
 }
 

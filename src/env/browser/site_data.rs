@@ -55,10 +55,11 @@ impl Browser {
     /// Delete what pages of `url`'s origin stored, leaving the browser on `about:blank`
     /// (DevTools) or on `url` (scripts, where the endpoint forwards no DevTools commands).
     ///
-    /// Measured on the stateful test page (2 cores, 40 interleaved resets, medians):
-    /// load alone 31 ms; clearing in place +4 ms; leaving the page first over DevTools
-    /// +15 ms (this), over WebDriver +26 ms; a fresh browser context per episode +65 ms
-    /// (creating it and switching the WebDriver session to it); scripts +59 ms.
+    /// Cost, measured on the stateful test page (2 cores, 40 interleaved resets, medians):
+    /// `GuiEnv::reset` 33 ms keeping the state, 47 ms with this (35.6 ms clearing without
+    /// leaving the page, which an unload handler could write into again; 54 ms leaving it
+    /// through WebDriver). A fresh browser context per episode measured +65 ms before the
+    /// load (creating it, a page in it, switching the WebDriver session); scripts +59 ms.
     pub async fn clear_site_data(&self, url: &str) -> Result<ClearedBy, EnvError> {
         let Some(origin) = origin_of(url) else { return Ok(ClearedBy::Nothing) };
         // Leave the old page first: its unload handlers may still write. DevTools'
@@ -120,121 +121,5 @@ impl Browser {
                   }).then(function () { return null; });";
         self.execute_webdriver(js, vec![]).await?;
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod measure {
-    use super::*;
-    use std::time::Instant;
-
-    fn ms(t: Instant) -> f64 {
-        t.elapsed().as_secs_f64() * 1000.0
-    }
-
-    #[tokio::test]
-    #[ignore]
-    async fn measure_env_reset() {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-        let spec = root.join("fixtures/tasks/stateful.toml");
-        let fresh = crate::tasks::load_task(spec.to_str().unwrap()).unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let keep_path = dir.path().join("keep.toml");
-        std::fs::write(
-            &keep_path,
-            format!("fresh_state = false\n{}", std::fs::read_to_string(&spec).unwrap()),
-        )
-        .unwrap();
-        let keep = crate::tasks::load_task(keep_path.to_str().unwrap()).unwrap();
-        let mut env = crate::env::GuiEnv::new(fresh.clone(), Default::default());
-        env.reset(0).await.unwrap();
-        let modes = ["keep", "cdp", "inplace", "wd"];
-        let mut r: Vec<Vec<f64>> = vec![vec![]; 4];
-        for i in 0..40 {
-            for (mi, m) in modes.iter().enumerate() {
-                std::env::set_var("GUIRL_CLEAR_MODE", m);
-                env.set_task(if *m == "keep" { keep.clone() } else { fresh.clone() });
-                r[mi].push(env.reset(i).await.unwrap().1.reset_ms);
-            }
-        }
-        for (mi, m) in modes.iter().enumerate() {
-            let mut v = r[mi].clone();
-            v.sort_by(f64::total_cmp);
-            eprintln!(
-                "env.reset {m:8} median {:.1} ms  p25 {:.1}  p75 {:.1} (n=40, interleaved)",
-                v[20], v[10], v[30]
-            );
-        }
-        env.close().await;
-    }
-
-    #[tokio::test]
-    #[ignore]
-    async fn measure_reset_cost() {
-        let cfg = crate::env::BrowserConfig::default();
-        let b = Browser::launch(&cfg, 200, 100).await.unwrap();
-        let url = format!("{}/fixtures/pages/stateful.html", crate::tasks::server::base_url().unwrap());
-        let origin = origin_of(&url).unwrap();
-        let seen = || async {
-            loop {
-                let v = b
-                    .execute("return window.stateDone === true ? window.stateSeen : null;", vec![])
-                    .await
-                    .unwrap();
-                if !v.is_null() {
-                    break v;
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-            }
-        };
-        b.goto(&url).await.unwrap();
-        seen().await;
-        let n = 40;
-        let variants = ["none", "in-place", "wd-blank", "cdp-blank"];
-        let mut res: Vec<(Vec<f64>, Vec<f64>)> = vec![(vec![], vec![]); 4];
-        for _ in 0..n {
-            for (vi, variant) in variants.iter().enumerate() {
-                let t = Instant::now();
-                if *variant == "wd-blank" {
-                    Browser::goto(&b, "about:blank").await.unwrap();
-                }
-                if *variant == "cdp-blank" {
-                    b.cdp_call("Page.navigate", json!({"url": "about:blank"})).await.unwrap();
-                }
-                if *variant != "none" {
-                    b.cdp_call(
-                        "Storage.clearDataForOrigin",
-                        json!({"origin": origin, "storageTypes": PAGE_STORAGE}),
-                    )
-                    .await
-                    .unwrap();
-                    b.cdp_call("Network.clearBrowserCookies", json!({})).await.unwrap();
-                }
-                res[vi].0.push(ms(t));
-                let t = Instant::now();
-                b.goto(&url).await.unwrap();
-                res[vi].1.push(ms(t));
-                let v = seen().await;
-                if *variant != "none" {
-                    assert!(
-                        v["local"].is_null()
-                            && v["session"].is_null()
-                            && v["idb"].is_null()
-                            && v["cookie"].is_null(),
-                        "{variant} {v}"
-                    );
-                }
-            }
-        }
-        for (vi, variant) in variants.iter().enumerate() {
-            let med = |v: &Vec<f64>| {
-                let mut v = v.clone();
-                v.sort_by(f64::total_cmp);
-                v[v.len() / 2]
-            };
-            let tot: Vec<f64> = res[vi].0.iter().zip(&res[vi].1).map(|(a, b)| a + b).collect();
-            eprintln!("{variant:12} clear median {:6.2} ms, load median {:6.2} ms, clear+load median {:6.2} ms (n={n})", med(&res[vi].0), med(&res[vi].1), med(&tot));
-        }
-        drop(b);
     }
 }

@@ -10,7 +10,7 @@ use candle_core::{Device, Tensor};
 use image::{imageops::FilterType, RgbImage};
 
 use super::config::VlmConfig;
-use super::model::NEG;
+use super::layers::NEG;
 use super::tokens::{ActionVocab, BOS, END};
 use crate::env::{Element, GuiAction, ScreenState};
 

@@ -3,7 +3,8 @@
 //!
 //! - [`config`]: sizes and the action space ([`VlmConfig`], presets tiny/small/base).
 //! - [`tokens`]: the action vocabulary, coordinate bins and the decoding [`Grammar`].
-//! - [`model`]: the network (conv-stem ViT + byte encoder → action decoder).
+//! - [`model`]: the network (conv-stem ViT + byte encoder → action decoder), built from
+//!   the shared `layers` (linear layer, init scale, mask value).
 //! - [`fused`]: CPU kernels with a fused backward (softmax, LayerNorm, GELU, bias add).
 //! - [`inputs`]: states and actions → tensors ([`PreparedBatch`]).
 //! - [`speed`]: training/acting throughput measurement (used by `benches/policy_speed.rs`).
@@ -20,6 +21,7 @@ pub mod config;
 pub mod fused;
 mod init;
 pub mod inputs;
+mod layers;
 pub mod model;
 mod pointer;
 pub mod speed;

@@ -19,43 +19,9 @@ use candle_nn::{Init, VarBuilder};
 use super::config::VlmConfig;
 use super::fused;
 use super::inputs::EncoderInputs;
+pub use super::layers::NEG;
+use super::layers::{linear, Linear, INIT_STD};
 use super::pointer::PointerHead;
-
-/// Standard deviation of every weight at init (GPT-2 style).
-pub(super) const INIT_STD: f64 = 0.02;
-/// Additive mask value for blocked attention keys and disallowed tokens: finite, so that
-/// `0 · mask` and `p · log p` stay 0 rather than NaN.
-pub const NEG: f32 = -1e9;
-
-/// A linear layer over the last dimension: `x Wᵀ + b` (bias added by [`fused::bias_add`]).
-#[derive(Debug, Clone)]
-pub struct Linear {
-    weight: Tensor,
-    bias: Option<Tensor>,
-}
-
-/// A linear layer with a N(0, `std`) weight [d_out, d_in] and a zero bias.
-pub(super) fn linear(vb: VarBuilder, d_in: usize, d_out: usize, bias: bool, std: f64) -> Result<Linear> {
-    let weight = vb.get_with_hints((d_out, d_in), "weight", Init::Randn { mean: 0.0, stdev: std })?;
-    let bias = if bias { Some(vb.get_with_hints(d_out, "bias", Init::Const(0.0))?) } else { None };
-    Ok(Linear { weight, bias })
-}
-
-impl Module for Linear {
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        // One 2-D matmul over all rows (a batched matmul is much slower on CPU).
-        let dims = x.dims();
-        let (rows, d_in) = (dims[..dims.len() - 1].iter().product::<usize>(), dims[dims.len() - 1]);
-        let mut out_dims = dims.to_vec();
-        *out_dims.last_mut().expect("non-scalar input") = self.weight.dim(0)?;
-        let y = x.reshape((rows, d_in))?.matmul(&self.weight.t()?)?;
-        let y = match &self.bias {
-            Some(b) => fused::bias_add(&y, b)?,
-            None => y,
-        };
-        y.reshape(out_dims)
-    }
-}
 
 /// `x` [B, N, d] plus a position table `pos` [N, d] for every batch item (as one
 /// [`fused::bias_add`] over rows of N·d, whose gradient is a fast column sum).

@@ -21,7 +21,7 @@ use candle_core::{DType, Module, Result, Tensor, D};
 use candle_nn::VarBuilder;
 
 use super::config::VlmConfig;
-use super::model::{linear, Linear, INIT_STD};
+use super::layers::{linear, Linear, INIT_STD};
 use super::tokens::X0;
 
 /// `[to, from]`: linear interpolation from `from` cells to `to` cells over the same span

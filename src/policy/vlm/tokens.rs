@@ -83,6 +83,15 @@ impl ActionVocab {
     /// The vocabulary of a (validated) action space.
     pub fn new(cfg: &ActionSpaceConfig) -> Result<Self> {
         cfg.validate()?;
+        // The longest fixed action (kind token plus its arguments) must fit.
+        let need = cfg.kinds.iter().map(|k| min_tokens(k)).max().unwrap_or(1);
+        if cfg.max_action_tokens < need {
+            bail!(
+                "VLM config: `actions.max_action_tokens` = {} is too small for the kinds listed: need at least {need}",
+                cfg.max_action_tokens
+            );
+        }
+
         let keys = cfg
             .keys
             .iter()

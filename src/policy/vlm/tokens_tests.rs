@@ -111,3 +111,12 @@ fn text_length_is_capped_by_max_action_tokens() {
     g.advance(END).unwrap();
     assert!(g.is_complete() && g.len() == 5);
 }
+
+#[test]
+fn max_action_tokens_must_fit_the_kinds() {
+    let mut c = crate::policy::vlm::VlmConfig::tiny().actions;
+    c.kinds.push("drag".into());
+    c.max_action_tokens = 3;
+    let e = ActionVocab::new(&c).unwrap_err().to_string();
+    assert!(e.contains("max_action_tokens") && e.contains("need at least 5"), "{e}");
+}
