@@ -37,6 +37,24 @@ pub struct TrajStep {
     pub elements: Vec<Element>,
 }
 
+impl TrajStep {
+    /// A step known by its action text, reward and status only (hand-made demonstrations,
+    /// tests): no timings, frame, log-probs or elements.
+    pub fn new(action: impl Into<String>, reward: f64, status: EpisodeStatus) -> TrajStep {
+        TrajStep {
+            action: action.into(),
+            reward,
+            status,
+            timings: StepTimings::default(),
+            frame: None,
+            action_error: None,
+            token_logprobs: Vec::new(),
+            tokens: Vec::new(),
+            elements: Vec::new(),
+        }
+    }
+}
+
 /// How an episode ended.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Outcome {
@@ -80,6 +98,26 @@ pub struct Trajectory {
     pub final_frame: Option<String>,
     /// How it ended.
     pub outcome: Outcome,
+}
+
+impl Trajectory {
+    /// An episode of `task_id` on `seed` in the current format, with the given steps and
+    /// outcome and nothing else known (no instruction, frame, policy or group).
+    pub fn new(task_id: impl Into<String>, seed: u64, steps: Vec<TrajStep>, outcome: Outcome) -> Trajectory {
+        Trajectory {
+            version: FORMAT_VERSION,
+            task_id: task_id.into(),
+            seed,
+            instruction: String::new(),
+            frame: Frame::default(),
+            max_steps: None,
+            policy: String::new(),
+            group: None,
+            steps,
+            final_frame: None,
+            outcome,
+        }
+    }
 }
 
 /// A trajectory with its screenshots still in memory (before they are written as frames).

@@ -5,6 +5,7 @@
 
 pub mod builtin;
 pub mod builtin_specs;
+pub mod embedded;
 pub mod miniwob;
 pub mod page;
 pub mod server;

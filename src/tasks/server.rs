@@ -1,5 +1,6 @@
 //! The loopback HTTP server that serves task pages: MiniWoB++'s html folder, the built-in
-//! tasks in `environments/`, and the test pages in `fixtures/`.
+//! tasks (embedded in the binary, or `$GUIRL_ROOT/environments/builtin/`), and the example
+//! and test pages in `environments/` and `fixtures/`.
 //!
 //! It runs on its own thread and runtime so it outlives any one caller's runtime
 //! (each `#[tokio::test]` has its own), and starts once per process.
@@ -11,10 +12,26 @@ use std::sync::OnceLock;
 /// Where guirl's own files (environments/, fixtures/) live: `$GUIRL_ROOT`, else the
 /// source checkout this binary was built from.
 pub fn project_root() -> PathBuf {
-    std::env::var_os("GUIRL_ROOT")
-        .filter(|s| !s.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+    root_override().unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+}
+
+/// `$GUIRL_ROOT`, if set.
+fn root_override() -> Option<PathBuf> {
+    std::env::var_os("GUIRL_ROOT").filter(|s| !s.is_empty()).map(PathBuf::from)
+}
+
+/// Answer `/builtin/PATH` from the pages embedded in the binary.
+async fn embedded_builtin(
+    axum::extract::Path(path): axum::extract::Path<String>,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    match super::embedded::builtin_file(&path) {
+        Some(bytes) => {
+            let kind = super::embedded::content_type(if path.ends_with('/') { "index.html" } else { &path });
+            ([(http::header::CONTENT_TYPE, kind)], bytes).into_response()
+        }
+        None => http::StatusCode::NOT_FOUND.into_response(),
+    }
 }
 
 /// The MiniWoB++ html folder: `$GUIRL_MINIWOB_DIR`, else `~/.cache/guirl/miniwob/html`.
@@ -52,9 +69,16 @@ fn start() -> Result<SocketAddr, String> {
         .map_err(|e| format!("cannot open the task server's port {bind}: {e} (check GUIRL_SERVE_BIND)"))?;
     listener.set_nonblocking(true).map_err(|e| e.to_string())?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    let app = axum::Router::new()
+    // The built-in pages come from the binary, so an installed guirl needs no checkout;
+    // `$GUIRL_ROOT` serves them from disk (to edit them without rebuilding).
+    let builtin = match root_override() {
+        Some(r) => {
+            axum::Router::new().nest_service("/builtin", ServeDir::new(r.join("environments/builtin")))
+        }
+        None => axum::Router::new().route("/builtin/{*path}", axum::routing::get(embedded_builtin)),
+    };
+    let app = builtin
         .nest_service("/miniwob", ServeDir::new(miniwob_dir()))
-        .nest_service("/builtin", ServeDir::new(root.join("environments").join("builtin")))
         .nest_service("/environments", ServeDir::new(root.join("environments")))
         .nest_service("/fixtures", ServeDir::new(root.join("fixtures")));
     std::thread::Builder::new()

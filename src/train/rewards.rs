@@ -52,36 +52,12 @@ pub fn shape(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rollout::{Outcome, TrajStep, FORMAT_VERSION};
+    use crate::rollout::{Outcome, TrajStep};
 
     fn rec(task: &str, last_action: &str, status: EpisodeStatus, reward: f64) -> Recorded {
-        let step = TrajStep {
-            action: last_action.into(),
-            reward,
-            status,
-            timings: Default::default(),
-            frame: None,
-            action_error: None,
-            token_logprobs: vec![],
-            tokens: vec![],
-            elements: vec![],
-        };
-        Recorded {
-            trajectory: Trajectory {
-                version: FORMAT_VERSION,
-                task_id: task.into(),
-                seed: 0,
-                instruction: String::new(),
-                frame: Default::default(),
-                max_steps: Some(3),
-                policy: String::new(),
-                group: Some(0),
-                steps: vec![step],
-                final_frame: None,
-                outcome: Outcome { reward, status, steps: 1, error: None },
-            },
-            frames: vec![],
-        }
+        let step = TrajStep::new(last_action, reward, status);
+        let outcome = Outcome { reward, status, steps: 1, error: None };
+        Recorded { trajectory: Trajectory::new(task, 0, vec![step], outcome), frames: vec![] }
     }
 
     fn rewards(r: &[Recorded]) -> Vec<f64> {

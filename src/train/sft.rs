@@ -145,36 +145,17 @@ mod tests {
     use crate::policy::vlm::speed::square_state;
     use crate::policy::vlm::{VlmConfig, VlmPolicy};
     use crate::rollout::store::TrajectoryWriter;
-    use crate::rollout::{Outcome, Recorded, TrajStep, Trajectory, FORMAT_VERSION};
+    use crate::rollout::{Outcome, Recorded, TrajStep, Trajectory};
     use candle_core::Device;
 
     /// A demonstration set with one click step and one `type` step.
     fn demos(dir: &Path) -> TrajectorySet {
         let state = square_state(160, 210, 20, 30, 30, [220, 30, 30], "Click the square, type hi");
-        let step = |action: &str| TrajStep {
-            action: action.into(),
-            reward: 0.0,
-            status: EpisodeStatus::Running,
-            timings: Default::default(),
-            frame: None,
-            action_error: None,
-            token_logprobs: vec![],
-            tokens: vec![],
-            elements: vec![],
-        };
-        let t = Trajectory {
-            version: FORMAT_VERSION,
-            task_id: "builtin/demo".into(),
-            seed: 0,
-            instruction: state.instruction.clone(),
-            frame: Default::default(),
-            max_steps: Some(2),
-            policy: "human".into(),
-            group: None,
-            steps: vec![step("click(35, 45)"), step("type(\"hi\")")],
-            final_frame: None,
-            outcome: Outcome { reward: 1.0, status: EpisodeStatus::Success, steps: 2, error: None },
-        };
+        let step = |action: &str| TrajStep::new(action, 0.0, EpisodeStatus::Running);
+        let outcome = Outcome { reward: 1.0, status: EpisodeStatus::Success, steps: 2, error: None };
+        let mut t =
+            Trajectory::new("builtin/demo", 0, vec![step("click(35, 45)"), step("type(\"hi\")")], outcome);
+        t.instruction = state.instruction.clone();
         let shots = vec![state.screenshot.clone(), state.screenshot.clone(), state.screenshot];
         TrajectoryWriter::open(dir).unwrap().append(&Recorded { trajectory: t, frames: shots }).unwrap();
         TrajectorySet::read(dir).unwrap()

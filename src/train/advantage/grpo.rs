@@ -66,22 +66,10 @@ pub fn group_advantages(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rollout::{Group, Outcome, Trajectory, FORMAT_VERSION};
+    use crate::rollout::{Group, Outcome, Trajectory};
 
     fn traj(reward: f64, status: EpisodeStatus) -> Trajectory {
-        Trajectory {
-            version: FORMAT_VERSION,
-            task_id: "t".into(),
-            seed: 0,
-            instruction: String::new(),
-            frame: Default::default(),
-            max_steps: None,
-            policy: "test".into(),
-            group: None,
-            steps: vec![],
-            final_frame: None,
-            outcome: Outcome { reward, status, steps: 1, error: None },
-        }
+        Trajectory::new("t", 0, vec![], Outcome { reward, status, steps: 1, error: None })
     }
 
     fn group(seed: u64, rs: &[(f64, EpisodeStatus)]) -> Group {

@@ -1,0 +1,38 @@
+//! Embeds the built-in task pages (`environments/builtin/`) in the library, so an
+//! installed `guirl` serves them wherever it runs (see `src/tasks/embedded.rs`): writes
+//! `$OUT_DIR/builtin_pages.rs`, a table of (path below the folder, `include_bytes!`).
+
+use std::path::{Path, PathBuf};
+
+fn main() {
+    let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets it"))
+        .join("environments/builtin");
+    // A folder here makes cargo rebuild when any file below it changes.
+    println!("cargo:rerun-if-changed={}", root.display());
+    println!("cargo:rerun-if-changed=build.rs");
+    let mut files = Vec::new();
+    walk(&root, &root, &mut files);
+    files.sort();
+    let mut table = String::from("pub(crate) static FILES: &[(&str, &[u8])] = &[\n");
+    for (rel, abs) in &files {
+        table.push_str(&format!("    ({rel:?}, include_bytes!({abs:?})),\n"));
+    }
+    table.push_str("];\n");
+    let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets it")).join("builtin_pages.rs");
+    std::fs::write(out, table).expect("writing the embedded page table");
+}
+
+/// Every file below `dir`, as (path relative to `root` with `/`, absolute path).
+fn walk(root: &Path, dir: &Path, files: &mut Vec<(String, String)>) {
+    let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()));
+    for entry in entries {
+        let path = entry.expect("a folder entry").path();
+        if path.is_dir() {
+            walk(root, &path, files);
+        } else {
+            let rel = path.strip_prefix(root).expect("below root").components();
+            let rel: Vec<_> = rel.map(|c| c.as_os_str().to_string_lossy().into_owned()).collect();
+            files.push((rel.join("/"), path.display().to_string()));
+        }
+    }
+}
