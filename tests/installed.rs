@@ -14,7 +14,15 @@ fn run_builtin_elsewhere(hide_checkout: bool) -> std::process::Output {
     let mut cmd = if hide_checkout {
         let environments = concat!(env!("CARGO_MANIFEST_DIR"), "/environments");
         let mut c = Command::new("unshare");
-        c.args(["-m", "sh", "-c", "mount -t tmpfs none \"$1\" && shift && exec \"$@\"", "sh", environments, bin]);
+        c.args([
+            "-m",
+            "sh",
+            "-c",
+            "mount -t tmpfs none \"$1\" && shift && exec \"$@\"",
+            "sh",
+            environments,
+            bin,
+        ]);
         c.args(args);
         c
     } else {
@@ -43,7 +51,11 @@ fn builtin_tasks_run_from_any_folder_without_guirl_root() {
     for hide in ways {
         let out = run_builtin_elsewhere(hide);
         let text = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success(), "hidden checkout {hide}: {text}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "hidden checkout {hide}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         assert!(text.ends_with("episodes=1 success_rate=1.000 mean_reward=1.000\n"), "{text}");
     }
 }

@@ -1,6 +1,6 @@
 //! `Trajectory`: one recorded episode, as kept in memory and written to disk.
 
-use crate::env::{Element, EpisodeStatus, Frame, StepTimings};
+use crate::env::{Element, EpisodeStatus, Frame, ScreenState, StepTimings};
 use image::RgbImage;
 use serde::{Deserialize, Serialize};
 
@@ -116,6 +116,20 @@ impl Trajectory {
             steps,
             final_frame: None,
             outcome,
+        }
+    }
+
+    /// The observation step `i` acted on, rebuilt from its screenshot: what a policy reads
+    /// (task, instruction, frame, elements, screenshot; the URL is not kept).
+    pub fn state_at(&self, i: usize, screenshot: RgbImage) -> ScreenState {
+        ScreenState {
+            task_id: self.task_id.clone(),
+            instruction: self.instruction.clone(),
+            url: String::new(),
+            step: i as u32,
+            frame: self.frame,
+            elements: self.steps.get(i).map(|s| s.elements.clone()).unwrap_or_default(),
+            screenshot,
         }
     }
 }

@@ -355,6 +355,14 @@ url_pattern = "done"
     }
 
     #[test]
+    fn fresh_state_is_on_unless_turned_off() {
+        assert!(WebsiteSpec::parse(OK).unwrap().fresh_state);
+        assert!(!WebsiteSpec::parse(&format!("fresh_state = false\n{OK}")).unwrap().fresh_state);
+        let e = WebsiteSpec::parse(&format!("fresh_state = \"no\"\n{OK}")).unwrap_err();
+        assert!(format!("{e:#}").contains("fresh_state"), "{e:#}");
+    }
+
+    #[test]
     fn unknown_key_is_named() {
         let e = WebsiteSpec::parse(&OK.replace("[success]", "max_stepz = 3\n[success]")).unwrap_err();
         assert!(format!("{e:#}").contains("max_stepz"), "{e:#}");

@@ -24,6 +24,7 @@ pub mod optim;
 pub mod plots;
 pub mod rewards;
 pub mod run_folder;
+pub mod seeds;
 pub mod sft;
 pub mod trainer;
 pub mod update;

@@ -11,7 +11,7 @@
 
 use super::config::SftConfig;
 use super::optim::{clip_grad_norm, AdamW, AdamWConfig};
-use super::trainer::{recorded_state, rng_for};
+use super::seeds::rng_for;
 use crate::env::{GuiAction, ScreenState};
 use crate::policy::{Sampling, TrainablePolicy};
 use crate::rollout::TrajectorySet;
@@ -68,7 +68,7 @@ pub fn clone_demonstrations(
                 report.skipped += 1;
                 continue;
             };
-            let state = recorded_state(t, i, set.load_frame(frame)?);
+            let state = t.state_at(i, set.load_frame(frame)?);
             let tokens = GuiAction::parse(&step.action)
                 .map_err(anyhow::Error::from)
                 .and_then(|a| policy.encode(&state, &a));

@@ -18,15 +18,14 @@ use super::config::TrainConfig;
 use super::eval::{eval_jobs, evaluate, EvalResult};
 use super::metrics::{read_metrics, IterationMetrics, MetricsWriter};
 use super::optim::AdamW;
+use super::seeds::rng_for;
 use super::update::{update, Sample};
-use crate::env::{EnvConfig, EpisodeStatus, ScreenState};
+use crate::env::{EnvConfig, EpisodeStatus};
 use crate::policy::{Sampling, TrainablePolicy};
-use crate::rollout::{Collector, Job, Recorded, TrainingBatch, Trajectory, TrajectorySet};
+use crate::rollout::{Collector, Job, Recorded, TrainingBatch, TrajectorySet};
 use crate::tasks::Task;
 use anyhow::{bail, Context};
-use image::RgbImage;
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+use rand::Rng;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -34,26 +33,6 @@ use std::time::Instant;
 
 /// The KL reference's folder inside a run folder.
 pub const REFERENCE_DIR: &str = "reference";
-
-/// Deterministic per-(seed, iteration, purpose) generator, so a resumed run draws exactly
-/// what an uninterrupted one would without saving generator state.
-pub(crate) fn rng_for(seed: u64, iteration: u64, purpose: u64) -> ChaCha8Rng {
-    ChaCha8Rng::seed_from_u64(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (iteration << 8) ^ purpose)
-}
-
-/// The observation step `i` of trajectory `t` acted on, rebuilt from its screenshot
-/// (what the policy reads: task, instruction, frame, elements, screenshot).
-pub(crate) fn recorded_state(t: &Trajectory, i: usize, screenshot: RgbImage) -> ScreenState {
-    ScreenState {
-        task_id: t.task_id.clone(),
-        instruction: t.instruction.clone(),
-        url: String::new(),
-        step: i as u32,
-        frame: t.frame,
-        elements: t.steps.get(i).map(|s| s.elements.clone()).unwrap_or_default(),
-        screenshot,
-    }
-}
 
 /// The steps of `recs` to train on: every step of every rollout that has an advantage,
 /// with the token ids it sampled. A step whose record lacks them is an error (the
@@ -84,7 +63,7 @@ fn samples(
                     step.token_logprobs.len()
                 );
                 out.push(Sample {
-                    state: recorded_state(&rec.trajectory, i, shot.clone()),
+                    state: rec.trajectory.state_at(i, shot.clone()),
                     tokens: step.tokens.clone(),
                     old_logp: step.token_logprobs.clone(),
                     adv: a[i] as f32,

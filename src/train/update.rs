@@ -10,7 +10,7 @@ use super::config::AlgoConfig;
 use super::loss::{policy_loss, LossInputs, LossStats};
 use super::metrics::mean_loss_stats;
 use super::optim::{clip_grad_norm, AdamW};
-use super::trainer::rng_for;
+use super::seeds::rng_for;
 use crate::env::ScreenState;
 use crate::policy::TrainablePolicy;
 use anyhow::ensure;

@@ -1,0 +1,10 @@
+//! Seeds of the trainer's random draws.
+
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+/// Deterministic per-(seed, iteration, purpose) generator, so a resumed run draws exactly
+/// what an uninterrupted one would without saving generator state.
+pub fn rng_for(seed: u64, iteration: u64, purpose: u64) -> ChaCha8Rng {
+    ChaCha8Rng::seed_from_u64(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (iteration << 8) ^ purpose)
+}
