@@ -2,7 +2,7 @@
 //! gluing its first line onto it. A real child process is SIGKILLed halfway through a line.
 
 use guirl::env::EpisodeStatus;
-use guirl::rollout::{Outcome, Trajectory, TrajectorySet, TrajectoryWriter, FORMAT_VERSION};
+use guirl::rollout::{Outcome, Trajectory, TrajectorySet, TrajectoryWriter};
 use guirl::train::metrics::{read_metrics, IterationMetrics, MetricsWriter};
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -12,19 +12,10 @@ use std::process::{Command, Stdio};
 const CHILD_ENV: &str = "GUIRL_TEST_TORN_WRITER";
 
 fn traj(seed: u64) -> Trajectory {
-    Trajectory {
-        version: FORMAT_VERSION,
-        task_id: "builtin/two-buttons".into(),
-        seed,
-        instruction: format!("click button {seed}"),
-        frame: Default::default(),
-        max_steps: Some(5),
-        policy: "test".into(),
-        group: None,
-        steps: vec![],
-        final_frame: None,
-        outcome: Outcome { reward: seed as f64, status: EpisodeStatus::Success, steps: 0, error: None },
-    }
+    let outcome = Outcome { reward: seed as f64, status: EpisodeStatus::Success, steps: 0, error: None };
+    let mut t = Trajectory::new("builtin/two-buttons", seed, vec![], outcome);
+    t.instruction = format!("click button {seed}");
+    t
 }
 
 fn metrics(i: u64) -> IterationMetrics {

@@ -200,6 +200,16 @@ fn model_init_starts_from_a_checkpoint_folder() {
         weights(start.named_vars()),
         "the run starts from the saved weights"
     );
+    // A run folder as init: its latest (here only) checkpoint, like `--policy`.
+    let prev = dir.path().join("prev");
+    let opt = guirl::train::AdamW::new(start.named_vars(), Default::default()).unwrap();
+    guirl::train::checkpoint::save(&prev, &start, &opt, &Default::default()).unwrap();
+    let from_run = Trainer::new(with_init(&prev, ""), dir.path().join("from-run"), false, false).unwrap();
+    assert_eq!(
+        weights(from_run.policy().trainable_vars()),
+        weights(start.named_vars()),
+        "init = a run folder"
+    );
     let fresh = Trainer::new(config(1), dir.path().join("fresh"), false, false).unwrap();
     assert_ne!(
         weights(fresh.policy().trainable_vars()),

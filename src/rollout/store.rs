@@ -235,19 +235,8 @@ mod tests {
     use crate::rollout::trajectory::Outcome;
 
     fn traj(seed: u64) -> Trajectory {
-        Trajectory {
-            version: FORMAT_VERSION,
-            task_id: "t".into(),
-            seed,
-            instruction: "click".into(),
-            frame: Default::default(),
-            max_steps: None,
-            policy: "test".into(),
-            group: None,
-            steps: vec![],
-            final_frame: None,
-            outcome: Outcome { reward: 1.0, status: EpisodeStatus::Success, steps: 0, error: None },
-        }
+        let outcome = Outcome { reward: 1.0, status: EpisodeStatus::Success, steps: 0, error: None };
+        Trajectory::new("t", seed, vec![], outcome)
     }
 
     fn seeds(dir: &Path) -> Vec<u64> {

@@ -131,10 +131,11 @@ pub fn remove_leftovers(run_dir: &Path) {
                 continue;
             }
             let target = dir.join(base);
-            if kind == "old" && std::fs::symlink_metadata(&target).is_err() {
-                if std::fs::rename(e.path(), &target).is_ok() {
-                    continue;
-                }
+            if kind == "old"
+                && std::fs::symlink_metadata(&target).is_err()
+                && std::fs::rename(e.path(), &target).is_ok()
+            {
+                continue;
             }
             tracing::info!("removing {}, left by a write that did not finish", e.path().display());
             remove_path(&e.path());
@@ -387,4 +388,61 @@ pub fn load_state(dir: &Path, opt: &mut AdamW) -> anyhow::Result<TrainerState> {
     let p = dir.join(TRAINER_FILE);
     let text = std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
     serde_json::from_str(&text).with_context(|| format!("{} is not a trainer state", p.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dead_pid() -> u32 {
+        let mut c = std::process::Command::new("true").spawn().unwrap();
+        c.wait().unwrap();
+        c.id()
+    }
+
+    #[test]
+    fn atomic_writes_replace_whole_or_not_at_all() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("ckpt");
+        write_dir_atomically(&dir, |t| Ok(std::fs::write(t.join("a"), "1")?)).unwrap();
+        write_dir_atomically(&dir, |t| Ok(std::fs::write(t.join("b"), "2")?)).unwrap();
+        assert!(!dir.join("a").exists() && dir.join("b").is_file(), "the old folder is replaced whole");
+        let e = write_dir_atomically(&dir, |t| {
+            std::fs::write(t.join("c"), "3")?;
+            bail!("disk full")
+        });
+        assert!(e.is_err() && dir.join("b").is_file() && !dir.join("c").exists());
+        write_file_atomically(&root.path().join("f.txt"), b"x").unwrap();
+        write_file_atomically(&root.path().join("f.txt"), b"y").unwrap();
+        assert_eq!(std::fs::read(root.path().join("f.txt")).unwrap(), b"y");
+        let names: Vec<_> =
+            std::fs::read_dir(root.path()).unwrap().flatten().map(|e| e.file_name()).collect();
+        assert_eq!(names.len(), 2, "no temporary names left: {names:?}");
+    }
+
+    #[test]
+    fn leftovers_of_dead_writers_go_and_a_moved_aside_checkpoint_comes_back() {
+        let run = tempfile::tempdir().unwrap();
+        let ckpts = checkpoints_dir(run.path());
+        let dead = dead_pid();
+        for name in [format!(".iter-000003.old-{dead}"), format!(".iter-000004.tmp-{dead}")] {
+            std::fs::create_dir_all(ckpts.join(name)).unwrap();
+        }
+        std::fs::write(run.path().join(format!(".config.toml.tmp-{dead}")), "").unwrap();
+        // Our parent is alive: what it writes is left alone.
+        let live = format!(".iter-000005.tmp-{}", std::os::unix::process::parent_id());
+        std::fs::create_dir_all(ckpts.join(&live)).unwrap();
+        remove_leftovers(run.path());
+        let mut names: Vec<String> = std::fs::read_dir(&ckpts)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(names, vec![live, "iter-000003".to_string()]);
+        assert_eq!(std::fs::read_dir(run.path()).unwrap().count(), 1, "only checkpoints/ is left");
+        assert_eq!(parse_temp_name(".latest.tmp-12"), Some(("latest", "tmp", 12)));
+        assert_eq!(parse_temp_name(".hidden"), None);
+        assert_eq!(parse_temp_name(".x.tmp-abc"), None);
+    }
 }

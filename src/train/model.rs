@@ -119,9 +119,18 @@ impl ModelConfig {
     }
 }
 
-/// `[model] init`: load a checkpoint folder's (or a safetensors file's) weights into
+/// `[model] init`: load a checkpoint folder's (a run folder's best, or a safetensors file's) weights into
 /// the freshly built `policy`, whose architecture `[model]` describes.
 fn start_from(policy: &VlmPolicy, init: &Path, device: &Device) -> anyhow::Result<()> {
+    // A run folder or its `latest` / `best` link names a checkpoint folder, as for
+    // `--policy`; anything else keeps its own message below.
+    let resolved = match init.is_dir() {
+        true => {
+            super::checkpoint::resolve_policy_dir(init).map(|p| p.dir).unwrap_or_else(|_| init.to_path_buf())
+        }
+        false => init.to_path_buf(),
+    };
+    let init = resolved.as_path();
     let weights = if init.is_dir() {
         let cfg_path = init.join(CONFIG_FILE);
         if cfg_path.is_file() {

@@ -26,7 +26,7 @@ impl Page for Browser {
 /// How a site's stored state was cleared.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ClearedBy {
-    /// Chrome DevTools (`Storage.clearDataForOrigin`, `Storage.clearCookies`), over the
+    /// Chrome DevTools (`Storage.clearDataForOrigin`, `Network.clearBrowserCookies`), over the
     /// direct channel or chromedriver's `goog/cdp/execute`.
     DevTools,
     /// Scripts in a page of the origin and WebDriver's cookie deletion (endpoints without
@@ -66,12 +66,7 @@ impl Browser {
         // navigation returns at commit; through WebDriver, which waits for the blank
         // page's load, a reset measured 11 ms slower.
         let by_devtools = async {
-            let mode = std::env::var("GUIRL_CLEAR_MODE").unwrap_or_default(); // TEMP
-            if mode == "wd" {
-                Browser::goto(self, "about:blank").await?;
-            } else if mode != "inplace" {
-                self.cdp_call("Page.navigate", json!({ "url": "about:blank" })).await?;
-            }
+            self.cdp_call("Page.navigate", json!({ "url": "about:blank" })).await?;
             let params = json!({ "origin": origin, "storageTypes": PAGE_STORAGE });
             self.cdp_call("Storage.clearDataForOrigin", params).await?;
             // Cookies of other origins too (a parent domain's, third parties').
