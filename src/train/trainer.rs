@@ -22,6 +22,7 @@ use super::seeds::rng_for;
 use super::update::{update, Sample};
 use crate::env::{EnvConfig, EpisodeStatus};
 use crate::policy::{Sampling, TrainablePolicy};
+use crate::rollout::collector::off_runtime;
 use crate::rollout::{Collector, Job, Recorded, TrainingBatch, TrajectorySet};
 use crate::tasks::Task;
 use anyhow::{bail, Context};
@@ -263,15 +264,9 @@ impl Trainer {
         let t1 = Instant::now();
         let lr = algo.lr_scheduler(cfg.run.iterations).lr(it);
         self.opt.set_lr(lr);
-        let up = update(
-            self.policy.as_ref(),
-            self.reference.as_deref(),
-            &mut self.opt,
-            &samples,
-            algo,
-            cfg.run.seed,
-            it,
-        )?;
+        // Off the async runtime: browsers kept open between iterations keep their tasks.
+        let (policy, reference, opt) = (self.policy.as_ref(), self.reference.as_deref(), &mut self.opt);
+        let up = off_runtime(|| update(policy, reference, opt, &samples, algo, cfg.run.seed, it))?;
         let update_secs = t1.elapsed().as_secs_f64();
 
         // 5. Metrics, evaluation.
@@ -409,18 +404,21 @@ impl Trainer {
             (None, None) => bail!("[sft] needs sft.dir or sft.oracle_episodes"),
         };
         let set = TrajectorySet::read(&dir)?;
-        let report = super::sft::clone_demonstrations(
-            self.policy.as_mut(),
-            &set,
-            super::sft::SftSettings {
-                sft: &sft,
-                opt: self.cfg.algo.adamw_config(),
-                max_grad_norm: self.cfg.algo.max_grad_norm,
-                seed: self.cfg.run.seed,
-            },
-            &self.run_dir.join("sft.jsonl"),
-            stop,
-        )?;
+        let policy = self.policy.as_mut();
+        let report = off_runtime(|| {
+            super::sft::clone_demonstrations(
+                policy,
+                &set,
+                super::sft::SftSettings {
+                    sft: &sft,
+                    opt: self.cfg.algo.adamw_config(),
+                    max_grad_norm: self.cfg.algo.max_grad_norm,
+                    seed: self.cfg.run.seed,
+                },
+                &self.run_dir.join("sft.jsonl"),
+                stop,
+            )
+        })?;
         Ok(report.finished)
     }
 
