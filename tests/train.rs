@@ -346,3 +346,18 @@ async fn every_algorithm_option_runs_an_iteration() {
         }
     }
 }
+
+/// A run that must stop on an error writes a checkpoint first and says how to go on.
+/// (Coordinate bins finer than the 160×110 screenshot make the first rollout fail.)
+#[tokio::test]
+async fn a_run_that_must_stop_checkpoints_first() {
+    let root = tempfile::tempdir().unwrap();
+    let mut cfg = config(2);
+    cfg.model.y_bins = Some(200);
+    let mut t = Trainer::new(cfg, root.path().to_path_buf(), false, false).unwrap();
+    let e = t.run(Arc::new(AtomicBool::new(false))).await.unwrap_err();
+    let msg = format!("{e:#}");
+    assert!(msg.contains("y_bins <= 110") && msg.contains("--resume"), "{msg}");
+    let saved = guirl::train::checkpoint::latest(root.path()).unwrap().expect("a checkpoint before stopping");
+    assert!(saved.join("model.safetensors").is_file(), "{}", saved.display());
+}

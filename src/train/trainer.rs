@@ -88,6 +88,9 @@ pub struct Trainer {
     metrics: MetricsWriter,
     /// Show progress bars.
     pub progress: bool,
+    /// False while an update is under way: the weights then belong to no iteration, and
+    /// a failing run must not checkpoint them.
+    consistent: bool,
 }
 
 impl Trainer {
@@ -138,6 +141,7 @@ impl Trainer {
             state,
             metrics,
             progress: false,
+            consistent: true,
         })
     }
 
@@ -196,7 +200,10 @@ impl Trainer {
             b
         });
         while self.state.iteration < total {
-            let m = self.iteration().await?;
+            let m = match self.iteration().await {
+                Ok(m) => m,
+                Err(e) => return Err(self.stop_with(e).await),
+            };
             self.state.wall_secs = elapsed(wall0);
             if let Some(b) = &bar {
                 b.set_position(self.state.iteration);
@@ -261,6 +268,7 @@ impl Trainer {
         let samples = samples(&recs, &batch, &index, &adv, algo.drop_all_equal_groups())?;
 
         // 4. μ epochs of minibatch updates of the objective (+ KL, entropy).
+        self.consistent = false;
         let t1 = Instant::now();
         let lr = algo.lr_scheduler(cfg.run.iterations).lr(it);
         self.opt.set_lr(lr);
@@ -271,6 +279,7 @@ impl Trainer {
 
         // 5. Metrics, evaluation.
         self.state.iteration += 1;
+        self.consistent = true;
         self.state.env_steps += cstats.env_steps as u64;
         let counted: Vec<&Recorded> =
             recs.iter().filter(|r| r.trajectory.outcome.status != EpisodeStatus::EnvError).collect();
@@ -318,6 +327,23 @@ impl Trainer {
             tracing::warn!("plots not written: {e:#}");
         }
         Ok(m)
+    }
+
+    /// A run that must stop on an error first checkpoints what it has (unless the error
+    /// struck mid-update), so `--resume` continues from the last finished iteration.
+    async fn stop_with(&mut self, e: anyhow::Error) -> anyhow::Error {
+        self.collector.close().await;
+        if !self.consistent {
+            return e;
+        }
+        match self.save_checkpoint() {
+            Ok(dir) => {
+                e.context(format!("training stopped; {} saved, continue with --resume", dir.display()))
+            }
+            Err(save) => {
+                e.context(format!("training stopped, and its checkpoint could not be saved: {save:#}"))
+            }
+        }
     }
 
     /// Save a checkpoint of the current iteration; returns its folder.
