@@ -326,6 +326,8 @@ async fn every_algorithm_option_runs_an_iteration() {
         ("drop", |a| a.drop_all_equal_groups = Some(true)),
         ("truncation", |a| a.truncation_reward = Some(-1.0)),
         ("give-up", |a| (a.give_up_reward, a.entropy_coef) = (Some(-0.5), 0.01)),
+        ("rloo", |a| a.kind = AlgoKind::Rloo),
+        ("reinforce-pp", |a| (a.kind, a.gamma) = (AlgoKind::ReinforcePp, 0.9)),
     ];
     let root = tempfile::tempdir().unwrap();
     for (name, set) in variants {

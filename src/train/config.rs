@@ -123,6 +123,11 @@ pub enum AlgoKind {
     Dapo,
     /// GSPO: sequence-level ratio and clipping.
     Gspo,
+    /// RLOO: leave-one-out baseline `R_i − mean_{j≠i} R_j`, token-level clipped ratio.
+    Rloo,
+    /// REINFORCE++: discounted per-step returns (`gamma`), whitened over the batch.
+    #[serde(rename = "reinforce_pp")]
+    ReinforcePp,
 }
 
 impl AlgoKind {
@@ -132,6 +137,7 @@ impl AlgoKind {
             AlgoKind::Grpo => (0.2, 0.2),
             AlgoKind::Dapo => (0.2, 0.28),
             AlgoKind::Gspo => (3e-4, 4e-4),
+            AlgoKind::Rloo | AlgoKind::ReinforcePp => (0.2, 0.2),
         }
     }
 }
@@ -140,7 +146,7 @@ impl AlgoKind {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AlgoConfig {
-    /// `grpo`, `dapo` or `gspo`.
+    /// `grpo`, `dapo`, `gspo`, `rloo` or `reinforce_pp`.
     pub kind: AlgoKind,
     /// G: rollouts per task seed.
     pub group_size: usize,
@@ -178,6 +184,8 @@ pub struct AlgoConfig {
     pub scale_std: bool,
     /// Added to the group std.
     pub eps: f64,
+    /// γ: discount of the per-step returns (`reinforce_pp`; 1 = undiscounted).
+    pub gamma: f64,
     /// Leave out groups whose rewards are all equal (default by kind: dapo true).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub drop_all_equal_groups: Option<bool>,
@@ -214,6 +222,7 @@ impl Default for AlgoConfig {
             temperature: 1.0,
             scale_std: true,
             eps: 1e-6,
+            gamma: 1.0,
             drop_all_equal_groups: None,
             truncation_reward: None,
             give_up_reward: None,
@@ -238,7 +247,9 @@ impl AlgoConfig {
     pub fn loss_config(&self) -> LossConfig {
         LossConfig {
             kind: match self.kind {
-                AlgoKind::Grpo | AlgoKind::Dapo => PolicyLossKind::Token,
+                AlgoKind::Grpo | AlgoKind::Dapo | AlgoKind::Rloo | AlgoKind::ReinforcePp => {
+                    PolicyLossKind::Token
+                }
                 AlgoKind::Gspo => PolicyLossKind::Sequence,
             },
             clip_low: self.clip_low(),
@@ -499,6 +510,7 @@ impl TrainConfig {
             format!("algo.temperature must be > 0, got {}", a.temperature),
         );
         check(a.eps > 0.0 && a.eps < 1.0, format!("algo.eps must be in (0, 1), got {}", a.eps));
+        check((0.0..=1.0).contains(&a.gamma), format!("algo.gamma must be in [0, 1], got {}", a.gamma));
         if let Some(r) = a.give_up_reward {
             check(r.is_finite(), format!("algo.give_up_reward must be a finite number, got {r}"));
         }

@@ -6,12 +6,17 @@
 //! - [`grpo`]: group-relative, `(R_i − mean_g R) / (std_g R + eps)` (GRPO, DAPO, GSPO), or
 //!   without the division (Dr. GRPO, `scale_std = false`); every step of a trajectory
 //!   shares its episode advantage.
+//! - [`rloo`]: leave-one-out, `R_i − mean_{j≠i} R_j` (RLOO); episode-level like GRPO.
+//! - [`reinforce_pp`]: discounted returns from each step, whitened over the batch
+//!   (REINFORCE++); the only step-level estimator so far.
 
 pub mod grpo;
+pub mod reinforce_pp;
+pub mod rloo;
 
 pub use grpo::group_advantages;
 
-use super::config::AlgoConfig;
+use super::config::{AlgoConfig, AlgoKind};
 use crate::rollout::TrainingBatch;
 use serde::{Deserialize, Serialize};
 
@@ -21,9 +26,13 @@ pub type StepAdvantages = Vec<Vec<Option<Vec<f64>>>>;
 
 /// The advantages of `batch` under the configured algorithm.
 pub fn estimate(algo: &AlgoConfig, batch: &TrainingBatch) -> (StepAdvantages, AdvantageStats) {
-    // Every algorithm here is group-relative at the episode level; a step inherits its
-    // episode's advantage (the trajectory-level credit of GRPO).
-    let (episode, stats) = group_advantages(batch, algo.scale_std, algo.eps);
+    let (episode, stats) = match algo.kind {
+        AlgoKind::Grpo | AlgoKind::Dapo | AlgoKind::Gspo => group_advantages(batch, algo.scale_std, algo.eps),
+        AlgoKind::Rloo => rloo::rloo_advantages(batch),
+        AlgoKind::ReinforcePp => return reinforce_pp::reinforce_pp_advantages(batch, algo.gamma, algo.eps),
+    };
+    // Episode-level estimators: a step inherits its episode's advantage (the
+    // trajectory-level credit of GRPO and RLOO).
     let per_step = batch
         .groups
         .iter()
