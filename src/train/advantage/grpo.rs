@@ -11,8 +11,7 @@
 //! on them. A group whose counted rewards are all equal gives every member advantage 0,
 //! so its policy-gradient term is zero (only the KL and entropy terms still act on it).
 
-use super::{mean_std, AdvantageStats};
-use crate::env::EpisodeStatus;
+use super::{mean_std, per_group, AdvantageStats};
 use crate::rollout::TrainingBatch;
 
 /// Advantages of every trajectory of `batch`, indexed `[group][trajectory]` like
@@ -25,47 +24,17 @@ pub fn group_advantages(
     scale_std: bool,
     eps: f64,
 ) -> (Vec<Vec<Option<f64>>>, AdvantageStats) {
-    let mut st = AdvantageStats { groups: batch.groups.len(), ..Default::default() };
-    let (mut baselines, mut relative, mut advs) = (Vec::new(), Vec::new(), Vec::new());
-    let mut out = Vec::with_capacity(batch.groups.len());
-    for g in &batch.groups {
-        let counts = |s: EpisodeStatus| s != EpisodeStatus::EnvError;
-        let rewards = g.valid_rewards();
-        st.env_errors += g.trajectories.len() - rewards.len();
-        if rewards.is_empty() {
-            st.empty_groups += 1;
-            out.push(vec![None; g.trajectories.len()]);
-            continue;
-        }
+    per_group(batch, |rewards| {
         // A_i = (R_i − mean) / (std + eps)   or   A_i = R_i − mean
-        let (mean, std) = mean_std(&rewards);
-        baselines.push(mean);
-        st.all_equal_groups += usize::from(rewards.iter().all(|&r| r == rewards[0]));
-        let row: Vec<Option<f64>> = g
-            .trajectories
-            .iter()
-            .map(|t| {
-                counts(t.outcome.status).then(|| {
-                    let rel = t.outcome.reward - mean;
-                    let a = if scale_std { rel / (std + eps) } else { rel };
-                    relative.push(rel);
-                    advs.push(a);
-                    a
-                })
-            })
-            .collect();
-        out.push(row);
-    }
-    st.counted = advs.len();
-    st.baseline_mean = mean_std(&baselines).0;
-    (st.relative_reward_mean, st.relative_reward_std) = mean_std(&relative);
-    (st.adv_mean, st.adv_std) = mean_std(&advs);
-    (out, st)
+        let (mean, std) = mean_std(rewards);
+        move |r| if scale_std { (r - mean) / (std + eps) } else { r - mean }
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::env::EpisodeStatus;
     use crate::rollout::{Group, Outcome, Trajectory};
 
     fn traj(reward: f64, status: EpisodeStatus) -> Trajectory {

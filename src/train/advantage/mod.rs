@@ -17,6 +17,7 @@ pub mod rloo;
 pub use grpo::group_advantages;
 
 use super::config::{AlgoConfig, AlgoKind};
+use crate::env::EpisodeStatus;
 use crate::rollout::TrainingBatch;
 use serde::{Deserialize, Serialize};
 
@@ -80,4 +81,48 @@ pub fn mean_std(x: &[f64]) -> (f64, f64) {
     let mean = x.iter().sum::<f64>() / n;
     let var = x.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n;
     (mean, var.sqrt())
+}
+
+/// Episode-level advantages `[group][trajectory]`, group by group: `formula` gets a
+/// group's counted rewards (never empty) and gives the map from a rollout's reward to its
+/// advantage. `env_error` rollouts get `None` and stay out of the group's rewards; the
+/// batch statistics are kept here, once for every episode-level estimator.
+pub(crate) fn per_group<F: Fn(f64) -> f64>(
+    batch: &TrainingBatch,
+    formula: impl Fn(&[f64]) -> F,
+) -> (Vec<Vec<Option<f64>>>, AdvantageStats) {
+    let mut st = AdvantageStats { groups: batch.groups.len(), ..Default::default() };
+    let (mut baselines, mut relative, mut advs) = (Vec::new(), Vec::new(), Vec::new());
+    let mut out = Vec::with_capacity(batch.groups.len());
+    for g in &batch.groups {
+        let rewards = g.valid_rewards();
+        st.env_errors += g.trajectories.len() - rewards.len();
+        if rewards.is_empty() {
+            st.empty_groups += 1;
+            out.push(vec![None; g.trajectories.len()]);
+            continue;
+        }
+        let mean = mean_std(&rewards).0;
+        baselines.push(mean);
+        st.all_equal_groups += usize::from(rewards.iter().all(|&r| r == rewards[0]));
+        let adv = formula(&rewards);
+        let row = g
+            .trajectories
+            .iter()
+            .map(|t| {
+                (t.outcome.status != EpisodeStatus::EnvError).then(|| {
+                    let a = adv(t.outcome.reward);
+                    relative.push(t.outcome.reward - mean);
+                    advs.push(a);
+                    a
+                })
+            })
+            .collect();
+        out.push(row);
+    }
+    st.counted = advs.len();
+    st.baseline_mean = mean_std(&baselines).0;
+    (st.relative_reward_mean, st.relative_reward_std) = mean_std(&relative);
+    (st.adv_mean, st.adv_std) = mean_std(&advs);
+    (out, st)
 }

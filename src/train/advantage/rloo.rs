@@ -9,52 +9,22 @@
 //! Only counted rollouts (not `env_error`) take part, so G is the number counted. A
 //! group with a single counted rollout has no other rollout to compare with: advantage 0.
 
-use super::{mean_std, AdvantageStats};
-use crate::env::EpisodeStatus;
+use super::{per_group, AdvantageStats};
 use crate::rollout::TrainingBatch;
 
 /// Leave-one-out advantages `[group][trajectory]`; `None` for `env_error` rollouts.
 pub fn rloo_advantages(batch: &TrainingBatch) -> (Vec<Vec<Option<f64>>>, AdvantageStats) {
-    let mut st = AdvantageStats { groups: batch.groups.len(), ..Default::default() };
-    let (mut baselines, mut relative, mut advs) = (Vec::new(), Vec::new(), Vec::new());
-    let mut out = Vec::with_capacity(batch.groups.len());
-    for g in &batch.groups {
-        let rewards = g.valid_rewards();
-        st.env_errors += g.trajectories.len() - rewards.len();
-        if rewards.is_empty() {
-            st.empty_groups += 1;
-            out.push(vec![None; g.trajectories.len()]);
-            continue;
-        }
+    per_group(batch, |rewards| {
+        // A_i = R_i − mean of the others (0 when there are no others).
         let (n, sum) = (rewards.len() as f64, rewards.iter().sum::<f64>());
-        baselines.push(sum / n);
-        st.all_equal_groups += usize::from(rewards.iter().all(|&r| r == rewards[0]));
-        let row = g
-            .trajectories
-            .iter()
-            .map(|t| {
-                (t.outcome.status != EpisodeStatus::EnvError).then(|| {
-                    // A_i = R_i − mean of the others (0 when there are no others).
-                    let a =
-                        if n > 1.0 { t.outcome.reward - (sum - t.outcome.reward) / (n - 1.0) } else { 0.0 };
-                    relative.push(t.outcome.reward - sum / n);
-                    advs.push(a);
-                    a
-                })
-            })
-            .collect();
-        out.push(row);
-    }
-    st.counted = advs.len();
-    st.baseline_mean = mean_std(&baselines).0;
-    (st.relative_reward_mean, st.relative_reward_std) = mean_std(&relative);
-    (st.adv_mean, st.adv_std) = mean_std(&advs);
-    (out, st)
+        move |r| if n > 1.0 { r - (sum - r) / (n - 1.0) } else { 0.0 }
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::env::EpisodeStatus;
     use crate::rollout::{Group, Outcome, Trajectory};
     use EpisodeStatus::{EnvError, Fail, Success};
 
