@@ -10,6 +10,7 @@ fn main() {
     // A folder here makes cargo rebuild when any file below it changes.
     println!("cargo:rerun-if-changed={}", root.display());
     println!("cargo:rerun-if-changed=build.rs");
+    embed_git_hash();
     let mut files = Vec::new();
     walk(&root, &root, &mut files);
     files.sort();
@@ -34,5 +35,28 @@ fn walk(root: &Path, dir: &Path, files: &mut Vec<(String, String)>) {
             let rel: Vec<_> = rel.map(|c| c.as_os_str().to_string_lossy().into_owned()).collect();
             files.push((rel.join("/"), path.display().to_string()));
         }
+    }
+}
+
+/// `GUIRL_GIT_HASH`: the commit this binary was built from, for reproducibility records
+/// (empty outside a git checkout). Rebuilt when HEAD moves.
+fn embed_git_hash() {
+    let hash = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    println!("cargo:rustc-env=GUIRL_GIT_HASH={hash}");
+    let git_dir = std::process::Command::new("git")
+        .args(["rev-parse", "--git-dir"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()));
+    if let Some(dir) = git_dir {
+        println!("cargo:rerun-if-changed={}", dir.join("HEAD").display());
+        println!("cargo:rerun-if-changed={}", dir.join("refs/heads").display());
     }
 }

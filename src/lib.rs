@@ -4,12 +4,14 @@
 //! - [`tasks`]: MiniWoB++ pages, the built-in suite, and website specs.
 //! - [`policy`]: the `Policy` trait, random and scripted-oracle policies.
 //! - [`rollout`]: running episodes over several browsers, trajectories.
-//! - [`bench`]: environment speed benchmarks.
+//! - [`bench`]: environment speed benchmarks and the benchmark harness (`guirl bench`).
+//! - [`serve`]: HTTP servers: a checkpoint behind an OpenAI-compatible API.
 
 pub mod bench;
 pub mod cli;
 pub mod env;
 pub mod policy;
 pub mod rollout;
+pub mod serve;
 pub mod tasks;
 pub mod train;

@@ -1,6 +1,7 @@
 //! Benchmarks that print figures (never asserted in tests).
 
 pub mod env_bench;
+pub mod harness;
 
 /// Median and 90th percentile of a sample (ms).
 #[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize, PartialEq)]

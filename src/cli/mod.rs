@@ -1,7 +1,10 @@
 //! The `guirl` command: parses arguments, then calls the library.
 
+mod bench;
+mod policy;
 mod replay;
 mod run;
+mod serve_policy;
 mod train;
 
 use clap::{Parser, Subcommand};
@@ -72,6 +75,11 @@ enum Command {
     Train(train::TrainArgs),
     /// Re-execute recorded trajectories and check they reproduce.
     Replay(replay::ReplayArgs),
+    /// Run a policy over a suite of tasks and report success with 95 % intervals
+    /// (`guirl bench compare A B` compares two such reports).
+    Bench(bench::BenchArgs),
+    /// Serve a checkpoint behind an OpenAI-compatible API (/v1/models, /v1/chat/completions).
+    ServePolicy(serve_policy::ServePolicyArgs),
     /// Measure environment speed (reset/step latency, steps/s with 1, 2, 4 envs).
     BenchEnv(run::BenchEnvArgs),
     /// Write a self-contained HTML page showing a trajectory set, step by step.
@@ -96,6 +104,8 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Tasks { suite } => list_tasks(suite.as_deref()),
         Command::Run(args) => interruptible(run::run(args)),
+        Command::Bench(args) => interruptible(bench::bench(args)),
+        Command::ServePolicy(args) => runtime().block_on(serve_policy::serve_policy(args)),
         Command::BenchEnv(args) => interruptible(run::bench_env(args)),
         Command::Train(args) => runtime().block_on(train::train(args)),
         Command::Replay(args) => match interruptible(replay::replay(args)) {

@@ -1,8 +1,8 @@
 //! `guirl run` and `guirl bench-env`.
 
+use super::policy::make_policy;
 use super::BrowserArgs;
 use crate::env::EnvConfig;
-use crate::policy::{oracle::OraclePolicy, random::RandomPolicy, Policy};
 use crate::rollout::{Collector, Job};
 use anyhow::{bail, Context};
 use serde_json::json;
@@ -14,8 +14,9 @@ pub struct RunArgs {
     /// Task id (`miniwob/click-test`, `builtin/NAME`) or path to a website spec (.toml).
     #[arg(long)]
     task: String,
-    /// Policy: `random`, `oracle`, or a checkpoint (greedy decoding): a checkpoint folder,
-    /// a run folder (its best checkpoint, else its latest), RUN/checkpoints/latest or best.
+    /// Policy: `random`, `oracle`, a checkpoint (greedy decoding): a checkpoint folder,
+    /// a run folder (its best checkpoint, else its latest), RUN/checkpoints/latest or best;
+    /// or `openai:MODEL@BASE_URL`, a model behind an OpenAI-compatible API.
     #[arg(long, default_value = "random")]
     policy: String,
     /// Number of episodes.
@@ -47,40 +48,9 @@ pub struct RunArgs {
     #[arg(long, value_name = "DIR")]
     record: Option<PathBuf>,
     #[command(flatten)]
+    api: super::policy::ApiArgs,
+    #[command(flatten)]
     browser: BrowserArgs,
-}
-
-fn make_policy(name: &str, task_id: &str, seed: u64, temperature: f64) -> anyhow::Result<Box<dyn Policy>> {
-    match name {
-        "random" => Ok(Box::new(RandomPolicy::new(seed))),
-        "oracle" => {
-            if !crate::policy::oracle::has_oracle(task_id) {
-                bail!("no oracle for task {task_id}: oracles exist for the built-in tasks and some MiniWoB++ tasks (see `guirl tasks`); use --policy random");
-            }
-            Ok(Box::new(OraclePolicy))
-        }
-        // Anything that exists on disk is a checkpoint in one of its forms (or an error
-        // that lists them).
-        path if std::fs::symlink_metadata(path).is_ok() => {
-            let found = crate::train::checkpoint::resolve_policy_dir(std::path::Path::new(path))?;
-            if let Some(note) = &found.note {
-                eprintln!("{note}");
-            }
-            let mut p = crate::policy::vlm::VlmPolicy::load(&found.dir, &candle_core::Device::Cpu)?;
-            p.greedy = temperature == 0.0;
-            if temperature > 0.0 {
-                p.temperature = temperature;
-                p.set_seed(seed);
-            }
-            Ok(Box::new(p))
-        }
-        other => {
-            bail!(
-                "unknown policy {other:?}: use random, oracle, or {}",
-                crate::train::checkpoint::POLICY_FORMS
-            )
-        }
-    }
 }
 
 /// `guirl run`.
@@ -95,7 +65,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     if args.temperature < 0.0 || !args.temperature.is_finite() {
         bail!("--temperature must be 0 (greedy) or positive, got {}", args.temperature);
     }
-    let mut policy = make_policy(&args.policy, task.id(), args.seed, args.temperature)?;
+    let mut policy = make_policy(&args.policy, &[task.id()], args.seed, args.temperature, &args.api)?;
     let cfg = EnvConfig {
         browser: args.browser.config(),
         max_steps: args.max_steps,

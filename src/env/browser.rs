@@ -24,6 +24,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// One browser session (and the chromedriver we started for it, if any).
+/// What browser a session runs (see [`Browser::versions`]).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct BrowserVersions {
+    /// `chrome`, `chrome-headless-shell`, ...
+    pub browser: String,
+    /// The browser's version.
+    pub browser_version: String,
+    /// chromedriver's version (empty for other drivers).
+    pub driver_version: String,
+}
+
 pub struct Browser {
     client: Client,
     driver: Option<tokio::process::Child>,
@@ -64,6 +75,22 @@ impl WebDriverCompatibleCommand for CdpCommand {
 }
 
 impl Browser {
+    /// The browser's name and version and chromedriver's version, as the WebDriver
+    /// session reported them (for reproducibility records).
+    pub fn versions(&self) -> BrowserVersions {
+        let caps = self.client.capabilities();
+        let get = |k: &str| caps.and_then(|c| c.get(k)?.as_str().map(str::to_string)).unwrap_or_default();
+        let driver = caps
+            .and_then(|c| c.get("chrome")?.get("chromedriverVersion")?.as_str())
+            .map(|v| v.split(' ').next().unwrap_or(v).to_string())
+            .unwrap_or_default();
+        BrowserVersions {
+            browser: get("browserName"),
+            browser_version: get("browserVersion"),
+            driver_version: driver,
+        }
+    }
+
     /// Whether the page draws only when asked (begin-frame control).
     pub fn controls_frames(&self) -> bool {
         self.frames.is_some()

@@ -44,6 +44,9 @@ pub enum EpisodeStatus {
     EnvError,
     /// The agent's action could not be executed (strict mode only ends episodes with it).
     InvalidAction,
+    /// The policy could not produce an action (an API endpoint down, timing out or
+    /// answering with an error): not the agent's failure, and not the browser's.
+    PolicyError,
 }
 
 impl EpisodeStatus {
@@ -56,7 +59,14 @@ impl EpisodeStatus {
             EpisodeStatus::Truncated => "truncated",
             EpisodeStatus::EnvError => "env_error",
             EpisodeStatus::InvalidAction => "invalid_action",
+            EpisodeStatus::PolicyError => "policy_error",
         }
+    }
+
+    /// Whether the episode ended through no fault of the agent (a browser or a policy
+    /// endpoint failed): such episodes are left out of success rates and training groups.
+    pub fn is_infrastructure_failure(self) -> bool {
+        matches!(self, EpisodeStatus::EnvError | EpisodeStatus::PolicyError)
     }
 }
 
@@ -196,6 +206,11 @@ impl GuiEnv {
     /// The live browser's profile folder (for finding its processes), if one is running.
     pub fn browser_profile_dir(&self) -> Option<std::path::PathBuf> {
         self.browser.as_ref().and_then(|b| b.profile_dir().map(|p| p.to_path_buf()))
+    }
+
+    /// The running browser's versions; `None` before it has started.
+    pub fn browser_versions(&self) -> Option<super::browser::BrowserVersions> {
+        self.browser.as_ref().map(Browser::versions)
     }
 
     /// Whether page reads and screenshots go over a direct DevTools channel (see
@@ -397,6 +412,12 @@ impl GuiEnv {
             Some(p) => self.step_invalid(p).await,
             None => self.step_inner(Some(action)).await,
         }
+    }
+
+    /// Take a step that executes nothing because the agent's answer was not an action
+    /// (`error` says why): it counts against the step limit like any invalid action.
+    pub async fn step_unparsed(&mut self, error: String) -> Result<StepOutcome, EnvError> {
+        self.step_invalid(error).await
     }
 
     async fn step_invalid(&mut self, error: String) -> Result<StepOutcome, EnvError> {

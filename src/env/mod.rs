@@ -11,7 +11,7 @@ pub mod observation;
 pub mod profiles;
 
 pub use action::{GuiAction, KeyCombo, Modifier, ParseActionError};
-pub use browser::{Browser, BrowserConfig};
+pub use browser::{Browser, BrowserConfig, BrowserVersions};
 pub use gui_env::{EnvConfig, EpisodeStatus, GuiEnv, ResetInfo, StepInfo, StepOutcome, StepTimings};
 pub use observation::{decode_png, encode_png, BBox, Element, Frame, ScreenState};
 

@@ -1,6 +1,7 @@
 //! Policies: anything that maps screen states to actions. The environment knows nothing
 //! of policies; a policy knows nothing of browsers (it sees only `ScreenState`).
 
+pub mod api;
 pub mod oracle;
 pub mod random;
 pub mod trainable;
@@ -22,12 +23,40 @@ pub struct Decision {
     /// The token ids those log-probs belong to (trainable policies), so the trainer scores
     /// exactly what was sampled.
     pub tokens: Vec<u32>,
+    /// The model's whole answer, when the policy is a model answering in text (API
+    /// policies): kept in the trajectory next to the action read from it.
+    pub answer: Option<String>,
+    /// Why there is no action to take, when there is none.
+    pub failure: Option<PolicyFailure>,
+}
+
+/// Why a policy has no action for a state.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PolicyFailure {
+    /// The model answered, but no action could be read from the answer: the step is an
+    /// `invalid_action` step (the episode goes on), with this message as its error.
+    Unparsable(String),
+    /// The policy could not answer (endpoint down, timeout, an error response): the
+    /// episode ends as `policy_error`, which is not counted as the agent's failure.
+    Error(String),
 }
 
 impl Decision {
     /// A decision from a policy that does not model probabilities.
     pub fn deterministic(action: GuiAction) -> Self {
-        Decision { action, logprob: 0.0, token_logprobs: Vec::new(), tokens: Vec::new() }
+        Decision {
+            action,
+            logprob: 0.0,
+            token_logprobs: Vec::new(),
+            tokens: Vec::new(),
+            answer: None,
+            failure: None,
+        }
+    }
+
+    /// A decision with no action, for `failure`; `answer` is the model's text if any.
+    pub fn failed(failure: PolicyFailure, answer: Option<String>) -> Self {
+        Decision { answer, failure: Some(failure), ..Decision::deterministic(GuiAction::Done) }
     }
 }
 
@@ -43,5 +72,10 @@ pub trait Policy: Send {
     fn act_keyed(&mut self, states: &[ScreenState], keys: &[u64]) -> anyhow::Result<Vec<Decision>> {
         let _ = keys;
         self.act(states)
+    }
+    /// What a report should record about this policy to reproduce it (an API policy adds
+    /// its model id, endpoint and prompt hash).
+    fn info(&self) -> serde_json::Value {
+        serde_json::json!({ "name": self.name() })
     }
 }

@@ -82,6 +82,11 @@ pub trait TrainablePolicy: Policy {
     fn describe(&self) -> String {
         self.name()
     }
+
+    /// A token id as text (for log-probs reported per token, e.g. by `serve-policy`).
+    fn token_text(&self, token: u32) -> String {
+        token.to_string()
+    }
 }
 
 /// A sampling stream key for step `step` of the `job`-th episode of a collection.

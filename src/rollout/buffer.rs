@@ -3,7 +3,6 @@
 
 use super::store::{TrajectorySet, TrajectoryWriter};
 use super::trajectory::{Recorded, Trajectory};
-use crate::env::EpisodeStatus;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use serde::Serialize;
@@ -44,7 +43,7 @@ impl Group {
     pub fn valid_rewards(&self) -> Vec<f64> {
         self.trajectories
             .iter()
-            .filter(|t| t.outcome.status != EpisodeStatus::EnvError)
+            .filter(|t| !t.outcome.status.is_infrastructure_failure())
             .map(|t| t.outcome.reward)
             .collect()
     }
@@ -247,6 +246,7 @@ impl TrajectoryBuffer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::env::EpisodeStatus;
     use crate::rollout::trajectory::{Outcome, FORMAT_VERSION};
 
     fn traj(task: &str, seed: u64, group: Option<u64>, reward: f64, status: EpisodeStatus) -> Trajectory {

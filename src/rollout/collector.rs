@@ -8,7 +8,7 @@
 
 use super::trajectory::{Outcome, Recorded, TrajStep, Trajectory, FORMAT_VERSION};
 use crate::env::{EnvConfig, EnvError, EpisodeStatus, GuiEnv, ScreenState};
-use crate::policy::{stream_key, Decision, Policy};
+use crate::policy::{stream_key, Decision, Policy, PolicyFailure};
 use crate::tasks::Task;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -49,6 +49,8 @@ pub struct CollectStats {
     pub env_steps: usize,
     /// Episodes that ended as `env_error`.
     pub env_errors: usize,
+    /// Episodes that ended as `policy_error`.
+    pub policy_errors: usize,
     /// Wall-clock seconds.
     pub seconds: f64,
     /// Policy calls and the mean batch size per call.
@@ -168,8 +170,10 @@ impl Collector {
                 Msg::Done(i, Ok(rec)) => {
                     stats.episodes += 1;
                     stats.env_steps += rec.trajectory.steps.len();
-                    if rec.trajectory.outcome.status == EpisodeStatus::EnvError {
-                        stats.env_errors += 1;
+                    match rec.trajectory.outcome.status {
+                        EpisodeStatus::EnvError => stats.env_errors += 1,
+                        EpisodeStatus::PolicyError => stats.policy_errors += 1,
+                        _ => {}
                     }
                     on_done(i, &rec);
                     results[i] = Some(rec);
@@ -229,6 +233,11 @@ impl Collector {
                 .expect("static template"),
         );
         Some(b)
+    }
+
+    /// The versions of the first running browser (see [`GuiEnv::browser_versions`]).
+    pub fn browser_versions(&self) -> Option<crate::env::BrowserVersions> {
+        self.envs.iter().flatten().find_map(GuiEnv::browser_versions)
     }
 
     /// Close every browser.
@@ -330,11 +339,29 @@ async fn episode(
         }
         tx.send(Msg::Act(obs.clone(), stream_key(index, traj.steps.len() as u32), reply_tx))
             .map_err(|_| EnvError::Task("collection stopped".into()))?;
+        let asked = Instant::now();
         let d = reply_rx.await.map_err(|_| EnvError::Task("the policy stopped answering".into()))?;
-        let out = env.step(&d.action).await?;
+        let policy_ms = asked.elapsed().as_secs_f64() * 1e3;
+        let (action_text, out) = match d.failure {
+            // The policy could not answer: nothing is executed, and the episode is kept as
+            // the policy's failure rather than the agent's.
+            Some(PolicyFailure::Error(e)) => {
+                // (The frame it was shown stays as the final frame.)
+                traj.outcome.status = EpisodeStatus::PolicyError;
+                traj.outcome.error = Some(e);
+                break;
+            }
+            // An answer with no action in it is an invalid step, kept verbatim so a replay
+            // meets the same text.
+            Some(PolicyFailure::Unparsable(e)) => {
+                let text = d.answer.clone().unwrap_or_default();
+                (text, env.step_unparsed(e).await?)
+            }
+            None => (d.action.to_string(), env.step(&d.action).await?),
+        };
         traj.outcome.reward += out.reward;
         traj.steps.push(TrajStep {
-            action: d.action.to_string(),
+            action: action_text,
             reward: out.reward,
             status: out.info.status,
             timings: out.info.timings,
@@ -344,6 +371,8 @@ async fn episode(
             tokens: d.tokens,
             // `obs` is replaced by the next observation just below.
             elements: std::mem::take(&mut obs.elements),
+            policy_ms,
+            answer: d.answer,
         });
         obs = out.obs;
         if out.terminated || out.truncated {
@@ -352,7 +381,7 @@ async fn episode(
             break;
         }
     }
-    if keep_frames {
+    if keep_frames && traj.outcome.status != EpisodeStatus::PolicyError {
         frames.push(obs.screenshot);
     }
     traj.outcome.steps = traj.steps.len() as u32;

@@ -35,6 +35,17 @@ pub struct TrajStep {
     /// with screen-text features reads them; trajectories written before them have none).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub elements: Vec<Element>,
+    /// Milliseconds from the observation to the policy's decision (batching wait and,
+    /// for API policies, the HTTP round trip included); 0 in older files.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub policy_ms: f64,
+    /// The model's whole answer (API policies), e.g. its reasoning around the action.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<String>,
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }
 
 impl TrajStep {
@@ -51,6 +62,8 @@ impl TrajStep {
             token_logprobs: Vec::new(),
             tokens: Vec::new(),
             elements: Vec::new(),
+            policy_ms: 0.0,
+            answer: None,
         }
     }
 }

@@ -282,7 +282,7 @@ impl Trainer {
         self.consistent = true;
         self.state.env_steps += cstats.env_steps as u64;
         let counted: Vec<&Recorded> =
-            recs.iter().filter(|r| r.trajectory.outcome.status != EpisodeStatus::EnvError).collect();
+            recs.iter().filter(|r| !r.trajectory.outcome.status.is_infrastructure_failure()).collect();
         let n = counted.len().max(1) as f64;
         let rewards: Vec<f64> = counted.iter().map(|r| r.trajectory.outcome.reward).collect();
         let (rm, rs) = super::advantage::mean_std(&rewards);

@@ -386,6 +386,8 @@ impl Policy for VlmPolicy {
                     logprob: token_logprobs.iter().sum(),
                     token_logprobs,
                     tokens: seq.clone(),
+                    answer: None,
+                    failure: None,
                 })
             })
             .collect()
@@ -441,5 +443,9 @@ impl TrainablePolicy for VlmPolicy {
 
     fn describe(&self) -> String {
         format!("{} {} parameters", self.name(), self.num_params())
+    }
+
+    fn token_text(&self, token: u32) -> String {
+        self.vocab.token_name(token)
     }
 }

@@ -17,7 +17,6 @@ pub mod rloo;
 pub use grpo::group_advantages;
 
 use super::config::{AlgoConfig, AlgoKind};
-use crate::env::EpisodeStatus;
 use crate::rollout::TrainingBatch;
 use serde::{Deserialize, Serialize};
 
@@ -110,7 +109,7 @@ pub(crate) fn per_group<F: Fn(f64) -> f64>(
             .trajectories
             .iter()
             .map(|t| {
-                (t.outcome.status != EpisodeStatus::EnvError).then(|| {
+                (!t.outcome.status.is_infrastructure_failure()).then(|| {
                     let a = adv(t.outcome.reward);
                     relative.push(t.outcome.reward - mean);
                     advs.push(a);

@@ -13,7 +13,6 @@
 //! term (`[algo] beta`), as for every other kind.
 
 use super::{mean_std, AdvantageStats, StepAdvantages};
-use crate::env::EpisodeStatus;
 use crate::rollout::{TrainingBatch, Trajectory};
 
 /// The per-step rewards of `t`, with the last step carrying whatever makes them sum to the
@@ -52,7 +51,7 @@ pub fn reinforce_pp_advantages(
             g.trajectories
                 .iter()
                 .map(|t| {
-                    (t.outcome.status != EpisodeStatus::EnvError)
+                    (!t.outcome.status.is_infrastructure_failure())
                         .then(|| discounted_returns(&step_rewards(t), gamma))
                 })
                 .collect()
@@ -91,6 +90,7 @@ pub fn reinforce_pp_advantages(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::env::EpisodeStatus;
     use crate::rollout::{Group, Outcome, TrajStep};
     use EpisodeStatus::{EnvError, Fail, Running, Success};
 

@@ -1,0 +1,376 @@
+//! The benchmark harness (`guirl bench`): every task of a suite on seeds S..S+N−1 with
+//! one policy, each episode recorded and journaled as it ends, env errors re-run on the
+//! same seed, and a report with Wilson intervals, latency percentiles and what is needed
+//! to reproduce it.
+//!
+//! A bench folder holds `bench.json` (what was asked; `--resume` must ask the same),
+//! `results.jsonl` (the journal), `trajectories/<task id>/` (trajectory sets with a
+//! `view.html` each), `report.{json,md,html}` and `errors.md`.
+
+pub mod compare;
+pub mod html;
+pub mod journal;
+pub mod report;
+
+use crate::env::EnvConfig;
+use crate::policy::Policy;
+use crate::rollout::{Collector, Job, TrajectoryWriter};
+use crate::tasks::Task;
+use anyhow::{bail, Context};
+use journal::{Journal, ResultRow, RESULTS_FILE};
+use report::{Report, Reproducibility};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// What to run.
+pub struct BenchOptions {
+    /// Tasks, in report order.
+    pub tasks: Vec<Arc<dyn Task>>,
+    /// Tasks asked for but left out, with why (e.g. no oracle).
+    pub skipped: Vec<(String, String)>,
+    /// The policy as the user named it (recorded; `--resume` must name the same).
+    pub policy_spec: String,
+    /// Episodes per task.
+    pub episodes_per_task: u64,
+    /// First seed.
+    pub seed: u64,
+    /// Browsers at once.
+    pub envs: usize,
+    /// Environment options.
+    pub env: EnvConfig,
+    /// The bench folder.
+    pub out: PathBuf,
+    /// Continue the bench in `out` instead of refusing a folder that holds one.
+    pub resume: bool,
+    /// Progress bars on stderr.
+    pub progress: bool,
+}
+
+/// `bench.json`: what a bench folder was asked to run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// Task ids.
+    pub tasks: Vec<String>,
+    /// The policy as given.
+    pub policy: String,
+    /// First seed.
+    pub seed: u64,
+    /// Episodes per task.
+    pub episodes_per_task: u64,
+    /// Environment options that change outcomes.
+    pub env: serde_json::Value,
+    /// When the bench first started.
+    pub started: String,
+    /// Wall-clock spent running so far (all sessions), seconds.
+    pub seconds: f64,
+    /// Browser versions, once a browser has run.
+    #[serde(default)]
+    pub browser: Option<crate::env::BrowserVersions>,
+}
+
+/// The bench folder's manifest file.
+pub const MANIFEST_FILE: &str = "bench.json";
+
+fn env_json(env: &EnvConfig) -> serde_json::Value {
+    serde_json::json!({
+        "max_steps": env.max_steps,
+        "strict_actions": env.strict_actions,
+        "wall_clock_ms": env.wall_clock_ms,
+    })
+}
+
+/// Folder (relative to the bench folder) of a task's trajectory set.
+pub fn trajectory_dir(task_id: &str) -> String {
+    let clean: String = task_id
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || "._-/".contains(c) { c } else { '_' })
+        .collect();
+    let parts: Vec<&str> = clean.split('/').filter(|p| !p.is_empty() && *p != "." && *p != "..").collect();
+    format!("trajectories/{}", parts.join("/"))
+}
+
+/// Start or resume the bench's manifest, refusing a folder that holds a different bench.
+fn open_manifest(opts: &BenchOptions) -> anyhow::Result<Manifest> {
+    let path = opts.out.join(MANIFEST_FILE);
+    let wanted = Manifest {
+        tasks: opts.tasks.iter().map(|t| t.id().to_string()).collect(),
+        policy: opts.policy_spec.clone(),
+        seed: opts.seed,
+        episodes_per_task: opts.episodes_per_task,
+        env: env_json(&opts.env),
+        started: now_rfc3339(),
+        seconds: 0.0,
+        browser: None,
+    };
+    let existing = std::fs::read_to_string(&path).ok();
+    let has_rows = opts.out.join(RESULTS_FILE).exists();
+    match (existing, opts.resume) {
+        (None, true) if !has_rows => bail!(
+            "--resume: {} holds no bench to continue (no {MANIFEST_FILE}); run without --resume to start one",
+            opts.out.display()
+        ),
+        (None, false) if !has_rows => Ok(wanted),
+        (Some(_), false) | (None, false) => bail!(
+            "{} already holds a bench: add --resume to continue it, or choose another --out",
+            opts.out.display()
+        ),
+        (None, true) => bail!(
+            "{} has {RESULTS_FILE} but no {MANIFEST_FILE}: it was not written by guirl bench",
+            opts.out.display()
+        ),
+        (Some(text), true) => {
+            let old: Manifest =
+                serde_json::from_str(&text).with_context(|| format!("reading {}", path.display()))?;
+            let mut diffs = Vec::new();
+            if old.tasks != wanted.tasks {
+                diffs.push(format!("tasks: {} → {}", old.tasks.join(","), wanted.tasks.join(",")));
+            }
+            if old.policy != wanted.policy {
+                diffs.push(format!("policy: {} → {}", old.policy, wanted.policy));
+            }
+            if old.seed != wanted.seed {
+                diffs.push(format!("seed: {} → {}", old.seed, wanted.seed));
+            }
+            if old.env != wanted.env {
+                diffs.push(format!("env: {} → {}", old.env, wanted.env));
+            }
+            if !diffs.is_empty() {
+                bail!(
+                    "--resume must run the same bench as {}; these differ: {}",
+                    opts.out.display(),
+                    diffs.join("; ")
+                );
+            }
+            // More episodes per task extends the bench; fewer keeps what is done.
+            Ok(Manifest { episodes_per_task: wanted.episodes_per_task.max(old.episodes_per_task), ..old })
+        }
+    }
+}
+
+fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
+}
+
+fn now_rfc3339() -> String {
+    let secs =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+/// Lines already in a trajectory set (the next episode's index).
+fn lines_in(dir: &Path) -> usize {
+    std::fs::read_to_string(dir.join(crate::rollout::store::TRAJECTORIES_FILE))
+        .map(|s| s.lines().filter(|l| !l.trim().is_empty()).count())
+        .unwrap_or(0)
+}
+
+/// Run (or continue) the bench, then write its reports. The journal is written as
+/// episodes end, so an error or a kill loses no finished episode.
+pub async fn run(opts: &BenchOptions, policy: &mut dyn Policy) -> anyhow::Result<Report> {
+    if opts.tasks.is_empty() {
+        bail!("nothing to run: no task is left to bench");
+    }
+    std::fs::create_dir_all(&opts.out).with_context(|| format!("creating {}", opts.out.display()))?;
+    let mut manifest = open_manifest(opts)?;
+    let manifest_path = opts.out.join(MANIFEST_FILE);
+    write_atomically(&manifest_path, serde_json::to_string_pretty(&manifest)?.as_bytes())?;
+    let journal_path = opts.out.join(RESULTS_FILE);
+    let mut journal = Journal::open(&journal_path)?;
+    let mut rows = journal::read_rows(&journal_path)?;
+    let seeds: Vec<u64> = (0..manifest.episodes_per_task).map(|i| manifest.seed + i).collect();
+    let order: Vec<String> = manifest.tasks.clone();
+    let mut collector = Collector::new(opts.envs, opts.env.clone());
+    collector.keep_frames = true;
+    let bars = Bars::new(opts.progress, order.len(), seeds.len());
+    let mut writers: HashMap<String, (TrajectoryWriter, usize)> = HashMap::new();
+    let outcome: anyhow::Result<()> = async {
+        // Round 0 runs what has no settled row; later rounds re-run env errors.
+        for _round in 0..=journal::MAX_RERUNS {
+            let (settled, next) = journal::settle(&rows);
+            bars.show(&order, &settled, seeds.len());
+            let done: std::collections::HashSet<(String, u64)> =
+                settled.iter().map(|r| (r.task.clone(), r.seed)).collect();
+            let mut jobs = Vec::new();
+            let mut attempts = Vec::new();
+            for task in &opts.tasks {
+                for &seed in &seeds {
+                    let key = (task.id().to_string(), seed);
+                    if done.contains(&key) {
+                        continue;
+                    }
+                    attempts.push(next.get(&key).copied().unwrap_or(0));
+                    jobs.push(Job { task: task.clone(), seed, group: None });
+                }
+            }
+            if jobs.is_empty() {
+                break;
+            }
+            let t0 = std::time::Instant::now();
+            let base = manifest.seconds;
+            let mut failed: Option<anyhow::Error> = None;
+            let result = collector
+                .collect(policy, jobs, |i, rec| {
+                    let t = &rec.trajectory;
+                    let dir = trajectory_dir(&t.task_id);
+                    let appended = (|| -> anyhow::Result<()> {
+                        if !writers.contains_key(&t.task_id) {
+                            let abs = opts.out.join(&dir);
+                            let w = TrajectoryWriter::open(&abs)?;
+                            writers.insert(t.task_id.clone(), (w, lines_in(&abs)));
+                        }
+                        let (w, count) = writers.get_mut(&t.task_id).expect("inserted above");
+                        // The trajectory first, then the journal row that points at it.
+                        w.append(rec)?;
+                        let row = ResultRow::of(t, attempts[i], &dir, *count);
+                        *count += 1;
+                        journal.append(&row)?;
+                        rows.push(row);
+                        Ok(())
+                    })();
+                    if let Err(e) = appended {
+                        failed.get_or_insert(e);
+                    }
+                    // The time spent so far survives a kill too.
+                    manifest.seconds = base + t0.elapsed().as_secs_f64();
+                    if let Ok(text) = serde_json::to_string_pretty(&manifest) {
+                        let _ = write_atomically(&manifest_path, text.as_bytes());
+                    }
+                    let (settled, _) = journal::settle(&rows);
+                    bars.show(&order, &settled, seeds.len());
+                })
+                .await;
+            manifest.seconds = base + t0.elapsed().as_secs_f64();
+            if manifest.browser.is_none() {
+                manifest.browser = collector.browser_versions();
+            }
+            write_atomically(&manifest_path, serde_json::to_string_pretty(&manifest)?.as_bytes())?;
+            if let Some(e) = failed {
+                return Err(e.context("recording an episode"));
+            }
+            result?;
+        }
+        Ok(())
+    }
+    .await;
+    collector.close().await;
+    bars.finish();
+    outcome.with_context(|| {
+        format!(
+            "the bench stopped; every finished episode is in {}: run the same command with --resume to continue",
+            journal_path.display()
+        )
+    })?;
+    write_reports(opts, &manifest, &order, &rows, policy.info())
+}
+
+/// Write `report.{json,md,html}`, `errors.md` and each task's `view.html`.
+fn write_reports(
+    opts: &BenchOptions,
+    manifest: &Manifest,
+    order: &[String],
+    rows: &[ResultRow],
+    policy_info: serde_json::Value,
+) -> anyhow::Result<Report> {
+    let b = manifest.browser.clone().unwrap_or_default();
+    let repro = Reproducibility {
+        guirl_version: env!("CARGO_PKG_VERSION").to_string(),
+        git_hash: env!("GUIRL_GIT_HASH").to_string(),
+        browser: format!("{} {}", b.browser, b.browser_version).trim().to_string(),
+        chromedriver: b.driver_version,
+        os: os_description(),
+        policy: manifest.policy.clone(),
+        policy_info,
+        seed: manifest.seed,
+        episodes_per_task: manifest.episodes_per_task,
+        env: manifest.env.clone(),
+        started: manifest.started.clone(),
+        written: now_rfc3339(),
+    };
+    let mut report = Report::build(order, rows, repro, manifest.seconds);
+    report.skipped = opts.skipped.clone();
+    let out = &opts.out;
+    write_atomically(&out.join("report.json"), serde_json::to_string_pretty(&report)?.as_bytes())?;
+    write_atomically(&out.join("report.md"), report.markdown().as_bytes())?;
+    write_atomically(&out.join("errors.md"), report::errors_markdown(rows).as_bytes())?;
+    let (settled, _) = journal::settle(rows);
+    let mut eps: Vec<(ResultRow, usize)> = Vec::new();
+    for t in order {
+        let mut of_task: Vec<&ResultRow> = settled.iter().filter(|r| &r.task == t).collect();
+        of_task.sort_by_key(|r| r.seed);
+        eps.extend(of_task.into_iter().map(|r| (r.clone(), r.index)));
+    }
+    write_atomically(&out.join("report.html"), html::render(&report, &eps).as_bytes())?;
+    let dirs: std::collections::BTreeSet<&String> = rows.iter().map(|r| &r.trajectory).collect();
+    for d in dirs {
+        let dir = out.join(d);
+        let set = crate::rollout::TrajectorySet::read(&dir)?;
+        crate::rollout::viewer::write_html(&set, &dir.join("view.html"))?;
+    }
+    Ok(report)
+}
+
+/// The OS as `/etc/os-release` names it, with the kernel's architecture.
+fn os_description() -> String {
+    let pretty = std::fs::read_to_string("/etc/os-release").ok().and_then(|s| {
+        s.lines().find_map(|l| l.strip_prefix("PRETTY_NAME=")).map(|v| v.trim_matches('"').to_string())
+    });
+    format!(
+        "{} ({} {})",
+        pretty.unwrap_or_else(|| "unknown".into()),
+        std::env::consts::OS,
+        std::env::consts::ARCH
+    )
+}
+
+/// Two progress bars: tasks settled, episodes settled.
+struct Bars {
+    multi: Option<(indicatif::MultiProgress, indicatif::ProgressBar, indicatif::ProgressBar)>,
+}
+
+impl Bars {
+    fn new(on: bool, tasks: usize, seeds: usize) -> Bars {
+        if !on {
+            return Bars { multi: None };
+        }
+        let m = indicatif::MultiProgress::new();
+        let style = |t: &str| indicatif::ProgressStyle::with_template(t).expect("static template");
+        let t = m.add(indicatif::ProgressBar::new(tasks as u64));
+        t.set_style(style("{bar:30} {pos}/{len} tasks     {msg}"));
+        let e = m.add(indicatif::ProgressBar::new((tasks * seeds) as u64));
+        e.set_style(style("{bar:30} {pos}/{len} episodes  {per_sec}  eta {eta}"));
+        Bars { multi: Some((m, t, e)) }
+    }
+
+    fn show(&self, order: &[String], settled: &[ResultRow], seeds: usize) {
+        let Some((_, t, e)) = &self.multi else { return };
+        let full =
+            order.iter().filter(|id| settled.iter().filter(|r| &r.task == *id).count() >= seeds).count();
+        t.set_position(full as u64);
+        if let Some(now) = order.get(full) {
+            t.set_message(now.clone());
+        }
+        e.set_position(settled.len() as u64);
+    }
+
+    fn finish(&self) {
+        if let Some((_, t, e)) = &self.multi {
+            t.finish_and_clear();
+            e.finish_and_clear();
+        }
+    }
+}

@@ -1,0 +1,193 @@
+//! `guirl bench`: run a policy over a suite of tasks and report; `guirl bench compare`.
+
+use super::policy::make_policy;
+use super::BrowserArgs;
+use crate::bench::harness::{self, BenchOptions};
+use crate::env::EnvConfig;
+use anyhow::{bail, Context};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Arguments of `guirl bench`.
+#[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    cmd: Option<BenchCmd>,
+    #[command(flatten)]
+    run: BenchRunArgs,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum BenchCmd {
+    /// Per-task success deltas between two bench folders (B − A); tasks whose 95 %
+    /// intervals do not overlap are flagged.
+    Compare {
+        /// The baseline bench folder (or its report.json).
+        a: PathBuf,
+        /// The bench folder to compare with it.
+        b: PathBuf,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Arguments of a bench run.
+#[derive(Debug, clap::Args)]
+pub struct BenchRunArgs {
+    /// Every task of a suite.
+    #[arg(long, value_parser = ["miniwob", "builtin"], conflicts_with_all = ["tasks", "tasks_file"])]
+    suite: Option<String>,
+    /// Task ids (or website spec paths), comma-separated.
+    #[arg(long, value_delimiter = ',', conflicts_with = "tasks_file")]
+    tasks: Vec<String>,
+    /// A file with one task id a line (`#` starts a comment).
+    #[arg(long, value_name = "FILE")]
+    tasks_file: Option<PathBuf>,
+    /// Policy: `random`, `oracle` (tasks without one are skipped and listed), a checkpoint
+    /// (folder, run folder, RUN/checkpoints/latest or best; greedy unless --temperature),
+    /// or `openai:MODEL@BASE_URL` (a model behind an OpenAI-compatible API, e.g. vLLM's
+    /// `http://127.0.0.1:8000/v1`; see the API policy options).
+    #[arg(long, default_value = "random")]
+    policy: String,
+    /// Episodes per task: seeds S..S+N−1.
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    episodes_per_task: u64,
+    /// First seed S.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Browsers running at once.
+    #[arg(long, default_value_t = 1, value_name = "K")]
+    envs: usize,
+    /// The bench folder (results.jsonl, report.{json,md,html}, errors.md, trajectories/).
+    #[arg(long, value_name = "DIR", required = true)]
+    out: Option<PathBuf>,
+    /// Continue the bench in --out: finished episodes are kept, the rest run.
+    #[arg(long)]
+    resume: bool,
+    /// Override every task's step limit.
+    #[arg(long)]
+    max_steps: Option<u32>,
+    /// Enforce the task's wall-clock limit (ms), as MiniWoB++'s in-page timer does.
+    #[arg(long, value_name = "MS")]
+    wall_clock_ms: Option<u64>,
+    /// End an episode on an action that cannot be executed.
+    #[arg(long)]
+    strict_actions: bool,
+    /// Sample a checkpoint policy at this temperature (0, the default, is greedy).
+    #[arg(long, default_value_t = 0.0, value_name = "T")]
+    temperature: f64,
+    #[command(flatten)]
+    api: super::policy::ApiArgs,
+    #[command(flatten)]
+    browser: BrowserArgs,
+}
+
+/// `guirl bench`.
+pub async fn bench(args: BenchArgs) -> anyhow::Result<()> {
+    match args.cmd {
+        Some(BenchCmd::Compare { a, b, json }) => compare(&a, &b, json),
+        None => run(args.run).await,
+    }
+}
+
+fn compare(a: &std::path::Path, b: &std::path::Path, json: bool) -> anyhow::Result<()> {
+    let (ra, rb) = (harness::compare::read_report(a)?, harness::compare::read_report(b)?);
+    let deltas = harness::compare::compare(&ra, &rb);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&deltas)?);
+    } else {
+        println!("A = {}\nB = {}\n", a.display(), b.display());
+        print!("{}", harness::compare::table(&deltas));
+    }
+    Ok(())
+}
+
+/// The task ids asked for, in order, without repeats.
+fn task_ids(args: &BenchRunArgs) -> anyhow::Result<Vec<String>> {
+    let mut ids: Vec<String> = if let Some(suite) = &args.suite {
+        let ids = crate::tasks::all_task_ids(Some(suite));
+        if ids.is_empty() {
+            bail!(
+                "the {suite} suite has no tasks here: MiniWoB++ pages are not installed in {} (run scripts/setup.sh)",
+                crate::tasks::server::miniwob_dir().display()
+            );
+        }
+        ids
+    } else if let Some(f) = &args.tasks_file {
+        let text =
+            std::fs::read_to_string(f).with_context(|| format!("reading --tasks-file {}", f.display()))?;
+        text.lines()
+            .map(|l| l.split('#').next().unwrap_or("").trim().to_string())
+            .filter(|l| !l.is_empty())
+            .collect()
+    } else {
+        args.tasks.iter().map(|t| t.trim().to_string()).filter(|t| !t.is_empty()).collect()
+    };
+    let mut seen = std::collections::HashSet::new();
+    ids.retain(|t| seen.insert(t.clone()));
+    if ids.is_empty() {
+        bail!("no tasks: give --suite miniwob|builtin, --tasks a,b,c or --tasks-file FILE");
+    }
+    Ok(ids)
+}
+
+async fn run(args: BenchRunArgs) -> anyhow::Result<()> {
+    if args.envs == 0 {
+        bail!("--envs must be at least 1");
+    }
+    if args.episodes_per_task == 0 {
+        bail!("--episodes-per-task must be at least 1");
+    }
+    if args.max_steps == Some(0) {
+        bail!("--max-steps must be at least 1");
+    }
+    if args.temperature < 0.0 || !args.temperature.is_finite() {
+        bail!("--temperature must be 0 (greedy) or positive, got {}", args.temperature);
+    }
+    let out = args.out.clone().context("--out DIR is required")?;
+    let mut tasks = Vec::new();
+    let mut skipped = Vec::new();
+    for id in task_ids(&args)? {
+        let task = crate::tasks::load_task(&id)?;
+        if args.policy == "oracle" && !crate::policy::oracle::has_oracle(task.id()) {
+            skipped.push((task.id().to_string(), "no oracle for this task".to_string()));
+            continue;
+        }
+        tasks.push(task);
+    }
+    if tasks.is_empty() {
+        bail!("none of the tasks has an oracle; use --policy random or a checkpoint");
+    }
+    if !skipped.is_empty() {
+        eprintln!(
+            "skipping {} task(s) without an oracle: {}",
+            skipped.len(),
+            skipped.iter().map(|(t, _)| t.as_str()).collect::<Vec<_>>().join(", ")
+        );
+    }
+    let ids: Vec<&str> = tasks.iter().map(|t: &Arc<dyn crate::tasks::Task>| t.id()).collect();
+    let mut policy = make_policy(&args.policy, &ids, args.seed, args.temperature, &args.api)?;
+    let opts = BenchOptions {
+        tasks,
+        skipped,
+        policy_spec: args.policy.clone(),
+        episodes_per_task: args.episodes_per_task,
+        seed: args.seed,
+        envs: args.envs,
+        env: EnvConfig {
+            browser: args.browser.config(),
+            max_steps: args.max_steps,
+            wall_clock_ms: args.wall_clock_ms,
+            strict_actions: args.strict_actions,
+        },
+        out: out.clone(),
+        resume: args.resume,
+        progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+    };
+    let report = harness::run(&opts, policy.as_mut()).await?;
+    print!("{}", report.markdown());
+    println!("\nwritten: {}/report.{{json,md,html}}, errors.md, results.jsonl", out.display());
+    Ok(())
+}

@@ -1,0 +1,131 @@
+//! `--policy`: the policies a command can run, by name.
+
+use crate::policy::api::{client::Endpoint, coords::CoordMode, ApiConfig, ApiPolicy};
+use crate::policy::{oracle::OraclePolicy, random::RandomPolicy, Policy};
+use anyhow::{bail, Context};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Options of `--policy openai:MODEL@BASE_URL` (a model behind an OpenAI-compatible API).
+#[derive(Debug, Clone, clap::Args)]
+#[command(next_help_heading = "API policy (--policy openai:MODEL@BASE_URL)")]
+pub struct ApiArgs {
+    /// The coordinate frame the model answers in: px (screenshot pixels), smart_resize
+    /// (Qwen2.5-VL / UI-TARS-1.5 resized-image pixels; smart_resize:MIN_PIXELS,MAX_PIXELS),
+    /// rel1000 (Qwen2-VL, Qwen3-VL), rel999, rel1.
+    #[arg(long, default_value = "px", value_parser = parse_coords)]
+    pub coords: CoordMode,
+    /// A system prompt file replacing the built-in one (`{frame}` becomes the coordinate frame).
+    #[arg(long, value_name = "FILE")]
+    pub prompt: Option<PathBuf>,
+    /// Screenshots per request, the current one included (vLLM's default per-prompt limit is 1).
+    #[arg(long, default_value_t = 1, value_name = "K")]
+    pub images: usize,
+    /// Answer length limit.
+    #[arg(long, default_value_t = 512)]
+    pub max_tokens: u32,
+    /// Extra top-level request fields, as a JSON object (e.g. '{"chat_template_kwargs": {"enable_thinking": false}}').
+    #[arg(long, value_name = "JSON", value_parser = parse_json_object)]
+    pub extra_body: Option<serde_json::Value>,
+    /// The environment variable holding the API key (sent as a Bearer token if set).
+    #[arg(long, default_value = "OPENAI_API_KEY", value_name = "VAR")]
+    pub api_key_env: String,
+    /// Limit on one request, in seconds.
+    #[arg(long, default_value_t = 60.0, value_name = "SECS")]
+    pub api_timeout: f64,
+    /// Retries of a request after 429, 5xx, a timeout or a refused connection (with backoff).
+    #[arg(long, default_value_t = 3)]
+    pub api_retries: u32,
+    /// Requests in flight at once.
+    #[arg(long, default_value_t = 8)]
+    pub api_concurrency: usize,
+    /// Do not send the page's interactive elements as text (screenshot and instruction only).
+    #[arg(long)]
+    pub no_elements: bool,
+}
+
+fn parse_coords(s: &str) -> Result<CoordMode, String> {
+    s.parse::<CoordMode>().map_err(|e| e.to_string())
+}
+
+fn parse_json_object(s: &str) -> Result<serde_json::Value, String> {
+    match serde_json::from_str::<serde_json::Value>(s) {
+        Ok(v @ serde_json::Value::Object(_)) => Ok(v),
+        Ok(_) => Err("--extra-body must be a JSON object, e.g. '{\"top_p\": 0.9}'".into()),
+        Err(e) => Err(format!("--extra-body is not JSON: {e}")),
+    }
+}
+
+impl ApiArgs {
+    /// The API policy for `spec` (`openai:MODEL@BASE_URL`).
+    pub fn policy(&self, spec: &str, seed: u64, temperature: f64) -> anyhow::Result<ApiPolicy> {
+        let (model, base_url) = ApiConfig::parse_spec(spec)?;
+        if !(self.api_timeout > 0.0 && self.api_timeout.is_finite()) {
+            bail!("--api-timeout must be a positive number of seconds");
+        }
+        let cfg = ApiConfig {
+            model,
+            endpoint: Endpoint {
+                base_url,
+                api_key: std::env::var(&self.api_key_env).ok().filter(|k| !k.is_empty()),
+                timeout: Duration::from_secs_f64(self.api_timeout),
+                retries: self.api_retries,
+                backoff: Duration::from_millis(500),
+            },
+            prompt_file: self.prompt.clone(),
+            images: self.images,
+            coords: self.coords,
+            temperature,
+            max_tokens: self.max_tokens,
+            seed,
+            extra_body: self.extra_body.clone(),
+            elements: !self.no_elements,
+            concurrency: self.api_concurrency.max(1),
+        };
+        ApiPolicy::new(cfg).context("setting up the API policy")
+    }
+}
+
+/// Build the policy named `name` for `task_ids` (an oracle must exist for each).
+/// `temperature` 0 decodes a checkpoint greedily.
+pub fn make_policy(
+    name: &str,
+    task_ids: &[&str],
+    seed: u64,
+    temperature: f64,
+    api: &ApiArgs,
+) -> anyhow::Result<Box<dyn Policy>> {
+    match name {
+        spec if spec.starts_with(crate::policy::api::openai::PREFIX) => {
+            Ok(Box::new(api.policy(spec, seed, temperature)?))
+        }
+        "random" => Ok(Box::new(RandomPolicy::new(seed))),
+        "oracle" => {
+            if let Some(t) = task_ids.iter().find(|t| !crate::policy::oracle::has_oracle(t)) {
+                bail!("no oracle for task {t}: oracles exist for the built-in tasks and some MiniWoB++ tasks (see `guirl tasks`); use --policy random");
+            }
+            Ok(Box::new(OraclePolicy))
+        }
+        // Anything that exists on disk is a checkpoint in one of its forms (or an error
+        // that lists them).
+        path if std::fs::symlink_metadata(path).is_ok() => {
+            let found = crate::train::checkpoint::resolve_policy_dir(std::path::Path::new(path))?;
+            if let Some(note) = &found.note {
+                eprintln!("{note}");
+            }
+            let mut p = crate::policy::vlm::VlmPolicy::load(&found.dir, &candle_core::Device::Cpu)?;
+            p.greedy = temperature == 0.0;
+            if temperature > 0.0 {
+                p.temperature = temperature;
+                p.set_seed(seed);
+            }
+            Ok(Box::new(p))
+        }
+        other => {
+            bail!(
+                "unknown policy {other:?}: use random, oracle, openai:MODEL@BASE_URL, or {}",
+                crate::train::checkpoint::POLICY_FORMS
+            )
+        }
+    }
+}

@@ -1,0 +1,260 @@
+//! `guirl serve-policy`: a checkpoint behind an OpenAI-compatible API (`/v1/models`,
+//! `/v1/chat/completions`, `/health`), so any harness that speaks to vLLM can evaluate
+//! it, and guirl's own `openai:` policy can drive it.
+//!
+//! A request carries what the `openai:` policy sends: the last user message's text in
+//! the layout of [`crate::policy::api::prompt::user_text`] (the instruction, previous
+//! actions, the elements) and its last `image_url` part, a base64 PNG or JPEG data URL,
+//! as the screenshot. The answer is the action in guirl's text form, in screenshot
+//! pixels of the image received (`coords = px`). `n`, `seed`, `temperature` (0 = greedy)
+//! and `logprobs` (per action token) are honoured; errors have OpenAI's shape.
+
+use crate::env::ScreenState;
+use crate::policy::api::prompt::read_user_text;
+use crate::policy::{stream_key, Sampling, TrainablePolicy};
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use base64::Engine;
+use serde_json::{json, Value};
+use std::sync::{Arc, Mutex};
+
+/// Largest request body accepted (screenshots included).
+pub const MAX_BODY_BYTES: usize = 32 << 20;
+/// Most choices one request may ask for.
+pub const MAX_N: u64 = 16;
+
+struct Served {
+    policy: Mutex<Box<dyn TrainablePolicy>>,
+    model: String,
+    created: u64,
+}
+
+/// An OpenAI-shaped error response.
+fn error(status: StatusCode, kind: &str, message: impl Into<String>, param: Option<&str>) -> Response {
+    let body =
+        json!({"error": {"message": message.into(), "type": kind, "param": param, "code": status.as_u16()}});
+    (status, Json(body)).into_response()
+}
+
+fn bad(message: impl Into<String>, param: Option<&str>) -> Response {
+    error(StatusCode::BAD_REQUEST, "invalid_request_error", message, param)
+}
+
+/// The router serving `policy` as model `model`.
+pub fn router(policy: Box<dyn TrainablePolicy>, model: String) -> Router {
+    let created =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let state = Arc::new(Served { policy: Mutex::new(policy), model, created });
+    Router::new()
+        .route("/health", get(|| async { Json(json!({"status": "healthy"})) }))
+        .route("/v1/models", get(models))
+        .route("/v1/chat/completions", post(completions))
+        .fallback(|| async {
+            error(
+                StatusCode::NOT_FOUND,
+                "not_found_error",
+                "no such route: use /v1/models, /v1/chat/completions or /health",
+                None,
+            )
+        })
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(state)
+}
+
+/// Serve `policy` on `listener` until the process ends.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    policy: Box<dyn TrainablePolicy>,
+    model: String,
+) -> anyhow::Result<()> {
+    axum::serve(listener, router(policy, model)).await?;
+    Ok(())
+}
+
+async fn models(State(s): State<Arc<Served>>) -> Json<Value> {
+    Json(json!({
+        "object": "list",
+        "data": [{
+            "id": s.model, "object": "model", "created": s.created, "owned_by": "guirl",
+            // Where the answer's coordinates live: pixels of the image received.
+            "coordinates": "px",
+        }],
+    }))
+}
+
+/// The screenshot and text of a request's last user message.
+fn read_state(body: &Value) -> Result<ScreenState, String> {
+    let messages = body
+        .get("messages")
+        .and_then(Value::as_array)
+        .ok_or_else(|| "`messages` must be a list".to_string())?;
+    let user = messages
+        .iter()
+        .rev()
+        .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))
+        .ok_or_else(|| "no user message".to_string())?;
+    let (mut text, mut image) = (String::new(), None);
+    match user.get("content") {
+        Some(Value::String(s)) => text = s.clone(),
+        Some(Value::Array(parts)) => {
+            for p in parts {
+                match p.get("type").and_then(Value::as_str) {
+                    Some("text") => {
+                        text.push_str(p.get("text").and_then(Value::as_str).unwrap_or(""));
+                        text.push('\n');
+                    }
+                    Some("image_url") => image = p.pointer("/image_url/url").and_then(Value::as_str),
+                    _ => {}
+                }
+            }
+        }
+        _ => return Err("the user message has no content".to_string()),
+    }
+    let url = image
+        .ok_or_else(|| "the last user message has no image_url part: send the screenshot".to_string())?;
+    let b64 = url
+        .split_once(";base64,")
+        .filter(|(head, _)| head.starts_with("data:image/"))
+        .map(|(_, b)| b)
+        .ok_or_else(|| {
+            "only base64 data URLs (data:image/png;base64,...) are accepted as images".to_string()
+        })?;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(b64.trim())
+        .map_err(|e| format!("the image is not valid base64: {e}"))?;
+    let screenshot =
+        crate::env::decode_png(&bytes).map_err(|e| format!("the image cannot be decoded: {e}"))?;
+    let (instruction, elements) = read_user_text(&text).ok_or_else(|| {
+        "the user text has no `Instruction: ...` line (see guirl's openai: policy for the layout)".to_string()
+    })?;
+    let step = text
+        .lines()
+        .skip_while(|l| !l.starts_with("Previous actions:"))
+        .skip(1)
+        .take_while(|l| l.split_once(". ").is_some_and(|(n, _)| n.parse::<u32>().is_ok()))
+        .count();
+    Ok(ScreenState {
+        task_id: String::new(),
+        instruction,
+        url: String::new(),
+        step: step as u32,
+        frame: crate::env::Frame {
+            width: screenshot.width(),
+            height: screenshot.height(),
+            ..Default::default()
+        },
+        elements,
+        screenshot,
+    })
+}
+
+async fn completions(
+    State(s): State<Arc<Served>>,
+    body: Result<Json<Value>, axum::extract::rejection::JsonRejection>,
+) -> Response {
+    let Json(body) = match body {
+        Ok(b) => b,
+        Err(e) => return bad(format!("the body is not a JSON request: {e}"), None),
+    };
+    if let Some(m) = body.get("model").and_then(Value::as_str) {
+        if m != s.model {
+            return error(
+                StatusCode::NOT_FOUND,
+                "not_found_error",
+                format!("The model `{m}` does not exist; this server serves `{}`", s.model),
+                Some("model"),
+            );
+        }
+    }
+    let n = body.get("n").and_then(Value::as_u64).unwrap_or(1);
+    if n == 0 || n > MAX_N {
+        return bad(format!("n must be between 1 and {MAX_N}"), Some("n"));
+    }
+    let temperature = body.get("temperature").and_then(Value::as_f64).unwrap_or(1.0);
+    if !(0.0..=2.0).contains(&temperature) {
+        return bad("temperature must be between 0 and 2", Some("temperature"));
+    }
+    let want_logprobs = body.get("logprobs").and_then(Value::as_bool).unwrap_or(false);
+    let seed = body.get("seed").and_then(Value::as_u64).unwrap_or_else(rand::random);
+    let state = match read_state(&body) {
+        Ok(st) => st,
+        Err(why) => return bad(why, Some("messages")),
+    };
+    let server = s.clone();
+    let result = tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<crate::policy::Decision>> {
+        let mut p = server.policy.lock().map_err(|_| anyhow::anyhow!("the policy lock is poisoned"))?;
+        let before = p.sampling();
+        let greedy = temperature == 0.0;
+        p.set_sampling(Sampling { temperature: if greedy { 1.0 } else { temperature }, greedy, seed });
+        // Choice i draws from its own stream, so n choices are n independent samples.
+        let out: anyhow::Result<Vec<_>> = (0..n as usize)
+            .map(|i| Ok(p.act_keyed(std::slice::from_ref(&state), &[stream_key(i, 0)])?.remove(0)))
+            .collect();
+        p.set_sampling(before);
+        out
+    })
+    .await;
+    let decisions = match result {
+        Ok(Ok(d)) => d,
+        Ok(Err(e)) => {
+            return error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                format!("the policy failed: {e:#}"),
+                None,
+            )
+        }
+        Err(e) => {
+            return error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                format!("the policy panicked: {e}"),
+                None,
+            )
+        }
+    };
+    let names = {
+        let p = s.policy.lock().expect("not poisoned: the forward pass released it");
+        decisions
+            .iter()
+            .map(|d| d.tokens.iter().map(|&t| p.token_text(t)).collect::<Vec<_>>())
+            .collect::<Vec<_>>()
+    };
+    let mut completion_tokens = 0;
+    let choices: Vec<Value> = decisions
+        .iter()
+        .zip(names)
+        .enumerate()
+        .map(|(i, (d, names))| {
+            completion_tokens += d.tokens.len();
+            let logprobs = want_logprobs.then(|| {
+                let content: Vec<Value> = names
+                    .iter()
+                    .zip(&d.token_logprobs)
+                    .map(|(t, lp)| json!({"token": t, "logprob": lp, "bytes": t.as_bytes(), "top_logprobs": []}))
+                    .collect();
+                json!({"content": content})
+            });
+            json!({
+                "index": i,
+                "message": {"role": "assistant", "content": d.action.to_string()},
+                "finish_reason": "stop",
+                "logprobs": logprobs,
+            })
+        })
+        .collect();
+    let created =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    Json(json!({
+        "id": format!("chatcmpl-{:016x}", rand::random::<u64>()),
+        "object": "chat.completion",
+        "created": created,
+        "model": s.model,
+        "choices": choices,
+        "usage": {"prompt_tokens": 0, "completion_tokens": completion_tokens, "total_tokens": completion_tokens},
+    }))
+    .into_response()
+}
