@@ -233,7 +233,7 @@ fn failing_endpoints_mark_episodes_and_the_bench_goes_on() {
                 post(move |_: axum::body::Bytes| {
                     let n = calls.fetch_add(1, Ordering::SeqCst);
                     async move {
-                        if n % 2 == 0 {
+                        if n.is_multiple_of(2) {
                             let headers = [("Retry-After", "0")];
                             (StatusCode::TOO_MANY_REQUESTS, headers, axum::Json(json!({"error": {"message": "slow down"}}))).into_response()
                         } else {
