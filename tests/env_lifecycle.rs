@@ -28,6 +28,24 @@ async fn same_seed_same_instance_and_reset_reuses_browser_and_page() {
 }
 
 #[tokio::test]
+async fn switching_to_a_task_with_another_viewport_keeps_the_browser() {
+    // Under begin-frame control the window resize once stalled until the page-load limit,
+    // and the env then replaced its browser at every such switch (a bench over mixed suites).
+    let mut env = env_for("builtin/click-color-button");
+    let (a, info) = env.reset(1).await.unwrap();
+    assert!(info.browser_started);
+    for (task, size) in [("miniwob/click-test", (160, 210)), ("builtin/counter", a.screenshot.dimensions())] {
+        env.set_task(guirl::tasks::load_task(task).unwrap());
+        let (s, info) = env.reset(2).await.unwrap();
+        assert!(!info.browser_started, "{task}: the switch must not relaunch the browser");
+        assert_eq!(s.screenshot.dimensions(), size, "{task}");
+        let out = env.step(&GuiAction::Wait { ms: 0 }).await.unwrap();
+        assert_ne!(out.info.status, EpisodeStatus::EnvError, "{task}");
+    }
+    env.close().await;
+}
+
+#[tokio::test]
 async fn builtin_and_website_tasks_are_seeded_too() {
     for task in ["builtin/login-settings", repo("environments/websites/newsletter.toml").to_str().unwrap()] {
         let mut env = env_for(task);

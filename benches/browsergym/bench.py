@@ -249,7 +249,7 @@ def main():
             for task in tasks:
                 ts = time.perf_counter()
                 parts = [r for _, r in pool.map(_job, [j for j in jobs if j[0] == task])]
-                results[task] = {k: sum(p[k] for p in parts) for k in parts[0]}
+                results[task] = {k: round(sum(p[k] for p in parts), 3) for k in parts[0]}  # times: summed
                 results[task]["seconds"] = round(time.perf_counter() - ts, 3)
                 print(task, results[task], flush=True)
     secs = time.perf_counter() - t0
