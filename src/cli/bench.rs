@@ -75,7 +75,7 @@ pub struct BenchRunArgs {
     /// End an episode on an action that cannot be executed.
     #[arg(long)]
     strict_actions: bool,
-    /// Sample a checkpoint policy at this temperature (0, the default, is greedy).
+    /// Sampling temperature of a checkpoint or API policy (0, the default, is greedy).
     #[arg(long, default_value_t = 0.0, value_name = "T")]
     temperature: f64,
     #[command(flatten)]

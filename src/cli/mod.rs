@@ -21,6 +21,7 @@ pub struct Cli {
 
 /// Where the browser comes from (shared by every command that opens one).
 #[derive(Debug, Clone, clap::Args)]
+#[command(next_help_heading = "Browser")]
 pub struct BrowserArgs {
     /// chromedriver binary to start (default: $GUIRL_CHROMEDRIVER, then /usr/bin/chromedriver).
     #[arg(long, value_name = "PATH")]

@@ -37,8 +37,7 @@ pub struct RunArgs {
     /// End an episode on an action that cannot be executed (status invalid_action).
     #[arg(long)]
     strict_actions: bool,
-    /// Sample a checkpoint policy's actions at this temperature instead of decoding
-    /// greedily (0, the default, is greedy).
+    /// Sampling temperature of a checkpoint or API policy (0, the default, is greedy).
     #[arg(long, default_value_t = 0.0, value_name = "T")]
     temperature: f64,
     /// Print one JSON object instead of text lines.

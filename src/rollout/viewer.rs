@@ -78,7 +78,8 @@ pub fn render_html(set: &TrajectorySet) -> anyhow::Result<String> {
                     "s": s.status.as_str(),
                     "f": frame_id(&s.frame),
                     "err": s.action_error,
-                    "ms": (s.timings.total_ms * 10.0).round() / 10.0,
+                    "ans": s.answer,
+                    "ms": ((s.timings.total_ms + s.policy_ms) * 10.0).round() / 10.0,
                 })
             })
             .collect();
@@ -198,7 +199,7 @@ main { flex: 1; display: grid; grid-template-columns: minmax(230px, 300px) 1fr; 
 .badge { display: inline-block; padding: 1px 8px; border-radius: 10px; color: #fff; font-size: 12px; font-weight: 600;
   background: var(--running); white-space: nowrap; }
 .st-success { background: var(--success); } .st-fail { background: var(--fail); }
-.st-truncated { background: var(--truncated); } .st-env_error { background: var(--env_error); }
+.st-truncated { background: var(--truncated); } .st-env_error, .st-policy_error { background: var(--env_error); }
 .st-invalid_action { background: var(--invalid_action); } .st-running { background: var(--running); }
 .txt-running { color: var(--muted); }
 #detail { overflow-y: auto; padding: 0 18px 40px; min-width: 0; }
@@ -209,6 +210,7 @@ main { flex: 1; display: grid; grid-template-columns: minmax(230px, 300px) 1fr; 
   border-left: 3px solid var(--accent); border-radius: 4px; white-space: pre-wrap; }
 .outcome { display: flex; gap: 14px; align-items: center; flex-wrap: wrap; margin: 6px 0 4px; }
 .outcome b { font-variant-numeric: tabular-nums; }
+.answer pre { white-space: pre-wrap; font-size: 12px; margin: 4px 0; max-height: 16em; overflow: auto; }
 .error { color: var(--fail); background: #ffebe9; border: 1px solid #ffcecb; border-radius: 4px; padding: 4px 8px;
   font-size: 12.5px; margin-top: 6px; white-space: pre-wrap; word-break: break-word; }
 .navbar { display: flex; justify-content: space-between; align-items: center; gap: 10px; flex-wrap: wrap;
@@ -265,7 +267,7 @@ const PAGE_SCRIPT: &str = r##"(function () {
 const D = JSON.parse(document.getElementById('guirl-data').textContent);
 const T = D.trajectories;
 const SVGNS = 'http://www.w3.org/2000/svg';
-const ORDER = ['success', 'fail', 'truncated', 'invalid_action', 'env_error', 'running'];
+const ORDER = ['success', 'fail', 'truncated', 'invalid_action', 'env_error', 'policy_error', 'running'];
 const $ = (s) => document.querySelector(s);
 const taskSel = $('#f-task'), statusSel = $('#f-status'), search = $('#f-search');
 const countEl = $('#count'), list = $('#list'), detail = $('#detail');
@@ -433,6 +435,7 @@ function renderDetail(i) {
     shot(t, s.f, s.act, s.err),
     h('div', { class: 'act' }, h('code', null, s.a)),
     s.err ? h('div', { class: 'error' }, s.err) : null,
+    s.ans ? h('details', { class: 'answer' }, h('summary', null, 'model answer'), h('pre', null, s.ans)) : null,
     h('div', { class: 'ms' }, s.ms + ' ms')));
   cards.push(h('div', { class: 'step final', style: cardW, 'data-step': t.steps.length, onclick: () => setStep(t.steps.length, false) },
     h('div', { class: 'head' }, h('span', { class: 'n' }, 'Final'), badge(t.status),
