@@ -3,7 +3,9 @@
 //! the server honours `n`, `seed`, `temperature` and `logprobs`, and endpoints that are
 //! down, slow, answer garbage, an error or prose mark episodes without stopping a bench.
 
-use guirl::bench::harness::{self, journal, BenchOptions};
+mod common;
+
+use guirl::bench::harness::{self, journal};
 use guirl::env::{EnvConfig, EpisodeStatus};
 use guirl::policy::api::client::Endpoint;
 use guirl::policy::api::coords::CoordMode;
@@ -52,19 +54,8 @@ fn api(model: &str, base: &str, timeout_ms: u64, retries: u32) -> ApiPolicy {
     .unwrap()
 }
 
-fn options(tasks: &[&str], n: u64, out: &Path, max_steps: u32) -> BenchOptions {
-    BenchOptions {
-        tasks: tasks.iter().map(|t| guirl::tasks::load_task(t).unwrap()).collect(),
-        skipped: vec![],
-        policy_spec: "test".into(),
-        episodes_per_task: n,
-        seed: 0,
-        envs: 2,
-        env: EnvConfig { max_steps: Some(max_steps), ..EnvConfig::default() },
-        out: out.to_path_buf(),
-        resume: false,
-        progress: false,
-    }
+fn options(tasks: &[&str], n: u64, out: &Path, max_steps: u32) -> guirl::bench::harness::BenchOptions {
+    common::bench_options(tasks, n, 2, out, EnvConfig { max_steps: Some(max_steps), ..EnvConfig::default() })
 }
 
 /// (task, seed, status, reward, action texts) of every episode of a bench folder.

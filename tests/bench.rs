@@ -5,7 +5,7 @@
 
 mod common;
 
-use guirl::bench::harness::{self, journal, report, BenchOptions};
+use guirl::bench::harness::{self, journal, report};
 use guirl::env::{EnvConfig, EpisodeStatus, ScreenState};
 use guirl::policy::{oracle::OraclePolicy, random::RandomPolicy, Decision, Policy};
 use std::path::Path;
@@ -29,21 +29,6 @@ fn guirl() -> Command {
     Command::new(env!("CARGO_BIN_EXE_guirl"))
 }
 
-fn options(tasks: &[&str], n: u64, envs: usize, out: &Path, env: EnvConfig) -> BenchOptions {
-    BenchOptions {
-        tasks: tasks.iter().map(|t| guirl::tasks::load_task(t).unwrap()).collect(),
-        skipped: vec![],
-        policy_spec: "test".into(),
-        episodes_per_task: n,
-        seed: 0,
-        envs,
-        env,
-        out: out.to_path_buf(),
-        resume: false,
-        progress: false,
-    }
-}
-
 #[test]
 fn the_oracle_solves_every_builtin_episode_and_the_files_agree() {
     let _serial = serial();
@@ -51,7 +36,7 @@ fn the_oracle_solves_every_builtin_episode_and_the_files_agree() {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("bench");
         let tasks = ["builtin/login-settings", "builtin/click-color-button"];
-        let opts = options(&tasks, 3, 2, &out, EnvConfig::default());
+        let opts = common::bench_options(&tasks, 3, 2, &out, EnvConfig::default());
         let report = harness::run(&opts, &mut OraclePolicy).await.unwrap();
 
         assert_eq!(report.tasks.len(), 2);
@@ -130,7 +115,7 @@ fn a_killed_browser_is_counted_apart_and_rerun_and_random_fails() {
         let out = dir.path().join("bench");
         // Logging in, opening settings and saving cannot happen in 3 random steps.
         let env = EnvConfig { max_steps: Some(3), ..EnvConfig::default() };
-        let opts = options(&["builtin/login-settings"], 4, 1, &out, env);
+        let opts = common::bench_options(&["builtin/login-settings"], 4, 1, &out, env);
         let mut policy = KillOnce { inner: RandomPolicy::new(0), armed: Arc::new(AtomicBool::new(true)) };
         let report = harness::run(&opts, &mut policy).await.unwrap();
 

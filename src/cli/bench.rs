@@ -3,7 +3,6 @@
 use super::policy::make_policy;
 use super::BrowserArgs;
 use crate::bench::harness::{self, BenchOptions};
-use crate::env::EnvConfig;
 use anyhow::{bail, Context};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -66,18 +65,8 @@ pub struct BenchRunArgs {
     /// Continue the bench in --out: finished episodes are kept, the rest run.
     #[arg(long)]
     resume: bool,
-    /// Override every task's step limit.
-    #[arg(long)]
-    max_steps: Option<u32>,
-    /// Enforce the task's wall-clock limit (ms), as MiniWoB++'s in-page timer does.
-    #[arg(long, value_name = "MS")]
-    wall_clock_ms: Option<u64>,
-    /// End an episode on an action that cannot be executed.
-    #[arg(long)]
-    strict_actions: bool,
-    /// Sampling temperature of a checkpoint or API policy (0, the default, is greedy).
-    #[arg(long, default_value_t = 0.0, value_name = "T")]
-    temperature: f64,
+    #[command(flatten)]
+    episode: super::policy::EpisodeArgs,
     #[command(flatten)]
     api: super::policy::ApiArgs,
     #[command(flatten)]
@@ -140,12 +129,7 @@ async fn run(args: BenchRunArgs) -> anyhow::Result<()> {
     if args.episodes_per_task == 0 {
         bail!("--episodes-per-task must be at least 1");
     }
-    if args.max_steps == Some(0) {
-        bail!("--max-steps must be at least 1");
-    }
-    if args.temperature < 0.0 || !args.temperature.is_finite() {
-        bail!("--temperature must be 0 (greedy) or positive, got {}", args.temperature);
-    }
+    let env = args.episode.env_config(&args.browser)?;
     let out = args.out.clone().context("--out DIR is required")?;
     let mut tasks = Vec::new();
     let mut skipped = Vec::new();
@@ -168,7 +152,7 @@ async fn run(args: BenchRunArgs) -> anyhow::Result<()> {
         );
     }
     let ids: Vec<&str> = tasks.iter().map(|t: &Arc<dyn crate::tasks::Task>| t.id()).collect();
-    let mut policy = make_policy(&args.policy, &ids, args.seed, args.temperature, &args.api)?;
+    let mut policy = make_policy(&args.policy, &ids, args.seed, args.episode.temperature, &args.api)?;
     let opts = BenchOptions {
         tasks,
         skipped,
@@ -176,12 +160,7 @@ async fn run(args: BenchRunArgs) -> anyhow::Result<()> {
         episodes_per_task: args.episodes_per_task,
         seed: args.seed,
         envs: args.envs,
-        env: EnvConfig {
-            browser: args.browser.config(),
-            max_steps: args.max_steps,
-            wall_clock_ms: args.wall_clock_ms,
-            strict_actions: args.strict_actions,
-        },
+        env,
         out: out.clone(),
         resume: args.resume,
         progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),

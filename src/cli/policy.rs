@@ -6,6 +6,41 @@ use anyhow::{bail, Context};
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// How episodes run (shared by `guirl run` and `guirl bench`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct EpisodeArgs {
+    /// Override every task's step limit.
+    #[arg(long)]
+    pub max_steps: Option<u32>,
+    /// Enforce the task's wall-clock limit (ms), as MiniWoB++'s in-page timer does.
+    #[arg(long, value_name = "MS")]
+    pub wall_clock_ms: Option<u64>,
+    /// End an episode on an action that cannot be executed (status invalid_action).
+    #[arg(long)]
+    pub strict_actions: bool,
+    /// Sampling temperature of a checkpoint or API policy (0, the default, is greedy).
+    #[arg(long, default_value_t = 0.0, value_name = "T")]
+    pub temperature: f64,
+}
+
+impl EpisodeArgs {
+    /// The environment config for these options and `browser`, after checking them.
+    pub fn env_config(&self, browser: &super::BrowserArgs) -> anyhow::Result<crate::env::EnvConfig> {
+        if self.max_steps == Some(0) {
+            bail!("--max-steps must be at least 1");
+        }
+        if self.temperature < 0.0 || !self.temperature.is_finite() {
+            bail!("--temperature must be 0 (greedy) or positive, got {}", self.temperature);
+        }
+        Ok(crate::env::EnvConfig {
+            browser: browser.config(),
+            max_steps: self.max_steps,
+            wall_clock_ms: self.wall_clock_ms,
+            strict_actions: self.strict_actions,
+        })
+    }
+}
+
 /// Options of `--policy openai:MODEL@BASE_URL` (a model behind an OpenAI-compatible API).
 #[derive(Debug, Clone, clap::Args)]
 #[command(next_help_heading = "API policy (--policy openai:MODEL@BASE_URL)")]

@@ -2,7 +2,6 @@
 
 use super::policy::make_policy;
 use super::BrowserArgs;
-use crate::env::EnvConfig;
 use crate::rollout::{Collector, Job};
 use anyhow::{bail, Context};
 use serde_json::json;
@@ -28,18 +27,8 @@ pub struct RunArgs {
     /// Browsers running at once.
     #[arg(long, default_value_t = 1)]
     envs: usize,
-    /// Override the task's step limit.
-    #[arg(long)]
-    max_steps: Option<u32>,
-    /// Enforce the task's wall-clock limit (ms), as MiniWoB++'s in-page timer does.
-    #[arg(long, value_name = "MS")]
-    wall_clock_ms: Option<u64>,
-    /// End an episode on an action that cannot be executed (status invalid_action).
-    #[arg(long)]
-    strict_actions: bool,
-    /// Sampling temperature of a checkpoint or API policy (0, the default, is greedy).
-    #[arg(long, default_value_t = 0.0, value_name = "T")]
-    temperature: f64,
+    #[command(flatten)]
+    episode: super::policy::EpisodeArgs,
     /// Print one JSON object instead of text lines.
     #[arg(long)]
     json: bool,
@@ -57,20 +46,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     if args.envs == 0 {
         bail!("--envs must be at least 1");
     }
-    if args.max_steps == Some(0) {
-        bail!("--max-steps must be at least 1");
-    }
+    let cfg = args.episode.env_config(&args.browser)?;
     let task = crate::tasks::load_task(&args.task)?;
-    if args.temperature < 0.0 || !args.temperature.is_finite() {
-        bail!("--temperature must be 0 (greedy) or positive, got {}", args.temperature);
-    }
-    let mut policy = make_policy(&args.policy, &[task.id()], args.seed, args.temperature, &args.api)?;
-    let cfg = EnvConfig {
-        browser: args.browser.config(),
-        max_steps: args.max_steps,
-        wall_clock_ms: args.wall_clock_ms,
-        strict_actions: args.strict_actions,
-    };
+    let mut policy = make_policy(&args.policy, &[task.id()], args.seed, args.episode.temperature, &args.api)?;
     let jobs: Vec<Job> =
         (0..args.episodes).map(|i| Job { task: task.clone(), seed: args.seed + i, group: None }).collect();
     let mut collector = Collector::new(args.envs, cfg);

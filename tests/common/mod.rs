@@ -19,3 +19,25 @@ pub fn env_with(task: &str, cfg: EnvConfig) -> GuiEnv {
     let t = guirl::tasks::load_task(task).unwrap_or_else(|e| panic!("loading {task}: {e:#}"));
     GuiEnv::new(t, cfg)
 }
+
+/// Bench options: `n` episodes (seeds 0..n) of each task with `envs` browsers into `out`.
+pub fn bench_options(
+    tasks: &[&str],
+    n: u64,
+    envs: usize,
+    out: &std::path::Path,
+    env: EnvConfig,
+) -> guirl::bench::harness::BenchOptions {
+    guirl::bench::harness::BenchOptions {
+        tasks: tasks.iter().map(|t| guirl::tasks::load_task(t).unwrap()).collect(),
+        skipped: vec![],
+        policy_spec: "test".into(),
+        episodes_per_task: n,
+        seed: 0,
+        envs,
+        env,
+        out: out.to_path_buf(),
+        resume: false,
+        progress: false,
+    }
+}
