@@ -315,13 +315,27 @@ async fn every_evaluation_is_a_best_candidate() {
 /// within seconds, with finite metrics.
 #[tokio::test]
 async fn every_algorithm_option_runs_an_iteration() {
-    use guirl::train::config::{AlgoConfig, AlgoKind};
+    use guirl::train::advantage::{AdvStd, StepCredit};
+    use guirl::train::config::{AlgoConfig, AlgoKind, GspoLevel, KlMode};
+    use guirl::train::{KlEstimator, LossAgg};
     type Variant = (&'static str, fn(&mut AlgoConfig));
     let variants: Vec<Variant> = vec![
         ("grpo-kl", |a| a.beta = 0.05),
         ("gspo", |a| a.kind = AlgoKind::Gspo),
         ("dapo", |a| a.kind = AlgoKind::Dapo),
-        ("dr-grpo", |a| a.scale_std = false),
+        ("dr-grpo", |a| a.adv_std = Some(AdvStd::None)),
+        ("dr-grpo-kind", |a| a.kind = AlgoKind::DrGrpo),
+        ("batch-std-discounted", |a| {
+            (a.adv_std, a.step_credit, a.gamma) = (Some(AdvStd::Batch), StepCredit::Discounted, 0.9)
+        }),
+        ("gspo-trajectory", |a| (a.kind, a.gspo_level) = (AlgoKind::Gspo, GspoLevel::Trajectory)),
+        ("dual-clip-seq-sum", |a| (a.dual_clip, a.loss_agg) = (Some(3.0), Some(LossAgg::SeqMeanTokenSum))),
+        ("kl-k2-adaptive", |a| (a.beta, a.kl_estimator, a.kl_target) = (0.05, KlEstimator::K2, Some(1e-3))),
+        ("kl-k1-reward", |a| {
+            (a.beta, a.kl_estimator, a.kl_mode, a.kl_target) =
+                (0.05, KlEstimator::K1, KlMode::Reward, Some(1e-3))
+        }),
+        ("gigpo", |a| (a.kind, a.gamma, a.gigpo_omega) = (AlgoKind::Gigpo, 0.9, 0.5)),
         ("dapo-keep", |a| (a.kind, a.drop_all_equal_groups) = (AlgoKind::Dapo, Some(false))),
         ("drop", |a| a.drop_all_equal_groups = Some(true)),
         ("truncation", |a| a.truncation_reward = Some(-1.0)),
@@ -345,6 +359,16 @@ async fn every_algorithm_option_runs_an_iteration() {
         assert!(dir.join("checkpoints/latest").exists(), "{name}");
         if name.contains("kl") {
             assert!(dir.join("reference/model.safetensors").is_file(), "{name}");
+        }
+        if name.contains("adaptive") || name.contains("reward") {
+            // the adaptive β is kept in the trainer state (exact resume)
+            let state: serde_json::Value = serde_json::from_str(
+                &std::fs::read_to_string(dir.join("checkpoints/latest/trainer.json")).unwrap(),
+            )
+            .unwrap();
+            let b = state["kl_coef"].as_f64().unwrap_or_else(|| panic!("{name}: {state}"));
+            assert!(b.is_finite() && b > 0.0 && b != 0.05, "{name}: β = {b}");
+            assert_eq!(last["kl_coef"].as_f64(), Some(0.05), "{name}: the first iteration uses beta");
         }
     }
 }

@@ -48,6 +48,10 @@ pub struct TrainerState {
     /// Mean held-out reward of the best checkpoint (breaks ties in success).
     #[serde(default)]
     pub best_reward: f64,
+    /// The adaptive KL coefficient β after the last iteration (`[algo] kl_target`; `None`:
+    /// the configured `beta`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kl_coef: Option<f64>,
 }
 
 /// The folder name of iteration `iteration`'s checkpoint.

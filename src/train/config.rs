@@ -3,12 +3,12 @@
 //! must be in (0, 1), got 1.5`). [`TrainConfig::to_toml`] writes the resolved config
 //! (defaults filled in) into the run folder. [`EXAMPLE_CONFIG`] shows every key.
 
-use super::loss::{LossConfig, PolicyLossKind};
-use super::optim::{AdamWConfig, LrSchedule, LrScheduler};
+use super::objective::LossAgg;
 use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
+pub use super::algo_config::{AlgoConfig, AlgoKind, GspoLevel, KlMode};
 pub use super::model::{ModelConfig, ModelPreset};
 
 /// A documented example with every key (the values shown are the defaults unless the
@@ -110,168 +110,6 @@ fn default_train_seeds() -> SeedRange {
 
 fn default_eval_seeds() -> EvalSeeds {
     EvalSeeds { start: 1_000_000, count: 100 }
-}
-
-/// The algorithm.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum AlgoKind {
-    /// GRPO: token-level clipped ratio, group-relative advantages.
-    #[default]
-    Grpo,
-    /// DAPO: GRPO with clip-higher (ε_high > ε_low), token-mean, dynamic sampling.
-    Dapo,
-    /// GSPO: sequence-level ratio and clipping.
-    Gspo,
-    /// RLOO: leave-one-out baseline `R_i − mean_{j≠i} R_j`, token-level clipped ratio.
-    Rloo,
-    /// REINFORCE++: discounted per-step returns (`gamma`), whitened over the batch.
-    #[serde(rename = "reinforce_pp")]
-    ReinforcePp,
-}
-
-impl AlgoKind {
-    /// Default (ε_low, ε_high).
-    pub fn default_clip(self) -> (f64, f64) {
-        match self {
-            AlgoKind::Grpo => (0.2, 0.2),
-            AlgoKind::Dapo => (0.2, 0.28),
-            AlgoKind::Gspo => (3e-4, 4e-4),
-            AlgoKind::Rloo | AlgoKind::ReinforcePp => (0.2, 0.2),
-        }
-    }
-}
-
-/// `[algo]`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct AlgoConfig {
-    /// `grpo`, `dapo`, `gspo`, `rloo` or `reinforce_pp`.
-    pub kind: AlgoKind,
-    /// G: rollouts per task seed.
-    pub group_size: usize,
-    /// B: task seeds per iteration.
-    pub batch_seeds: usize,
-    /// ε_low (default by kind, filled in on load).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub clip_low: Option<f64>,
-    /// ε_high (default by kind, filled in on load).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub clip_high: Option<f64>,
-    /// β: KL weight.
-    pub beta: f64,
-    /// Entropy bonus weight.
-    pub entropy_coef: f64,
-    /// μ: passes over each batch.
-    pub epochs: usize,
-    /// Samples (steps) per optimizer step.
-    pub minibatch: usize,
-    /// Peak learning rate.
-    pub lr: f64,
-    /// Decay after warmup.
-    pub lr_schedule: LrSchedule,
-    /// Warmup, in iterations.
-    pub warmup: u64,
-    /// Learning rate at the end of the decay.
-    pub min_lr: f64,
-    /// AdamW weight decay.
-    pub weight_decay: f64,
-    /// Global gradient-norm clip.
-    pub max_grad_norm: f64,
-    /// Sampling temperature.
-    pub temperature: f64,
-    /// Divide advantages by the group std (false: Dr. GRPO).
-    pub scale_std: bool,
-    /// Added to the group std.
-    pub eps: f64,
-    /// γ: discount of the per-step returns (`reinforce_pp`; 1 = undiscounted).
-    pub gamma: f64,
-    /// Leave out groups whose rewards are all equal (default by kind: dapo true).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub drop_all_equal_groups: Option<bool>,
-    /// The reward a rollout that hit `rollout.max_steps` trains on, instead of the task's
-    /// (usually 0). Set it to the task's failure reward (e.g. -1) where stalling until the
-    /// step limit would otherwise score better than a wrong answer.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub truncation_reward: Option<f64>,
-    /// The reward a rollout trains on when the agent gave up (`done()` on a task that ends
-    /// by itself, such as MiniWoB++'s); default: the task's failure reward (−1 there), so
-    /// quitting never pays better than a wrong answer.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub give_up_reward: Option<f64>,
-}
-
-impl Default for AlgoConfig {
-    fn default() -> Self {
-        AlgoConfig {
-            kind: AlgoKind::Grpo,
-            group_size: 8,
-            batch_seeds: 8,
-            clip_low: None,
-            clip_high: None,
-            beta: 0.0,
-            entropy_coef: 0.0,
-            epochs: 1,
-            minibatch: 16,
-            lr: 1e-4,
-            lr_schedule: LrSchedule::Constant,
-            warmup: 0,
-            min_lr: 0.0,
-            weight_decay: 0.0,
-            max_grad_norm: 1.0,
-            temperature: 1.0,
-            scale_std: true,
-            eps: 1e-6,
-            gamma: 1.0,
-            drop_all_equal_groups: None,
-            truncation_reward: None,
-            give_up_reward: None,
-        }
-    }
-}
-
-impl AlgoConfig {
-    /// ε_low, resolved.
-    pub fn clip_low(&self) -> f64 {
-        self.clip_low.unwrap_or(self.kind.default_clip().0)
-    }
-    /// ε_high, resolved.
-    pub fn clip_high(&self) -> f64 {
-        self.clip_high.unwrap_or(self.kind.default_clip().1)
-    }
-    /// Whether all-equal groups are dropped, resolved.
-    pub fn drop_all_equal_groups(&self) -> bool {
-        self.drop_all_equal_groups.unwrap_or(self.kind == AlgoKind::Dapo)
-    }
-    /// The loss coefficients.
-    pub fn loss_config(&self) -> LossConfig {
-        LossConfig {
-            kind: match self.kind {
-                AlgoKind::Grpo | AlgoKind::Dapo | AlgoKind::Rloo | AlgoKind::ReinforcePp => {
-                    PolicyLossKind::Token
-                }
-                AlgoKind::Gspo => PolicyLossKind::Sequence,
-            },
-            clip_low: self.clip_low(),
-            clip_high: self.clip_high(),
-            beta: self.beta,
-            entropy_coef: self.entropy_coef,
-        }
-    }
-    /// AdamW settings (β1, β2, ε at their defaults).
-    pub fn adamw_config(&self) -> AdamWConfig {
-        AdamWConfig { lr: self.lr, weight_decay: self.weight_decay, ..Default::default() }
-    }
-    /// The learning-rate schedule over `iterations` (one value per iteration).
-    pub fn lr_scheduler(&self, iterations: u64) -> LrScheduler {
-        LrScheduler {
-            schedule: self.lr_schedule,
-            base_lr: self.lr,
-            min_lr: self.min_lr,
-            warmup: self.warmup,
-            total: iterations,
-        }
-    }
 }
 
 /// `[rollout]`.
@@ -380,6 +218,19 @@ impl TrainConfig {
         a.clip_low = Some(a.clip_low());
         a.clip_high = Some(a.clip_high());
         a.drop_all_equal_groups = Some(a.drop_all_equal_groups());
+        a.loss_agg = Some(a.loss_agg());
+        // `scale_std = true` (every config written before `adv_std`) says nothing beyond
+        // the default: dropped, so such a run resumes with a config that leaves it out.
+        if a.scale_std == Some(true) {
+            a.scale_std = None;
+        }
+        if a.kind.group_normalized() {
+            a.adv_std = Some(a.adv_std());
+        }
+        if a.loss_agg == Some(LossAgg::SeqMeanTokenSumNorm) && a.loss_agg_norm.is_none() {
+            // Dr. GRPO's constant: the most tokens an action can have.
+            a.loss_agg_norm = self.model.vlm_config().ok().map(|v| v.actions.max_action_tokens as f64);
+        }
     }
 
     /// The config as TOML (write the resolved one into the run folder).
@@ -475,48 +326,7 @@ impl TrainConfig {
             check(p == 0 || i % p == 0, format!("model.patch_size ({p}) must divide model.image_size ({i})"));
         }
         // [algo]
-        let a = &self.algo;
-        let (lo, hi) = (a.clip_low(), a.clip_high());
-        check(a.group_size >= 2, format!("algo.group_size must be at least 2, got {}", a.group_size));
-        check(a.batch_seeds >= 1, "algo.batch_seeds must be at least 1".into());
-        check(lo > 0.0 && lo < 1.0, format!("algo.clip_low must be in (0, 1), got {lo}"));
-        check(hi > 0.0 && hi.is_finite(), format!("algo.clip_high must be > 0, got {hi}"));
-        check(a.beta >= 0.0 && a.beta.is_finite(), format!("algo.beta must be >= 0, got {}", a.beta));
-        check(
-            a.entropy_coef >= 0.0 && a.entropy_coef.is_finite(),
-            format!("algo.entropy_coef must be >= 0, got {}", a.entropy_coef),
-        );
-        check(a.epochs >= 1, "algo.epochs must be at least 1".into());
-        check(a.minibatch >= 1, "algo.minibatch must be at least 1".into());
-        check(a.lr > 0.0 && a.lr <= 1.0, format!("algo.lr must be in (0, 1], got {}", a.lr));
-        check(
-            a.min_lr >= 0.0 && a.min_lr <= a.lr,
-            format!("algo.min_lr must be in [0, algo.lr], got {}", a.min_lr),
-        );
-        check(
-            a.warmup <= r.iterations,
-            format!("algo.warmup ({}) must not exceed run.iterations ({})", a.warmup, r.iterations),
-        );
-        check(
-            a.weight_decay >= 0.0 && a.weight_decay < 1.0,
-            format!("algo.weight_decay must be in [0, 1), got {}", a.weight_decay),
-        );
-        check(
-            a.max_grad_norm > 0.0 && !a.max_grad_norm.is_nan(),
-            format!("algo.max_grad_norm must be > 0, got {}", a.max_grad_norm),
-        );
-        check(
-            a.temperature > 0.0 && a.temperature.is_finite(),
-            format!("algo.temperature must be > 0, got {}", a.temperature),
-        );
-        check(a.eps > 0.0 && a.eps < 1.0, format!("algo.eps must be in (0, 1), got {}", a.eps));
-        check((0.0..=1.0).contains(&a.gamma), format!("algo.gamma must be in [0, 1], got {}", a.gamma));
-        if let Some(r) = a.give_up_reward {
-            check(r.is_finite(), format!("algo.give_up_reward must be a finite number, got {r}"));
-        }
-        if let Some(r) = a.truncation_reward {
-            check(r.is_finite(), format!("algo.truncation_reward must be a finite number, got {r}"));
-        }
+        self.algo.check(r.iterations, &mut check);
         // [rollout]
         check(self.rollout.envs >= 1, "rollout.envs must be at least 1".into());
         check(self.rollout.max_steps >= 1, "rollout.max_steps must be at least 1".into());

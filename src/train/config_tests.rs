@@ -1,5 +1,8 @@
 //! Tests of the parent module (kept apart to keep the module short).
 use super::*;
+use crate::train::advantage::{AdvStd, StepCredit};
+use crate::train::objective::{KlEstimator, LossAgg, PolicyLossKind};
+use crate::train::optim::LrSchedule;
 
 fn parse_ok(text: &str) -> TrainConfig {
     let mut c = TrainConfig::parse(text).unwrap();
@@ -49,6 +52,52 @@ fn the_example_follows_the_algorithm_kind() {
     let dapo = with("dapo");
     assert_eq!((dapo.algo.clip_low(), dapo.algo.clip_high()), (0.2, 0.28));
     assert!(dapo.algo.drop_all_equal_groups() && !with("grpo").algo.drop_all_equal_groups());
+    // Dr. GRPO: no std division and the constant normalizer, N = the model's max action
+    // tokens (tiny: 12); GSPO: a mean over actions; the others token-mean and the group std.
+    let dr = with("dr_grpo");
+    assert_eq!((dr.algo.adv_std(), dr.algo.loss_agg()), (AdvStd::None, LossAgg::SeqMeanTokenSumNorm));
+    assert_eq!(dr.algo.loss_agg_norm, Some(12.0));
+    assert_eq!(dr.algo.loss_config().agg_norm, 12.0);
+    assert_eq!(gspo.algo.loss_agg(), LossAgg::SeqMeanTokenMean);
+    for kind in ["grpo", "dapo", "rloo", "reinforce_pp", "gigpo"] {
+        let c = with(kind);
+        assert_eq!(c.algo.loss_agg(), LossAgg::TokenMean, "{kind}");
+        assert_eq!(c.algo.loss_config().kind, PolicyLossKind::Token, "{kind}");
+        assert_eq!(c.algo.loss_agg_norm, None, "{kind}");
+    }
+    assert_eq!(with("gigpo").algo.adv_std, Some(AdvStd::Group));
+    assert_eq!(with("rloo").algo.adv_std, None, "rloo has no std to choose");
+    let g = with("gigpo");
+    assert_eq!((g.algo.gigpo_omega, g.algo.gigpo_step_std), (1.0, true));
+    assert_eq!(g.algo.kl_estimator, KlEstimator::K3);
+}
+
+#[test]
+fn the_new_algo_keys_parse_and_resolve() {
+    let c = parse_ok(&format!(
+        "{MINIMAL}[algo]\nkind = \"gspo\"\ngspo_level = \"trajectory\"\ndual_clip = 3.0\n\
+         loss_agg = \"seq-mean-token-sum-norm\"\nloss_agg_norm = 20\nbeta = 0.1\nkl_estimator = \"k2\"\n\
+         kl_mode = \"reward\"\nkl_target = 0.05\nkl_horizon = 500\nadv_std = \"batch\"\n\
+         step_credit = \"discounted\"\ngamma = 0.9\n"
+    ));
+    let a = &c.algo;
+    assert_eq!((a.gspo_level, a.dual_clip, a.loss_agg_norm), (GspoLevel::Trajectory, Some(3.0), Some(20.0)));
+    assert_eq!((a.kl_estimator, a.kl_mode, a.kl_target), (KlEstimator::K2, KlMode::Reward, Some(0.05)));
+    assert_eq!((a.adv_std(), a.step_credit, a.kl_horizon), (AdvStd::Batch, StepCredit::Discounted, 500.0));
+    let l = a.loss_config();
+    assert_eq!(
+        (l.kind, l.agg, l.agg_norm, l.dual_clip),
+        (PolicyLossKind::Sequence, LossAgg::SeqMeanTokenSumNorm, 20.0, Some(3.0))
+    );
+    // in reward mode the loss has no KL term
+    assert_eq!((l.beta, l.kl), (0.0, KlEstimator::K2));
+    assert_eq!(parse_ok(&c.to_toml().unwrap()), c);
+    // the older spelling: scale_std = false is adv_std = "none"
+    let old = parse_ok(&format!("{MINIMAL}[algo]\nscale_std = false\n"));
+    assert_eq!(old.algo.adv_std(), AdvStd::None);
+    // scale_std = true, as every older resolved config has it, is the default: no difference
+    let older = parse_ok(&format!("{MINIMAL}[algo]\nscale_std = true\n"));
+    assert_eq!(older, parse_ok(MINIMAL));
 }
 
 #[test]
@@ -83,6 +132,7 @@ dir = "demos"
     assert!(c.algo.drop_all_equal_groups());
     assert_eq!(c.model.d_model, Some(128));
     assert_eq!(c.sft.as_ref().unwrap().epochs, 3);
+    assert_eq!(c.algo.adv_std(), AdvStd::None, "scale_std = false, the older spelling");
     let lc = c.algo.loss_config();
     assert_eq!((lc.kind, lc.beta), (PolicyLossKind::Token, 0.01));
     let s = c.algo.lr_scheduler(c.run.iterations);
@@ -112,6 +162,12 @@ fn unknown_keys_are_named_with_their_table() {
     assert!(e.contains("unknown field `stop`") && e.contains("[tasks]"), "{e}");
     let e = err(&format!("{MINIMAL}[algo]\nkind = \"ppo\"\n"));
     assert!(e.contains("unknown variant `ppo`"), "{e}");
+    // an unknown kind lists the valid ones
+    assert!(
+        e.contains("`grpo`, `dr_grpo`, `dapo`, `gspo`, `rloo`, `reinforce_pp`, `gigpo`")
+            && e.contains("[algo]"),
+        "{e}"
+    );
     let e = err("[run]\nname = \"r\"\n[tasks]\nids = []\n");
     assert!(e.contains("missing field `iterations`"), "{e}");
 }
@@ -136,6 +192,43 @@ fn bad_values_are_named() {
         ("algo", "gamma = 1.5", "algo.gamma must be in [0, 1]"),
         ("algo", "give_up_reward = inf", "algo.give_up_reward must be a finite number"),
         ("algo", "kind = \"ppo2\"", "ppo2"),
+        ("algo", "dual_clip = 1.0", "algo.dual_clip must be > 1"),
+        ("algo", "dual_clip = 0.5", "algo.dual_clip must be > 1"),
+        (
+            "algo",
+            "gspo_level = \"trajectory\"",
+            "algo.gspo_level = \"trajectory\" applies to kind = \"gspo\" only",
+        ),
+        ("algo", "gspo_level = \"episode\"", "unknown variant `episode`, expected `action` or `trajectory`"),
+        (
+            "algo",
+            "loss_agg = \"mean\"",
+            "unknown variant `mean`, expected one of `token-mean`, `seq-mean-token-mean`",
+        ),
+        ("algo", "loss_agg_norm = 0.0", "algo.loss_agg_norm must be > 0"),
+        ("algo", "kl_estimator = \"k4\"", "unknown variant `k4`, expected one of `k1`, `k2`, `k3`"),
+        ("algo", "kl_mode = \"both\"", "unknown variant `both`, expected `loss` or `reward`"),
+        ("algo", "kl_target = 0.01", "algo.kl_target needs algo.beta > 0"),
+        ("algo", "beta = 0.1\nkl_target = -1.0", "algo.kl_target must be > 0"),
+        ("algo", "kl_horizon = 0.0", "algo.kl_horizon must be > 0"),
+        (
+            "algo",
+            "adv_std = \"bessel\"",
+            "unknown variant `bessel`, expected one of `group`, `batch`, `none`",
+        ),
+        ("algo", "kind = \"rloo\"\nadv_std = \"group\"", "algo.adv_std (and scale_std) apply to grpo"),
+        (
+            "algo",
+            "scale_std = false\nadv_std = \"group\"",
+            "algo.scale_std = false contradicts algo.adv_std = \"group\"",
+        ),
+        (
+            "algo",
+            "kind = \"gigpo\"\nstep_credit = \"discounted\"",
+            "algo.step_credit = \"discounted\" applies to grpo",
+        ),
+        ("algo", "step_credit = \"steps\"", "unknown variant `steps`, expected `episode` or `discounted`"),
+        ("algo", "gigpo_omega = -1.0", "algo.gigpo_omega must be >= 0"),
         ("rollout", "envs = 0", "rollout.envs must be at least 1"),
         ("model", "d_model = 100\nheads = 3", "model.heads (3) must divide model.d_model (100)"),
         ("model", "layers = 0", "model.layers must be at least 1"),

@@ -2,7 +2,7 @@
 //! after each line so a killed run leaves every finished iteration readable.
 
 use super::advantage::AdvantageStats;
-use super::loss::LossStats;
+use super::objective::LossStats;
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use std::fs::{File, OpenOptions};
@@ -40,14 +40,19 @@ pub struct IterationMetrics {
     pub policy_loss: f64,
     /// Total loss (mean over minibatches).
     pub loss: f64,
-    /// KL(π ‖ π_ref), k3, token-mean.
+    /// KL(π ‖ π_ref), the configured estimator (k3 by default), token-mean; with
+    /// `kl_mode = "reward"`, over the rollout's tokens.
     pub kl: f64,
+    /// β used this iteration (moves when `kl_target` is set).
+    pub kl_coef: f64,
     /// KL(π_old ‖ π) at the end of the update: how far the policy moved.
     pub approx_kl_old: f64,
     /// Token-mean entropy.
     pub entropy: f64,
     /// Fraction of tokens (GSPO: sequences) on the clipped branch.
     pub clip_frac: f64,
+    /// Fraction of tokens (GSPO: actions) held at `c·A` by the dual clip.
+    pub dual_clip_frac: f64,
     /// Mean importance ratio.
     pub ratio_mean: f64,
     /// Rollouts that ended with the agent's `done()` before the task did (trained on the
@@ -70,6 +75,8 @@ pub struct IterationMetrics {
     pub all_equal_groups: u64,
     /// Groups in the batch.
     pub groups: u64,
+    /// GiGPO: anchor-state step groups (two or more steps from the same screenshot).
+    pub step_groups: u64,
     /// Episodes that ended as `env_error` this iteration.
     pub env_errors: u64,
     /// Seconds spent collecting rollouts.
@@ -100,6 +107,7 @@ impl IterationMetrics {
         self.adv_std = a.adv_std;
         self.all_equal_groups = a.all_equal_groups as u64;
         self.groups = a.groups as u64;
+        self.step_groups = a.step_groups as u64;
         self.env_errors = a.env_errors as u64;
     }
 
@@ -111,6 +119,7 @@ impl IterationMetrics {
         self.approx_kl_old = l.approx_kl_old;
         self.entropy = l.entropy;
         self.clip_frac = l.clip_frac;
+        self.dual_clip_frac = l.dual_clip_frac;
         self.ratio_mean = l.ratio_mean;
     }
 }
@@ -131,6 +140,7 @@ pub fn mean_loss_stats(all: &[LossStats]) -> LossStats {
         kl: w(|s| s.kl),
         entropy: w(|s| s.entropy),
         clip_frac: w(|s| s.clip_frac),
+        dual_clip_frac: w(|s| s.dual_clip_frac),
         ratio_mean: w(|s| s.ratio_mean),
         approx_kl_old: w(|s| s.approx_kl_old),
         tokens: n,

@@ -4,8 +4,10 @@
 //! jobs      = B task seeds × G rollouts                      (one group per seed)
 //! rollouts  = collector.collect(policy, jobs)                (token ids + log-probs kept)
 //! rewards   = task reward, truncation / give-up corrections  (rewards.rs)
-//! adv       = estimator(groups)                              (advantage/)
+//!             − β·KL per step with kl_mode = "reward"        (kl.rs)
+//! adv       = estimator(groups, anchor states)               (advantage/)
 //! μ epochs of minibatches: objective(logπ, logπ_old, logπ_ref, adv) → AdamW step  (update.rs)
+//! β ← adaptive(β, KL) with kl_target                        (kl.rs)
 //! metrics, evaluation (every one a candidate for `best`), checkpoint
 //! ```
 //!
@@ -14,7 +16,7 @@
 //! [`TrainablePolicy`].
 
 use super::checkpoint::{self, TrainerState};
-use super::config::TrainConfig;
+use super::config::{KlMode, TrainConfig};
 use super::eval::{eval_jobs, evaluate, EvalResult};
 use super::metrics::{read_metrics, IterationMetrics, MetricsWriter};
 use super::optim::AdamW;
@@ -36,18 +38,17 @@ use std::time::Instant;
 pub const REFERENCE_DIR: &str = "reference";
 
 /// The steps of `recs` to train on: every step of every rollout that has an advantage,
-/// with the token ids it sampled. A step whose record lacks them is an error (the
-/// log-probs would belong to other tokens).
+/// with the token ids it sampled, leaving out the groups `drop` marks. A step whose record
+/// lacks them is an error (the log-probs would belong to other tokens).
 fn samples(
     recs: &[Recorded],
-    batch: &TrainingBatch,
     index: &[Vec<usize>],
     adv: &super::advantage::StepAdvantages,
-    drop_all_equal: bool,
+    drop: &[bool],
 ) -> anyhow::Result<Vec<Sample>> {
     let mut out = Vec::new();
-    for (g, group) in batch.groups.iter().enumerate() {
-        if drop_all_equal && group.stats().all_equal {
+    for g in 0..index.len() {
+        if drop[g] {
             continue;
         }
         for (j, a) in adv[g].iter().enumerate() {
@@ -68,6 +69,7 @@ fn samples(
                     tokens: step.tokens.clone(),
                     old_logp: step.token_logprobs.clone(),
                     adv: a[i] as f32,
+                    traj: index[g][j],
                 });
             }
         }
@@ -262,20 +264,47 @@ impl Trainer {
         let give_ups =
             super::rewards::shape(&mut recs, &self.tasks, algo.truncation_reward, algo.give_up_reward);
 
-        // 3. Advantages; env_error rollouts get none.
-        let (batch, index) = TrainingBatch::group(recs.iter().map(|r| &r.trajectory));
-        let (adv, astats) = super::advantage::estimate(algo, &batch);
-        let samples = samples(&recs, &batch, &index, &adv, algo.drop_all_equal_groups())?;
+        // 3. Advantages; env_error rollouts get none. Groups are dropped for equal task
+        //    rewards (before any KL shaping). With kl_mode = "reward" each step's reward
+        //    first loses β · KL(rollout ‖ reference) (kl.rs).
+        let (mut batch, index) = TrainingBatch::group(recs.iter().map(|r| &r.trajectory));
+        let drop: Vec<bool> =
+            batch.groups.iter().map(|g| algo.drop_all_equal_groups() && g.stats().all_equal).collect();
+        let beta = self.state.kl_coef.unwrap_or(algo.beta);
+        let mut rollout_kl = None;
+        if let (KlMode::Reward, Some(r)) = (algo.kl_mode, self.reference.as_deref()) {
+            let (kl, mean) = off_runtime(|| {
+                super::kl::rollout_kl(r, &recs, &index, algo.kl_estimator, algo.minibatch.max(1))
+            })?;
+            super::kl::penalize(&mut batch, &kl, beta);
+            rollout_kl = Some(mean);
+        }
+        let keys = match algo.kind {
+            super::config::AlgoKind::Gigpo => super::advantage::anchor_keys(&recs, &index),
+            _ => Vec::new(),
+        };
+        let (adv, astats) = super::advantage::estimate(algo, &batch, &keys);
+        let samples = samples(&recs, &index, &adv, &drop)?;
 
-        // 4. μ epochs of minibatch updates of the objective (+ KL, entropy).
+        // 4. μ epochs of minibatch updates of the objective (+ KL, entropy), at this
+        //    iteration's β.
         self.consistent = false;
         let t1 = Instant::now();
         let lr = algo.lr_scheduler(cfg.run.iterations).lr(it);
         self.opt.set_lr(lr);
+        let step_algo = super::config::AlgoConfig { beta, ..algo.clone() };
+        // The reference scores the minibatches only when the KL is a loss term.
+        let in_loss = algo.kl_mode == KlMode::Loss;
         // Off the async runtime: browsers kept open between iterations keep their tasks.
-        let (policy, reference, opt) = (self.policy.as_ref(), self.reference.as_deref(), &mut self.opt);
-        let up = off_runtime(|| update(policy, reference, opt, &samples, algo, cfg.run.seed, it))?;
+        let (policy, opt) = (self.policy.as_ref(), &mut self.opt);
+        let reference = self.reference.as_deref().filter(|_| in_loss);
+        let up = off_runtime(|| update(policy, reference, opt, &samples, &step_algo, cfg.run.seed, it))?;
         let update_secs = t1.elapsed().as_secs_f64();
+        let kl = rollout_kl.unwrap_or(up.loss.kl);
+        if let Some(target) = algo.kl_target {
+            self.state.kl_coef =
+                Some(super::kl::adaptive_beta(beta, kl, target, samples.len(), algo.kl_horizon));
+        }
 
         // 5. Metrics, evaluation.
         self.state.iteration += 1;
@@ -314,6 +343,7 @@ impl Trainer {
         };
         m.set_advantage(&astats);
         m.set_loss(&up.loss);
+        (m.kl, m.kl_coef) = (kl, beta);
         let interval = cfg.eval.interval;
         if interval > 0
             && (self.state.iteration.is_multiple_of(interval) || self.state.iteration == cfg.run.iterations)

@@ -2,13 +2,17 @@
 //! sampled token ids again under the current policy (and the frozen reference), then one
 //! optimizer step on the configured objective.
 //!
+//! With GSPO's trajectory-level ratio (`gspo_level = "trajectory"`) minibatches hold whole
+//! trajectories (shuffled as units, each minibatch at least `minibatch` steps), so the
+//! ratio sees every token of a trajectory.
+//!
 //! A minibatch whose loss or gradient norm is not finite is skipped (no optimizer step)
 //! and counted; the means reported leave it out, so one bad minibatch cannot turn the
 //! iteration's metrics into NaN.
 
-use super::config::AlgoConfig;
-use super::loss::{policy_loss, LossInputs, LossStats};
+use super::config::{AlgoConfig, AlgoKind, GspoLevel};
 use super::metrics::mean_loss_stats;
+use super::objective::{policy_loss, LossInputs, LossStats};
 use super::optim::{clip_grad_norm, AdamW};
 use super::seeds::rng_for;
 use crate::env::ScreenState;
@@ -29,6 +33,9 @@ pub struct Sample {
     pub old_logp: Vec<f32>,
     /// The advantage.
     pub adv: f32,
+    /// Which trajectory of the iteration the step belongs to (any id, equal for the steps
+    /// of one trajectory).
+    pub traj: usize,
 }
 
 /// What the update did.
@@ -58,6 +65,51 @@ fn padded(rows: &[&[f32]], t: usize, device: &Device) -> candle_core::Result<Ten
     Tensor::from_vec(flat, (rows.len(), t), device)
 }
 
+/// Minibatches of sample indices: `order` cut into `size`-long pieces, or, `by_traj`, whole
+/// trajectories in the order their first sample appears in `order`, cut once a piece holds
+/// at least `size` samples.
+fn minibatches(samples: &[Sample], order: &[usize], size: usize, by_traj: bool) -> Vec<Vec<usize>> {
+    if !by_traj {
+        return order.chunks(size).map(<[usize]>::to_vec).collect();
+    }
+    let mut trajs: Vec<usize> = Vec::new();
+    let mut members: std::collections::HashMap<usize, Vec<usize>> = Default::default();
+    let mut by_id: Vec<(usize, usize)> = samples.iter().enumerate().map(|(k, s)| (s.traj, k)).collect();
+    by_id.sort_unstable();
+    for (t, k) in by_id {
+        members.entry(t).or_default().push(k);
+    }
+    for &k in order {
+        let t = samples[k].traj;
+        if !trajs.contains(&t) {
+            trajs.push(t);
+        }
+    }
+    let mut out: Vec<Vec<usize>> = vec![Vec::new()];
+    for t in trajs {
+        if out.last().is_some_and(|c| c.len() >= size) {
+            out.push(Vec::new());
+        }
+        out.last_mut().expect("one").extend(&members[&t]);
+    }
+    out.retain(|c| !c.is_empty());
+    out
+}
+
+/// `[K, B]` 0/1 membership of the chunk's samples in its K trajectories.
+fn segments(samples: &[Sample], chunk: &[usize], device: &Device) -> candle_core::Result<Tensor> {
+    let mut ids: Vec<usize> = chunk.iter().map(|&k| samples[k].traj).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let b = chunk.len();
+    let mut flat = vec![0f32; ids.len() * b];
+    for (j, &k) in chunk.iter().enumerate() {
+        let row = ids.binary_search(&samples[k].traj).expect("listed");
+        flat[row * b + j] = 1.0;
+    }
+    Tensor::from_vec(flat, (ids.len(), b), device)
+}
+
 /// Run the update on `samples` (see the module docs).
 pub fn update(
     policy: &dyn TrainablePolicy,
@@ -77,12 +129,14 @@ pub fn update(
         );
     }
     let loss_cfg = algo.loss_config();
+    let by_traj = algo.kind == AlgoKind::Gspo && algo.gspo_level == GspoLevel::Trajectory;
     let mut out = UpdateStats::default();
     let (mut all, mut norms) = (Vec::new(), Vec::new());
     for epoch in 0..algo.epochs {
         let mut order: Vec<usize> = (0..samples.len()).collect();
         order.shuffle(&mut rng_for(seed, iteration, 100 + epoch as u64));
-        for chunk in order.chunks(algo.minibatch.max(1)) {
+        for chunk in minibatches(samples, &order, algo.minibatch.max(1), by_traj) {
+            let chunk = chunk.as_slice();
             let states: Vec<ScreenState> = chunk.iter().map(|&k| samples[k].state.clone()).collect();
             let tokens: Vec<Vec<u32>> = chunk.iter().map(|&k| samples[k].tokens.clone()).collect();
             let scores = policy.score(&states, &tokens)?;
@@ -97,6 +151,7 @@ pub fn update(
                 Some(r) => Some(r.score(&states, &tokens)?.logp.detach()),
                 None => None,
             };
+            let segs = if by_traj { Some(segments(samples, chunk, &dev)?) } else { None };
             let inputs = LossInputs {
                 logp: &scores.logp,
                 old_logp: &old,
@@ -104,6 +159,7 @@ pub fn update(
                 adv: &advs,
                 mask: &scores.mask,
                 entropy: Some(&scores.entropy),
+                segments: segs.as_ref(),
             };
             let (loss, ls) = policy_loss(&loss_cfg, &inputs)?;
             out.first.get_or_insert(ls);
@@ -154,6 +210,7 @@ mod tests {
                 tokens: d.tokens,
                 old_logp: d.token_logprobs,
                 adv: if i % 2 == 0 { 1.0 } else { -1.0 },
+                traj: i / 2,
             })
             .collect()
     }
@@ -179,5 +236,33 @@ mod tests {
         samples[1].old_logp.pop();
         let e = update(&p, None, &mut opt, &samples, &algo, 0, 2).unwrap_err().to_string();
         assert!(e.contains("sample 1") && e.contains("log-probs"), "{e}");
+    }
+
+    #[test]
+    fn gspo_trajectory_minibatches_hold_whole_trajectories() {
+        let mut p = VlmPolicy::new(VlmConfig::tiny(), &Device::Cpu, 2).unwrap();
+        let mut samples = rollout(&mut p, 7);
+        for (s, t) in samples.iter_mut().zip([0, 0, 1, 2, 2, 2, 3]) {
+            s.traj = t;
+        }
+        // Trajectories in the order their first step appears: 3 (k6), 0 (k0), 2 (k3), 1 (k2);
+        // a minibatch is closed once it holds >= 3 steps.
+        let mb = minibatches(&samples, &[6, 0, 3, 2, 5, 1, 4], 3, true);
+        assert_eq!(mb, vec![vec![6, 0, 1], vec![3, 4, 5], vec![2]]);
+        let seg = segments(&samples, &mb[0], &Device::Cpu).unwrap().to_vec2::<f32>().unwrap();
+        assert_eq!(seg, vec![vec![0.0, 1.0, 1.0], vec![1.0, 0.0, 0.0]]);
+        assert_eq!(minibatches(&samples, &[6, 0, 3], 2, false), vec![vec![6, 0], vec![3]]);
+        // A real update with the trajectory-level ratio starts at ratio 1.
+        let algo = AlgoConfig {
+            kind: AlgoKind::Gspo,
+            gspo_level: GspoLevel::Trajectory,
+            minibatch: 3,
+            lr: 1e-3,
+            ..Default::default()
+        };
+        let mut opt = AdamW::new(p.named_vars(), algo.adamw_config()).unwrap();
+        let up = update(&p, None, &mut opt, &samples, &algo, 0, 0).unwrap();
+        assert!((up.first.unwrap().ratio_mean - 1.0).abs() < 1e-5);
+        assert!(up.optimizer_steps >= 2 && up.skipped_steps == 0, "{up:?}");
     }
 }

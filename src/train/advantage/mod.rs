@@ -3,33 +3,101 @@
 //! of every trajectory it trains on; `None` marks a rollout that is not trained on (an
 //! `env_error`: the browser failed, not the agent).
 //!
-//! - [`grpo`]: group-relative, `(R_i − mean_g R) / (std_g R + eps)` (GRPO, DAPO, GSPO), or
-//!   without the division (Dr. GRPO, `scale_std = false`); every step of a trajectory
-//!   shares its episode advantage.
+//! - [`grpo`]: group-relative, `(R_i − mean_g R) / (std + eps)` (GRPO, DAPO, GSPO) with
+//!   the std of the group, of the batch or none (Dr. GRPO); every step of a trajectory
+//!   shares its episode advantage, or (`step_credit = "discounted"`) each step gets the
+//!   discounted return from it, normalized within its group.
 //! - [`rloo`]: leave-one-out, `R_i − mean_{j≠i} R_j` (RLOO); episode-level like GRPO.
 //! - [`reinforce_pp`]: discounted returns from each step, whitened over the batch
-//!   (REINFORCE++); the only step-level estimator so far.
+//!   (REINFORCE++).
+//! - [`gigpo`]: GRPO's episode advantage plus a step advantage within anchor-state groups
+//!   (steps of one group taken from the same screenshot).
 
+pub mod gigpo;
 pub mod grpo;
 pub mod reinforce_pp;
 pub mod rloo;
 
+pub use gigpo::{anchor_keys, StateKeys};
 pub use grpo::group_advantages;
 
 use super::config::{AlgoConfig, AlgoKind};
 use crate::rollout::TrainingBatch;
 use serde::{Deserialize, Serialize};
 
+/// Which standard deviation divides group-relative advantages (`[algo] adv_std`).
+///
+/// Every std here is the population std (÷ n), not Bessel's (÷ n − 1): the rollouts of a
+/// group are the whole population being ranked, not a sample whose spread is estimated,
+/// and with ÷ n the advantages of every non-constant group have mean 0 and std exactly 1
+/// whatever G is (with G = 2 and rewards {0, 1}: ±1, where Bessel gives ±0.707). TRL and
+/// veRL use `torch.std` (Bessel): their advantages are `sqrt((G−1)/G)` times these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AdvStd {
+    /// The group's std of its rewards (GRPO).
+    Group,
+    /// The batch's std of the group-centered rewards `R_i − mean_g R` (every counted
+    /// rollout of the batch): one scale for all groups, so a nearly constant group is
+    /// not blown up to unit scale.
+    Batch,
+    /// No division (Dr. GRPO): `A = R − mean_g R`.
+    None,
+}
+
+impl AdvStd {
+    /// The config's spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            AdvStd::Group => "group",
+            AdvStd::Batch => "batch",
+            AdvStd::None => "none",
+        }
+    }
+}
+
+/// How the group-relative estimators credit the steps of a trajectory (`[algo] step_credit`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StepCredit {
+    /// Every step gets its episode's advantage.
+    #[default]
+    Episode,
+    /// Each step gets the discounted return from it, `G_t = Σ_{k≥t} γ^{k−t} r_k`, normalized
+    /// within its group (see [`grpo::discounted_group_advantages`]).
+    Discounted,
+}
+
 /// Advantages `[group][trajectory][step]`, like `batch.groups[g].trajectories[i].steps[t]`;
 /// `None` for rollouts that are not trained on.
 pub type StepAdvantages = Vec<Vec<Option<Vec<f64>>>>;
 
-/// The advantages of `batch` under the configured algorithm.
-pub fn estimate(algo: &AlgoConfig, batch: &TrainingBatch) -> (StepAdvantages, AdvantageStats) {
+/// The advantages of `batch` under the configured algorithm. `keys` names the state each
+/// step was taken in ([`anchor_keys`]; GiGPO's step groups), `[group][trajectory][step]`
+/// like the batch; missing keys make a step a group of its own.
+pub fn estimate(
+    algo: &AlgoConfig,
+    batch: &TrainingBatch,
+    keys: &StateKeys,
+) -> (StepAdvantages, AdvantageStats) {
     let (episode, stats) = match algo.kind {
-        AlgoKind::Grpo | AlgoKind::Dapo | AlgoKind::Gspo => group_advantages(batch, algo.scale_std, algo.eps),
+        AlgoKind::Grpo | AlgoKind::DrGrpo | AlgoKind::Dapo | AlgoKind::Gspo => {
+            if algo.step_credit == StepCredit::Discounted {
+                return grpo::discounted_group_advantages(batch, algo.gamma, algo.adv_std(), algo.eps);
+            }
+            group_advantages(batch, algo.adv_std(), algo.eps)
+        }
         AlgoKind::Rloo => rloo::rloo_advantages(batch),
         AlgoKind::ReinforcePp => return reinforce_pp::reinforce_pp_advantages(batch, algo.gamma, algo.eps),
+        AlgoKind::Gigpo => {
+            let step = gigpo::StepGroups {
+                gamma: algo.gamma,
+                omega: algo.gigpo_omega,
+                std: algo.gigpo_step_std,
+                eps: algo.eps,
+            };
+            return gigpo::gigpo_advantages(batch, keys, algo.adv_std(), step);
+        }
     };
     // Episode-level estimators: a step inherits its episode's advantage (the
     // trajectory-level credit of GRPO and RLOO).
@@ -67,8 +135,12 @@ pub struct AdvantageStats {
     pub relative_reward_std: f64,
     /// Mean of the advantages over counted rollouts.
     pub adv_mean: f64,
-    /// Population std of the advantages over counted rollouts.
+    /// Population std of the advantages over counted rollouts (step-level estimators:
+    /// over their steps).
     pub adv_std: f64,
+    /// GiGPO: anchor-state step groups with at least two steps.
+    #[serde(default)]
+    pub step_groups: usize,
 }
 
 /// Population mean and standard deviation (÷ n); `(0, 0)` for an empty slice.
@@ -124,4 +196,43 @@ pub(crate) fn per_group<F: Fn(f64) -> f64>(
     (st.relative_reward_mean, st.relative_reward_std) = mean_std(&relative);
     (st.adv_mean, st.adv_std) = mean_std(&advs);
     (out, st)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::env::EpisodeStatus::{self, Fail, Running, Success};
+    use crate::rollout::{Group, Outcome, TrajStep, Trajectory};
+
+    fn one_step(reward: f64, status: EpisodeStatus) -> Trajectory {
+        let steps = vec![TrajStep::new("click(1, 1)", reward, Running)];
+        Trajectory::new("t", 0, steps, Outcome { reward, status, steps: 1, error: None })
+    }
+
+    #[test]
+    fn the_kind_picks_the_estimator() {
+        // R = {1, 0, 0}: mean 1/3, population std sqrt(2)/3.
+        let batch = TrainingBatch {
+            groups: vec![Group {
+                task_id: "t".into(),
+                seed: 0,
+                id: None,
+                trajectories: vec![one_step(1.0, Success), one_step(0.0, Fail), one_step(0.0, Fail)],
+            }],
+        };
+        let first = |kind: AlgoKind| {
+            let algo = AlgoConfig { kind, eps: 1e-6, ..Default::default() };
+            let (a, _) = estimate(&algo, &batch, &Vec::new());
+            a[0].iter().map(|x| x.as_ref().unwrap()[0]).collect::<Vec<f64>>()
+        };
+        // Dr. GRPO: A = R − mean, no std.
+        let dr = first(AlgoKind::DrGrpo);
+        assert!((dr[0] - 2.0 / 3.0).abs() < 1e-12 && (dr[1] + 1.0 / 3.0).abs() < 1e-12, "{dr:?}");
+        // GRPO: ÷ (sqrt(2)/3 + eps).
+        let g = first(AlgoKind::Grpo);
+        assert!((g[0] - (2.0 / 3.0) / (2f64.sqrt() / 3.0 + 1e-6)).abs() < 1e-12, "{g:?}");
+        // GiGPO without anchor keys is GRPO; RLOO: 1 − 0 = 1, 0 − 1/2 = −1/2.
+        assert_eq!(first(AlgoKind::Gigpo), g);
+        assert_eq!(first(AlgoKind::Rloo), vec![1.0, -0.5, -0.5]);
+    }
 }

@@ -1,0 +1,367 @@
+//! `[algo]`: which algorithm, its coefficients, and the checks of their values (called
+//! from [`super::config::TrainConfig::validate`], errors naming the key).
+
+use super::advantage::{AdvStd, StepCredit};
+use super::objective::{KlEstimator, LossAgg, LossConfig, PolicyLossKind};
+use super::optim::{AdamWConfig, LrSchedule, LrScheduler};
+use serde::{Deserialize, Serialize};
+
+/// The algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AlgoKind {
+    /// GRPO: token-level clipped ratio, group-relative advantages.
+    #[default]
+    Grpo,
+    /// Dr. GRPO (Liu et al. 2025): `A = R − mean_g R` (no std division) and the
+    /// constant-normalizer aggregation `seq-mean-token-sum-norm` (no length bias).
+    DrGrpo,
+    /// DAPO: GRPO with clip-higher (ε_high > ε_low), token-mean, dynamic sampling.
+    Dapo,
+    /// GSPO: sequence-level ratio and clipping.
+    Gspo,
+    /// RLOO: leave-one-out baseline `R_i − mean_{j≠i} R_j`, token-level clipped ratio.
+    Rloo,
+    /// REINFORCE++: discounted per-step returns (`gamma`), whitened over the batch.
+    #[serde(rename = "reinforce_pp")]
+    ReinforcePp,
+    /// GiGPO (Feng et al. 2025): GRPO's episode advantage plus `ω ×` a step advantage
+    /// relative to the other steps of the group taken from the same screenshot.
+    Gigpo,
+}
+
+impl AlgoKind {
+    /// Default (ε_low, ε_high).
+    pub fn default_clip(self) -> (f64, f64) {
+        match self {
+            AlgoKind::Dapo => (0.2, 0.28),
+            AlgoKind::Gspo => (3e-4, 4e-4),
+            AlgoKind::Grpo | AlgoKind::DrGrpo | AlgoKind::Rloo | AlgoKind::ReinforcePp | AlgoKind::Gigpo => {
+                (0.2, 0.2)
+            }
+        }
+    }
+    /// Whether the kind's advantages are group-normalized (`adv_std` applies).
+    pub fn group_normalized(self) -> bool {
+        !matches!(self, AlgoKind::Rloo | AlgoKind::ReinforcePp)
+    }
+    /// Default aggregation: GSPO's mean over sequences, Dr. GRPO's constant normalizer,
+    /// token-mean for the rest.
+    pub fn default_loss_agg(self) -> LossAgg {
+        match self {
+            AlgoKind::Gspo => LossAgg::SeqMeanTokenMean,
+            AlgoKind::DrGrpo => LossAgg::SeqMeanTokenSumNorm,
+            _ => LossAgg::TokenMean,
+        }
+    }
+}
+
+/// Where the KL to the reference acts (`[algo] kl_mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KlMode {
+    /// A loss term `β · KL` on the tokens being trained (GRPO).
+    #[default]
+    Loss,
+    /// Subtracted from each step's reward before the advantages, `r_t − β · Σ_tokens KL`,
+    /// from the rollout's log-probs against the reference's (PPO / RLHF).
+    Reward,
+}
+
+/// The unit of GSPO's sequence ratio (`[algo] gspo_level`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GspoLevel {
+    /// The tokens of one action.
+    #[default]
+    Action,
+    /// Every token of a trajectory (minibatches then hold whole trajectories).
+    Trajectory,
+}
+
+/// `[algo]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AlgoConfig {
+    /// `grpo`, `dr_grpo`, `dapo`, `gspo`, `rloo`, `reinforce_pp` or `gigpo`.
+    pub kind: AlgoKind,
+    /// G: rollouts per task seed.
+    pub group_size: usize,
+    /// B: task seeds per iteration.
+    pub batch_seeds: usize,
+    /// ε_low (default by kind, filled in on load).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clip_low: Option<f64>,
+    /// ε_high (default by kind, filled in on load).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clip_high: Option<f64>,
+    /// Dual clip c > 1: for `A < 0` the surrogate is bounded below by `c·A` (off by default).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dual_clip: Option<f64>,
+    /// GSPO's ratio over each action's tokens or each trajectory's.
+    pub gspo_level: GspoLevel,
+    /// Aggregation of the policy term (default by kind); a sequence is one action.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub loss_agg: Option<LossAgg>,
+    /// N of `seq-mean-token-sum-norm` (default: the model's max action tokens).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub loss_agg_norm: Option<f64>,
+    /// β: KL weight (the starting value when `kl_target` is set).
+    pub beta: f64,
+    /// `k1`, `k2` or `k3`.
+    pub kl_estimator: KlEstimator,
+    /// `loss` (GRPO) or `reward` (PPO style).
+    pub kl_mode: KlMode,
+    /// Adaptive β: the KL (the `kl` metric) it steers towards (off by default).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kl_target: Option<f64>,
+    /// Horizon of the adaptive β controller, in env steps.
+    pub kl_horizon: f64,
+    /// Entropy bonus weight.
+    pub entropy_coef: f64,
+    /// μ: passes over each batch.
+    pub epochs: usize,
+    /// Samples (steps) per optimizer step.
+    pub minibatch: usize,
+    /// Peak learning rate.
+    pub lr: f64,
+    /// Decay after warmup.
+    pub lr_schedule: LrSchedule,
+    /// Warmup, in iterations.
+    pub warmup: u64,
+    /// Learning rate at the end of the decay.
+    pub min_lr: f64,
+    /// AdamW weight decay.
+    pub weight_decay: f64,
+    /// Global gradient-norm clip.
+    pub max_grad_norm: f64,
+    /// Sampling temperature.
+    pub temperature: f64,
+    /// Which std divides the group-relative advantages: `group`, `batch` or `none`
+    /// (default by kind: dr_grpo none, else group).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub adv_std: Option<AdvStd>,
+    /// Older spelling: `false` is `adv_std = "none"`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scale_std: Option<bool>,
+    /// `episode` (every step its episode's advantage) or `discounted` (each step the
+    /// discounted return from it, normalized within its group).
+    pub step_credit: StepCredit,
+    /// ω: weight of GiGPO's step advantage.
+    pub gigpo_omega: f64,
+    /// Divide GiGPO's step advantages by their step group's std (false: mean only).
+    pub gigpo_step_std: bool,
+    /// Added to the group std.
+    pub eps: f64,
+    /// γ: discount of the per-step returns (`reinforce_pp`, `gigpo`, `step_credit =
+    /// "discounted"`; 1 = undiscounted).
+    pub gamma: f64,
+    /// Leave out groups whose rewards are all equal (default by kind: dapo true).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drop_all_equal_groups: Option<bool>,
+    /// The reward a rollout that hit `rollout.max_steps` trains on, instead of the task's
+    /// (usually 0). Set it to the task's failure reward (e.g. -1) where stalling until the
+    /// step limit would otherwise score better than a wrong answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub truncation_reward: Option<f64>,
+    /// The reward a rollout trains on when the agent gave up (`done()` on a task that ends
+    /// by itself, such as MiniWoB++'s); default: the task's failure reward (−1 there), so
+    /// quitting never pays better than a wrong answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub give_up_reward: Option<f64>,
+}
+
+impl Default for AlgoConfig {
+    fn default() -> Self {
+        AlgoConfig {
+            kind: AlgoKind::Grpo,
+            group_size: 8,
+            batch_seeds: 8,
+            clip_low: None,
+            clip_high: None,
+            dual_clip: None,
+            gspo_level: GspoLevel::Action,
+            loss_agg: None,
+            loss_agg_norm: None,
+            beta: 0.0,
+            kl_estimator: KlEstimator::K3,
+            kl_mode: KlMode::Loss,
+            kl_target: None,
+            kl_horizon: 10_000.0,
+            entropy_coef: 0.0,
+            epochs: 1,
+            minibatch: 16,
+            lr: 1e-4,
+            lr_schedule: LrSchedule::Constant,
+            warmup: 0,
+            min_lr: 0.0,
+            weight_decay: 0.0,
+            max_grad_norm: 1.0,
+            temperature: 1.0,
+            adv_std: None,
+            scale_std: None,
+            step_credit: StepCredit::Episode,
+            gigpo_omega: 1.0,
+            gigpo_step_std: true,
+            eps: 1e-6,
+            gamma: 1.0,
+            drop_all_equal_groups: None,
+            truncation_reward: None,
+            give_up_reward: None,
+        }
+    }
+}
+
+impl AlgoConfig {
+    /// ε_low, resolved.
+    pub fn clip_low(&self) -> f64 {
+        self.clip_low.unwrap_or(self.kind.default_clip().0)
+    }
+    /// ε_high, resolved.
+    pub fn clip_high(&self) -> f64 {
+        self.clip_high.unwrap_or(self.kind.default_clip().1)
+    }
+    /// Whether all-equal groups are dropped, resolved.
+    pub fn drop_all_equal_groups(&self) -> bool {
+        self.drop_all_equal_groups.unwrap_or(self.kind == AlgoKind::Dapo)
+    }
+    /// The aggregation, resolved.
+    pub fn loss_agg(&self) -> LossAgg {
+        self.loss_agg.unwrap_or(self.kind.default_loss_agg())
+    }
+    /// The advantages' std, resolved: `scale_std = false` means none; Dr. GRPO's is none.
+    pub fn adv_std(&self) -> AdvStd {
+        self.adv_std.unwrap_or(match (self.kind, self.scale_std) {
+            (AlgoKind::DrGrpo, _) | (_, Some(false)) => AdvStd::None,
+            _ => AdvStd::Group,
+        })
+    }
+    /// The loss coefficients, with β as configured (the trainer passes its adaptive β
+    /// through a copy of this config). With `kl_mode = "reward"` the loss has no KL term.
+    pub fn loss_config(&self) -> LossConfig {
+        LossConfig {
+            kind: match self.kind {
+                AlgoKind::Gspo => PolicyLossKind::Sequence,
+                _ => PolicyLossKind::Token,
+            },
+            clip_low: self.clip_low(),
+            clip_high: self.clip_high(),
+            dual_clip: self.dual_clip,
+            agg: self.loss_agg(),
+            agg_norm: self.loss_agg_norm.unwrap_or(0.0),
+            beta: if self.kl_mode == KlMode::Loss { self.beta } else { 0.0 },
+            kl: self.kl_estimator,
+            entropy_coef: self.entropy_coef,
+        }
+    }
+    /// AdamW settings (β1, β2, ε at their defaults).
+    pub fn adamw_config(&self) -> AdamWConfig {
+        AdamWConfig { lr: self.lr, weight_decay: self.weight_decay, ..Default::default() }
+    }
+    /// The learning-rate schedule over `iterations` (one value per iteration).
+    pub fn lr_scheduler(&self, iterations: u64) -> LrScheduler {
+        LrScheduler {
+            schedule: self.lr_schedule,
+            base_lr: self.lr,
+            min_lr: self.min_lr,
+            warmup: self.warmup,
+            total: iterations,
+        }
+    }
+}
+
+impl AlgoConfig {
+    /// Check every `[algo]` value (`iterations`: `run.iterations`); each bad one is passed
+    /// to `check` as `(false, message naming the key)`.
+    pub(crate) fn check(&self, iterations: u64, check: &mut dyn FnMut(bool, String)) {
+        let a = self;
+        let (lo, hi) = (a.clip_low(), a.clip_high());
+        check(a.group_size >= 2, format!("algo.group_size must be at least 2, got {}", a.group_size));
+        check(a.batch_seeds >= 1, "algo.batch_seeds must be at least 1".into());
+        check(lo > 0.0 && lo < 1.0, format!("algo.clip_low must be in (0, 1), got {lo}"));
+        check(hi > 0.0 && hi.is_finite(), format!("algo.clip_high must be > 0, got {hi}"));
+        check(a.beta >= 0.0 && a.beta.is_finite(), format!("algo.beta must be >= 0, got {}", a.beta));
+        check(
+            a.entropy_coef >= 0.0 && a.entropy_coef.is_finite(),
+            format!("algo.entropy_coef must be >= 0, got {}", a.entropy_coef),
+        );
+        check(a.epochs >= 1, "algo.epochs must be at least 1".into());
+        check(a.minibatch >= 1, "algo.minibatch must be at least 1".into());
+        check(a.lr > 0.0 && a.lr <= 1.0, format!("algo.lr must be in (0, 1], got {}", a.lr));
+        check(
+            a.min_lr >= 0.0 && a.min_lr <= a.lr,
+            format!("algo.min_lr must be in [0, algo.lr], got {}", a.min_lr),
+        );
+        check(
+            a.warmup <= iterations,
+            format!("algo.warmup ({}) must not exceed run.iterations ({})", a.warmup, iterations),
+        );
+        check(
+            a.weight_decay >= 0.0 && a.weight_decay < 1.0,
+            format!("algo.weight_decay must be in [0, 1), got {}", a.weight_decay),
+        );
+        check(
+            a.max_grad_norm > 0.0 && !a.max_grad_norm.is_nan(),
+            format!("algo.max_grad_norm must be > 0, got {}", a.max_grad_norm),
+        );
+        check(
+            a.temperature > 0.0 && a.temperature.is_finite(),
+            format!("algo.temperature must be > 0, got {}", a.temperature),
+        );
+        check(a.eps > 0.0 && a.eps < 1.0, format!("algo.eps must be in (0, 1), got {}", a.eps));
+        check((0.0..=1.0).contains(&a.gamma), format!("algo.gamma must be in [0, 1], got {}", a.gamma));
+        if let Some(c) = a.dual_clip {
+            check(
+                c > 1.0 && c.is_finite(),
+                format!("algo.dual_clip must be > 1 (negative advantages are bounded below by c·A), got {c}"),
+            );
+        }
+        check(
+            a.gspo_level == GspoLevel::Action || a.kind == AlgoKind::Gspo,
+            "algo.gspo_level = \"trajectory\" applies to kind = \"gspo\" only".into(),
+        );
+        if let Some(n) = a.loss_agg_norm {
+            check(n > 0.0 && n.is_finite(), format!("algo.loss_agg_norm must be > 0, got {n}"));
+        }
+        if let Some(k) = a.kl_target {
+            check(k > 0.0 && k.is_finite(), format!("algo.kl_target must be > 0, got {k}"));
+            check(a.beta > 0.0, "algo.kl_target needs algo.beta > 0 (the coefficient it starts from)".into());
+        }
+        check(
+            a.kl_horizon > 0.0 && a.kl_horizon.is_finite(),
+            format!("algo.kl_horizon must be > 0, got {}", a.kl_horizon),
+        );
+        if !a.kind.group_normalized() {
+            check(
+                a.adv_std.is_none() && a.scale_std != Some(false),
+                "algo.adv_std (and scale_std) apply to grpo, dr_grpo, dapo, gspo and gigpo only".into(),
+            );
+        }
+        if let (Some(false), Some(std)) = (a.scale_std, a.adv_std) {
+            check(
+                std == AdvStd::None,
+                format!(
+                    "algo.scale_std = false contradicts algo.adv_std = {:?}: set adv_std alone",
+                    std.name()
+                ),
+            );
+        }
+        check(
+            a.step_credit == StepCredit::Episode
+                || matches!(a.kind, AlgoKind::Grpo | AlgoKind::DrGrpo | AlgoKind::Dapo | AlgoKind::Gspo),
+            "algo.step_credit = \"discounted\" applies to grpo, dr_grpo, dapo and gspo \
+             (reinforce_pp and gigpo credit steps already; rloo is episode-level)"
+                .into(),
+        );
+        check(
+            a.gigpo_omega >= 0.0 && a.gigpo_omega.is_finite(),
+            format!("algo.gigpo_omega must be >= 0, got {}", a.gigpo_omega),
+        );
+        if let Some(r) = a.give_up_reward {
+            check(r.is_finite(), format!("algo.give_up_reward must be a finite number, got {r}"));
+        }
+        if let Some(r) = a.truncation_reward {
+            check(r.is_finite(), format!("algo.truncation_reward must be a finite number, got {r}"));
+        }
+    }
+}
