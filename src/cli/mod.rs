@@ -1,6 +1,7 @@
 //! The `guirl` command: parses arguments, then calls the library.
 
 mod bench;
+mod play;
 mod policy;
 mod replay;
 mod run;
@@ -72,6 +73,10 @@ enum Command {
     },
     /// Run episodes of a task with a policy and report success.
     Run(run::RunArgs),
+    /// Step one task by hand, a line at a time (actions in the text form, `:elements`,
+    /// `:reset [SEED]`, `:quit`), from a terminal or a piped actions file; `--record`
+    /// keeps the finished episodes as demonstrations.
+    Play(play::PlayArgs),
     /// Train a policy with GRPO from a TOML config.
     Train(train::TrainArgs),
     /// Re-execute recorded trajectories and check they reproduce.
@@ -105,6 +110,7 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Tasks { suite } => list_tasks(suite.as_deref()),
         Command::Run(args) => interruptible(run::run(args)),
+        Command::Play(args) => interruptible(play::play(args)),
         Command::Bench(args) => interruptible(bench::bench(args)),
         Command::ServePolicy(args) => runtime().block_on(serve_policy::serve_policy(args)),
         Command::BenchEnv(args) => interruptible(run::bench_env(args)),

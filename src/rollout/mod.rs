@@ -1,7 +1,8 @@
-//! Rollouts: the parallel collector, trajectories, the disk format, replay.
+//! Rollouts: the parallel collector, trajectories, the disk format, replay, hand play.
 
 pub mod buffer;
 pub mod collector;
+pub mod play;
 pub mod replay;
 pub mod store;
 pub mod trajectory;

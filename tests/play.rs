@@ -1,0 +1,158 @@
+//! `guirl play` driven from piped stdin, as a script would: elements, a click aimed at
+//! the button's centre, a malformed line that does not step, recording, and replay.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+
+struct Session {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Session {
+    fn start(args: &[&str], cwd: &Path) -> Session {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_guirl"))
+            .arg("play")
+            .args(args)
+            .current_dir(cwd)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("starting guirl play");
+        let stdin = child.stdin.take();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        Session { child, stdin, stdout }
+    }
+
+    fn send(&mut self, line: &str) {
+        let w = self.stdin.as_mut().unwrap();
+        writeln!(w, "{line}").unwrap();
+        w.flush().unwrap();
+    }
+
+    /// Lines up to and including the first that contains `until`.
+    fn read_until(&mut self, until: &str) -> String {
+        let mut all = String::new();
+        loop {
+            let mut l = String::new();
+            assert!(self.stdout.read_line(&mut l).unwrap() > 0, "output ended before {until:?}:\n{all}");
+            all.push_str(&l);
+            if l.contains(until) {
+                return all;
+            }
+        }
+    }
+}
+
+/// The centre `(x, y)` of the first element line containing `what`.
+fn centre_of(elements: &str, what: &str) -> (i32, i32) {
+    let line =
+        elements.lines().find(|l| l.contains(what)).unwrap_or_else(|| panic!("no {what} in:\n{elements}"));
+    let c = line.split("centre=(").nth(1).unwrap().trim_end_matches(')');
+    let (x, y) = c.split_once(", ").unwrap();
+    (x.parse().unwrap(), y.parse().unwrap())
+}
+
+#[test]
+fn play_clicks_the_button_records_and_replays() {
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("demos");
+    let shot = dir.path().join("shot.png");
+    let mut s = Session::start(
+        &[
+            "--task",
+            "miniwob/click-test",
+            "--seed",
+            "3",
+            "--record",
+            rec.to_str().unwrap(),
+            "--screenshot",
+            shot.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    let head = s.read_until("screenshot: ");
+    assert!(head.contains("instruction: Click the button."), "{head}");
+    assert!(head.contains("step=0 status=running"), "{head}");
+    assert!(image::open(&shot).is_ok(), "the screenshot file is a PNG");
+
+    s.send("click(3,");
+    let err = s.read_until("done()");
+    assert!(err.contains("error: malformed action") && err.contains("no step taken"), "{err}");
+    assert!(err.contains("click(x, y)"), "the accepted forms are listed: {err}");
+
+    s.send(":elements");
+    let els = s.read_until("centre=(");
+    let (x, y) = centre_of(&els, "Click Me!");
+    s.send(&format!("click({x}, {y})"));
+    let step = s.read_until("episode over");
+    // The malformed line did not count: this click is step 1.
+    assert!(step.contains("step=1 status=success reward=1.000 total=1.000"), "{step}");
+    assert!(step.contains("recorded in"), "{step}");
+
+    s.send("click(1, 1)");
+    let refused = s.read_until("error:");
+    assert!(refused.contains("the episode is over") && refused.contains(":reset"), "{refused}");
+
+    // A second, unfinished episode on the next seed is not recorded.
+    s.send(":reset");
+    let reset = s.read_until("screenshot: ");
+    assert!(reset.contains("seed=4"), "{reset}");
+    s.send("hover(1, 1)");
+    s.read_until("step=1 status=running");
+    s.send(":quit");
+    let rest = s.read_until("quit:");
+    assert!(rest.contains("not recorded") && rest.contains("quit: 1 episode(s) recorded"), "{rest}");
+    drop(s.stdin.take());
+    assert!(s.child.wait().unwrap().success());
+
+    let set = guirl::rollout::TrajectorySet::read(&rec).unwrap();
+    assert_eq!(set.trajectories.len(), 1);
+    let t = &set.trajectories[0].trajectory;
+    assert_eq!((t.seed, t.policy.as_str(), t.steps.len()), (3, "human", 1));
+    assert_eq!(t.outcome.status, guirl::env::EpisodeStatus::Success);
+    assert!(t.steps[0].frame.is_some() && t.final_frame.is_some(), "frames are kept for SFT and replay");
+    assert_eq!(t.steps[0].action, format!("click({x}, {y})"));
+
+    let replay =
+        Command::new(env!("CARGO_BIN_EXE_guirl")).arg("replay").arg(&rec).arg("--verify").output().unwrap();
+    assert!(replay.status.success(), "replay --verify: {}", String::from_utf8_lossy(&replay.stdout));
+}
+
+#[test]
+fn piped_end_of_input_quits_and_json_prints_events() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Session::start(&["--task", "miniwob/click-test", "--json"], dir.path());
+    s.send(":elements");
+    s.send("nonsense");
+    drop(s.stdin.take());
+    let mut events = Vec::new();
+    for l in (&mut s.stdout).lines() {
+        events.push(serde_json::from_str::<serde_json::Value>(&l.unwrap()).expect("one JSON object a line"));
+    }
+    assert!(s.child.wait().unwrap().success());
+    let kinds: Vec<&str> = events.iter().map(|e| e["event"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["reset", "elements", "error", "quit"]);
+    assert_eq!(events[1]["elements"][0]["tag"], "button");
+    assert!(
+        dir.path().join("play.png").is_file(),
+        "the default screenshot is play.png in the current folder"
+    );
+}
+
+#[test]
+fn unknown_task_exits_2_with_the_closest_ids() {
+    let out = Command::new(env!("CARGO_BIN_EXE_guirl"))
+        .args(["play", "--task", "miniwob/click-tset"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("unknown task \"miniwob/click-tset\"") && err.contains("miniwob/click-test"),
+        "{err}"
+    );
+}
