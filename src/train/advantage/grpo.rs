@@ -13,7 +13,7 @@
 //! on them. A group whose counted rewards are all equal gives every member advantage 0,
 //! so its policy-gradient term is zero (only the KL and entropy terms still act on it).
 
-use super::reinforce_pp::{discounted_returns, step_rewards};
+use super::reinforce_pp::batch_returns;
 use super::{mean_std, per_group, AdvStd, AdvantageStats, StepAdvantages};
 use crate::rollout::TrainingBatch;
 
@@ -73,19 +73,7 @@ pub fn discounted_group_advantages(
     eps: f64,
 ) -> (StepAdvantages, AdvantageStats) {
     let mut st = AdvantageStats { groups: batch.groups.len(), ..Default::default() };
-    let returns: Vec<Vec<Option<Vec<f64>>>> = batch
-        .groups
-        .iter()
-        .map(|g| {
-            g.trajectories
-                .iter()
-                .map(|t| {
-                    (!t.outcome.status.is_infrastructure_failure())
-                        .then(|| discounted_returns(&step_rewards(t), gamma))
-                })
-                .collect()
-        })
-        .collect();
+    let returns = batch_returns(batch, gamma);
     let pooled: Vec<Vec<f64>> =
         returns.iter().map(|row| row.iter().flatten().flatten().copied().collect()).collect();
     let b_std = batch_std(&pooled);

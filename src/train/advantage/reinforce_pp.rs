@@ -37,6 +37,15 @@ pub fn discounted_returns(rewards: &[f64], gamma: f64) -> Vec<f64> {
     g
 }
 
+/// Each step's discounted return from that step on, `[group][trajectory][step]`; `None`
+/// for rollouts that failed through no fault of the agent (left out of every statistic).
+pub fn batch_returns(batch: &TrainingBatch, gamma: f64) -> Vec<Vec<Option<Vec<f64>>>> {
+    let of = |t: &Trajectory| {
+        (!t.outcome.status.is_infrastructure_failure()).then(|| discounted_returns(&step_rewards(t), gamma))
+    };
+    batch.groups.iter().map(|g| g.trajectories.iter().map(of).collect()).collect()
+}
+
 /// Batch-whitened discounted returns, `[group][trajectory][step]`; `None` for `env_error`.
 pub fn reinforce_pp_advantages(
     batch: &TrainingBatch,
@@ -44,19 +53,7 @@ pub fn reinforce_pp_advantages(
     eps: f64,
 ) -> (StepAdvantages, AdvantageStats) {
     let mut st = AdvantageStats { groups: batch.groups.len(), ..Default::default() };
-    let returns: Vec<Vec<Option<Vec<f64>>>> = batch
-        .groups
-        .iter()
-        .map(|g| {
-            g.trajectories
-                .iter()
-                .map(|t| {
-                    (!t.outcome.status.is_infrastructure_failure())
-                        .then(|| discounted_returns(&step_rewards(t), gamma))
-                })
-                .collect()
-        })
-        .collect();
+    let returns = batch_returns(batch, gamma);
     let all: Vec<f64> = returns.iter().flatten().flatten().flatten().copied().collect();
     let (mean, std) = mean_std(&all);
     let mut advs = Vec::new();
