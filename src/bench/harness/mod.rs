@@ -250,8 +250,7 @@ pub async fn run(opts: &BenchOptions, policy: &mut dyn Policy) -> anyhow::Result
                     if let Ok(text) = serde_json::to_string_pretty(&manifest) {
                         let _ = write_atomically(&manifest_path, text.as_bytes());
                     }
-                    let (settled, _) = journal::settle(&rows);
-                    bars.show(&order, &settled, seeds.len());
+                    bars.show_rows(&order, &rows, seeds.len());
                 })
                 .await;
             manifest.seconds = base + t0.elapsed().as_secs_f64();
@@ -354,6 +353,14 @@ impl Bars {
         let e = m.add(indicatif::ProgressBar::new((tasks * seeds) as u64));
         e.set_style(style("{bar:30} {pos}/{len} episodes  {per_sec}  eta {eta}"));
         Bars { multi: Some((m, t, e)) }
+    }
+
+    /// [`Bars::show`] from every journal row; settles them only when bars are shown
+    /// (settling is linear in the journal, and this runs after every episode).
+    fn show_rows(&self, order: &[String], rows: &[ResultRow], seeds: usize) {
+        if self.multi.is_some() {
+            self.show(order, &journal::settle(rows).0, seeds);
+        }
     }
 
     fn show(&self, order: &[String], settled: &[ResultRow], seeds: usize) {
