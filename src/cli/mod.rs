@@ -5,6 +5,7 @@ mod play;
 mod policy;
 mod replay;
 mod run;
+mod serve;
 mod serve_policy;
 mod train;
 
@@ -84,6 +85,8 @@ enum Command {
     /// Run a policy over a suite of tasks and report success with 95 % intervals
     /// (`guirl bench compare A B` compares two such reports).
     Bench(bench::BenchArgs),
+    /// Serve environments over REST (/v1/sessions) and OpenEnv's WebSocket protocol (/ws).
+    Serve(serve::ServeArgs),
     /// Serve a checkpoint behind an OpenAI-compatible API (/v1/models, /v1/chat/completions).
     ServePolicy(serve_policy::ServePolicyArgs),
     /// Measure environment speed (reset/step latency, steps/s with 1, 2, 4 envs).
@@ -112,6 +115,7 @@ pub fn main() -> ExitCode {
         Command::Run(args) => interruptible(run::run(args)),
         Command::Play(args) => interruptible(play::play(args)),
         Command::Bench(args) => interruptible(bench::bench(args)),
+        Command::Serve(args) => runtime().block_on(serve::run(args)),
         Command::ServePolicy(args) => runtime().block_on(serve_policy::serve_policy(args)),
         Command::BenchEnv(args) => interruptible(run::bench_env(args)),
         Command::Train(args) => runtime().block_on(train::train(args)),

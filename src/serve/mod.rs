@@ -1,4 +1,6 @@
-//! HTTP servers over guirl: a trained checkpoint behind an OpenAI-compatible API
+//! HTTP servers over guirl: environments for other processes (`guirl serve`, REST and
+//! OpenEnv's WebSocket protocol) and a trained checkpoint behind an OpenAI-compatible API
 //! (`guirl serve-policy`).
 
+pub mod env_server;
 pub mod policy_server;

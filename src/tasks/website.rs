@@ -231,6 +231,17 @@ impl WebsiteTask {
         Ok(WebsiteTask { id: path.display().to_string(), spec })
     }
 
+    /// A task from a spec's text (sent over the network rather than read from a file),
+    /// named `id`, optionally at another viewport size.
+    pub fn from_text(id: String, text: &str, viewport: Option<(u32, u32)>) -> anyhow::Result<WebsiteTask> {
+        let mut spec = WebsiteSpec::parse(text).context("invalid task spec")?;
+        if let Some((width, height)) = viewport {
+            spec.viewport = ViewportSpec { width, height };
+            spec.validate()?;
+        }
+        Ok(WebsiteTask { id, spec })
+    }
+
     fn url(&self, vars: &BTreeMap<String, String>) -> Result<String, EnvError> {
         let u = fill(&self.spec.start_url, vars);
         if u.starts_with('/') {

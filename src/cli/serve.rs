@@ -1,0 +1,85 @@
+//! `guirl serve`.
+
+use super::BrowserArgs;
+use crate::serve::env_server::{serve, ServeConfig};
+use anyhow::{bail, Context};
+use std::time::Duration;
+
+/// Arguments of `guirl serve`.
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// Address to listen on (port 0 picks a free one, printed at start). Anything but
+    /// loopback needs --token.
+    #[arg(long, default_value = "127.0.0.1:8765", value_name = "ADDR:PORT")]
+    bind: String,
+    /// Sessions (REST and WebSocket together) open at once; each has its own browser.
+    #[arg(long, default_value_t = 8, value_name = "N")]
+    max_sessions: usize,
+    /// Close a session, killing its browser, after this many seconds without a request
+    /// (0: never).
+    #[arg(long, default_value_t = 300, value_name = "SECS")]
+    idle_timeout: u64,
+    /// Bearer token every route but /health requires (default: $GUIRL_SERVE_TOKEN).
+    #[arg(long, env = "GUIRL_SERVE_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// WebSocket ping interval in seconds; a connection silent for two is closed.
+    #[arg(long, default_value_t = 20.0, value_name = "SECS")]
+    ws_ping: f64,
+    /// Largest request body and incoming WebSocket message, in bytes.
+    #[arg(long, default_value_t = 1 << 20, value_name = "BYTES")]
+    max_body: usize,
+    #[command(flatten)]
+    browser: BrowserArgs,
+}
+
+/// `guirl serve`.
+pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    if args.max_sessions == 0 {
+        bail!("--max-sessions must be at least 1");
+    }
+    if !args.ws_ping.is_finite() || args.ws_ping <= 0.0 {
+        bail!("--ws-ping must be a positive number of seconds");
+    }
+    if args.max_body < 1024 {
+        bail!("--max-body {} is too small to carry a request: use at least 1024 bytes", args.max_body);
+    }
+    let token = args.token.filter(|t| !t.trim().is_empty());
+    let listener = tokio::net::TcpListener::bind(&args.bind).await.with_context(|| {
+        format!("cannot listen on {}: is the port taken? Pick another with --bind", args.bind)
+    })?;
+    let addr = listener.local_addr()?;
+    if !addr.ip().is_loopback() && token.is_none() {
+        bail!(
+            "refusing to serve on {addr} without a token: anyone who reaches it could drive browsers on \
+             this machine. Pass --token T (or set GUIRL_SERVE_TOKEN), or bind 127.0.0.1"
+        );
+    }
+    let cfg = ServeConfig {
+        max_sessions: args.max_sessions,
+        idle_timeout: (args.idle_timeout > 0).then(|| Duration::from_secs(args.idle_timeout)),
+        token,
+        ws_ping: Duration::from_secs_f64(args.ws_ping),
+        max_body: args.max_body,
+        env: crate::env::EnvConfig { browser: args.browser.config(), ..Default::default() },
+    };
+    println!(
+        "guirl serve: http://{addr} (REST /v1/sessions, OpenEnv ws://{addr}/ws), up to {} sessions{}",
+        cfg.max_sessions,
+        if cfg.token.is_some() { ", token required" } else { "" }
+    );
+    serve(listener, cfg, shutdown_signal()).await
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) {
+        (Ok(mut int), Ok(mut term)) => {
+            tokio::select! {
+                _ = int.recv() => {},
+                _ = term.recv() => {},
+            }
+        }
+        _ => std::future::pending::<()>().await,
+    }
+    eprintln!("guirl serve: stopping; closing every session's browser");
+}

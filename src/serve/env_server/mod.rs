@@ -1,0 +1,265 @@
+//! `guirl serve`: guirl environments for other processes and other languages, over
+//! REST (`/v1/sessions`) and OpenEnv's WebSocket protocol (`/ws`), sharing one session
+//! table. Each session owns a browser; docs/serve.md and docs/openapi.yaml describe the
+//! protocol.
+
+pub mod error;
+mod rest;
+pub mod session;
+pub mod wire;
+mod ws;
+
+use crate::env::EnvConfig;
+use crate::tasks::Task;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+pub use error::ApiError;
+use serde_json::{json, Map, Value};
+pub use session::SessionTable;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The REST API's OpenAPI description (served at `/openapi.yaml`).
+pub const OPENAPI_YAML: &str = include_str!("../../../docs/openapi.yaml");
+
+/// How a server runs.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    /// Sessions (both transports) open at once.
+    pub max_sessions: usize,
+    /// Close sessions idle for this long (None: never).
+    pub idle_timeout: Option<Duration>,
+    /// Bearer token every route but `/health` requires.
+    pub token: Option<String>,
+    /// WebSocket ping interval; two without an answer close the connection.
+    pub ws_ping: Duration,
+    /// Largest request body and incoming WebSocket message, in bytes.
+    pub max_body: usize,
+    /// The env every session starts from (browser, timeouts).
+    pub env: EnvConfig,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        ServeConfig {
+            max_sessions: 8,
+            idle_timeout: Some(Duration::from_secs(300)),
+            token: None,
+            ws_ping: Duration::from_secs(20),
+            max_body: 1 << 20,
+            env: EnvConfig::default(),
+        }
+    }
+}
+
+/// What every handler shares.
+pub struct Shared {
+    /// The sessions.
+    pub table: SessionTable,
+    cfg: ServeConfig,
+    tasks: Value,
+}
+
+/// A task named by a request: `task` (an id) or `task_spec` (a website spec's TOML text).
+/// Paths on the server's disk are refused: a client names tasks, it does not read files.
+pub fn task_from_request(
+    obj: &Map<String, Value>,
+    opts: &wire::SessionOptions,
+) -> Result<Option<Arc<dyn Task>>, ApiError> {
+    let unknown = |m: String| ApiError::invalid("unknown_task", m);
+    let task = match (obj.get("task"), obj.get("task_spec")) {
+        (Some(_), Some(_)) => return Err(ApiError::bad_request("give \"task\" or \"task_spec\", not both")),
+        (None, None) => None,
+        (Some(Value::String(id)), None) => {
+            if !(id.starts_with("miniwob/") || id.starts_with("builtin/")) {
+                return Err(unknown(format!(
+                    "unknown task {id:?}: use a task id such as \"miniwob/click-button\" or \"builtin/...\" \
+                     (GET /v1/tasks lists them), or send a website spec's text as \"task_spec\""
+                )));
+            }
+            Some(crate::tasks::load_task(id).map_err(|e| {
+                // The library's message points at the CLI; a client lists tasks over HTTP.
+                let m = e.to_string();
+                let m = m.split(" Run `guirl tasks`").next().unwrap_or(&m).to_string();
+                unknown(format!("{m} GET /v1/tasks lists them."))
+            })?)
+        }
+        (None, Some(Value::String(text))) => {
+            use sha2::Digest;
+            let digest = sha2::Sha256::digest(text.as_bytes());
+            let id =
+                format!("spec:{}", digest.iter().take(6).map(|b| format!("{b:02x}")).collect::<String>());
+            let t = crate::tasks::website::WebsiteTask::from_text(id, text, opts.viewport)
+                .map_err(|e| ApiError::invalid("bad_option", format!("task_spec: {e:#}")))?;
+            Some(Arc::new(t) as Arc<dyn Task>)
+        }
+        (Some(v), _) | (_, Some(v)) => {
+            return Err(ApiError::bad_request(format!("\"task\" and \"task_spec\" must be strings, got {v}")))
+        }
+    };
+    if opts.viewport.is_some() && !matches!(obj.get("task_spec"), Some(Value::String(_))) {
+        return Err(ApiError::invalid(
+            "bad_option",
+            "viewport can only be set with a task_spec: MiniWoB++ and built-in pages have fixed sizes",
+        ));
+    }
+    Ok(task)
+}
+
+/// The router of a server with `cfg`.
+pub fn router(cfg: ServeConfig) -> (Router, Arc<Shared>) {
+    let tasks: Vec<Value> = crate::tasks::all_task_ids(None)
+        .into_iter()
+        .filter_map(|id| {
+            let t = crate::tasks::load_task(&id).ok()?;
+            let vp = t.viewport();
+            let suite = id.split('/').next().unwrap_or("").to_string();
+            Some(json!({"id": id, "suite": suite, "width": vp.width, "height": vp.height, "max_steps": t.max_steps()}))
+        })
+        .collect();
+    let shared = Arc::new(Shared {
+        table: SessionTable::new(cfg.max_sessions, cfg.env.clone()),
+        cfg: cfg.clone(),
+        tasks: json!({ "tasks": tasks }),
+    });
+    let api = Router::new()
+        .route("/v1/tasks", get(|State(s): State<Arc<Shared>>| async move { Json(s.tasks.clone()) }))
+        .route("/v1/sessions", post(rest::create).get(rest::list))
+        .route("/v1/sessions/{id}", get(rest::state).delete(rest::close))
+        .route("/v1/sessions/{id}/reset", post(rest::reset))
+        .route("/v1/sessions/{id}/step", post(rest::step))
+        .route("/v1/sessions/{id}/render", get(rest::render))
+        .route("/ws", get(ws::upgrade))
+        .route("/schema", get(schema))
+        .route("/metadata", get(metadata))
+        .route(
+            "/openapi.yaml",
+            get(|| async { ([(header::CONTENT_TYPE, "application/yaml")], OPENAPI_YAML) }),
+        )
+        .route_layer(axum::middleware::from_fn_with_state(shared.clone(), auth));
+    let router = api
+        .route("/health", get(health))
+        .fallback(|| async {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                "no such route: see /openapi.yaml (REST under /v1/sessions, OpenEnv on /ws)",
+            )
+        })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "bad_request",
+                "this route does not take that method: see /openapi.yaml",
+            )
+        })
+        .layer(DefaultBodyLimit::max(cfg.max_body))
+        .with_state(shared.clone());
+    (router, shared)
+}
+
+async fn health(State(s): State<Arc<Shared>>) -> Json<Value> {
+    Json(json!({"status": "healthy", "sessions": s.table.len(), "max_sessions": s.table.max()}))
+}
+
+/// Require the bearer token (header, or `?token=` for WebSocket clients that cannot set headers).
+async fn auth(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Response {
+    let Some(token) = s.cfg.token.as_deref() else {
+        return next.run(req).await;
+    };
+    let header_ok = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .is_some_and(|t| t.trim() == token);
+    let query_ok = req
+        .uri()
+        .query()
+        .is_some_and(|q| url::form_urlencoded::parse(q.as_bytes()).any(|(k, v)| k == "token" && v == token));
+    if header_ok || query_ok {
+        return next.run(req).await;
+    }
+    ApiError::new(
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+        "this server needs its token: send the header \"Authorization: Bearer <token>\" (or ?token=<token> on /ws)",
+    )
+    .into_response()
+}
+
+async fn schema() -> Json<Value> {
+    Json(json!({
+        "action": {
+            "title": "GuiAction", "type": "object", "required": ["action"],
+            "properties": {"action": {"type": "string", "description":
+                "guirl's action text in screenshot pixels: click(x, y), double_click(x, y), right_click(x, y), \
+                 hover(x, y), drag(x1, y1, x2, y2), scroll(x, y, dx, dy), type(\"text\"), key(Enter), \
+                 key(ctrl+a), wait(ms), done()"}},
+        },
+        "observation": {
+            "title": "GuiObservation", "type": "object",
+            "properties": {
+                "screenshot": {"type": ["string", "null"], "description": "base64 PNG or JPEG"},
+                "screenshot_format": {"type": "string", "enum": ["png", "jpeg", "none"]},
+                "width": {"type": "integer"}, "height": {"type": "integer"},
+                "instruction": {"type": "string"}, "url": {"type": "string"}, "task_id": {"type": "string"},
+                "step": {"type": "integer"}, "frame": {"type": "object"}, "elements": {"type": "array"},
+                "terminated": {"type": "boolean"}, "truncated": {"type": "boolean"}, "info": {"type": "object"},
+            },
+        },
+        "state": {
+            "title": "GuiState", "type": "object",
+            "properties": {
+                "episode_id": {"type": "integer"}, "step_count": {"type": "integer"},
+                "session_id": {"type": "string"}, "task_id": {"type": ["string", "null"]},
+                "seed": {"type": ["integer", "null"]}, "status": {"type": ["string", "null"]},
+            },
+        },
+    }))
+}
+
+async fn metadata() -> Json<Value> {
+    Json(json!({
+        "name": "guirl",
+        "description": "GUI tasks (MiniWoB++, built-in, website specs) in a real headless Chromium; \
+                        actions are guirl's action text, observations a screenshot with the page's elements",
+        "version": env!("CARGO_PKG_VERSION"),
+        "author": "guirl",
+        "documentation_url": "docs/serve.md",
+        "readme_content": null,
+    }))
+}
+
+/// Serve on `listener` until `shutdown` resolves, reaping idle sessions; every browser
+/// is closed before it returns.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    cfg: ServeConfig,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let idle = cfg.idle_timeout;
+    let (app, shared) = router(cfg);
+    let reaper = idle.map(|timeout| {
+        let shared = shared.clone();
+        let every = (timeout / 4).clamp(Duration::from_millis(200), Duration::from_secs(5));
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            loop {
+                tick.tick().await;
+                shared.table.reap_idle(timeout).await;
+            }
+        })
+    });
+    let served = axum::serve(listener, app).with_graceful_shutdown(shutdown).await;
+    if let Some(r) = reaper {
+        r.abort();
+    }
+    shared.table.close_all().await;
+    served?;
+    Ok(())
+}

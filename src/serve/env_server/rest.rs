@@ -1,0 +1,157 @@
+//! The REST transport: `/v1/sessions` with explicit session ids, `/v1/tasks`.
+
+use super::error::ApiError;
+use super::session::Transition;
+use super::wire::{self, ImageFormat, SessionOptions, OPTION_FIELDS};
+use super::{task_from_request, Shared};
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+type Body = Result<Bytes, BytesRejection>;
+
+/// Read a body as a JSON object, turning a too-large body into 413.
+fn object(body: Body) -> Result<serde_json::Map<String, Value>, ApiError> {
+    let bytes = body.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body_too_large",
+                "the request body is larger than the server's --max-body",
+            )
+        } else {
+            ApiError::bad_request(format!("cannot read the request body: {e}"))
+        }
+    })?;
+    wire::body_object(&bytes)
+}
+
+/// The screenshot override of a reset or step request.
+fn format_override(obj: &serde_json::Map<String, Value>) -> Result<Option<ImageFormat>, ApiError> {
+    match obj.get("screenshot") {
+        None => Ok(None),
+        Some(v) => {
+            let mut o = SessionOptions::default();
+            let mut m = serde_json::Map::new();
+            m.insert("screenshot".into(), v.clone());
+            o.update(&m)?;
+            Ok(Some(o.screenshot))
+        }
+    }
+}
+
+/// `POST /v1/sessions`.
+pub async fn create(State(s): State<Arc<Shared>>, body: Body) -> Result<Response, ApiError> {
+    let obj = object(body)?;
+    let mut allowed = vec!["task", "task_spec"];
+    allowed.extend(OPTION_FIELDS);
+    wire::reject_unknown(&obj, &allowed, "a session request")?;
+    let mut opts = SessionOptions::default();
+    opts.update(&obj)?;
+    let task = task_from_request(&obj, &opts)?.ok_or_else(|| {
+        ApiError::invalid(
+            "unknown_task",
+            "a session needs \"task\" (a task id such as \"miniwob/click-button\"; GET /v1/tasks lists them) \
+             or \"task_spec\" (a website spec's TOML text)",
+        )
+    })?;
+    let session = s.table.open("rest")?;
+    let configured = session.configure(Some(task), opts).await;
+    if let Err(e) = configured {
+        let _ = s.table.close(&session.id).await;
+        return Err(e);
+    }
+    let desc = session.describe().await?;
+    Ok((StatusCode::CREATED, Json(desc)).into_response())
+}
+
+/// `GET /v1/sessions`.
+pub async fn list(State(s): State<Arc<Shared>>) -> Json<Value> {
+    let mut out = Vec::new();
+    for session in s.table.all() {
+        if let Ok(st) = session.state().await {
+            out.push(st);
+        }
+    }
+    Json(json!({ "sessions": out, "max_sessions": s.table.max() }))
+}
+
+/// `GET /v1/sessions/{id}`.
+pub async fn state(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+    Ok(Json(s.table.get(&id)?.state().await?))
+}
+
+/// `DELETE /v1/sessions/{id}`.
+pub async fn close(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+    s.table.close(&id).await?;
+    Ok(Json(json!({ "closed": id })))
+}
+
+/// `POST /v1/sessions/{id}/reset`.
+pub async fn reset(
+    State(s): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    body: Body,
+) -> Result<Json<Value>, ApiError> {
+    let session = s.table.get(&id)?;
+    let obj = object(body)?;
+    wire::reject_unknown(&obj, &["seed", "screenshot"], "a reset request")?;
+    let seed = wire::seed(&obj)?;
+    let t = session.reset(seed, format_override(&obj)?).await?;
+    session.touch();
+    Ok(Json(
+        json!({"observation": t.observation, "info": t.info, "terminated": t.terminated, "truncated": t.truncated}),
+    ))
+}
+
+/// `POST /v1/sessions/{id}/step`.
+pub async fn step(
+    State(s): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    body: Body,
+) -> Result<Json<Value>, ApiError> {
+    let session = s.table.get(&id)?;
+    let obj = object(body)?;
+    wire::reject_unknown(&obj, &["action", "action_str", "screenshot"], "a step request")?;
+    let action = wire::action(&obj)?;
+    let t = session.step(&action, format_override(&obj)?).await?;
+    session.touch();
+    Ok(Json(step_json(t)))
+}
+
+/// A step as the gymnasium 5-tuple's fields.
+pub fn step_json(t: Transition) -> Value {
+    json!({
+        "observation": t.observation, "reward": t.reward,
+        "terminated": t.terminated, "truncated": t.truncated, "info": t.info,
+    })
+}
+
+/// `GET /v1/sessions/{id}/render?format=png|jpeg`.
+pub async fn render(
+    State(s): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let fmt = match q.get("format").map(String::as_str) {
+        None | Some("png") => ImageFormat::Png,
+        Some("jpeg") | Some("jpg") => ImageFormat::Jpeg,
+        Some(other) => {
+            return Err(ApiError::invalid("bad_option", format!("format = {other:?}: use png or jpeg")))
+        }
+    };
+    let session = s.table.get(&id)?;
+    let quality = session.options().await?.jpeg_quality;
+    let img = session.render().await?;
+    let bytes = wire::encode_image(&img, fmt, quality).ok_or_else(|| {
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "cannot encode the screenshot")
+    })?;
+    let mime = if fmt == ImageFormat::Jpeg { "image/jpeg" } else { "image/png" };
+    Ok(([(header::CONTENT_TYPE, mime)], bytes).into_response())
+}

@@ -1,0 +1,371 @@
+//! The session table both transports share: one `GuiEnv` (one browser) per session,
+//! a capacity limit, and the idle reaper's bookkeeping.
+
+use super::error::ApiError;
+use super::wire::{self, SessionOptions};
+use crate::env::{EnvConfig, EpisodeStatus, GuiEnv};
+use crate::tasks::Task;
+use axum::http::StatusCode;
+use serde_json::{json, Map, Value};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// The result of a reset or a step, before a transport formats it.
+#[derive(Debug, Clone)]
+pub struct Transition {
+    /// The observation (None when a reset failed in the browser).
+    pub observation: Option<Value>,
+    /// Reward of the step (0 after reset).
+    pub reward: f64,
+    /// The episode ended by the task's verdict.
+    pub terminated: bool,
+    /// The episode was cut short (step limit, or the browser failed).
+    pub truncated: bool,
+    /// Status, errors, rewards, timings and episode counters.
+    pub info: Map<String, Value>,
+}
+
+/// What a session holds while nobody uses it.
+struct SessionEnv {
+    env: Option<GuiEnv>,
+    opts: SessionOptions,
+    seed: Option<u64>,
+    /// Resets so far (the OpenEnv `episode_id`).
+    episodes: u64,
+    steps: u32,
+    status: Option<EpisodeStatus>,
+    running: bool,
+    closed: bool,
+}
+
+/// One client's environment.
+pub struct Session {
+    /// Its id (random hex).
+    pub id: String,
+    /// `rest` or `ws`.
+    pub transport: &'static str,
+    created: SystemTime,
+    last_active: Mutex<Instant>,
+    inner: tokio::sync::Mutex<SessionEnv>,
+    base: EnvConfig,
+}
+
+/// All sessions of a server.
+pub struct SessionTable {
+    sessions: Mutex<HashMap<String, Arc<Session>>>,
+    max: usize,
+    base: EnvConfig,
+}
+
+fn random_id() -> String {
+    use rand::Rng;
+    let mut rng = rand::thread_rng();
+    (0..16).map(|_| format!("{:02x}", rng.gen::<u8>())).collect()
+}
+
+impl SessionTable {
+    /// A table of at most `max` sessions whose envs start from `base`.
+    pub fn new(max: usize, base: EnvConfig) -> SessionTable {
+        SessionTable { sessions: Mutex::new(HashMap::new()), max, base }
+    }
+
+    /// Most sessions at once.
+    pub fn max(&self) -> usize {
+        self.max
+    }
+
+    /// Sessions open now.
+    pub fn len(&self) -> usize {
+        self.sessions.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Whether no session is open.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Open a session (no browser yet: it starts at the first reset), or 503 when full.
+    pub fn open(&self, transport: &'static str) -> Result<Arc<Session>, ApiError> {
+        let mut map = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        if map.len() >= self.max {
+            return Err(ApiError::capacity(map.len(), self.max));
+        }
+        let s = Arc::new(Session {
+            id: random_id(),
+            transport,
+            created: SystemTime::now(),
+            last_active: Mutex::new(Instant::now()),
+            inner: tokio::sync::Mutex::new(SessionEnv {
+                env: None,
+                opts: SessionOptions::default(),
+                seed: None,
+                episodes: 0,
+                steps: 0,
+                status: None,
+                running: false,
+                closed: false,
+            }),
+            base: self.base.clone(),
+        });
+        map.insert(s.id.clone(), s.clone());
+        Ok(s)
+    }
+
+    /// The session `id`, or 404.
+    pub fn get(&self, id: &str) -> Result<Arc<Session>, ApiError> {
+        let map = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(id).cloned().ok_or_else(|| ApiError::unknown_session(id))
+    }
+
+    /// All open sessions.
+    pub fn all(&self) -> Vec<Arc<Session>> {
+        let map = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        let mut v: Vec<_> = map.values().cloned().collect();
+        v.sort_by_key(|s| s.created);
+        v
+    }
+
+    /// Close session `id` and kill its browser (waits for a request in flight on it).
+    pub async fn close(&self, id: &str) -> Result<(), ApiError> {
+        let s = self.sessions.lock().unwrap_or_else(|e| e.into_inner()).remove(id);
+        let s = s.ok_or_else(|| ApiError::unknown_session(id))?;
+        s.shut().await;
+        Ok(())
+    }
+
+    /// Close every session (at shutdown).
+    pub async fn close_all(&self) {
+        let all: Vec<_> =
+            self.sessions.lock().unwrap_or_else(|e| e.into_inner()).drain().map(|(_, s)| s).collect();
+        futures::future::join_all(all.iter().map(|s| s.shut())).await;
+    }
+
+    /// Close the sessions idle for longer than `timeout` that no request is using;
+    /// returns how many were closed.
+    pub async fn reap_idle(&self, timeout: Duration) -> usize {
+        let idle: Vec<String> = self
+            .all()
+            .into_iter()
+            .filter(|s| s.idle() > timeout && s.inner.try_lock().is_ok())
+            .map(|s| s.id.clone())
+            .collect();
+        let mut n = 0;
+        for id in idle {
+            tracing::info!(session = %id, "closing a session idle for over {} s", timeout.as_secs());
+            if self.close(&id).await.is_ok() {
+                n += 1;
+            }
+        }
+        n
+    }
+}
+
+impl Session {
+    /// Time since the last request on this session ended or began.
+    pub fn idle(&self) -> Duration {
+        self.last_active.lock().unwrap_or_else(|e| e.into_inner()).elapsed()
+    }
+
+    /// Mark the session as used now.
+    pub fn touch(&self) {
+        *self.last_active.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+    }
+
+    async fn shut(&self) {
+        let mut inner = self.inner.lock().await;
+        inner.closed = true;
+        inner.running = false;
+        if let Some(mut env) = inner.env.take() {
+            env.close().await;
+        }
+    }
+
+    async fn lock(&self) -> Result<tokio::sync::MutexGuard<'_, SessionEnv>, ApiError> {
+        self.touch();
+        let g = self.inner.lock().await;
+        if g.closed {
+            return Err(ApiError::unknown_session(&self.id));
+        }
+        Ok(g)
+    }
+
+    /// Point the session at `task` with `opts` (a new env when the options change, the
+    /// same browser when only the task does).
+    pub async fn configure(&self, task: Option<Arc<dyn Task>>, opts: SessionOptions) -> Result<(), ApiError> {
+        let mut g = self.lock().await?;
+        let same_env_options =
+            g.opts.strict_actions == opts.strict_actions && g.opts.wall_clock_ms == opts.wall_clock_ms;
+        match (task, g.env.as_mut()) {
+            (Some(task), Some(env)) if same_env_options => {
+                if task.id() != env.task().id() {
+                    env.set_task(task);
+                }
+            }
+            (Some(task), _) => self.replace_env(&mut g, task, &opts).await,
+            (None, Some(env)) if !same_env_options => {
+                let task = env.task().clone();
+                self.replace_env(&mut g, task, &opts).await;
+            }
+            (None, Some(_)) => {}
+            (None, None) => return Err(ApiError::invalid(
+                "unknown_task",
+                "this session has no task yet: give \"task\" (a task id, see GET /v1/tasks) or \"task_spec\"",
+            )),
+        }
+        if let Some(env) = g.env.as_mut() {
+            env.set_max_steps(opts.max_steps);
+        }
+        g.opts = opts;
+        g.running = false;
+        Ok(())
+    }
+
+    async fn replace_env(&self, g: &mut SessionEnv, task: Arc<dyn Task>, opts: &SessionOptions) {
+        if let Some(mut old) = g.env.take() {
+            old.close().await;
+        }
+        let cfg = EnvConfig {
+            max_steps: opts.max_steps,
+            wall_clock_ms: opts.wall_clock_ms,
+            strict_actions: opts.strict_actions,
+            ..self.base.clone()
+        };
+        g.env = Some(GuiEnv::new(task, cfg));
+    }
+
+    /// The session's options now.
+    pub async fn options(&self) -> Result<SessionOptions, ApiError> {
+        Ok(self.lock().await?.opts.clone())
+    }
+
+    /// Task id, step limit and screenshot size of the session's task (when it has one).
+    pub async fn describe(&self) -> Result<Value, ApiError> {
+        let g = self.lock().await?;
+        let env = g.env.as_ref().ok_or_else(|| ApiError::no_episode("this session has no task yet"))?;
+        let vp = env.task().viewport();
+        Ok(json!({
+            "session_id": self.id, "task_id": env.task().id(), "max_steps": env.max_steps(),
+            "width": vp.width, "height": vp.height,
+        }))
+    }
+
+    /// Start an episode for `seed` (a random one when None); `fmt` overrides the
+    /// session's screenshot format for this answer.
+    pub async fn reset(
+        &self,
+        seed: Option<u64>,
+        fmt: Option<wire::ImageFormat>,
+    ) -> Result<Transition, ApiError> {
+        let mut g = self.lock().await?;
+        let seed = seed.unwrap_or_else(|| rand::random::<u64>() >> 33);
+        let mut opts = g.opts.clone();
+        opts.screenshot = fmt.unwrap_or(opts.screenshot);
+        g.episodes += 1;
+        g.seed = Some(seed);
+        g.steps = 0;
+        let env = g.env.as_mut().ok_or_else(|| {
+            ApiError::invalid(
+                "unknown_task",
+                "reset needs a task: give \"task\" (see GET /v1/tasks) or \"task_spec\"",
+            )
+        })?;
+        let started = Instant::now();
+        let result = env.reset(seed).await;
+        let (observation, mut info, status) = match result {
+            Ok((obs, ri)) => {
+                let mut info = Map::new();
+                info.insert("status".into(), json!("running"));
+                info.insert("valid_action".into(), json!(true));
+                info.insert("browser_started".into(), json!(ri.browser_started));
+                info.insert("reset_ms".into(), json!(ri.reset_ms));
+                (Some(wire::observation(&obs, &opts)), info, EpisodeStatus::Running)
+            }
+            Err(e) => {
+                tracing::warn!(session = %self.id, seed, "reset failed: {e}");
+                let mut info = Map::new();
+                info.insert("status".into(), json!("env_error"));
+                info.insert("env_error".into(), json!(e.to_string()));
+                info.insert("reset_ms".into(), json!(started.elapsed().as_secs_f64() * 1000.0));
+                (None, info, EpisodeStatus::EnvError)
+            }
+        };
+        g.running = status == EpisodeStatus::Running;
+        g.status = Some(status);
+        let truncated = !g.running;
+        counters(&g, &mut info);
+        Ok(Transition { observation, reward: 0.0, terminated: false, truncated, info })
+    }
+
+    /// Take one step with action text `action`.
+    pub async fn step(&self, action: &str, fmt: Option<wire::ImageFormat>) -> Result<Transition, ApiError> {
+        let mut g = self.lock().await?;
+        if !g.running {
+            let why = match g.status {
+                None => "no episode has started: reset the session first".to_string(),
+                Some(s) => format!("the episode has ended (status {s}): reset the session to start another"),
+            };
+            return Err(ApiError::no_episode(why));
+        }
+        let mut opts = g.opts.clone();
+        opts.screenshot = fmt.unwrap_or(opts.screenshot);
+        let env = g.env.as_mut().expect("a running episode has an env");
+        let out = env
+            .step_text(action)
+            .await
+            .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;
+        g.steps = out.obs.step;
+        g.status = Some(out.info.status);
+        g.running = !(out.terminated || out.truncated);
+        let mut info = wire::step_info(&out.info);
+        counters(&g, &mut info);
+        Ok(Transition {
+            observation: Some(wire::observation(&out.obs, &opts)),
+            reward: out.reward,
+            terminated: out.terminated,
+            truncated: out.truncated,
+            info,
+        })
+    }
+
+    /// A fresh screenshot of the session's page.
+    pub async fn render(&self) -> Result<image::RgbImage, ApiError> {
+        let g = self.lock().await?;
+        let env = g
+            .env
+            .as_ref()
+            .filter(|_| g.status.is_some())
+            .ok_or_else(|| ApiError::no_episode("nothing to render yet: reset the session first"))?;
+        env.render().await.map_err(|e| ApiError::new(StatusCode::BAD_GATEWAY, "env_error", e.to_string()))
+    }
+
+    /// The session's state (OpenEnv's `state`: `episode_id`, `step_count`, and more).
+    pub async fn state(&self) -> Result<Value, ApiError> {
+        let g = self.lock().await?;
+        let created = self.created.duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
+        let env = g.env.as_ref();
+        Ok(json!({
+            "session_id": self.id,
+            "transport": self.transport,
+            "episode_id": g.episodes,
+            "step_count": g.steps,
+            "task_id": env.map(|e| e.task().id().to_string()),
+            "max_steps": env.map(|e| e.max_steps()),
+            "seed": g.seed,
+            "status": g.status.map(|s| s.as_str()),
+            "running": g.running,
+            "created_at": created,
+            "idle_s": self.idle().as_secs_f64(),
+            "browser_profile_dir": env.and_then(|e| e.browser_profile_dir()),
+        }))
+    }
+}
+
+fn counters(g: &SessionEnv, info: &mut Map<String, Value>) {
+    let env = g.env.as_ref();
+    info.insert("seed".into(), json!(g.seed));
+    info.insert("step".into(), json!(g.steps));
+    info.insert("max_steps".into(), json!(env.map(|e| e.max_steps())));
+    info.insert("episode_id".into(), json!(g.episodes));
+    info.insert("task_id".into(), json!(env.map(|e| e.task().id().to_string())));
+}

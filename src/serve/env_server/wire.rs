@@ -1,0 +1,269 @@
+//! What crosses the wire: request fields read by hand (so every mistake gets a message
+//! naming the field) and observations written as JSON with base64 screenshots.
+
+use super::error::ApiError;
+use crate::env::{EpisodeStatus, ScreenState, StepInfo};
+use base64::Engine;
+use serde_json::{json, Map, Value};
+
+/// Longest action text accepted.
+pub const MAX_ACTION_CHARS: usize = 10_000;
+
+/// How screenshots travel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ImageFormat {
+    /// Base64 PNG (lossless; the default).
+    #[default]
+    Png,
+    /// Base64 JPEG at the session's quality.
+    Jpeg,
+    /// No screenshot (text-only agents, or clients that call render themselves).
+    None,
+}
+
+impl ImageFormat {
+    fn parse(v: &Value) -> Result<ImageFormat, ApiError> {
+        match v.as_str() {
+            Some("png") => Ok(ImageFormat::Png),
+            Some("jpeg") | Some("jpg") => Ok(ImageFormat::Jpeg),
+            Some("none") => Ok(ImageFormat::None),
+            _ => Err(ApiError::invalid(
+                "bad_option",
+                format!("screenshot = {v}: use \"png\", \"jpeg\" or \"none\""),
+            )),
+        }
+    }
+    /// The name written in observations.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ImageFormat::Png => "png",
+            ImageFormat::Jpeg => "jpeg",
+            ImageFormat::None => "none",
+        }
+    }
+}
+
+/// What a client chose for its session.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionOptions {
+    /// Override of the task's step limit.
+    pub max_steps: Option<u32>,
+    /// An action that cannot be executed ends the episode.
+    pub strict_actions: bool,
+    /// Enforce the task's in-page time limit (ms).
+    pub wall_clock_ms: Option<u64>,
+    /// How screenshots travel.
+    pub screenshot: ImageFormat,
+    /// JPEG quality, 1 to 100.
+    pub jpeg_quality: u8,
+    /// Whether observations list the page's elements.
+    pub elements: bool,
+    /// Viewport of a website spec (width, height).
+    pub viewport: Option<(u32, u32)>,
+}
+
+impl Default for SessionOptions {
+    fn default() -> Self {
+        SessionOptions {
+            max_steps: None,
+            strict_actions: false,
+            wall_clock_ms: None,
+            screenshot: ImageFormat::Png,
+            jpeg_quality: 80,
+            elements: true,
+            viewport: None,
+        }
+    }
+}
+
+/// The option fields a session takes.
+pub const OPTION_FIELDS: [&str; 7] =
+    ["max_steps", "strict_actions", "wall_clock_ms", "screenshot", "jpeg_quality", "elements", "viewport"];
+
+impl SessionOptions {
+    /// Apply the option fields present in `obj` on top of `self`.
+    pub fn update(&mut self, obj: &Map<String, Value>) -> Result<(), ApiError> {
+        let bad =
+            |k: &str, v: &Value, want: &str| ApiError::invalid("bad_option", format!("{k} = {v}: {want}"));
+        for (k, v) in obj {
+            match k.as_str() {
+                "max_steps" => {
+                    self.max_steps = match v {
+                        Value::Null => None,
+                        _ => Some(v.as_u64().filter(|n| (1..=10_000).contains(n)).ok_or_else(|| {
+                            bad(k, v, "use an integer from 1 to 10000, or null for the task's own")
+                        })? as u32),
+                    }
+                }
+                "strict_actions" => {
+                    self.strict_actions = v.as_bool().ok_or_else(|| bad(k, v, "use true or false"))?
+                }
+                "elements" => self.elements = v.as_bool().ok_or_else(|| bad(k, v, "use true or false"))?,
+                "wall_clock_ms" => {
+                    self.wall_clock_ms =
+                        match v {
+                            Value::Null => None,
+                            _ => Some(v.as_u64().filter(|n| *n > 0).ok_or_else(|| {
+                                bad(k, v, "use a positive number of milliseconds, or null")
+                            })?),
+                        }
+                }
+                "screenshot" => self.screenshot = ImageFormat::parse(v)?,
+                "jpeg_quality" => {
+                    self.jpeg_quality = v
+                        .as_u64()
+                        .filter(|q| (1..=100).contains(q))
+                        .ok_or_else(|| bad(k, v, "use an integer from 1 to 100"))?
+                        as u8
+                }
+                "viewport" => {
+                    let dim = |f: &str| v.get(f).and_then(Value::as_u64).filter(|n| (50..=4000).contains(n));
+                    self.viewport = match v {
+                        Value::Null => None,
+                        _ => match (dim("width"), dim("height")) {
+                            (Some(w), Some(h)) => Some((w as u32, h as u32)),
+                            _ => {
+                                return Err(bad(
+                                    k,
+                                    v,
+                                    "use {\"width\": W, \"height\": H} with 50 to 4000 pixels each",
+                                ))
+                            }
+                        },
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The fields of `obj` not in `allowed`, as an error naming them and the allowed ones.
+pub fn reject_unknown(obj: &Map<String, Value>, allowed: &[&str], what: &str) -> Result<(), ApiError> {
+    let unknown: Vec<&str> = obj.keys().map(String::as_str).filter(|k| !allowed.contains(k)).collect();
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    Err(ApiError::bad_request(format!(
+        "unknown field{} {} in {what}: the fields are {}",
+        if unknown.len() > 1 { "s" } else { "" },
+        unknown.iter().map(|k| format!("{k:?}")).collect::<Vec<_>>().join(", "),
+        allowed.join(", ")
+    )))
+}
+
+/// Parse a request body as a JSON object (an empty body is an empty object).
+pub fn body_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
+    if body.iter().all(|b| b.is_ascii_whitespace()) {
+        return Ok(Map::new());
+    }
+    match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Object(m)) => Ok(m),
+        Ok(other) => Err(ApiError::bad_request(format!(
+            "the body must be a JSON object, got {}",
+            short(&other.to_string())
+        ))),
+        Err(e) => Err(ApiError::bad_request(format!("the body is not valid JSON: {e}"))),
+    }
+}
+
+/// A seed field: absent or null means "pick one".
+pub fn seed(obj: &Map<String, Value>) -> Result<Option<u64>, ApiError> {
+    match obj.get("seed") {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v.as_u64().filter(|s| *s < 1 << 63).map(Some).ok_or_else(|| {
+            ApiError::invalid(
+                "bad_seed",
+                format!("seed = {}: use an integer from 0 to 2^63-1", short(&v.to_string())),
+            )
+        }),
+    }
+}
+
+/// The action text of a step request (`action`, or BrowserGym's `action_str`).
+pub fn action(obj: &Map<String, Value>) -> Result<String, ApiError> {
+    let v = obj.get("action").or_else(|| obj.get("action_str"));
+    let malformed = |m: String| ApiError::invalid("malformed_action", m);
+    match v {
+        None => Err(malformed(
+            "the step has no \"action\": send {\"action\": \"click(10, 20)\"} (guirl's action text)".into(),
+        )),
+        Some(Value::String(s)) if s.chars().count() > MAX_ACTION_CHARS => Err(malformed(format!(
+            "the action is {} characters long; at most {MAX_ACTION_CHARS}",
+            s.chars().count()
+        ))),
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(other) => Err(malformed(format!(
+            "\"action\" must be a string of guirl's action text like \"click(10, 20)\", got {}",
+            short(&other.to_string())
+        ))),
+    }
+}
+
+fn short(s: &str) -> String {
+    if s.chars().count() > 80 {
+        format!("{}...", s.chars().take(80).collect::<String>())
+    } else {
+        s.to_string()
+    }
+}
+
+/// Encode a screenshot in `fmt` (None for `ImageFormat::None`).
+pub fn encode_image(img: &image::RgbImage, fmt: ImageFormat, quality: u8) -> Option<Vec<u8>> {
+    match fmt {
+        ImageFormat::None => None,
+        ImageFormat::Png => Some(crate::env::encode_png(img)),
+        ImageFormat::Jpeg => {
+            let mut out = Vec::new();
+            let enc = image::codecs::jpeg::JpegEncoder::new_with_quality(&mut out, quality);
+            img.write_with_encoder(enc).ok()?;
+            Some(out)
+        }
+    }
+}
+
+/// An observation as JSON, its screenshot in `opts`' format.
+pub fn observation(obs: &ScreenState, opts: &SessionOptions) -> Value {
+    let shot = encode_image(&obs.screenshot, opts.screenshot, opts.jpeg_quality)
+        .map(|b| base64::engine::general_purpose::STANDARD.encode(b));
+    json!({
+        "screenshot": shot,
+        "screenshot_format": opts.screenshot.as_str(),
+        "width": obs.screenshot.width(),
+        "height": obs.screenshot.height(),
+        "instruction": obs.instruction,
+        "url": obs.url,
+        "task_id": obs.task_id,
+        "step": obs.step,
+        "frame": obs.frame,
+        "elements": if opts.elements { json!(obs.elements) } else { json!([]) },
+    })
+}
+
+/// The status a client sees: `invalid_action` also for a wasted step that goes on.
+pub fn wire_status(info: &StepInfo) -> &'static str {
+    if info.status == EpisodeStatus::Running && info.action_error.is_some() {
+        "invalid_action"
+    } else {
+        info.status.as_str()
+    }
+}
+
+/// The `info` of a step.
+pub fn step_info(info: &StepInfo) -> Map<String, Value> {
+    let v = json!({
+        "status": wire_status(info),
+        "valid_action": info.action_error.is_none(),
+        "action_error": info.action_error,
+        "env_error": info.env_error,
+        "reason": info.reason,
+        "raw_reward": info.raw_reward,
+        "decayed_reward": info.decayed_reward,
+        "timings": info.timings,
+    });
+    match v {
+        Value::Object(m) => m,
+        _ => unreachable!("json! of an object"),
+    }
+}

@@ -1,0 +1,158 @@
+//! OpenEnv's WebSocket protocol on `/ws`: one connection is one session; JSON messages
+//! `reset`, `step`, `state`, `close` answered by `observation`, `state` or `error`.
+//! Pings catch half-open connections, whose sessions are then freed.
+
+use super::error::ApiError;
+use super::session::{Session, Transition};
+use super::wire::{self, OPTION_FIELDS};
+use super::{task_from_request, Shared};
+use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::State;
+use axum::response::Response;
+use serde_json::{json, Map, Value};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// `GET /ws`: upgrade, then serve one session for the connection's life.
+pub async fn upgrade(State(s): State<Arc<Shared>>, ws: WebSocketUpgrade) -> Response {
+    let max = s.cfg.max_body;
+    ws.max_message_size(max).max_frame_size(max).on_upgrade(move |socket| serve(s, socket))
+}
+
+fn error_message(e: &ApiError) -> String {
+    json!({"type": "error", "data": {"code": e.openenv_code(), "error": e.code, "message": e.message}})
+        .to_string()
+}
+
+fn observation_message(t: Transition) -> String {
+    let mut obs = match t.observation {
+        Some(Value::Object(m)) => m,
+        _ => Map::new(),
+    };
+    obs.insert("terminated".into(), json!(t.terminated));
+    obs.insert("truncated".into(), json!(t.truncated));
+    obs.insert("info".into(), Value::Object(t.info));
+    let data = json!({"observation": obs, "reward": t.reward, "done": t.terminated || t.truncated});
+    json!({"type": "observation", "data": data}).to_string()
+}
+
+async fn serve(s: Arc<Shared>, mut socket: WebSocket) {
+    let session = match s.table.open("ws") {
+        Ok(session) => session,
+        Err(e) => {
+            let mut text = error_message(&e);
+            if let Ok(Value::Object(mut m)) = serde_json::from_str::<Value>(&text) {
+                if let Some(Value::Object(d)) = m.get_mut("data") {
+                    d.insert("active_sessions".into(), json!(s.table.len()));
+                    d.insert("max_sessions".into(), json!(s.table.max()));
+                }
+                text = Value::Object(m).to_string();
+            }
+            let _ = socket.send(Message::Text(text.into())).await;
+            let _ = socket.send(Message::Close(None)).await;
+            return;
+        }
+    };
+    tracing::debug!(session = %session.id, "websocket session opened");
+    let every = s.cfg.ws_ping;
+    let mut ping = tokio::time::interval(every);
+    ping.tick().await;
+    let mut last_heard = Instant::now();
+    loop {
+        tokio::select! {
+            msg = socket.recv() => {
+                let text = match msg {
+                    None | Some(Err(_)) | Some(Ok(Message::Close(_))) => break,
+                    Some(Ok(Message::Text(t))) => t.to_string(),
+                    Some(Ok(Message::Binary(_))) => {
+                        let e = ApiError::bad_request("binary frames are not messages: send JSON text");
+                        let reply = json!({"type": "error", "data": {"code": "INVALID_JSON", "error": e.code, "message": e.message}});
+                        if socket.send(Message::Text(reply.to_string().into())).await.is_err() { break; }
+                        continue;
+                    }
+                    Some(Ok(_)) => { last_heard = Instant::now(); continue; }
+                };
+                last_heard = Instant::now();
+                let (reply, close) = handle(&session, &text).await;
+                if let Some(reply) = reply {
+                    if socket.send(Message::Text(reply.into())).await.is_err() { break; }
+                }
+                if close { break; }
+            }
+            _ = ping.tick() => {
+                // Two intervals without a pong or a message: the peer is gone (a half-open
+                // connection never errors on its own), so free its browser.
+                if last_heard.elapsed() > every * 2 {
+                    tracing::info!(session = %session.id, "websocket peer stopped answering pings; closing its session");
+                    break;
+                }
+                if s.table.get(&session.id).is_err() {
+                    let e = ApiError::unknown_session(&session.id);
+                    let _ = socket.send(Message::Text(error_message(&e).into())).await;
+                    break;
+                }
+                if socket.send(Message::Ping(Vec::new().into())).await.is_err() { break; }
+            }
+        }
+    }
+    let _ = s.table.close(&session.id).await;
+    let _ = socket.send(Message::Close(None)).await;
+    tracing::debug!(session = %session.id, "websocket session closed");
+}
+
+/// Answer one text message; the flag says whether to close the connection after it.
+async fn handle(session: &Arc<Session>, text: &str) -> (Option<String>, bool) {
+    let msg: Value = match serde_json::from_str(text) {
+        Ok(v) => v,
+        Err(e) => {
+            let reply = json!({"type": "error", "data": {"code": "INVALID_JSON", "error": "bad_request", "message": format!("Invalid JSON: {e}")}});
+            return (Some(reply.to_string()), false);
+        }
+    };
+    let kind = msg.get("type").and_then(Value::as_str).unwrap_or("");
+    let data = match msg.get("data") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(m)) => m.clone(),
+        Some(other) => {
+            let e = ApiError::bad_request(format!("\"data\" must be an object, got {other}"));
+            return (Some(error_message(&e)), false);
+        }
+    };
+    let result = match kind {
+        "reset" => reset(session, &data).await.map(observation_message),
+        "step" => step(session, &data).await.map(observation_message),
+        "state" => session.state().await.map(|st| json!({"type": "state", "data": st}).to_string()),
+        "close" => return (None, true),
+        other => {
+            let reply = json!({"type": "error", "data": {"code": "UNKNOWN_TYPE", "error": "bad_request",
+                "message": format!("Unknown message type: {other:?}: use reset, step, state or close")}});
+            return (Some(reply.to_string()), false);
+        }
+    };
+    session.touch();
+    match result {
+        Ok(reply) => (Some(reply), false),
+        Err(e) => {
+            let gone = e.code == "unknown_session";
+            (Some(error_message(&e)), gone)
+        }
+    }
+}
+
+async fn reset(session: &Session, data: &Map<String, Value>) -> Result<Transition, ApiError> {
+    let mut allowed = vec!["seed", "episode_id", "task", "task_spec"];
+    allowed.extend(OPTION_FIELDS);
+    wire::reject_unknown(data, &allowed, "a reset message")?;
+    let seed = wire::seed(data)?;
+    let mut opts = session.options().await?;
+    opts.update(data)?;
+    let task = task_from_request(data, &opts)?;
+    session.configure(task, opts).await?;
+    session.reset(seed, None).await
+}
+
+async fn step(session: &Session, data: &Map<String, Value>) -> Result<Transition, ApiError> {
+    wire::reject_unknown(data, &["action", "action_str", "metadata", "request_id"], "a step message")?;
+    let action = wire::action(data)?;
+    session.step(&action, None).await
+}
