@@ -39,4 +39,17 @@ with zipfile.ZipFile(wheel) as z:
 PY
 fi
 
+# The Python client (clients/python) and what its tests load (gymnasium, openenv-core,
+# pyarrow, datasets, ray) live in .venv; reinstalled only when its pyproject changes.
+if [ -f clients/python/pyproject.toml ]; then
+  stamp=$(sha256sum clients/python/pyproject.toml | cut -c1-16)
+  if [ "$(cat .venv/.guirl-stamp 2>/dev/null)" != "$stamp" ]; then
+    echo "setup: installing the Python client and its test dependencies into .venv"
+    python3 -m venv .venv
+    .venv/bin/pip install --quiet --upgrade pip
+    .venv/bin/pip install --quiet -e "./clients/python[test]"
+    echo "$stamp" > .venv/.guirl-stamp
+  fi
+fi
+
 echo "setup: chromium $(chromium --version 2>/dev/null | awk '{print $2}'), chromedriver $(chromedriver --version | awk '{print $2}'), MiniWoB++ pages in $DEST"

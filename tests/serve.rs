@@ -354,15 +354,17 @@ async fn idle_sessions_are_reaped_and_their_browsers_killed() {
         .unwrap()
         .to_string();
     assert!(browser_alive(&profile));
-    // Activity keeps it: a request every second for 3 s.
+    // Use keeps it: a step every second for 3 s.
     for _ in 0..3 {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        assert_eq!(get(&s, &format!("/v1/sessions/{id}")).await.status, 200);
+        let r = post(&s, &format!("/v1/sessions/{id}/step"), json!({"action": "wait(0)"})).await;
+        assert_eq!(r.status, 200, "{:?}", r.body);
     }
+    // Reading its state (a monitor polling) does not.
     let t0 = Instant::now();
     loop {
         tokio::time::sleep(Duration::from_millis(250)).await;
-        if get(&s, "/health").await.body["sessions"] == 0 {
+        if get(&s, &format!("/v1/sessions/{id}")).await.status == 404 {
             break;
         }
         assert!(t0.elapsed() < Duration::from_secs(10), "the reaper closes an idle session");

@@ -183,6 +183,12 @@ impl Session {
 
     async fn lock(&self) -> Result<tokio::sync::MutexGuard<'_, SessionEnv>, ApiError> {
         self.touch();
+        self.peek().await
+    }
+
+    /// The session without counting as activity (reading its state must not keep an
+    /// abandoned session alive).
+    async fn peek(&self) -> Result<tokio::sync::MutexGuard<'_, SessionEnv>, ApiError> {
         let g = self.inner.lock().await;
         if g.closed {
             return Err(ApiError::unknown_session(&self.id));
@@ -274,18 +280,14 @@ impl Session {
         let result = env.reset(seed).await;
         let (observation, mut info, status) = match result {
             Ok((obs, ri)) => {
-                let mut info = Map::new();
-                info.insert("status".into(), json!("running"));
-                info.insert("valid_action".into(), json!(true));
+                let mut info = reset_info(None);
                 info.insert("browser_started".into(), json!(ri.browser_started));
                 info.insert("reset_ms".into(), json!(ri.reset_ms));
                 (Some(wire::observation(&obs, &opts)), info, EpisodeStatus::Running)
             }
             Err(e) => {
                 tracing::warn!(session = %self.id, seed, "reset failed: {e}");
-                let mut info = Map::new();
-                info.insert("status".into(), json!("env_error"));
-                info.insert("env_error".into(), json!(e.to_string()));
+                let mut info = reset_info(Some(e.to_string()));
                 info.insert("reset_ms".into(), json!(started.elapsed().as_secs_f64() * 1000.0));
                 (None, info, EpisodeStatus::EnvError)
             }
@@ -341,7 +343,7 @@ impl Session {
 
     /// The session's state (OpenEnv's `state`: `episode_id`, `step_count`, and more).
     pub async fn state(&self) -> Result<Value, ApiError> {
-        let g = self.lock().await?;
+        let g = self.peek().await?;
         let created = self.created.duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
         let env = g.env.as_ref();
         Ok(json!({
@@ -359,6 +361,20 @@ impl Session {
             "browser_profile_dir": env.and_then(|e| e.browser_profile_dir()),
         }))
     }
+}
+
+/// The `info` of a reset: the same fields as a step's, with nothing done yet.
+fn reset_info(env_error: Option<String>) -> Map<String, Value> {
+    let info = crate::env::StepInfo {
+        status: if env_error.is_some() { EpisodeStatus::EnvError } else { EpisodeStatus::Running },
+        raw_reward: 0.0,
+        decayed_reward: 0.0,
+        reason: None,
+        action_error: None,
+        env_error,
+        timings: Default::default(),
+    };
+    wire::step_info(&info)
 }
 
 fn counters(g: &SessionEnv, info: &mut Map<String, Value>) {

@@ -1,0 +1,276 @@
+"""A thin client for the REST API of ``guirl serve`` (see ``docs/serve.md``).
+
+::
+
+    client = GuirlClient("http://127.0.0.1:8765")
+    with client.create_session("miniwob/click-button") as s:
+        out = s.reset(seed=0)                     # {"observation": {...}, "info": {...}}
+        out = s.step("click(80, 120)")            # + reward, terminated, truncated
+        image = decode_screenshot(out["observation"])   # (H, W, 3) uint8
+
+Errors the server answers with its JSON error body raise :class:`GuirlServerError`
+(``code``, ``message``, ``status``). A browser failure is not an HTTP error: it is a
+normal answer with ``info["status"] == "env_error"``; :class:`GuirlEnvError` is what the
+environment wrappers (``GuirlEnv``, ``GuirlTRLEnv``) raise for it.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import time
+from typing import Any
+
+import numpy as np
+import requests
+from PIL import Image
+
+DEFAULT_URL = "http://127.0.0.1:8765"
+
+
+class GuirlServerError(Exception):
+    """The server answered with an error: ``code`` is the stable code of ``docs/serve.md``
+    (``unknown_task``, ``capacity_reached``, ...), ``status`` the HTTP status."""
+
+    def __init__(self, code: str, message: str, status: int | None = None):
+        super().__init__(f"{code}: {message}" + (f" (HTTP {status})" if status else ""))
+        self.code = code
+        self.message = message
+        self.status = status
+
+
+class GuirlEnvError(RuntimeError):
+    """The browser failed under the episode (``info["status"] == "env_error"``).
+
+    Not the agent's fault: mask the episode out of training (or relaunch it with the same
+    seed). The session stays usable: the next ``reset`` starts a fresh browser.
+    ``info`` is the server's info dict, when there was one.
+    """
+
+    def __init__(self, message: str, info: dict | None = None, session_id: str | None = None):
+        super().__init__(message)
+        self.info = info or {}
+        self.session_id = session_id
+
+
+def _error_from_response(resp: requests.Response) -> GuirlServerError:
+    try:
+        body = resp.json()
+        err = body["error"]
+        return GuirlServerError(str(err["code"]), str(err.get("message", "")), resp.status_code)
+    except (ValueError, KeyError, TypeError):
+        text = resp.text.strip()[:500]
+        return GuirlServerError(
+            "http_error",
+            f"{resp.request.method} {resp.url} answered {resp.status_code} without guirl's error body: {text!r}",
+            resp.status_code,
+        )
+
+
+def _retry_after(resp: requests.Response, attempt: int, cap: float) -> float:
+    """Seconds to wait before retrying a 503: the Retry-After header (seconds), else an
+    exponential backoff from 0.5 s."""
+    value = resp.headers.get("Retry-After")
+    try:
+        wait = float(value) if value is not None else 0.5 * 2**attempt
+    except ValueError:
+        wait = 0.5 * 2**attempt
+    return max(0.0, min(wait, cap))
+
+
+class GuirlClient:
+    """Talks to one ``guirl serve``.
+
+    Args:
+        base_url: the server, e.g. ``http://127.0.0.1:8765``.
+        token: sent as ``Authorization: Bearer <token>`` (``guirl serve --token``).
+        timeout: seconds per request (a reset that starts a browser can take a few).
+        retries: how many times a ``503 capacity_reached`` is retried, waiting what its
+            ``Retry-After`` says (capped at ``max_retry_wait``); 0 raises at once.
+        max_retry_wait: the longest single wait between retries, in seconds.
+
+    Connections are kept alive (one ``requests.Session``). Only 503s are retried: a step
+    that failed in transit is not repeated, since the server may have executed it.
+    """
+
+    def __init__(
+        self,
+        base_url: str = DEFAULT_URL,
+        token: str | None = None,
+        timeout: float = 60.0,
+        retries: int = 3,
+        max_retry_wait: float = 30.0,
+    ):
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self.retries = retries
+        self.max_retry_wait = max_retry_wait
+        self.http = requests.Session()
+        self.http.headers["Accept"] = "application/json"
+        if token:
+            self.http.headers["Authorization"] = f"Bearer {token}"
+
+    # -- plumbing -------------------------------------------------------------------
+
+    def request(self, method: str, path: str, *, json: Any = None, params: dict | None = None) -> requests.Response:
+        """Send one request, retrying 503s; raise :class:`GuirlServerError` on any error
+        status. Returns the (2xx) response."""
+        url = self.base_url + path
+        attempt = 0
+        while True:
+            try:
+                resp = self.http.request(method, url, json=json, params=params, timeout=self.timeout)
+            except requests.ConnectionError as e:
+                raise GuirlServerError(
+                    "connection_failed",
+                    f"cannot reach guirl serve at {self.base_url} ({e.__class__.__name__}); "
+                    "is it running? start it with `guirl serve --bind 127.0.0.1:8765`",
+                ) from e
+            except requests.Timeout as e:
+                raise GuirlServerError(
+                    "timeout", f"{method} {path} got no answer within {self.timeout} s"
+                ) from e
+            if resp.status_code == 503 and attempt < self.retries:
+                time.sleep(_retry_after(resp, attempt, self.max_retry_wait))
+                attempt += 1
+                continue
+            if resp.status_code >= 400:
+                raise _error_from_response(resp)
+            return resp
+
+    def _json(self, method: str, path: str, **kw) -> Any:
+        return self.request(method, path, **kw).json()
+
+    # -- routes ---------------------------------------------------------------------
+
+    def health(self) -> dict:
+        """``GET /health``: ``{"status": "healthy", "sessions": n, "max_sessions": m}``."""
+        return self._json("GET", "/health")
+
+    def tasks(self) -> list[dict]:
+        """``GET /v1/tasks``: ``[{"id", "suite", "width", "height", "max_steps"}, ...]``."""
+        return self._json("GET", "/v1/tasks")["tasks"]
+
+    def sessions(self) -> list[dict]:
+        """``GET /v1/sessions``: the state of every live session."""
+        return self._json("GET", "/v1/sessions")["sessions"]
+
+    def create_session(self, task: str | None = None, *, task_spec: str | None = None, **options) -> "Session":
+        """``POST /v1/sessions``: a new session for ``task`` (a task id like
+        ``miniwob/click-button``) or ``task_spec`` (a website spec as TOML).
+
+        Options (``docs/serve.md``): ``max_steps``, ``strict_actions``, ``wall_clock_ms``,
+        ``screenshot`` (``png`` | ``jpeg`` | ``none``), ``jpeg_quality``, ``elements``,
+        ``viewport`` ({"width", "height"}, website specs only). None values are left out.
+        """
+        if (task is None) == (task_spec is None):
+            raise ValueError("give exactly one of task (a task id) or task_spec (website spec TOML)")
+        body: dict[str, Any] = {"task": task} if task is not None else {"task_spec": task_spec}
+        body.update({k: v for k, v in options.items() if v is not None})
+        info = self._json("POST", "/v1/sessions", json=body)
+        return Session(self, info)
+
+    def session(self, session_id: str) -> "Session":
+        """Attach to an existing session by id (``GET /v1/sessions/{id}``)."""
+        state = self._json("GET", f"/v1/sessions/{session_id}")
+        return Session(self, {"session_id": session_id, **state})
+
+    def close(self) -> None:
+        """Close the HTTP connections (sessions on the server are left alone)."""
+        self.http.close()
+
+    def __enter__(self) -> "GuirlClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"GuirlClient({self.base_url!r})"
+
+
+class Session:
+    """One environment session on the server (one browser). Made by
+    :meth:`GuirlClient.create_session`; a context manager that deletes it on exit."""
+
+    def __init__(self, client: GuirlClient, created: dict):
+        self.client = client
+        self.id: str = created["session_id"]
+        self.task_id: str | None = created.get("task_id")
+        self.max_steps: int | None = created.get("max_steps")
+        self.width: int | None = created.get("width")
+        self.height: int | None = created.get("height")
+        self.closed = False
+
+    def reset(self, seed: int | None = None, screenshot: str | None = None) -> dict:
+        """``POST /v1/sessions/{id}/reset``: ``{"observation", "info"}``. The same seed
+        gives the same start. A browser failure answers ``observation = None`` and
+        ``info["status"] == "env_error"`` (no exception here)."""
+        body: dict[str, Any] = {}
+        if seed is not None:
+            body["seed"] = int(seed)
+        if screenshot is not None:
+            body["screenshot"] = screenshot
+        return self.client._json("POST", f"/v1/sessions/{self.id}/reset", json=body)
+
+    def step(self, action: str, screenshot: str | None = None) -> dict:
+        """``POST /v1/sessions/{id}/step`` with action text:
+        ``{"observation", "reward", "terminated", "truncated", "info"}``."""
+        body: dict[str, Any] = {"action": action}
+        if screenshot is not None:
+            body["screenshot"] = screenshot
+        return self.client._json("POST", f"/v1/sessions/{self.id}/step", json=body)
+
+    def state(self) -> dict:
+        """``GET /v1/sessions/{id}``."""
+        return self.client._json("GET", f"/v1/sessions/{self.id}")
+
+    def render(self, format: str = "png") -> bytes:
+        """``GET /v1/sessions/{id}/render``: the current screen as image bytes."""
+        return self.client.request("GET", f"/v1/sessions/{self.id}/render", params={"format": format}).content
+
+    def close(self) -> None:
+        """``DELETE /v1/sessions/{id}``: the browser is killed. Closing twice, or a session
+        the server already reaped, is fine."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self.client.request("DELETE", f"/v1/sessions/{self.id}")
+        except GuirlServerError as e:
+            if e.code != "unknown_session":
+                raise
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Session({self.id!r}, task={self.task_id!r})"
+
+
+def screenshot_image(observation: dict) -> Image.Image | None:
+    """The observation's screenshot as an RGB PIL image (None when it has none)."""
+    data = observation.get("screenshot") if observation else None
+    if not data:
+        return None
+    img = Image.open(io.BytesIO(base64.b64decode(data)))
+    return img.convert("RGB") if img.mode != "RGB" else img
+
+
+def decode_screenshot(observation: dict) -> np.ndarray | None:
+    """The observation's screenshot as an ``(height, width, 3)`` uint8 array (None when it
+    has none, i.e. ``screenshot = "none"``)."""
+    img = screenshot_image(observation)
+    return None if img is None else np.asarray(img, dtype=np.uint8).copy()
+
+
+def screenshot_data_url(observation: dict) -> str | None:
+    """The screenshot as a ``data:image/png;base64,...`` URL (the format the server sent)."""
+    data = observation.get("screenshot") if observation else None
+    if not data:
+        return None
+    fmt = observation.get("screenshot_format") or "png"
+    return f"data:image/{fmt};base64,{data}"
