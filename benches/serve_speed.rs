@@ -312,10 +312,21 @@ async fn main() -> anyhow::Result<()> {
             drop(s);
         }));
     }
-    let mut peak_browsers = 0;
+    // Sample the browser processes while the load runs.
+    let running = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let sampler = {
+        let running = running.clone();
+        std::thread::spawn(move || {
+            let mut peak = 0;
+            while running.load(Ordering::Relaxed) {
+                peak = peak.max(browser_processes());
+                std::thread::sleep(Duration::from_millis(250));
+            }
+            peak
+        })
+    };
     for h in rest {
         h.await?;
-        peak_browsers = peak_browsers.max(browser_processes());
     }
     for h in ws {
         h.await?;
@@ -324,6 +335,8 @@ async fn main() -> anyhow::Result<()> {
         h.await?;
     }
     let load_secs = t.elapsed().as_secs_f64();
+    running.store(false, Ordering::Relaxed);
+    let peak_browsers = sampler.join().expect("sampler");
     let expected = (load_sessions * load_steps) as u64;
     // The abandoned REST sessions wait for the idle reaper (3 s here).
     let t0 = Instant::now();

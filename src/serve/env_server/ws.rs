@@ -56,6 +56,7 @@ async fn serve(s: Arc<Shared>, mut socket: WebSocket) {
     tracing::debug!(session = %session.id, "websocket session opened");
     let every = s.cfg.ws_ping;
     let mut ping = tokio::time::interval(every);
+    ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ping.tick().await;
     let mut last_heard = Instant::now();
     loop {
@@ -72,11 +73,13 @@ async fn serve(s: Arc<Shared>, mut socket: WebSocket) {
                     }
                     Some(Ok(_)) => { last_heard = Instant::now(); continue; }
                 };
-                last_heard = Instant::now();
                 let (reply, close) = handle(&session, &text).await;
                 if let Some(reply) = reply {
                     if socket.send(Message::Text(reply.into())).await.is_err() { break; }
                 }
+                // A slow reset or step is the server's time, not the peer's silence: pongs
+                // that arrived meanwhile are still unread.
+                last_heard = Instant::now();
                 if close { break; }
             }
             _ = ping.tick() => {
