@@ -5,11 +5,13 @@
 //! - [`policy`]: the `Policy` trait, random and scripted-oracle policies.
 //! - [`rollout`]: running episodes over several browsers, trajectories.
 //! - [`bench`]: environment speed benchmarks and the benchmark harness (`guirl bench`).
+//! - [`export`]: trajectory sets as parquet / JSON lines for Python trainers.
 //! - [`serve`]: HTTP servers: a checkpoint behind an OpenAI-compatible API.
 
 pub mod bench;
 pub mod cli;
 pub mod env;
+pub mod export;
 pub mod policy;
 pub mod rollout;
 pub mod serve;

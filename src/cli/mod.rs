@@ -1,6 +1,7 @@
 //! The `guirl` command: parses arguments, then calls the library.
 
 mod bench;
+mod export;
 mod play;
 mod policy;
 mod replay;
@@ -87,6 +88,9 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Serve environments over REST (/v1/sessions) and OpenEnv's WebSocket protocol (/ws).
     Serve(serve::ServeArgs),
+    /// Write a trajectory set as parquet or JSON lines for Python trainers (veRL, TRL,
+    /// datasets): `--layout rl|sft|steps`, see docs/export.md.
+    Export(export::ExportArgs),
     /// Serve a checkpoint behind an OpenAI-compatible API (/v1/models, /v1/chat/completions).
     ServePolicy(serve_policy::ServePolicyArgs),
     /// Measure environment speed (reset/step latency, steps/s with 1, 2, 4 envs).
@@ -125,6 +129,7 @@ pub fn main() -> ExitCode {
             Err(e) => Err(e),
         },
         Command::View { dir, out } => view(&dir, out),
+        Command::Export(args) => export::export(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

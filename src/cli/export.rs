@@ -1,0 +1,85 @@
+//! `guirl export`.
+
+use crate::export::{export as export_set, ExportOptions, Format, Layout};
+use crate::rollout::TrajectorySet;
+use std::path::PathBuf;
+
+/// Arguments of `guirl export`.
+#[derive(Debug, clap::Args)]
+pub struct ExportArgs {
+    /// A trajectory set folder (written by `guirl run --record`, `guirl play --record`,
+    /// `guirl bench`).
+    dir: PathBuf,
+    /// File format: parquet (images as PNG bytes) or jsonl (images as base64 strings).
+    #[arg(long, value_enum, default_value = "parquet")]
+    format: Format,
+    /// Rows: rl (a veRL prompt per episode), sft (a chat per episode) or steps (a row per
+    /// step with reward, return and advantage). See docs/export.md.
+    #[arg(long, value_enum, default_value = "rl")]
+    layout: Layout,
+    /// Output file (default: DIR/export-<layout>.<parquet|jsonl>).
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+    /// Overwrite the output file if it exists.
+    #[arg(long)]
+    force: bool,
+    /// The split written in extra_info.split.
+    #[arg(long, default_value = "train")]
+    split: String,
+    /// Discount of the steps layout's `return` column, in [0, 1].
+    #[arg(long, default_value_t = 1.0)]
+    gamma: f64,
+    /// Leave out, with a warning, episodes whose screenshots are missing or unreadable
+    /// (default: stop with an error naming the file).
+    #[arg(long)]
+    skip_missing_frames: bool,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `guirl export`.
+pub fn export(args: ExportArgs) -> anyhow::Result<()> {
+    let set = TrajectorySet::read(&args.dir)?;
+    if let Some(line) = set.torn_line {
+        eprintln!(
+            "warning: line {line} of {} is torn (a run was killed while writing it); skipped",
+            args.dir.display()
+        );
+    }
+    let opts = ExportOptions {
+        format: args.format,
+        layout: args.layout,
+        out: args.out,
+        force: args.force,
+        split: args.split,
+        gamma: args.gamma,
+        skip_missing_frames: args.skip_missing_frames,
+    };
+    let r = export_set(&set, &opts)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+        return Ok(());
+    }
+    let mut skipped = Vec::new();
+    if r.skipped_infrastructure > 0 {
+        skipped.push(format!("{} env_error/policy_error", r.skipped_infrastructure));
+    }
+    if r.skipped_empty > 0 {
+        skipped.push(format!("{} without steps or screenshots", r.skipped_empty));
+    }
+    if r.skipped_missing_frames > 0 {
+        skipped.push(format!("{} with missing frames", r.skipped_missing_frames));
+    }
+    let skipped =
+        if skipped.is_empty() { String::new() } else { format!("; skipped {}", skipped.join(", ")) };
+    println!(
+        "wrote {} rows from {} episodes{skipped} to {} ({:.1} MB, {:.2} s)",
+        r.rows,
+        r.episodes,
+        r.out.display(),
+        r.bytes as f64 / 1e6,
+        r.seconds
+    );
+    Ok(())
+}
