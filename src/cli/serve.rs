@@ -44,6 +44,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         bail!("--max-body {} is too small to carry a request: use at least 1024 bytes", args.max_body);
     }
     let token = args.token.filter(|t| !t.trim().is_empty());
+    if args.bind.parse::<std::net::SocketAddr>().is_err() && !args.bind.contains(':') {
+        bail!("--bind {:?} is not ADDR:PORT: use e.g. 127.0.0.1:8765 (port 0 picks a free one)", args.bind);
+    }
     let listener = tokio::net::TcpListener::bind(&args.bind).await.with_context(|| {
         format!("cannot listen on {}: is the port taken? Pick another with --bind", args.bind)
     })?;
