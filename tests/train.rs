@@ -337,6 +337,10 @@ async fn every_algorithm_option_runs_an_iteration() {
         }),
         ("gigpo", |a| (a.kind, a.gamma, a.gigpo_omega) = (AlgoKind::Gigpo, 0.9, 0.5)),
         ("dapo-keep", |a| (a.kind, a.drop_all_equal_groups) = (AlgoKind::Dapo, Some(false))),
+        ("grpo-dynamic-sampling-overlong", |a| {
+            (a.dynamic_sampling, a.dynamic_sampling_max_extra, a.overlong_penalty, a.overlong_weight) =
+                (Some(true), 1, Some(true), 0.5)
+        }),
         ("drop", |a| a.drop_all_equal_groups = Some(true)),
         ("truncation", |a| a.truncation_reward = Some(-1.0)),
         ("give-up", |a| (a.give_up_reward, a.entropy_coef) = (Some(-0.5), 0.01)),
@@ -386,4 +390,81 @@ async fn a_run_that_must_stop_checkpoints_first() {
     assert!(msg.contains("y_bins <= 110") && msg.contains("--resume"), "{msg}");
     let saved = guirl::train::checkpoint::latest(root.path()).unwrap().expect("a checkpoint before stopping");
     assert!(saved.join("model.safetensors").is_file(), "{}", saved.display());
+}
+
+/// DAPO's dynamic sampling on real browsers. First a task no rollout can pass (two-buttons
+/// with the success check `false`): every group is all-equal, so each iteration makes all
+/// N = 2 extra collections, trains on nothing, and counts every step of the three
+/// collections (B·G = 4 one-step rollouts each) in `env_steps`. Then the real two-button
+/// task, where groups differ by chance: whatever the draw, the bookkeeping holds (collect
+/// again only while fewer than B groups are informative, at most N times; train on
+/// min(B, informative) groups; every collection's steps counted), and the overlong penalty
+/// reaches every rollout trained on (T = max_steps = 1).
+#[tokio::test]
+async fn dapo_dynamic_sampling_collects_again_and_counts_every_step() {
+    let root = tempfile::tempdir().unwrap();
+    let spec = std::fs::read_to_string(repo("fixtures/tasks/two-buttons.toml")).unwrap();
+    let never = root.path().join("never.toml");
+    assert!(spec.contains("js = \"window.clicked === '{b}'\""), "{spec}");
+    std::fs::write(&never, spec.replace("js = \"window.clicked === '{b}'\"", "js = \"false\"")).unwrap();
+    let dapo = |ids: Vec<String>, iterations: u64| {
+        let mut cfg = config(iterations);
+        cfg.tasks.ids = ids;
+        cfg.algo.kind = guirl::train::config::AlgoKind::Dapo;
+        cfg.algo.dynamic_sampling_max_extra = 2;
+        cfg.resolve();
+        cfg.validate().unwrap();
+        cfg
+    };
+    let int = |m: &serde_json::Value, k: &str| m[k].as_u64().unwrap_or_else(|| panic!("{k}: {m}"));
+
+    let dir = root.path().join("never");
+    train(dapo(vec![never.display().to_string()], 2), &dir, false).await;
+    let ms = metrics_lines(&dir);
+    assert_eq!(ms.len(), 2);
+    for (i, m) in ms.iter().enumerate() {
+        assert_eq!(m["success_rate"].as_f64(), Some(0.0), "{m}");
+        assert_eq!((int(m, "extra_collections"), int(m, "groups_collected")), (2, 6), "{m}");
+        assert_eq!(
+            (int(m, "informative_groups"), int(m, "all_equal_groups"), int(m, "groups")),
+            (0, 6, 0),
+            "{m}"
+        );
+        assert_eq!(m["pass_rate"].as_f64(), Some(0.0), "{m}");
+        assert_eq!(
+            (int(m, "episodes"), int(m, "iteration_env_steps"), int(m, "extra_env_steps")),
+            (12, 12, 8),
+            "{m}"
+        );
+        assert_eq!(int(m, "env_steps"), 12 * (i as u64 + 1), "every collection's steps count: {m}");
+        assert_eq!(int(m, "optimizer_steps"), 0, "nothing to train on: {m}");
+    }
+    let state: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("checkpoints/latest/trainer.json")).unwrap())
+            .unwrap();
+    assert_eq!(state["env_steps"].as_u64(), Some(24), "{state}");
+
+    let dir = root.path().join("two-buttons");
+    let cfg = dapo(vec![repo("fixtures/tasks/two-buttons.toml").display().to_string()], 2);
+    let (b, n) = (cfg.algo.batch_seeds as u64, cfg.algo.dynamic_sampling_max_extra as u64);
+    train(cfg, &dir, false).await;
+    let mut total = 0;
+    for m in metrics_lines(&dir) {
+        let (extra, collected, informative) =
+            (int(&m, "extra_collections"), int(&m, "groups_collected"), int(&m, "informative_groups"));
+        assert!(extra <= n && collected == b * (1 + extra), "{m}");
+        // it collects again only while short of B informative groups
+        assert!(extra == n || informative >= b, "{m}");
+        assert!(extra == 0 || informative - informative.min(b) < b, "no collection past a full batch: {m}");
+        assert_eq!(int(&m, "groups"), informative.min(b), "{m}");
+        assert_eq!(m["pass_rate"].as_f64(), Some(informative as f64 / collected as f64), "{m}");
+        assert_eq!(int(&m, "iteration_env_steps"), collected * 2, "G = 2 one-step rollouts a group: {m}");
+        assert_eq!(int(&m, "extra_env_steps"), extra * b * 2, "{m}");
+        total += int(&m, "iteration_env_steps");
+        assert_eq!(int(&m, "env_steps"), total, "{m}");
+        let trained = informative.min(b) * 2;
+        assert_eq!(int(&m, "overlong_penalized"), trained, "T = max_steps = 1: R_len = −1 for each: {m}");
+        let mean = m["overlong_penalty_mean"].as_f64().unwrap();
+        assert_eq!(mean, if trained > 0 { -1.0 } else { 0.0 }, "{m}");
+    }
 }

@@ -16,7 +16,8 @@ pub enum AlgoKind {
     /// Dr. GRPO (Liu et al. 2025): `A = R − mean_g R` (no std division) and the
     /// constant-normalizer aggregation `seq-mean-token-sum-norm` (no length bias).
     DrGrpo,
-    /// DAPO: GRPO with clip-higher (ε_high > ε_low), token-mean, dynamic sampling.
+    /// DAPO: GRPO with clip-higher (ε_high > ε_low), token-mean, dynamic sampling (all-equal
+    /// groups dropped and replaced by newly collected ones), the overlong penalty, no KL.
     Dapo,
     /// GSPO: sequence-level ratio and clipping.
     Gspo,
@@ -156,9 +157,28 @@ pub struct AlgoConfig {
     /// γ: discount of the per-step returns (`reinforce_pp`, `gigpo`, `step_credit =
     /// "discounted"`; 1 = undiscounted).
     pub gamma: f64,
-    /// Leave out groups whose rewards are all equal (default by kind: dapo true).
+    /// Leave out groups whose rewards are all equal (default: true for dapo and with
+    /// `dynamic_sampling`, else false).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub drop_all_equal_groups: Option<bool>,
+    /// DAPO's dynamic sampling: while fewer than `batch_seeds` groups are informative (their
+    /// rewards not all equal), collect `batch_seeds` more groups on fresh training seeds,
+    /// at most `dynamic_sampling_max_extra` times (default: true for dapo unless
+    /// `drop_all_equal_groups = false`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dynamic_sampling: Option<bool>,
+    /// N: extra collections per iteration that dynamic sampling may make.
+    pub dynamic_sampling_max_extra: usize,
+    /// DAPO's soft overlong penalty on the episode reward, by steps taken (see
+    /// [`super::rewards::overlong_penalty`]; default: true for dapo).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub overlong_penalty: Option<bool>,
+    /// L: the penalty's soft window, in steps before `rollout.max_steps` (default
+    /// `ceil(max_steps / 5)`, DAPO's 4 096 of 20 480 tokens).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub overlong_window: Option<u32>,
+    /// Weight of the overlong penalty (at most this much is subtracted).
+    pub overlong_weight: f64,
     /// The reward a rollout that hit `rollout.max_steps` trains on, instead of the task's
     /// (usually 0). Set it to the task's failure reward (e.g. -1) where stalling until the
     /// step limit would otherwise score better than a wrong answer.
@@ -206,6 +226,11 @@ impl Default for AlgoConfig {
             eps: 1e-6,
             gamma: 1.0,
             drop_all_equal_groups: None,
+            dynamic_sampling: None,
+            dynamic_sampling_max_extra: 3,
+            overlong_penalty: None,
+            overlong_window: None,
+            overlong_weight: 1.0,
             truncation_reward: None,
             give_up_reward: None,
         }
@@ -223,7 +248,29 @@ impl AlgoConfig {
     }
     /// Whether all-equal groups are dropped, resolved.
     pub fn drop_all_equal_groups(&self) -> bool {
-        self.drop_all_equal_groups.unwrap_or(self.kind == AlgoKind::Dapo)
+        self.drop_all_equal_groups
+            .unwrap_or(self.kind == AlgoKind::Dapo || self.dynamic_sampling == Some(true))
+    }
+    /// Whether dynamic sampling collects more groups, resolved.
+    pub fn dynamic_sampling(&self) -> bool {
+        self.dynamic_sampling
+            .unwrap_or(self.kind == AlgoKind::Dapo && self.drop_all_equal_groups != Some(false))
+    }
+    /// Extra collections dynamic sampling may make per iteration (0 when it is off).
+    pub fn max_extra_collections(&self) -> usize {
+        if self.dynamic_sampling() {
+            self.dynamic_sampling_max_extra
+        } else {
+            0
+        }
+    }
+    /// Whether the overlong penalty applies, resolved.
+    pub fn overlong_penalty(&self) -> bool {
+        self.overlong_penalty.unwrap_or(self.kind == AlgoKind::Dapo)
+    }
+    /// The overlong penalty's window under a step limit of `max_steps`, resolved.
+    pub fn overlong_window(&self, max_steps: u32) -> u32 {
+        self.overlong_window.unwrap_or(max_steps.div_ceil(5).max(1))
     }
     /// The aggregation, resolved.
     pub fn loss_agg(&self) -> LossAgg {
@@ -360,6 +407,24 @@ impl AlgoConfig {
         if let Some(r) = a.give_up_reward {
             check(r.is_finite(), format!("algo.give_up_reward must be a finite number, got {r}"));
         }
+        check(
+            !(a.dynamic_sampling == Some(true) && a.drop_all_equal_groups == Some(false)),
+            "algo.dynamic_sampling = true needs algo.drop_all_equal_groups = true (it replaces the \
+             groups it drops); leave drop_all_equal_groups out, or set dynamic_sampling = false"
+                .into(),
+        );
+        check(
+            a.dynamic_sampling_max_extra <= 100,
+            format!(
+                "algo.dynamic_sampling_max_extra must be at most 100 (each is a full collection of \
+                 batch_seeds groups), got {}",
+                a.dynamic_sampling_max_extra
+            ),
+        );
+        check(
+            a.overlong_weight >= 0.0 && a.overlong_weight.is_finite(),
+            format!("algo.overlong_weight must be >= 0, got {}", a.overlong_weight),
+        );
         if let Some(r) = a.truncation_reward {
             check(r.is_finite(), format!("algo.truncation_reward must be a finite number, got {r}"));
         }

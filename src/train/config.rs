@@ -218,6 +218,11 @@ impl TrainConfig {
         a.clip_low = Some(a.clip_low());
         a.clip_high = Some(a.clip_high());
         a.drop_all_equal_groups = Some(a.drop_all_equal_groups());
+        a.dynamic_sampling = Some(a.dynamic_sampling());
+        a.overlong_penalty = Some(a.overlong_penalty());
+        if a.overlong_penalty == Some(true) {
+            a.overlong_window = Some(a.overlong_window(self.rollout.max_steps));
+        }
         a.loss_agg = Some(a.loss_agg());
         // `scale_std = true` (every config written before `adv_std`) says nothing beyond
         // the default: dropped, so such a run resumes with a config that leaves it out.
@@ -330,6 +335,15 @@ impl TrainConfig {
         // [rollout]
         check(self.rollout.envs >= 1, "rollout.envs must be at least 1".into());
         check(self.rollout.max_steps >= 1, "rollout.max_steps must be at least 1".into());
+        if let Some(w) = self.algo.overlong_window {
+            check(
+                w >= 1 && w <= self.rollout.max_steps,
+                format!(
+                    "algo.overlong_window must be in [1, rollout.max_steps = {}], got {w}",
+                    self.rollout.max_steps
+                ),
+            );
+        }
         // [eval]
         check(
             self.eval.interval == 0 || self.eval.episodes >= 1,

@@ -145,6 +145,43 @@ dir = "demos"
     assert_eq!((g.algo.clip_low(), g.algo.clip_high()), (3e-4, 4e-4));
 }
 
+/// DAPO in full by default: clip-higher, token-mean, dynamic sampling (3 extra collections
+/// at most), the overlong penalty with a window of ceil(max_steps / 5) steps, no KL. Each
+/// part can be switched on for another kind or off for DAPO.
+#[test]
+fn dapo_defaults_and_switches() {
+    let dapo = parse_ok(&format!("{MINIMAL}[algo]\nkind = \"dapo\"\n"));
+    let a = &dapo.algo;
+    assert_eq!((a.clip_low(), a.clip_high(), a.loss_agg()), (0.2, 0.28, LossAgg::TokenMean));
+    assert!(a.drop_all_equal_groups() && a.dynamic_sampling() && a.overlong_penalty());
+    assert_eq!((a.max_extra_collections(), a.overlong_window, a.overlong_weight), (3, Some(2), 1.0));
+    assert_eq!((a.beta, a.loss_config().beta, a.kl_target), (0.0, 0.0, None), "no KL by default");
+    assert_eq!(parse_ok(&dapo.to_toml().unwrap()), dapo);
+    let grpo = parse_ok(MINIMAL);
+    let g = &grpo.algo;
+    assert!(!g.drop_all_equal_groups() && !g.dynamic_sampling() && !g.overlong_penalty());
+    assert_eq!((g.max_extra_collections(), g.overlong_window), (0, None));
+    // dynamic sampling on another kind drops all-equal groups too
+    let c = parse_ok(&format!("{MINIMAL}[algo]\ndynamic_sampling = true\ndynamic_sampling_max_extra = 5\n"));
+    assert!(c.algo.drop_all_equal_groups() && c.algo.max_extra_collections() == 5);
+    // DAPO keeping every group has nothing to resample
+    let keep = parse_ok(&format!("{MINIMAL}[algo]\nkind = \"dapo\"\ndrop_all_equal_groups = false\n"));
+    assert!(!keep.algo.dynamic_sampling() && keep.algo.max_extra_collections() == 0);
+    let off = parse_ok(&format!(
+        "{MINIMAL}[algo]\nkind = \"dapo\"\ndynamic_sampling = false\noverlong_penalty = false\n"
+    ));
+    assert!(off.algo.drop_all_equal_groups() && !off.algo.dynamic_sampling() && !off.algo.overlong_penalty());
+    // the window follows rollout.max_steps: ceil(12 / 5) = 3, ceil(3 / 5) = 1
+    let w = |steps: u32| {
+        parse_ok(&format!("{MINIMAL}[algo]\nkind = \"dapo\"\n[rollout]\nmax_steps = {steps}\n"))
+            .algo
+            .overlong_window
+    };
+    assert_eq!((w(12), w(3), w(1)), (Some(3), Some(1), Some(1)));
+    let set = parse_ok(&format!("{MINIMAL}[algo]\noverlong_penalty = true\noverlong_window = 4\n"));
+    assert_eq!((set.algo.overlong_penalty(), set.algo.overlong_window(10)), (true, 4));
+}
+
 #[test]
 fn unknown_keys_are_named_with_their_table() {
     let e = err(&format!("devices = \"cpu\"\n{MINIMAL}"));
@@ -229,6 +266,19 @@ fn bad_values_are_named() {
         ),
         ("algo", "step_credit = \"steps\"", "unknown variant `steps`, expected `episode` or `discounted`"),
         ("algo", "gigpo_omega = -1.0", "algo.gigpo_omega must be >= 0"),
+        (
+            "algo",
+            "dynamic_sampling = true\ndrop_all_equal_groups = false",
+            "algo.dynamic_sampling = true needs algo.drop_all_equal_groups = true",
+        ),
+        ("algo", "dynamic_sampling_max_extra = 101", "algo.dynamic_sampling_max_extra must be at most 100"),
+        ("algo", "overlong_weight = -0.5", "algo.overlong_weight must be >= 0"),
+        ("algo", "overlong_window = 0", "algo.overlong_window must be in [1, rollout.max_steps = 10], got 0"),
+        (
+            "algo",
+            "overlong_window = 11",
+            "algo.overlong_window must be in [1, rollout.max_steps = 10], got 11",
+        ),
         ("rollout", "envs = 0", "rollout.envs must be at least 1"),
         ("model", "d_model = 100\nheads = 3", "model.heads (3) must divide model.d_model (100)"),
         ("model", "layers = 0", "model.layers must be at least 1"),

@@ -71,10 +71,27 @@ pub struct IterationMetrics {
     pub optimizer_steps: u64,
     /// Mean episode length, steps.
     pub episode_len: f64,
-    /// Groups whose rewards were all equal (no policy gradient).
+    /// Groups collected this iteration whose rewards were all equal (no policy gradient),
+    /// before the overlong penalty.
     pub all_equal_groups: u64,
-    /// Groups in the batch.
+    /// Groups in the batch trained on.
     pub groups: u64,
+    /// Groups collected this iteration, every collection (dynamic sampling: more than B).
+    pub groups_collected: u64,
+    /// Of those, groups whose rewards were not all equal.
+    pub informative_groups: u64,
+    /// `informative_groups / groups_collected` (DAPO's dynamic-sampling pass rate).
+    pub pass_rate: f64,
+    /// Collections beyond the first (dynamic sampling).
+    pub extra_collections: u64,
+    /// Env steps taken this iteration, extra collections included (counted in `env_steps`).
+    pub iteration_env_steps: u64,
+    /// Of those, the extra collections' steps.
+    pub extra_env_steps: u64,
+    /// Rollouts trained on that the overlong penalty reached.
+    pub overlong_penalized: u64,
+    /// Mean overlong penalty (weighted) over the rollouts trained on (≤ 0).
+    pub overlong_penalty_mean: f64,
     /// GiGPO: anchor-state step groups (two or more steps from the same screenshot).
     pub step_groups: u64,
     /// Episodes that ended as `env_error` this iteration.

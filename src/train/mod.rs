@@ -2,8 +2,10 @@
 //!
 //! - [`config`]: `TrainConfig`, the `guirl train` TOML file, validated with key names.
 //! - [`trainer`]: the iteration loop only; [`update`]: its μ epochs of minibatch steps;
-//!   [`rewards`]: truncation / give-up corrections; [`sft`]: behaviour cloning;
-//!   [`demos`]: oracle demonstrations; [`eval`]: held-out evaluation and `best`.
+//!   [`dynamic_sampling`]: collecting an iteration's groups (DAPO's dynamic sampling);
+//!   [`rewards`]: truncation / give-up corrections and DAPO's overlong penalty;
+//!   [`sft`]: behaviour cloning; [`demos`]: oracle demonstrations; [`eval`]: held-out
+//!   evaluation and `best`.
 //! - [`advantage`]: advantage estimators, one file each (GRPO / Dr. GRPO, RLOO,
 //!   REINFORCE++, GiGPO) from a `TrainingBatch`.
 //! - [`objective`]: the clipped surrogate (token-level, GSPO sequence-level, dual clip),
@@ -19,6 +21,7 @@ pub mod algo_config;
 pub mod checkpoint;
 pub mod config;
 pub mod demos;
+pub mod dynamic_sampling;
 pub mod eval;
 pub mod kl;
 pub mod metrics;

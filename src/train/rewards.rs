@@ -1,14 +1,19 @@
 //! Training rewards: the task's episode reward, with two corrections a config can set so
-//! that ending an episode without an answer never pays better than a wrong answer.
+//! that ending an episode without an answer never pays better than a wrong answer, and
+//! DAPO's overlong penalty.
 //!
 //! - `[algo] truncation_reward`: a rollout that hit the step limit trains on this reward
 //!   instead of the task's (usually 0).
 //! - `[algo] give_up_reward`: a rollout that ended with the agent's `done()` on a task that
 //!   ends by itself (MiniWoB++, built-in) trains on this reward; by default the task's
 //!   failure reward (−1 there), since `done()` there means "I give up".
+//! - `[algo] overlong_penalty`: a rollout that ran into the last `overlong_window` steps
+//!   before `rollout.max_steps` loses up to `overlong_weight` ([`overlong_penalty`]; on by
+//!   default for `dapo`).
 //!
-//! Success rates and evaluation are by status and the task's own reward; only training
-//! sees these corrections.
+//! Each correction changes the episode reward (`outcome.reward`); step-level estimators
+//! see the change on the last step. Success rates and evaluation are by status and the
+//! task's own reward; only training sees these corrections.
 
 use crate::env::{EpisodeStatus, GuiAction};
 use crate::rollout::{Recorded, Trajectory};
@@ -49,6 +54,56 @@ pub fn shape(
     give_ups
 }
 
+// DAPO's soft overlong punishment (Yu et al. 2025, eq. 13), counted in env steps:
+//
+//                ⎧ 0                        T ≤ T_max − L
+//    R_len(T) =  ⎨ ((T_max − L) − T) / L    T_max − L < T ≤ T_max
+//                ⎩ −1                       truncated at T_max
+//
+// DAPO scores a response of |y| tokens against the generation limit L_max with a soft
+// window of L_cache tokens before it, and a response cut off at the limit gets −1. An
+// agent's response is its trajectory: |y| becomes T, the env steps it took; L_max becomes
+// T_max = rollout.max_steps, where the env truncates the episode (DAPO's cut-off response);
+// L_cache becomes L = overlong_window steps. The penalty falls linearly from 0 at
+// T = T_max − L to −1 at T = T_max, so an episode that ends on the last allowed step scores
+// −1 like a truncated one (as DAPO's |y| = L_max does). It is added, times
+// `overlong_weight`, to the episode reward whatever the outcome, successes included: DAPO
+// applies it to every response by length alone.
+/// DAPO's length penalty `R_len` (formula above) of a trajectory of `steps` env steps
+/// under a step limit `max_steps` and a soft window of `window` steps (≥ 1); `truncated`:
+/// the env cut the episode at the limit. In `[−1, 0]`.
+pub fn overlong_penalty(steps: u32, truncated: bool, max_steps: u32, window: u32) -> f64 {
+    let window = window.max(1);
+    let free = max_steps.saturating_sub(window);
+    if truncated {
+        -1.0
+    } else if steps <= free {
+        0.0
+    } else {
+        ((free as f64 - steps as f64) / window as f64).max(-1.0)
+    }
+}
+
+/// Add `weight · R_len` ([`overlong_penalty`]) to each rollout's episode reward (`env_error`
+/// and `policy_error` rollouts left alone); returns how many were penalized and the sum of
+/// what they lost.
+pub fn penalize_overlong(recs: &mut [Recorded], max_steps: u32, window: u32, weight: f64) -> (usize, f64) {
+    let (mut n, mut sum) = (0, 0.0);
+    for rec in recs {
+        let o = &mut rec.trajectory.outcome;
+        if o.status.is_infrastructure_failure() {
+            continue;
+        }
+        let p = weight * overlong_penalty(o.steps, o.status == EpisodeStatus::Truncated, max_steps, window);
+        if p != 0.0 {
+            o.reward += p;
+            n += 1;
+            sum += p;
+        }
+    }
+    (n, sum)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -87,5 +142,44 @@ mod tests {
         let mut r = fresh();
         assert_eq!(shape(&mut r, &tasks, Some(-0.5), Some(-2.0)), 1);
         assert_eq!(rewards(&r), [-2.0, -1.0, -0.5, 0.8, 0.0]);
+    }
+
+    #[test]
+    fn overlong_penalty_by_hand() {
+        // T_max = 10, L = 4: free up to T_max − L = 6 steps, then ((10 − 4) − T) / 4.
+        let p = |t, truncated| overlong_penalty(t, truncated, 10, 4);
+        assert_eq!(p(1, false), 0.0);
+        assert_eq!(p(6, false), 0.0); // the window's edge: still free
+        assert_eq!(p(7, false), -0.25); // (6 − 7) / 4
+        assert_eq!(p(8, false), -0.5); // (6 − 8) / 4
+        assert_eq!(p(9, false), -0.75); // (6 − 9) / 4
+        assert_eq!(p(10, false), -1.0); // ended on the last allowed step: (6 − 10) / 4
+        assert_eq!(p(10, true), -1.0); // truncated at the limit
+        assert_eq!(p(3, true), -1.0); // truncated is −1 whatever T (a shorter task limit)
+                                      // Beyond the limit (cannot happen in the env, but the penalty stays at −1).
+        assert_eq!(p(14, false), -1.0);
+        // L = T_max: the window covers every step, (0 − T) / T_max.
+        assert_eq!(overlong_penalty(1, false, 4, 4), -0.25);
+        // L = 1: only the last step is penalized.
+        assert_eq!(overlong_penalty(2, false, 3, 1), 0.0);
+        assert_eq!(overlong_penalty(3, false, 3, 1), -1.0);
+    }
+
+    #[test]
+    fn overlong_penalty_is_weighted_and_leaves_env_errors_alone() {
+        let long = |status, steps, reward| {
+            let mut r = rec("t", "click(1, 2)", status, reward);
+            r.trajectory.outcome.steps = steps;
+            r
+        };
+        let mut r = vec![
+            long(EpisodeStatus::Success, 9, 1.0), // inside: 0.5 · (6 − 9) / 4 = −0.375
+            long(EpisodeStatus::Fail, 2, -1.0),   // short: no penalty
+            long(EpisodeStatus::Truncated, 10, 0.0), // truncated: 0.5 · −1
+            long(EpisodeStatus::EnvError, 10, 0.0), // the browser's fault: untouched
+        ];
+        let (n, sum) = penalize_overlong(&mut r, 10, 4, 0.5);
+        assert_eq!(rewards(&r), [0.625, -1.0, -0.5, 0.0]);
+        assert_eq!((n, sum), (2, -0.875));
     }
 }

@@ -3,7 +3,8 @@
 //! ```text
 //! jobs      = B task seeds × G rollouts                      (one group per seed)
 //! rollouts  = collector.collect(policy, jobs)                (token ids + log-probs kept)
-//! rewards   = task reward, truncation / give-up corrections  (rewards.rs)
+//!             again on fresh seeds until B groups are informative (dynamic_sampling.rs)
+//! rewards   = task reward, truncation / give-up / overlong corrections  (rewards.rs)
 //!             − β·KL per step with kl_mode = "reward"        (kl.rs)
 //! adv       = estimator(groups, anchor states)               (advantage/)
 //! μ epochs of minibatches: objective(logπ, logπ_old, logπ_ref, adv) → AdamW step  (update.rs)
@@ -17,15 +18,16 @@
 
 use super::checkpoint::{self, TrainerState};
 use super::config::{KlMode, TrainConfig};
+use super::dynamic_sampling::collect_groups;
 use super::eval::{eval_jobs, evaluate, EvalResult};
 use super::metrics::{read_metrics, IterationMetrics, MetricsWriter};
 use super::optim::AdamW;
 use super::seeds::rng_for;
 use super::update::{update, Sample};
-use crate::env::{EnvConfig, EpisodeStatus};
+use crate::env::EnvConfig;
 use crate::policy::{Sampling, TrainablePolicy};
 use crate::rollout::collector::off_runtime;
-use crate::rollout::{Collector, Job, Recorded, TrainingBatch, TrajectorySet};
+use crate::rollout::{Collector, Recorded, TrainingBatch, TrajectorySet};
 use crate::tasks::Task;
 use anyhow::{bail, Context};
 use rand::Rng;
@@ -38,19 +40,15 @@ use std::time::Instant;
 pub const REFERENCE_DIR: &str = "reference";
 
 /// The steps of `recs` to train on: every step of every rollout that has an advantage,
-/// with the token ids it sampled, leaving out the groups `drop` marks. A step whose record
-/// lacks them is an error (the log-probs would belong to other tokens).
+/// with the token ids it sampled. A step whose record lacks them is an error (the
+/// log-probs would belong to other tokens).
 fn samples(
     recs: &[Recorded],
     index: &[Vec<usize>],
     adv: &super::advantage::StepAdvantages,
-    drop: &[bool],
 ) -> anyhow::Result<Vec<Sample>> {
     let mut out = Vec::new();
     for g in 0..index.len() {
-        if drop[g] {
-            continue;
-        }
         for (j, a) in adv[g].iter().enumerate() {
             let Some(a) = a else { continue };
             let rec = &recs[index[g][j]];
@@ -209,7 +207,12 @@ impl Trainer {
             self.state.wall_secs = elapsed(wall0);
             if let Some(b) = &bar {
                 b.set_position(self.state.iteration);
-                b.set_message(format!("reward {:.2} success {:.2}", m.reward_mean, m.success_rate));
+                let sampling = if self.cfg.algo.dynamic_sampling() {
+                    format!(" pass {:.2} +{} extra", m.pass_rate, m.extra_collections)
+                } else {
+                    String::new()
+                };
+                b.set_message(format!("reward {:.2} success {:.2}{sampling}", m.reward_mean, m.success_rate));
             }
             let last = self.state.iteration == total;
             let interval = self.cfg.checkpoint.interval;
@@ -237,54 +240,44 @@ impl Trainer {
         let algo = &cfg.algo;
         let t0 = Instant::now();
 
-        // 1. Sample B task seeds and collect G rollouts of each (a group). Each (episode,
-        //    step) samples from its own stream, so the draw does not depend on batching.
-        let mut rng = rng_for(cfg.run.seed, it, 1);
-        let instances: Vec<(Arc<dyn Task>, u64)> = (0..algo.batch_seeds)
-            .map(|_| {
-                let task = self.tasks[rng.gen_range(0..self.tasks.len())].clone();
-                (task, rng.gen_range(cfg.tasks.train_seeds.start..cfg.tasks.train_seeds.end))
-            })
-            .collect();
-        let jobs = Job::groups(&instances, algo.group_size, it * algo.batch_seeds as u64);
+        // 1. Sample B task seeds and collect G rollouts of each (a group); dynamic sampling
+        //    collects B more groups on fresh seeds until B groups are informative, and all-
+        //    equal groups are dropped (dynamic_sampling.rs). Each (episode, step) samples
+        //    from its own stream, so the draw does not depend on batching.
         let sampling = Sampling {
             temperature: algo.temperature,
             greedy: false,
             seed: rng_for(cfg.run.seed, it, 2).gen(),
         };
-        self.policy.set_sampling(sampling);
         // The KL compares log-probs at the same (sampling) temperature.
         if let Some(r) = self.reference.as_mut() {
             r.set_sampling(sampling);
         }
-        let (mut recs, cstats) = self.collector.collect(self.policy.as_mut(), jobs, |_, _| {}).await?;
+        // 2. Rewards, with the truncation, give-up and overlong corrections (rewards.rs).
+        let collected =
+            collect_groups(&mut self.collector, self.policy.as_mut(), &self.tasks, &cfg, it, sampling)
+                .await?;
+        let (recs, cstats) = (&collected.recs, &collected.stats);
         let rollout_secs = t0.elapsed().as_secs_f64();
 
-        // 2. Rewards, with the truncation and give-up corrections.
-        let give_ups =
-            super::rewards::shape(&mut recs, &self.tasks, algo.truncation_reward, algo.give_up_reward);
-
-        // 3. Advantages; env_error rollouts get none. Groups are dropped for equal task
-        //    rewards (before any KL shaping). With kl_mode = "reward" each step's reward
-        //    first loses β · KL(rollout ‖ reference) (kl.rs).
+        // 3. Advantages of the kept groups; env_error rollouts get none. With kl_mode =
+        //    "reward" each step's reward first loses β · KL(rollout ‖ reference) (kl.rs).
         let (mut batch, index) = TrainingBatch::group(recs.iter().map(|r| &r.trajectory));
-        let drop: Vec<bool> =
-            batch.groups.iter().map(|g| algo.drop_all_equal_groups() && g.stats().all_equal).collect();
         let beta = self.state.kl_coef.unwrap_or(algo.beta);
         let mut rollout_kl = None;
         if let (KlMode::Reward, Some(r)) = (algo.kl_mode, self.reference.as_deref()) {
             let (kl, mean) = off_runtime(|| {
-                super::kl::rollout_kl(r, &recs, &index, algo.kl_estimator, algo.minibatch.max(1))
+                super::kl::rollout_kl(r, recs, &index, algo.kl_estimator, algo.minibatch.max(1))
             })?;
             super::kl::penalize(&mut batch, &kl, beta);
             rollout_kl = Some(mean);
         }
         let keys = match algo.kind {
-            super::config::AlgoKind::Gigpo => super::advantage::anchor_keys(&recs, &index),
+            super::config::AlgoKind::Gigpo => super::advantage::anchor_keys(recs, &index),
             _ => Vec::new(),
         };
         let (adv, astats) = super::advantage::estimate(algo, &batch, &keys);
-        let samples = samples(&recs, &index, &adv, &drop)?;
+        let samples = samples(recs, &index, &adv)?;
 
         // 4. μ epochs of minibatch updates of the objective (+ KL, entropy), at this
         //    iteration's β.
@@ -310,38 +303,22 @@ impl Trainer {
         self.state.iteration += 1;
         self.consistent = true;
         self.state.env_steps += cstats.env_steps as u64;
-        let counted: Vec<&Recorded> =
-            recs.iter().filter(|r| !r.trajectory.outcome.status.is_infrastructure_failure()).collect();
-        let n = counted.len().max(1) as f64;
-        let rewards: Vec<f64> = counted.iter().map(|r| r.trajectory.outcome.reward).collect();
-        let (rm, rs) = super::advantage::mean_std(&rewards);
         let mut m = IterationMetrics {
             iteration: self.state.iteration,
             env_steps: self.state.env_steps,
-            episodes: recs.len() as u64,
-            reward_mean: rm,
-            reward_std: rs,
-            success_rate: counted
-                .iter()
-                .filter(|r| r.trajectory.outcome.status == EpisodeStatus::Success)
-                .count() as f64
-                / n,
-            give_ups: give_ups as u64,
             lr,
             grad_norm: up.grad_norm,
             optimizer_steps: up.optimizer_steps,
             skipped_steps: up.skipped_steps,
             first_ratio_mean: up.first.map_or(1.0, |f| f.ratio_mean),
-            episode_len: counted.iter().map(|r| r.trajectory.outcome.steps as f64).sum::<f64>() / n,
-            env_errors: cstats.env_errors as u64,
             rollout_secs,
             update_secs,
-            env_steps_per_sec: cstats.steps_per_s(),
             train_tokens_per_sec: up.tokens as f64 / update_secs.max(1e-9),
             wall_secs: self.state.wall_secs + t0.elapsed().as_secs_f64(),
             ..Default::default()
         };
         m.set_advantage(&astats);
+        collected.set_metrics(&mut m); // every collected rollout, not only those trained on
         m.set_loss(&up.loss);
         (m.kl, m.kl_coef) = (kl, beta);
         let interval = cfg.eval.interval;

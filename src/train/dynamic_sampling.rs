@@ -1,0 +1,393 @@
+//! Collecting an iteration's groups, with DAPO's dynamic sampling (Yu et al. 2025, §3.2).
+//!
+//! A group whose rollouts all score the same reward has advantage 0 for every member: it
+//! adds nothing to the policy gradient, and the fewer informative groups a batch has, the
+//! noisier its gradient. DAPO over-samples and filters until the batch is full:
+//!
+//! ```text
+//! kept = []
+//! repeat (1 + N times at most):
+//!     collect B groups on fresh training seeds             (B = batch_seeds, G rollouts each)
+//!     kept += the informative ones (rewards not all equal), until |kept| = B
+//! until |kept| = B
+//! train on kept (fewer than B when N extra collections did not find enough: logged)
+//! ```
+//!
+//! Informative is judged on the training reward after the truncation and give-up
+//! corrections, before the overlong penalty and any KL shaping: like DAPO's filter on
+//! accuracy, a group is worth training on when its outcomes differ, not merely its lengths.
+//! Every env step of every collection counts (`env_steps`, `iteration_env_steps`), dropped
+//! groups included; `pass_rate` is informative groups / groups collected.
+//!
+//! [`GroupFilter`] is the bookkeeping alone (which groups are kept, when to stop), a pure
+//! function of the rewards; [`collect_groups`] runs it against the browsers.
+
+use super::config::TrainConfig;
+use super::metrics::IterationMetrics;
+use super::rewards;
+use super::seeds::rng_for;
+use crate::env::EpisodeStatus;
+use crate::policy::{Sampling, TrainablePolicy};
+use crate::rollout::{CollectStats, Collector, Job, Outcome, Recorded, TrainingBatch};
+use crate::tasks::Task;
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+use std::sync::Arc;
+
+/// Whether a group's counted rewards (`env_error` rollouts left out) carry a group-relative
+/// signal: at least two of them differ.
+pub fn informative(rewards: &[f64]) -> bool {
+    rewards.windows(2).any(|w| w[0] != w[1])
+}
+
+/// Which collected groups an iteration trains on, and whether to collect again.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupFilter {
+    /// B: groups wanted.
+    target: usize,
+    /// N: extra collections allowed after the first (0: no dynamic sampling).
+    max_extra: usize,
+    /// Keep only informative groups (false: every group, and never an extra collection).
+    drop_all_equal: bool,
+    report: SamplingReport,
+}
+
+/// What an iteration's sampling did (for the metrics).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SamplingReport {
+    /// Collections made (1 + extra).
+    pub collections: usize,
+    /// Groups collected, over every collection.
+    pub groups: usize,
+    /// Of those, informative ones.
+    pub informative: usize,
+    /// Groups kept for training.
+    pub kept: usize,
+}
+
+impl SamplingReport {
+    /// Collections beyond the first.
+    pub fn extra(&self) -> usize {
+        self.collections.saturating_sub(1)
+    }
+    /// Informative groups / groups collected (0 before any group).
+    pub fn pass_rate(&self) -> f64 {
+        self.informative as f64 / self.groups.max(1) as f64
+    }
+}
+
+impl GroupFilter {
+    /// A filter wanting `target` groups, with at most `max_extra` extra collections;
+    /// `drop_all_equal = false` keeps every group (and `max_extra` does not apply).
+    pub fn new(target: usize, max_extra: usize, drop_all_equal: bool) -> GroupFilter {
+        GroupFilter { target, max_extra, drop_all_equal, report: SamplingReport::default() }
+    }
+
+    /// One collection's groups, each given by its counted rewards; returns which to keep:
+    /// the informative ones (or all, without dropping), in order, until `target` are kept.
+    pub fn add(&mut self, groups: &[Vec<f64>]) -> Vec<bool> {
+        let r = &mut self.report;
+        r.collections += 1;
+        r.groups += groups.len();
+        groups
+            .iter()
+            .map(|rewards| {
+                let signal = informative(rewards);
+                r.informative += usize::from(signal);
+                let keep = (signal || !self.drop_all_equal) && r.kept < self.target;
+                r.kept += usize::from(keep);
+                keep
+            })
+            .collect()
+    }
+
+    /// Whether to collect again: groups are dropped, fewer than `target` kept, and an
+    /// extra collection is left.
+    pub fn wants_more(&self) -> bool {
+        self.drop_all_equal && self.report.kept < self.target && self.report.collections <= self.max_extra
+    }
+
+    /// The bookkeeping so far.
+    pub fn report(&self) -> SamplingReport {
+        self.report
+    }
+}
+
+/// An iteration's rollouts.
+pub struct Collection {
+    /// The rollouts to train on: every member of each kept group, with the training
+    /// rewards (truncation, give-up and overlong corrections applied).
+    pub recs: Vec<Recorded>,
+    /// Every collected rollout's outcome, dropped groups included, before the overlong
+    /// penalty (what the rollout metrics describe).
+    pub outcomes: Vec<Outcome>,
+    /// The collections' figures, summed.
+    pub stats: CollectStats,
+    /// Env steps of the extra collections.
+    pub extra_env_steps: usize,
+    /// Rollouts that gave up (every collection).
+    pub give_ups: usize,
+    /// Which groups were kept, and how many collections it took.
+    pub report: SamplingReport,
+    /// Kept rollouts the overlong penalty reached, and its mean over the kept rollouts.
+    pub overlong: (usize, f64),
+}
+
+impl Collection {
+    /// Fill in the rollout figures of an iteration's metrics (call after
+    /// [`IterationMetrics::set_advantage`]: `all_equal_groups` and `env_errors` here count
+    /// every collected group, not only those trained on).
+    pub fn set_metrics(&self, m: &mut IterationMetrics) {
+        let counted: Vec<&Outcome> =
+            self.outcomes.iter().filter(|o| !o.status.is_infrastructure_failure()).collect();
+        let n = counted.len().max(1) as f64;
+        let rewards: Vec<f64> = counted.iter().map(|o| o.reward).collect();
+        (m.reward_mean, m.reward_std) = super::advantage::mean_std(&rewards);
+        m.success_rate = counted.iter().filter(|o| o.status == EpisodeStatus::Success).count() as f64 / n;
+        m.episode_len = counted.iter().map(|o| o.steps as f64).sum::<f64>() / n;
+        m.episodes = self.outcomes.len() as u64;
+        m.env_errors = (self.outcomes.len() - counted.len()) as u64;
+        m.give_ups = self.give_ups as u64;
+        m.env_steps_per_sec = self.stats.steps_per_s();
+        let r = &self.report;
+        m.groups_collected = r.groups as u64;
+        m.informative_groups = r.informative as u64;
+        m.all_equal_groups = (r.groups - r.informative) as u64;
+        m.pass_rate = r.pass_rate();
+        m.extra_collections = r.extra() as u64;
+        m.iteration_env_steps = self.stats.env_steps as u64;
+        m.extra_env_steps = self.extra_env_steps as u64;
+        (m.overlong_penalized, m.overlong_penalty_mean) = (self.overlong.0 as u64, self.overlong.1);
+    }
+}
+
+/// The iteration's stream of training (task, seed) instances: collection 0 draws the first
+/// `batch_seeds`, each extra collection the next ones, all from `tasks.train_seeds` (the
+/// held-out eval seeds never), the same draws on a resume.
+pub struct SeedStream<'a> {
+    rng: ChaCha8Rng,
+    tasks: &'a [Arc<dyn Task>],
+    seeds: std::ops::Range<u64>,
+}
+
+impl<'a> SeedStream<'a> {
+    /// The stream of iteration `it`.
+    pub fn new(cfg: &TrainConfig, tasks: &'a [Arc<dyn Task>], it: u64) -> SeedStream<'a> {
+        let tr = cfg.tasks.train_seeds;
+        SeedStream { rng: rng_for(cfg.run.seed, it, 1), tasks, seeds: tr.start..tr.end }
+    }
+
+    /// The next `n` instances.
+    pub fn next_batch(&mut self, n: usize) -> Vec<(Arc<dyn Task>, u64)> {
+        (0..n)
+            .map(|_| {
+                let task = self.tasks[self.rng.gen_range(0..self.tasks.len())].clone();
+                (task, self.rng.gen_range(self.seeds.clone()))
+            })
+            .collect()
+    }
+}
+
+/// Collect iteration `it`'s groups: B task seeds × G rollouts, with the training rewards;
+/// with dynamic sampling, B more groups at a time until B are informative ([`GroupFilter`]).
+/// Collection 0 samples with `sampling`; each extra collection with a seed of its own
+/// (the policy's sampling is left at the last one).
+pub async fn collect_groups(
+    collector: &mut Collector,
+    policy: &mut dyn TrainablePolicy,
+    tasks: &[Arc<dyn Task>],
+    cfg: &TrainConfig,
+    it: u64,
+    sampling: Sampling,
+) -> anyhow::Result<Collection> {
+    let algo = &cfg.algo;
+    let b = algo.batch_seeds;
+    let max_extra = algo.max_extra_collections();
+    let mut filter = GroupFilter::new(b, max_extra, algo.drop_all_equal_groups());
+    let mut seeds = SeedStream::new(cfg, tasks, it);
+    let mut extra_seeds = rng_for(cfg.run.seed, it, 3);
+    let mut out = Collection {
+        recs: Vec::new(),
+        outcomes: Vec::new(),
+        stats: CollectStats::default(),
+        extra_env_steps: 0,
+        give_ups: 0,
+        report: SamplingReport::default(),
+        overlong: (0, 0.0),
+    };
+    for k in 0.. {
+        let seed = if k == 0 { sampling.seed } else { extra_seeds.gen() };
+        policy.set_sampling(Sampling { seed, ..sampling });
+        // Group ids are unique within the run: (iteration · (1 + N) + collection) · B + g.
+        let first_group = (it * (1 + max_extra as u64) + k) * b as u64;
+        let jobs = Job::groups(&seeds.next_batch(b), algo.group_size, first_group);
+        let (mut recs, st) = collector.collect(policy, jobs, |_, _| {}).await?;
+        out.give_ups += rewards::shape(&mut recs, tasks, algo.truncation_reward, algo.give_up_reward);
+        add_stats(&mut out.stats, &st);
+        if k > 0 {
+            out.extra_env_steps += st.env_steps;
+        }
+        out.outcomes.extend(recs.iter().map(|r| r.trajectory.outcome.clone()));
+        let (batch, index) = TrainingBatch::group(recs.iter().map(|r| &r.trajectory));
+        let rewards: Vec<Vec<f64>> = batch.groups.iter().map(|g| g.valid_rewards()).collect();
+        let keep = filter.add(&rewards);
+        // Take the kept groups' rollouts; the rest (and their screenshots) go now.
+        let mut slots: Vec<Option<Recorded>> = recs.into_iter().map(Some).collect();
+        for (members, _) in index.iter().zip(&keep).filter(|(_, &k)| k) {
+            out.recs.extend(members.iter().filter_map(|&i| slots[i].take()));
+        }
+        if !filter.wants_more() {
+            break;
+        }
+    }
+    out.report = filter.report();
+    let r = out.report;
+    if algo.drop_all_equal_groups() && r.kept < b {
+        tracing::warn!(
+            "iteration {}: {} of {b} groups informative after {} collection(s) ({} groups, pass rate {:.2}{}); \
+             training on those",
+            it + 1,
+            r.kept,
+            r.collections,
+            r.groups,
+            r.pass_rate(),
+            if max_extra > 0 { "; raise algo.dynamic_sampling_max_extra to look further" } else { "" }
+        );
+    }
+    if algo.overlong_penalty() {
+        let max = cfg.rollout.max_steps;
+        let (n, sum) =
+            rewards::penalize_overlong(&mut out.recs, max, algo.overlong_window(max), algo.overlong_weight);
+        out.overlong = (n, sum / out.recs.len().max(1) as f64);
+    }
+    Ok(out)
+}
+
+/// Add one collection's figures to the iteration's.
+fn add_stats(total: &mut CollectStats, s: &CollectStats) {
+    let calls = total.policy_calls + s.policy_calls;
+    if calls > 0 {
+        total.mean_batch = (total.mean_batch * total.policy_calls as f64
+            + s.mean_batch * s.policy_calls as f64)
+            / calls as f64;
+    }
+    total.policy_calls = calls;
+    total.episodes += s.episodes;
+    total.env_steps += s.env_steps;
+    total.env_errors += s.env_errors;
+    total.policy_errors += s.policy_errors;
+    total.seconds += s.seconds;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Run the filter over successive collections (each a list of groups' rewards) the way
+    /// [`collect_groups`] does: stop when it wants no more or the collections run out.
+    /// Returns the keep flags of each collection made, and the report.
+    fn run(
+        target: usize,
+        max_extra: usize,
+        drop: bool,
+        collections: &[Vec<Vec<f64>>],
+    ) -> (Vec<Vec<bool>>, SamplingReport) {
+        let mut f = GroupFilter::new(target, max_extra, drop);
+        let mut kept = Vec::new();
+        for c in collections {
+            kept.push(f.add(c));
+            if !f.wants_more() {
+                break;
+            }
+        }
+        (kept, f.report())
+    }
+
+    const T: bool = true;
+    const F: bool = false;
+
+    #[test]
+    fn informative_means_two_rewards_differ() {
+        assert!(informative(&[1.0, 0.0]) && informative(&[0.0, 0.0, 0.5]));
+        assert!(!informative(&[1.0, 1.0, 1.0]) && !informative(&[-1.0]) && !informative(&[]));
+    }
+
+    #[test]
+    fn enough_in_the_first_collection_stops_at_once() {
+        // B = 2: groups 0 and 2 are informative; no extra collection.
+        let c0 = vec![vec![1.0, 0.0], vec![0.0, 0.0], vec![0.0, 1.0]];
+        let (kept, r) = run(2, 3, true, &[c0, vec![vec![1.0, 0.0]]]);
+        assert_eq!(kept, vec![vec![T, F, T]]);
+        assert_eq!(r, SamplingReport { collections: 1, groups: 3, informative: 2, kept: 2 });
+        assert_eq!((r.extra(), r.pass_rate()), (0, 2.0 / 3.0));
+    }
+
+    #[test]
+    fn short_batches_are_filled_from_later_collections_and_cut_at_b() {
+        // B = 3, N = 3. Collection 0: 1 informative (group 1). Collection 1: none.
+        // Collection 2: 3 informative, of which the first 2 fill the batch; the third is
+        // surplus (counted as informative, not kept). Collection 3 is never made.
+        let c0 = vec![vec![1.0, 1.0], vec![1.0, 0.0], vec![0.0, 0.0]];
+        let c1 = vec![vec![0.0, 0.0], vec![1.0, 1.0], vec![0.0]];
+        let c2 = vec![vec![0.0, 1.0], vec![1.0, 0.0, 1.0], vec![0.5, 0.0]];
+        let c3 = vec![vec![0.0, 1.0]; 3];
+        let (kept, r) = run(3, 3, true, &[c0, c1, c2, c3]);
+        assert_eq!(kept, vec![vec![F, T, F], vec![F, F, F], vec![T, T, F]]);
+        assert_eq!(r, SamplingReport { collections: 3, groups: 9, informative: 4, kept: 3 });
+        assert_eq!((r.extra(), r.pass_rate()), (2, 4.0 / 9.0));
+    }
+
+    #[test]
+    fn it_stops_after_n_extra_collections_and_trains_on_what_it_has() {
+        // B = 2, N = 2: all-equal groups everywhere but one: 1 + 2 collections, then stop
+        // short with the one informative group.
+        let none = vec![vec![1.0, 1.0], vec![0.0, 0.0]];
+        let one = vec![vec![0.0, 0.0], vec![0.0, -1.0]];
+        let (kept, r) = run(2, 2, true, &[none.clone(), one, none.clone(), none.clone(), none.clone()]);
+        assert_eq!(kept, vec![vec![F, F], vec![F, T], vec![F, F]]);
+        assert_eq!(r, SamplingReport { collections: 3, groups: 6, informative: 1, kept: 1 });
+        assert_eq!((r.extra(), r.pass_rate()), (2, 1.0 / 6.0));
+        // N = 0 (drop_all_equal_groups without dynamic sampling): one collection, no refill.
+        let (kept, r) = run(2, 0, true, &[none.clone(), none.clone()]);
+        assert_eq!((kept, r.collections, r.kept, r.pass_rate()), (vec![vec![F, F]], 1, 0, 0.0));
+    }
+
+    #[test]
+    fn without_dropping_every_group_is_kept_in_one_collection() {
+        let c0 = vec![vec![1.0, 1.0], vec![0.0, 1.0]];
+        let (kept, r) = run(2, 3, false, &[c0.clone(), c0]);
+        assert_eq!(kept, vec![vec![T, T]]);
+        assert_eq!(r, SamplingReport { collections: 1, groups: 2, informative: 1, kept: 2 });
+    }
+
+    #[test]
+    fn extra_collections_draw_fresh_training_seeds() {
+        let mut cfg = TrainConfig::parse(
+            "[run]\nname = \"r\"\nseed = 5\niterations = 1\n[tasks]\nids = [\"t\"]\n\
+             train_seeds = { start = 100, end = 200 }\neval_seeds = { start = 0, count = 100 }\n",
+        )
+        .unwrap();
+        cfg.resolve();
+        let tasks = vec![crate::tasks::load_task("fixtures/tasks/two-buttons.toml").unwrap()];
+        let draws = |n: usize| {
+            let mut s = SeedStream::new(&cfg, &tasks, 4);
+            (0..n)
+                .map(|_| s.next_batch(8).into_iter().map(|(_, seed)| seed).collect())
+                .collect::<Vec<Vec<u64>>>()
+        };
+        let d = draws(3);
+        assert!(d.iter().flatten().all(|s| (100..200).contains(s)), "{d:?}");
+        assert_ne!(d[0], d[1]);
+        // the first collection draws what an iteration always drew (rng purpose 1), and a
+        // resume draws the same
+        let mut rng = rng_for(5, 4, 1);
+        let first: Vec<u64> = (0..8)
+            .map(|_| {
+                let _task = rng.gen_range(0..1usize);
+                rng.gen_range(100..200u64)
+            })
+            .collect();
+        assert_eq!(d[0], first);
+        assert_eq!(draws(3), d);
+    }
+}
