@@ -2,20 +2,8 @@
 
 mod common;
 
-use common::repo;
-use std::process::{Command, Output};
-
-fn guirl(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_guirl")).args(args).output().expect("running guirl")
-}
-
-fn fails_with(out: &Output, needles: &[&str]) {
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "expected failure, got success; stderr: {err}");
-    for n in needles {
-        assert!(err.contains(n), "stderr lacks {n:?}:\n{err}");
-    }
-}
+use common::{fails_with, guirl, repo};
+use std::process::Command;
 
 #[test]
 fn unknown_task_lists_the_closest_ids() {

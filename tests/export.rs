@@ -5,7 +5,10 @@
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Float64Type, Int64Type, UInt64Type};
 use arrow_array::{Array, RecordBatch, StructArray};
+mod common;
+
 use base64::Engine;
+use common::{fails_with, guirl};
 use guirl::env::{EnvConfig, EpisodeStatus};
 use guirl::export::{export, ExportOptions, Format, Layout};
 use guirl::policy::oracle::OraclePolicy;
@@ -15,19 +18,6 @@ use guirl::rollout::{
 };
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn guirl(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_guirl")).args(args).output().expect("running guirl")
-}
-
-fn fails_with(out: &Output, needles: &[&str]) {
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "expected failure, got success; stderr: {err}");
-    for n in needles {
-        assert!(err.contains(n), "stderr lacks {n:?}:\n{err}");
-    }
-}
 
 fn read_parquet(path: &Path) -> Vec<RecordBatch> {
     let f = std::fs::File::open(path).unwrap();

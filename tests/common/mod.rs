@@ -41,3 +41,17 @@ pub fn bench_options(
         progress: false,
     }
 }
+
+/// Run the built `guirl` binary with `args`.
+pub fn guirl(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_guirl")).args(args).output().expect("running guirl")
+}
+
+/// Assert that `out` failed and its stderr names every one of `needles`.
+pub fn fails_with(out: &std::process::Output, needles: &[&str]) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "expected failure, got success; stderr: {err}");
+    for n in needles {
+        assert!(err.contains(n), "stderr lacks {n:?}:\n{err}");
+    }
+}
