@@ -34,16 +34,7 @@ fn object(body: Body) -> Result<serde_json::Map<String, Value>, ApiError> {
 
 /// The screenshot override of a reset or step request.
 fn format_override(obj: &serde_json::Map<String, Value>) -> Result<Option<ImageFormat>, ApiError> {
-    match obj.get("screenshot") {
-        None => Ok(None),
-        Some(v) => {
-            let mut o = SessionOptions::default();
-            let mut m = serde_json::Map::new();
-            m.insert("screenshot".into(), v.clone());
-            o.update(&m)?;
-            Ok(Some(o.screenshot))
-        }
-    }
+    obj.get("screenshot").map(ImageFormat::parse).transpose()
 }
 
 /// `POST /v1/sessions`.

@@ -22,7 +22,8 @@ pub enum ImageFormat {
 }
 
 impl ImageFormat {
-    fn parse(v: &Value) -> Result<ImageFormat, ApiError> {
+    /// Read a `screenshot` field.
+    pub fn parse(v: &Value) -> Result<ImageFormat, ApiError> {
         match v.as_str() {
             Some("png") => Ok(ImageFormat::Png),
             Some("jpeg") | Some("jpg") => Ok(ImageFormat::Jpeg),

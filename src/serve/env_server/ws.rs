@@ -40,14 +40,11 @@ async fn serve(s: Arc<Shared>, mut socket: WebSocket) {
     let session = match s.table.open("ws") {
         Ok(session) => session,
         Err(e) => {
-            let mut text = error_message(&e);
-            if let Ok(Value::Object(mut m)) = serde_json::from_str::<Value>(&text) {
-                if let Some(Value::Object(d)) = m.get_mut("data") {
-                    d.insert("active_sessions".into(), json!(s.table.len()));
-                    d.insert("max_sessions".into(), json!(s.table.max()));
-                }
-                text = Value::Object(m).to_string();
-            }
+            let text = json!({"type": "error", "data": {
+                "code": e.openenv_code(), "error": e.code, "message": e.message,
+                "active_sessions": s.table.len(), "max_sessions": s.table.max(),
+            }})
+            .to_string();
             let _ = socket.send(Message::Text(text.into())).await;
             let _ = socket.send(Message::Close(None)).await;
             return;
