@@ -346,6 +346,11 @@ async fn every_algorithm_option_runs_an_iteration() {
         ("give-up", |a| (a.give_up_reward, a.entropy_coef) = (Some(-0.5), 0.01)),
         ("rloo", |a| a.kind = AlgoKind::Rloo),
         ("reinforce-pp", |a| (a.kind, a.gamma) = (AlgoKind::ReinforcePp, 0.9)),
+        ("ppo", |a| (a.kind, a.gamma) = (AlgoKind::Ppo, 0.9)),
+        // The critic sees only the groups dynamic sampling kept.
+        ("ppo-dynamic-sampling-value-clip", |a| {
+            (a.kind, a.dynamic_sampling, a.value_clip) = (AlgoKind::Ppo, Some(true), Some(0.2))
+        }),
     ];
     let root = tempfile::tempdir().unwrap();
     for (name, set) in variants {

@@ -29,6 +29,9 @@ pub enum AlgoKind {
     /// GiGPO (Feng et al. 2025): GRPO's episode advantage plus `ω ×` a step advantage
     /// relative to the other steps of the group taken from the same screenshot.
     Gigpo,
+    /// PPO (Schulman et al. 2017): token-level clipped ratio, advantages from GAE over the
+    /// per-step rewards with a learned critic (`src/train/value/`, `advantage/gae.rs`).
+    Ppo,
 }
 
 impl AlgoKind {
@@ -37,14 +40,17 @@ impl AlgoKind {
         match self {
             AlgoKind::Dapo => (0.2, 0.28),
             AlgoKind::Gspo => (3e-4, 4e-4),
-            AlgoKind::Grpo | AlgoKind::DrGrpo | AlgoKind::Rloo | AlgoKind::ReinforcePp | AlgoKind::Gigpo => {
-                (0.2, 0.2)
-            }
+            AlgoKind::Grpo
+            | AlgoKind::DrGrpo
+            | AlgoKind::Rloo
+            | AlgoKind::ReinforcePp
+            | AlgoKind::Gigpo
+            | AlgoKind::Ppo => (0.2, 0.2),
         }
     }
     /// Whether the kind's advantages are group-normalized (`adv_std` applies).
     pub fn group_normalized(self) -> bool {
-        !matches!(self, AlgoKind::Rloo | AlgoKind::ReinforcePp)
+        !matches!(self, AlgoKind::Rloo | AlgoKind::ReinforcePp | AlgoKind::Ppo)
     }
     /// Default aggregation: GSPO's mean over sequences, Dr. GRPO's constant normalizer,
     /// token-mean for the rest.
@@ -84,7 +90,7 @@ pub enum GspoLevel {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AlgoConfig {
-    /// `grpo`, `dr_grpo`, `dapo`, `gspo`, `rloo`, `reinforce_pp` or `gigpo`.
+    /// `grpo`, `dr_grpo`, `dapo`, `gspo`, `rloo`, `reinforce_pp`, `gigpo` or `ppo`.
     pub kind: AlgoKind,
     /// G: rollouts per task seed.
     pub group_size: usize,
@@ -154,9 +160,27 @@ pub struct AlgoConfig {
     pub gigpo_step_std: bool,
     /// Added to the group std.
     pub eps: f64,
-    /// γ: discount of the per-step returns (`reinforce_pp`, `gigpo`, `step_credit =
+    /// γ: discount of the per-step returns (`reinforce_pp`, `gigpo`, `ppo`, `step_credit =
     /// "discounted"`; 1 = undiscounted).
     pub gamma: f64,
+    /// λ of GAE (`ppo`): 0 = one-step TD, 1 = Monte-Carlo return minus V.
+    pub gae_lambda: f64,
+    /// The critic's own learning rate (`ppo`; constant, AdamW).
+    pub value_lr: f64,
+    /// PPO2's value clip c (`ppo`): the loss is `½ max((V − R)², (clip(V, V_old ± c) − R)²)`.
+    /// Off by default: Andrychowicz et al. (2021, "What matters in on-policy RL") found
+    /// value clipping no help and sometimes harmful.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value_clip: Option<f64>,
+    /// Iterations at the start in which only the critic trains (`ppo`; the policy and the
+    /// adaptive β wait).
+    pub critic_warmup: u64,
+    /// Passes of the critic over each batch (`ppo`; default `epochs`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value_epochs: Option<usize>,
+    /// Whiten the advantages over the batch (`ppo`; default true).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub normalize_advantages: Option<bool>,
     /// Leave out groups whose rewards are all equal (default: true for dapo and with
     /// `dynamic_sampling`, else false).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -225,6 +249,12 @@ impl Default for AlgoConfig {
             gigpo_step_std: true,
             eps: 1e-6,
             gamma: 1.0,
+            gae_lambda: 0.95,
+            value_lr: 1e-3,
+            value_clip: None,
+            critic_warmup: 0,
+            value_epochs: None,
+            normalize_advantages: None,
             drop_all_equal_groups: None,
             dynamic_sampling: None,
             dynamic_sampling_max_extra: 3,
@@ -323,7 +353,12 @@ impl AlgoConfig {
     pub(crate) fn check(&self, iterations: u64, check: &mut dyn FnMut(bool, String)) {
         let a = self;
         let (lo, hi) = (a.clip_low(), a.clip_high());
-        check(a.group_size >= 2, format!("algo.group_size must be at least 2, got {}", a.group_size));
+        // PPO's critic is the baseline: its rollouts need no group.
+        let min_group = if a.kind == AlgoKind::Ppo { 1 } else { 2 };
+        check(
+            a.group_size >= min_group,
+            format!("algo.group_size must be at least {min_group}, got {}", a.group_size),
+        );
         check(a.batch_seeds >= 1, "algo.batch_seeds must be at least 1".into());
         check(lo > 0.0 && lo < 1.0, format!("algo.clip_low must be in (0, 1), got {lo}"));
         check(hi > 0.0 && hi.is_finite(), format!("algo.clip_high must be > 0, got {hi}"));
@@ -428,5 +463,6 @@ impl AlgoConfig {
         if let Some(r) = a.truncation_reward {
             check(r.is_finite(), format!("algo.truncation_reward must be a finite number, got {r}"));
         }
+        super::value::check_options(a, iterations, check);
     }
 }

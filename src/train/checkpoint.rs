@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! runs/<name>/checkpoints/iter-000010/{model.safetensors, config.json, optimizer.safetensors, trainer.json}
+//!                                      (+ critic.safetensors, critic.json, critic_optimizer.safetensors: PPO)
 //! runs/<name>/checkpoints/latest   a relative symlink to the newest checkpoint folder
 //! runs/<name>/checkpoints/best     a relative symlink to the one with the best held-out success
 //! ```
@@ -243,9 +244,22 @@ pub fn save(
     opt: &AdamW,
     state: &TrainerState,
 ) -> anyhow::Result<PathBuf> {
+    save_with(run_dir, policy, opt, state, |_| Ok(()))
+}
+
+/// [`save`], with `extra` writing more files into the checkpoint folder (PPO's critic)
+/// before it is put in place.
+pub fn save_with(
+    run_dir: &Path,
+    policy: &dyn TrainablePolicy,
+    opt: &AdamW,
+    state: &TrainerState,
+    extra: impl FnOnce(&Path) -> anyhow::Result<()>,
+) -> anyhow::Result<PathBuf> {
     remove_leftovers(run_dir);
     let dir = checkpoints_dir(run_dir).join(name(state.iteration));
     write_dir_atomically(&dir, |tmp| {
+        extra(tmp)?;
         policy.save(tmp)?;
         opt.save(&tmp.join("optimizer.safetensors"))?;
         let p = tmp.join(TRAINER_FILE);

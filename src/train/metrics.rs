@@ -26,11 +26,13 @@ pub struct IterationMetrics {
     pub reward_std: f64,
     /// Fraction of episodes (env errors excluded) that ended in success.
     pub success_rate: f64,
-    /// Mean over groups of the group's mean reward (the GRPO baseline).
+    /// Mean over groups of the group's mean reward (the GRPO baseline; PPO: the mean
+    /// value V(s_t) of the steps trained on).
     pub baseline_mean: f64,
-    /// Mean of `R − baseline` (0 up to rounding).
+    /// Mean of `R − baseline` (0 up to rounding; PPO: of the GAE advantages before
+    /// whitening).
     pub relative_reward_mean: f64,
-    /// Std of `R − baseline`.
+    /// Std of `R − baseline` (PPO: of the GAE advantages before whitening).
     pub relative_reward_std: f64,
     /// Mean advantage.
     pub adv_mean: f64,
@@ -55,6 +57,24 @@ pub struct IterationMetrics {
     pub dual_clip_frac: f64,
     /// Mean importance ratio.
     pub ratio_mean: f64,
+    /// PPO: the critic's value loss (mean over its minibatches).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value_loss: Option<f64>,
+    /// PPO: `1 − Var(R − V) / Var(R)` of the values at collection against the GAE returns.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub explained_variance: Option<f64>,
+    /// PPO: mean value at collection of the steps trained on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value_mean: Option<f64>,
+    /// PPO: mean GAE return of those steps.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub return_mean: Option<f64>,
+    /// PPO: fraction of samples on the clipped branch of the value loss.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value_clip_frac: Option<f64>,
+    /// PPO: the critic's mean gradient norm before clipping.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value_grad_norm: Option<f64>,
     /// Rollouts that ended with the agent's `done()` before the task did (trained on the
     /// give-up reward).
     pub give_ups: u64,
@@ -126,6 +146,16 @@ impl IterationMetrics {
         self.groups = a.groups as u64;
         self.step_groups = a.step_groups as u64;
         self.env_errors = a.env_errors as u64;
+    }
+
+    /// Copy the critic's statistics in (PPO).
+    pub fn set_value(&mut self, v: &super::value::ValueStats) {
+        self.value_loss = Some(v.loss);
+        self.explained_variance = v.explained_variance;
+        self.value_mean = Some(v.value_mean);
+        self.return_mean = Some(v.return_mean);
+        self.value_clip_frac = Some(v.clip_frac);
+        self.value_grad_norm = Some(v.grad_norm);
     }
 
     /// Copy loss statistics in (e.g. [`mean_loss_stats`] of the update's minibatches).

@@ -7,7 +7,9 @@
 //!   [`sft`]: behaviour cloning; [`demos`]: oracle demonstrations; [`eval`]: held-out
 //!   evaluation and `best`.
 //! - [`advantage`]: advantage estimators, one file each (GRPO / Dr. GRPO, RLOO,
-//!   REINFORCE++, GiGPO) from a `TrainingBatch`.
+//!   REINFORCE++, GiGPO, GAE) from a `TrainingBatch`.
+//! - [`value`]: PPO's critic (a value network over the screenshot and instruction, its
+//!   clipped loss, its own optimizer); GAE is [`advantage::gae`].
 //! - [`objective`]: the clipped surrogate (token-level, GSPO sequence-level, dual clip),
 //!   its aggregation, the k1 / k2 / k3 KL estimators and the entropy bonus, on tensors;
 //!   [`kl`]: the KL in the reward and the adaptive KL coefficient.
@@ -35,6 +37,7 @@ pub mod seeds;
 pub mod sft;
 pub mod trainer;
 pub mod update;
+pub mod value;
 
 pub use advantage::{group_advantages, AdvantageStats};
 pub use config::TrainConfig;

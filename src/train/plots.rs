@@ -1,5 +1,6 @@
 //! PNG plots of a run's `metrics.jsonl` into `plots/`: reward, success, loss, KL and
-//! entropy against environment steps, success also against wall-clock time.
+//! entropy against environment steps, success also against wall-clock time; PPO runs
+//! also the critic's value loss and explained variance.
 //!
 //! Text needs a TrueType font (plotters' `ab_glyph` backend has none built in): the first
 //! of `$GUIRL_FONT`, DejaVu Sans, Liberation Sans, or any `.ttf` under /usr/share/fonts.
@@ -201,7 +202,7 @@ fn write_plots_with(ms: &[IterationMetrics], dir: &Path, text: bool) -> anyhow::
         move |m: &IterationMetrics| train(m).then(|| (m.env_steps as f64, f(m)))
     };
     let eval_at = |m: &IterationMetrics| m.eval_success.map(|s| (m.env_steps as f64, s));
-    let plots: Vec<(&str, &str, &str, &str, Vec<Line>)> = vec![
+    let mut plots: Vec<(&str, &str, &str, &str, Vec<Line>)> = vec![
         (
             "reward.png",
             "Episode reward",
@@ -263,6 +264,21 @@ fn write_plots_with(ms: &[IterationMetrics], dir: &Path, text: bool) -> anyhow::
             vec![line("entropy", BLUE_, ms, at_steps(|m| m.entropy))],
         ),
     ];
+    if ms.iter().any(|m| m.value_loss.is_some()) {
+        // PPO's critic.
+        plots.push((
+            "value.png",
+            "Critic",
+            steps,
+            "value loss / explained variance",
+            vec![
+                line("value loss", BLUE_, ms, |m| m.value_loss.map(|v| (m.env_steps as f64, v))),
+                line("explained variance", GREEN_, ms, |m| {
+                    m.explained_variance.map(|v| (m.env_steps as f64, v))
+                }),
+            ],
+        ));
+    }
     let mut out = Vec::new();
     for (file, title, x, y, mut lines) in plots {
         // drop optional lines with no points (e.g. no evaluation yet)

@@ -7,7 +7,9 @@
 //! rewards   = task reward, truncation / give-up / overlong corrections  (rewards.rs)
 //!             − β·KL per step with kl_mode = "reward"        (kl.rs)
 //! adv       = estimator(groups, anchor states)               (advantage/)
+//!             PPO: GAE over the critic's values               (value/, advantage/gae.rs)
 //! μ epochs of minibatches: objective(logπ, logπ_old, logπ_ref, adv) → AdamW step  (update.rs)
+//! PPO: the critic's value-loss epochs (value/); the policy waits out `critic_warmup`
 //! β ← adaptive(β, KL) with kl_target                        (kl.rs)
 //! metrics, evaluation (every one a candidate for `best`), checkpoint
 //! ```
@@ -82,6 +84,8 @@ pub struct Trainer {
     policy: Box<dyn TrainablePolicy>,
     reference: Option<Box<dyn TrainablePolicy>>,
     opt: AdamW,
+    /// PPO's critic (`None` for the other kinds).
+    critic: Option<super::value::Critic>,
     tasks: Vec<Arc<dyn Task>>,
     collector: Collector,
     state: TrainerState,
@@ -110,6 +114,7 @@ impl Trainer {
             Some(dir) => checkpoint::load_state(dir, &mut opt)?,
             None => TrainerState::default(),
         };
+        let critic = super::value::Critic::for_run(&cfg, &device, latest.as_deref())?;
         // A resumed run finds its KL reference on disk; a new one makes it when RL starts.
         let ref_dir = run_dir.join(REFERENCE_DIR);
         let reference = if cfg.algo.beta > 0.0 && latest.is_some() && ref_dir.is_dir() {
@@ -136,6 +141,7 @@ impl Trainer {
             policy,
             reference,
             opt,
+            critic,
             tasks,
             collector,
             state,
@@ -276,7 +282,15 @@ impl Trainer {
             super::config::AlgoKind::Gigpo => super::advantage::anchor_keys(recs, &index),
             _ => Vec::new(),
         };
-        let (adv, astats) = super::advantage::estimate(algo, &batch, &keys);
+        // PPO: the critic values every observation, and GAE gives the advantages.
+        let ppo = match self.critic.as_ref() {
+            Some(c) => Some(off_runtime(|| c.gae(algo, &batch, recs, &index))?),
+            None => None,
+        };
+        let (adv, astats) = match &ppo {
+            Some(p) => (p.gae.adv.clone(), p.gae.stats),
+            None => super::advantage::estimate(algo, &batch, &keys),
+        };
         let samples = samples(recs, &index, &adv)?;
 
         // 4. μ epochs of minibatch updates of the objective (+ KL, entropy), at this
@@ -291,10 +305,18 @@ impl Trainer {
         // Off the async runtime: browsers kept open between iterations keep their tasks.
         let (policy, opt) = (self.policy.as_ref(), &mut self.opt);
         let reference = self.reference.as_deref().filter(|_| in_loss);
-        let up = off_runtime(|| update(policy, reference, opt, &samples, &step_algo, cfg.run.seed, it))?;
+        let trains_policy = super::value::trains_policy(algo, it);
+        let up = match trains_policy {
+            true => off_runtime(|| update(policy, reference, opt, &samples, &step_algo, cfg.run.seed, it))?,
+            false => Default::default(),
+        };
+        let value = match (self.critic.as_mut(), &ppo) {
+            (Some(c), Some(p)) => Some(off_runtime(|| c.train(p, algo, cfg.run.seed, it))?),
+            _ => None,
+        };
         let update_secs = t1.elapsed().as_secs_f64();
         let kl = rollout_kl.unwrap_or(up.loss.kl);
-        if let Some(target) = algo.kl_target {
+        if let (Some(target), true) = (algo.kl_target, trains_policy) {
             self.state.kl_coef =
                 Some(super::kl::adaptive_beta(beta, kl, target, samples.len(), algo.kl_horizon));
         }
@@ -320,6 +342,9 @@ impl Trainer {
         m.set_advantage(&astats);
         collected.set_metrics(&mut m); // every collected rollout, not only those trained on
         m.set_loss(&up.loss);
+        if let Some(v) = &value {
+            m.set_value(v);
+        }
         (m.kl, m.kl_coef) = (kl, beta);
         let interval = cfg.eval.interval;
         if interval > 0
@@ -355,7 +380,9 @@ impl Trainer {
 
     /// Save a checkpoint of the current iteration; returns its folder.
     fn save_checkpoint(&self) -> anyhow::Result<PathBuf> {
-        checkpoint::save(&self.run_dir, self.policy.as_ref(), &self.opt, &self.state)
+        checkpoint::save_with(&self.run_dir, self.policy.as_ref(), &self.opt, &self.state, |dir| {
+            self.critic.as_ref().map_or(Ok(()), |c| c.save(dir))
+        })
     }
 
     /// An evaluation of the current policy: checkpoint it, and point `best` at it when it

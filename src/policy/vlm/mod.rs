@@ -19,9 +19,9 @@
 
 pub mod config;
 pub mod fused;
-mod init;
+pub(crate) mod init;
 pub mod inputs;
-mod layers;
+pub(crate) mod layers;
 pub mod model;
 mod pointer;
 pub mod speed;

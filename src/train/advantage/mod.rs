@@ -12,7 +12,10 @@
 //!   (REINFORCE++).
 //! - [`gigpo`]: GRPO's episode advantage plus a step advantage within anchor-state groups
 //!   (steps of one group taken from the same screenshot).
+//! - [`gae`]: PPO's generalized advantage estimation from per-step rewards and a critic's
+//!   values (the critic is `train::value`).
 
+pub mod gae;
 pub mod gigpo;
 pub mod grpo;
 pub mod reinforce_pp;
@@ -97,6 +100,12 @@ pub fn estimate(
                 eps: algo.eps,
             };
             return gigpo::gigpo_advantages(batch, keys, algo.adv_std(), step);
+        }
+        AlgoKind::Ppo => {
+            // The trainer gives GAE the critic's values (`value::Critic::gae`); without
+            // them V ≡ 0 and A_t is the (γλ)-discounted return from t.
+            let g = gae::gae_advantages(batch, &Vec::new(), gae::GaeParams::from_algo(algo));
+            return (g.adv, g.stats);
         }
     };
     // Episode-level estimators: a step inherits its episode's advantage (the
