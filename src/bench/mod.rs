@@ -2,6 +2,7 @@
 
 pub mod env_bench;
 pub mod harness;
+pub mod learning;
 
 /// Median and 90th percentile of a sample (ms).
 #[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize, PartialEq)]

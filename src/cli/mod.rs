@@ -1,6 +1,7 @@
 //! The `guirl` command: parses arguments, then calls the library.
 
 mod bench;
+mod bench_learn;
 mod export;
 mod play;
 mod policy;
@@ -86,6 +87,9 @@ enum Command {
     /// Run a policy over a suite of tasks and report success with 95 % intervals
     /// (`guirl bench compare A B` compares two such reports).
     Bench(bench::BenchArgs),
+    /// The learning benchmark: every algorithm of a plan from a behaviour-cloned policy,
+    /// on the same env-step budget over several training seeds (table and plots).
+    BenchLearn(bench_learn::BenchLearnArgs),
     /// Serve environments over REST (/v1/sessions) and OpenEnv's WebSocket protocol (/ws).
     Serve(serve::ServeArgs),
     /// Write a trajectory set as parquet or JSON lines for Python trainers (veRL, TRL,
@@ -119,6 +123,7 @@ pub fn main() -> ExitCode {
         Command::Run(args) => interruptible(run::run(args)),
         Command::Play(args) => interruptible(play::play(args)),
         Command::Bench(args) => interruptible(bench::bench(args)),
+        Command::BenchLearn(args) => runtime().block_on(bench_learn::bench_learn(args)),
         Command::Serve(args) => runtime().block_on(serve::run(args)),
         Command::ServePolicy(args) => runtime().block_on(serve_policy::serve_policy(args)),
         Command::BenchEnv(args) => interruptible(run::bench_env(args)),

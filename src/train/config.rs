@@ -61,6 +61,11 @@ pub struct RunConfig {
     pub seed: u64,
     /// Collect-and-update rounds.
     pub iterations: u64,
+    /// Stop after the iteration in which the run's env steps reach this many (`iterations`
+    /// stays the upper bound); that iteration is evaluated and checkpointed like the last.
+    /// Comparisons of algorithms give each the same env-step budget this way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_env_steps: Option<u64>,
     /// Parent folder of run folders (default `runs`).
     #[serde(default = "default_runs_dir")]
     pub dir: PathBuf,
@@ -279,7 +284,14 @@ impl TrainConfig {
             !r.name.contains(['/', '\\']) && r.name != "." && r.name != "..",
             format!("run.name must be a folder name, not a path, got {:?}", r.name),
         );
-        check(r.iterations >= 1, "run.iterations must be at least 1".into());
+        check(
+            r.iterations >= 1 || self.sft.is_some(),
+            "run.iterations must be at least 1 (0 only with [sft]: behaviour cloning alone)".into(),
+        );
+        check(
+            r.max_env_steps != Some(0),
+            "run.max_env_steps must be at least 1 (leave it out for no budget)".into(),
+        );
         // [tasks]
         let t = &self.tasks;
         check(!t.ids.is_empty(), "tasks.ids must list at least one task".into());

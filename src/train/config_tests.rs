@@ -295,7 +295,14 @@ fn bad_values_are_named() {
     assert!(e.contains("device must be \"cpu\", \"cuda\" or \"cuda:N\""), "{e}");
     assert!(err(&format!("device = \"cuda:x\"\n{MINIMAL}")).contains("got \"cuda:x\""));
     let e = err(&MINIMAL.replace("iterations = 10", "iterations = 0"));
-    assert!(e.contains("run.iterations must be at least 1"), "{e}");
+    assert!(e.contains("run.iterations must be at least 1 (0 only with [sft]"), "{e}");
+    // Behaviour cloning alone: iterations = 0 with [sft].
+    parse_ok(&format!(
+        "{}[sft]\noracle_episodes = 4\n",
+        MINIMAL.replace("iterations = 10", "iterations = 0")
+    ));
+    let e = err(&MINIMAL.replace("iterations = 10", "iterations = 10\nmax_env_steps = 0"));
+    assert!(e.contains("run.max_env_steps must be at least 1"), "{e}");
     let e = err(&MINIMAL.replace("\"r\"", "\"a/b\""));
     assert!(e.contains("run.name must be a folder name"), "{e}");
     // several bad keys: all named

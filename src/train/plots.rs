@@ -17,6 +17,11 @@ use std::sync::OnceLock;
 const FAMILY: &str = "sans-serif";
 
 /// Where a font was found, if any (looked up and registered once per process).
+/// Whether plots can have text (a font was found and registered).
+pub(crate) fn has_font() -> bool {
+    font().is_some()
+}
+
 fn font() -> Option<&'static Path> {
     static FONT: OnceLock<Option<PathBuf>> = OnceLock::new();
     FONT.get_or_init(|| {
@@ -73,10 +78,13 @@ fn find_font() -> Option<PathBuf> {
 }
 
 /// One line of a plot.
-struct Line {
-    label: &'static str,
-    color: RGBColor,
-    points: Vec<(f64, f64)>,
+pub(crate) struct Line {
+    /// Its legend entry.
+    pub label: String,
+    /// Its colour.
+    pub color: RGBColor,
+    /// Its (x, y) points, in order.
+    pub points: Vec<(f64, f64)>,
 }
 
 fn line(
@@ -86,11 +94,12 @@ fn line(
     xy: impl Fn(&IterationMetrics) -> Option<(f64, f64)>,
 ) -> Line {
     let points = ms.iter().filter_map(xy).filter(|(x, y)| x.is_finite() && y.is_finite()).collect();
-    Line { label, color, points }
+    Line { label: label.to_string(), color, points }
 }
 
-/// Draw `lines` into a PNG at `path`; text only when a font is available.
-fn draw(
+/// Draw `lines` into a PNG at `path` (`y_unit`: the y axis spans at least 0..1); text
+/// only with `text` (see [`has_font`]).
+pub(crate) fn draw(
     path: &Path,
     title: &str,
     (x_desc, y_desc): (&str, &str),
@@ -140,7 +149,8 @@ fn draw(
         let s = chart.draw_series(LineSeries::new(l.points.iter().copied(), style)).map_err(|x| e(&x))?;
         if text {
             let c = l.color;
-            s.label(l.label).legend(move |(x, y)| PathElement::new([(x, y), (x + 18, y)], c.stroke_width(2)));
+            s.label(&l.label)
+                .legend(move |(x, y)| PathElement::new([(x, y), (x + 18, y)], c.stroke_width(2)));
         }
         if l.points.len() == 1 {
             chart

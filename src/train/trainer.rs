@@ -205,7 +205,7 @@ impl Trainer {
             b.set_position(self.state.iteration);
             b
         });
-        while self.state.iteration < total {
+        while self.state.iteration < total && !self.budget_spent() {
             let m = match self.iteration().await {
                 Ok(m) => m,
                 Err(e) => return Err(self.stop_with(e).await),
@@ -220,7 +220,7 @@ impl Trainer {
                 };
                 b.set_message(format!("reward {:.2} success {:.2}{sampling}", m.reward_mean, m.success_rate));
             }
-            let last = self.state.iteration == total;
+            let last = self.state.iteration == total || self.budget_spent();
             let interval = self.cfg.checkpoint.interval;
             let stopping = stop.load(Ordering::SeqCst);
             if let (Some(success), Some(reward)) = (m.eval_success, m.eval_reward) {
@@ -230,6 +230,9 @@ impl Trainer {
             }
             if stopping {
                 tracing::warn!("stopped at iteration {}: checkpoint saved", self.state.iteration);
+                break;
+            }
+            if last {
                 break;
             }
         }
@@ -348,7 +351,9 @@ impl Trainer {
         (m.kl, m.kl_coef) = (kl, beta);
         let interval = cfg.eval.interval;
         if interval > 0
-            && (self.state.iteration.is_multiple_of(interval) || self.state.iteration == cfg.run.iterations)
+            && (self.state.iteration.is_multiple_of(interval)
+                || self.state.iteration == cfg.run.iterations
+                || self.budget_spent())
         {
             let e = self.evaluate().await?;
             m.eval_success = Some(e.success);
@@ -359,6 +364,11 @@ impl Trainer {
             tracing::warn!("plots not written: {e:#}");
         }
         Ok(m)
+    }
+
+    /// Whether `run.max_env_steps` is reached.
+    fn budget_spent(&self) -> bool {
+        self.cfg.run.max_env_steps.is_some_and(|b| self.state.env_steps >= b)
     }
 
     /// A run that must stop on an error first checkpoints what it has (unless the error

@@ -1,0 +1,56 @@
+//! `guirl bench-learn`: the learning benchmark (every algorithm from a clone, same budget).
+
+use crate::bench::learning::{self, BenchOptions, Plan};
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+/// Arguments of `guirl bench-learn`.
+#[derive(Debug, clap::Args)]
+pub struct BenchLearnArgs {
+    /// The plan (TOML): env_steps, seeds, algos, [[tasks]] with a config each
+    /// (see benches/learning/plan.toml).
+    plan: PathBuf,
+    /// Output folder: one run folder per cell, report.md, results.json, learning-TASK.png.
+    /// Running again continues where a stopped benchmark left off.
+    #[arg(long)]
+    out: PathBuf,
+    /// Only the cells whose TASK/ALGO-sSEED contains this (e.g. `toggle-switches/ppo-s0`;
+    /// a task's clone is made first whenever one of its cells runs); the report covers
+    /// every finished cell.
+    #[arg(long)]
+    only: Option<String>,
+    /// Write the report from the finished cells and exit (no training).
+    #[arg(long)]
+    report: bool,
+    #[command(flatten)]
+    browser: super::BrowserArgs,
+}
+
+/// `guirl bench-learn`.
+pub async fn bench_learn(args: BenchLearnArgs) -> anyhow::Result<()> {
+    let plan = Plan::load(&args.plan)?;
+    let cells = if args.report {
+        if !args.out.is_dir() {
+            anyhow::bail!(
+                "{} does not exist: run the benchmark first (without --report)",
+                args.out.display()
+            );
+        }
+        let cells = learning::read_cells(&args.out)?;
+        learning::report::write(&plan, &cells, &args.out)?;
+        cells
+    } else {
+        let opts = BenchOptions {
+            only: args.only,
+            env: crate::env::EnvConfig { browser: args.browser.config(), ..Default::default() },
+        };
+        // Ctrl-C / SIGTERM: the running cell checkpoints and stops; run again to continue.
+        let stop = Arc::new(AtomicBool::new(false));
+        super::watch_signals(Some(stop.clone()));
+        learning::run(&plan, &args.out, &opts, stop).await?
+    };
+    print!("{}", learning::report::markdown(&plan, &learning::report::rows(&plan, &cells)));
+    println!("\nreport: {}", args.out.join("report.md").display());
+    Ok(())
+}
