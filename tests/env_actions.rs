@@ -121,6 +121,10 @@ async fn bad_actions_are_steps_with_an_error_not_crashes() {
     let err = out.info.action_error.unwrap();
     assert!(err.contains("position 10") && err.contains("expected an integer"), "{err}");
     assert_eq!(out.obs.step, 3);
+    // The episode's memory: the actions taken, executable or not; malformed text is none.
+    assert_eq!(out.obs.history, ["click(400, 10)", "type(\"x\")"]);
+    let (obs, _) = env.reset(1).await.unwrap();
+    assert!(obs.history.is_empty(), "a reset starts a new memory");
     env.close().await;
 }
 

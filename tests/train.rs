@@ -58,23 +58,48 @@ fn weights(ckpt: &Path) -> Vec<(String, Vec<f32>)> {
 
 #[tokio::test]
 async fn four_iterations_equal_two_plus_resume_plus_two() {
-    let root = tempfile::tempdir().unwrap();
-    let (a, b) = (root.path().join("a"), root.path().join("b"));
-    train(config(4), &a, false).await;
-    train(config(2), &b, false).await;
-    let refused =
-        Trainer::new(config(4), b.clone(), false, false).err().expect("an existing run is not overwritten");
-    assert!(refused.to_string().contains("--resume"), "{refused}");
-    train(config(4), &b, true).await;
-    let (wa, wb) = (weights(&a.join("checkpoints/iter-000004")), weights(&b.join("checkpoints/iter-000004")));
-    assert_eq!(wa.len(), wb.len());
-    assert!(wa.iter().zip(&wb).all(|(x, y)| x == y), "resumed weights differ from the uninterrupted run");
-    let init = weights(&b.join("checkpoints/iter-000002"));
-    assert!(init.iter().zip(&wb).any(|(x, y)| x != y), "training changed the weights");
-    // The metrics file has one line per iteration, also across the resume.
-    let lines = std::fs::read_to_string(b.join("metrics.jsonl")).unwrap().lines().count();
-    assert_eq!(lines, 4);
-    assert!(b.join("plots/success.png").is_file());
+    // Plain GRPO, and with the adaptive KL coefficient (β moves every iteration and must
+    // come back from the checkpoint, with the KL reference).
+    type Variant = (&'static str, fn(&mut TrainConfig));
+    let variants: [Variant; 2] =
+        [("plain", |_| {}), ("adaptive-beta", |c| (c.algo.beta, c.algo.kl_target) = (0.05, Some(1e-3)))];
+    for (name, set) in variants {
+        let cfg = |n| {
+            let mut c = config(n);
+            // One browser: with two, which rollouts share a policy batch depends on timing,
+            // and a batch's matmuls round the sampled log-probs differently in the last bit.
+            c.rollout.envs = 1;
+            set(&mut c);
+            c
+        };
+        let root = tempfile::tempdir().unwrap();
+        let (a, b) = (root.path().join("a"), root.path().join("b"));
+        train(cfg(4), &a, false).await;
+        train(cfg(2), &b, false).await;
+        let refused =
+            Trainer::new(cfg(4), b.clone(), false, false).err().expect("an existing run is not overwritten");
+        assert!(refused.to_string().contains("--resume"), "{refused}");
+        train(cfg(4), &b, true).await;
+        let (wa, wb) =
+            (weights(&a.join("checkpoints/iter-000004")), weights(&b.join("checkpoints/iter-000004")));
+        assert_eq!(wa.len(), wb.len());
+        assert!(
+            wa.iter().zip(&wb).all(|(x, y)| x == y),
+            "{name}: resumed weights differ from the uninterrupted run"
+        );
+        let init = weights(&b.join("checkpoints/iter-000002"));
+        assert!(init.iter().zip(&wb).any(|(x, y)| x != y), "{name}: training changed the weights");
+        // The metrics file has one line per iteration, also across the resume, and the
+        // resumed iterations used the same β as the uninterrupted ones.
+        let (ma, mb) = (metrics_lines(&a), metrics_lines(&b));
+        assert_eq!(mb.len(), 4, "{name}");
+        let betas = |m: &[serde_json::Value]| m.iter().map(|l| l["kl_coef"].as_f64()).collect::<Vec<_>>();
+        assert_eq!(betas(&ma), betas(&mb), "{name}: β per iteration");
+        if name == "adaptive-beta" {
+            assert!(betas(&mb).windows(2).any(|w| w[0] != w[1]), "{name}: β adapted: {:?}", betas(&mb));
+        }
+        assert!(b.join("plots/success.png").is_file());
+    }
 }
 
 #[test]

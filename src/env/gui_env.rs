@@ -145,6 +145,8 @@ struct Episode {
     script: String,
     running: bool,
     last: ScreenState,
+    /// The actions taken so far, text form (`ScreenState.history`).
+    history: Vec<String>,
 }
 
 /// A browser environment for one task.
@@ -303,6 +305,7 @@ impl GuiEnv {
             instruction: start.instruction,
             script,
             running: true,
+            history: Vec::new(),
             last: ScreenState {
                 task_id: self.task.id().to_string(),
                 instruction: String::new(),
@@ -311,6 +314,7 @@ impl GuiEnv {
                 frame: Frame::default(),
                 elements: vec![],
                 screenshot: RgbImage::new(1, 1),
+                history: Vec::new(),
             },
         };
         let (obs, _, _, _) = self.observe(&ep).await?;
@@ -393,6 +397,7 @@ impl GuiEnv {
             frame: self.frame(state.scroll),
             elements: state.elements,
             screenshot,
+            history: ep.history.clone(),
         };
         Ok((obs, status, settle_ms, screenshot_ms))
     }
@@ -407,6 +412,10 @@ impl GuiEnv {
 
     /// Take one action.
     pub async fn step(&mut self, action: &GuiAction) -> Result<StepOutcome, EnvError> {
+        // The episode's memory has every action taken, executable or not (as trajectories do).
+        if let Some(ep) = self.episode.as_mut().filter(|e| e.running) {
+            ep.history.push(action.to_string());
+        }
         let problem = self.check_action(action).await;
         match problem {
             Some(p) => self.step_invalid(p).await,

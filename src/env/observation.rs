@@ -105,6 +105,11 @@ pub struct ScreenState {
     /// The screenshot, cropped to the task's viewport (RGB8). Serialized as base64 PNG.
     #[serde(with = "png_base64")]
     pub screenshot: RgbImage,
+    /// The episode's earlier actions in text form, oldest first (the env's memory of the
+    /// episode, for policies that read it; `[model] memory`). Malformed action text is
+    /// not an action and is left out.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<String>,
 }
 
 impl ScreenState {

@@ -132,6 +132,17 @@ impl Trajectory {
         }
     }
 
+    /// The actions before step `i`, as the env's `ScreenState.history` had them (text that
+    /// does not parse was no action and is left out).
+    pub fn history_before(&self, i: usize) -> Vec<String> {
+        let steps = &self.steps[..i.min(self.steps.len())];
+        steps
+            .iter()
+            .filter_map(|s| crate::env::GuiAction::parse(&s.action).ok())
+            .map(|a| a.to_string())
+            .collect()
+    }
+
     /// The observation step `i` acted on, rebuilt from its screenshot: what a policy reads
     /// (task, instruction, frame, elements, screenshot; the URL is not kept).
     pub fn state_at(&self, i: usize, screenshot: RgbImage) -> ScreenState {
@@ -143,6 +154,7 @@ impl Trajectory {
             frame: self.frame,
             elements: self.steps.get(i).map(|s| s.elements.clone()).unwrap_or_default(),
             screenshot,
+            history: self.history_before(i),
         }
     }
 }

@@ -148,6 +148,7 @@ fn read_state(body: &Value) -> Result<ScreenState, String> {
         },
         elements,
         screenshot,
+        history: Vec::new(),
     })
 }
 

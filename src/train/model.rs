@@ -53,6 +53,10 @@ pub struct ModelConfig {
     /// (needs `word_buckets`; off in the presets).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub screen_text: Option<bool>,
+    /// Memory of the episode: the last N screen-pointing actions marked on the image
+    /// (0 = off, the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<usize>,
     /// Action kinds the policy may write (text-form names: `click`, `type`, `key`, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kinds: Option<Vec<String>>,
@@ -95,6 +99,7 @@ impl ModelConfig {
         set(&mut v.max_instruction_bytes, &self.max_instruction_bytes);
         set(&mut v.word_buckets, &self.word_buckets);
         set(&mut v.screen_text, &self.screen_text);
+        set(&mut v.memory, &self.memory);
         set(&mut v.actions.kinds, &self.kinds);
         set(&mut v.actions.x_bins, &self.x_bins);
         set(&mut v.actions.y_bins, &self.y_bins);

@@ -140,6 +140,7 @@ mod tests {
             frame: Default::default(),
             elements: vec![],
             screenshot: image::RgbImage::new(160, 210),
+            history: Vec::new(),
         };
         let e = Element {
             tag: "input".into(),

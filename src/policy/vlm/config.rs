@@ -55,6 +55,14 @@ pub struct VlmConfig {
     /// in configs written before it existed.
     #[serde(default)]
     pub screen_text: bool,
+    /// Memory of the episode: the last `memory` actions of `ScreenState.history` that
+    /// point at the screen (click, double-click, hover, a drag's ends, a scroll's place)
+    /// are marked on the image token they pointed at, with a learned vector per age. Why:
+    /// a policy that reads only the current frame cannot tell a switch it just flipped
+    /// from one it has not touched, and greedy decoding then flips it back and forth
+    /// until the step limit. 0 (the default, and what older configs load as) turns it off.
+    #[serde(default)]
+    pub memory: usize,
 }
 
 /// The action space: which kinds of action the policy may write, and how finely.
@@ -123,6 +131,7 @@ impl VlmConfig {
             pointer: true,
             word_buckets: 0,
             screen_text: false,
+            memory: 0,
         }
     }
 
@@ -147,6 +156,7 @@ impl VlmConfig {
             pointer: true,
             word_buckets: 0,
             screen_text: false,
+            memory: 0,
         }
     }
 
@@ -174,6 +184,7 @@ impl VlmConfig {
             pointer: true,
             word_buckets: 0,
             screen_text: false,
+            memory: 0,
         }
     }
 

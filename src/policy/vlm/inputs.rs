@@ -25,6 +25,9 @@ pub struct EncoderInputs {
     pub words: Option<Tensor>,
     /// The visible elements' words at their image token, when the config has `screen_text`.
     pub screen: Option<ScreenWords>,
+    /// [B, image_tokens, memory] f32: 1 where the action `k` steps before the last one
+    /// pointed (see [`history_marks`]), when the config has `memory`.
+    pub history: Option<Tensor>,
     /// [B, 1, 1, image_tokens + L]: 0 for real tokens, `NEG` for padding.
     pub key_mask: Tensor,
 }
@@ -153,8 +156,7 @@ pub fn element_words(e: &Element) -> String {
 /// tree has the same words; through the instruction's word table they read as the same
 /// vector in both places, and matching a name against a place becomes attention.
 pub fn screen_words(state: &ScreenState, cfg: &VlmConfig) -> Vec<u32> {
-    let (gw, gh) = (cfg.grid_w(), cfg.grid_h());
-    let mut out = vec![0u32; gw * gh * SCREEN_WORD_SLOTS];
+    let mut out = vec![0u32; cfg.image_tokens() * SCREEN_WORD_SLOTS];
     let (w, h) = state.screenshot.dimensions();
     if w == 0 || h == 0 {
         return out;
@@ -165,10 +167,7 @@ pub fn screen_words(state: &ScreenState, cfg: &VlmConfig) -> Vec<u32> {
             continue;
         }
         let (cx, cy) = (e.bbox.x + e.bbox.w / 2.0, e.bbox.y + e.bbox.h / 2.0);
-        if !(0.0..w as f32).contains(&cx) || !(0.0..h as f32).contains(&cy) {
-            continue;
-        }
-        let cell = (cy / h as f32 * gh as f32) as usize * gw + (cx / w as f32 * gw as f32) as usize;
+        let Some(cell) = grid_cell(cx, cy, (w, h), cfg) else { continue };
         let slots = &mut out[cell * SCREEN_WORD_SLOTS..(cell + 1) * SCREEN_WORD_SLOTS];
         let mut words = word_buckets(text.as_bytes(), cfg.word_buckets);
         words.dedup();
@@ -176,6 +175,33 @@ pub fn screen_words(state: &ScreenState, cfg: &VlmConfig) -> Vec<u32> {
             match slots.iter().position(|&s| s == 0 || s == id) {
                 Some(k) => slots[k] = id,
                 None => break,
+            }
+        }
+    }
+    out
+}
+
+/// The image-token grid cell of the point (`x`, `y`) on a `w`×`h` screenshot, if on it.
+fn grid_cell(x: f32, y: f32, (w, h): (u32, u32), cfg: &VlmConfig) -> Option<usize> {
+    let (gw, gh) = (cfg.grid_w(), cfg.grid_h());
+    if !(0.0..w as f32).contains(&x) || !(0.0..h as f32).contains(&y) {
+        return None;
+    }
+    Some((y / h as f32 * gh as f32) as usize * gw + (x / w as f32 * gw as f32) as usize)
+}
+
+/// [image_tokens × memory] row-major: 1 at (cell, k) where the action `k` steps before
+/// the newest of `state.history` pointed; actions without a point (typing, keys, done)
+/// still take their age slot but mark nothing, and text that does not parse is skipped.
+pub fn history_marks(state: &ScreenState, cfg: &VlmConfig) -> Vec<f32> {
+    let k = cfg.memory;
+    let mut out = vec![0f32; cfg.image_tokens() * k];
+    let size = state.screenshot.dimensions();
+    let actions = state.history.iter().rev().filter_map(|t| GuiAction::parse(t).ok());
+    for (age, action) in actions.take(k).enumerate() {
+        for (x, y) in action.points() {
+            if let Some(cell) = grid_cell(x as f32 + 0.5, y as f32 + 0.5, size, cfg) {
+                out[cell * k + age] = 1.0;
             }
         }
     }
@@ -240,10 +266,18 @@ pub fn encoder_inputs(states: &[ScreenState], cfg: &VlmConfig, device: &Device) 
     } else {
         None
     };
+    let history = match cfg.memory {
+        0 => None,
+        k => {
+            let marks: Vec<f32> = states.iter().flat_map(|s| history_marks(s, cfg)).collect();
+            Some(Tensor::from_vec(marks, (b, cfg.image_tokens(), k), device)?)
+        }
+    };
     Ok(EncoderInputs {
         images,
         words,
         screen,
+        history,
         text: Tensor::from_vec(text, (b, l), device)?,
         key_mask: Tensor::from_vec(mask, (b, 1, 1, n), device)?,
     })

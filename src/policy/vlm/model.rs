@@ -286,6 +286,9 @@ pub struct VlmModel {
     word_emb: Option<Tensor>,
     /// [1, d]: added to a screen word that the instruction also has.
     screen_match: Option<Tensor>,
+    /// [memory, d]: added to the image token an earlier action pointed at, one row per
+    /// age (row 0: the last action).
+    memory: Option<Tensor>,
     encoder: Vec<EncoderLayer>,
     enc_ln: LayerNorm,
     tok_emb: Tensor,
@@ -313,6 +316,10 @@ impl VlmModel {
                 n => Some(table(&venc, "word_emb", n, d)?),
             },
             screen_match: if cfg.screen_text { Some(table(&venc, "screen_match", 1, d)?) } else { None },
+            memory: match cfg.memory {
+                0 => None,
+                k => Some(table(&venc, "memory", k, d)?),
+            },
             encoder: (0..cfg.encoder_layers)
                 .map(|i| EncoderLayer::new(cfg, out_std, venc.pp(format!("layers.{i}"))))
                 .collect::<Result<_>>()?,
@@ -343,6 +350,10 @@ impl VlmModel {
                 emb = emb.broadcast_add(&screen.matched.broadcast_mul(m)?)?;
             }
             img = (img + emb.broadcast_mul(&screen.mask)?.sum(2)?)?;
+        }
+        if let (Some(table), Some(marks)) = (&self.memory, &enc.history) {
+            // [B, n_img, K] one-hot ages × [K, d]: a plain matmul, so the table learns.
+            img = (img + marks.broadcast_matmul(table)?)?;
         }
         let mut txt = self.text_emb.index_select(&enc.text.flatten_all()?, 0)?.reshape((b, l, d))?;
         if let (Some(table), Some(words)) = (&self.word_emb, &enc.words) {

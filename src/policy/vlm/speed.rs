@@ -38,6 +38,7 @@ pub fn square_state(
         frame: Frame { width: w, height: h, ..Default::default() },
         elements: Vec::new(),
         screenshot: img,
+        history: Vec::new(),
     }
 }
 

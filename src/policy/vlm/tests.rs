@@ -312,6 +312,42 @@ fn screen_words_sit_on_the_token_under_each_element() {
     assert!(g > 0.0, "no gradient for the match feature");
 }
 
+/// Memory of the episode: the last `memory` pointing actions sit, by age, on the token
+/// they pointed at; they change the policy's output, and the age table learns.
+#[test]
+fn history_marks_sit_on_the_clicked_token_by_age() {
+    // tiny: a 4 × 5 token grid; on a 160 × 200 screenshot one token is 40 × 40 pixels.
+    let cfg = VlmConfig { memory: 2, ..VlmConfig::tiny() };
+    let mut s = speed::square_state(160, 200, 0, 0, 1, [0, 0, 0], "Turn on \"Sync\".");
+    s.history = ["click(10, 10)", "drag(10, 10, 150, 190)", "type(\"x\")", "click(70, 90)", "not an action"]
+        .map(String::from)
+        .to_vec();
+    let marks = inputs::history_marks(&s, &cfg);
+    let at = |col: usize, row: usize, age: usize| marks[(row * 4 + col) * 2 + age];
+    // Newest first: the malformed text is no action; click(70, 90) is age 0 (column 1,
+    // row 2); type("x") is age 1 and points nowhere; older ones are past `memory`.
+    assert_eq!(at(1, 2, 0), 1.0);
+    assert_eq!(marks.iter().sum::<f32>(), 1.0, "{marks:?}");
+    s.history.pop();
+    s.history.remove(2); // now: click, drag, click(70, 90): the drag is age 1, both ends
+    let marks = inputs::history_marks(&s, &cfg);
+    let at = |col: usize, row: usize, age: usize| marks[(row * 4 + col) * 2 + age];
+    assert_eq!((at(1, 2, 0), at(0, 0, 1), at(3, 4, 1)), (1.0, 1.0, 1.0));
+    assert_eq!(marks.iter().sum::<f32>(), 3.0);
+
+    let p = VlmPolicy::new(cfg, &Device::Cpu, 3).unwrap();
+    let action = vec![GuiAction::parse("click(70, 90)").unwrap()];
+    let mut fresh = s.clone();
+    fresh.history.clear();
+    let with = p.log_probs(std::slice::from_ref(&s), &action).unwrap();
+    let without = p.log_probs(&[fresh], &action).unwrap();
+    assert!(max_abs_diff(&with.logp, &without.logp) > 1e-6, "the history changes nothing");
+    let grads = with.logp.sum_all().unwrap().backward().unwrap();
+    let (_, table) = p.named_vars().into_iter().find(|(n, _)| n.ends_with("memory")).unwrap();
+    let g = grads.get(table.as_tensor()).unwrap().to_vec2::<f32>().unwrap();
+    assert!(g.iter().all(|row| row.iter().any(|v| *v != 0.0)), "an age without a gradient");
+}
+
 #[test]
 fn screen_text_needs_word_buckets() {
     let err = VlmConfig { screen_text: true, ..VlmConfig::tiny() }.validate().unwrap_err().to_string();

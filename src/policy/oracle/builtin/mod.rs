@@ -178,6 +178,7 @@ mod tests {
             frame: crate::env::Frame { width: 240, height: 240, ..Default::default() },
             elements,
             screenshot: image::RgbImage::new(1, 1),
+            history: Vec::new(),
         }
     }
 

@@ -422,6 +422,7 @@ mod tests {
             frame: crate::env::Frame { width: 160, height: 210, ..Default::default() },
             elements: vec![select, submit],
             screenshot: image::RgbImage::new(1, 1),
+            history: Vec::new(),
         }
     }
 

@@ -292,6 +292,7 @@ mod tests {
             frame: crate::env::Frame { width: 160, height: 210, ..Default::default() },
             elements,
             screenshot: image::RgbImage::new(1, 1),
+            history: Vec::new(),
         }
     }
 
@@ -318,6 +319,7 @@ mod tests {
             frame: Default::default(),
             elements: Vec::new(),
             screenshot: image::RgbImage::new(1, 1),
+            history: Vec::new(),
         };
         // With nothing on the page no oracle can act, but none may panic either.
         for t in TASKS {
