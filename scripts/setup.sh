@@ -9,12 +9,15 @@ SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 
 # chromium-headless-shell is the same Chromium without its UI: guirl's headless runs use it
-# (faster); headful runs and the fallback use chromium.
+# (faster); headful runs and the fallback use chromium. xvfb (a virtual X display) and
+# xdotool (OS-level input) are for the test of `guirl play --headful --capture`.
 if ! command -v chromedriver >/dev/null 2>&1 || ! command -v chromium >/dev/null 2>&1 \
-  || [ ! -x /usr/lib/chromium/chromium-headless-shell ]; then
-  echo "setup: installing chromium, chromium-driver and chromium-headless-shell with apt-get"
+  || [ ! -x /usr/lib/chromium/chromium-headless-shell ] || ! command -v Xvfb >/dev/null 2>&1 \
+  || ! command -v xdotool >/dev/null 2>&1; then
+  echo "setup: installing chromium, chromium-driver, chromium-headless-shell, xvfb and xdotool with apt-get"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver chromium-headless-shell >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver chromium-headless-shell \
+    xvfb xdotool >/dev/null
 fi
 
 MINIWOB_VERSION=1.1.0

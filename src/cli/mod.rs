@@ -10,6 +10,7 @@ mod run;
 mod serve;
 mod serve_policy;
 mod train;
+mod train_reward;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -82,6 +83,9 @@ enum Command {
     Play(play::PlayArgs),
     /// Train a policy with GRPO from a TOML config.
     Train(train::TrainArgs),
+    /// Train a reward model (P(success) from the final screenshot and the instruction)
+    /// on recorded trajectory folders; a website spec uses it with `reward = "model:PATH"`.
+    TrainReward(train_reward::TrainRewardArgs),
     /// Re-execute recorded trajectories and check they reproduce.
     Replay(replay::ReplayArgs),
     /// Run a policy over a suite of tasks and report success with 95 % intervals
@@ -128,6 +132,7 @@ pub fn main() -> ExitCode {
         Command::ServePolicy(args) => runtime().block_on(serve_policy::serve_policy(args)),
         Command::BenchEnv(args) => interruptible(run::bench_env(args)),
         Command::Train(args) => runtime().block_on(train::train(args)),
+        Command::TrainReward(args) => train_reward::train_reward(args),
         Command::Replay(args) => match interruptible(replay::replay(args)) {
             Ok(true) => Ok(()),
             Ok(false) => return ExitCode::from(1),

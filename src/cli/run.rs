@@ -77,7 +77,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         })
         .await;
     collector.close().await;
-    let (results, _stats) = collected.with_context(|| format!("running {}", task.id()))?;
+    let (results, stats) = collected.with_context(|| format!("running {}", task.id()))?;
     if let Some(e) = write_error {
         return Err(e.context("recording trajectories"));
     }
@@ -89,6 +89,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let mean_reward = results.iter().map(|r| r.trajectory.outcome.reward).sum::<f64>() / n;
     let steps: u64 = results.iter().map(|r| r.trajectory.outcome.steps as u64).sum();
     let secs = t0.elapsed().as_secs_f64();
+    // Episodes of a task with both a success check and a reward model.
+    let compared = stats.reward_model_agree + stats.reward_model_disagree;
     if args.json {
         let per: Vec<_> = results
             .iter()
@@ -98,13 +100,24 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                        "instruction": t.instruction, "error": t.outcome.error})
             })
             .collect();
-        let out = json!({
+        let mut out = json!({
             "task": task.id(), "policy": args.policy, "episodes": results.len(), "success_rate": success,
             "mean_reward": mean_reward, "env_steps": steps, "seconds": secs, "per_episode": per,
         });
+        if compared > 0 {
+            out["reward_model_agreement"] = json!({"agree": stats.reward_model_agree, "episodes": compared});
+        }
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
-        println!("episodes={} success_rate={success:.3} mean_reward={mean_reward:.3}", results.len());
+        let agreement = if compared > 0 {
+            format!(" reward_model_agreement={}/{compared}", stats.reward_model_agree)
+        } else {
+            String::new()
+        };
+        println!(
+            "episodes={} success_rate={success:.3} mean_reward={mean_reward:.3}{agreement}",
+            results.len()
+        );
     }
     Ok(())
 }

@@ -135,6 +135,21 @@ impl BrowserConfig {
         }
     }
 
+    /// A visible browser started on this machine needs a display: the error saying so
+    /// (and how to get a virtual one) when `$DISPLAY` and `$WAYLAND_DISPLAY` are unset.
+    pub fn check_display(&self) -> Result<(), EnvError> {
+        let set = |v: &str| std::env::var_os(v).is_some_and(|d| !d.is_empty());
+        if !self.headful || self.webdriver_url.is_some() || set("DISPLAY") || set("WAYLAND_DISPLAY") {
+            return Ok(());
+        }
+        Err(EnvError::Setup(
+            "--headful shows the browser window, but there is no display ($DISPLAY is not set): \
+             run on a desktop, or in a virtual X display with `xvfb-run -a guirl ...` (Xvfb, \
+             installed by `sudo apt-get install -y xvfb`)"
+                .into(),
+        ))
+    }
+
     /// The Chromium binary to start, or a clear error naming how to install it.
     pub fn chromium_path(&self) -> Result<PathBuf, EnvError> {
         let mut defaults = vec!["/usr/bin/chromium", "chromium"];

@@ -412,14 +412,24 @@ impl GuiEnv {
 
     /// Take one action.
     pub async fn step(&mut self, action: &GuiAction) -> Result<StepOutcome, EnvError> {
-        // The episode's memory has every action taken, executable or not (as trajectories do).
+        self.remember(action);
+        match self.check_action(action).await {
+            Some(p) => self.step_invalid(p).await,
+            None => self.step_inner(Some(action), true).await,
+        }
+    }
+
+    /// A step for `action`, already done in the page (by a person, see [`super::capture`]):
+    /// not executed, but observed and scored by the task exactly as in [`GuiEnv::step`].
+    pub async fn record_step(&mut self, action: &GuiAction) -> Result<StepOutcome, EnvError> {
+        self.remember(action);
+        self.step_inner(Some(action), false).await
+    }
+
+    /// The episode's memory has every action taken, executable or not (as trajectories do).
+    fn remember(&mut self, action: &GuiAction) {
         if let Some(ep) = self.episode.as_mut().filter(|e| e.running) {
             ep.history.push(action.to_string());
-        }
-        let problem = self.check_action(action).await;
-        match problem {
-            Some(p) => self.step_invalid(p).await,
-            None => self.step_inner(Some(action)).await,
         }
     }
 
@@ -430,7 +440,7 @@ impl GuiEnv {
     }
 
     async fn step_invalid(&mut self, error: String) -> Result<StepOutcome, EnvError> {
-        let mut out = self.step_inner(None).await?;
+        let mut out = self.step_inner(None, false).await?;
         if out.info.status == EpisodeStatus::Running && self.cfg.strict_actions {
             out.info.status = EpisodeStatus::InvalidAction;
             out.terminated = true;
@@ -469,7 +479,8 @@ impl GuiEnv {
         None
     }
 
-    async fn step_inner(&mut self, action: Option<&GuiAction>) -> Result<StepOutcome, EnvError> {
+    /// One step with `action` (`None`: an invalid one), executed if `run`.
+    async fn step_inner(&mut self, action: Option<&GuiAction>, run: bool) -> Result<StepOutcome, EnvError> {
         let t0 = Instant::now();
         let max_steps = self.max_steps();
         let Some(ep) = self.episode.as_mut().filter(|e| e.running) else {
@@ -478,7 +489,7 @@ impl GuiEnv {
         ep.step += 1;
         let frame = ep.last.frame;
         let mut timings = StepTimings::default();
-        let exec = match action {
+        let exec = match action.filter(|_| run) {
             Some(a) => {
                 let r = super::action::execute(self.browser.as_ref().expect("browser"), a, &frame).await;
                 timings.action_ms = ms(t0);

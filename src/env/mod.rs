@@ -4,6 +4,7 @@
 pub mod action;
 pub mod browser;
 pub mod browser_config;
+pub mod capture;
 pub mod devtools;
 pub mod frames;
 pub mod gui_env;

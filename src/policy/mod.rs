@@ -4,6 +4,7 @@
 pub mod api;
 pub mod oracle;
 pub mod random;
+pub mod reward_model;
 pub mod trainable;
 pub mod vlm;
 

@@ -57,6 +57,17 @@ pub struct CollectStats {
     pub policy_calls: usize,
     /// Mean number of observations per policy call.
     pub mean_batch: f64,
+    /// Episodes of tasks with both a success check and a reward model where the model's
+    /// verdict (P ≥ threshold) matched the check's.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub reward_model_agree: usize,
+    /// ... and where it did not.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub reward_model_disagree: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl CollectStats {
@@ -90,7 +101,8 @@ pub struct Collector {
 enum Msg {
     /// An observation to act on, with its sampling stream key ([`stream_key`]).
     Act(ScreenState, u64, oneshot::Sender<Decision>),
-    Done(usize, Result<Recorded, EnvError>),
+    /// A finished episode, and whether the task's reward model agreed with its check.
+    Done(usize, Result<Recorded, EnvError>, Option<bool>),
     /// A worker ran out of jobs.
     Exit,
     /// The batch window closed (internal).
@@ -167,8 +179,13 @@ impl Collector {
                     first_wait.get_or_insert_with(Instant::now);
                     pending.push((s, key, reply));
                 }
-                Msg::Done(i, Ok(rec)) => {
+                Msg::Done(i, Ok(rec), agreed) => {
                     stats.episodes += 1;
+                    match agreed {
+                        Some(true) => stats.reward_model_agree += 1,
+                        Some(false) => stats.reward_model_disagree += 1,
+                        None => {}
+                    }
                     stats.env_steps += rec.trajectory.steps.len();
                     match rec.trajectory.outcome.status {
                         EpisodeStatus::EnvError => stats.env_errors += 1,
@@ -181,7 +198,7 @@ impl Collector {
                         b.inc(1);
                     }
                 }
-                Msg::Done(_, Err(e)) => {
+                Msg::Done(_, Err(e), _) => {
                     fatal.get_or_insert(e);
                     queue.lock().expect("queue").clear();
                 }
@@ -270,7 +287,11 @@ async fn worker(
             }
             None => env.insert(GuiEnv::new(job.task.clone(), cfg.clone())),
         };
-        let r = episode(e, i, &job, &tx, keep_frames, &policy_name, &worked).await;
+        let mut agreed = None;
+        let r = episode(e, i, &job, &tx, keep_frames, &policy_name, &worked).await.map(|(rec, a)| {
+            agreed = a;
+            rec
+        });
         // Before any episode of this collector has started, a page that never loads is a
         // user error (a wrong URL), not bad luck.
         let r = match r {
@@ -283,7 +304,7 @@ async fn worker(
             }
             r => r,
         };
-        if tx.send(Msg::Done(i, r)).is_err() {
+        if tx.send(Msg::Done(i, r, agreed)).is_err() {
             break;
         }
     }
@@ -299,7 +320,7 @@ async fn episode(
     keep_frames: bool,
     policy_name: &str,
     worked: &AtomicBool,
-) -> Result<Recorded, EnvError> {
+) -> Result<(Recorded, Option<bool>), EnvError> {
     let mut traj = Trajectory {
         version: FORMAT_VERSION,
         task_id: job.task.id().to_string(),
@@ -326,7 +347,7 @@ async fn episode(
         Err(e) => {
             traj.outcome.status = EpisodeStatus::EnvError;
             traj.outcome.error = Some(e.to_string());
-            return Ok(Recorded { trajectory: traj, frames: vec![] });
+            return Ok((Recorded { trajectory: traj, frames: vec![] }, None));
         }
     };
     traj.instruction = obs.instruction.clone();
@@ -381,11 +402,71 @@ async fn episode(
             break;
         }
     }
+    let agreed = match job.task.learned_reward() {
+        Some(learned) => apply_learned_reward(&mut traj, &obs.screenshot, learned)?,
+        None => None,
+    };
     if keep_frames && traj.outcome.status != EpisodeStatus::PolicyError {
         frames.push(obs.screenshot);
     }
     traj.outcome.steps = traj.steps.len() as u32;
-    Ok(Recorded { trajectory: traj, frames })
+    Ok((Recorded { trajectory: traj, frames }, agreed))
+}
+
+/// Score a finished episode with its task's reward model (`final_screen`: the observation
+/// after the last step). When the model decides (the task has no success check), the
+/// episode's reward becomes the model's probability p (on the last step, so step-level
+/// estimators see it too) and it is a success at p ≥ threshold; otherwise the check's
+/// verdict stands and the agreement is returned (and logged).
+///
+/// Why p rather than 1 / 0 at the threshold: a group-relative advantage then still ranks a
+/// near miss above a clear failure when no rollout of a group passes, and `train-reward`
+/// reports the calibration that makes p mean a probability. Success rates and evaluation
+/// count by status, so they use the threshold.
+///
+/// Episodes that did not end by the agent's doing (`env_error`, `policy_error`) are left
+/// alone. A model folder that cannot be read stops the collection (a setup error).
+fn apply_learned_reward(
+    traj: &mut Trajectory,
+    final_screen: &image::RgbImage,
+    learned: &crate::tasks::LearnedReward,
+) -> Result<Option<bool>, EnvError> {
+    use crate::policy::reward_model::RewardModel;
+    if matches!(
+        traj.outcome.status,
+        EpisodeStatus::EnvError | EpisodeStatus::PolicyError | EpisodeStatus::Running
+    ) {
+        return Ok(None);
+    }
+    let model = RewardModel::shared(&learned.model).map_err(|e| EnvError::Setup(format!("{e:#}")))?;
+    let history: Vec<String> = traj.steps.iter().map(|s| s.action.clone()).collect();
+    let p = off_runtime(|| model.predict(final_screen, &traj.instruction, &history))
+        .map_err(|e| EnvError::Task(format!("reward model {}: {e:#}", learned.model.display())))?;
+    let says_success = p >= learned.threshold;
+    if learned.decides {
+        if let Some(last) = traj.steps.last_mut() {
+            last.reward = p;
+            if says_success {
+                last.status = EpisodeStatus::Success;
+            }
+        }
+        traj.outcome.reward = traj.steps.iter().map(|s| s.reward).sum::<f64>();
+        if traj.steps.is_empty() {
+            traj.outcome.reward = p;
+        }
+        if says_success {
+            traj.outcome.status = EpisodeStatus::Success;
+        }
+        tracing::info!(task = %traj.task_id, seed = traj.seed, p, success = says_success, "reward model scored the episode");
+        return Ok(None);
+    }
+    let check = traj.outcome.status == EpisodeStatus::Success;
+    let agree = says_success == check;
+    tracing::info!(
+        task = %traj.task_id, seed = traj.seed, p, model_success = says_success, check_success = check, agree,
+        "reward model against the success check"
+    );
+    Ok(Some(agree))
 }
 
 /// Run `f` (a policy's forward or backward pass) without stalling the other tasks of a

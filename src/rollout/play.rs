@@ -12,6 +12,10 @@
 //! [`TrajectoryWriter`], every *finished* episode (terminated or truncated) is appended
 //! in the format of `guirl run --record`, frames included, under policy name `human`;
 //! an episode left unfinished (by `:reset` or `:quit`) is not recorded.
+//!
+//! With [`PlayOptions::capture`] the actions come from a person using the visible browser
+//! window instead of from lines (see [`crate::env::capture`] and [`Play::poll_capture`]);
+//! lines then only carry commands, `:done` among them.
 
 use super::store::TrajectoryWriter;
 use super::trajectory::{Outcome, Recorded, TrajStep, Trajectory};
@@ -23,6 +27,9 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
+
+#[path = "play_capture.rs"]
+mod capture;
 
 /// The policy name recorded trajectories carry.
 pub const HUMAN: &str = "human";
@@ -38,6 +45,7 @@ actions (one a line, screenshot pixels, origin top-left):
 pub const COMMANDS: &str = "\
 commands:
   :elements       the visible interactive elements (tag, text, box, centre)
+  :done           end the episode with done() (the task's verdict, else a fail)
   :reset [SEED]   a new episode (default: the next seed)
   :help           this text
   :quit           stop (end of input also stops)";
@@ -51,6 +59,9 @@ pub struct PlayOptions {
     pub screenshot: PathBuf,
     /// One JSON object a line per event instead of text.
     pub json: bool,
+    /// Record what a person does in the (visible) browser window instead of reading
+    /// actions from lines.
+    pub capture: bool,
 }
 
 /// Whether to go on reading lines.
@@ -77,6 +88,7 @@ pub struct Play {
     writer: Option<TrajectoryWriter>,
     seed: u64,
     current: Option<Current>,
+    capture: capture::State,
     /// Episodes written to the trajectory set so far.
     pub recorded: usize,
 }
@@ -91,7 +103,8 @@ impl Play {
         writer: Option<TrajectoryWriter>,
     ) -> Play {
         let seed = opts.seed;
-        Play { env: GuiEnv::new(task, cfg), opts, writer, seed, current: None, recorded: 0 }
+        let capture = capture::State::default();
+        Play { env: GuiEnv::new(task, cfg), opts, writer, seed, current: None, capture, recorded: 0 }
     }
 
     /// Open the first episode (seed `opts.seed`). A browser or page that cannot start is
@@ -112,6 +125,7 @@ impl Play {
                 ("quit" | "q", None, _) => return Ok(Flow::Quit),
                 ("help" | "h", None, _) => self.help(out, None)?,
                 ("elements" | "e", None, _) => self.elements(out)?,
+                ("done" | "d", None, _) => self.done(out).await?,
                 ("reset" | "r", seed, None) => match seed.map(str::parse::<u64>).transpose() {
                     Ok(seed) => {
                         let seed = seed.unwrap_or(self.seed + u64::from(self.current.is_some()));
@@ -125,7 +139,13 @@ impl Play {
             }
             return Ok(Flow::Continue);
         }
-        self.act(line, out).await?;
+        if self.opts.capture {
+            let msg = "with --capture the actions are what you do in the browser window; lines take \
+                       :done, :elements, :reset [SEED], :help and :quit";
+            self.error(out, msg)?;
+        } else {
+            self.act(line, out).await?;
+        }
         Ok(Flow::Continue)
     }
 
@@ -185,20 +205,37 @@ impl Play {
         )?;
         let rec = Recorded { trajectory: traj, frames: vec![] };
         self.current = Some(Current { rec, obs, shown: Instant::now(), over: false });
+        if self.opts.capture {
+            self.start_capture(out).await?;
+        }
         Ok(())
     }
 
-    async fn act(&mut self, line: &str, out: &mut dyn Write) -> anyhow::Result<()> {
+    /// Why no action can be taken now (no episode, or it is over), if so.
+    fn closed(&self) -> Option<String> {
         let Some(cur) = self.current.as_ref() else {
-            return self.error(out, "no episode: `:reset` starts one");
+            return Some("no episode: `:reset` starts one".into());
         };
-        if cur.over {
-            let s = &cur.rec.trajectory.outcome;
-            let msg = format!(
-                "the episode is over ({}, reward {:.3}); `:reset` starts the next",
-                s.status, s.reward
-            );
-            return self.error(out, &msg);
+        let s = &cur.rec.trajectory.outcome;
+        cur.over.then(|| {
+            format!("the episode is over ({}, reward {:.3}); `:reset` starts the next", s.status, s.reward)
+        })
+    }
+
+    /// `:done`: end the episode with `done()` (after what the window captured before it).
+    async fn done(&mut self, out: &mut dyn Write) -> anyhow::Result<()> {
+        if self.opts.capture {
+            self.poll_capture(out).await?;
+        }
+        match self.closed() {
+            Some(why) => self.error(out, &why),
+            None => self.apply(GuiAction::Done, false, out).await,
+        }
+    }
+
+    async fn act(&mut self, line: &str, out: &mut dyn Write) -> anyhow::Result<()> {
+        if let Some(why) = self.closed() {
+            return self.error(out, &why);
         }
         let action = match GuiAction::parse(line) {
             Ok(a) => a,
@@ -212,8 +249,17 @@ impl Play {
                 return Ok(());
             }
         };
+        self.apply(action, false, out).await
+    }
+
+    /// Step with `action`, or, when `happened` (captured from the window), record it
+    /// without executing it; then keep the step, say what happened, and end the episode
+    /// if it is over.
+    async fn apply(&mut self, action: GuiAction, happened: bool, out: &mut dyn Write) -> anyhow::Result<()> {
+        let cur = self.current.as_ref().expect("an open episode");
         let policy_ms = cur.shown.elapsed().as_secs_f64() * 1e3;
-        let stepped = self.env.step(&action).await;
+        let stepped =
+            if happened { self.env.record_step(&action).await } else { self.env.step(&action).await };
         let out_step: StepOutcome = match stepped {
             Ok(o) => o,
             Err(e) => {
@@ -253,13 +299,14 @@ impl Play {
         let obs = cur.obs.clone();
         let shot = self.write_screenshot(&obs)?;
         let err_text = err.as_deref().map(|e| format!(" error={e:?}")).unwrap_or_default();
+        let said = if happened { format!(" action={action}") } else { String::new() };
         self.emit(
             out,
             json!({"event": "step", "action": action.to_string(), "step": n, "status": status,
-                   "reward": out_step.reward, "total": total, "action_error": err,
+                   "reward": out_step.reward, "total": total, "action_error": err, "captured": happened,
                    "done": out_step.terminated || out_step.truncated, "screenshot": shot}),
             format!(
-                "step={n} status={status} reward={:.3} total={total:.3}{err_text}\nscreenshot: {shot}",
+                "step={n}{said} status={status} reward={:.3} total={total:.3}{err_text}\nscreenshot: {shot}",
                 out_step.reward
             ),
         )?;

@@ -14,8 +14,22 @@ pub mod website;
 use async_trait::async_trait;
 pub use page::{EnvError, Page};
 use serde::{Deserialize, Serialize};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+/// A learned reward model that scores a task's episodes when they end (a website spec's
+/// `reward = "model:PATH"`). The env does not run it (it knows no models): the collector
+/// applies it to every finished episode (`rollout/collector.rs`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LearnedReward {
+    /// The model folder (written by `guirl train-reward`).
+    pub model: PathBuf,
+    /// P(success) at and above which the episode counts as a success.
+    pub threshold: f64,
+    /// The model decides the episode's reward and success (the task has no success check
+    /// of its own); otherwise the check decides and the model's agreement with it is logged.
+    pub decides: bool,
+}
 
 /// Window and screenshot geometry of a task, in CSS pixels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -113,6 +127,10 @@ pub trait Task: Send + Sync + std::fmt::Debug {
     /// with `done()` trains on by default (MiniWoB++ and the built-in tasks: −1).
     fn failure_reward(&self) -> f64 {
         -1.0
+    }
+    /// The learned reward model that scores this task's episodes, if any.
+    fn learned_reward(&self) -> Option<&LearnedReward> {
+        None
     }
 }
 

@@ -18,6 +18,14 @@
 //! url_pattern = "thanks\\.html$"
 //! element_text = { selector = "#msg", contains = "Thanks" }
 //! ```
+//!
+//! A task whose success cannot be checked in the page can be scored by a learned reward
+//! model instead (`guirl train-reward`): `reward = "model:PATH"` (a model folder, relative
+//! to the spec's folder) with `reward_threshold` (default 0.5), and no `[success]` table.
+//! When an episode ends, the model's P(success) from the final screenshot and the
+//! instruction is the episode's reward, and it counts as a success at P ≥ the threshold.
+//! A spec with both `[success]` and `reward` keeps the check's verdict and logs how often
+//! the model agrees with it.
 
 use super::server::base_url;
 use super::{EnvError, Page};
@@ -56,8 +64,15 @@ pub struct WebsiteSpec {
     /// Template variables.
     #[serde(default)]
     pub variables: BTreeMap<String, Variable>,
-    /// Success checks.
-    pub success: SuccessSpec,
+    /// Success checks (may be left out when `reward` names a model).
+    #[serde(default)]
+    pub success: Option<SuccessSpec>,
+    /// `"model:PATH"`: a learned reward model folder (relative paths from the spec's folder).
+    #[serde(default)]
+    pub reward: Option<String>,
+    /// P(success) at which the reward model counts an episode as a success (default 0.5).
+    #[serde(default)]
+    pub reward_threshold: Option<f64>,
 }
 
 fn default_max_steps() -> u32 {
@@ -156,10 +171,33 @@ impl WebsiteSpec {
                 "start_url is empty: give an http(s):// or file:// URL, or a path like /fixtures/page.html"
             );
         }
-        let s = &self.success;
-        if s.js.is_none() && s.url_pattern.is_none() && s.element_text.is_none() {
-            bail!("success has no check: give at least one of success.js, success.url_pattern, success.element_text");
+        if let Some(r) = &self.reward {
+            if r.strip_prefix("model:").is_none_or(|p| p.trim().is_empty()) {
+                bail!("reward = {r:?}: give \"model:PATH\", a folder written by `guirl train-reward`");
+            }
         }
+        if let Some(t) = self.reward_threshold {
+            if self.reward.is_none() {
+                bail!("reward_threshold is set but reward is not: add reward = \"model:PATH\"");
+            }
+            if !(t > 0.0 && t < 1.0) {
+                bail!("reward_threshold = {t} is out of range: use a probability in (0, 1)");
+            }
+        }
+        let empty = SuccessSpec::default();
+        let s = match &self.success {
+            Some(s) => {
+                if s.js.is_none() && s.url_pattern.is_none() && s.element_text.is_none() {
+                    bail!("success has no check: give at least one of success.js, success.url_pattern, success.element_text");
+                }
+                s
+            }
+            None if self.reward.is_some() => &empty,
+            None => bail!(
+                "the spec has no [success] table: give one with success.js, success.url_pattern or \
+                 success.element_text, or score episodes with a learned model: reward = \"model:PATH\""
+            ),
+        };
         if let Some(p) = &s.url_pattern {
             regex::Regex::new(p)
                 .with_context(|| format!("success.url_pattern {p:?} is not a valid regular expression"))?;
@@ -205,6 +243,28 @@ impl WebsiteSpec {
     }
 }
 
+/// The spec's reward model, its folder resolved against `base` (the spec's folder) and
+/// checked to hold a model.
+fn learned_reward(spec: &WebsiteSpec, base: &Path) -> anyhow::Result<Option<super::LearnedReward>> {
+    let Some(path) = spec.reward.as_deref().and_then(|r| r.strip_prefix("model:")) else { return Ok(None) };
+    let p = Path::new(path.trim());
+    let model = if p.is_absolute() { p.to_path_buf() } else { base.join(p) };
+    // (The file name is the reward model's REWARD_CONFIG; tasks know nothing of policies.)
+    if !model.join("reward_model.json").is_file() {
+        bail!(
+            "reward = \"model:{path}\": {} is not a reward model folder (it has no reward_model.json); \
+             train one with `guirl train-reward DIRS... --out {}`",
+            model.display(),
+            model.display()
+        );
+    }
+    Ok(Some(super::LearnedReward {
+        model,
+        threshold: spec.reward_threshold.unwrap_or(0.5),
+        decides: spec.success.is_none(),
+    }))
+}
+
 fn fill(template: &str, vars: &BTreeMap<String, String>) -> String {
     let mut s = template.to_string();
     for (k, v) in vars {
@@ -218,6 +278,7 @@ fn fill(template: &str, vars: &BTreeMap<String, String>) -> String {
 pub struct WebsiteTask {
     id: String,
     spec: WebsiteSpec,
+    learned: Option<super::LearnedReward>,
 }
 
 impl WebsiteTask {
@@ -227,8 +288,11 @@ impl WebsiteTask {
             .with_context(|| format!("cannot read task spec {}", path.display()))?;
         let spec =
             WebsiteSpec::parse(&text).with_context(|| format!("invalid task spec {}", path.display()))?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        let learned =
+            learned_reward(&spec, base).with_context(|| format!("invalid task spec {}", path.display()))?;
         // The id is the spec's path, so recordings can find the task again.
-        Ok(WebsiteTask { id: path.display().to_string(), spec })
+        Ok(WebsiteTask { id: path.display().to_string(), spec, learned })
     }
 
     /// A task from a spec's text (sent over the network rather than read from a file),
@@ -239,7 +303,13 @@ impl WebsiteTask {
             spec.viewport = ViewportSpec { width, height };
             spec.validate()?;
         }
-        Ok(WebsiteTask { id, spec })
+        let learned = learned_reward(&spec, Path::new("."))?;
+        Ok(WebsiteTask { id, spec, learned })
+    }
+
+    /// The spec's parsed content.
+    pub fn spec(&self) -> &WebsiteSpec {
+        &self.spec
     }
 
     fn url(&self, vars: &BTreeMap<String, String>) -> Result<String, EnvError> {
@@ -268,6 +338,9 @@ impl Task for WebsiteTask {
     }
     fn failure_reward(&self) -> f64 {
         0.0
+    }
+    fn learned_reward(&self) -> Option<&super::LearnedReward> {
+        self.learned.as_ref()
     }
 
     async fn reset(
@@ -315,7 +388,10 @@ impl Task for WebsiteTask {
 impl WebsiteTask {
     /// The status expression for one episode's variables.
     fn status_js(&self, vars: &BTreeMap<String, String>) -> String {
-        let s = &self.spec.success;
+        let Some(s) = &self.spec.success else {
+            // Scored by the reward model when the episode ends; the page never ends it.
+            return "({done: false, reward: 0, raw_reward: 0, success: false, reason: null})".into();
+        };
         let mut checks = String::new();
         if let Some(js) = &s.js {
             checks.push_str(&format!(
@@ -394,5 +470,36 @@ url_pattern = "done"
         )
         .unwrap_err();
         assert!(format!("{e:#}").contains("max_steps"), "{e:#}");
+    }
+
+    #[test]
+    fn a_reward_model_may_replace_the_success_checks() {
+        let no_check = OK.replace("[success]\nurl_pattern = \"done\"\n", "");
+        let e = WebsiteSpec::parse(&no_check).unwrap_err();
+        assert!(e.to_string().contains("no [success] table") && e.to_string().contains("model:PATH"), "{e}");
+        let s = WebsiteSpec::parse(&format!("reward = \"model:rm\"\nreward_threshold = 0.7\n{no_check}"))
+            .unwrap();
+        assert!(s.success.is_none());
+        assert_eq!(s.reward_threshold, Some(0.7));
+        for (bad, needle) in [
+            ("reward = \"rm\"", "give \"model:PATH\""),
+            ("reward = \"model:\"", "give \"model:PATH\""),
+            ("reward = \"model:rm\"\nreward_threshold = 1.5", "reward_threshold = 1.5 is out of range"),
+            ("reward_threshold = 0.5", "reward is not"),
+        ] {
+            let e = WebsiteSpec::parse(&format!("{bad}\n{OK}")).unwrap_err();
+            assert!(e.to_string().contains(needle), "{bad}: {e}");
+        }
+        // The folder must hold a model; its path is read from the spec's folder.
+        let dir = tempfile::tempdir().unwrap();
+        let spec = dir.path().join("t.toml");
+        std::fs::write(&spec, format!("reward = \"model:rm\"\n{no_check}")).unwrap();
+        let e = WebsiteTask::load(&spec).unwrap_err();
+        assert!(format!("{e:#}").contains("is not a reward model folder"), "{e:#}");
+        std::fs::create_dir(dir.path().join("rm")).unwrap();
+        std::fs::write(dir.path().join("rm/reward_model.json"), "{}").unwrap();
+        let t = WebsiteTask::load(&spec).unwrap();
+        let l = t.learned_reward().unwrap();
+        assert_eq!((l.model.clone(), l.threshold, l.decides), (dir.path().join("rm"), 0.5, true));
     }
 }

@@ -157,6 +157,9 @@ impl Collection {
         m.extra_collections = r.extra() as u64;
         m.iteration_env_steps = self.stats.env_steps as u64;
         m.extra_env_steps = self.extra_env_steps as u64;
+        let compared = self.stats.reward_model_agree + self.stats.reward_model_disagree;
+        m.reward_model_agreement =
+            (compared > 0).then(|| self.stats.reward_model_agree as f64 / compared as f64);
         (m.overlong_penalized, m.overlong_penalty_mean) = (self.overlong.0 as u64, self.overlong.1);
     }
 }
@@ -277,6 +280,8 @@ fn add_stats(total: &mut CollectStats, s: &CollectStats) {
     total.env_errors += s.env_errors;
     total.policy_errors += s.policy_errors;
     total.seconds += s.seconds;
+    total.reward_model_agree += s.reward_model_agree;
+    total.reward_model_disagree += s.reward_model_disagree;
 }
 
 #[cfg(test)]

@@ -112,6 +112,11 @@ pub struct IterationMetrics {
     pub overlong_penalized: u64,
     /// Mean overlong penalty (weighted) over the rollouts trained on (≤ 0).
     pub overlong_penalty_mean: f64,
+    /// Tasks with both a success check and a reward model: the fraction of this
+    /// iteration's episodes where the model's verdict matched the check's (`None` without
+    /// such a task).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reward_model_agreement: Option<f64>,
     /// GiGPO: anchor-state step groups (two or more steps from the same screenshot).
     pub step_groups: u64,
     /// Episodes that ended as `env_error` this iteration.

@@ -31,6 +31,7 @@ pub mod model;
 pub mod objective;
 pub mod optim;
 pub mod plots;
+pub mod reward_model;
 pub mod rewards;
 pub mod run_folder;
 pub mod seeds;

@@ -14,15 +14,16 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 /// The family name fonts are registered under.
-const FAMILY: &str = "sans-serif";
+pub(crate) const FAMILY: &str = "sans-serif";
 
-/// Where a font was found, if any (looked up and registered once per process).
 /// Whether plots can have text (a font was found and registered).
 pub(crate) fn has_font() -> bool {
     font().is_some()
 }
 
-fn font() -> Option<&'static Path> {
+/// Where a font was found, if any (looked up and registered once per process).
+
+pub(crate) fn font() -> Option<&'static Path> {
     static FONT: OnceLock<Option<PathBuf>> = OnceLock::new();
     FONT.get_or_init(|| {
         let found = find_font()?;

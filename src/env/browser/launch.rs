@@ -71,6 +71,7 @@ impl Browser {
             None => {
                 // It scans /proc and may sleep: off the async threads.
                 let _ = tokio::task::spawn_blocking(profiles::sweep_stale).await;
+                cfg.check_display()?;
                 let driver_bin = cfg.chromedriver_path()?;
                 let chromium = cfg.chromium_path()?;
                 let port = free_port().map_err(|e| EnvError::Setup(format!("no free port: {e}")))?;

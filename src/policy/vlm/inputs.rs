@@ -135,6 +135,20 @@ pub fn word_buckets(text: &[u8], buckets: usize) -> Vec<u32> {
     out
 }
 
+/// A text's words as bucket ids ([`word_buckets`]: 1.., one per word, in order), at most
+/// `max` (the critic's and the reward model's bag of words).
+pub fn instruction_words(text: &str, buckets: usize, max: usize) -> Vec<u32> {
+    let per_byte = word_buckets(text.as_bytes(), buckets);
+    let mut out = Vec::new();
+    for (i, &b) in per_byte.iter().enumerate() {
+        // a word starts where a non-zero bucket follows a separator
+        if b != 0 && (i == 0 || per_byte[i - 1] == 0) && out.len() < max {
+            out.push(b);
+        }
+    }
+    out
+}
+
 /// What an element says, as an accessibility tree names it: its text, a form control's
 /// accessible name, and a checkbox's or radio button's state (`checked` / `unchecked`).
 pub fn element_words(e: &Element) -> String {

@@ -225,7 +225,9 @@ pub struct VisionStem {
 }
 
 /// [B, H, W, C] → [B, H/s, W/s, s·s·C]: each s×s cell becomes one row (row-major, then C).
-fn patchify(x: &Tensor, s: usize) -> Result<Tensor> {
+/// Shared by the policy's stem, the critic and the reward model (a non-overlapping
+/// convolution is this, then a matmul).
+pub(crate) fn patchify(x: &Tensor, s: usize) -> Result<Tensor> {
     let (b, h, w, c) = x.dims4()?;
     x.reshape((b, h / s, s, w / s, s, c))?.permute([0, 1, 3, 2, 4, 5])?.reshape((b, h / s, w / s, s * s * c))
 }

@@ -18,8 +18,9 @@
 
 use crate::env::ScreenState;
 use crate::policy::vlm::fused;
-use crate::policy::vlm::inputs::{image_values, word_buckets};
+use crate::policy::vlm::inputs::{image_values, instruction_words};
 use crate::policy::vlm::layers::{linear, Linear};
+use crate::policy::vlm::model::patchify;
 use crate::policy::vlm::VlmConfig;
 use anyhow::{bail, Result};
 use candle_core::{DType, Device, Module, Tensor};
@@ -111,19 +112,6 @@ pub struct CriticInputs {
     pub word_mask: Tensor,
 }
 
-/// The instruction's words as bucket ids (1.., one per word, in order), at most `max`.
-fn instruction_words(text: &str, buckets: usize, max: usize) -> Vec<u32> {
-    let per_byte = word_buckets(text.as_bytes(), buckets);
-    let mut out = Vec::new();
-    for (i, &b) in per_byte.iter().enumerate() {
-        // a word starts where a non-zero bucket follows a separator
-        if b != 0 && (i == 0 || per_byte[i - 1] == 0) && out.len() < max {
-            out.push(b);
-        }
-    }
-    out
-}
-
 impl CriticInputs {
     /// Tensors for `states`.
     pub fn new(states: &[ScreenState], cfg: &CriticConfig, device: &Device) -> Result<CriticInputs> {
@@ -170,12 +158,6 @@ impl CriticInputs {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-}
-
-/// [B, H, W, C] → [B, H/s, W/s, s·s·C]: each s×s cell becomes one row.
-fn patchify(x: &Tensor, s: usize) -> candle_core::Result<Tensor> {
-    let (b, h, w, c) = x.dims4()?;
-    x.reshape((b, h / s, s, w / s, s, c))?.permute([0, 1, 3, 2, 4, 5])?.reshape((b, h / s, w / s, s * s * c))
 }
 
 /// The value network. See the module docs.
@@ -237,6 +219,7 @@ impl ValueNet {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::vlm::inputs::word_buckets;
 
     #[test]
     fn words_are_one_bucket_each_in_order() {
