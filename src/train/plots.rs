@@ -22,7 +22,6 @@ pub(crate) fn has_font() -> bool {
 }
 
 /// Where a font was found, if any (looked up and registered once per process).
-
 pub(crate) fn font() -> Option<&'static Path> {
     static FONT: OnceLock<Option<PathBuf>> = OnceLock::new();
     FONT.get_or_init(|| {

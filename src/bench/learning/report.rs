@@ -154,7 +154,11 @@ fn lines(plan: &Plan, cells: &[Cell], task: &str) -> Vec<Line> {
                 (x, cs.iter().map(|c| c.curve[k].1).sum::<f64>() / m)
             })
             .collect();
-        out.push(Line { label: format!("{algo} ({} seeds)", cs.len()), color: color(i), points });
+        out.push(Line {
+            label: format!("{algo} ({} seed{})", cs.len(), if cs.len() == 1 { "" } else { "s" }),
+            color: color(i),
+            points,
+        });
     }
     out
 }
