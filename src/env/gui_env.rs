@@ -5,10 +5,11 @@
 //! the next `reset` starts a fresh one.
 
 use super::browser::{Browser, BrowserConfig};
+pub use super::outcome::{EpisodeStatus, ResetInfo, StepInfo, StepOutcome, StepTimings};
 use super::{Element, EnvError, Frame, GuiAction, ScreenState};
 use crate::tasks::{EpisodeOptions, Task, TaskStatus};
 use image::RgbImage;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,116 +27,6 @@ pub struct EnvConfig {
     /// End the episode (status `invalid_action`) on an action that cannot be executed,
     /// instead of counting it as a wasted step.
     pub strict_actions: bool,
-}
-
-/// Where an episode stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum EpisodeStatus {
-    /// Still going.
-    Running,
-    /// The task says it is solved.
-    Success,
-    /// The task says it failed (or the agent gave up with `done()`).
-    Fail,
-    /// The step limit was reached.
-    Truncated,
-    /// The browser or page failed; not the agent's fault.
-    EnvError,
-    /// The agent's action could not be executed (strict mode only ends episodes with it).
-    InvalidAction,
-    /// The policy could not produce an action (an API endpoint down, timing out or
-    /// answering with an error): not the agent's failure, and not the browser's.
-    PolicyError,
-}
-
-impl EpisodeStatus {
-    /// The status as written in files and reports.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EpisodeStatus::Running => "running",
-            EpisodeStatus::Success => "success",
-            EpisodeStatus::Fail => "fail",
-            EpisodeStatus::Truncated => "truncated",
-            EpisodeStatus::EnvError => "env_error",
-            EpisodeStatus::InvalidAction => "invalid_action",
-            EpisodeStatus::PolicyError => "policy_error",
-        }
-    }
-
-    /// Whether the episode ended through no fault of the agent (a browser or a policy
-    /// endpoint failed): such episodes are left out of success rates and training groups.
-    pub fn is_infrastructure_failure(self) -> bool {
-        matches!(self, EpisodeStatus::EnvError | EpisodeStatus::PolicyError)
-    }
-}
-
-impl std::fmt::Display for EpisodeStatus {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// Where the time of one step went, in milliseconds.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct StepTimings {
-    /// Executing the action through WebDriver.
-    pub action_ms: f64,
-    /// Waiting for the page to settle and reading its state (reward, elements).
-    pub settle_ms: f64,
-    /// Taking and decoding the screenshot.
-    pub screenshot_ms: f64,
-    /// The whole step.
-    pub total_ms: f64,
-}
-
-/// What a step reports besides observation and reward.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StepInfo {
-    /// The episode's status after this step.
-    pub status: EpisodeStatus,
-    /// Reward before time decay (where the task decays rewards).
-    pub raw_reward: f64,
-    /// Reward after the task's time decay (equal to raw when the wall clock is off).
-    pub decayed_reward: f64,
-    /// The task's reason for its reward, if it gives one.
-    pub reason: Option<String>,
-    /// Why the action could not be executed, if it could not.
-    pub action_error: Option<String>,
-    /// What went wrong with the browser, if anything.
-    pub env_error: Option<String>,
-    /// Per-phase timings.
-    pub timings: StepTimings,
-}
-
-/// The gymnasium 5-tuple.
-#[derive(Debug, Clone)]
-pub struct StepOutcome {
-    /// The observation after the step.
-    pub obs: ScreenState,
-    /// Reward for this step (non-zero at the end of an episode for these tasks).
-    pub reward: f64,
-    /// The episode reached a terminal state (success, fail, strict invalid action).
-    pub terminated: bool,
-    /// The episode was cut short (step limit, env error).
-    pub truncated: bool,
-    /// Status, rewards, errors and timings.
-    pub info: StepInfo,
-}
-
-/// What `reset` reports besides the observation.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ResetInfo {
-    /// The task id.
-    pub task_id: String,
-    /// The seed of this episode.
-    pub seed: u64,
-    /// Step limit in force.
-    pub max_steps: u32,
-    /// Whether a (new) browser had to be started for this reset.
-    pub browser_started: bool,
-    /// Time of the whole reset in ms (screenshot included).
-    pub reset_ms: f64,
 }
 
 struct Episode {

@@ -9,6 +9,7 @@ pub mod devtools;
 pub mod frames;
 pub mod gui_env;
 pub mod observation;
+pub mod outcome;
 pub mod profiles;
 
 pub use action::{GuiAction, KeyCombo, Modifier, ParseActionError};
