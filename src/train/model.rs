@@ -57,6 +57,10 @@ pub struct ModelConfig {
     /// (0 = off, the default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<usize>,
+    /// Typing from the instruction: `type` may copy a span of it (needs the `type` kind;
+    /// off by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copy: Option<bool>,
     /// Action kinds the policy may write (text-form names: `click`, `type`, `key`, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kinds: Option<Vec<String>>,
@@ -100,6 +104,7 @@ impl ModelConfig {
         set(&mut v.word_buckets, &self.word_buckets);
         set(&mut v.screen_text, &self.screen_text);
         set(&mut v.memory, &self.memory);
+        set(&mut v.copy, &self.copy);
         set(&mut v.actions.kinds, &self.kinds);
         set(&mut v.actions.x_bins, &self.x_bins);
         set(&mut v.actions.y_bins, &self.y_bins);

@@ -63,6 +63,11 @@ pub struct VlmConfig {
     /// until the step limit. 0 (the default, and what older configs load as) turns it off.
     #[serde(default)]
     pub memory: usize,
+    /// Typing from the instruction: a `type` action may copy a span of the instruction
+    /// (two pointer tokens) as well as spell free bytes (see `copy.rs`). Needs the `type`
+    /// kind. Off in every preset and in configs written before it existed.
+    #[serde(default)]
+    pub copy: bool,
 }
 
 /// The action space: which kinds of action the policy may write, and how finely.
@@ -132,6 +137,7 @@ impl VlmConfig {
             word_buckets: 0,
             screen_text: false,
             memory: 0,
+            copy: false,
         }
     }
 
@@ -157,6 +163,7 @@ impl VlmConfig {
             word_buckets: 0,
             screen_text: false,
             memory: 0,
+            copy: false,
         }
     }
 
@@ -185,6 +192,7 @@ impl VlmConfig {
             word_buckets: 0,
             screen_text: false,
             memory: 0,
+            copy: false,
         }
     }
 
@@ -268,6 +276,9 @@ impl VlmConfig {
         }
         if self.screen_text && self.word_buckets == 0 {
             bail!("VLM config: `screen_text` needs word features: set `word_buckets` (e.g. 1024)");
+        }
+        if self.copy && !self.actions.kinds.iter().any(|k| k == "type") {
+            bail!("VLM config: `copy` types from the instruction, so `kinds` must include \"type\"");
         }
         if !self.d_model.is_multiple_of(self.heads) {
             bail!("VLM config: `d_model` = {} must be a multiple of `heads` = {}", self.d_model, self.heads);

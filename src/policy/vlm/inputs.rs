@@ -10,6 +10,7 @@ use candle_core::{Device, Tensor};
 use image::{imageops::FilterType, RgbImage};
 
 use super::config::VlmConfig;
+use super::copy::CopySource;
 use super::layers::NEG;
 use super::tokens::{ActionVocab, BOS, END};
 use crate::env::{Element, GuiAction, ScreenState};
@@ -28,6 +29,9 @@ pub struct EncoderInputs {
     /// [B, image_tokens, memory] f32: 1 where the action `k` steps before the last one
     /// pointed (see [`history_marks`]), when the config has `memory`.
     pub history: Option<Tensor>,
+    /// [B, L] f32: each instruction byte's piece index ([`CopySource`]), when the config
+    /// has `copy`.
+    pub pieces: Option<Tensor>,
     /// [B, 1, 1, image_tokens + L]: 0 for real tokens, `NEG` for padding.
     pub key_mask: Tensor,
 }
@@ -280,6 +284,17 @@ pub fn encoder_inputs(states: &[ScreenState], cfg: &VlmConfig, device: &Device) 
     } else {
         None
     };
+    let pieces = if cfg.copy {
+        let mut v = vec![0f32; b * l];
+        for (i, s) in states.iter().enumerate() {
+            for (j, k) in CopySource::new(&s.instruction, cfg.max_instruction_bytes).pieces().enumerate() {
+                v[i * l + j] = k;
+            }
+        }
+        Some(Tensor::from_vec(v, (b, l), device)?)
+    } else {
+        None
+    };
     let history = match cfg.memory {
         0 => None,
         k => {
@@ -292,14 +307,30 @@ pub fn encoder_inputs(states: &[ScreenState], cfg: &VlmConfig, device: &Device) 
         words,
         screen,
         history,
+        pieces,
         text: Tensor::from_vec(text, (b, l), device)?,
         key_mask: Tensor::from_vec(mask, (b, 1, 1, n), device)?,
     })
 }
 
+/// What each state's `type` may copy from: its cut instruction when the config has
+/// `copy`, else nothing.
+pub fn copy_sources(states: &[ScreenState], cfg: &VlmConfig) -> Vec<Option<CopySource>> {
+    states
+        .iter()
+        .map(|s| cfg.copy.then(|| CopySource::new(&s.instruction, cfg.max_instruction_bytes)))
+        .collect()
+}
+
 /// Decoder inputs, targets and grammar masks for token sequences that the grammar
-/// accepts (for example from [`ActionVocab::encode`]).
-pub fn action_batch(vocab: &ActionVocab, seqs: &[Vec<u32>], device: &Device) -> Result<ActionBatch> {
+/// accepts (for example from [`ActionVocab::encode`]); `sources[i]` is what sequence `i`
+/// may copy from (empty: nothing, for every sequence).
+pub fn action_batch(
+    vocab: &ActionVocab,
+    seqs: &[Vec<u32>],
+    sources: &[Option<CopySource>],
+    device: &Device,
+) -> Result<ActionBatch> {
     let b = seqs.len();
     let t = seqs.iter().map(Vec::len).max().unwrap_or(0).max(1);
     let v = vocab.size();
@@ -308,7 +339,7 @@ pub fn action_batch(vocab: &ActionVocab, seqs: &[Vec<u32>], device: &Device) -> 
     let mut gmask = vec![0f32; b * t * v];
     let mut mask = vec![0f32; b * t];
     for (i, seq) in seqs.iter().enumerate() {
-        let mut g = vocab.grammar();
+        let mut g = vocab.grammar_in(sources.get(i).and_then(Option::as_ref));
         for (j, &tok) in seq.iter().enumerate() {
             let at = i * t + j;
             if j + 1 < t {
@@ -329,11 +360,13 @@ pub fn action_batch(vocab: &ActionVocab, seqs: &[Vec<u32>], device: &Device) -> 
     })
 }
 
-/// Encode each action on its own state's screenshot size; errors name the action.
+/// Encode each action on its own state's screenshot size (copying typed text from
+/// `sources[i]` where it can); errors name the action.
 pub fn encode_actions(
     vocab: &ActionVocab,
     states: &[ScreenState],
     actions: &[GuiAction],
+    sources: &[Option<CopySource>],
 ) -> Result<Vec<Vec<u32>>> {
     anyhow::ensure!(
         states.len() == actions.len(),
@@ -347,7 +380,8 @@ pub fn encode_actions(
         .enumerate()
         .map(|(i, (s, a))| {
             let (w, h) = s.screenshot.dimensions();
-            vocab.encode(a, w, h).with_context(|| format!("action {i} of the batch"))
+            let src = sources.get(i).and_then(Option::as_ref);
+            vocab.encode_in(a, w, h, src).with_context(|| format!("action {i} of the batch"))
         })
         .collect()
 }

@@ -18,6 +18,7 @@
 //! unoptimised build they run several times slower than the rest of the step.
 
 pub mod config;
+pub mod copy;
 pub mod fused;
 pub(crate) mod init;
 pub mod inputs;
@@ -77,7 +78,8 @@ impl VlmPolicy {
     }
 
     fn build(cfg: VlmConfig, varmap: VarMap, vb: VarBuilder, device: &Device, seed: u64) -> Result<Self> {
-        let vocab = ActionVocab::new(&cfg.actions)?;
+        let copy_positions = if cfg.copy { cfg.max_instruction_bytes } else { 0 };
+        let vocab = ActionVocab::with_copy(&cfg.actions, copy_positions)?;
         let model = VlmModel::new(&cfg, vocab.size(), vb).context("building the VLM")?;
         Ok(VlmPolicy {
             cfg,
@@ -169,18 +171,20 @@ impl VlmPolicy {
             states.len(),
             tokens.len()
         );
+        let sources = inputs::copy_sources(states, &self.cfg);
         self.score(&PreparedBatch {
             encoder: inputs::encoder_inputs(states, &self.cfg, &self.device)?,
-            actions: inputs::action_batch(&self.vocab, tokens, &self.device)?,
+            actions: inputs::action_batch(&self.vocab, tokens, &sources, &self.device)?,
         })
     }
 
     /// Tensors for scoring `actions` (one per state); cache it across PPO epochs.
     pub fn prepare(&self, states: &[ScreenState], actions: &[GuiAction]) -> Result<PreparedBatch> {
-        let seqs = inputs::encode_actions(&self.vocab, states, actions)?;
+        let sources = inputs::copy_sources(states, &self.cfg);
+        let seqs = inputs::encode_actions(&self.vocab, states, actions, &sources)?;
         Ok(PreparedBatch {
             encoder: inputs::encoder_inputs(states, &self.cfg, &self.device)?,
-            actions: inputs::action_batch(&self.vocab, &seqs, &self.device)?,
+            actions: inputs::action_batch(&self.vocab, &seqs, &sources, &self.device)?,
         })
     }
 
@@ -345,7 +349,8 @@ impl Policy for VlmPolicy {
         let enc = inputs::encoder_inputs(states, &self.cfg, &self.device)?;
         let mem = self.model.encode(&enc)?;
         let vocab = self.vocab.clone();
-        let mut grammars: Vec<Grammar> = (0..b).map(|_| vocab.grammar()).collect();
+        let sources = inputs::copy_sources(states, &self.cfg);
+        let mut grammars: Vec<Grammar> = sources.iter().map(|src| vocab.grammar_in(src.as_ref())).collect();
         let mut toks: Vec<Vec<u32>> = vec![Vec::new(); b];
         let mut lps: Vec<Vec<f32>> = vec![Vec::new(); b];
         for t in 0..vocab.max_tokens() {
@@ -378,9 +383,10 @@ impl Policy for VlmPolicy {
         states
             .iter()
             .zip(toks.iter().zip(lps))
-            .map(|(s, (seq, token_logprobs))| {
+            .zip(&sources)
+            .map(|((s, (seq, token_logprobs)), src)| {
                 let (w, h) = s.screenshot.dimensions();
-                let action = vocab.decode(seq, w, h)?;
+                let action = vocab.decode_in(seq, w, h, src.as_ref())?;
                 Ok(Decision {
                     action,
                     logprob: token_logprobs.iter().sum(),
@@ -408,7 +414,8 @@ impl TrainablePolicy for VlmPolicy {
     fn encode(&self, state: &ScreenState, action: &GuiAction) -> Result<Vec<u32>> {
         let (w, h) = state.screenshot.dimensions();
         self.check_bins(w, h)?;
-        self.vocab.encode(action, w, h)
+        let src = inputs::copy_sources(std::slice::from_ref(state), &self.cfg).pop().flatten();
+        self.vocab.encode_in(action, w, h, src.as_ref())
     }
 
     fn score(&self, states: &[ScreenState], tokens: &[Vec<u32>]) -> Result<TokenScores> {

@@ -17,6 +17,7 @@ use candle_core::{Module, Result, Tensor};
 use candle_nn::{Init, VarBuilder};
 
 use super::config::VlmConfig;
+use super::copy::CopyHead;
 use super::fused;
 use super::inputs::EncoderInputs;
 pub use super::layers::NEG;
@@ -277,6 +278,9 @@ pub struct Memory {
     pub mask: Tensor,
     /// The pointer head's key grid [B, d, y_bins·x_bins], when the model has one.
     pub pointer_keys: Option<Tensor>,
+    /// The encoder's instruction positions [B, L, d] and their piece indices [B, L], for
+    /// the copy head, when the model has one.
+    pub copy: Option<(Tensor, Tensor)>,
 }
 
 /// The whole network. See the module docs.
@@ -299,6 +303,7 @@ pub struct VlmModel {
     dec_ln: LayerNorm,
     head: Linear,
     pointer: Option<PointerHead>,
+    copy: Option<CopyHead>,
 }
 
 impl VlmModel {
@@ -334,6 +339,7 @@ impl VlmModel {
             dec_ln: LayerNorm::new(d, vdec.pp("ln_f"))?,
             head: linear(vdec.pp("head"), d, vocab, true, INIT_STD)?,
             pointer: if cfg.pointer { Some(PointerHead::new(cfg, vocab, vdec.pp("pointer"))?) } else { None },
+            copy: if cfg.copy { Some(CopyHead::new(cfg, vocab, vdec.pp("copy"))?) } else { None },
         })
     }
 
@@ -372,7 +378,11 @@ impl VlmModel {
             Some(p) => Some(p.keys(&mem.narrow(1, 0, n_img)?, &cells)?),
             None => None,
         };
-        Ok(Memory { kv, mask: key_mask.clone(), pointer_keys })
+        let copy = match (&self.copy, &enc.pieces) {
+            (Some(_), Some(pieces)) => Some((mem.narrow(1, n_img, l)?, pieces.clone())),
+            _ => None,
+        };
+        Ok(Memory { kv, mask: key_mask.clone(), pointer_keys, copy })
     }
 
     /// Decoder hidden states [B, T, d] for input tokens `tokens` [B, T] (u32; BOS first).
@@ -392,10 +402,13 @@ impl VlmModel {
     /// Output logits [B, T, vocab] from decoder hidden states `hidden` [B, T, d] whose input
     /// tokens were `inputs` [B, T] (the pointer head needs the x token a y token follows).
     pub fn logits(&self, hidden: &Tensor, mem: &Memory, inputs: &Tensor) -> Result<Tensor> {
-        let out = self.head.forward(hidden)?;
-        match (&self.pointer, &mem.pointer_keys) {
-            (Some(p), Some(keys)) => out + p.logits(hidden, keys, inputs)?,
-            _ => Ok(out),
+        let mut out = self.head.forward(hidden)?;
+        if let (Some(p), Some(keys)) = (&self.pointer, &mem.pointer_keys) {
+            out = (out + p.logits(hidden, keys, inputs)?)?;
         }
+        if let (Some(c), Some((text, pieces))) = (&self.copy, &mem.copy) {
+            out = (out + c.logits(hidden, text, pieces, inputs)?)?;
+        }
+        Ok(out)
     }
 }

@@ -9,6 +9,7 @@
 //! type("abc")            [type] [a] [b] [c] [END]           (1 ..= max_action_tokens-2 bytes)
 //! key(Enter)             [key] [Enter]
 //! wait(ms) / done()      [wait] / [done]
+//! type("Kasie")          [type] [from p] [to q]      (with copy: instruction bytes p..=q)
 //! ```
 //!
 //! Coordinates: bin `b` of `n` bins over a frame `W` pixels wide covers pixels
@@ -21,6 +22,7 @@
 use anyhow::{anyhow, bail, Result};
 
 use super::config::ActionSpaceConfig;
+use super::copy::CopySource;
 use crate::env::{GuiAction, KeyCombo};
 
 /// Decoder start token (input only, never written).
@@ -65,7 +67,8 @@ pub fn min_tokens(kind: &str) -> usize {
 }
 
 /// Token layout for one action space: `BOS END kinds(10) X(x_bins) Y(y_bins) bytes(95)
-/// keys scroll(4)`. All ten kinds have tokens; the grammar masks those not enabled.
+/// keys scroll(4)`, then with copy `from(n) to(n)` (n instruction positions, see
+/// [`super::copy`]). All ten kinds have tokens; the grammar masks those not enabled.
 #[derive(Debug, Clone)]
 pub struct ActionVocab {
     cfg: ActionSpaceConfig,
@@ -76,12 +79,20 @@ pub struct ActionVocab {
     byte0: u32,
     key0: u32,
     scroll0: u32,
+    copy0: u32,
+    copy_n: u32,
     size: u32,
 }
 
 impl ActionVocab {
-    /// The vocabulary of a (validated) action space.
+    /// The vocabulary of a (validated) action space, without copy tokens.
     pub fn new(cfg: &ActionSpaceConfig) -> Result<Self> {
+        Self::with_copy(cfg, 0)
+    }
+
+    /// The vocabulary of a (validated) action space, with `from`/`to` copy tokens over
+    /// `copy_positions` instruction bytes (0: none).
+    pub fn with_copy(cfg: &ActionSpaceConfig, copy_positions: usize) -> Result<Self> {
         cfg.validate()?;
         // The longest fixed action (kind token plus its arguments) must fit.
         let need = cfg.kinds.iter().map(|k| min_tokens(k)).max().unwrap_or(1);
@@ -109,8 +120,10 @@ impl ActionVocab {
         let byte0 = y0 + cfg.y_bins as u32;
         let key0 = byte0 + N_BYTES;
         let scroll0 = key0 + keys.len() as u32;
-        let size = scroll0 + SCROLL_DIRS.len() as u32;
-        Ok(ActionVocab { cfg: cfg.clone(), keys, enabled, x0, y0, byte0, key0, scroll0, size })
+        let copy0 = scroll0 + SCROLL_DIRS.len() as u32;
+        let copy_n = copy_positions as u32;
+        let size = copy0 + 2 * copy_n;
+        Ok(ActionVocab { cfg: cfg.clone(), keys, enabled, x0, y0, byte0, key0, scroll0, copy0, copy_n, size })
     }
 
     /// Number of tokens (the width of the model's output).
@@ -128,9 +141,21 @@ impl ActionVocab {
         &self.cfg
     }
 
-    /// A grammar at the start of an action.
+    /// Whether `type` may copy from the instruction.
+    pub fn has_copy(&self) -> bool {
+        self.copy_n > 0
+    }
+
+    /// A grammar at the start of an action, with no instruction to copy from.
     pub fn grammar(&self) -> Grammar<'_> {
-        Grammar { vocab: self, state: State::Start, len: 0 }
+        self.grammar_in(None)
+    }
+
+    /// A grammar at the start of an action whose `type` may copy from `src` (when this
+    /// vocabulary has copy tokens).
+    pub fn grammar_in<'a>(&'a self, src: Option<&'a CopySource>) -> Grammar<'a> {
+        let src = src.filter(|_| self.has_copy());
+        Grammar { vocab: self, src, state: State::Start, len: 0 }
     }
 
     /// A readable name for a token, for logs and error messages.
@@ -144,6 +169,8 @@ impl ActionVocab {
             Some(Tok::Byte(c)) => format!("{:?}", c as char),
             Some(Tok::Key(k)) => format!("key:{}", self.keys[k]),
             Some(Tok::Scroll(d)) => format!("scroll:{}", SCROLL_DIRS[d]),
+            Some(Tok::From(p)) => format!("from@{p}"),
+            Some(Tok::To(q)) => format!("to@{q}"),
             None => format!("<invalid {t}>"),
         }
     }
@@ -157,7 +184,9 @@ impl ActionVocab {
             t if t < self.byte0 => Tok::Y((t - self.y0) as usize),
             t if t < self.key0 => Tok::Byte(FIRST_BYTE + (t - self.byte0) as u8),
             t if t < self.scroll0 => Tok::Key((t - self.key0) as usize),
-            t if t < self.size => Tok::Scroll((t - self.scroll0) as usize),
+            t if t < self.copy0 => Tok::Scroll((t - self.scroll0) as usize),
+            t if t < self.copy0 + self.copy_n => Tok::From((t - self.copy0) as usize),
+            t if t < self.size => Tok::To((t - self.copy0 - self.copy_n) as usize),
             _ => return None,
         })
     }
@@ -167,6 +196,18 @@ impl ActionVocab {
     /// `wait` to the configured length. Errors for a kind not enabled, a key not listed,
     /// or text that is empty, too long, or not printable ASCII.
     pub fn encode(&self, action: &GuiAction, frame_w: u32, frame_h: u32) -> Result<Vec<u32>> {
+        self.encode_in(action, frame_w, frame_h, None)
+    }
+
+    /// As [`Self::encode`], but typed text that `src` holds as a span is written as a
+    /// copy of its first such span (when this vocabulary has copy tokens).
+    pub fn encode_in(
+        &self,
+        action: &GuiAction,
+        frame_w: u32,
+        frame_h: u32,
+        src: Option<&CopySource>,
+    ) -> Result<Vec<u32>> {
         let kind = action.kind();
         let ki = GuiAction::KINDS.iter().position(|k| *k == kind).expect("every kind is listed");
         if !self.enabled[ki] {
@@ -189,6 +230,10 @@ impl ActionVocab {
                 out.extend([x(*px), y(*py), self.scroll0 + dir as u32]);
             }
             GuiAction::Type { text } => {
+                if let Some((p, q)) = src.filter(|_| self.has_copy()).and_then(|s| s.find(text)) {
+                    out.extend([self.copy0 + p as u32, self.copy0 + self.copy_n + q as u32]);
+                    return Ok(out);
+                }
                 let max = self.cfg.max_action_tokens - 2;
                 if text.is_empty() || text.len() > max {
                     bail!("action `{action}`: typed text must have 1 to {max} bytes, it has {}", text.len());
@@ -216,7 +261,18 @@ impl ActionVocab {
     /// a `frame_w`×`frame_h` screenshot. Errors if the sequence breaks the grammar or is
     /// unfinished.
     pub fn decode(&self, tokens: &[u32], frame_w: u32, frame_h: u32) -> Result<GuiAction> {
-        let mut g = self.grammar();
+        self.decode_in(tokens, frame_w, frame_h, None)
+    }
+
+    /// As [`Self::decode`], for a sequence that may copy from `src`.
+    pub fn decode_in(
+        &self,
+        tokens: &[u32],
+        frame_w: u32,
+        frame_h: u32,
+        src: Option<&CopySource>,
+    ) -> Result<GuiAction> {
+        let mut g = self.grammar_in(src);
         for &t in tokens {
             g.advance(t)?;
         }
@@ -225,7 +281,7 @@ impl ActionVocab {
         }
         let mut xs = Vec::new();
         let mut ys = Vec::new();
-        let (mut text, mut key, mut dir) = (String::new(), None, 0);
+        let (mut text, mut key, mut dir, mut from) = (String::new(), None, 0, 0);
         for &t in &tokens[1..] {
             match self.classify(t) {
                 Some(Tok::X(b)) => xs.push(bin_centre(b, frame_w, self.cfg.x_bins)),
@@ -233,6 +289,9 @@ impl ActionVocab {
                 Some(Tok::Byte(c)) => text.push(c as char),
                 Some(Tok::Key(k)) => key = Some(self.keys[k].clone()),
                 Some(Tok::Scroll(d)) => dir = d,
+                Some(Tok::From(p)) => from = p,
+                // the grammar let `to` through, so `src` holds the span
+                Some(Tok::To(q)) => text = src.map(|s| s.text(from, q)).unwrap_or_default(),
                 _ => {}
             }
         }
@@ -269,6 +328,10 @@ enum Tok {
     Byte(u8),
     Key(usize),
     Scroll(usize),
+    /// First byte of a copied span.
+    From(usize),
+    /// Last byte of a copied span.
+    To(usize),
 }
 
 /// Pixel of bin `b` of `n` over `size` pixels: the centre, `floor((2b+1)·size / 2n)`.
@@ -289,8 +352,17 @@ pub fn nearest_bin(v: i32, size: u32, n: usize) -> usize {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     Start,
-    Args { kind: usize, next: usize },
-    Text { bytes: usize },
+    Args {
+        kind: usize,
+        next: usize,
+    },
+    Text {
+        bytes: usize,
+    },
+    /// A copied span has started at `from`; its last byte comes next.
+    CopyTo {
+        from: usize,
+    },
     Complete,
 }
 
@@ -299,6 +371,8 @@ enum State {
 #[derive(Debug, Clone)]
 pub struct Grammar<'a> {
     vocab: &'a ActionVocab,
+    /// The instruction a `type` may copy from (None: free text only).
+    src: Option<&'a CopySource>,
     state: State,
     len: usize,
 }
@@ -333,6 +407,8 @@ impl Grammar<'_> {
             ),
             (State::Text { bytes }, Some(Tok::Byte(_))) => bytes + 2 < v.cfg.max_action_tokens,
             (State::Text { bytes }, Some(Tok::End)) => bytes > 0,
+            (State::Text { bytes: 0 }, Some(Tok::From(p))) => self.src.is_some_and(|s| s.can_start(p)),
+            (State::CopyTo { from }, Some(Tok::To(q))) => self.src.is_some_and(|s| s.can_span(from, q)),
             _ => false,
         }
     }
@@ -375,7 +451,8 @@ impl Grammar<'_> {
                 State::Complete
             }
             (State::Args { kind, next }, _) => State::Args { kind, next: next + 1 },
-            (State::Text { .. }, Some(Tok::End)) => State::Complete,
+            (State::Text { .. }, Some(Tok::End)) | (State::CopyTo { .. }, _) => State::Complete,
+            (State::Text { .. }, Some(Tok::From(p))) => State::CopyTo { from: p },
             (State::Text { bytes }, _) => State::Text { bytes: bytes + 1 },
             (s, _) => s,
         };
