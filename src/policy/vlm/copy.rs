@@ -4,6 +4,7 @@
 //! ```text
 //! type("Kasie")  free:  [type] ['K'] ['a'] ['s'] ['i'] ['e'] [END]
 //!                copy:  [type] [from p] [to q]        (the instruction's bytes p..=q)
+//! type("KASIE")         [type] [upper] [from p] [to q] (the span in upper case; or lower)
 //! ```
 //!
 //! Why: free bytes are one token each from a fixed table, so a policy cloned from a few
@@ -29,6 +30,28 @@ use super::layers::{linear, Linear, INIT_STD};
 
 /// Piece-distance buckets of the `to` bias: same piece, one more, two more, three or more.
 const SPAN_BUCKETS: usize = 4;
+
+/// A case a copied span can be typed in, besides as it is (for tasks that say "in upper
+/// case letters").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Case {
+    /// Every letter upper case.
+    Upper,
+    /// Every letter lower case.
+    Lower,
+}
+
+impl Case {
+    /// Token order of the case tokens.
+    pub const ALL: [Case; 2] = [Case::Upper, Case::Lower];
+
+    fn apply(self, s: &str) -> String {
+        match self {
+            Case::Upper => s.to_ascii_uppercase(),
+            Case::Lower => s.to_ascii_lowercase(),
+        }
+    }
+}
 
 /// The instruction as a policy with copy reads it: cut to `max_instruction_bytes`, split
 /// into pieces. Built the same way at sampling, scoring and encoding time, so a span's
@@ -103,21 +126,27 @@ impl CopySource {
             && self.bad[q + 1] == self.bad[p]
     }
 
-    /// The text of the span `p..=q` (one [`Self::can_span`] allows).
-    pub fn text(&self, p: usize, q: usize) -> String {
-        String::from_utf8_lossy(&self.bytes[p..=q]).into_owned()
+    /// The text of the span `p..=q` (one [`Self::can_span`] allows), in `case` if given.
+    pub fn text(&self, p: usize, q: usize, case: Option<Case>) -> String {
+        let s = String::from_utf8_lossy(&self.bytes[p..=q]).into_owned();
+        case.map_or_else(|| s.clone(), |c| c.apply(&s))
     }
 
-    /// The first span whose text is `text`, if any.
-    pub fn find(&self, text: &str) -> Option<(usize, usize)> {
-        let t = text.as_bytes();
-        if t.is_empty() {
+    /// The first span whose text is `text` as it is, else the first that is `text` in
+    /// upper, then lower case (with that case), if any.
+    pub fn find(&self, text: &str) -> Option<(usize, usize, Option<Case>)> {
+        let n = text.len();
+        if n == 0 || n > self.len() {
             return None;
         }
-        (0..self.len())
-            .filter(|&p| self.bytes[p..].starts_with(t))
-            .map(|p| (p, p + t.len() - 1))
-            .find(|&(p, q)| self.can_span(p, q))
+        let spans =
+            || (0..=self.len() - n).map(move |p| (p, p + n - 1)).filter(|&(p, q)| self.can_span(p, q));
+        let same = |p: usize, case: Option<Case>| self.text(p, p + n - 1, case) == text;
+        spans().find(|&(p, _)| same(p, None)).map(|(p, q)| (p, q, None)).or_else(|| {
+            Case::ALL
+                .iter()
+                .find_map(|&c| spans().find(|&(p, _)| same(p, Some(c))).map(|(p, q)| (p, q, Some(c))))
+        })
     }
 
     /// Per byte, the piece index ([`CopySource`]'s `piece`) as f32, for the `to` bias.

@@ -15,12 +15,12 @@ fn pieces_are_words_and_single_marks() {
     // E n t e r _ " a n n @ x . c o m " _ n o w
     assert!(s.can_start(0) && !s.can_start(1) && !s.can_start(5));
     assert!(s.can_start(6), "a quote is a piece of its own");
-    assert_eq!(s.find("ann@x.com"), Some((7, 15)));
-    assert_eq!(s.text(7, 15), "ann@x.com");
-    assert_eq!(s.find("\"ann@x.com\""), Some((6, 16)));
+    assert_eq!(s.find("ann@x.com"), Some((7, 15, None)));
+    assert_eq!(s.text(7, 15, None), "ann@x.com");
+    assert_eq!(s.find("\"ann@x.com\""), Some((6, 16, None)));
     assert_eq!(s.find("nn"), None, "not at a piece start");
     assert_eq!(s.find("Ent"), None, "not at a piece end");
-    assert_eq!(s.find("now"), Some((18, 20)));
+    assert_eq!(s.find("now"), Some((18, 20, None)));
     assert_eq!(s.find(""), None);
     let p: Vec<f32> = s.pieces().collect();
     assert_eq!(p[0], 0.0);
@@ -32,14 +32,24 @@ fn pieces_are_words_and_single_marks() {
 #[test]
 fn cut_and_non_ascii_instructions() {
     let s = CopySource::new("Type café now", 100);
-    assert_eq!(s.find("caf"), Some((5, 7)), "a non-ASCII byte ends a run of letters");
+    assert_eq!(s.find("caf"), Some((5, 7, None)), "a non-ASCII byte ends a run of letters");
     assert!(s.find("café").is_none(), "é is not printable ASCII");
-    assert_eq!(s.find("now"), Some((11, 13)));
+    assert_eq!(s.find("now"), Some((11, 13, None)));
     let cut = CopySource::new("Type hello", 7);
     assert_eq!(cut.len(), 7);
-    assert_eq!(cut.find("he"), Some((5, 6)), "the cut ends the last piece");
+    assert_eq!(cut.find("he"), Some((5, 6, None)), "the cut ends the last piece");
     assert_eq!(cut.find("hello"), None);
     assert!(CopySource::new("", 10).is_empty());
+}
+
+#[test]
+fn a_span_can_be_typed_in_upper_or_lower_case() {
+    let s = CopySource::new("Type \"kenda\" in all upper case, or \"Bo\"", 100);
+    assert_eq!(s.find("KENDA"), Some((6, 10, Some(Case::Upper))));
+    assert_eq!(s.find("kenda"), Some((6, 10, None)), "as it is comes first");
+    assert_eq!(s.find("bo"), Some((36, 37, Some(Case::Lower))));
+    assert_eq!(s.text(6, 10, Some(Case::Upper)), "KENDA");
+    assert_eq!(s.find("KenDa"), None);
 }
 
 fn copy_policy(kinds: &[&str], seed: u64) -> VlmPolicy {
@@ -62,6 +72,13 @@ fn demonstrated_text_in_the_instruction_is_encoded_as_a_copy() {
     let toks = TrainablePolicy::encode(&p, &s, &kasie).unwrap();
     let names: Vec<String> = toks.iter().map(|&t| p.token_text(t)).collect();
     assert_eq!(names, ["type", "from@6", "to@10"]);
+    let upper = GuiAction::Type { text: "KASIE".into() };
+    let up = TrainablePolicy::encode(&p, &s, &upper).unwrap();
+    assert_eq!(up.iter().map(|&t| p.token_text(t)).collect::<Vec<_>>(), ["type", "upper", "from@6", "to@10"]);
+    assert_eq!(
+        p.vocab().decode_in(&up, 160, 210, Some(&CopySource::new(&s.instruction, 32))).unwrap(),
+        upper
+    );
     let src = CopySource::new(&s.instruction, 32);
     assert_eq!(p.vocab().decode_in(&toks, 160, 210, Some(&src)).unwrap(), kasie);
     let other = GuiAction::Type { text: "Kas".into() };

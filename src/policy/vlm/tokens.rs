@@ -10,6 +10,7 @@
 //! key(Enter)             [key] [Enter]
 //! wait(ms) / done()      [wait] / [done]
 //! type("Kasie")          [type] [from p] [to q]      (with copy: instruction bytes p..=q)
+//! type("KASIE")          [type] [upper] [from p] [to q]   (the span in upper / lower case)
 //! ```
 //!
 //! Coordinates: bin `b` of `n` bins over a frame `W` pixels wide covers pixels
@@ -22,7 +23,7 @@
 use anyhow::{anyhow, bail, Result};
 
 use super::config::ActionSpaceConfig;
-use super::copy::CopySource;
+use super::copy::{Case, CopySource};
 use crate::env::{GuiAction, KeyCombo};
 
 /// Decoder start token (input only, never written).
@@ -67,7 +68,7 @@ pub fn min_tokens(kind: &str) -> usize {
 }
 
 /// Token layout for one action space: `BOS END kinds(10) X(x_bins) Y(y_bins) bytes(95)
-/// keys scroll(4)`, then with copy `from(n) to(n)` (n instruction positions, see
+/// keys scroll(4)`, then with copy `upper lower from(n) to(n)` (n instruction positions, see
 /// [`super::copy`]). All ten kinds have tokens; the grammar masks those not enabled.
 #[derive(Debug, Clone)]
 pub struct ActionVocab {
@@ -79,6 +80,7 @@ pub struct ActionVocab {
     byte0: u32,
     key0: u32,
     scroll0: u32,
+    case0: u32,
     copy0: u32,
     copy_n: u32,
     size: u32,
@@ -120,10 +122,24 @@ impl ActionVocab {
         let byte0 = y0 + cfg.y_bins as u32;
         let key0 = byte0 + N_BYTES;
         let scroll0 = key0 + keys.len() as u32;
-        let copy0 = scroll0 + SCROLL_DIRS.len() as u32;
+        let case0 = scroll0 + SCROLL_DIRS.len() as u32;
         let copy_n = copy_positions as u32;
+        let copy0 = if copy_n > 0 { case0 + Case::ALL.len() as u32 } else { case0 };
         let size = copy0 + 2 * copy_n;
-        Ok(ActionVocab { cfg: cfg.clone(), keys, enabled, x0, y0, byte0, key0, scroll0, copy0, copy_n, size })
+        Ok(ActionVocab {
+            cfg: cfg.clone(),
+            keys,
+            enabled,
+            x0,
+            y0,
+            byte0,
+            key0,
+            scroll0,
+            case0,
+            copy0,
+            copy_n,
+            size,
+        })
     }
 
     /// Number of tokens (the width of the model's output).
@@ -169,6 +185,7 @@ impl ActionVocab {
             Some(Tok::Byte(c)) => format!("{:?}", c as char),
             Some(Tok::Key(k)) => format!("key:{}", self.keys[k]),
             Some(Tok::Scroll(d)) => format!("scroll:{}", SCROLL_DIRS[d]),
+            Some(Tok::Case(c)) => format!("{c:?}").to_lowercase(),
             Some(Tok::From(p)) => format!("from@{p}"),
             Some(Tok::To(q)) => format!("to@{q}"),
             None => format!("<invalid {t}>"),
@@ -184,7 +201,8 @@ impl ActionVocab {
             t if t < self.byte0 => Tok::Y((t - self.y0) as usize),
             t if t < self.key0 => Tok::Byte(FIRST_BYTE + (t - self.byte0) as u8),
             t if t < self.scroll0 => Tok::Key((t - self.key0) as usize),
-            t if t < self.copy0 => Tok::Scroll((t - self.scroll0) as usize),
+            t if t < self.case0 => Tok::Scroll((t - self.scroll0) as usize),
+            t if t < self.copy0 => Tok::Case(Case::ALL[(t - self.case0) as usize]),
             t if t < self.copy0 + self.copy_n => Tok::From((t - self.copy0) as usize),
             t if t < self.size => Tok::To((t - self.copy0 - self.copy_n) as usize),
             _ => return None,
@@ -230,7 +248,10 @@ impl ActionVocab {
                 out.extend([x(*px), y(*py), self.scroll0 + dir as u32]);
             }
             GuiAction::Type { text } => {
-                if let Some((p, q)) = src.filter(|_| self.has_copy()).and_then(|s| s.find(text)) {
+                if let Some((p, q, case)) = src.filter(|_| self.has_copy()).and_then(|s| s.find(text)) {
+                    if let Some(c) = case {
+                        out.push(self.case0 + Case::ALL.iter().position(|k| *k == c).expect("listed") as u32);
+                    }
                     out.extend([self.copy0 + p as u32, self.copy0 + self.copy_n + q as u32]);
                     return Ok(out);
                 }
@@ -281,7 +302,7 @@ impl ActionVocab {
         }
         let mut xs = Vec::new();
         let mut ys = Vec::new();
-        let (mut text, mut key, mut dir, mut from) = (String::new(), None, 0, 0);
+        let (mut text, mut key, mut dir, mut from, mut case) = (String::new(), None, 0, 0, None);
         for &t in &tokens[1..] {
             match self.classify(t) {
                 Some(Tok::X(b)) => xs.push(bin_centre(b, frame_w, self.cfg.x_bins)),
@@ -289,9 +310,10 @@ impl ActionVocab {
                 Some(Tok::Byte(c)) => text.push(c as char),
                 Some(Tok::Key(k)) => key = Some(self.keys[k].clone()),
                 Some(Tok::Scroll(d)) => dir = d,
+                Some(Tok::Case(c)) => case = Some(c),
                 Some(Tok::From(p)) => from = p,
                 // the grammar let `to` through, so `src` holds the span
-                Some(Tok::To(q)) => text = src.map(|s| s.text(from, q)).unwrap_or_default(),
+                Some(Tok::To(q)) => text = src.map(|s| s.text(from, q, case)).unwrap_or_default(),
                 _ => {}
             }
         }
@@ -328,6 +350,8 @@ enum Tok {
     Byte(u8),
     Key(usize),
     Scroll(usize),
+    /// The case a copied span is typed in.
+    Case(Case),
     /// First byte of a copied span.
     From(usize),
     /// Last byte of a copied span.
@@ -360,6 +384,8 @@ enum State {
         bytes: usize,
     },
     /// A copied span has started at `from`; its last byte comes next.
+    /// A case token came first; the span's first byte comes next.
+    CopyFrom,
     CopyTo {
         from: usize,
     },
@@ -407,7 +433,10 @@ impl Grammar<'_> {
             ),
             (State::Text { bytes }, Some(Tok::Byte(_))) => bytes + 2 < v.cfg.max_action_tokens,
             (State::Text { bytes }, Some(Tok::End)) => bytes > 0,
-            (State::Text { bytes: 0 }, Some(Tok::From(p))) => self.src.is_some_and(|s| s.can_start(p)),
+            (State::Text { bytes: 0 } | State::CopyFrom, Some(Tok::From(p))) => {
+                self.src.is_some_and(|s| s.can_start(p))
+            }
+            (State::Text { bytes: 0 }, Some(Tok::Case(_))) => self.src.is_some_and(|s| !s.is_empty()),
             (State::CopyTo { from }, Some(Tok::To(q))) => self.src.is_some_and(|s| s.can_span(from, q)),
             _ => false,
         }
@@ -452,7 +481,8 @@ impl Grammar<'_> {
             }
             (State::Args { kind, next }, _) => State::Args { kind, next: next + 1 },
             (State::Text { .. }, Some(Tok::End)) | (State::CopyTo { .. }, _) => State::Complete,
-            (State::Text { .. }, Some(Tok::From(p))) => State::CopyTo { from: p },
+            (State::Text { .. } | State::CopyFrom, Some(Tok::From(p))) => State::CopyTo { from: p },
+            (State::Text { .. }, Some(Tok::Case(_))) => State::CopyFrom,
             (State::Text { bytes }, _) => State::Text { bytes: bytes + 1 },
             (s, _) => s,
         };
