@@ -5,6 +5,7 @@ pub mod api;
 pub mod oracle;
 pub mod random;
 pub mod reward_model;
+pub mod screen_encoder;
 pub mod trainable;
 pub mod vlm;
 

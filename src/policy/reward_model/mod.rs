@@ -301,4 +301,95 @@ mod tests {
         let e = RewardModel::load(&dir.path().join("none")).unwrap_err();
         assert!(e.to_string().contains("is not a reward model"), "{e}");
     }
+
+    /// (name, shape, first value, last value) of every weight of a fresh 32×24 model
+    /// (seed 3) with the history, as the model wrote them before it shared its encoder
+    /// with the critic: the same names keep saved models loadable, the same values show
+    /// the init order is unchanged. Without the history, `history_emb` is absent and
+    /// `hidden` (and so `out`) differ.
+    const SEED_3_WITH_HISTORY: [(&str, &[usize], f32, f32); 12] = [
+        ("conv1.bias", &[16], 0.0, 0.0),
+        ("conv1.weight", &[16, 48], 0.12249804, -0.16786161),
+        ("conv2.bias", &[32], 0.0, 0.0),
+        ("conv2.weight", &[32, 64], 0.056903996, 0.050325453),
+        ("hidden.bias", &[64], 0.0, 0.0),
+        ("hidden.weight", &[64, 257], 0.08527774, -0.019005055),
+        ("history_emb", &[512, 64], 0.06715807, -0.034004107),
+        ("img.bias", &[64], 0.0, 0.0),
+        ("img.weight", &[64, 384], -0.0093456255, -0.01847084),
+        ("out.bias", &[1], 0.0, 0.0),
+        ("out.weight", &[1, 64], 0.0074827904, -0.014435671),
+        ("word_emb", &[512, 64], 1.2533568, 0.94014764),
+    ];
+
+    fn layout(m: &RewardModel) -> Vec<(String, Vec<usize>, f32, f32)> {
+        m.named_vars()
+            .into_iter()
+            .map(|(name, v)| {
+                let f: Vec<f32> = v.as_tensor().flatten_all().unwrap().to_vec1().unwrap();
+                (name, v.dims().to_vec(), f[0], f[f.len() - 1])
+            })
+            .collect()
+    }
+
+    #[test]
+    fn weight_names_init_and_predictions_are_as_before_the_shared_encoder() {
+        let img = image::RgbImage::from_fn(50, 40, |x, y| image::Rgb([(x * 5) as u8, (y * 6) as u8, 90]));
+        let ex = [RewardExample {
+            image: img,
+            instruction: "Click OK".into(),
+            history: vec!["click(1, 2)".into(), "type(\"hi\")".into()],
+        }];
+        let with = RewardModel::new(RewardConfig::new(32, 24, true), &Device::Cpu, 3).unwrap();
+        let want: Vec<_> =
+            SEED_3_WITH_HISTORY.iter().map(|&(n, s, a, b)| (n.to_string(), s.to_vec(), a, b)).collect();
+        assert_eq!(layout(&with), want);
+        assert_eq!(with.predict_batch(&ex).unwrap(), [0.49194863]);
+        let without = RewardModel::new(RewardConfig::new(32, 24, false), &Device::Cpu, 3).unwrap();
+        let want: Vec<_> = want
+            .into_iter()
+            .filter(|w| w.0 != "history_emb")
+            .map(|w| match w.0.as_str() {
+                "hidden.weight" => (w.0, vec![64, 192], 0.0048467163, 0.025744412),
+                "out.weight" => (w.0, w.1, -0.0018006868, -0.006538771),
+                _ => w,
+            })
+            .collect();
+        assert_eq!(layout(&without), want);
+        assert_eq!(without.predict_batch(&ex).unwrap(), [0.49140617]);
+    }
+
+    #[test]
+    fn a_model_saved_before_the_shared_encoder_loads_and_predicts_the_same() {
+        // fixtures/pre_shared_encoder/reward_model: written by `RewardModel::save` of commit
+        // 6b8deb1 (before the reward model and the critic shared `policy/screen_encoder.rs`);
+        // the probabilities are what that code computed for these two examples.
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/pre_shared_encoder/reward_model");
+        let m = RewardModel::load(&dir).unwrap();
+        let c = m.config();
+        assert_eq!(
+            (c.encoder.image_width, c.encoder.word_buckets, c.history, c.max_history_words),
+            (16, 8, true, 6)
+        );
+        let img = image::RgbImage::from_fn(20, 10, |x, y| image::Rgb([(x * 12) as u8, (y * 25) as u8, 90]));
+        let ex = [
+            RewardExample {
+                image: img.clone(),
+                instruction: "Click OK".into(),
+                history: vec!["click(1, 2)".into(), "type(\"hi\")".into()],
+            },
+            RewardExample { image: img, instruction: "Turn on Sync".into(), history: vec![] },
+        ];
+        assert_eq!(m.predict_batch(&ex).unwrap(), [0.4993188, 0.50021]);
+        // reward_model.json is written with the same keys, and an unknown one is still an error.
+        let text = std::fs::read_to_string(dir.join(REWARD_CONFIG)).unwrap();
+        let file: RewardModelFile = serde_json::from_str(&text).unwrap();
+        assert_eq!(serde_json::to_string_pretty(&file).unwrap(), text);
+        let e = serde_json::from_str::<RewardConfig>(
+            r#"{"image_width":16,"image_height":8,"patch":4,"merge":2,"channels":2,"width":4,
+                "word_buckets":8,"max_words":4,"history":true,"max_history_words":6,"depth":2}"#,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("unknown field `depth`"), "{e}");
+    }
 }

@@ -33,8 +33,9 @@
 //! seam and the actor's features clean. Not measured: whether the policy's features
 //! would give better values on hard tasks.
 //!
-//! The network ([`network`]) is two non-overlapping convolutions over the screenshot at
-//! the policy's resolution and a bag of hashed instruction words, fused by a small MLP.
+//! The network ([`network`]) is the screen encoder it shares with the reward model
+//! ([`crate::policy::screen_encoder`]: two non-overlapping convolutions over the screenshot
+//! at the policy's resolution and a bag of hashed instruction words) under a small MLP.
 //! It is saved in each checkpoint folder beside the policy (`critic.safetensors`,
 //! `critic.json`, `critic_optimizer.safetensors`), so `--resume` continues with the same
 //! critic and the same optimizer moments.
@@ -43,7 +44,7 @@ pub mod loss;
 pub mod network;
 
 pub use loss::{explained_variance, value_loss, ValueLossStats};
-pub use network::{CriticConfig, CriticInputs, ValueNet};
+pub use network::{critic_inputs, CriticConfig, CriticInputs, ValueNet};
 
 use super::advantage::gae::{gae_advantages, GaeBatch, GaeParams, StepValues};
 use super::config::{AlgoConfig, AlgoKind, TrainConfig};
@@ -224,7 +225,7 @@ impl Critic {
 
     /// The network's inputs for `states`.
     pub fn inputs(&self, states: &[ScreenState]) -> Result<CriticInputs> {
-        CriticInputs::new(states, &self.cfg, &self.device)
+        critic_inputs(states, &self.cfg, &self.device)
     }
 
     /// V of every row of `x` (no update).

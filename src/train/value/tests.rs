@@ -209,3 +209,72 @@ fn the_example_config_runs_ppo_by_switching_the_kind() {
     let e = format!("{:#}", c.validate().unwrap_err());
     assert!(e.contains("critic_warmup") && e.contains("ppo"), "{e}");
 }
+
+/// (name, shape, first value, last value) of every weight of a fresh tiny critic (seed 7),
+/// as the critic wrote them before it shared its encoder with the reward model: the same
+/// names keep old checkpoints loadable, the same values show the init order is unchanged.
+const TINY_CRITIC_SEED_7: [(&str, &[usize], f32, f32); 11] = [
+    ("conv1.bias", &[16], 0.0, 0.0),
+    ("conv1.weight", &[16, 48], 0.13668513, 0.02714264),
+    ("conv2.bias", &[32], 0.0, 0.0),
+    ("conv2.weight", &[32, 64], -0.094880186, 0.1543447),
+    ("hidden.bias", &[64], 0.0, 0.0),
+    ("hidden.weight", &[64, 192], -0.029782379, -0.04741236),
+    ("img.bias", &[64], 0.0, 0.0),
+    ("img.weight", &[64, 640], -0.0041087777, -0.04368246),
+    ("out.bias", &[1], 0.0, 0.0),
+    ("out.weight", &[1, 64], -0.009813787, -0.0056765922),
+    ("word_emb", &[512, 64], 1.3070476, 0.8459007),
+];
+
+#[test]
+fn the_critic_keeps_its_weight_names_init_and_config_keys() {
+    let cfg = CriticConfig::for_policy(&VlmConfig::tiny());
+    let c = Critic::new(cfg.clone(), &Device::Cpu, 7, AdamWConfig::default()).unwrap();
+    let mut got: Vec<(String, Vec<usize>, f32, f32)> = Vec::new();
+    for (name, v) in c.named_vars() {
+        let f: Vec<f32> = v.as_tensor().flatten_all().unwrap().to_vec1().unwrap();
+        got.push((name, v.dims().to_vec(), f[0], f[f.len() - 1]));
+    }
+    let want: Vec<(String, Vec<usize>, f32, f32)> =
+        TINY_CRITIC_SEED_7.iter().map(|&(n, s, a, b)| (n.to_string(), s.to_vec(), a, b)).collect();
+    assert_eq!(got, want);
+    let s = square_state(160, 210, 20, 40, 30, [220, 30, 30], "Square on the left");
+    assert_eq!(c.predict(&c.inputs(&[s]).unwrap()).unwrap(), [-0.01731261983513832]);
+    // critic.json keeps its keys, and an unknown one is still an error.
+    let json = serde_json::to_string(&cfg).unwrap();
+    assert_eq!(
+        json,
+        r#"{"image_width":32,"image_height":40,"patch":4,"merge":2,"channels":16,"width":64,"word_buckets":512,"max_words":32}"#
+    );
+    let e = serde_json::from_str::<CriticConfig>(&json.replace("}", r#","depth":2}"#)).unwrap_err();
+    assert!(e.to_string().contains("unknown field `depth`"), "{e}");
+}
+
+#[test]
+fn a_critic_saved_before_the_shared_encoder_loads_and_values_the_same() {
+    // fixtures/pre_shared_encoder/critic: written by the critic of commit 6b8deb1 (before
+    // the reward model and the critic shared `policy/screen_encoder.rs`), after one update
+    // on these four states; the values are what that code computed for them.
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/pre_shared_encoder/critic");
+    let cfg = CriticConfig {
+        image_width: 16,
+        image_height: 8,
+        patch: 4,
+        merge: 2,
+        channels: 2,
+        width: 4,
+        word_buckets: 8,
+        max_words: 4,
+    };
+    let mut c = Critic::new(cfg, &Device::Cpu, 0, AdamWConfig::default()).unwrap();
+    c.load(&dir).unwrap();
+    assert_eq!(c.optimizer().step_count(), 1);
+    let states: Vec<ScreenState> = (0..4u32)
+        .map(|i| {
+            square_state(16, 8, 2 + 2 * i, 1, 4, [220, 30, 30], if i % 2 == 0 { "left" } else { "right" })
+        })
+        .collect();
+    let v = c.predict(&c.inputs(&states).unwrap()).unwrap();
+    assert_eq!(v, [0.009275131858885288, 0.0037593375891447067, 0.009659110568463802, 0.004880494438111782]);
+}
