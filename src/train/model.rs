@@ -57,6 +57,10 @@ pub struct ModelConfig {
     /// (0 = off, the default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<usize>,
+    /// The last `memory` actions also as encoder tokens (kind, age, typed words; needs
+    /// `memory`; off by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_actions: Option<bool>,
     /// Typing from the instruction: `type` may copy a span of it (needs the `type` kind;
     /// off by default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -104,6 +108,7 @@ impl ModelConfig {
         set(&mut v.word_buckets, &self.word_buckets);
         set(&mut v.screen_text, &self.screen_text);
         set(&mut v.memory, &self.memory);
+        set(&mut v.memory_actions, &self.memory_actions);
         set(&mut v.copy, &self.copy);
         set(&mut v.actions.kinds, &self.kinds);
         set(&mut v.actions.x_bins, &self.x_bins);

@@ -63,6 +63,12 @@ pub struct VlmConfig {
     /// until the step limit. 0 (the default, and what older configs load as) turns it off.
     #[serde(default)]
     pub memory: usize,
+    /// Each of the last `memory` actions is also an encoder token: its kind and its age,
+    /// plus (with `word_buckets`) the words it typed. Why: the marks say where the policy
+    /// pointed, not that it typed, so "the field is filled, press Add" and "type now" looked
+    /// alike. Needs `memory`; off by default and in older configs.
+    #[serde(default)]
+    pub memory_actions: bool,
     /// Typing from the instruction: a `type` action may copy a span of the instruction
     /// (two pointer tokens) as well as spell free bytes (see `copy.rs`). Needs the `type`
     /// kind. Off in every preset and in configs written before it existed.
@@ -137,6 +143,7 @@ impl VlmConfig {
             word_buckets: 0,
             screen_text: false,
             memory: 0,
+            memory_actions: false,
             copy: false,
         }
     }
@@ -163,6 +170,7 @@ impl VlmConfig {
             word_buckets: 0,
             screen_text: false,
             memory: 0,
+            memory_actions: false,
             copy: false,
         }
     }
@@ -192,6 +200,7 @@ impl VlmConfig {
             word_buckets: 0,
             screen_text: false,
             memory: 0,
+            memory_actions: false,
             copy: false,
         }
     }
@@ -276,6 +285,9 @@ impl VlmConfig {
         }
         if self.screen_text && self.word_buckets == 0 {
             bail!("VLM config: `screen_text` needs word features: set `word_buckets` (e.g. 1024)");
+        }
+        if self.memory_actions && self.memory == 0 {
+            bail!("VLM config: `memory_actions` needs `memory` (how many actions to remember), e.g. 2");
         }
         if self.copy && !self.actions.kinds.iter().any(|k| k == "type") {
             bail!("VLM config: `copy` types from the instruction, so `kinds` must include \"type\"");

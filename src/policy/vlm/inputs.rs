@@ -29,12 +29,31 @@ pub struct EncoderInputs {
     /// [B, image_tokens, memory] f32: 1 where the action `k` steps before the last one
     /// pointed (see [`history_marks`]), when the config has `memory`.
     pub history: Option<Tensor>,
+    /// The last actions as encoder tokens, when the config has `memory_actions`.
+    pub actions: Option<ActionTokens>,
     /// [B, L] f32: each instruction byte's piece index ([`CopySource`]), when the config
     /// has `copy`.
     pub pieces: Option<Tensor>,
-    /// [B, 1, 1, image_tokens + L]: 0 for real tokens, `NEG` for padding.
+    /// [B, 1, 1, image_tokens + L (+ memory)]: 0 for real tokens, `NEG` for padding and
+    /// empty history slots.
     pub key_mask: Tensor,
 }
+
+/// The last `memory` actions of each state's history as encoder tokens (slot `k`: the
+/// action `k` steps before the newest); see [`action_tokens`].
+#[derive(Debug, Clone)]
+pub struct ActionTokens {
+    /// [B, memory, kinds] f32: the slot's action kind, one-hot (all 0 on an empty slot).
+    pub kinds: Tensor,
+    /// [B, memory, ACTION_WORDS] u32: word buckets of the text it typed or the key it
+    /// pressed (0 on empty places), when the config has `word_buckets`.
+    pub words: Option<Tensor>,
+    /// [B, memory, ACTION_WORDS, 1] f32: 1 on filled word places.
+    pub word_mask: Option<Tensor>,
+}
+
+/// Words of one remembered action that its token carries; later ones are dropped.
+pub const ACTION_WORDS: usize = 4;
 
 /// Word buckets of the elements' texts, placed on the image-token grid (see
 /// [`screen_words`]).
@@ -226,6 +245,32 @@ pub fn history_marks(state: &ScreenState, cfg: &VlmConfig) -> Vec<f32> {
     out
 }
 
+/// For one state, the last `cfg.memory` parseable actions of its history, newest first:
+/// per slot the kind's index in [`GuiAction::KINDS`] and the word buckets of the text it
+/// typed or the key it pressed (at most [`ACTION_WORDS`]).
+pub fn action_tokens(state: &ScreenState, cfg: &VlmConfig) -> Vec<(usize, Vec<u32>)> {
+    let actions = state.history.iter().rev().filter_map(|t| GuiAction::parse(t).ok());
+    actions
+        .take(cfg.memory)
+        .map(|a| {
+            let kind = GuiAction::KINDS.iter().position(|k| *k == a.kind()).expect("every kind is listed");
+            let text = match &a {
+                GuiAction::Type { text } => text.clone(),
+                GuiAction::Key(combo) => combo.to_string(),
+                _ => String::new(),
+            };
+            let mut words: Vec<u32> = match cfg.word_buckets {
+                0 => vec![],
+                n => word_buckets(text.as_bytes(), n),
+            };
+            words.dedup();
+            words.retain(|&w| w != 0);
+            words.truncate(ACTION_WORDS);
+            (kind, words)
+        })
+        .collect()
+}
+
 /// Images, instruction bytes and the key mask for `states`.
 pub fn encoder_inputs(states: &[ScreenState], cfg: &VlmConfig, device: &Device) -> Result<EncoderInputs> {
     let b = states.len();
@@ -244,15 +289,44 @@ pub fn encoder_inputs(states: &[ScreenState], cfg: &VlmConfig, device: &Device) 
         .collect();
     // At least one text position, so an all-empty batch still has a (masked) text token.
     let l = texts.iter().map(|t| t.len()).max().unwrap_or(0).max(1);
-    let n = cfg.image_tokens() + l;
+    let remembered: Vec<Vec<(usize, Vec<u32>)>> =
+        if cfg.memory_actions { states.iter().map(|s| action_tokens(s, cfg)).collect() } else { vec![] };
+    let hk = if cfg.memory_actions { cfg.memory } else { 0 };
+    let n = cfg.image_tokens() + l + hk;
     let mut text = vec![0u32; b * l];
     let mut mask = vec![0f32; b * n];
     for (i, t) in texts.iter().enumerate() {
         for (j, &c) in t.iter().enumerate() {
             text[i * l + j] = u32::from(c);
         }
-        mask[i * n + cfg.image_tokens() + t.len()..(i + 1) * n].fill(NEG);
+        mask[i * n + cfg.image_tokens() + t.len()..i * n + cfg.image_tokens() + l].fill(NEG);
     }
+    let actions = if cfg.memory_actions {
+        let nk = GuiAction::KINDS.len();
+        let mut kinds = vec![0f32; b * hk * nk];
+        let mut ids = vec![0u32; b * hk * ACTION_WORDS];
+        for (i, slots) in remembered.iter().enumerate() {
+            // empty slots (a history shorter than `memory`) are masked out of attention
+            mask[i * n + cfg.image_tokens() + l + slots.len()..(i + 1) * n].fill(NEG);
+            for (k, (kind, words)) in slots.iter().enumerate() {
+                kinds[(i * hk + k) * nk + kind] = 1.0;
+                let at = (i * hk + k) * ACTION_WORDS;
+                ids[at..at + words.len()].copy_from_slice(words);
+            }
+        }
+        let (words, word_mask) = if cfg.word_buckets > 0 {
+            let m: Vec<f32> = ids.iter().map(|&id| f32::from(u8::from(id != 0))).collect();
+            (
+                Some(Tensor::from_vec(ids, (b, hk, ACTION_WORDS), device)?),
+                Some(Tensor::from_vec(m, (b, hk, ACTION_WORDS, 1), device)?),
+            )
+        } else {
+            (None, None)
+        };
+        Some(ActionTokens { kinds: Tensor::from_vec(kinds, (b, hk, nk), device)?, words, word_mask })
+    } else {
+        None
+    };
     let text_words: Vec<Vec<u32>> = match cfg.word_buckets {
         0 => vec![],
         n => texts.iter().map(|t| word_buckets(t, n)).collect(),
@@ -307,6 +381,7 @@ pub fn encoder_inputs(states: &[ScreenState], cfg: &VlmConfig, device: &Device) 
         words,
         screen,
         history,
+        actions,
         pieces,
         text: Tensor::from_vec(text, (b, l), device)?,
         key_mask: Tensor::from_vec(mask, (b, 1, 1, n), device)?,

@@ -23,6 +23,8 @@ pub mod fused;
 pub(crate) mod init;
 pub mod inputs;
 pub(crate) mod layers;
+#[cfg(test)]
+mod memory_tests;
 pub mod model;
 mod pointer;
 pub mod speed;

@@ -295,6 +295,9 @@ pub struct VlmModel {
     /// [memory, d]: added to the image token an earlier action pointed at, one row per
     /// age (row 0: the last action).
     memory: Option<Tensor>,
+    /// [kinds, d] and [memory, d]: a remembered action's token is its kind's row plus its
+    /// age's row (plus its words), when the config has `memory_actions`.
+    action_kind: Option<(Tensor, Tensor)>,
     encoder: Vec<EncoderLayer>,
     enc_ln: LayerNorm,
     tok_emb: Tensor,
@@ -326,6 +329,12 @@ impl VlmModel {
             memory: match cfg.memory {
                 0 => None,
                 k => Some(table(&venc, "memory", k, d)?),
+            },
+            action_kind: if cfg.memory_actions {
+                let kinds = crate::env::GuiAction::KINDS.len();
+                Some((table(&venc, "action_kind", kinds, d)?, table(&venc, "action_age", cfg.memory, d)?))
+            } else {
+                None
             },
             encoder: (0..cfg.encoder_layers)
                 .map(|i| EncoderLayer::new(cfg, out_std, venc.pp(format!("layers.{i}"))))
@@ -368,7 +377,18 @@ impl VlmModel {
             txt = (txt + table.index_select(&words.flatten_all()?, 0)?.reshape((b, l, d))?)?;
         }
         let txt = add_positions(&txt, &self.text_pos.narrow(0, 0, l)?)?;
-        let mut x = Tensor::cat(&[img, txt], 1)?;
+        let mut parts = vec![img, txt];
+        if let (Some((kinds, ages)), Some(acts)) = (&self.action_kind, &enc.actions) {
+            // [B, K, kinds] one-hot × [kinds, d]: a plain matmul, so the table learns.
+            let mut tok = acts.kinds.broadcast_matmul(kinds)?.broadcast_add(ages)?;
+            if let (Some(table), Some(ids), Some(m)) = (&self.word_emb, &acts.words, &acts.word_mask) {
+                let (k, w) = (ids.dim(1)?, ids.dim(2)?);
+                let emb = table.index_select(&ids.flatten_all()?, 0)?.reshape((b, k, w, d))?;
+                tok = (tok + emb.broadcast_mul(m)?.sum(2)?)?;
+            }
+            parts.push(tok);
+        }
+        let mut x = Tensor::cat(&parts, 1)?;
         for layer in &self.encoder {
             x = layer.forward(&x, key_mask)?;
         }
