@@ -130,12 +130,17 @@ fn read_state(body: &Value) -> Result<ScreenState, String> {
     let (instruction, elements) = read_user_text(&text).ok_or_else(|| {
         "the user text has no `Instruction: ...` line (see guirl's openai: policy for the layout)".to_string()
     })?;
-    let step = text
+    // The numbered "Previous actions" are the episode so far: the step, and the history a
+    // policy with memory reads (as `Trajectory::state_at` rebuilds it).
+    let history: Vec<String> = text
         .lines()
         .skip_while(|l| !l.starts_with("Previous actions:"))
         .skip(1)
-        .take_while(|l| l.split_once(". ").is_some_and(|(n, _)| n.parse::<u32>().is_ok()))
-        .count();
+        .map_while(|l| {
+            l.split_once(". ").filter(|(n, _)| n.parse::<u32>().is_ok()).map(|(_, a)| a.to_string())
+        })
+        .collect();
+    let step = history.len();
     Ok(ScreenState {
         task_id: String::new(),
         instruction,
@@ -148,7 +153,7 @@ fn read_state(body: &Value) -> Result<ScreenState, String> {
         },
         elements,
         screenshot,
-        history: Vec::new(),
+        history,
     })
 }
 
@@ -258,4 +263,28 @@ async fn completions(
         "usage": {"prompt_tokens": 0, "completion_tokens": completion_tokens, "total_tokens": completion_tokens},
     }))
     .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use base64::Engine;
+
+    /// The request's numbered previous actions become the state's history (what a policy
+    /// with memory reads) and its step.
+    #[test]
+    fn previous_actions_are_the_history() {
+        let mut state = crate::policy::vlm::speed::square_state(40, 30, 0, 0, 4, [9, 9, 9], "Add \"milk\"");
+        let png = crate::env::encode_png(&state.screenshot);
+        let url = format!("data:image/png;base64,{}", base64::engine::general_purpose::STANDARD.encode(png));
+        let previous = ["click(3, 4)".to_string(), "type(\"milk. now\")".to_string()];
+        state.elements.clear();
+        let text = crate::policy::api::prompt::user_text(&state, &previous, true);
+        let body = json!({"messages": [{"role": "user", "content": [
+            {"type": "text", "text": text}, {"type": "image_url", "image_url": {"url": url}}]}]});
+        let read = read_state(&body).unwrap();
+        assert_eq!(read.history, previous);
+        assert_eq!(read.step, 2);
+        assert_eq!(read.instruction, "Add \"milk\"");
+    }
 }
