@@ -107,6 +107,41 @@ fn reward_model_separates_successes_from_failures_and_scores_a_website_task() {
         assert_eq!(t.outcome.status == EpisodeStatus::Success, p >= 0.3, "p = {p}, {:?}", t.outcome.status);
         assert!((t.steps.last().unwrap().reward - p).abs() < 1e-5);
     }
+    // `replay --verify` scores the replayed ending with the same model: it reproduces.
+    let o = guirl(&["replay", rec.to_str().unwrap(), "--verify"]);
+    assert!(
+        o.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // `play` scores the episode it ends the same way (one click ends a 1-step episode).
+    let play_rec = dir.path().join("play-rec");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_guirl"))
+        .args(["play", "--json", "--task", spec.to_str().unwrap(), "--record", play_rec.to_str().unwrap()])
+        .arg("--screenshot")
+        .arg(dir.path().join("play.png"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), b"click(40, 60)\n:quit\n").unwrap();
+    let o = child.wait_with_output().unwrap();
+    let end: serde_json::Value = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["event"] == "episode_end")
+        .expect("an episode_end event");
+    let played = TrajectorySet::read(&play_rec).unwrap();
+    let t = &played.trajectories[0].trajectory;
+    let frame = played.load_frame(t.final_frame.as_deref().unwrap()).unwrap();
+    let p = model.predict(&frame, &t.instruction, &["click(40, 60)".to_string()]).unwrap();
+    assert!(
+        (end["reward"].as_f64().unwrap() - p).abs() < 1e-5,
+        "play reported {end} against the model's {p}"
+    );
+    assert_eq!(end["status"] == "success", p >= 0.3, "{end}");
+
     // With both a check and a model, the check decides and the agreement is reported.
     let both = dir.path().join("both.toml");
     std::fs::write(&both, format!("reward = \"model:rm\"\n{spec_text}")).unwrap();

@@ -426,23 +426,19 @@ async fn episode(
 ///
 /// Episodes that did not end by the agent's doing (`env_error`, `policy_error`) are left
 /// alone. A model folder that cannot be read stops the collection (a setup error).
-fn apply_learned_reward(
+pub(crate) fn apply_learned_reward(
     traj: &mut Trajectory,
     final_screen: &image::RgbImage,
     learned: &crate::tasks::LearnedReward,
 ) -> Result<Option<bool>, EnvError> {
-    use crate::policy::reward_model::RewardModel;
     if matches!(
         traj.outcome.status,
         EpisodeStatus::EnvError | EpisodeStatus::PolicyError | EpisodeStatus::Running
     ) {
         return Ok(None);
     }
-    let model = RewardModel::shared(&learned.model).map_err(|e| EnvError::Setup(format!("{e:#}")))?;
     let history: Vec<String> = traj.steps.iter().map(|s| s.action.clone()).collect();
-    let p = off_runtime(|| model.predict(final_screen, &traj.instruction, &history))
-        .map_err(|e| EnvError::Task(format!("reward model {}: {e:#}", learned.model.display())))?;
-    let says_success = p >= learned.threshold;
+    let (p, says_success) = learned_verdict(learned, final_screen, &traj.instruction, &history)?;
     if learned.decides {
         if let Some(last) = traj.steps.last_mut() {
             last.reward = p;
@@ -467,6 +463,22 @@ fn apply_learned_reward(
         "reward model against the success check"
     );
     Ok(Some(agree))
+}
+
+/// The reward model's P(success) for an episode that ended on `final_screen` after the
+/// actions `history`, and whether that passes the threshold. A model folder that cannot be
+/// read is a setup error.
+pub(crate) fn learned_verdict(
+    learned: &crate::tasks::LearnedReward,
+    final_screen: &image::RgbImage,
+    instruction: &str,
+    history: &[String],
+) -> Result<(f64, bool), EnvError> {
+    use crate::policy::reward_model::RewardModel;
+    let model = RewardModel::shared(&learned.model).map_err(|e| EnvError::Setup(format!("{e:#}")))?;
+    let p = off_runtime(|| model.predict(final_screen, instruction, history))
+        .map_err(|e| EnvError::Task(format!("reward model {}: {e:#}", learned.model.display())))?;
+    Ok((p, p >= learned.threshold))
 }
 
 /// Run `f` (a policy's forward or backward pass) without stalling the other tasks of a

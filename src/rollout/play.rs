@@ -292,6 +292,10 @@ impl Play {
         if cur.over {
             t.outcome.status = out_step.info.status;
             t.outcome.error = out_step.info.env_error.clone();
+            // A task scored by a reward model is scored here as in `run` and training.
+            if let Some(learned) = self.env.task().learned_reward() {
+                super::collector::apply_learned_reward(t, &cur.obs.screenshot, learned)?;
+            }
             cur.rec.frames.push(cur.obs.screenshot.clone());
         }
         let (n, total, status) = (t.steps.len(), t.outcome.reward, out_step.info.status);

@@ -135,15 +135,32 @@ async fn replay_one(
                 break;
             }
         };
-        total += out.reward;
-        status = out.info.status;
-        if out.reward != step.reward || out.info.status != step.status {
+        let (mut reward, mut step_status) = (out.reward, out.info.status);
+        // A task scored by a reward model: its last step is the model's, as when recorded.
+        if let Some(learned) = env.task().learned_reward().filter(|l| l.decides) {
+            if out.terminated || out.truncated {
+                let history: Vec<String> = t.steps[..=i].iter().map(|s| s.action.clone()).collect();
+                let (p, ok) = super::collector::learned_verdict(
+                    learned,
+                    &out.obs.screenshot,
+                    &t.instruction,
+                    &history,
+                )?;
+                reward = p;
+                if ok {
+                    step_status = crate::env::EpisodeStatus::Success;
+                }
+            }
+        }
+        total += reward;
+        status = step_status;
+        if reward != step.reward || step_status != step.status {
             diverge(
                 &mut report,
                 i,
                 format!(
                     "step {i} ({}) gave reward {} / {} instead of {} / {}",
-                    step.action, out.reward, out.info.status, step.reward, step.status
+                    step.action, reward, step_status, step.reward, step.status
                 ),
             );
         }
