@@ -104,6 +104,10 @@ fn plan_errors_say_what_to_fix() {
     );
     let p = plan(dir.path(), r#"["grpo"]"#, "");
     fails_with(
+        &guirl(&["bench-learn", p.to_str().unwrap(), "--out", o, "--only", "nothing/x-s0"]),
+        &["--only \"nothing/x-s0\" matches no cell", "/grpo-s0"],
+    );
+    fails_with(
         &guirl(&["bench-learn", p.to_str().unwrap(), "--out", o, "--report"]),
         &["does not exist", "without --report"],
     );

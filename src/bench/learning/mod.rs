@@ -167,6 +167,24 @@ pub struct BenchOptions {
 /// Run every cell of `plan` not done yet in `out`, then write the report. Returns the
 /// finished cells.
 pub async fn run(plan: &Plan, out: &Path, opts: &BenchOptions, stop: Arc<AtomicBool>) -> Result<Vec<Cell>> {
+    if let Some(o) = &opts.only {
+        // A filter that names no cell would run nothing and report old results as if new.
+        let all: Vec<String> = plan
+            .tasks
+            .iter()
+            .flat_map(|t| {
+                let algos =
+                    plan.algos.iter().flat_map(|a| plan.seeds.iter().map(move |s| format!("{a}-s{s}")));
+                std::iter::once(CLONE.to_string()).chain(algos).map(move |c| format!("{}/{c}", t.name))
+            })
+            .collect();
+        if !all.iter().any(|c| c.contains(o.as_str())) {
+            bail!(
+                "--only {o:?} matches no cell of the plan; cells are TASK/ALGO-sSEED or TASK/clone, e.g. {}",
+                all.iter().take(3).cloned().collect::<Vec<_>>().join(", ")
+            );
+        }
+    }
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
     for task in &plan.tasks {
         let base = TrainConfig::load(&task.config)?;
