@@ -3,8 +3,8 @@
 //!
 //! ```text
 //! type("Kasie")  free:  [type] ['K'] ['a'] ['s'] ['i'] ['e'] [END]
-//!                copy:  [type] [from p] [to q]        (the instruction's bytes p..=q)
-//! type("KASIE")         [type] [upper] [from p] [to q] (the span in upper case; or lower)
+//!                copy:  [type] [from p] [to q] [END]    (the instruction's bytes p..=q)
+//! type("KASIE")         [type] [from p] [to q] [upper]  (the span in upper case; or lower)
 //! ```
 //!
 //! Why: free bytes are one token each from a fixed table, so a policy cloned from a few
@@ -155,9 +155,15 @@ impl CopySource {
     }
 }
 
-/// The copy head: pointer logits for the `from` and `to` tokens (see the module docs).
+/// The copy head: pointer logits for the `from` and `to` tokens (see the module docs),
+/// and what a decoder input learns of the position a copy token points at.
 #[derive(Debug, Clone)]
 pub struct CopyHead {
+    /// Projects the encoder state of the pointed position into a copy token's input. Why:
+    /// a `from p` token's own embedding knows only the offset p; with the pointed word's
+    /// state fed back, the next steps see what is being copied (where the span ends, and
+    /// whether its case already is the one the instruction asks for).
+    feed: Linear,
     q_from: Linear,
     k_from: Linear,
     q_to: Linear,
@@ -180,6 +186,7 @@ impl CopyHead {
         // near uniform while the queries' gradients are not tiny.
         let key_std = 1.0 / (d as f64).sqrt();
         Ok(CopyHead {
+            feed: linear(vb.pp("feed"), d, d, false, key_std)?,
             q_from: linear(vb.pp("q_from"), d, d, false, INIT_STD)?,
             k_from: linear(vb.pp("k_from"), d, d, false, key_std)?,
             q_to: linear(vb.pp("q_to"), d, d, false, INIT_STD)?,
@@ -189,6 +196,21 @@ impl CopyHead {
             first: (vocab - 2 * n) as u32,
             vocab,
         })
+    }
+
+    /// Input embeddings [B, T, d] to add for decoder input tokens `inputs` [B, T] (u32):
+    /// the projected encoder state `text` [B, L, d] of the position a `from` or `to` token
+    /// points at, zero for other tokens.
+    pub fn feed(&self, inputs: &Tensor, text: &Tensor) -> Result<Tensor> {
+        let l = text.dim(1)?;
+        let dev = inputs.device();
+        let at = |first: u32| -> Result<Tensor> {
+            let ids = Tensor::arange(first, first + l as u32, dev)?.reshape((1, 1, l))?;
+            inputs.unsqueeze(2)?.broadcast_eq(&ids)?.to_dtype(DType::F32)
+        };
+        // [B, T, L] one-hot of the pointed position × [B, L, d]: a plain matmul.
+        let pointed = (at(self.first)? + at(self.first + self.n as u32)?)?;
+        self.feed.forward(&pointed.matmul(text)?)
     }
 
     /// Additive logits [B, T, vocab] (zero outside the copy tokens) for decoder states

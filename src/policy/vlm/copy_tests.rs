@@ -71,10 +71,10 @@ fn demonstrated_text_in_the_instruction_is_encoded_as_a_copy() {
     let kasie = GuiAction::Type { text: "Kasie".into() };
     let toks = TrainablePolicy::encode(&p, &s, &kasie).unwrap();
     let names: Vec<String> = toks.iter().map(|&t| p.token_text(t)).collect();
-    assert_eq!(names, ["type", "from@6", "to@10"]);
+    assert_eq!(names, ["type", "from@6", "to@10", "<end>"]);
     let upper = GuiAction::Type { text: "KASIE".into() };
     let up = TrainablePolicy::encode(&p, &s, &upper).unwrap();
-    assert_eq!(up.iter().map(|&t| p.token_text(t)).collect::<Vec<_>>(), ["type", "upper", "from@6", "to@10"]);
+    assert_eq!(up.iter().map(|&t| p.token_text(t)).collect::<Vec<_>>(), ["type", "from@6", "to@10", "upper"]);
     assert_eq!(
         p.vocab().decode_in(&up, 160, 210, Some(&CopySource::new(&s.instruction, 32))).unwrap(),
         upper
@@ -93,7 +93,7 @@ fn demonstrated_text_in_the_instruction_is_encoded_as_a_copy() {
 }
 
 /// A typed span's log-prob is the same whether computed at sampling or at scoring time,
-/// and sampled copies decode to the instruction's text.
+/// and sampled copies decode to the instruction's text (in some case).
 #[test]
 fn a_copied_span_scores_the_same_at_sampling_and_scoring_time() {
     let mut p = copy_policy(&["type"], 3);
@@ -113,7 +113,9 @@ fn a_copied_span_scores_the_same_at_sampling_and_scoring_time() {
         if d.tokens[1] >= first_copy {
             copies += 1;
             let GuiAction::Type { text } = &d.action else { panic!("{:?}", d.action) };
-            assert!(states[i].instruction.contains(text.as_str()), "{text:?} is not in the instruction");
+            // a sampled case token may follow the span
+            let found = states[i].instruction.to_ascii_lowercase().contains(&text.to_ascii_lowercase());
+            assert!(found, "{text:?} is not in the instruction");
         }
     }
     assert!(copies > 0, "no copy among 64 samples from a near-uniform start");
@@ -129,7 +131,7 @@ fn gradients_reach_the_copy_head() {
     let grads = loss.backward().unwrap();
     let heads: Vec<(String, candle_core::Var)> =
         p.named_vars().into_iter().filter(|(n, _)| n.contains(".copy.")).collect();
-    assert_eq!(heads.len(), 5, "{:?}", heads.iter().map(|h| &h.0).collect::<Vec<_>>());
+    assert_eq!(heads.len(), 6, "{:?}", heads.iter().map(|h| &h.0).collect::<Vec<_>>());
     for (name, var) in heads {
         let g = grads
             .get(var.as_tensor())

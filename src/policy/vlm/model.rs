@@ -411,6 +411,9 @@ impl VlmModel {
         let d = self.tok_emb.dim(1)?;
         let mut x = self.tok_emb.index_select(&tokens.flatten_all()?, 0)?.reshape((b, t, d))?;
         x = add_positions(&x, &self.dec_pos.narrow(0, 0, t)?)?;
+        if let (Some(c), Some((text, _))) = (&self.copy, &mem.copy) {
+            x = (x + c.feed(tokens, text)?)?;
+        }
         let causal: Vec<f32> = (0..t * t).map(|i| if i % t > i / t { NEG } else { 0.0 }).collect();
         let causal = Tensor::from_vec(causal, (t, t), tokens.device())?;
         for (layer, kv) in self.decoder.iter().zip(&mem.kv) {

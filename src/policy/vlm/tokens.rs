@@ -9,8 +9,8 @@
 //! type("abc")            [type] [a] [b] [c] [END]           (1 ..= max_action_tokens-2 bytes)
 //! key(Enter)             [key] [Enter]
 //! wait(ms) / done()      [wait] / [done]
-//! type("Kasie")          [type] [from p] [to q]      (with copy: instruction bytes p..=q)
-//! type("KASIE")          [type] [upper] [from p] [to q]   (the span in upper / lower case)
+//! type("Kasie")          [type] [from p] [to q] [END]     (with copy: instruction bytes p..=q)
+//! type("KASIE")          [type] [from p] [to q] [upper]   (the span in upper / lower case)
 //! ```
 //!
 //! Coordinates: bin `b` of `n` bins over a frame `W` pixels wide covers pixels
@@ -249,10 +249,13 @@ impl ActionVocab {
             }
             GuiAction::Type { text } => {
                 if let Some((p, q, case)) = src.filter(|_| self.has_copy()).and_then(|s| s.find(text)) {
-                    if let Some(c) = case {
-                        out.push(self.case0 + Case::ALL.iter().position(|k| *k == c).expect("listed") as u32);
-                    }
                     out.extend([self.copy0 + p as u32, self.copy0 + self.copy_n + q as u32]);
+                    out.push(match case {
+                        Some(c) => {
+                            self.case0 + Case::ALL.iter().position(|k| *k == c).expect("listed") as u32
+                        }
+                        None => END,
+                    });
                     return Ok(out);
                 }
                 let max = self.cfg.max_action_tokens - 2;
@@ -302,7 +305,7 @@ impl ActionVocab {
         }
         let mut xs = Vec::new();
         let mut ys = Vec::new();
-        let (mut text, mut key, mut dir, mut from, mut case) = (String::new(), None, 0, 0, None);
+        let (mut text, mut key, mut dir, mut span, mut case) = (String::new(), None, 0, None, None);
         for &t in &tokens[1..] {
             match self.classify(t) {
                 Some(Tok::X(b)) => xs.push(bin_centre(b, frame_w, self.cfg.x_bins)),
@@ -311,11 +314,14 @@ impl ActionVocab {
                 Some(Tok::Key(k)) => key = Some(self.keys[k].clone()),
                 Some(Tok::Scroll(d)) => dir = d,
                 Some(Tok::Case(c)) => case = Some(c),
-                Some(Tok::From(p)) => from = p,
-                // the grammar let `to` through, so `src` holds the span
-                Some(Tok::To(q)) => text = src.map(|s| s.text(from, q, case)).unwrap_or_default(),
+                Some(Tok::From(p)) => span = Some((p, p)),
+                Some(Tok::To(q)) => span = span.map(|(p, _)| (p, q)),
                 _ => {}
             }
+        }
+        // the grammar let the span through, so `src` holds it
+        if let (Some((p, q)), Some(s)) = (span, src) {
+            text = s.text(p, q, case);
         }
         let s = self.cfg.scroll_step;
         Ok(match GuiAction::KINDS[(tokens[0] - KIND0) as usize] {
@@ -384,11 +390,11 @@ enum State {
         bytes: usize,
     },
     /// A copied span has started at `from`; its last byte comes next.
-    /// A case token came first; the span's first byte comes next.
-    CopyFrom,
     CopyTo {
         from: usize,
     },
+    /// A copied span is complete; END (as it is) or a case token comes next.
+    CopyCase,
     Complete,
 }
 
@@ -433,11 +439,9 @@ impl Grammar<'_> {
             ),
             (State::Text { bytes }, Some(Tok::Byte(_))) => bytes + 2 < v.cfg.max_action_tokens,
             (State::Text { bytes }, Some(Tok::End)) => bytes > 0,
-            (State::Text { bytes: 0 } | State::CopyFrom, Some(Tok::From(p))) => {
-                self.src.is_some_and(|s| s.can_start(p))
-            }
-            (State::Text { bytes: 0 }, Some(Tok::Case(_))) => self.src.is_some_and(|s| !s.is_empty()),
+            (State::Text { bytes: 0 }, Some(Tok::From(p))) => self.src.is_some_and(|s| s.can_start(p)),
             (State::CopyTo { from }, Some(Tok::To(q))) => self.src.is_some_and(|s| s.can_span(from, q)),
+            (State::CopyCase, Some(Tok::End | Tok::Case(_))) => true,
             _ => false,
         }
     }
@@ -480,9 +484,9 @@ impl Grammar<'_> {
                 State::Complete
             }
             (State::Args { kind, next }, _) => State::Args { kind, next: next + 1 },
-            (State::Text { .. }, Some(Tok::End)) | (State::CopyTo { .. }, _) => State::Complete,
-            (State::Text { .. } | State::CopyFrom, Some(Tok::From(p))) => State::CopyTo { from: p },
-            (State::Text { .. }, Some(Tok::Case(_))) => State::CopyFrom,
+            (State::Text { .. }, Some(Tok::End)) | (State::CopyCase, _) => State::Complete,
+            (State::Text { .. }, Some(Tok::From(p))) => State::CopyTo { from: p },
+            (State::CopyTo { .. }, _) => State::CopyCase,
             (State::Text { bytes }, _) => State::Text { bytes: bytes + 1 },
             (s, _) => s,
         };
