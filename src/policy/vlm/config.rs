@@ -376,6 +376,10 @@ mod tests {
         let mut c = VlmConfig::tiny();
         c.actions.keys = vec!["NotAKey".into()];
         assert!(c.validate().unwrap_err().to_string().contains("`actions.keys` has \"NotAKey\""));
+        let mut c = VlmConfig::tiny();
+        c.copy = true;
+        c.actions.kinds = vec!["click".into()];
+        assert!(c.validate().unwrap_err().to_string().contains("must include \"type\""));
         let err = VlmConfig::from_toml_str("d_model = 4\nbogus = 1").unwrap_err();
         assert!(format!("{err:#}").contains("bogus"), "{err:#}");
     }
