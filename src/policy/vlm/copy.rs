@@ -129,7 +129,10 @@ impl CopySource {
     /// The text of the span `p..=q` (one [`Self::can_span`] allows), in `case` if given.
     pub fn text(&self, p: usize, q: usize, case: Option<Case>) -> String {
         let s = String::from_utf8_lossy(&self.bytes[p..=q]).into_owned();
-        case.map_or_else(|| s.clone(), |c| c.apply(&s))
+        match case {
+            Some(c) => c.apply(&s),
+            None => s,
+        }
     }
 
     /// The first span whose text is `text` as it is, else the first that is `text` in
