@@ -93,3 +93,11 @@ pub trait TrainablePolicy: Policy {
 pub fn stream_key(job: usize, step: u32) -> u64 {
     ((job as u64) << 20) ^ u64::from(step)
 }
+
+/// The generator of one sampling stream: a policy's base `seed` mixed with a state's `key`
+/// (from [`stream_key`]), so a state's draw does not depend on batching or env order.
+pub fn stream_rng(seed: u64, key: u64) -> rand_chacha::ChaCha8Rng {
+    use rand::SeedableRng;
+    let mixed = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ key;
+    rand_chacha::ChaCha8Rng::seed_from_u64(mixed.rotate_left(17).wrapping_mul(0xBF58_476D_1CE4_E5B9))
+}

@@ -147,8 +147,7 @@ impl VlmPolicy {
 
     /// The generator of one sampling stream: the base seed mixed with the state's key.
     fn stream(&self, key: u64) -> ChaCha8Rng {
-        let mixed = (self.seed ^ 0x5eed_5a3b_1e00_0001).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ key;
-        ChaCha8Rng::seed_from_u64(mixed.rotate_left(17).wrapping_mul(0xBF58_476D_1CE4_E5B9))
+        crate::policy::trainable::stream_rng(self.seed ^ 0x5eed_5a3b_1e00_0001, key)
     }
 
     /// Coordinate bins finer than the screenshot's pixels make two bins decode to one

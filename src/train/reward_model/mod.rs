@@ -125,7 +125,14 @@ pub fn read_episodes(dirs: &[PathBuf]) -> Result<(Vec<LabelledEpisode>, Skipped)
     let mut skipped = Skipped::default();
     for dir in dirs {
         let set = TrajectorySet::read(dir)?;
-        for st in &set.trajectories {
+        // Parallel browsers write episodes in the order they finish; read them in task and
+        // seed order so the held-out split depends on the folders' content alone.
+        let mut order: Vec<_> = set.trajectories.iter().collect();
+        order.sort_by(|a, b| {
+            let (x, y) = (&a.trajectory, &b.trajectory);
+            (&x.task_id, x.seed, a.line).cmp(&(&y.task_id, y.seed, b.line))
+        });
+        for st in order {
             let t = &st.trajectory;
             let status = t.outcome.status;
             if matches!(status, EpisodeStatus::Running | EpisodeStatus::EnvError | EpisodeStatus::PolicyError)
