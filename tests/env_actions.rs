@@ -84,9 +84,13 @@ async fn typing_and_keys_reach_the_page() {
 async fn scroll_and_drag_move_things() {
     let mut env = actions_env();
     let (obs, _) = env.reset(0).await.unwrap();
+    assert!(obs.previous_screenshot.is_none(), "the first step has no previous frame");
     let before = obs.elements.iter().find(|e| e.id == "text").unwrap().bbox;
     let out = act(&mut env, "scroll(100, 100, 0, 150)").await;
     assert_eq!(out.obs.frame.scroll_y, 150, "scroll offset is reported in the frame");
+    // The previous frame is the screenshot the scroll acted on, and the page moved since.
+    assert_eq!(out.obs.previous_screenshot.as_ref(), Some(&obs.screenshot));
+    assert_ne!(out.obs.screenshot, obs.screenshot);
     let after = out.obs.elements.iter().find(|e| e.id == "text").unwrap().bbox;
     assert_eq!(after.y, before.y - 150.0, "element boxes follow the scroll");
     act(&mut env, "scroll(100, 100, 0, -150)").await;

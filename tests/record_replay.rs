@@ -91,20 +91,34 @@ fn a_changed_page_diverges_at_the_first_differing_step() {
     )
     .unwrap();
     let rec = dir.path().join("rec");
-    let out = guirl(&[
-        "run",
-        "--task",
-        spec.to_str().unwrap(),
-        "--policy",
-        "random",
-        "--episodes",
-        "1",
-        "--max-steps",
-        "4",
-        "--record",
-        rec.to_str().unwrap(),
-    ]);
+    // Four clicks (on buttons and beside them), so the episode's frames depend on the page
+    // alone, not on a key's smooth scroll or a caret's blink.
+    let mut play = std::process::Command::new(env!("CARGO_BIN_EXE_guirl"))
+        .args([
+            "play",
+            "--task",
+            spec.to_str().unwrap(),
+            "--max-steps",
+            "4",
+            "--record",
+            rec.to_str().unwrap(),
+        ])
+        .arg("--screenshot")
+        .arg(dir.path().join("play.png"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    play.stdin
+        .take()
+        .unwrap()
+        .write_all(b"click(30, 25)\nclick(300, 200)\nclick(180, 25)\nclick(130, 75)\n:quit\n")
+        .unwrap();
+    let out = play.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("quit: 1 episode(s) recorded"));
     let out = guirl(&["replay", rec.to_str().unwrap(), "--verify"]);
     assert!(out.status.success(), "unchanged page reproduces: {}", String::from_utf8_lossy(&out.stdout));
     // Move the blue square: the very first screen differs.

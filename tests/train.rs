@@ -313,6 +313,47 @@ async fn a_real_iteration_starts_at_ratio_one() {
     assert!((r - 1.0).abs() < 1e-5, "first minibatch ratio_mean {r}");
 }
 
+/// The same with `previous_frame` on a 3-step task whose page changes at every click (the
+/// background flips colour): the state rebuilt for scoring has the frame the env gave as
+/// previous, so the ratio is 1.
+#[tokio::test]
+async fn a_previous_frame_policy_starts_at_ratio_one() {
+    let root = tempfile::tempdir().unwrap();
+    let spec = root.path().join("flip.toml");
+    std::fs::write(
+        &spec,
+        r#"start_url = "/fixtures/pages/two-buttons.html"
+instruction = "Click {b}"
+max_steps = 3
+setup_js = "document.addEventListener('click', function () { var s = document.body.style; s.background = s.background ? '' : '#08f'; });"
+[viewport]
+width = 160
+height = 110
+[variables]
+b = ["A", "B"]
+[success]
+js = "false"
+"#,
+    )
+    .unwrap();
+    let mut cfg = config(1);
+    cfg.tasks.ids = vec![spec.display().to_string()];
+    cfg.model.previous_frame = Some(true);
+    cfg.model.kinds = Some(vec!["click".into()]);
+    cfg.rollout.max_steps = 3;
+    cfg.algo.temperature = 1.3;
+    // The policy does not move, so every minibatch's ratio is 1, not only the first's.
+    cfg.algo.lr = 0.0;
+    train(cfg, root.path(), false).await;
+    let m = metrics_lines(root.path());
+    let last = m.last().unwrap();
+    assert_eq!(last["episode_len"].as_f64().unwrap(), 3.0, "{last}");
+    for key in ["first_ratio_mean", "ratio_mean"] {
+        let r = last[key].as_f64().unwrap();
+        assert!((r - 1.0).abs() < 1e-5, "{key} {r}");
+    }
+}
+
 /// Every evaluation is a candidate for `best`, the starting policy's included: with a
 /// learning rate of 0 the policy never changes, so the first evaluation (iteration 0)
 /// stays the best, and `best` points at a checkpoint that exists although evaluations

@@ -206,6 +206,7 @@ impl GuiEnv {
                 elements: vec![],
                 screenshot: RgbImage::new(1, 1),
                 history: Vec::new(),
+                previous_screenshot: None,
             },
         };
         let (obs, _, _, _) = self.observe(&ep).await?;
@@ -289,6 +290,7 @@ impl GuiEnv {
             elements: state.elements,
             screenshot,
             history: ep.history.clone(),
+            previous_screenshot: (ep.step > 0).then(|| ep.last.screenshot.clone()),
         };
         Ok((obs, status, settle_ms, screenshot_ms))
     }

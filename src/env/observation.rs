@@ -110,6 +110,11 @@ pub struct ScreenState {
     /// not an action and is left out.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub history: Vec<String>,
+    /// The screenshot the last action was taken on (None at the first step), for policies
+    /// that read the change since then (`[model] previous_frame`). Not serialized: a
+    /// recorded trajectory has it as the previous step's frame.
+    #[serde(skip)]
+    pub previous_screenshot: Option<RgbImage>,
 }
 
 impl ScreenState {

@@ -89,6 +89,7 @@ mod tests {
             elements: Vec::new(),
             screenshot: image::RgbImage::new(1, 1),
             history: Vec::new(),
+            previous_screenshot: None,
         }
     }
 

@@ -87,6 +87,12 @@ pub trait TrainablePolicy: Policy {
     fn token_text(&self, token: u32) -> String {
         token.to_string()
     }
+
+    /// Whether the policy reads `ScreenState.previous_screenshot`: training then rebuilds
+    /// each step's state with the frame before it (and skips that work otherwise).
+    fn reads_previous_screenshot(&self) -> bool {
+        false
+    }
 }
 
 /// A sampling stream key for step `step` of the `job`-th episode of a collection.

@@ -143,9 +143,10 @@ impl Trajectory {
             .collect()
     }
 
-    /// The observation step `i` acted on, rebuilt from its screenshot: what a policy reads
-    /// (task, instruction, frame, elements, screenshot; the URL is not kept).
-    pub fn state_at(&self, i: usize, screenshot: RgbImage) -> ScreenState {
+    /// The observation step `i` acted on, rebuilt from its screenshot and (for policies that
+    /// read it) the one before: what a policy reads (task, instruction, frame, elements,
+    /// screenshots; the URL is not kept).
+    pub fn state_at(&self, i: usize, screenshot: RgbImage, previous: Option<RgbImage>) -> ScreenState {
         ScreenState {
             task_id: self.task_id.clone(),
             instruction: self.instruction.clone(),
@@ -155,6 +156,7 @@ impl Trajectory {
             elements: self.steps.get(i).map(|s| s.elements.clone()).unwrap_or_default(),
             screenshot,
             history: self.history_before(i),
+            previous_screenshot: previous.filter(|_| i > 0),
         }
     }
 }
@@ -166,4 +168,14 @@ pub struct Recorded {
     pub trajectory: Trajectory,
     /// Screenshot before each step, then the final one (`steps.len() + 1` images), if kept.
     pub frames: Vec<RgbImage>,
+}
+
+impl Recorded {
+    /// The observation step `i` acted on, from the frames in memory; with `previous`, the
+    /// frame before it too (as the env gave it). None when frame `i` was not kept.
+    pub fn state_at(&self, i: usize, previous: bool) -> Option<ScreenState> {
+        let shot = self.frames.get(i)?.clone();
+        let before = previous.then(|| i.checked_sub(1).and_then(|j| self.frames.get(j)).cloned()).flatten();
+        Some(self.trajectory.state_at(i, shot, before))
+    }
 }

@@ -154,6 +154,7 @@ fn read_state(body: &Value) -> Result<ScreenState, String> {
         elements,
         screenshot,
         history,
+        previous_screenshot: None,
     })
 }
 

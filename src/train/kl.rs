@@ -17,6 +17,7 @@
 use super::objective::KlEstimator;
 use crate::policy::TrainablePolicy;
 use crate::rollout::{Recorded, TrainingBatch};
+use anyhow::Context;
 
 /// One step of the proportional controller (see the module docs).
 pub fn adaptive_beta(beta: f64, kl: f64, target: f64, n_steps: usize, horizon: f64) -> f64 {
@@ -62,8 +63,11 @@ pub fn rollout_kl(
     let (mut total, mut tokens) = (0.0, 0usize);
     for part in todo.chunks(chunk.max(1)) {
         let rec = |&(g, j, _): &(usize, usize, usize)| &recs[index[g][j]];
-        let states: Vec<_> =
-            part.iter().map(|p| rec(p).trajectory.state_at(p.2, rec(p).frames[p.2].clone())).collect();
+        let states: Vec<_> = part
+            .iter()
+            .map(|p| rec(p).state_at(p.2, reference.reads_previous_screenshot()))
+            .collect::<Option<Vec<_>>>()
+            .context("a step to score lost its frame")?;
         let toks: Vec<Vec<u32>> = part.iter().map(|p| rec(p).trajectory.steps[p.2].tokens.clone()).collect();
         let logp =
             reference.score(&states, &toks)?.logp.to_dtype(candle_core::DType::F32)?.to_vec2::<f32>()?;

@@ -65,6 +65,10 @@ pub struct ModelConfig {
     /// off by default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub copy: Option<bool>,
+    /// The previous screenshot too: the stem reads the change since the last step (off by
+    /// default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_frame: Option<bool>,
     /// Action kinds the policy may write (text-form names: `click`, `type`, `key`, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kinds: Option<Vec<String>>,
@@ -110,6 +114,7 @@ impl ModelConfig {
         set(&mut v.memory, &self.memory);
         set(&mut v.memory_actions, &self.memory_actions);
         set(&mut v.copy, &self.copy);
+        set(&mut v.previous_frame, &self.previous_frame);
         set(&mut v.actions.kinds, &self.kinds);
         set(&mut v.actions.x_bins, &self.x_bins);
         set(&mut v.actions.y_bins, &self.y_bins);

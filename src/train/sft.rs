@@ -61,14 +61,20 @@ pub fn clone_demonstrations(
     let SftSettings { sft, opt: opt_cfg, max_grad_norm, seed } = how;
     let mut report = SftReport::default();
     let mut samples: Vec<(ScreenState, Vec<u32>)> = Vec::new();
+    let previous = policy.reads_previous_screenshot();
     for st in &set.trajectories {
         let t = &st.trajectory;
+        // The frame each step acted on is the one the next step sees as previous.
+        let mut before: Option<image::RgbImage> = None;
         for (i, step) in t.steps.iter().enumerate() {
             let Some(frame) = &step.frame else {
                 report.skipped += 1;
+                before = None;
                 continue;
             };
-            let state = t.state_at(i, set.load_frame(frame)?);
+            let shot = set.load_frame(frame)?;
+            let prev = std::mem::replace(&mut before, previous.then(|| shot.clone()));
+            let state = t.state_at(i, shot, prev);
             let tokens = GuiAction::parse(&step.action)
                 .map_err(anyhow::Error::from)
                 .and_then(|a| policy.encode(&state, &a));

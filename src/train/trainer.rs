@@ -48,6 +48,7 @@ fn samples(
     recs: &[Recorded],
     index: &[Vec<usize>],
     adv: &super::advantage::StepAdvantages,
+    previous: bool,
 ) -> anyhow::Result<Vec<Sample>> {
     let mut out = Vec::new();
     for g in 0..index.len() {
@@ -55,7 +56,7 @@ fn samples(
             let Some(a) = a else { continue };
             let rec = &recs[index[g][j]];
             for (i, step) in rec.trajectory.steps.iter().enumerate() {
-                let Some(shot) = rec.frames.get(i) else { continue };
+                let Some(state) = rec.state_at(i, previous) else { continue };
                 anyhow::ensure!(
                     step.tokens.len() == step.token_logprobs.len() && !step.tokens.is_empty(),
                     "rollout {} step {i} (`{}`): {} token ids but {} log-probs recorded",
@@ -65,7 +66,7 @@ fn samples(
                     step.token_logprobs.len()
                 );
                 out.push(Sample {
-                    state: rec.trajectory.state_at(i, shot.clone()),
+                    state,
                     tokens: step.tokens.clone(),
                     old_logp: step.token_logprobs.clone(),
                     adv: a[i] as f32,
@@ -294,7 +295,7 @@ impl Trainer {
             Some(p) => (p.gae.adv.clone(), p.gae.stats),
             None => super::advantage::estimate(algo, &batch, &keys),
         };
-        let samples = samples(recs, &index, &adv)?;
+        let samples = samples(recs, &index, &adv, self.policy.reads_previous_screenshot())?;
 
         // 4. μ epochs of minibatch updates of the objective (+ KL, entropy), at this
         //    iteration's β.

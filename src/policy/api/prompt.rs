@@ -141,6 +141,7 @@ mod tests {
             elements: vec![],
             screenshot: image::RgbImage::new(160, 210),
             history: Vec::new(),
+            previous_screenshot: None,
         };
         let e = Element {
             tag: "input".into(),

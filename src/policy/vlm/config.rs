@@ -74,6 +74,13 @@ pub struct VlmConfig {
     /// kind. Off in every preset and in configs written before it existed.
     #[serde(default)]
     pub copy: bool,
+    /// The previous screenshot as well as the current one: the stem also reads, per
+    /// pixel, the change since the last step (current − previous, three more input
+    /// channels; zero at the first step). Why: what the last action changed (a switch that
+    /// flipped, a number that moved) is where the episode stands, and one frame does not
+    /// show it. Off by default and in older configs.
+    #[serde(default)]
+    pub previous_frame: bool,
 }
 
 /// The action space: which kinds of action the policy may write, and how finely.
@@ -145,6 +152,7 @@ impl VlmConfig {
             memory: 0,
             memory_actions: false,
             copy: false,
+            previous_frame: false,
         }
     }
 
@@ -172,6 +180,7 @@ impl VlmConfig {
             memory: 0,
             memory_actions: false,
             copy: false,
+            previous_frame: false,
         }
     }
 
@@ -202,6 +211,7 @@ impl VlmConfig {
             memory: 0,
             memory_actions: false,
             copy: false,
+            previous_frame: false,
         }
     }
 
@@ -226,6 +236,16 @@ impl VlmConfig {
     }
 
     /// Image tokens per screenshot.
+    /// Values per pixel the stem reads besides its coordinates: RGB, plus the change
+    /// since the previous frame with `previous_frame`.
+    pub fn image_channels(&self) -> usize {
+        if self.previous_frame {
+            6
+        } else {
+            3
+        }
+    }
+
     pub fn image_tokens(&self) -> usize {
         self.grid_w() * self.grid_h()
     }

@@ -18,7 +18,8 @@ use crate::env::{Element, GuiAction, ScreenState};
 /// The encoder's inputs for a batch of states.
 #[derive(Debug, Clone)]
 pub struct EncoderInputs {
-    /// [B, image_height, image_width, 3], RGB standardized per image and channel.
+    /// [B, image_height, image_width, C]: RGB standardized per image and channel, then
+    /// (with `previous_frame`) the change since the previous frame.
     pub images: Tensor,
     /// [B, L] instruction bytes (u32), 0-padded.
     pub text: Tensor,
@@ -130,6 +131,33 @@ pub fn image_values(img: &RgbImage, w: usize, h: usize, out: &mut Vec<f32>) {
         raw.chunks_exact(3)
             .flat_map(|px| (0..3).map(move |c| ((f64::from(px[c]) / 255.0 - mean[c]) * scale[c]) as f32)),
     );
+}
+
+/// The screenshot as [`image_values`] gives it, each pixel followed by its change since
+/// `previous` (current − previous, RGB in [-1, 1]; 0 without a previous frame): six values
+/// a pixel, row-major. A plain difference, not standardized, so "nothing changed" is
+/// exactly 0 on every page.
+pub fn frame_and_change(img: &RgbImage, previous: Option<&RgbImage>, w: usize, h: usize, out: &mut Vec<f32>) {
+    let mut now = Vec::with_capacity(w * h * 3);
+    image_values(img, w, h, &mut now);
+    let small = |i: &RgbImage| {
+        if i.width() as usize == w && i.height() as usize == h {
+            i.clone()
+        } else {
+            image::imageops::resize(i, w as u32, h as u32, FilterType::Triangle)
+        }
+    };
+    let change: Vec<f32> = match previous {
+        Some(p) => {
+            let (a, b) = (small(img), small(p));
+            a.as_raw().iter().zip(b.as_raw()).map(|(&x, &y)| (f32::from(x) - f32::from(y)) / 255.0).collect()
+        }
+        None => vec![0.0; w * h * 3],
+    };
+    for (px, d) in now.chunks_exact(3).zip(change.chunks_exact(3)) {
+        out.extend_from_slice(px);
+        out.extend_from_slice(d);
+    }
 }
 
 /// For each byte of `text`, the hash bucket (1..`buckets`) of the word it belongs to, or 0
@@ -275,11 +303,16 @@ pub fn action_tokens(state: &ScreenState, cfg: &VlmConfig) -> Vec<(usize, Vec<u3
 pub fn encoder_inputs(states: &[ScreenState], cfg: &VlmConfig, device: &Device) -> Result<EncoderInputs> {
     let b = states.len();
     let (w, h) = (cfg.image_width, cfg.image_height);
-    let mut pixels = Vec::with_capacity(b * w * h * 3);
+    let c = cfg.image_channels();
+    let mut pixels = Vec::with_capacity(b * w * h * c);
     for s in states {
-        image_values(&s.screenshot, w, h, &mut pixels);
+        if cfg.previous_frame {
+            frame_and_change(&s.screenshot, s.previous_screenshot.as_ref(), w, h, &mut pixels);
+        } else {
+            image_values(&s.screenshot, w, h, &mut pixels);
+        }
     }
-    let images = Tensor::from_vec(pixels, (b, h, w, 3), device)?;
+    let images = Tensor::from_vec(pixels, (b, h, w, c), device)?;
     let texts: Vec<&[u8]> = states
         .iter()
         .map(|s| {

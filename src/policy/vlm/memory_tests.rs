@@ -1,5 +1,6 @@
-//! The remembered actions as encoder tokens (`memory_actions`): what each slot holds, the
-//! key mask over empty slots, and that the tokens change the policy and learn.
+//! Memory of the episode. The remembered actions as encoder tokens (`memory_actions`): what
+//! each slot holds, the key mask over empty slots, and that the tokens change the policy and
+//! learn. The previous frame (`previous_frame`): the change it shows is read and learns.
 
 use super::inputs::{self, ACTION_WORDS};
 use super::layers::NEG;
@@ -68,4 +69,52 @@ fn remembered_actions_change_the_policy_and_their_tables_learn() {
     assert!(old.named_vars().iter().all(|(n, _)| !n.contains("action_")));
     let e = VlmConfig { memory_actions: true, ..VlmConfig::tiny() }.validate().unwrap_err().to_string();
     assert!(e.contains("`memory_actions` needs `memory`"), "{e}");
+}
+
+/// `previous_frame`: each pixel carries its change since the previous screenshot (0 where
+/// nothing changed and at the first step), the change moves the policy's log-probs, and
+/// the gradient reaches the stem weights that read it.
+#[test]
+fn the_change_since_the_previous_frame_is_read_and_learns() {
+    let cfg = VlmConfig { previous_frame: true, ..VlmConfig::tiny() };
+    let (w, h) = (cfg.image_width, cfg.image_height);
+    let before = speed::square_state(w as u32, h as u32, 8, 8, 8, [0, 0, 200], "Flip it");
+    let mut after = speed::square_state(w as u32, h as u32, 8, 8, 8, [200, 0, 0], "Flip it");
+    let mut px = Vec::new();
+    inputs::frame_and_change(&after.screenshot, None, w, h, &mut px);
+    assert_eq!(px.len(), w * h * 6);
+    assert!(px.chunks_exact(6).all(|p| p[3..] == [0.0; 3]), "no previous frame: no change");
+    let mut plain = Vec::new();
+    inputs::image_values(&after.screenshot, w, h, &mut plain);
+    assert!(px.chunks_exact(6).zip(plain.chunks_exact(3)).all(|(p, q)| p[..3] == *q), "RGB as before");
+    px.clear();
+    inputs::frame_and_change(&after.screenshot, Some(&before.screenshot), w, h, &mut px);
+    let changed: Vec<usize> =
+        px.chunks_exact(6).enumerate().filter(|(_, p)| p[3..] != [0.0; 3]).map(|(i, _)| i).collect();
+    assert_eq!(changed.len(), 64, "exactly the 8x8 square changed");
+    let first = &px[changed[0] * 6 + 3..changed[0] * 6 + 6];
+    assert!((first[0] - 200.0 / 255.0).abs() < 1e-6 && (first[2] + 200.0 / 255.0).abs() < 1e-6, "{first:?}");
+
+    let p = VlmPolicy::new(cfg, &Device::Cpu, 9).unwrap();
+    let action = vec![GuiAction::parse("click(12, 12)").unwrap()];
+    let fresh = p.log_probs(std::slice::from_ref(&after), &action).unwrap();
+    after.previous_screenshot = Some(before.screenshot.clone());
+    let moved = p.log_probs(std::slice::from_ref(&after), &action).unwrap();
+    let diff =
+        (&fresh.logp - &moved.logp).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+    assert!(diff > 1e-6, "the change since the previous frame changes nothing");
+    let grads = moved.logp.sum_all().unwrap().backward().unwrap();
+    let (_, patch) = p.named_vars().into_iter().find(|(n, _)| n.ends_with("stem.patch.weight")).unwrap();
+    let g = grads.get(patch.as_tensor()).unwrap();
+    // The patch weight is [channels, p·p·8]; per pixel the inputs are RGB, change, x, y.
+    let cols = g.dim(1).unwrap();
+    assert_eq!(cols % 8, 0, "{cols}");
+    let g: Vec<Vec<f32>> = g.abs().unwrap().to_vec2().unwrap();
+    let on_change: f32 = g.iter().flat_map(|r| r.chunks_exact(8).map(|c| c[3] + c[4] + c[5])).sum();
+    assert!(on_change > 0.0 && on_change.is_finite(), "{on_change}");
+    // Older configs read RGB and coordinates only: five values a pixel.
+    let old = VlmPolicy::new(VlmConfig::tiny(), &Device::Cpu, 9).unwrap();
+    let (_, w5) = old.named_vars().into_iter().find(|(n, _)| n.ends_with("stem.patch.weight")).unwrap();
+    assert_eq!(w5.as_tensor().dim(1).unwrap() % 5, 0);
+    assert_eq!(w5.as_tensor().dim(1).unwrap() / 5, cols / 8);
 }

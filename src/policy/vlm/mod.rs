@@ -402,6 +402,9 @@ impl Policy for VlmPolicy {
 }
 
 impl TrainablePolicy for VlmPolicy {
+    fn reads_previous_screenshot(&self) -> bool {
+        self.cfg.previous_frame
+    }
     fn sampling(&self) -> Sampling {
         Sampling { temperature: self.temperature, greedy: self.greedy, seed: self.seed }
     }

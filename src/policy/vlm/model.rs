@@ -237,6 +237,8 @@ impl VisionStem {
     /// The stem for `cfg`'s image size.
     pub fn new(cfg: &VlmConfig, vb: VarBuilder) -> Result<Self> {
         let (p, m, c) = (cfg.stem_patch, cfg.stem_merge, cfg.stem_channels);
+        // RGB (and the change since the last frame) plus the pixel's x and y.
+        let fan_in = p * p * (cfg.image_channels() + 2);
         let (w, h) = (cfg.image_width, cfg.image_height);
         let ramp = |i: usize, n: usize| (2 * i + 1) as f32 / n as f32 - 1.0;
         let xy: Vec<f32> = (0..h).flat_map(|y| (0..w).flat_map(move |x| [ramp(x, w), ramp(y, h)])).collect();
@@ -244,7 +246,7 @@ impl VisionStem {
             coords: Tensor::from_vec(xy, (1, h, w, 2), vb.device())?,
             // Fan-in scaled (1/sqrt(fan_in)), not 0.02: at 0.02 the image content starts ~50×
             // smaller than the position table and localisation learns slowly and unreliably.
-            patch: linear(vb.pp("patch"), p * p * 5, c, true, 1.0 / ((p * p * 5) as f64).sqrt())?,
+            patch: linear(vb.pp("patch"), fan_in, c, true, 1.0 / (fan_in as f64).sqrt())?,
             merge: linear(vb.pp("merge"), m * m * c, cfg.d_model, true, 1.0 / ((m * m * c) as f64).sqrt())?,
             pos: table(&vb, "pos", cfg.image_tokens(), cfg.d_model)?,
             p,
@@ -254,7 +256,8 @@ impl VisionStem {
 }
 
 impl VisionStem {
-    /// `images` [B, H, W, 3] (normalised RGB) → image tokens [B, grid_h·grid_w, d_model]
+    /// `images` [B, H, W, C] (normalised RGB, then the change since the previous frame
+    /// with `previous_frame`) → image tokens [B, grid_h·grid_w, d_model]
     /// and the first layer's cells [B, (H/p)·(W/p), stem_channels] (for the pointer head).
     pub fn forward(&self, images: &Tensor) -> Result<(Tensor, Tensor)> {
         let (b, h, w, _) = images.dims4()?;

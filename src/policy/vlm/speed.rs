@@ -39,6 +39,7 @@ pub fn square_state(
         elements: Vec::new(),
         screenshot: img,
         history: Vec::new(),
+        previous_screenshot: None,
     }
 }
 

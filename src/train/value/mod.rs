@@ -257,7 +257,7 @@ impl Critic {
                     continue;
                 }
                 for (i, frame) in recs[k].frames.iter().enumerate().take(t.steps.len() + 1) {
-                    states.push(t.state_at(i, frame.clone()));
+                    states.push(t.state_at(i, frame.clone(), None));
                     at.push((g, j, i));
                 }
             }

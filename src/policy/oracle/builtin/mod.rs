@@ -179,6 +179,7 @@ mod tests {
             elements,
             screenshot: image::RgbImage::new(1, 1),
             history: Vec::new(),
+            previous_screenshot: None,
         }
     }
 

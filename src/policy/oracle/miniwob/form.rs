@@ -423,6 +423,7 @@ mod tests {
             elements: vec![select, submit],
             screenshot: image::RgbImage::new(1, 1),
             history: Vec::new(),
+            previous_screenshot: None,
         }
     }
 

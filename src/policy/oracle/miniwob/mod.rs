@@ -293,6 +293,7 @@ mod tests {
             elements,
             screenshot: image::RgbImage::new(1, 1),
             history: Vec::new(),
+            previous_screenshot: None,
         }
     }
 
@@ -320,6 +321,7 @@ mod tests {
             elements: Vec::new(),
             screenshot: image::RgbImage::new(1, 1),
             history: Vec::new(),
+            previous_screenshot: None,
         };
         // With nothing on the page no oracle can act, but none may panic either.
         for t in TASKS {
