@@ -94,6 +94,17 @@ async fn scroll_and_drag_move_things() {
     let after = out.obs.elements.iter().find(|e| e.id == "text").unwrap().bbox;
     assert_eq!(after.y, before.y - 150.0, "element boxes follow the scroll");
     act(&mut env, "scroll(100, 100, 0, -150)").await;
+    // A key scroll is done when the step returns (no smooth-scroll animation left to run,
+    // which would make the next frame depend on timing and replays diverge).
+    act(&mut env, "click(300, 230)").await;
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        seen.push(act(&mut env, "key(ArrowDown)").await.obs.frame.scroll_y);
+    }
+    let scrolled = eval(&env, "return window.scrollY;").await.unwrap();
+    assert_eq!(serde_json::json!(seen[2]), scrolled, "the frame shows where the page ended up: {seen:?}");
+    assert!(seen[0] > 0 && seen[1] == 2 * seen[0] && seen[2] == 3 * seen[0], "{seen:?}");
+    act(&mut env, "scroll(100, 100, 0, -2000)").await;
 
     // The red box is drawn at (200..230, 120..150); it is not interactive, so not listed.
     let px = obs.screenshot.get_pixel(215, 135).0;

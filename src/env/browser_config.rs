@@ -19,6 +19,9 @@ pub const CHROMIUM_FLAGS: &[&str] = &[
     "--hide-scrollbars",
     "--disable-dev-shm-usage",
     "--mute-audio",
+    // A key scroll (arrows, Page Down, Space) would otherwise animate over many frames, and
+    // the step's screenshot would catch it part way, at a place that depends on timing.
+    "--disable-smooth-scrolling",
 ];
 
 /// Added where frames run freely (no begin-frame control): without these, headless
