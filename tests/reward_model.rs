@@ -142,6 +142,9 @@ fn reward_model_separates_successes_from_failures_and_scores_a_website_task() {
     );
     assert_eq!(end["status"] == "success", p >= 0.3, "{end}");
 
+    // `guirl serve` scores a client's spec by a model it offers by name, and refuses others.
+    served_endings_are_scored(dir.path(), head, &model);
+
     // With both a check and a model, the check decides and the agreement is reported.
     let both = dir.path().join("both.toml");
     std::fs::write(&both, format!("reward = \"model:rm\"\n{spec_text}")).unwrap();
@@ -153,6 +156,98 @@ fn reward_model_separates_successes_from_failures_and_scores_a_website_task() {
         let r = e["reward"].as_f64().unwrap();
         assert!(r == 0.0 || r == 1.0, "the check's reward, not the model's: {r}");
     }
+}
+
+/// One JSON request to a server at `base` (blocking ureq on a blocking thread).
+async fn request(base: &str, path: &str, body: serde_json::Value) -> (u16, serde_json::Value) {
+    let url = format!("{base}{path}");
+    tokio::task::spawn_blocking(move || {
+        let res = ureq::post(&url).set("Content-Type", "application/json").send_string(&body.to_string());
+        let r = match res {
+            Ok(r) => r,
+            Err(ureq::Error::Status(_, r)) => r,
+            Err(e) => panic!("{url}: {e}"),
+        };
+        (r.status(), r.into_json().unwrap())
+    })
+    .await
+    .unwrap()
+}
+
+/// `guirl serve --reward-models DIR` over REST: a task_spec naming `model:rm` (a folder of
+/// DIR) ends its episode with the model's P on the final screen as reward and status; a
+/// server without the option, or a name that is a path, refuses the spec.
+fn served_endings_are_scored(models: &Path, head: &str, model: &RewardModel) {
+    use guirl::serve::env_server::{serve, ServeConfig};
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    rt.block_on(async {
+        let start = |reward_models: Option<std::path::PathBuf>| async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let base = format!("http://{}", listener.local_addr().unwrap());
+            let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+            let cfg = ServeConfig { reward_models, ..Default::default() };
+            let task = tokio::spawn(serve(listener, cfg, async move {
+                let _ = rx.await;
+            }));
+            (base, tx, task)
+        };
+        let spec = |name: &str, threshold: f64| {
+            format!("reward = \"model:{name}\"\nreward_threshold = {threshold}\n{head}")
+        };
+
+        let (base, stop, task) = start(None).await;
+        let (status, body) =
+            request(&base, "/v1/sessions", serde_json::json!({ "task_spec": spec("rm", 0.3) })).await;
+        let msg = body["error"]["message"].as_str().unwrap_or_default().to_string();
+        assert_eq!(status, 400, "{body}");
+        assert!(msg.contains("--reward-models"), "{msg}");
+        let _ = stop.send(());
+        task.await.unwrap().unwrap();
+
+        let (base, stop, task) = start(Some(models.to_path_buf())).await;
+        let (status, body) =
+            request(&base, "/v1/sessions", serde_json::json!({ "task_spec": spec("../rm", 0.3) })).await;
+        assert_eq!(status, 400, "{body}");
+        assert!(body["error"]["message"].as_str().unwrap().contains("plain name"), "{body}");
+        // Seed 0's ending at a threshold of 0.3, then the same ending with the threshold just
+        // under and just over its P: a success, then not.
+        let mut statuses = Vec::new();
+        let mut threshold = 0.3;
+        for round in 0..3 {
+            let body = serde_json::json!({ "task_spec": spec("rm", threshold) });
+            let (status, body) = request(&base, "/v1/sessions", body).await;
+            assert_eq!(status, 201, "{body}");
+            let id = body["session_id"].as_str().unwrap().to_string();
+            let (status, r) =
+                request(&base, &format!("/v1/sessions/{id}/reset"), serde_json::json!({ "seed": 0 })).await;
+            assert_eq!(status, 200, "{r}");
+            let instruction = r["observation"]["instruction"].as_str().unwrap().to_string();
+            let click = "click(40, 60)";
+            let (status, r) =
+                request(&base, &format!("/v1/sessions/{id}/step"), serde_json::json!({ "action": click }))
+                    .await;
+            assert_eq!(status, 200, "{r}");
+            let png = base64::Engine::decode(
+                &base64::engine::general_purpose::STANDARD,
+                r["observation"]["screenshot"].as_str().unwrap(),
+            )
+            .unwrap();
+            let shot = image::load_from_memory(&png).unwrap().to_rgb8();
+            let p = model.predict(&shot, &instruction, &[click.to_string()]).unwrap();
+            let rm = &r["info"]["reward_model"];
+            assert!((rm["p"].as_f64().unwrap() - p).abs() < 1e-5, "served {rm} against the model's {p}");
+            assert!((r["reward"].as_f64().unwrap() - p).abs() < 1e-5, "{r}");
+            assert_eq!(r["info"]["status"] == "success", p >= threshold, "{r}");
+            if round > 0 {
+                statuses.push(r["info"]["status"].as_str().unwrap().to_string());
+            }
+            assert!(p > 1e-6 && p < 0.999, "P {p} leaves no room for a threshold on either side");
+            threshold = if round == 0 { p * 0.999 } else { p * 1.001 };
+        }
+        assert_eq!(statuses, ["success", "truncated"]);
+        let _ = stop.send(());
+        task.await.unwrap().unwrap();
+    });
 }
 
 /// A trajectory set of `n` episodes with the given outcome and synthetic frames (or none).

@@ -28,6 +28,10 @@ pub struct ServeArgs {
     /// Largest request body and incoming WebSocket message, in bytes.
     #[arg(long, default_value_t = 1 << 20, value_name = "BYTES")]
     max_body: usize,
+    /// A folder of reward models (from `guirl train-reward`) that a client's task_spec may
+    /// name as `reward = "model:NAME"`; without it such specs are refused.
+    #[arg(long, value_name = "DIR")]
+    reward_models: Option<std::path::PathBuf>,
     #[command(flatten)]
     browser: BrowserArgs,
 }
@@ -42,6 +46,12 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
     if args.max_body < 1024 {
         bail!("--max-body {} is too small to carry a request: use at least 1024 bytes", args.max_body);
+    }
+    if let Some(d) = args.reward_models.as_ref().filter(|d| !d.is_dir()) {
+        bail!(
+            "--reward-models {}: not a folder (give the folder that holds the reward model folders)",
+            d.display()
+        );
     }
     let token = args.token.filter(|t| !t.trim().is_empty());
     if args.bind.parse::<std::net::SocketAddr>().is_err() && !args.bind.contains(':') {
@@ -64,6 +74,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         ws_ping: Duration::from_secs_f64(args.ws_ping),
         max_body: args.max_body,
         env: crate::env::EnvConfig { browser: args.browser.config(), ..Default::default() },
+        reward_models: args.reward_models,
     };
     println!(
         "guirl serve: http://{addr} (REST /v1/sessions, OpenEnv ws://{addr}/ws), up to {} sessions{}",

@@ -297,13 +297,44 @@ impl WebsiteTask {
 
     /// A task from a spec's text (sent over the network rather than read from a file),
     /// named `id`, optionally at another viewport size.
-    pub fn from_text(id: String, text: &str, viewport: Option<(u32, u32)>) -> anyhow::Result<WebsiteTask> {
+    ///
+    /// The text comes from elsewhere (a client of `guirl serve`), so a `reward =
+    /// "model:NAME"` names a folder inside `reward_models` only (a plain name, no path);
+    /// without `reward_models` a spec with a reward model is refused.
+    pub fn from_text(
+        id: String,
+        text: &str,
+        viewport: Option<(u32, u32)>,
+        reward_models: Option<&Path>,
+    ) -> anyhow::Result<WebsiteTask> {
         let mut spec = WebsiteSpec::parse(text).context("invalid task spec")?;
         if let Some((width, height)) = viewport {
             spec.viewport = ViewportSpec { width, height };
             spec.validate()?;
         }
-        let learned = learned_reward(&spec, Path::new("."))?;
+        if let Some(name) = spec.reward.as_deref().and_then(|r| r.strip_prefix("model:")) {
+            let Some(dir) = reward_models else {
+                bail!(
+                    "reward = \"model:{name}\": this server reads no reward models; its operator can \
+                     start it with `guirl serve --reward-models DIR` to offer the model folders in DIR by name"
+                );
+            };
+            let plain = Path::new(name.trim()).components().count() == 1
+                && matches!(
+                    Path::new(name.trim()).components().next(),
+                    Some(std::path::Component::Normal(_))
+                );
+            if !plain {
+                bail!(
+                    "reward = \"model:{name}\": name a model folder of the server's --reward-models ({}) \
+                     by its plain name, not a path",
+                    dir.display()
+                );
+            }
+            let learned = learned_reward(&spec, dir)?;
+            return Ok(WebsiteTask { id, spec, learned });
+        }
+        let learned = None;
         Ok(WebsiteTask { id, spec, learned })
     }
 

@@ -41,6 +41,9 @@ pub struct ServeConfig {
     pub max_body: usize,
     /// The env every session starts from (browser, timeouts).
     pub env: EnvConfig,
+    /// The folder whose reward models a `task_spec` may name (`reward = "model:NAME"`);
+    /// None: a spec with a reward model is refused.
+    pub reward_models: Option<std::path::PathBuf>,
 }
 
 impl Default for ServeConfig {
@@ -52,6 +55,7 @@ impl Default for ServeConfig {
             ws_ping: Duration::from_secs(20),
             max_body: 1 << 20,
             env: EnvConfig::default(),
+            reward_models: None,
         }
     }
 }
@@ -69,6 +73,7 @@ pub struct Shared {
 pub fn task_from_request(
     obj: &Map<String, Value>,
     opts: &wire::SessionOptions,
+    reward_models: Option<&std::path::Path>,
 ) -> Result<Option<Arc<dyn Task>>, ApiError> {
     let unknown = |m: String| ApiError::invalid("unknown_task", m);
     let task = match (obj.get("task"), obj.get("task_spec")) {
@@ -93,7 +98,7 @@ pub fn task_from_request(
             let digest = sha2::Sha256::digest(text.as_bytes());
             let id =
                 format!("spec:{}", digest.iter().take(6).map(|b| format!("{b:02x}")).collect::<String>());
-            let t = crate::tasks::website::WebsiteTask::from_text(id, text, opts.viewport)
+            let t = crate::tasks::website::WebsiteTask::from_text(id, text, opts.viewport, reward_models)
                 .map_err(|e| ApiError::invalid("bad_option", format!("task_spec: {e:#}")))?;
             Some(Arc::new(t) as Arc<dyn Task>)
         }

@@ -26,6 +26,36 @@ pub struct Transition {
     pub info: Map<String, Value>,
 }
 
+/// An ending scored by the task's reward model, as `guirl run` and training score it: the
+/// model's P(success) on the final screen goes into `info.reward_model`; where the model
+/// decides (no success check of its own), it is the step's reward, and P at or above the
+/// threshold makes the episode a success.
+fn learned_ending(
+    learned: &crate::tasks::LearnedReward,
+    out: &mut crate::env::StepOutcome,
+    info: &mut Map<String, Value>,
+) -> Result<(), ApiError> {
+    let (p, says_success) = crate::rollout::collector::learned_verdict(
+        learned,
+        &out.obs.screenshot,
+        &out.obs.instruction,
+        &out.obs.history,
+    )
+    .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;
+    info.insert(
+        "reward_model".into(),
+        json!({ "p": p, "success": says_success, "threshold": learned.threshold, "decides": learned.decides }),
+    );
+    if learned.decides {
+        out.reward = p;
+        if says_success {
+            out.info.status = EpisodeStatus::Success;
+            info.insert("status".into(), json!(EpisodeStatus::Success.as_str()));
+        }
+    }
+    Ok(())
+}
+
 /// What a session holds while nobody uses it.
 struct SessionEnv {
     env: Option<GuiEnv>,
@@ -312,14 +342,20 @@ impl Session {
         let mut opts = g.opts.clone();
         opts.screenshot = fmt.unwrap_or(opts.screenshot);
         let env = g.env.as_mut().expect("a running episode has an env");
-        let out = env
+        let mut out = env
             .step_text(action)
             .await
             .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;
+        let mut info = wire::step_info(&out.info);
+        let ended = out.terminated || out.truncated;
+        if let Some(learned) =
+            env.task().learned_reward().filter(|_| ended && !out.info.status.is_infrastructure_failure())
+        {
+            learned_ending(learned, &mut out, &mut info)?;
+        }
         g.steps = out.obs.step;
         g.status = Some(out.info.status);
-        g.running = !(out.terminated || out.truncated);
-        let mut info = wire::step_info(&out.info);
+        g.running = !ended;
         counters(&g, &mut info);
         Ok(Transition {
             observation: Some(wire::observation(&out.obs, &opts)),

@@ -70,7 +70,7 @@ async fn serve(s: Arc<Shared>, mut socket: WebSocket) {
                     }
                     Some(Ok(_)) => { last_heard = Instant::now(); continue; }
                 };
-                let (reply, close) = handle(&session, &text).await;
+                let (reply, close) = handle(&session, &text, s.cfg.reward_models.as_deref()).await;
                 if let Some(reply) = reply {
                     if socket.send(Message::Text(reply.into())).await.is_err() { break; }
                 }
@@ -101,7 +101,11 @@ async fn serve(s: Arc<Shared>, mut socket: WebSocket) {
 }
 
 /// Answer one text message; the flag says whether to close the connection after it.
-async fn handle(session: &Arc<Session>, text: &str) -> (Option<String>, bool) {
+async fn handle(
+    session: &Arc<Session>,
+    text: &str,
+    models: Option<&std::path::Path>,
+) -> (Option<String>, bool) {
     let msg: Value = match serde_json::from_str(text) {
         Ok(v) => v,
         Err(e) => {
@@ -119,7 +123,7 @@ async fn handle(session: &Arc<Session>, text: &str) -> (Option<String>, bool) {
         }
     };
     let result = match kind {
-        "reset" => reset(session, &data).await.map(observation_message),
+        "reset" => reset(session, &data, models).await.map(observation_message),
         "step" => step(session, &data).await.map(observation_message),
         "state" => session.state().await.map(|st| json!({"type": "state", "data": st}).to_string()),
         "close" => return (None, true),
@@ -139,14 +143,18 @@ async fn handle(session: &Arc<Session>, text: &str) -> (Option<String>, bool) {
     }
 }
 
-async fn reset(session: &Session, data: &Map<String, Value>) -> Result<Transition, ApiError> {
+async fn reset(
+    session: &Session,
+    data: &Map<String, Value>,
+    models: Option<&std::path::Path>,
+) -> Result<Transition, ApiError> {
     let mut allowed = vec!["seed", "episode_id", "task", "task_spec"];
     allowed.extend(OPTION_FIELDS);
     wire::reject_unknown(data, &allowed, "a reset message")?;
     let seed = wire::seed(data)?;
     let mut opts = session.options().await?;
     opts.update(data)?;
-    let task = task_from_request(data, &opts)?;
+    let task = task_from_request(data, &opts, models)?;
     session.configure(task, opts).await?;
     session.reset(seed, None).await
 }
