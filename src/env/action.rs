@@ -284,9 +284,11 @@ fn quote(text: &str) -> String {
     out
 }
 
-/// A malformed action text: where it went wrong and what was expected there.
+/// A malformed action text: where it went wrong and what was expected there. The message
+/// quotes a long text only around the problem (a model's runaway answer would otherwise
+/// fill logs and replies).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("malformed action {input:?} at position {position}: expected {expected}")]
+#[error("malformed action {} at position {position}: expected {expected}", excerpt(input, *position))]
 pub struct ParseActionError {
     /// The text that was parsed.
     pub input: String,
@@ -294,6 +296,25 @@ pub struct ParseActionError {
     pub position: usize,
     /// What the parser expected there.
     pub expected: String,
+}
+
+/// `input` quoted, or for a text over 80 bytes the 40 bytes either side of `at` with `…`
+/// where it was cut and its length.
+fn excerpt(input: &str, at: usize) -> String {
+    const SIDE: usize = 40;
+    if input.len() <= 2 * SIDE {
+        return format!("{input:?}");
+    }
+    let floor = |mut i: usize| {
+        i = i.min(input.len());
+        while !input.is_char_boundary(i) {
+            i -= 1;
+        }
+        i
+    };
+    let (a, b) = (floor(at.saturating_sub(SIDE)), floor(at.saturating_add(SIDE)));
+    let cut = |yes: bool| if yes { "…" } else { "" };
+    format!("{}{:?}{} ({} bytes)", cut(a > 0), &input[a..b], cut(b < input.len()), input.len())
 }
 
 struct Parser<'a> {

@@ -75,4 +75,18 @@ fn errors_name_position_and_expectation() {
     assert_eq!(e.position, 7);
     let e = GuiAction::parse("wait(-1)").unwrap_err();
     assert!(e.expected.contains("non-negative"), "{e}");
+    assert_eq!(
+        e.to_string(),
+        "malformed action \"wait(-1)\" at position 5: expected a non-negative number of milliseconds"
+    );
+    // A long text is quoted only around the problem, cut on character boundaries.
+    let long = format!("type(\"{}\") {}", "é".repeat(3000), "x".repeat(500));
+    let e = GuiAction::parse(&long).unwrap_err();
+    let m = e.to_string();
+    assert!(m.len() < 200, "{m}");
+    assert!(
+        m.contains("…\"éé") && m.contains("\") xxx") && m.contains(&format!("({} bytes)", long.len())),
+        "{m}"
+    );
+    assert_eq!(e.input, long, "the error keeps the whole text");
 }
