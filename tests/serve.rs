@@ -454,4 +454,12 @@ fn serving_beyond_loopback_without_a_token_is_refused() {
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("--max-sessions must be at least 1"));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_guirl"))
+        .args(["serve", "--bind", "127.0.0.1:0", "--reward-models", "/nonexistent/models"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--reward-models /nonexistent/models: not a folder")
+    );
 }
