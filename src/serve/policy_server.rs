@@ -5,7 +5,7 @@
 //! A request carries what the `openai:` policy sends: the last user message's text in
 //! the layout of [`crate::policy::api::prompt::user_text`] (the instruction, previous
 //! actions, the elements) and its last `image_url` part, a base64 PNG or JPEG data URL,
-//! as the screenshot. The answer is the action in guirl's text form, in screenshot
+//! as the screenshot (an image part before it is the previous screenshot). The answer is the action in guirl's text form, in screenshot
 //! pixels of the image received (`coords = px`). `n`, `seed`, `temperature` (0 = greedy)
 //! and `logprobs` (per action token) are honoured; errors have OpenAI's shape.
 
@@ -96,7 +96,7 @@ fn read_state(body: &Value) -> Result<ScreenState, String> {
         .rev()
         .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))
         .ok_or_else(|| "no user message".to_string())?;
-    let (mut text, mut image) = (String::new(), None);
+    let (mut text, mut images) = (String::new(), Vec::new());
     match user.get("content") {
         Some(Value::String(s)) => text = s.clone(),
         Some(Value::Array(parts)) => {
@@ -106,27 +106,24 @@ fn read_state(body: &Value) -> Result<ScreenState, String> {
                         text.push_str(p.get("text").and_then(Value::as_str).unwrap_or(""));
                         text.push('\n');
                     }
-                    Some("image_url") => image = p.pointer("/image_url/url").and_then(Value::as_str),
+                    Some("image_url") => images.extend(p.pointer("/image_url/url").and_then(Value::as_str)),
                     _ => {}
                 }
             }
         }
         _ => return Err("the user message has no content".to_string()),
     }
-    let url = image
+    let url = *images
+        .last()
         .ok_or_else(|| "the last user message has no image_url part: send the screenshot".to_string())?;
-    let b64 = url
-        .split_once(";base64,")
-        .filter(|(head, _)| head.starts_with("data:image/"))
-        .map(|(_, b)| b)
-        .ok_or_else(|| {
-            "only base64 data URLs (data:image/png;base64,...) are accepted as images".to_string()
-        })?;
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(b64.trim())
-        .map_err(|e| format!("the image is not valid base64: {e}"))?;
-    let screenshot =
-        crate::env::decode_png(&bytes).map_err(|e| format!("the image cannot be decoded: {e}"))?;
+    let screenshot = data_url_image(url)?;
+    // An image before it is the episode's previous screenshot (the `openai:` policy with
+    // `--images 2` or more sends the earlier ones first, oldest first), for policies
+    // with `previous_frame`.
+    let previous_screenshot = match images.len() {
+        0 | 1 => None,
+        n => Some(data_url_image(images[n - 2])?),
+    };
     let (instruction, elements) = read_user_text(&text).ok_or_else(|| {
         "the user text has no `Instruction: ...` line (see guirl's openai: policy for the layout)".to_string()
     })?;
@@ -154,8 +151,23 @@ fn read_state(body: &Value) -> Result<ScreenState, String> {
         elements,
         screenshot,
         history,
-        previous_screenshot: None,
+        previous_screenshot,
     })
+}
+
+/// The image of a base64 data URL (PNG or JPEG), or the error to send back.
+fn data_url_image(url: &str) -> Result<image::RgbImage, String> {
+    let b64 = url
+        .split_once(";base64,")
+        .filter(|(head, _)| head.starts_with("data:image/"))
+        .map(|(_, b)| b)
+        .ok_or_else(|| {
+            "only base64 data URLs (data:image/png;base64,...) are accepted as images".to_string()
+        })?;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(b64.trim())
+        .map_err(|e| format!("the image is not valid base64: {e}"))?;
+    crate::env::decode_png(&bytes).map_err(|e| format!("the image cannot be decoded: {e}"))
 }
 
 async fn completions(
@@ -272,7 +284,7 @@ mod tests {
     use base64::Engine;
 
     /// The request's numbered previous actions become the state's history (what a policy
-    /// with memory reads) and its step.
+    /// with memory reads) and its step; an image before the last is the previous frame.
     #[test]
     fn previous_actions_are_the_history() {
         let mut state = crate::policy::vlm::speed::square_state(40, 30, 0, 0, 4, [9, 9, 9], "Add \"milk\"");
@@ -287,5 +299,24 @@ mod tests {
         assert_eq!(read.history, previous);
         assert_eq!(read.step, 2);
         assert_eq!(read.instruction, "Add \"milk\"");
+        assert!(read.previous_screenshot.is_none(), "one image: no previous frame");
+
+        // With an earlier screenshot first (as `--images 2` sends it), that is the previous one.
+        let before = crate::policy::vlm::speed::square_state(40, 30, 20, 10, 4, [200, 9, 9], "x").screenshot;
+        let before_url = format!(
+            "data:image/png;base64,{}",
+            base64::engine::general_purpose::STANDARD.encode(crate::env::encode_png(&before))
+        );
+        let body = json!({"messages": [{"role": "user", "content": [
+            {"type": "text", "text": "Screenshot 1 step(s) ago:"},
+            {"type": "image_url", "image_url": {"url": before_url}},
+            {"type": "text", "text": text}, {"type": "image_url", "image_url": {"url": url}}]}]});
+        let read = read_state(&body).unwrap();
+        assert_eq!(read.previous_screenshot.as_ref(), Some(&before));
+        assert_eq!(read.screenshot, state.screenshot);
+        let body = json!({"messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}},
+            {"type": "text", "text": text}, {"type": "image_url", "image_url": {"url": url}}]}]});
+        assert!(read_state(&body).unwrap_err().contains("only base64 data URLs"));
     }
 }
