@@ -181,9 +181,25 @@ async fn dropping_an_env_on_a_multi_threaded_runtime_removes_its_browser() {
     };
     assert!(dir.exists() && running(&dir));
     drop(env);
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while dir.exists() || running(&dir) {
-        assert!(std::time::Instant::now() < deadline, "profile {} or its browser left behind", dir.display());
+        if std::time::Instant::now() > deadline {
+            let ps = std::process::Command::new("pgrep").args(["-fa", &dir.display().to_string()]).output();
+            let ps = ps.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+            let sh = |c: &str| {
+                std::process::Command::new("sh")
+                    .args(["-c", c])
+                    .output()
+                    .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                    .unwrap_or_default()
+            };
+            let ls = sh(&format!("ls -la --time-style=full-iso {} {}/*; date; ps -eo pid,ppid,pgid,stat,lstart,comm | tail -30", dir.display(), dir.display()));
+            panic!(
+                "profile {} (exists: {}) or its browser left behind: {ps}\n{ls}",
+                dir.display(),
+                dir.exists()
+            );
+        }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

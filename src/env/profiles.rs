@@ -34,12 +34,16 @@ pub(crate) fn unregister(dir: &Path) {
 
 /// The processes started for profile `dir`. chromedriver runs with the folder as its temp
 /// folder (`TMPDIR`), in a process group of its own that the browser and its helpers
-/// join; the helpers overwrite their environment and command line with a process title,
-/// so they are found by that group. A browser started with the folder itself as
-/// `--user-data-dir` (earlier guirl versions) is matched by its command line.
-fn processes_of(dir: &Path) -> Vec<i32> {
+/// join; the helpers overwrite their environment and command line with a process title
+/// (which still names the profile inside the folder), so they are found by that group or
+/// by the folder in their command line. `groups` carries the groups seen in earlier scans:
+/// once the browser is killed its group has no member left that names the folder, but a
+/// helper forked during the kill may still be in it.
+fn processes_of(dir: &Path, groups: &mut Vec<i32>) -> Vec<i32> {
     let env_entry = format!("TMPDIR={}", dir.display()).into_bytes();
-    let arg = format!("--user-data-dir={}", dir.display()).into_bytes();
+    // The folder's name is unique (random suffix), so any mention of it is ours: the
+    // browser's `--user-data-dir=<dir>/...`, or the folder itself in earlier versions.
+    let named = dir.display().to_string().into_bytes();
     let (me, own_group) = (std::process::id() as i32, unsafe { libc::getpgrp() });
     let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
     // (pid, process group, started for `dir`)
@@ -49,28 +53,34 @@ fn processes_of(dir: &Path) -> Vec<i32> {
         .filter(|&pid| pid != me)
         .filter_map(|pid| {
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            let group = stat.rsplit_once(')')?.1.split_whitespace().nth(2)?.parse().ok()?;
-            let has = |file: &str, item: &[u8]| {
-                std::fs::read(format!("/proc/{pid}/{file}"))
-                    .is_ok_and(|bytes| bytes.split(|&b| b == 0).any(|field| field == item))
-            };
-            Some((pid, group, has("environ", &env_entry) || has("cmdline", &arg)))
+            // After the command: state, parent, process group. A zombie (Z) or dead (X)
+            // process runs nothing; skip it, as nobody may ever reap it (a container's
+            // init often does not), and it would keep its group looking alive.
+            let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
+            if matches!(fields.next()?, "Z" | "X") {
+                return None;
+            }
+            let group = fields.nth(1)?.parse().ok()?;
+            let read = |file: &str| std::fs::read(format!("/proc/{pid}/{file}")).unwrap_or_default();
+            let ours = read("environ").split(|&b| b == 0).any(|field| field == env_entry)
+                || read("cmdline").windows(named.len()).any(|w| w == named);
+            Some((pid, group, ours))
         })
         .collect();
-    let groups: Vec<i32> = procs.iter().filter(|p| p.2 && p.1 != own_group).map(|p| p.1).collect();
+    for p in &procs {
+        if p.2 && p.1 != own_group && !groups.contains(&p.1) {
+            groups.push(p.1);
+        }
+    }
     procs.iter().filter(|p| p.2 || groups.contains(&p.1)).map(|p| p.0).collect()
 }
 
-/// Kill every process started for profile `dir` (chromedriver, the browser, its helpers).
-pub(crate) fn kill_browser(dir: &Path) {
-    for pid in processes_of(dir) {
+/// Kill every process started for profile `dir` (chromedriver, the browser, its helpers),
+/// remembering the process groups seen in `groups`.
+fn kill_seen(dir: &Path, groups: &mut Vec<i32>) {
+    for pid in processes_of(dir, groups) {
         unsafe { libc::kill(pid, libc::SIGKILL) };
     }
-}
-
-/// Whether a process started for profile `dir` still runs.
-fn browser_alive(dir: &Path) -> bool {
-    !processes_of(dir).is_empty()
 }
 
 /// Kill the browsers this process started and delete their profiles: for a signal handler
@@ -83,21 +93,38 @@ pub fn kill_all_started() {
 /// Kill what runs for profile `dir` and delete the folder.
 pub(crate) fn discard(dir: &Path) {
     // A helper still exiting can re-create the folder (its temp folder) or write into it
-    // after a delete, so kill until nothing runs for it, then delete, for at most ~2 s.
-    for _ in 0..40 {
-        kill_browser(dir);
-        if !browser_alive(dir) {
+    // after a delete, so kill until nothing runs for it, then delete. A process in
+    // uninterruptible I/O (a loaded machine) dies only when that I/O returns, so keep
+    // trying for up to ~15 s before giving up with a warning.
+    // The folder must also stay gone for a moment: a helper killed in the middle of
+    // writing its cache has been seen to re-create it just after a delete.
+    let (start, mut groups, mut gone_since) = (std::time::Instant::now(), Vec::new(), None);
+    while start.elapsed() < std::time::Duration::from_secs(15) {
+        kill_seen(dir, &mut groups);
+        if processes_of(dir, &mut groups).is_empty() {
             let _ = std::fs::remove_dir_all(dir);
-            if !dir.exists() && !browser_alive(dir) {
-                return;
+            if !dir.exists() && processes_of(dir, &mut groups).is_empty() {
+                let since = *gone_since.get_or_insert_with(std::time::Instant::now);
+                if since.elapsed() >= std::time::Duration::from_millis(200) {
+                    return;
+                }
+            } else {
+                gone_since = None;
             }
+        } else {
+            gone_since = None;
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
+    let _ = std::fs::remove_dir_all(dir);
+    tracing::warn!(
+        "the browser of profile {} did not stop within 15 s; a later guirl run removes it",
+        dir.display()
+    );
 }
 
 /// Kill what runs for profile `dir`, delete the folder and forget it, off the async
-/// threads: [`discard`] scans /proc and waits (10 ms to 2 s), which would stall the other
+/// threads: [`discard`] scans /proc and waits (10 ms to seconds), which would stall the other
 /// browsers' tasks on that thread (frames are issued every 2 ms). Inside a tokio runtime
 /// the work goes to its blocking pool; await the handle to know it is done. A runtime
 /// that shuts down first does it inline (the job's `Drop` runs either way), and outside
