@@ -69,6 +69,10 @@ pub struct ModelConfig {
     /// default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub previous_frame: Option<bool>,
+    /// Numbers and symbols on the screen: a number's order against the instruction's and
+    /// symbol-only element texts as words (needs `screen_text`; off by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub numbers: Option<bool>,
     /// Action kinds the policy may write (text-form names: `click`, `type`, `key`, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kinds: Option<Vec<String>>,
@@ -115,6 +119,7 @@ impl ModelConfig {
         set(&mut v.memory_actions, &self.memory_actions);
         set(&mut v.copy, &self.copy);
         set(&mut v.previous_frame, &self.previous_frame);
+        set(&mut v.numbers, &self.numbers);
         set(&mut v.actions.kinds, &self.kinds);
         set(&mut v.actions.x_bins, &self.x_bins);
         set(&mut v.actions.y_bins, &self.y_bins);

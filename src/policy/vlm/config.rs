@@ -81,6 +81,15 @@ pub struct VlmConfig {
     /// show it. Off by default and in older configs.
     #[serde(default)]
     pub previous_frame: bool,
+    /// Numbers and symbols on the screen: the image token under an element whose text
+    /// holds a number gets a learned vector for how that number compares with the
+    /// instruction's first number (less, equal, greater), and an element whose text is
+    /// only symbols (`+`, `−`, `›`) is named by them as a screen word. Why: "press + or −
+    /// until the counter shows N" needs the direction, which a hashed word cannot give
+    /// (it only says equal or not), and the buttons that move it carry no letter or
+    /// digit. Needs `screen_text`; off by default and in older configs.
+    #[serde(default)]
+    pub numbers: bool,
 }
 
 /// The action space: which kinds of action the policy may write, and how finely.
@@ -153,6 +162,7 @@ impl VlmConfig {
             memory_actions: false,
             copy: false,
             previous_frame: false,
+            numbers: false,
         }
     }
 
@@ -181,6 +191,7 @@ impl VlmConfig {
             memory_actions: false,
             copy: false,
             previous_frame: false,
+            numbers: false,
         }
     }
 
@@ -212,6 +223,7 @@ impl VlmConfig {
             memory_actions: false,
             copy: false,
             previous_frame: false,
+            numbers: false,
         }
     }
 
@@ -305,6 +317,9 @@ impl VlmConfig {
         }
         if self.screen_text && self.word_buckets == 0 {
             bail!("VLM config: `screen_text` needs word features: set `word_buckets` (e.g. 1024)");
+        }
+        if self.numbers && !self.screen_text {
+            bail!("VLM config: `numbers` compares numbers on the screen's elements: set `screen_text` too");
         }
         if self.memory_actions && self.memory == 0 {
             bail!("VLM config: `memory_actions` needs `memory` (how many actions to remember), e.g. 2");

@@ -69,6 +69,10 @@ pub struct ScreenWords {
     /// agents for MiniWoB++ use; learning the match through attention alone from a few
     /// thousand demonstrations left the policy choosing rows at about chance.
     pub matched: Tensor,
+    /// [B, image_tokens, 3] f32, with the config's `numbers`: one-hot, how the number of
+    /// the element centred on the token compares with the instruction's first number
+    /// (less, equal, greater); all 0 where either has none (see [`number_relations`]).
+    pub relation: Option<Tensor>,
 }
 
 /// Words one image token can hold; further words of elements centred there are dropped.
@@ -176,12 +180,62 @@ pub fn word_buckets(text: &[u8], buckets: usize) -> Vec<u32> {
             continue;
         }
         let end = text[i..].iter().position(|c| !c.is_ascii_alphanumeric()).map_or(text.len(), |n| i + n);
-        let hash = text[i..end]
-            .iter()
-            .fold(0xcbf2_9ce4_8422_2325u64, |h, &c| (h ^ u64::from(c)).wrapping_mul(0x0100_0000_01b3));
-        let bucket = if buckets > 1 { 1 + (hash % (buckets as u64 - 1)) as u32 } else { 0 };
-        out[i..end].fill(bucket);
+        out[i..end].fill(bucket(&text[i..end], buckets));
         i = end;
+    }
+    out
+}
+
+/// The hash bucket (1..`buckets`, FNV-1a) of one word's bytes; 0 with fewer than 2 buckets.
+fn bucket(word: &[u8], buckets: usize) -> u32 {
+    let hash =
+        word.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &c| (h ^ u64::from(c)).wrapping_mul(0x0100_0000_01b3));
+    if buckets > 1 {
+        1 + (hash % (buckets as u64 - 1)) as u32
+    } else {
+        0
+    }
+}
+
+/// The first whole number in `text`: a run of ASCII digits, negative after `-` or `−`
+/// (U+2212). Longer runs than an `i64` holds are skipped.
+pub fn first_number(text: &str) -> Option<i64> {
+    let b = text.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if !b[i].is_ascii_digit() {
+            i += 1;
+            continue;
+        }
+        let end = b[i..].iter().position(|c| !c.is_ascii_digit()).map_or(b.len(), |n| i + n);
+        if let Ok(n) = text[i..end].parse::<i64>() {
+            let negative = text[..i].ends_with('-') || text[..i].ends_with('\u{2212}');
+            return Some(if negative { -n } else { n });
+        }
+        i = end;
+    }
+    None
+}
+
+/// For one state, [image_tokens × 3] row-major: at the token under the centre of each
+/// element whose text holds a number, a one-hot of how that number compares with the
+/// instruction's first number (less, equal, greater). All 0 when the instruction has no
+/// number.
+pub fn number_relations(state: &ScreenState, cfg: &VlmConfig) -> Vec<f32> {
+    let mut out = vec![0f32; cfg.image_tokens() * 3];
+    let (w, h) = state.screenshot.dimensions();
+    let Some(asked) = first_number(&state.instruction) else { return out };
+    if w == 0 || h == 0 {
+        return out;
+    }
+    for e in &state.elements {
+        let Some(shown) = first_number(&e.text) else { continue };
+        let (cx, cy) = (e.bbox.x + e.bbox.w / 2.0, e.bbox.y + e.bbox.h / 2.0);
+        if let Some(cell) = grid_cell(cx, cy, (w, h), cfg) {
+            let row = &mut out[cell * 3..cell * 3 + 3];
+            row.fill(0.0);
+            row[(shown.cmp(&asked) as i8 + 1) as usize] = 1.0;
+        }
     }
     out
 }
@@ -235,6 +289,11 @@ pub fn screen_words(state: &ScreenState, cfg: &VlmConfig) -> Vec<u32> {
         let Some(cell) = grid_cell(cx, cy, (w, h), cfg) else { continue };
         let slots = &mut out[cell * SCREEN_WORD_SLOTS..(cell + 1) * SCREEN_WORD_SLOTS];
         let mut words = word_buckets(text.as_bytes(), cfg.word_buckets);
+        let symbols = if e.text.trim().is_empty() { e.label.trim() } else { e.text.trim() };
+        if cfg.numbers && !words.iter().any(|&id| id != 0) && symbols.chars().count() <= 3 {
+            // Only symbols (`+`, `−`): the whole of them is the element's one word.
+            words = vec![bucket(symbols.as_bytes(), cfg.word_buckets)];
+        }
         words.dedup();
         for id in words.into_iter().filter(|&id| id != 0) {
             match slots.iter().position(|&s| s == 0 || s == id) {
@@ -387,6 +446,12 @@ pub fn encoder_inputs(states: &[ScreenState], cfg: &VlmConfig, device: &Device) 
             ids: Tensor::from_vec(ids, (b, cfg.image_tokens(), SCREEN_WORD_SLOTS), device)?,
             mask: Tensor::from_vec(mask, shape, device)?,
             matched: Tensor::from_vec(matched, shape, device)?,
+            relation: if cfg.numbers {
+                let rel: Vec<f32> = states.iter().flat_map(|s| number_relations(s, cfg)).collect();
+                Some(Tensor::from_vec(rel, (b, cfg.image_tokens(), 3), device)?)
+            } else {
+                None
+            },
         })
     } else {
         None

@@ -295,6 +295,9 @@ pub struct VlmModel {
     word_emb: Option<Tensor>,
     /// [1, d]: added to a screen word that the instruction also has.
     screen_match: Option<Tensor>,
+    /// [3, d]: added to an image token whose element's number is less than, equal to or
+    /// greater than the instruction's (the config's `numbers`).
+    number_relation: Option<Tensor>,
     /// [memory, d]: added to the image token an earlier action pointed at, one row per
     /// age (row 0: the last action).
     memory: Option<Tensor>,
@@ -329,6 +332,7 @@ impl VlmModel {
                 n => Some(table(&venc, "word_emb", n, d)?),
             },
             screen_match: if cfg.screen_text { Some(table(&venc, "screen_match", 1, d)?) } else { None },
+            number_relation: if cfg.numbers { Some(table(&venc, "number_relation", 3, d)?) } else { None },
             memory: match cfg.memory {
                 0 => None,
                 k => Some(table(&venc, "memory", k, d)?),
@@ -370,6 +374,10 @@ impl VlmModel {
                 emb = emb.broadcast_add(&screen.matched.broadcast_mul(m)?)?;
             }
             img = (img + emb.broadcast_mul(&screen.mask)?.sum(2)?)?;
+            if let (Some(table), Some(rel)) = (&self.number_relation, &screen.relation) {
+                // [B, n_img, 3] one-hot × [3, d]: a plain matmul, so the table learns.
+                img = (img + rel.broadcast_matmul(table)?)?;
+            }
         }
         if let (Some(table), Some(marks)) = (&self.memory, &enc.history) {
             // [B, n_img, K] one-hot ages × [K, d]: a plain matmul, so the table learns.

@@ -312,6 +312,52 @@ fn screen_words_sit_on_the_token_under_each_element() {
     assert!(g > 0.0, "no gradient for the match feature");
 }
 
+/// `numbers`: a number on the screen is compared with the instruction's first one
+/// (less, equal, greater) on its token, symbol-only texts become words, and the relation
+/// moves the policy's output and learns.
+#[test]
+fn numbers_on_the_screen_are_compared_with_the_instruction() {
+    assert_eq!(inputs::first_number("Set the counter to 12, then click 3"), Some(12));
+    assert_eq!(inputs::first_number("\u{2212}4 and -7"), Some(-4));
+    assert_eq!(inputs::first_number("was -7"), Some(-7));
+    assert_eq!(inputs::first_number("no digits"), None);
+    let cfg = VlmConfig { word_buckets: 256, screen_text: true, numbers: true, ..VlmConfig::tiny() };
+    let mut s = speed::square_state(160, 200, 0, 0, 1, [0, 0, 0], "Set the counter to 5, then Submit.");
+    s.elements = vec![
+        labelled("3", 0.0, 0.0),           // token (0, 0): less
+        labelled("5", 50.0, 85.0),         // token (1, 2): equal
+        labelled("12", 100.0, 160.0),      // token (3, 4): greater
+        labelled("\u{2212}", 100.0, 10.0), // token (3, 0): a symbol, no number
+    ];
+    let rel = inputs::number_relations(&s, &cfg);
+    let at = |col: usize, row: usize| rel[(row * 4 + col) * 3..(row * 4 + col + 1) * 3].to_vec();
+    assert_eq!(at(0, 0), vec![1.0, 0.0, 0.0]);
+    assert_eq!(at(1, 2), vec![0.0, 1.0, 0.0]);
+    assert_eq!(at(3, 4), vec![0.0, 0.0, 1.0]);
+    assert_eq!(rel.iter().sum::<f32>(), 3.0, "{rel:?}");
+    // No number in the instruction: nothing to compare.
+    let mut none = s.clone();
+    none.instruction = "Click Submit.".into();
+    assert!(inputs::number_relations(&none, &cfg).iter().all(|&v| v == 0.0));
+    // The minus sign is a word of its own with `numbers`, and nothing without.
+    let words = inputs::screen_words(&s, &cfg);
+    let k = inputs::SCREEN_WORD_SLOTS;
+    assert_ne!(words[3 * k], 0);
+    let plain = VlmConfig { numbers: false, ..cfg.clone() };
+    assert_eq!(inputs::screen_words(&s, &plain)[3 * k], 0);
+
+    let p = VlmPolicy::new(cfg, &Device::Cpu, 5).unwrap();
+    let action = vec![GuiAction::parse("click(70, 90)").unwrap()];
+    // Each of the three rows reaches the output (a gradient), so each is read and learns.
+    let a = p.log_probs(std::slice::from_ref(&s), &action).unwrap();
+    let grads = a.logp.sum_all().unwrap().backward().unwrap();
+    let (_, t) = p.named_vars().into_iter().find(|(n, _)| n.ends_with("number_relation")).unwrap();
+    let g = grads.get(t.as_tensor()).unwrap().to_vec2::<f32>().unwrap();
+    assert!(g.iter().all(|row| row.iter().any(|v| *v != 0.0)), "a relation row has no gradient");
+    let e = VlmConfig { numbers: true, ..VlmConfig::tiny() }.validate().unwrap_err().to_string();
+    assert!(e.contains("`numbers`") && e.contains("screen_text"), "{e}");
+}
+
 /// Memory of the episode: the last `memory` pointing actions sit, by age, on the token
 /// they pointed at; they change the policy's output, and the age table learns.
 #[test]
