@@ -186,7 +186,13 @@ async fn the_viewer_page_shows_filters_and_steps_through_a_recorded_set() {
     assert_eq!(js(&env, current).await, json!(["2", "0", format!("Step 1 of {}", failed.steps.len())]));
     assert_eq!(key(&mut env, "ArrowLeft").await, EpisodeStatus::Running, "← at the first step stays there");
     let out = env.step(&GuiAction::parse("key(ArrowRight)").unwrap()).await.unwrap();
-    assert_eq!(out.info.status, EpisodeStatus::Success, "→ makes the second step current");
+    assert_eq!(
+        out.info.status,
+        EpisodeStatus::Success,
+        "→ makes the second step current (env error: {:?}, timings: {:?})",
+        out.info.env_error,
+        out.info.timings
+    );
     assert_eq!(js(&env, current).await, json!(["2", "1", format!("Step 2 of {}", failed.steps.len())]));
     std::fs::write("/tmp/viewer.png", encode_png(&out.obs.screenshot)).unwrap();
     env.close().await;

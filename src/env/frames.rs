@@ -21,14 +21,30 @@ use std::time::Duration;
 /// The Chromium flags that put the headless shell under begin-frame control, with the
 /// display compositor in the browser process (`--in-process-gpu`; there is no GPU behind
 /// `--disable-gpu`): each frame then crosses one process fewer (measured: 4-env steps/s
-/// +2-12% over 7 paired runs).
-pub const FLAGS: &[&str] =
-    &["--enable-begin-frame-control", "--run-all-compositor-stages-before-draw", "--in-process-gpu"];
+/// +2-12% over 7 paired runs). Checker imaging (large images decoded off the frame, drawn
+/// in a later one) is off, as in Chromium's own headless deterministic mode: with every
+/// stage run before draw, a frame that shows a freshly decoded large image (the `guirl
+/// view` page) could stay pending for good on a loaded machine, and every later frame was
+/// refused ("Another frame is pending"). The new-content timeout is wall-clock based and
+/// belongs to free-running frames.
+pub const FLAGS: &[&str] = &[
+    "--enable-begin-frame-control",
+    "--run-all-compositor-stages-before-draw",
+    "--in-process-gpu",
+    "--disable-checker-imaging",
+    "--disable-new-content-rendering-timeout",
+];
 
 /// Time between frames while a WebDriver command waits: shorter answers input sooner,
 /// longer spends less CPU on frames nobody needed (each costs ~0.7 ms CPU). Measured on
 /// 2 cores (click-test, steps/s with 1 / 4 envs): 1 ms 69 / 111, 2 ms 84 / 118, 4 ms 71 / 120.
 const GAP: Duration = Duration::from_millis(2);
+
+/// The browser's refusal of a frame while the previous one is still being drawn.
+const FRAME_PENDING: &str = "Another frame is pending";
+
+/// Wait before asking again for a refused frame.
+const RETRY: Duration = Duration::from_millis(3);
 
 /// Whether `chromium` is the headless shell (the only build with begin-frame control).
 pub fn supported_by(chromium: &Path) -> bool {
@@ -63,7 +79,24 @@ impl FrameControl {
             Draw::Screenshot => json!({ "screenshot": { "format": "png", "optimizeForSpeed": true } }),
         };
         let _one = self.busy.lock().await;
-        dt.call("HeadlessExperimental.beginFrame", params, limit).await
+        // The compositor can still be finishing the previous frame (an image decoding, a
+        // loaded machine: seen under CPU contention), and then refuses a new one with
+        // "Another frame is pending". That frame ends by itself: ask again shortly, within
+        // the limit, rather than fail the step (the refusal stopped the pump, and the
+        // input command waited out its whole timeout for a frame).
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            match dt.call("HeadlessExperimental.beginFrame", params.clone(), left).await {
+                Err(CdpError::Protocol(m)) if m.contains(FRAME_PENDING) => {
+                    if tokio::time::Instant::now() + RETRY > deadline {
+                        return Err(CdpError::Protocol(m));
+                    }
+                    tokio::time::sleep(RETRY).await;
+                }
+                answer => return answer,
+            }
+        }
     }
 
     /// Run `work` (a WebDriver command) while issuing a frame every few milliseconds, so
