@@ -76,6 +76,9 @@ pub struct ModelConfig {
     /// Action kinds the policy may write (text-form names: `click`, `type`, `key`, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kinds: Option<Vec<String>>,
+    /// Keys a `key(...)` action may press, in text form (default: Enter, Tab, Backspace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keys: Option<Vec<String>>,
     /// Horizontal coordinate bins.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub x_bins: Option<usize>,
@@ -121,6 +124,7 @@ impl ModelConfig {
         set(&mut v.previous_frame, &self.previous_frame);
         set(&mut v.numbers, &self.numbers);
         set(&mut v.actions.kinds, &self.kinds);
+        set(&mut v.actions.keys, &self.keys);
         set(&mut v.actions.x_bins, &self.x_bins);
         set(&mut v.actions.y_bins, &self.y_bins);
         set(&mut v.pointer, &self.pointer);
