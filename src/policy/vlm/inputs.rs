@@ -218,7 +218,8 @@ pub fn first_number(text: &str) -> Option<i64> {
 }
 
 /// For one state, [image_tokens × 3] row-major: at the token under the centre of each
-/// element whose text holds a number, a one-hot of how that number compares with the
+/// element whose text (or, with no number in its text, its value: a spinner's field)
+/// holds a number, a one-hot of how that number compares with the
 /// instruction's first number (less, equal, greater). All 0 when the instruction has no
 /// number.
 pub fn number_relations(state: &ScreenState, cfg: &VlmConfig) -> Vec<f32> {
@@ -229,7 +230,7 @@ pub fn number_relations(state: &ScreenState, cfg: &VlmConfig) -> Vec<f32> {
         return out;
     }
     for e in &state.elements {
-        let Some(shown) = first_number(&e.text) else { continue };
+        let Some(shown) = first_number(&e.text).or_else(|| first_number(&e.value)) else { continue };
         let (cx, cy) = (e.bbox.x + e.bbox.w / 2.0, e.bbox.y + e.bbox.h / 2.0);
         if let Some(cell) = grid_cell(cx, cy, (w, h), cfg) {
             let row = &mut out[cell * 3..cell * 3 + 3];

@@ -328,13 +328,16 @@ fn numbers_on_the_screen_are_compared_with_the_instruction() {
         labelled("5", 50.0, 85.0),         // token (1, 2): equal
         labelled("12", 100.0, 160.0),      // token (3, 4): greater
         labelled("\u{2212}", 100.0, 10.0), // token (3, 0): a symbol, no number
+        // token (2, 3): a field whose value holds the number (a spinner): less
+        crate::env::Element { tag: "input".into(), value: "-3".into(), ..labelled("", 80.0, 125.0) },
     ];
     let rel = inputs::number_relations(&s, &cfg);
     let at = |col: usize, row: usize| rel[(row * 4 + col) * 3..(row * 4 + col + 1) * 3].to_vec();
     assert_eq!(at(0, 0), vec![1.0, 0.0, 0.0]);
     assert_eq!(at(1, 2), vec![0.0, 1.0, 0.0]);
     assert_eq!(at(3, 4), vec![0.0, 0.0, 1.0]);
-    assert_eq!(rel.iter().sum::<f32>(), 3.0, "{rel:?}");
+    assert_eq!(at(2, 3), vec![1.0, 0.0, 0.0]);
+    assert_eq!(rel.iter().sum::<f32>(), 4.0, "{rel:?}");
     // No number in the instruction: nothing to compare.
     let mut none = s.clone();
     none.instruction = "Click Submit.".into();

@@ -314,8 +314,9 @@ fn click_first_segment(e: &Element) -> GuiAction {
 }
 
 /// enter-date: "Enter 05/12/2013 as the date and hit submit." — an `<input type=date>`,
-/// whose value reads `2013-05-12`. Typing the digits into the month segment fills month,
-/// day and year in turn.
+/// whose value reads `2013-05-12`. Typing into the month segment fills month, day and year
+/// in turn, and a `/` moves on like a filled segment does, so the oracle types the
+/// instruction's own `05/12/2013`: a span a policy can copy.
 pub(super) fn enter_date(s: &ScreenState) -> Option<GuiAction> {
     let date = between(&s.instruction, "Enter ", " as the date and hit submit.")?;
     let [m, d, y]: [&str; 3] = date.split('/').collect::<Vec<_>>().try_into().ok()?;
@@ -327,15 +328,15 @@ pub(super) fn enter_date(s: &ScreenState) -> Option<GuiAction> {
     if !field.focused {
         return Some(click_first_segment(field));
     }
-    Some(GuiAction::Type { text: format!("{m}{d}{y}") })
+    Some(GuiAction::Type { text: date.to_string() })
 }
 
-/// `9:39 AM` as the 24-hour `09:39` an `<input type=time>` reads, and the keys that type it
-/// (`0939A`).
-fn parse_time(t: &str) -> Option<(String, String)> {
+/// `9:39 AM` as the 24-hour `09:39` an `<input type=time>` reads, and the instruction's
+/// pieces that type it: hour, minutes and `AM` / `PM` (`9`, `39`, `AM`).
+fn parse_time(t: &str) -> Option<(String, [String; 3])> {
     let (hm, ampm) = t.trim().split_once(' ')?;
-    let (h, m) = hm.split_once(':')?;
-    let (h, m): (u32, u32) = (h.parse().ok()?, m.parse().ok()?);
+    let (h_text, m_text) = hm.split_once(':')?;
+    let (h, m): (u32, u32) = (h_text.parse().ok()?, m_text.parse().ok()?);
     let pm = match ampm {
         "AM" => false,
         "PM" => true,
@@ -345,22 +346,34 @@ fn parse_time(t: &str) -> Option<(String, String)> {
         return None;
     }
     let h24 = (h % 12) + if pm { 12 } else { 0 };
-    let keys = format!("{h:02}{m:02}{}", if pm { "P" } else { "A" });
-    Some((format!("{h24:02}:{m:02}"), keys))
+    Some((format!("{h24:02}:{m:02}"), [h_text.to_string(), m_text.to_string(), ampm.to_string()]))
 }
 
 /// enter-time: "Enter 9:39 AM as the time and press submit." — an `<input type=time>`.
+/// The field ignores `:` and a space, and a lone `1` waits for a second hour digit, so
+/// the oracle types the instruction's pieces one segment at a time: click the hour, type
+/// `9`, click the minutes, type `39` (which moves on to AM/PM), type `AM`; each typed text
+/// is a span of the instruction a policy can copy. Which step comes next is read off the
+/// episode's history (the longest run of the sequence its last actions end with).
 pub(super) fn enter_time(s: &ScreenState) -> Option<GuiAction> {
     let t = between(&s.instruction, "Enter ", " as the time and press submit.")?;
-    let (want, keys) = parse_time(t)?;
+    let (want, [h, m, ampm]) = parse_time(t)?;
     let field = by_id(s, "tt")?;
     if field.value == want {
         return button(s, "Submit").map(click);
     }
-    if !field.focused {
-        return Some(click_first_segment(field));
-    }
-    Some(GuiAction::Type { text: keys })
+    let (_, y) = field.bbox.center();
+    let minutes = GuiAction::Click { x: (field.bbox.x + 32.0).round() as i32, y };
+    let seq = [
+        click_first_segment(field),
+        GuiAction::Type { text: h },
+        minutes,
+        GuiAction::Type { text: m },
+        GuiAction::Type { text: ampm },
+    ];
+    let texts: Vec<String> = seq.iter().map(ToString::to_string).collect();
+    let done = (1..seq.len()).rev().find(|&j| s.history.ends_with(&texts[..j])).unwrap_or(0);
+    Some(seq[done].clone())
 }
 
 #[cfg(test)]
@@ -391,10 +404,11 @@ mod tests {
 
     #[test]
     fn times() {
-        assert_eq!(parse_time("9:39 AM"), Some(("09:39".into(), "0939A".into())));
-        assert_eq!(parse_time("12:05 AM"), Some(("00:05".into(), "1205A".into())));
-        assert_eq!(parse_time("12:30 PM"), Some(("12:30".into(), "1230P".into())));
-        assert_eq!(parse_time("1:07 PM"), Some(("13:07".into(), "0107P".into())));
+        let pieces = |h: &str, m: &str, ap: &str| [h.to_string(), m.to_string(), ap.to_string()];
+        assert_eq!(parse_time("9:39 AM"), Some(("09:39".into(), pieces("9", "39", "AM"))));
+        assert_eq!(parse_time("12:05 AM"), Some(("00:05".into(), pieces("12", "05", "AM"))));
+        assert_eq!(parse_time("12:30 PM"), Some(("12:30".into(), pieces("12", "30", "PM"))));
+        assert_eq!(parse_time("1:07 PM"), Some(("13:07".into(), pieces("1", "07", "PM"))));
         assert_eq!(parse_time("13:07"), None);
     }
 
