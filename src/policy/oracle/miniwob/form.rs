@@ -315,7 +315,7 @@ fn click_first_segment(e: &Element) -> GuiAction {
 
 /// enter-date: "Enter 05/12/2013 as the date and hit submit." — an `<input type=date>`,
 /// whose value reads `2013-05-12`. Typing into the month segment fills month, day and year
-/// in turn, and a `/` moves on like a filled segment does, so the oracle types the
+/// in turn and passes over a `/`, so the oracle types the
 /// instruction's own `05/12/2013`: a span a policy can copy.
 pub(super) fn enter_date(s: &ScreenState) -> Option<GuiAction> {
     let date = between(&s.instruction, "Enter ", " as the date and hit submit.")?;
@@ -350,11 +350,12 @@ fn parse_time(t: &str) -> Option<(String, [String; 3])> {
 }
 
 /// enter-time: "Enter 9:39 AM as the time and press submit." — an `<input type=time>`.
-/// The field ignores `:` and a space, and a lone `1` waits for a second hour digit, so
-/// the oracle types the instruction's pieces one segment at a time: click the hour, type
-/// `9`, click the minutes, type `39` (which moves on to AM/PM), type `AM`; each typed text
-/// is a span of the instruction a policy can copy. Which step comes next is read off the
-/// episode's history (the longest run of the sequence its last actions end with).
+/// Every typed text is a span of the instruction a policy can copy: click the hour, type
+/// `9:39` (the field ignores the `:`, and a filled hour or minute segment moves on), type
+/// `AM`. A lone `1` waits for a second hour digit, so an hour of 1 goes one segment at a
+/// time: click the hour, type `1`, click the minutes, type `39`, type `AM`. Which step
+/// comes next is read off the episode's history (the longest run of the sequence its last
+/// actions end with).
 pub(super) fn enter_time(s: &ScreenState) -> Option<GuiAction> {
     let t = between(&s.instruction, "Enter ", " as the time and press submit.")?;
     let (want, [h, m, ampm]) = parse_time(t)?;
@@ -364,13 +365,21 @@ pub(super) fn enter_time(s: &ScreenState) -> Option<GuiAction> {
     }
     let (_, y) = field.bbox.center();
     let minutes = GuiAction::Click { x: (field.bbox.x + 32.0).round() as i32, y };
-    let seq = [
-        click_first_segment(field),
-        GuiAction::Type { text: h },
-        minutes,
-        GuiAction::Type { text: m },
-        GuiAction::Type { text: ampm },
-    ];
+    let seq = if h == "1" {
+        vec![
+            click_first_segment(field),
+            GuiAction::Type { text: h },
+            minutes,
+            GuiAction::Type { text: m },
+            GuiAction::Type { text: ampm },
+        ]
+    } else {
+        vec![
+            click_first_segment(field),
+            GuiAction::Type { text: format!("{h}:{m}") },
+            GuiAction::Type { text: ampm },
+        ]
+    };
     let texts: Vec<String> = seq.iter().map(ToString::to_string).collect();
     let done = (1..seq.len()).rev().find(|&j| s.history.ends_with(&texts[..j])).unwrap_or(0);
     Some(seq[done].clone())
