@@ -315,8 +315,8 @@ fn click_first_segment(e: &Element) -> GuiAction {
 
 /// enter-date: "Enter 05/12/2013 as the date and hit submit." — an `<input type=date>`,
 /// whose value reads `2013-05-12`. Typing into the month segment fills month, day and year
-/// in turn and passes over a `/`, so the oracle types the
-/// instruction's own `05/12/2013`: a span a policy can copy.
+/// in turn and passes over a `/`, so the oracle types the instruction's own `05/12/2013`:
+/// a span a policy can copy.
 pub(super) fn enter_date(s: &ScreenState) -> Option<GuiAction> {
     let date = between(&s.instruction, "Enter ", " as the date and hit submit.")?;
     let [m, d, y]: [&str; 3] = date.split('/').collect::<Vec<_>>().try_into().ok()?;
@@ -363,13 +363,13 @@ pub(super) fn enter_time(s: &ScreenState) -> Option<GuiAction> {
     if field.value == want {
         return button(s, "Submit").map(click);
     }
-    let (_, y) = field.bbox.center();
-    let minutes = GuiAction::Click { x: (field.bbox.x + 32.0).round() as i32, y };
     let seq = if h == "1" {
+        let (_, y) = field.bbox.center();
         vec![
             click_first_segment(field),
             GuiAction::Type { text: h },
-            minutes,
+            // the minutes segment
+            GuiAction::Click { x: (field.bbox.x + 32.0).round() as i32, y },
             GuiAction::Type { text: m },
             GuiAction::Type { text: ampm },
         ]
