@@ -6,6 +6,7 @@
 use super::objective::LossAgg;
 use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 pub use super::algo_config::{AlgoConfig, AlgoKind, GspoLevel, KlMode};
@@ -174,6 +175,10 @@ pub struct SftConfig {
     /// run's `demos/` folder), so a recipe needs nothing prepared by hand.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oracle_episodes: Option<usize>,
+    /// Per-task counts that replace `oracle_episodes` for the tasks named (ids as in
+    /// `[tasks] ids`), for a task whose skill needs more demonstrations than the rest.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub oracle_episodes_for: BTreeMap<String, usize>,
     /// Passes over the set (default 3).
     #[serde(default = "default_sft_epochs")]
     pub epochs: usize,
@@ -372,6 +377,17 @@ impl TrainConfig {
                 "sft.dir must not be empty".into(),
             );
             check(s.oracle_episodes != Some(0), "sft.oracle_episodes must be at least 1".into());
+            check(
+                s.oracle_episodes_for.is_empty() || s.oracle_episodes.is_some(),
+                "sft.oracle_episodes_for needs sft.oracle_episodes (the count for the other tasks)".into(),
+            );
+            for (id, &n) in &s.oracle_episodes_for {
+                check(
+                    self.tasks.ids.contains(id),
+                    format!("sft.oracle_episodes_for names {id:?}, which is not in [tasks] ids"),
+                );
+                check(n >= 1, format!("sft.oracle_episodes_for.{id:?} must be at least 1"));
+            }
             check(s.epochs >= 1, "sft.epochs must be at least 1".into());
             check(s.lr > 0.0 && s.lr <= 1.0, format!("sft.lr must be in (0, 1], got {}", s.lr));
             check(s.minibatch >= 1, "sft.minibatch must be at least 1".into());

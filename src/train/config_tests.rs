@@ -287,6 +287,16 @@ fn bad_values_are_named() {
         ("sft", "dir = \"d\"\nlr = 2.0", "sft.lr must be in (0, 1]"),
         ("sft", "epochs = 2", "[sft] needs exactly one of sft.dir"),
         ("sft", "dir = \"d\"\noracle_episodes = 5", "[sft] needs exactly one of sft.dir"),
+        (
+            "sft",
+            "dir = \"d\"\noracle_episodes_for = { \"miniwob/click-test\" = 5 }",
+            "sft.oracle_episodes_for needs sft.oracle_episodes",
+        ),
+        (
+            "sft",
+            "oracle_episodes = 5\noracle_episodes_for = { \"miniwob/nope\" = 50 }",
+            "sft.oracle_episodes_for names \"miniwob/nope\", which is not in [tasks] ids",
+        ),
     ] {
         let e = with(table, kv);
         assert!(e.contains(want), "[{table}] {kv}: {e}");
@@ -301,6 +311,10 @@ fn bad_values_are_named() {
         "{}[sft]\noracle_episodes = 4\n",
         MINIMAL.replace("iterations = 10", "iterations = 0")
     ));
+    let c = parse_ok(&format!(
+        "{MINIMAL}[sft]\noracle_episodes = 4\noracle_episodes_for = {{ \"miniwob/click-button\" = 9 }}\n"
+    ));
+    assert_eq!(c.sft.unwrap().oracle_episodes_for.get("miniwob/click-button"), Some(&9));
     let e = err(&MINIMAL.replace("iterations = 10", "iterations = 10\nmax_env_steps = 0"));
     assert!(e.contains("run.max_env_steps must be at least 1"), "{e}");
     let e = err(&MINIMAL.replace("\"r\"", "\"a/b\""));

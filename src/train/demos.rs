@@ -11,24 +11,34 @@ use rand_chacha::ChaCha8Rng;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// Record `n` oracle episodes per task, on seeds drawn from `seeds` with `rng`, into `dir`
-/// (kept as it is when already complete, so a restarted run does not record twice).
+/// Record `counts[i]` oracle episodes of `tasks[i]`, on seeds drawn from `seeds` with
+/// `rng`, into `dir` (kept as it is when already complete, so a restarted run does not
+/// record twice).
 pub async fn record_oracle_demos(
     collector: &mut Collector,
     tasks: &[Arc<dyn Task>],
-    n: usize,
+    counts: &[usize],
     seeds: std::ops::Range<u64>,
     rng: &mut ChaCha8Rng,
     dir: &Path,
 ) -> anyhow::Result<PathBuf> {
-    let want = n * tasks.len();
+    anyhow::ensure!(
+        tasks.len() == counts.len(),
+        "{} tasks but {} demonstration counts",
+        tasks.len(),
+        counts.len()
+    );
+    let want: usize = counts.iter().sum();
     if TrajectorySet::read(dir).is_ok_and(|s| s.trajectories.len() >= want) {
         return Ok(dir.to_path_buf());
     }
     let _ = std::fs::remove_dir_all(dir);
     // Task by task: switching an env to another task reloads its page.
-    let jobs: Vec<Job> = (0..want)
-        .map(|i| Job { task: tasks[i / n].clone(), seed: rng.gen_range(seeds.clone()), group: None })
+    let jobs: Vec<Job> = tasks
+        .iter()
+        .zip(counts)
+        .flat_map(|(t, &n)| std::iter::repeat_n(t, n))
+        .map(|t| Job { task: t.clone(), seed: rng.gen_range(seeds.clone()), group: None })
         .collect();
     let mut writer = TrajectoryWriter::open(dir)?;
     let mut failed = None;

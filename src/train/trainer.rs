@@ -462,10 +462,18 @@ impl Trainer {
                 let tr = self.cfg.tasks.train_seeds;
                 let mut rng = rng_for(self.cfg.run.seed, 0, 11);
                 let dir = self.run_dir.join("demos");
+                // `self.tasks` is built from `[tasks] ids`, in order.
+                let counts: Vec<usize> = self
+                    .cfg
+                    .tasks
+                    .ids
+                    .iter()
+                    .map(|id| sft.oracle_episodes_for.get(id).copied().unwrap_or(n))
+                    .collect();
                 super::demos::record_oracle_demos(
                     &mut self.collector,
                     &self.tasks,
-                    n,
+                    &counts,
                     tr.start..tr.end,
                     &mut rng,
                     &dir,

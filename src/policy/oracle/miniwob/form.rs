@@ -2,7 +2,7 @@
 //! buttons, select lists and an autocomplete field.
 
 use super::{between, button, by_id, click, fill, has_class, inside, key, on_screen, quoted};
-use crate::env::{Element, GuiAction, ScreenState};
+use crate::env::{Element, GuiAction, KeyCombo, Modifier, ScreenState};
 
 /// Text-like `<input>`s (text, password, untyped), in document order.
 fn text_inputs(s: &ScreenState) -> Vec<&Element> {
@@ -291,10 +291,9 @@ pub(super) fn use_spinner(s: &ScreenState) -> Option<GuiAction> {
 }
 
 /// copy-paste: "Copy the text in the textarea below, paste it into the textbox and press
-/// Submit." The oracle types the textarea's text (its value is in the observation).
+/// Submit." Copied and pasted as a person does it (see [`paste_from`]).
 pub(super) fn copy_paste(s: &ScreenState) -> Option<GuiAction> {
-    let text = by_id(s, "to-copy")?.value.clone();
-    fill_and_submit(s, &[(by_id(s, "answer-input")?, &text)], "Submit")
+    paste_from(s, by_id(s, "to-copy")?)
 }
 
 /// copy-paste-2: "Copy the text from the 2nd text area below and paste it into the text
@@ -303,8 +302,29 @@ pub(super) fn copy_paste_2(s: &ScreenState) -> Option<GuiAction> {
     let rest = s.instruction.trim().strip_prefix("Copy the text from the ")?;
     let (word, _) = rest.split_once(" text area")?;
     let areas: Vec<&Element> = s.elements.iter().filter(|e| e.tag == "textarea").collect();
-    let text = areas.get(ordinal(word)? - 1)?.value.clone();
-    fill_and_submit(s, &[(by_id(s, "answer-input")?, &text)], "Submit")
+    paste_from(s, areas.get(ordinal(word)? - 1)?)
+}
+
+/// Click `area`, `ctrl+a`, `ctrl+c`, click the answer field, `ctrl+v`, then Submit once the
+/// field holds the text. Why not type the text: it is on the page, not in the instruction,
+/// so a policy could only spell it byte by byte; the five steps are the same for every
+/// seed but the clicks' targets.
+fn paste_from(s: &ScreenState, area: &Element) -> Option<GuiAction> {
+    let answer = by_id(s, "answer-input")?;
+    if !area.value.is_empty() && answer.value == area.value {
+        return button(s, "Submit").map(click);
+    }
+    let chord = |k: &str| GuiAction::Key(KeyCombo { modifiers: vec![Modifier::Ctrl], key: k.into() });
+    Some(next_in_sequence(s, &[click(area), chord("a"), chord("c"), click(answer), chord("v")]))
+}
+
+/// The step of `seq` that comes next: after the longest run of `seq`'s first steps that the
+/// episode's history ends with, or its first step. Why history: the screen alone does not
+/// show a selection copied or a segment typed.
+fn next_in_sequence(s: &ScreenState, seq: &[GuiAction]) -> GuiAction {
+    let texts: Vec<String> = seq.iter().map(ToString::to_string).collect();
+    let done = (1..seq.len()).rev().find(|&j| s.history.ends_with(&texts[..j])).unwrap_or(0);
+    seq[done].clone()
 }
 
 /// A click on the first (leftmost) segment of a date or time field, where typing starts.
@@ -380,9 +400,7 @@ pub(super) fn enter_time(s: &ScreenState) -> Option<GuiAction> {
             GuiAction::Type { text: ampm },
         ]
     };
-    let texts: Vec<String> = seq.iter().map(ToString::to_string).collect();
-    let done = (1..seq.len()).rev().find(|&j| s.history.ends_with(&texts[..j])).unwrap_or(0);
-    Some(seq[done].clone())
+    Some(next_in_sequence(s, &seq))
 }
 
 #[cfg(test)]
