@@ -39,24 +39,30 @@ fn walk(root: &Path, dir: &Path, files: &mut Vec<(String, String)>) {
 }
 
 /// `GUIRL_GIT_HASH`: the commit this binary was built from, for reproducibility records
-/// (empty outside a git checkout). Rebuilt when HEAD moves.
+/// (empty outside a git checkout), with `-dirty` when tracked files had uncommitted changes
+/// at build time. Rebuilt when HEAD moves, the index changes or a source changes.
 fn embed_git_hash() {
-    let hash = std::process::Command::new("git")
-        .args(["rev-parse", "--short=12", "HEAD"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default();
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let mut hash = git(&["rev-parse", "--short=12", "HEAD"]).unwrap_or_default();
+    // A report from a build with uncommitted changes must not pass for the commit's.
+    if !hash.is_empty()
+        && git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty())
+    {
+        hash.push_str("-dirty");
+    }
     println!("cargo:rustc-env=GUIRL_GIT_HASH={hash}");
-    let git_dir = std::process::Command::new("git")
-        .args(["rev-parse", "--git-dir"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()));
-    if let Some(dir) = git_dir {
+    if let Some(dir) = git(&["rev-parse", "--git-dir"]).map(PathBuf::from) {
         println!("cargo:rerun-if-changed={}", dir.join("HEAD").display());
         println!("cargo:rerun-if-changed={}", dir.join("refs/heads").display());
+        // Staging and committing change the index; editing a source changes src/.
+        println!("cargo:rerun-if-changed={}", dir.join("index").display());
     }
+    println!("cargo:rerun-if-changed=src");
 }

@@ -80,6 +80,10 @@ pub struct IterationMetrics {
     pub give_ups: u64,
     /// Minibatches skipped for a non-finite loss or gradient norm (no optimizer step).
     pub skipped_steps: u64,
+    /// Minibatches whose gradient was exactly zero (every advantage 0 and no KL or entropy
+    /// term): not stepped, so AdamW's momentum does not move the policy without a signal.
+    #[serde(default)]
+    pub flat_steps: u64,
     /// Mean importance ratio of the first minibatch, before any update: 1 up to float
     /// error when the scored tokens are the sampled ones.
     pub first_ratio_mean: f64,

@@ -336,6 +336,7 @@ impl Trainer {
             grad_norm: up.grad_norm,
             optimizer_steps: up.optimizer_steps,
             skipped_steps: up.skipped_steps,
+            flat_steps: up.flat_steps,
             first_ratio_mean: up.first.map_or(1.0, |f| f.ratio_mean),
             rollout_secs,
             update_secs,

@@ -52,6 +52,8 @@ pub struct UpdateStats {
     pub optimizer_steps: u64,
     /// Minibatches skipped for a non-finite loss or gradient norm.
     pub skipped_steps: u64,
+    /// Minibatches with a zero gradient, not stepped (see [`update`]).
+    pub flat_steps: u64,
     /// Tokens trained on (all epochs).
     pub tokens: usize,
 }
@@ -173,10 +175,17 @@ pub fn update(
                 out.skipped_steps += 1;
                 continue;
             }
-            opt.step(&grads)?;
-            norms.push(norm);
             out.tokens += ls.tokens;
             all.push(ls);
+            // A flat loss (every advantage 0, no KL or entropy term) has nothing to teach,
+            // but an AdamW step would still move the weights by its stale momentum: for an
+            // iteration of all-equal groups, several steps along the last update's direction.
+            if norm == 0.0 {
+                out.flat_steps += 1;
+                continue;
+            }
+            opt.step(&grads)?;
+            norms.push(norm);
         }
     }
     if out.skipped_steps > 0 {
@@ -236,6 +245,31 @@ mod tests {
         samples[1].old_logp.pop();
         let e = update(&p, None, &mut opt, &samples, &algo, 0, 2).unwrap_err().to_string();
         assert!(e.contains("sample 1") && e.contains("log-probs"), "{e}");
+    }
+
+    #[test]
+    fn a_flat_loss_takes_no_optimizer_step() {
+        let mut p = VlmPolicy::new(VlmConfig::tiny(), &Device::Cpu, 2).unwrap();
+        let mut samples = rollout(&mut p, 8);
+        let algo = AlgoConfig { minibatch: 4, epochs: 1, lr: 1e-3, ..Default::default() };
+        let mut opt = AdamW::new(p.named_vars(), algo.adamw_config()).unwrap();
+        // A real step first, so AdamW holds momentum.
+        let up = update(&p, None, &mut opt, &samples, &algo, 0, 0).unwrap();
+        assert_eq!(up.optimizer_steps, 2);
+        let weights = |p: &VlmPolicy| -> Vec<f32> {
+            p.named_vars()
+                .iter()
+                .flat_map(|(_, v)| v.flatten_all().unwrap().to_vec1::<f32>().unwrap())
+                .collect()
+        };
+        let before = weights(&p);
+        // All-equal groups: every advantage 0, no KL, no entropy bonus.
+        for s in &mut samples {
+            s.adv = 0.0;
+        }
+        let up = update(&p, None, &mut opt, &samples, &algo, 0, 1).unwrap();
+        assert_eq!((up.optimizer_steps, up.flat_steps, up.skipped_steps), (0, 2, 0), "{up:?}");
+        assert!(before == weights(&p), "a zero gradient moved the weights");
     }
 
     #[test]
