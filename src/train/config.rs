@@ -384,7 +384,7 @@ impl TrainConfig {
             for (id, &n) in &s.oracle_episodes_for {
                 check(
                     self.tasks.ids.contains(id),
-                    format!("sft.oracle_episodes_for names {id:?}, which is not in [tasks] ids"),
+                    format!("sft.oracle_episodes_for names {id:?}, which is not in [tasks] ids (correct it or add the task there)"),
                 );
                 check(n >= 1, format!("sft.oracle_episodes_for.{id:?} must be at least 1"));
             }
