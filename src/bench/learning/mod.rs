@@ -188,6 +188,10 @@ pub async fn run(plan: &Plan, out: &Path, opts: &BenchOptions, stop: Arc<AtomicB
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
     for task in &plan.tasks {
         let base = TrainConfig::load(&task.config)?;
+        // The cells start from the file as written: `base` is resolved, and its
+        // kind-dependent defaults (clip range, dynamic sampling, loss aggregation, std)
+        // are GRPO's when the task trains GRPO, which would turn every cell into GRPO.
+        let written = TrainConfig::parse(&std::fs::read_to_string(&task.config)?)?;
         let wanted =
             |cell: &str| opts.only.as_deref().is_none_or(|o| format!("{}/{cell}", task.name).contains(o));
         let cells: Vec<(&String, u64)> = plan
@@ -211,7 +215,7 @@ pub async fn run(plan: &Plan, out: &Path, opts: &BenchOptions, stop: Arc<AtomicB
             if stop.load(Ordering::SeqCst) {
                 bail!("stopped; run the same command again to continue where it left off");
             }
-            let cfg = cell_config(plan, task, &base, algo, seed, &init)?;
+            let cfg = cell_config(plan, task, &written, algo, seed, &init)?;
             let dir = out.join(&task.name).join(format!("{algo}-s{seed}"));
             run_cell(&cfg, &dir, (&task.name, algo, seed), opts, &stop).await?;
         }
@@ -221,15 +225,17 @@ pub async fn run(plan: &Plan, out: &Path, opts: &BenchOptions, stop: Arc<AtomicB
     Ok(cells)
 }
 
-/// The config of one algorithm cell: the task's, without `[sft]`, starting from the clone.
+/// The config of one algorithm cell: the task's (`written`: as in its file, unresolved),
+/// without `[sft]`, starting from the clone, with the algorithm's own defaults resolved.
 fn cell_config(
     plan: &Plan,
     task: &PlanTask,
-    base: &TrainConfig,
+    written: &TrainConfig,
     algo: &str,
     seed: u64,
     init: &Path,
 ) -> Result<TrainConfig> {
+    let base = written;
     let mut v: toml::Table = toml::from_str(&base.to_toml()?)?;
     v.remove("sft");
     let table = |v: &mut toml::Table, k: &str| -> Result<toml::Table> {
@@ -255,7 +261,10 @@ fn cell_config(
         a.extend(o.clone());
     }
     v.insert("algo".into(), a.into());
-    TrainConfig::parse(&toml::to_string(&v)?).with_context(|| format!("task {:?} with {algo}", task.name))
+    let mut cfg = TrainConfig::parse(&toml::to_string(&v)?)
+        .with_context(|| format!("task {:?} with {algo}", task.name))?;
+    cfg.resolve();
+    Ok(cfg)
 }
 
 /// Train one cell unless its `cell.json` says it is done, then summarise it.
@@ -318,3 +327,7 @@ pub fn read_cells(out: &Path) -> Result<Vec<Cell>> {
     cells.sort_by(|a: &Cell, b: &Cell| (&a.task, &a.algo, a.seed).cmp(&(&b.task, &b.algo, b.seed)));
     Ok(cells)
 }
+
+#[cfg(test)]
+#[path = "cell_tests.rs"]
+mod tests;

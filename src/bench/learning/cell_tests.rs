@@ -1,0 +1,53 @@
+//! A cell's config: the algorithm's own defaults, the task file's explicit keys kept.
+
+use super::*;
+use crate::train::advantage::AdvStd;
+use crate::train::algo_config::AlgoKind;
+
+const TASK: &str = r#"
+[run]
+name = "t"
+seed = 0
+iterations = 1
+[tasks]
+ids = ["miniwob/click-test"]
+[model]
+preset = "tiny"
+kinds = ["click"]
+[sft]
+oracle_episodes = 4
+[algo]
+kind = "grpo"
+lr = 2e-5
+"#;
+
+fn cell(task_text: &str, algo: &str) -> TrainConfig {
+    let plan: Plan = toml::from_str(
+        "env_steps = 100\nseeds = [0]\nalgos = [\"grpo\"]\n[[tasks]]\nname = \"t\"\nconfig = \"t.toml\"\n",
+    )
+    .unwrap();
+    let written = TrainConfig::parse(task_text).unwrap();
+    cell_config(&plan, &plan.tasks[0], &written, algo, 1, Path::new("clone/iter-000000")).unwrap()
+}
+
+#[test]
+fn each_algorithm_gets_its_own_defaults_not_the_tasks_resolved_ones() {
+    // The task trains GRPO (clip 0.2 / 0.2, no dynamic sampling, group std); the cells
+    // of the other kinds must not inherit those as if the task file had set them.
+    let dapo = cell(TASK, "dapo");
+    assert_eq!(dapo.algo.kind, AlgoKind::Dapo);
+    assert_eq!((dapo.algo.clip_low(), dapo.algo.clip_high()), (0.2, 0.28));
+    assert!(dapo.algo.dynamic_sampling() && dapo.algo.overlong_penalty());
+    let gspo = cell(TASK, "gspo");
+    assert_eq!((gspo.algo.clip_low(), gspo.algo.clip_high()), (3e-4, 4e-4));
+    assert_eq!(cell(TASK, "dr_grpo").algo.adv_std(), AdvStd::None);
+    let grpo = cell(TASK, "grpo");
+    assert_eq!(grpo.algo.clip_high(), 0.2);
+    assert!(!grpo.algo.dynamic_sampling());
+    // What the file does set holds for every cell, and so does the cell's seed and start.
+    assert_eq!(dapo.algo.lr, 2e-5);
+    assert_eq!((dapo.run.seed, dapo.run.max_env_steps), (1, Some(100)));
+    assert!(dapo.sft.is_none());
+    let explicit = TASK.replace("lr = 2e-5", "lr = 2e-5\nclip_high = 0.25");
+    assert_eq!(cell(&explicit, "dapo").algo.clip_high(), 0.25);
+}
