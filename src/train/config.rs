@@ -212,11 +212,16 @@ impl TrainConfig {
         })
     }
 
-    /// Read, resolve defaults and validate a config file.
-    pub fn load(path: &Path) -> anyhow::Result<TrainConfig> {
+    /// Read and parse a config file as written: no defaults resolved, no validation.
+    pub fn load_written(path: &Path) -> anyhow::Result<TrainConfig> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read train config {}", path.display()))?;
-        let mut c = TrainConfig::parse(&text).with_context(|| format!("in {}", path.display()))?;
+        TrainConfig::parse(&text).with_context(|| format!("in {}", path.display()))
+    }
+
+    /// Read, resolve defaults and validate a config file.
+    pub fn load(path: &Path) -> anyhow::Result<TrainConfig> {
+        let mut c = TrainConfig::load_written(path)?;
         c.resolve();
         c.validate().with_context(|| format!("invalid train config {}", path.display()))?;
         Ok(c)

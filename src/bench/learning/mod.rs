@@ -191,7 +191,7 @@ pub async fn run(plan: &Plan, out: &Path, opts: &BenchOptions, stop: Arc<AtomicB
         // The cells start from the file as written: `base` is resolved, and its
         // kind-dependent defaults (clip range, dynamic sampling, loss aggregation, std)
         // are GRPO's when the task trains GRPO, which would turn every cell into GRPO.
-        let written = TrainConfig::parse(&std::fs::read_to_string(&task.config)?)?;
+        let written = TrainConfig::load_written(&task.config)?;
         let wanted =
             |cell: &str| opts.only.as_deref().is_none_or(|o| format!("{}/{cell}", task.name).contains(o));
         let cells: Vec<(&String, u64)> = plan
@@ -235,8 +235,7 @@ fn cell_config(
     seed: u64,
     init: &Path,
 ) -> Result<TrainConfig> {
-    let base = written;
-    let mut v: toml::Table = toml::from_str(&base.to_toml()?)?;
+    let mut v: toml::Table = toml::from_str(&written.to_toml()?)?;
     v.remove("sft");
     let table = |v: &mut toml::Table, k: &str| -> Result<toml::Table> {
         match v.remove(k) {
@@ -249,7 +248,7 @@ fn cell_config(
     run.insert("seed".into(), (seed as i64).into());
     run.insert("max_env_steps".into(), (plan.env_steps as i64).into());
     // An upper bound the budget ends first: each iteration takes at least B·G steps.
-    let per_iter = (base.algo.batch_seeds * base.algo.group_size).max(1) as u64;
+    let per_iter = (written.algo.batch_seeds * written.algo.group_size).max(1) as u64;
     run.insert("iterations".into(), (plan.env_steps.div_ceil(per_iter) as i64).into());
     v.insert("run".into(), run.into());
     let mut model = table(&mut v, "model")?;
