@@ -21,11 +21,15 @@ kind = "grpo"
 lr = 2e-5
 "#;
 
+const PLAN: &str =
+    "env_steps = 100\nseeds = [0]\nalgos = [\"grpo\"]\n[[tasks]]\nname = \"t\"\nconfig = \"t.toml\"\n";
+
 fn cell(task_text: &str, algo: &str) -> TrainConfig {
-    let plan: Plan = toml::from_str(
-        "env_steps = 100\nseeds = [0]\nalgos = [\"grpo\"]\n[[tasks]]\nname = \"t\"\nconfig = \"t.toml\"\n",
-    )
-    .unwrap();
+    cell_in(PLAN, task_text, algo)
+}
+
+fn cell_in(plan_text: &str, task_text: &str, algo: &str) -> TrainConfig {
+    let plan: Plan = toml::from_str(plan_text).unwrap();
     let written = TrainConfig::parse(task_text).unwrap();
     cell_config(&plan, &plan.tasks[0], &written, algo, 1, Path::new("clone/iter-000000")).unwrap()
 }
@@ -50,4 +54,21 @@ fn each_algorithm_gets_its_own_defaults_not_the_tasks_resolved_ones() {
     assert!(dapo.sft.is_none());
     let explicit = TASK.replace("lr = 2e-5", "lr = 2e-5\nclip_high = 0.25");
     assert_eq!(cell(&explicit, "dapo").algo.clip_high(), 0.25);
+}
+
+#[test]
+fn a_tasks_algo_table_reaches_every_algorithm_and_per_algorithm_overrides_win() {
+    // Plan: ppo's gamma for every task; the task: lr and warm-up for every algorithm,
+    // and its own lr for gigpo.
+    let plan = "env_steps = 100\nseeds = [0]\nalgos = [\"grpo\", \"ppo\", \"gigpo\"]\n\
+        [overrides.ppo]\ngamma = 0.95\n\
+        [[tasks]]\nname = \"t\"\nconfig = \"t.toml\"\n\
+        [tasks.algo]\nlr = 5e-5\nwarmup = 3\n\
+        [tasks.overrides.gigpo]\nlr = 1e-4\n";
+    let ppo = cell_in(plan, TASK, "ppo");
+    assert_eq!((ppo.algo.lr, ppo.algo.warmup, ppo.algo.gamma), (5e-5, 3, 0.95));
+    let grpo = cell_in(plan, TASK, "grpo");
+    assert_eq!((grpo.algo.lr, grpo.algo.warmup, grpo.algo.gamma), (5e-5, 3, 1.0));
+    let gigpo = cell_in(plan, TASK, "gigpo");
+    assert_eq!((gigpo.algo.lr, gigpo.algo.warmup), (1e-4, 3));
 }

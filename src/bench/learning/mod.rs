@@ -65,7 +65,11 @@ pub struct PlanTask {
     /// A training config (relative to the plan) whose `[sft]` makes the clone; its
     /// `[algo]`, `[rollout]` and `[eval]` are every algorithm's starting point.
     pub config: PathBuf,
-    /// `[algo]` keys per algorithm for this task (over the plan's).
+    /// `[algo]` keys for every algorithm on this task (over the plan's per-algorithm
+    /// overrides), such as a learning rate the task's clone needs whatever the estimator.
+    #[serde(default)]
+    pub algo: toml::Table,
+    /// `[algo]` keys per algorithm for this task (over the plan's and `algo`).
     #[serde(default)]
     pub overrides: BTreeMap<String, toml::Table>,
 }
@@ -256,7 +260,7 @@ fn cell_config(
     v.insert("model".into(), model.into());
     let mut a = table(&mut v, "algo")?;
     a.insert("kind".into(), algo.into());
-    for o in [plan.overrides.get(algo), task.overrides.get(algo)].into_iter().flatten() {
+    for o in [plan.overrides.get(algo), Some(&task.algo), task.overrides.get(algo)].into_iter().flatten() {
         a.extend(o.clone());
     }
     v.insert("algo".into(), a.into());
