@@ -161,7 +161,7 @@ pub(crate) fn draw(
     if text && lines.len() > 1 {
         chart
             .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
+            .position(legend_corner(lines, (x0, x1), (y0, y1)))
             .background_style(WHITE.mix(0.8))
             .border_style(BLACK.mix(0.3))
             .label_font((FAMILY, 14))
@@ -170,6 +170,26 @@ pub(crate) fn draw(
     }
     root.present().map_err(|x| e(&x))?;
     Ok(())
+}
+
+/// The corner whose box (40 % of each axis) holds the fewest points, so the legend hides
+/// the least of the lines: upper left first on a tie, then upper right, lower right, lower
+/// left (curves near 1 leave the lower corners free; rising ones the upper left).
+fn legend_corner(lines: &[Line], (x0, x1): (f64, f64), (y0, y1): (f64, f64)) -> SeriesLabelPosition {
+    let (wx, wy) = (0.4 * (x1 - x0), 0.4 * (y1 - y0));
+    let corners = [
+        (SeriesLabelPosition::UpperLeft, x0..=x0 + wx, y1 - wy..=y1),
+        (SeriesLabelPosition::UpperRight, x1 - wx..=x1, y1 - wy..=y1),
+        (SeriesLabelPosition::LowerRight, x1 - wx..=x1, y0..=y0 + wy),
+        (SeriesLabelPosition::LowerLeft, x0..=x0 + wx, y0..=y0 + wy),
+    ];
+    let inside = |(xs, ys): (&std::ops::RangeInclusive<f64>, &std::ops::RangeInclusive<f64>)| {
+        lines.iter().flat_map(|l| l.points.iter()).filter(|(x, y)| xs.contains(x) && ys.contains(y)).count()
+    };
+    corners
+        .into_iter()
+        .min_by_key(|(_, xs, ys)| inside((xs, ys)))
+        .map_or(SeriesLabelPosition::UpperLeft, |(c, _, _)| c)
 }
 
 /// A tick label with as many decimals as the axis span needs (`5000`, `0.25`, `0.002`).
@@ -303,6 +323,21 @@ fn write_plots_with(ms: &[IterationMetrics], dir: &Path, text: bool) -> anyhow::
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_legend_goes_where_the_lines_are_not() {
+        let line = |points: Vec<(f64, f64)>| Line { label: "l".into(), color: RED_, points };
+        let at = |ls: &[Line]| legend_corner(ls, (0.0, 1.0), (0.0, 1.0));
+        // Curves near 1 (a strong clone): the upper corners are taken.
+        let high = [line(vec![(0.0, 0.91), (0.5, 0.95), (1.0, 0.96)])];
+        assert!(matches!(at(&high), SeriesLabelPosition::LowerRight));
+        // Curves near 0.3: the upper left is free.
+        let low = [line(vec![(0.0, 0.24), (0.5, 0.4), (1.0, 0.36)])];
+        assert!(matches!(at(&low), SeriesLabelPosition::UpperLeft));
+        // A falling loss starts in the upper left.
+        let falling = [line(vec![(0.0, 1.0), (0.5, 0.5), (1.0, 0.0)])];
+        assert!(matches!(at(&falling), SeriesLabelPosition::UpperRight));
+    }
 
     /// A synthetic run: the starting policy's evaluation (iteration 0), then success
     /// climbing from 0 to ~0.9 with noise, eval every 5 iterations.
