@@ -72,3 +72,13 @@ fn a_tasks_algo_table_reaches_every_algorithm_and_per_algorithm_overrides_win() 
     let gigpo = cell_in(plan, TASK, "gigpo");
     assert_eq!((gigpo.algo.lr, gigpo.algo.warmup), (1e-4, 3));
 }
+
+#[test]
+fn a_misspelt_override_key_fails_when_the_plan_is_read() {
+    let with = |extra: &str| -> Plan { toml::from_str(&format!("{PLAN}{extra}")).unwrap() };
+    let e = with("[tasks.algo]\nlrr = 5e-5\n").check_algo_keys().unwrap_err().to_string();
+    assert!(e.contains("[tasks.algo]") && e.contains("lrr") && e.contains("[algo]"), "{e}");
+    let e = with("[tasks.overrides.grpo]\nwarmup = \"3\"\n").check_algo_keys().unwrap_err().to_string();
+    assert!(e.contains("[tasks.overrides.grpo]") && e.contains("warmup"), "{e}");
+    with("[tasks.algo]\nlr = 5e-5\nwarmup = 3\n").check_algo_keys().unwrap();
+}

@@ -105,6 +105,7 @@ impl Plan {
                 "plan: overrides.{a} names an algorithm not in algos {names:?}"
             );
         }
+        self.check_algo_keys()?;
         let mut seen = std::collections::BTreeSet::new();
         for t in &self.tasks {
             ensure!(
@@ -126,6 +127,30 @@ impl Plan {
                 t.name,
                 t.config.display()
             );
+        }
+        Ok(())
+    }
+}
+
+impl Plan {
+    /// Every override table must be `[algo]` keys, so a misspelt key fails when the plan is
+    /// read, not when its first cell starts.
+    fn check_algo_keys(&self) -> Result<()> {
+        let plan = self.overrides.iter().map(|(a, o)| (format!("[overrides.{a}]"), o));
+        let tasks = self.tasks.iter().flat_map(|t| {
+            let per_algo =
+                t.overrides.iter().map(|(a, o)| (format!("task {:?} [tasks.overrides.{a}]", t.name), o));
+            std::iter::once((format!("task {:?} [tasks.algo]", t.name), &t.algo)).chain(per_algo)
+        });
+        for (place, table) in plan.chain(tasks) {
+            // Through text, so the error quotes the offending line.
+            let text = toml::to_string(table)?;
+            toml::from_str::<crate::train::algo_config::AlgoConfig>(&text).map_err(|e| {
+                anyhow::anyhow!(
+                    "plan: {place}: the keys are those of a config's [algo]: {}",
+                    e.to_string().trim()
+                )
+            })?;
         }
         Ok(())
     }
