@@ -183,12 +183,10 @@ fn legend_corner(lines: &[Line], (x0, x1): (f64, f64), (y0, y1): (f64, f64)) -> 
         (SeriesLabelPosition::LowerRight, x1 - wx..=x1, y0..=y0 + wy),
         (SeriesLabelPosition::LowerLeft, x0..=x0 + wx, y0..=y0 + wy),
     ];
-    let inside = |(xs, ys): (&std::ops::RangeInclusive<f64>, &std::ops::RangeInclusive<f64>)| {
-        lines.iter().flat_map(|l| l.points.iter()).filter(|(x, y)| xs.contains(x) && ys.contains(y)).count()
-    };
+    let points = || lines.iter().flat_map(|l| l.points.iter());
     corners
         .into_iter()
-        .min_by_key(|(_, xs, ys)| inside((xs, ys)))
+        .min_by_key(|(_, xs, ys)| points().filter(|(x, y)| xs.contains(x) && ys.contains(y)).count())
         .map_or(SeriesLabelPosition::UpperLeft, |(c, _, _)| c)
 }
 

@@ -130,9 +130,7 @@ impl Plan {
         }
         Ok(())
     }
-}
 
-impl Plan {
     /// Every override table must be `[algo]` keys, so a misspelt key fails when the plan is
     /// read, not when its first cell starts.
     fn check_algo_keys(&self) -> Result<()> {
