@@ -73,6 +73,14 @@ pub struct ModelConfig {
     /// symbol-only element texts as words (needs `screen_text`; off by default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub numbers: Option<bool>,
+    /// Row labels: a word-less control (`×`, an icon) also gets the words of the element
+    /// to its left on the same line (needs `screen_text`; off by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub row_labels: Option<bool>,
+    /// Words hashed without case, so "Email" on the page is "email" in the instruction
+    /// (needs `word_buckets`; off by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fold_case: Option<bool>,
     /// Action kinds the policy may write (text-form names: `click`, `type`, `key`, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kinds: Option<Vec<String>>,
@@ -123,6 +131,8 @@ impl ModelConfig {
         set(&mut v.copy, &self.copy);
         set(&mut v.previous_frame, &self.previous_frame);
         set(&mut v.numbers, &self.numbers);
+        set(&mut v.row_labels, &self.row_labels);
+        set(&mut v.fold_case, &self.fold_case);
         set(&mut v.actions.kinds, &self.kinds);
         set(&mut v.actions.keys, &self.keys);
         set(&mut v.actions.x_bins, &self.x_bins);

@@ -90,6 +90,22 @@ pub struct VlmConfig {
     /// digit. Needs `screen_text`; off by default and in older configs.
     #[serde(default)]
     pub numbers: bool,
+    /// Row labels: a control whose own text has no letter or digit (a `×` clear button,
+    /// an icon) also gets, on its token, the words of the nearest element to its left on
+    /// the same line (the row's label or labelled field), as a sighted user reads a form
+    /// row. Why: with `screen_text` the match flag tells which row the instruction names,
+    /// but it sat on the label's token while the click it asks for is on the word-less
+    /// button at the row's end, a link 60 demonstrations did not teach
+    /// (`builtin/login-settings`). Needs `screen_text`; off by default and in older configs.
+    #[serde(default)]
+    pub row_labels: bool,
+    /// Words are hashed without case (ASCII letters lowered) wherever the policy reads
+    /// them: the instruction, the screen's words, typed text. Why: a form labels its field
+    /// "Email" and the instruction says "your email"; case-sensitive buckets made them two
+    /// words, so the match flag never joined them. Needs `word_buckets`; off by default
+    /// and in older configs (whose checkpoints learned case-sensitive buckets).
+    #[serde(default)]
+    pub fold_case: bool,
 }
 
 /// The action space: which kinds of action the policy may write, and how finely.
@@ -163,6 +179,8 @@ impl VlmConfig {
             copy: false,
             previous_frame: false,
             numbers: false,
+            row_labels: false,
+            fold_case: false,
         }
     }
 
@@ -192,6 +210,8 @@ impl VlmConfig {
             copy: false,
             previous_frame: false,
             numbers: false,
+            row_labels: false,
+            fold_case: false,
         }
     }
 
@@ -224,6 +244,8 @@ impl VlmConfig {
             copy: false,
             previous_frame: false,
             numbers: false,
+            row_labels: false,
+            fold_case: false,
         }
     }
 
@@ -320,6 +342,12 @@ impl VlmConfig {
         }
         if self.numbers && !self.screen_text {
             bail!("VLM config: `numbers` compares numbers on the screen's elements: set `screen_text` too");
+        }
+        if self.fold_case && self.word_buckets == 0 {
+            bail!("VLM config: `fold_case` changes how words are hashed: set `word_buckets` (e.g. 1024) too");
+        }
+        if self.row_labels && !self.screen_text {
+            bail!("VLM config: `row_labels` names word-less controls by their row's screen words: set `screen_text` too");
         }
         if self.memory_actions && self.memory == 0 {
             bail!("VLM config: `memory_actions` needs `memory` (how many actions to remember), e.g. 2");

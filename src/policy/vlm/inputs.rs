@@ -186,6 +186,16 @@ pub fn word_buckets(text: &[u8], buckets: usize) -> Vec<u32> {
     out
 }
 
+/// [`word_buckets`] of `text` as the policy reads it: ASCII-lowered first with the
+/// config's `fold_case`.
+pub fn policy_words(text: &[u8], cfg: &VlmConfig) -> Vec<u32> {
+    if cfg.fold_case {
+        word_buckets(&text.to_ascii_lowercase(), cfg.word_buckets)
+    } else {
+        word_buckets(text, cfg.word_buckets)
+    }
+}
+
 /// The hash bucket (1..`buckets`, FNV-1a) of one word's bytes; 0 with fewer than 2 buckets.
 fn bucket(word: &[u8], buckets: usize) -> u32 {
     let hash =
@@ -281,19 +291,23 @@ pub fn screen_words(state: &ScreenState, cfg: &VlmConfig) -> Vec<u32> {
     if w == 0 || h == 0 {
         return out;
     }
-    for e in &state.elements {
-        let text = element_words(e);
-        if text.trim().is_empty() {
-            continue;
-        }
+    let own: Vec<Vec<u32>> =
+        state.elements.iter().map(|e| policy_words(element_words(e).as_bytes(), cfg)).collect();
+    let has_words = |i: usize| own[i].iter().any(|&id| id != 0);
+    for (i, e) in state.elements.iter().enumerate() {
         let (cx, cy) = (e.bbox.x + e.bbox.w / 2.0, e.bbox.y + e.bbox.h / 2.0);
         let Some(cell) = grid_cell(cx, cy, (w, h), cfg) else { continue };
         let slots = &mut out[cell * SCREEN_WORD_SLOTS..(cell + 1) * SCREEN_WORD_SLOTS];
-        let mut words = word_buckets(text.as_bytes(), cfg.word_buckets);
+        let mut words = own[i].clone();
         let symbols = if e.text.trim().is_empty() { e.label.trim() } else { e.text.trim() };
-        if cfg.numbers && !words.iter().any(|&id| id != 0) && symbols.chars().count() <= 3 {
+        if cfg.numbers && !has_words(i) && !symbols.is_empty() && symbols.chars().count() <= 3 {
             // Only symbols (`+`, `−`): the whole of them is the element's one word.
             words = vec![bucket(symbols.as_bytes(), cfg.word_buckets)];
+        }
+        if cfg.row_labels && !has_words(i) {
+            if let Some(j) = row_label(&state.elements, i, has_words) {
+                words.extend(&own[j]);
+            }
         }
         words.dedup();
         for id in words.into_iter().filter(|&id| id != 0) {
@@ -304,6 +318,24 @@ pub fn screen_words(state: &ScreenState, cfg: &VlmConfig) -> Vec<u32> {
         }
     }
     out
+}
+
+/// For the config's `row_labels`: the element nearest to the left of `elements[i]` on its
+/// line (its box spans `elements[i]`'s vertical centre, its centre lies left of `i`'s) among
+/// those `has_words` says have words.
+fn row_label(elements: &[Element], i: usize, has_words: impl Fn(usize) -> bool) -> Option<usize> {
+    let b = &elements[i].bbox;
+    let (cx, cy) = (b.x + b.w / 2.0, b.y + b.h / 2.0);
+    (0..elements.len())
+        .filter(|&j| j != i && has_words(j))
+        .filter(|&j| {
+            let o = &elements[j].bbox;
+            (o.y..=o.y + o.h).contains(&cy) && o.x + o.w / 2.0 < cx
+        })
+        .max_by(|&a, &c| {
+            let right = |j: usize| elements[j].bbox.x + elements[j].bbox.w / 2.0;
+            right(a).total_cmp(&right(c))
+        })
 }
 
 /// The image-token grid cell of the point (`x`, `y`) on a `w`×`h` screenshot, if on it.
@@ -349,7 +381,7 @@ pub fn action_tokens(state: &ScreenState, cfg: &VlmConfig) -> Vec<(usize, Vec<u3
             };
             let mut words: Vec<u32> = match cfg.word_buckets {
                 0 => vec![],
-                n => word_buckets(text.as_bytes(), n),
+                _ => policy_words(text.as_bytes(), cfg),
             };
             words.dedup();
             words.retain(|&w| w != 0);
@@ -422,7 +454,7 @@ pub fn encoder_inputs(states: &[ScreenState], cfg: &VlmConfig, device: &Device) 
     };
     let text_words: Vec<Vec<u32>> = match cfg.word_buckets {
         0 => vec![],
-        n => texts.iter().map(|t| word_buckets(t, n)).collect(),
+        _ => texts.iter().map(|t| policy_words(t, cfg)).collect(),
     };
     let words = if cfg.word_buckets > 0 {
         let mut ids = vec![0u32; b * l];

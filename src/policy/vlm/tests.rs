@@ -361,6 +361,72 @@ fn numbers_on_the_screen_are_compared_with_the_instruction() {
     assert!(e.contains("`numbers`") && e.contains("screen_text"), "{e}");
 }
 
+/// `row_labels`: a word-less control (a `×` at a form row's end) carries the words of the
+/// element nearest to its left on its line, so the instruction's match flag reaches the
+/// button; controls with words of their own, and those alone on their line, keep theirs.
+/// `fold_case`: the page's "Email" is the instruction's "email".
+#[test]
+fn a_wordless_control_takes_its_rows_label() {
+    // tiny: a 4 × 5 token grid; on a 160 × 200 screenshot one token is 40 × 40 pixels.
+    let cfg = VlmConfig {
+        word_buckets: 256,
+        screen_text: true,
+        row_labels: true,
+        fold_case: true,
+        ..VlmConfig::tiny()
+    };
+    let mut s = speed::square_state(160, 200, 0, 0, 1, [0, 0, 0], "Change your email to \"a@b.io\".");
+    let button = |text: &str, x: f32, y: f32| crate::env::Element {
+        tag: "button".into(),
+        bbox: crate::env::BBox { x, y, w: 10.0, h: 10.0 },
+        ..labelled(text, 0.0, 0.0)
+    };
+    s.elements = vec![
+        labelled("Display name", 0.0, 45.0), // row 1, column 0 (centre (20, 50))
+        button("\u{d7}", 130.0, 45.0),       // row 1, column 3: takes "Display name"
+        labelled("Email", 0.0, 85.0),        // row 2, column 0
+        crate::env::Element {
+            // The row's field, named by its <label>: nearer to the × than the label.
+            tag: "input".into(),
+            label: "Email".into(),
+            value: "old@x.io".into(),
+            ..labelled("", 45.0, 85.0)
+        },
+        button("\u{d7}", 130.0, 85.0),  // row 2, column 3: takes "Email"
+        button("\u{d7}", 130.0, 165.0), // row 4: nothing to its left, nothing
+        button("Save", 90.0, 125.0),    // row 3, column 2: has its own word
+        labelled("Help", 140.0, 125.0), // right of Save on its line, not left
+    ];
+    let ids = inputs::screen_words(&s, &cfg);
+    let k = inputs::SCREEN_WORD_SLOTS;
+    let at = |col: usize, row: usize| ids[(row * 4 + col) * k..(row * 4 + col + 1) * k].to_vec();
+    let word = |w: &str| inputs::word_buckets(w.as_bytes(), 256)[0];
+    assert_eq!(at(3, 1), vec![word("display"), word("name"), 0, 0, 0, 0]);
+    assert_eq!(at(3, 2), vec![word("email"), 0, 0, 0, 0, 0]);
+    assert_eq!(at(3, 4), vec![0; 6]);
+    assert_eq!(at(2, 3), vec![word("save"), 0, 0, 0, 0, 0]);
+    // The instruction's "email" now flags the × of its row, not the other one.
+    let enc = inputs::encoder_inputs(std::slice::from_ref(&s), &cfg, &Device::Cpu).unwrap();
+    let matched = enc.screen.unwrap().matched.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    assert_eq!(matched[(2 * 4 + 3) * k], 1.0);
+    assert_eq!(matched[(4 + 3) * k], 0.0);
+    // Case kept: "Email" is not "email", and nothing matches.
+    let cased = VlmConfig { fold_case: false, ..cfg.clone() };
+    let enc = inputs::encoder_inputs(std::slice::from_ref(&s), &cased, &Device::Cpu).unwrap();
+    assert_eq!(enc.screen.unwrap().matched.sum_all().unwrap().to_scalar::<f32>().unwrap(), 0.0);
+    // Off: the × buttons carry nothing.
+    let off = VlmConfig { row_labels: false, ..cfg.clone() };
+    let ids = inputs::screen_words(&s, &off);
+    assert!(ids[(4 + 3) * k..(4 + 4) * k]
+        .iter()
+        .chain(&ids[(2 * 4 + 3) * k..(2 * 4 + 4) * k])
+        .all(|&id| id == 0));
+    let e = VlmConfig { row_labels: true, ..VlmConfig::tiny() }.validate().unwrap_err().to_string();
+    assert!(e.contains("`row_labels`") && e.contains("screen_text"), "{e}");
+    let e = VlmConfig { fold_case: true, ..VlmConfig::tiny() }.validate().unwrap_err().to_string();
+    assert!(e.contains("`fold_case`") && e.contains("word_buckets"), "{e}");
+}
+
 /// Memory of the episode: the last `memory` pointing actions sit, by age, on the token
 /// they pointed at; they change the policy's output, and the age table learns.
 #[test]
