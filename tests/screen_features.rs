@@ -27,7 +27,7 @@ fn flagged(state: &ScreenState, id: &str, cfg: &VlmConfig) -> bool {
         + (cx / w as f32 * cfg.grid_w() as f32) as usize;
     let enc = encoder_inputs(std::slice::from_ref(state), cfg, &Device::Cpu).unwrap();
     let matched = enc.screen.unwrap().matched.flatten_all().unwrap().to_vec1::<f32>().unwrap();
-    matched[cell * SCREEN_WORD_SLOTS..(cell + 1) * SCREEN_WORD_SLOTS].iter().any(|&m| m == 1.0)
+    matched[cell * SCREEN_WORD_SLOTS..(cell + 1) * SCREEN_WORD_SLOTS].contains(&1.0)
 }
 
 #[tokio::test]
