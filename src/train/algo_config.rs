@@ -213,6 +213,12 @@ pub struct AlgoConfig {
     /// quitting never pays better than a wrong answer.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub give_up_reward: Option<f64>,
+    /// The reward any other failed rollout (a wrong answer) trains on, instead of the
+    /// task's (−1 on MiniWoB++ and built-in tasks). With `gamma` < 1 set it and
+    /// `truncation_reward` to 0: a negative failure reward, discounted, pays a later
+    /// failure better than an earlier one, and step-level credit then teaches stalling.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fail_reward: Option<f64>,
 }
 
 impl Default for AlgoConfig {
@@ -263,11 +269,41 @@ impl Default for AlgoConfig {
             overlong_weight: 1.0,
             truncation_reward: None,
             give_up_reward: None,
+            fail_reward: None,
         }
     }
 }
 
 impl AlgoConfig {
+    /// The rewards training uses in place of the task's.
+    pub fn reward_overrides(&self) -> super::rewards::RewardOverrides {
+        super::rewards::RewardOverrides {
+            truncation: self.truncation_reward,
+            give_up: self.give_up_reward,
+            fail: self.fail_reward,
+        }
+    }
+    /// Whether the advantages use γ-discounted returns from each step.
+    pub fn discounts_steps(&self) -> bool {
+        self.gamma < 1.0
+            && (matches!(self.kind, AlgoKind::ReinforcePp | AlgoKind::Gigpo | AlgoKind::Ppo)
+                || self.step_credit == StepCredit::Discounted)
+    }
+    /// A warning for discounted step returns over a negative failure reward
+    /// (`task_failure`: the lowest failure reward of the run's tasks), which pays a later
+    /// failure better than an earlier one (see `fail_reward`); `None` when that cannot happen.
+    pub fn stalling_warning(&self, task_failure: f64) -> Option<String> {
+        let negative =
+            self.fail_reward.unwrap_or(task_failure) < 0.0 || self.truncation_reward.is_some_and(|r| r < 0.0);
+        (self.discounts_steps() && negative).then(|| {
+            format!(
+                "algo.gamma = {} discounts a negative failure reward: a failure put off by stalling \
+                 then scores better than an early one, and step credit teaches stalling; set \
+                 algo.fail_reward = 0.0 and algo.truncation_reward = 0.0 (or gamma = 1.0)",
+                self.gamma
+            )
+        })
+    }
     /// ε_low, resolved.
     pub fn clip_low(&self) -> f64 {
         self.clip_low.unwrap_or(self.kind.default_clip().0)
@@ -462,6 +498,9 @@ impl AlgoConfig {
         );
         if let Some(r) = a.truncation_reward {
             check(r.is_finite(), format!("algo.truncation_reward must be a finite number, got {r}"));
+        }
+        if let Some(r) = a.fail_reward {
+            check(r.is_finite(), format!("algo.fail_reward must be a finite number, got {r}"));
         }
         super::value::check_options(a, iterations, check);
     }

@@ -228,6 +228,7 @@ fn bad_values_are_named() {
         ("algo", "truncation_reward = nan", "algo.truncation_reward must be a finite number"),
         ("algo", "gamma = 1.5", "algo.gamma must be in [0, 1]"),
         ("algo", "give_up_reward = inf", "algo.give_up_reward must be a finite number"),
+        ("algo", "fail_reward = nan", "algo.fail_reward must be a finite number"),
         ("algo", "kind = \"ppo2\"", "ppo2"),
         ("algo", "dual_clip = 1.0", "algo.dual_clip must be > 1"),
         ("algo", "dual_clip = 0.5", "algo.dual_clip must be > 1"),
@@ -366,4 +367,28 @@ fn every_shipped_recipe_parses_and_validates() {
         }
     }
     assert!(n >= 3, "found {n} recipes in {}", dir.display());
+}
+
+#[test]
+fn discounted_step_credit_over_a_negative_failure_reward_is_warned_about() {
+    let algo = |text: &str| parse_ok(&format!("{MINIMAL}[algo]\n{text}")).algo;
+    // γ < 1 with the tasks' −1: a failure put off by stalling scores −γ^k > −1.
+    let w = algo("kind = \"gigpo\"\ngamma = 0.95").stalling_warning(-1.0).unwrap();
+    assert!(w.contains("algo.fail_reward = 0.0"), "{w}");
+    assert!(algo("kind = \"ppo\"\ngamma = 0.9\nfail_reward = 0.0\ntruncation_reward = -1.0")
+        .stalling_warning(-1.0)
+        .is_some());
+    assert!(algo("kind = \"grpo\"\nstep_credit = \"discounted\"\ngamma = 0.9")
+        .stalling_warning(-1.0)
+        .is_some());
+    // Failures and truncations at 0, γ = 1, a trajectory-level estimator, or tasks whose
+    // failures score 0: nothing to warn about.
+    assert_eq!(
+        algo("kind = \"gigpo\"\ngamma = 0.95\nfail_reward = 0.0\ntruncation_reward = 0.0")
+            .stalling_warning(-1.0),
+        None
+    );
+    assert_eq!(algo("kind = \"reinforce_pp\"\ngamma = 1.0").stalling_warning(-1.0), None);
+    assert_eq!(algo("kind = \"grpo\"\ngamma = 0.9").stalling_warning(-1.0), None);
+    assert_eq!(algo("kind = \"reinforce_pp\"\ngamma = 0.9").stalling_warning(0.0), None);
 }

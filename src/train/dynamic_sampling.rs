@@ -225,7 +225,7 @@ pub async fn collect_groups(
         let first_group = (it * (1 + max_extra as u64) + k) * b as u64;
         let jobs = Job::groups(&seeds.next_batch(b), algo.group_size, first_group);
         let (mut recs, st) = collector.collect(policy, jobs, |_, _| {}).await?;
-        out.give_ups += rewards::shape(&mut recs, tasks, algo.truncation_reward, algo.give_up_reward);
+        out.give_ups += rewards::shape(&mut recs, tasks, algo.reward_overrides());
         add_stats(&mut out.stats, &st);
         if k > 0 {
             out.extra_env_steps += st.env_steps;

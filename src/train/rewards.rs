@@ -7,6 +7,11 @@
 //! - `[algo] give_up_reward`: a rollout that ended with the agent's `done()` on a task that
 //!   ends by itself (MiniWoB++, built-in) trains on this reward; by default the task's
 //!   failure reward (−1 there), since `done()` there means "I give up".
+//! - `[algo] fail_reward`: any other failed rollout (a wrong answer) trains on this reward
+//!   instead of the task's. With γ < 1 a negative failure reward pays a later failure
+//!   better than an earlier one (the return from step t is −γ^(T−t)), so the step-level
+//!   estimators learn to put failure off, by stalling until the step limit; failures and
+//!   truncations at 0 remove that.
 //! - `[algo] overlong_penalty`: a rollout that ran into the last `overlong_window` steps
 //!   before `rollout.max_steps` loses up to `overlong_weight` ([`overlong_penalty`]; on by
 //!   default for `dapo`).
@@ -28,27 +33,39 @@ pub fn gave_up(t: &Trajectory, task: &dyn Task) -> bool {
         && t.steps.last().is_some_and(|s| GuiAction::parse(&s.action).is_ok_and(|a| a == GuiAction::Done))
 }
 
-/// Apply the truncation and give-up rewards to freshly collected rollouts; returns how
-/// many rollouts gave up.
-pub fn shape(
-    recs: &mut [Recorded],
-    tasks: &[Arc<dyn Task>],
-    truncation_reward: Option<f64>,
-    give_up_reward: Option<f64>,
-) -> usize {
+/// The training rewards a config sets in place of the task's (`None`: the task's own).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct RewardOverrides {
+    /// For a rollout that hit the step limit.
+    pub truncation: Option<f64>,
+    /// For a rollout whose agent gave up (default: the task's failure reward).
+    pub give_up: Option<f64>,
+    /// For any other failed rollout.
+    pub fail: Option<f64>,
+}
+
+/// Apply the truncation, give-up and failure rewards to freshly collected rollouts;
+/// returns how many rollouts gave up.
+pub fn shape(recs: &mut [Recorded], tasks: &[Arc<dyn Task>], set: RewardOverrides) -> usize {
     let mut give_ups = 0;
     for rec in recs {
         let t = &mut rec.trajectory;
-        if t.outcome.status == EpisodeStatus::Truncated {
-            if let Some(r) = truncation_reward {
-                t.outcome.reward = r;
+        match t.outcome.status {
+            EpisodeStatus::Truncated => {
+                if let Some(r) = set.truncation {
+                    t.outcome.reward = r;
+                }
             }
-            continue;
-        }
-        let Some(task) = tasks.iter().find(|k| k.id() == t.task_id) else { continue };
-        if gave_up(t, task.as_ref()) {
-            give_ups += 1;
-            t.outcome.reward = give_up_reward.unwrap_or(task.failure_reward());
+            EpisodeStatus::Fail => {
+                let task = tasks.iter().find(|k| k.id() == t.task_id);
+                if let Some(task) = task.filter(|task| gave_up(t, task.as_ref())) {
+                    give_ups += 1;
+                    t.outcome.reward = set.give_up.unwrap_or(task.failure_reward());
+                } else if let Some(r) = set.fail {
+                    t.outcome.reward = r;
+                }
+            }
+            _ => {}
         }
     }
     give_ups
@@ -136,12 +153,19 @@ mod tests {
         };
         // Defaults: a give-up scores MiniWoB++'s failure reward (−1), like a wrong answer.
         let mut r = fresh();
-        assert_eq!(shape(&mut r, &tasks, None, None), 1);
+        assert_eq!(shape(&mut r, &tasks, RewardOverrides::default()), 1);
         assert_eq!(rewards(&r), [-1.0, -1.0, 0.0, 0.8, 0.0]);
-        // Both corrections configured.
+        // Truncation and give-up configured: a wrong answer keeps the task's reward.
         let mut r = fresh();
-        assert_eq!(shape(&mut r, &tasks, Some(-0.5), Some(-2.0)), 1);
+        let set = RewardOverrides { truncation: Some(-0.5), give_up: Some(-2.0), fail: None };
+        assert_eq!(shape(&mut r, &tasks, set), 1);
         assert_eq!(rewards(&r), [-2.0, -1.0, -0.5, 0.8, 0.0]);
+        // All three: the website task's done() is a failure of its own, not a give-up, so
+        // it takes fail_reward like the wrong answer; a success keeps the task's reward.
+        let mut r = fresh();
+        let set = RewardOverrides { truncation: Some(0.0), give_up: Some(-2.0), fail: Some(0.1) };
+        assert_eq!(shape(&mut r, &tasks, set), 1);
+        assert_eq!(rewards(&r), [-2.0, 0.1, 0.0, 0.8, 0.1]);
     }
 
     #[test]

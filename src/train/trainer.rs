@@ -106,6 +106,10 @@ impl Trainer {
         let tasks =
             cfg.tasks.ids.iter().map(|id| crate::tasks::load_task(id)).collect::<anyhow::Result<Vec<_>>>()?;
         let latest = super::run_folder::prepare(&run_dir, &cfg, resume, force)?;
+        let worst_failure = tasks.iter().map(|t| t.failure_reward()).fold(0.0, f64::min);
+        if let Some(w) = cfg.algo.stalling_warning(worst_failure) {
+            tracing::warn!("{w}");
+        }
         let mut policy = cfg.model.build(&device, cfg.run.seed)?;
         if let Some(dir) = &latest {
             policy.load(dir)?;
