@@ -284,7 +284,7 @@ impl AlgoConfig {
         }
     }
     /// Whether the advantages use γ-discounted returns from each step.
-    pub fn discounts_steps(&self) -> bool {
+    fn discounts_steps(&self) -> bool {
         self.gamma < 1.0
             && (matches!(self.kind, AlgoKind::ReinforcePp | AlgoKind::Gigpo | AlgoKind::Ppo)
                 || self.step_credit == StepCredit::Discounted)
