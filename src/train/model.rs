@@ -81,6 +81,10 @@ pub struct ModelConfig {
     /// (needs `word_buckets`; off by default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fold_case: Option<bool>,
+    /// Checkbox and radio states crossed with whether the instruction names the control
+    /// (needs `screen_text`; off by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_state: Option<bool>,
     /// Action kinds the policy may write (text-form names: `click`, `type`, `key`, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kinds: Option<Vec<String>>,
@@ -133,6 +137,7 @@ impl ModelConfig {
         set(&mut v.numbers, &self.numbers);
         set(&mut v.row_labels, &self.row_labels);
         set(&mut v.fold_case, &self.fold_case);
+        set(&mut v.control_state, &self.control_state);
         set(&mut v.actions.kinds, &self.kinds);
         set(&mut v.actions.keys, &self.keys);
         set(&mut v.actions.x_bins, &self.x_bins);

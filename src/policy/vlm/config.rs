@@ -106,6 +106,15 @@ pub struct VlmConfig {
     /// and in older configs (whose checkpoints learned case-sensitive buckets).
     #[serde(default)]
     pub fold_case: bool,
+    /// Control states against the instruction: the image token under each checkbox or
+    /// radio button gets a learned vector for the pair (named by the instruction, checked),
+    /// one of four (see `inputs::control_states`). Why: "turn on exactly the named
+    /// switches" asks, per control, named XOR on; with the name's match flag and the state
+    /// word summed into one token that product is for the encoder to learn, and 100
+    /// demonstrations did not teach it (`builtin/toggle-switches`). Needs `screen_text`;
+    /// off by default and in older configs.
+    #[serde(default)]
+    pub control_state: bool,
 }
 
 /// The action space: which kinds of action the policy may write, and how finely.
@@ -181,6 +190,7 @@ impl VlmConfig {
             numbers: false,
             row_labels: false,
             fold_case: false,
+            control_state: false,
         }
     }
 
@@ -212,6 +222,7 @@ impl VlmConfig {
             numbers: false,
             row_labels: false,
             fold_case: false,
+            control_state: false,
         }
     }
 
@@ -246,6 +257,7 @@ impl VlmConfig {
             numbers: false,
             row_labels: false,
             fold_case: false,
+            control_state: false,
         }
     }
 
@@ -342,6 +354,9 @@ impl VlmConfig {
         }
         if self.numbers && !self.screen_text {
             bail!("VLM config: `numbers` compares numbers on the screen's elements: set `screen_text` too");
+        }
+        if self.control_state && !self.screen_text {
+            bail!("VLM config: `control_state` reads controls against the instruction's words: set `screen_text` too");
         }
         if self.fold_case && self.word_buckets == 0 {
             bail!("VLM config: `fold_case` changes how words are hashed: set `word_buckets` (e.g. 1024) too");

@@ -8,6 +8,7 @@
 use anyhow::{Context, Result};
 use candle_core::{Device, Tensor};
 use image::{imageops::FilterType, RgbImage};
+use std::collections::HashSet;
 
 use super::config::VlmConfig;
 use super::copy::CopySource;
@@ -73,6 +74,10 @@ pub struct ScreenWords {
     /// the element centred on the token compares with the instruction's first number
     /// (less, equal, greater); all 0 where either has none (see [`number_relations`]).
     pub relation: Option<Tensor>,
+    /// [B, image_tokens, 4] f32, with the config's `control_state`: one-hot, whether the
+    /// instruction names the checkbox or radio button centred on the token and whether it
+    /// is checked; all 0 where none is (see [`control_states`]).
+    pub control: Option<Tensor>,
 }
 
 /// Words one image token can hold; further words of elements centred there are dropped.
@@ -246,6 +251,31 @@ pub fn number_relations(state: &ScreenState, cfg: &VlmConfig) -> Vec<f32> {
             let row = &mut out[cell * 3..cell * 3 + 3];
             row.fill(0.0);
             row[(shown.cmp(&asked) as i8 + 1) as usize] = 1.0;
+        }
+    }
+    out
+}
+
+/// For one state, [image_tokens × 4] row-major: at the token under the centre of each
+/// checkbox or radio button, a one-hot of (named, checked) in the order named & checked,
+/// named & unchecked, unnamed & checked, unnamed & unchecked. Named: its accessible name
+/// (label, else text) has words and every one of them is among `said` (the instruction's
+/// word buckets). Every word, not any: "Dark mode" named must not name "Airplane mode".
+pub fn control_states(state: &ScreenState, said: &HashSet<u32>, cfg: &VlmConfig) -> Vec<f32> {
+    let mut out = vec![0f32; cfg.image_tokens() * 4];
+    let (w, h) = state.screenshot.dimensions();
+    if w == 0 || h == 0 {
+        return out;
+    }
+    for e in state.elements.iter().filter(|e| matches!(e.input_type.as_str(), "checkbox" | "radio")) {
+        let name = if e.label.trim().is_empty() { &e.text } else { &e.label };
+        let words: Vec<u32> = policy_words(name.as_bytes(), cfg).into_iter().filter(|&id| id != 0).collect();
+        let named = !words.is_empty() && words.iter().all(|id| said.contains(id));
+        let (cx, cy) = (e.bbox.x + e.bbox.w / 2.0, e.bbox.y + e.bbox.h / 2.0);
+        if let Some(cell) = grid_cell(cx, cy, (w, h), cfg) {
+            let row = &mut out[cell * 4..cell * 4 + 4];
+            row.fill(0.0);
+            row[2 * usize::from(!named) + usize::from(!e.checked)] = 1.0;
         }
     }
     out
@@ -466,12 +496,15 @@ pub fn encoder_inputs(states: &[ScreenState], cfg: &VlmConfig, device: &Device) 
         None
     };
     let screen = if cfg.screen_text {
-        let (mut ids, mut matched) = (vec![], vec![]);
+        let (mut ids, mut matched, mut control) = (vec![], vec![], vec![]);
         for (s, said) in states.iter().zip(&text_words) {
-            let said: std::collections::HashSet<u32> = said.iter().copied().filter(|&w| w != 0).collect();
+            let said: HashSet<u32> = said.iter().copied().filter(|&w| w != 0).collect();
             let slots = screen_words(s, cfg);
             matched.extend(slots.iter().map(|id| f32::from(u8::from(said.contains(id)))));
             ids.extend(slots);
+            if cfg.control_state {
+                control.extend(control_states(s, &said, cfg));
+            }
         }
         let mask: Vec<f32> = ids.iter().map(|&id| f32::from(u8::from(id != 0))).collect();
         let shape = (b, cfg.image_tokens(), SCREEN_WORD_SLOTS, 1);
@@ -482,6 +515,11 @@ pub fn encoder_inputs(states: &[ScreenState], cfg: &VlmConfig, device: &Device) 
             relation: if cfg.numbers {
                 let rel: Vec<f32> = states.iter().flat_map(|s| number_relations(s, cfg)).collect();
                 Some(Tensor::from_vec(rel, (b, cfg.image_tokens(), 3), device)?)
+            } else {
+                None
+            },
+            control: if cfg.control_state {
+                Some(Tensor::from_vec(control, (b, cfg.image_tokens(), 4), device)?)
             } else {
                 None
             },

@@ -298,6 +298,9 @@ pub struct VlmModel {
     /// [3, d]: added to an image token whose element's number is less than, equal to or
     /// greater than the instruction's (the config's `numbers`).
     number_relation: Option<Tensor>,
+    /// [4, d]: added to the image token of a checkbox or radio button, one row per
+    /// (named by the instruction, checked) pair (the config's `control_state`).
+    control_state: Option<Tensor>,
     /// [memory, d]: added to the image token an earlier action pointed at, one row per
     /// age (row 0: the last action).
     memory: Option<Tensor>,
@@ -333,6 +336,7 @@ impl VlmModel {
             },
             screen_match: if cfg.screen_text { Some(table(&venc, "screen_match", 1, d)?) } else { None },
             number_relation: if cfg.numbers { Some(table(&venc, "number_relation", 3, d)?) } else { None },
+            control_state: if cfg.control_state { Some(table(&venc, "control_state", 4, d)?) } else { None },
             memory: match cfg.memory {
                 0 => None,
                 k => Some(table(&venc, "memory", k, d)?),
@@ -377,6 +381,10 @@ impl VlmModel {
             if let (Some(table), Some(rel)) = (&self.number_relation, &screen.relation) {
                 // [B, n_img, 3] one-hot × [3, d]: a plain matmul, so the table learns.
                 img = (img + rel.broadcast_matmul(table)?)?;
+            }
+            if let (Some(table), Some(states)) = (&self.control_state, &screen.control) {
+                // [B, n_img, 4] one-hot × [4, d], as the relation above.
+                img = (img + states.broadcast_matmul(table)?)?;
             }
         }
         if let (Some(table), Some(marks)) = (&self.memory, &enc.history) {

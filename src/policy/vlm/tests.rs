@@ -361,6 +361,63 @@ fn numbers_on_the_screen_are_compared_with_the_instruction() {
     assert!(e.contains("`numbers`") && e.contains("screen_text"), "{e}");
 }
 
+/// `control_state`: each checkbox or radio button's token gets the one-hot of (named by
+/// the instruction, checked); a name is named only when all its words are said ("Dark
+/// mode" does not name "Airplane mode"), and every row of the table learns.
+#[test]
+fn control_states_cross_the_instructions_names_with_the_checked_state() {
+    // 1 024 buckets, as the task configs: at 256 "Airplane" and one of the instruction's words share one.
+    let cfg = VlmConfig { word_buckets: 1024, screen_text: true, control_state: true, ..VlmConfig::tiny() };
+    let mut s =
+        speed::square_state(160, 200, 0, 0, 1, [0, 0, 0], "Turn on \"Dark mode\", turn off the rest.");
+    let switch = |name: &str, checked: bool, x: f32, y: f32| crate::env::Element {
+        tag: "input".into(),
+        input_type: "checkbox".into(),
+        label: name.into(),
+        checked,
+        ..labelled("", x, y)
+    };
+    s.elements = vec![
+        switch("Dark mode", true, 0.0, 5.0),       // token (0, 0): named & checked
+        switch("Dark mode", false, 40.0, 45.0),    // token (1, 1): named & unchecked
+        switch("Airplane mode", true, 80.0, 85.0), // token (2, 2): unnamed & checked
+        switch("Sync", false, 120.0, 125.0),       // token (3, 3): unnamed & unchecked
+        labelled("Dark mode", 0.0, 165.0),         // token (0, 4): not a control
+    ];
+    let st = inputs::control_states(&s, &inputs_said(&s, &cfg), &cfg);
+    let at = |col: usize, row: usize| st[(row * 4 + col) * 4..(row * 4 + col + 1) * 4].to_vec();
+    assert_eq!(at(0, 0), vec![1.0, 0.0, 0.0, 0.0]);
+    assert_eq!(at(1, 1), vec![0.0, 1.0, 0.0, 0.0]);
+    assert_eq!(at(2, 2), vec![0.0, 0.0, 1.0, 0.0]);
+    assert_eq!(at(3, 3), vec![0.0, 0.0, 0.0, 1.0]);
+    assert_eq!(st.iter().sum::<f32>(), 4.0, "{st:?}");
+    let enc = inputs::encoder_inputs(std::slice::from_ref(&s), &cfg, &Device::Cpu).unwrap();
+    let control = enc.screen.unwrap().control.unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    assert_eq!(control, st);
+    let off = VlmConfig { control_state: false, ..cfg.clone() };
+    assert!(inputs::encoder_inputs(std::slice::from_ref(&s), &off, &Device::Cpu)
+        .unwrap()
+        .screen
+        .unwrap()
+        .control
+        .is_none());
+
+    let p = VlmPolicy::new(cfg, &Device::Cpu, 5).unwrap();
+    let action = vec![GuiAction::parse("click(100, 100)").unwrap()];
+    let a = p.log_probs(std::slice::from_ref(&s), &action).unwrap();
+    let grads = a.logp.sum_all().unwrap().backward().unwrap();
+    let (_, t) = p.named_vars().into_iter().find(|(n, _)| n.ends_with("control_state")).unwrap();
+    let g = grads.get(t.as_tensor()).unwrap().to_vec2::<f32>().unwrap();
+    assert!(g.iter().all(|row| row.iter().any(|v| *v != 0.0)), "a control-state row has no gradient");
+    let e = VlmConfig { control_state: true, ..VlmConfig::tiny() }.validate().unwrap_err().to_string();
+    assert!(e.contains("`control_state`") && e.contains("screen_text"), "{e}");
+}
+
+/// The instruction's word buckets, as `encoder_inputs` collects them.
+fn inputs_said(s: &crate::env::ScreenState, cfg: &VlmConfig) -> std::collections::HashSet<u32> {
+    inputs::policy_words(s.instruction.as_bytes(), cfg).into_iter().filter(|&w| w != 0).collect()
+}
+
 /// `row_labels`: a word-less control (a `×` at a form row's end) carries the words of the
 /// element nearest to its left on its line, so the instruction's match flag reaches the
 /// button; controls with words of their own, and those alone on their line, keep theirs.
