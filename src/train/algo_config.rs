@@ -381,6 +381,13 @@ impl AlgoConfig {
             total: iterations,
         }
     }
+    /// The policy's learning rate at iteration `it` (0-based) of `iterations`. The schedule
+    /// counts the iterations that update the policy: PPO's critic warm-up iterations do not,
+    /// so they must not spend the lr warm-up (the first policy step would be a full one).
+    pub fn policy_lr(&self, iterations: u64, it: u64) -> f64 {
+        let idle = if self.kind == AlgoKind::Ppo { self.critic_warmup } else { 0 };
+        self.lr_scheduler(iterations.saturating_sub(idle)).lr(it.saturating_sub(idle))
+    }
 }
 
 impl AlgoConfig {

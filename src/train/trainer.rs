@@ -305,7 +305,7 @@ impl Trainer {
         //    iteration's β.
         self.consistent = false;
         let t1 = Instant::now();
-        let lr = algo.lr_scheduler(cfg.run.iterations).lr(it);
+        let lr = algo.policy_lr(cfg.run.iterations, it);
         self.opt.set_lr(lr);
         let step_algo = super::config::AlgoConfig { beta, ..algo.clone() };
         // The reference scores the minibatches only when the KL is a loss term.

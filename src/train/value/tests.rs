@@ -124,6 +124,16 @@ fn ppo_options_are_checked_naming_the_key() {
     let warm = AlgoConfig { critic_warmup: 2, ..ppo };
     assert!(!trains_policy(&warm, 0) && !trains_policy(&warm, 1) && trains_policy(&warm, 2));
     assert!(trains_policy(&AlgoConfig::default(), 0));
+    // The lr warm-up starts with the policy's first update: warmup 3 after 2 critic-only
+    // iterations gives lr · 1/3, 2/3, 1 at iterations 2, 3, 4 (0-based), as GRPO's at 0, 1, 2.
+    let lr = AlgoConfig { lr: 3e-4, warmup: 3, ..warm };
+    let ppo_lrs: Vec<f64> = (2..6).map(|it| lr.policy_lr(20, it)).collect();
+    let grpo = AlgoConfig { kind: AlgoKind::Grpo, critic_warmup: 0, ..lr.clone() };
+    let grpo_lrs: Vec<f64> = (0..4).map(|it| grpo.policy_lr(20, it)).collect();
+    for (got, want) in ppo_lrs.iter().zip([1e-4, 2e-4, 3e-4, 3e-4]) {
+        assert!((got - want).abs() < 1e-12, "{ppo_lrs:?}");
+    }
+    assert_eq!(ppo_lrs, grpo_lrs);
 }
 
 /// What a critic costs next to the policy's own update, per state (printed, not asserted):
