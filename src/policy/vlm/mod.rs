@@ -27,6 +27,7 @@ pub(crate) mod layers;
 mod memory_tests;
 pub mod model;
 mod pointer;
+mod relations;
 pub mod speed;
 #[cfg(test)]
 mod tests;
