@@ -385,8 +385,16 @@ impl AlgoConfig {
     /// counts the iterations that update the policy: PPO's critic warm-up iterations do not,
     /// so they must not spend the lr warm-up (the first policy step would be a full one).
     pub fn policy_lr(&self, iterations: u64, it: u64) -> f64 {
-        let idle = if self.kind == AlgoKind::Ppo { self.critic_warmup } else { 0 };
+        let idle = self.critic_only_iterations();
         self.lr_scheduler(iterations.saturating_sub(idle)).lr(it.saturating_sub(idle))
+    }
+    /// The first iterations that train only PPO's critic (`critic_warmup`; 0 otherwise).
+    pub fn critic_only_iterations(&self) -> u64 {
+        if self.kind == AlgoKind::Ppo {
+            self.critic_warmup
+        } else {
+            0
+        }
     }
 }
 

@@ -111,7 +111,7 @@ pub(crate) fn check_options(a: &AlgoConfig, iterations: u64, check: &mut dyn FnM
 /// Whether iteration `iteration` (0-based) updates the policy: not during PPO's critic
 /// warm-up.
 pub fn trains_policy(algo: &AlgoConfig, iteration: u64) -> bool {
-    algo.kind != AlgoKind::Ppo || iteration >= algo.critic_warmup
+    iteration >= algo.critic_only_iterations()
 }
 
 /// One observation the critic regresses on: its row in [`PpoBatch::inputs`], its GAE
