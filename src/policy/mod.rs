@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod oracle;
+pub mod qwen_vl;
 pub mod random;
 pub mod reward_model;
 pub mod screen_encoder;

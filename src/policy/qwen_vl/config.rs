@@ -1,0 +1,441 @@
+//! `config.json` of a Qwen3-VL or Qwen2.5-VL checkpoint, read strictly.
+//!
+//! Qwen3-VL nests the language model's keys under `text_config`; Qwen2.5-VL checkpoints on
+//! the hub keep them at the top level (transformers 5 also writes them nested: both are
+//! read). RoPE settings come from `rope_parameters` (transformers 5) or `rope_scaling` +
+//! `rope_theta` (older files). A key this reader does not know is an error naming the file
+//! and the key: a setting that changes the architecture must not be dropped silently.
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde_json::{Map, Value};
+use std::path::Path;
+
+/// Which of the two architectures a checkpoint is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arch {
+    /// Qwen3-VL: DeepStack, learned interpolated vision positions, interleaved M-RoPE,
+    /// q/k RMSNorm, LayerNorm + GELU vision blocks.
+    Qwen3Vl,
+    /// Qwen2.5-VL (and UI-TARS-1.5): window attention, RMSNorm + SwiGLU vision blocks,
+    /// sectioned M-RoPE, q/k/v bias.
+    Qwen25Vl,
+}
+
+/// The language model's settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TextConfig {
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    pub num_key_value_heads: usize,
+    pub head_dim: usize,
+    pub rms_norm_eps: f64,
+    pub rope_theta: f64,
+    /// How the rotary frequencies are split over (temporal, height, width); sums to head_dim / 2.
+    pub mrope_section: [usize; 3],
+    /// Qwen3-VL interleaves the three axes over the frequencies; Qwen2.5-VL sections them.
+    pub mrope_interleaved: bool,
+    /// Bias on q/k/v (Qwen2.5-VL) — `attention_bias` puts it on o too (Qwen3 style).
+    pub qkv_bias: bool,
+    pub o_bias: bool,
+    /// Per-head RMSNorm of q and k before RoPE (Qwen3-VL).
+    pub qk_norm: bool,
+    pub tie_word_embeddings: bool,
+}
+
+/// The vision tower's settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VisionConfig {
+    pub depth: usize,
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub num_heads: usize,
+    pub in_channels: usize,
+    pub patch_size: usize,
+    pub temporal_patch_size: usize,
+    pub spatial_merge_size: usize,
+    pub out_hidden_size: usize,
+    /// `gelu_pytorch_tanh`, `gelu` or `silu` (the blocks' MLP; mergers use exact GELU).
+    pub hidden_act: String,
+    /// Qwen3-VL: side² of the learned position table, bilinearly resampled per image.
+    pub num_position_embeddings: usize,
+    /// Qwen3-VL: blocks whose outputs feed the DeepStack mergers.
+    pub deepstack_visual_indexes: Vec<usize>,
+    /// Qwen2.5-VL: window side in pixels.
+    pub window_size: usize,
+    /// Qwen2.5-VL: blocks with full attention (the others attend within windows).
+    pub fullatt_block_indexes: Vec<usize>,
+}
+
+/// A whole checkpoint's `config.json`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QwenVlConfig {
+    pub arch: Arch,
+    pub text: TextConfig,
+    pub vision: VisionConfig,
+    pub image_token_id: u32,
+    pub video_token_id: u32,
+    pub vision_start_token_id: u32,
+    pub vision_end_token_id: u32,
+    /// The end-of-turn token generation stops at (`eos_token_id`, else `<|im_end|>`'s id if known).
+    pub eos_token_id: Option<u32>,
+}
+
+/// Keys every transformers config may carry that do not change the forward pass.
+const GENERIC: &[&str] = &[
+    "architectures",
+    "model_type",
+    "transformers_version",
+    "torch_dtype",
+    "dtype",
+    "initializer_range",
+    "use_cache",
+    "attention_dropout",
+    "bos_token_id",
+    "pad_token_id",
+    "eos_token_id",
+    "max_position_embeddings",
+    "sliding_window",
+    "use_sliding_window",
+    "max_window_layers",
+    "layer_types",
+    "output_attentions",
+    "output_hidden_states",
+    "return_dict",
+    "_name_or_path",
+    "_attn_implementation_autoset",
+    "quantization_config",
+    "base_config_key",
+    "id2label",
+    "label2id",
+    "problem_type",
+    "tokenizer_class",
+    "chunk_size_feed_forward",
+    "is_encoder_decoder",
+    "name_or_path",
+];
+
+const TEXT_KEYS: &[&str] = &[
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "hidden_act",
+    "rms_norm_eps",
+    "rope_theta",
+    "rope_scaling",
+    "rope_parameters",
+    "attention_bias",
+    "tie_word_embeddings",
+];
+
+const VISION_KEYS: &[&str] = &[
+    "depth",
+    "hidden_size",
+    "intermediate_size",
+    "num_heads",
+    "in_channels",
+    "in_chans",
+    "patch_size",
+    "spatial_patch_size",
+    "temporal_patch_size",
+    "spatial_merge_size",
+    "out_hidden_size",
+    "hidden_act",
+    "num_position_embeddings",
+    "deepstack_visual_indexes",
+    "window_size",
+    "fullatt_block_indexes",
+    "tokens_per_second",
+    "rope_parameters",
+    "embed_dim",
+];
+
+const TOP_KEYS: &[&str] = &[
+    "text_config",
+    "vision_config",
+    "image_token_id",
+    "video_token_id",
+    "vision_start_token_id",
+    "vision_end_token_id",
+    "vision_token_id",
+    "tie_word_embeddings",
+];
+
+/// A view of one JSON object that records which keys were read and names the file and
+/// section in errors.
+struct Section<'a> {
+    file: &'a str,
+    name: &'a str,
+    map: &'a Map<String, Value>,
+}
+
+impl<'a> Section<'a> {
+    fn path(&self, key: &str) -> String {
+        if self.name.is_empty() {
+            key.to_string()
+        } else {
+            format!("{}.{key}", self.name)
+        }
+    }
+    fn get(&self, key: &str) -> Option<&'a Value> {
+        self.map.get(key).filter(|v| !v.is_null())
+    }
+    fn usize(&self, key: &str) -> Result<usize> {
+        self.opt_usize(key)?.ok_or_else(|| anyhow!("{}: missing key `{}`", self.file, self.path(key)))
+    }
+    fn opt_usize(&self, key: &str) -> Result<Option<usize>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => v.as_u64().map(|n| Some(n as usize)).ok_or_else(|| {
+                anyhow!("{}: `{}` must be a non-negative integer, not {v}", self.file, self.path(key))
+            }),
+        }
+    }
+    fn f64_or(&self, key: &str, default: f64) -> Result<f64> {
+        match self.get(key) {
+            None => Ok(default),
+            Some(v) => v
+                .as_f64()
+                .ok_or_else(|| anyhow!("{}: `{}` must be a number, not {v}", self.file, self.path(key))),
+        }
+    }
+    fn bool_or(&self, key: &str, default: bool) -> Result<bool> {
+        match self.get(key) {
+            None => Ok(default),
+            Some(v) => v
+                .as_bool()
+                .ok_or_else(|| anyhow!("{}: `{}` must be true or false, not {v}", self.file, self.path(key))),
+        }
+    }
+    fn str_or(&self, key: &str, default: &str) -> Result<String> {
+        match self.get(key) {
+            None => Ok(default.to_string()),
+            Some(v) => v
+                .as_str()
+                .map(str::to_string)
+                .ok_or_else(|| anyhow!("{}: `{}` must be a string, not {v}", self.file, self.path(key))),
+        }
+    }
+    fn usizes(&self, key: &str) -> Result<Vec<usize>> {
+        match self.get(key) {
+            None => Ok(Vec::new()),
+            Some(Value::Array(a)) => a
+                .iter()
+                .map(|v| v.as_u64().map(|n| n as usize))
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| anyhow!("{}: `{}` must be a list of integers", self.file, self.path(key))),
+            Some(v) => bail!("{}: `{}` must be a list of integers, not {v}", self.file, self.path(key)),
+        }
+    }
+    /// Every key must be one of `known` (or a generic transformers key).
+    fn check_keys(&self, known: &[&[&str]]) -> Result<()> {
+        for key in self.map.keys() {
+            if !GENERIC.contains(&key.as_str()) && !known.iter().any(|k| k.contains(&key.as_str())) {
+                bail!(
+                    "{}: unknown config key `{}`: guirl's Qwen-VL reader does not know what it changes, so it \
+                     will not guess; remove it if it is not part of the architecture, or report it",
+                    self.file,
+                    self.path(key)
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+impl QwenVlConfig {
+    /// Read `config.json` from a checkpoint folder.
+    pub fn load(dir: &Path) -> Result<Self> {
+        let path = dir.join("config.json");
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("{}: cannot read the checkpoint's config.json", path.display()))?;
+        let json: Value =
+            serde_json::from_str(&text).with_context(|| format!("{}: not valid JSON", path.display()))?;
+        Self::from_json(&json, &path.display().to_string())
+    }
+
+    /// Parse a `config.json` value; `file` names it in errors.
+    pub fn from_json(json: &Value, file: &str) -> Result<Self> {
+        let top = json.as_object().ok_or_else(|| anyhow!("{file}: config.json must be a JSON object"))?;
+        let top = Section { file, name: "", map: top };
+        let model_type = top.str_or("model_type", "")?;
+        let arch = match model_type.as_str() {
+            "qwen3_vl" => Arch::Qwen3Vl,
+            "qwen2_5_vl" => Arch::Qwen25Vl,
+            other => bail!(
+                "{file}: model_type `{other}` is not a supported backbone; guirl reads `qwen3_vl` (Qwen3-VL) and \
+                 `qwen2_5_vl` (Qwen2.5-VL, UI-TARS-1.5)"
+            ),
+        };
+        // Qwen2.5-VL's hub files keep the text keys at the top; nested files use text_config.
+        let nested = top.get("text_config").and_then(Value::as_object);
+        let text_sec = match nested {
+            Some(map) => Section { file, name: "text_config", map },
+            None if arch == Arch::Qwen25Vl => Section { file, name: "", map: top.map },
+            None => bail!(
+                "{file}: missing key `text_config` (Qwen3-VL nests the language model's settings there)"
+            ),
+        };
+        if nested.is_some() {
+            top.check_keys(&[TOP_KEYS])?;
+            text_sec.check_keys(&[TEXT_KEYS])?;
+        } else {
+            top.check_keys(&[TOP_KEYS, TEXT_KEYS])?;
+        }
+        let vision_map = top
+            .get("vision_config")
+            .and_then(Value::as_object)
+            .ok_or_else(|| anyhow!("{file}: missing key `vision_config`"))?;
+        let vis = Section { file, name: "vision_config", map: vision_map };
+        vis.check_keys(&[VISION_KEYS])?;
+
+        let text = read_text(&text_sec, &top, arch)?;
+        let vision = read_vision(&vis, arch)?;
+        if vision.out_hidden_size != text.hidden_size {
+            bail!(
+                "{file}: vision_config.out_hidden_size ({}) must equal the language model's hidden_size ({})",
+                vision.out_hidden_size,
+                text.hidden_size
+            );
+        }
+        let id = |key: &str, default: u32| -> Result<u32> {
+            Ok(top.opt_usize(key)?.map(|n| n as u32).unwrap_or(default))
+        };
+        let eos = match text_sec.get("eos_token_id").or_else(|| top.get("eos_token_id")) {
+            Some(Value::Number(n)) => n.as_u64().map(|n| n as u32),
+            Some(Value::Array(a)) => a.first().and_then(Value::as_u64).map(|n| n as u32),
+            _ => None,
+        };
+        Ok(QwenVlConfig {
+            arch,
+            text,
+            vision,
+            image_token_id: id("image_token_id", 151655)?,
+            video_token_id: id("video_token_id", 151656)?,
+            vision_start_token_id: id("vision_start_token_id", 151652)?,
+            vision_end_token_id: id("vision_end_token_id", 151653)?,
+            eos_token_id: eos,
+        })
+    }
+
+    /// Pixels per side of one merged vision token (patch × merge): the resize factor.
+    pub fn image_factor(&self) -> usize {
+        self.vision.patch_size * self.vision.spatial_merge_size
+    }
+}
+
+fn read_text(s: &Section, top: &Section, arch: Arch) -> Result<TextConfig> {
+    let hidden = s.usize("hidden_size")?;
+    let heads = s.usize("num_attention_heads")?;
+    let head_dim = s.opt_usize("head_dim")?.unwrap_or(hidden / heads.max(1));
+    // RoPE: transformers 5's `rope_parameters`, or the older `rope_scaling` + `rope_theta`.
+    let rope = s.get("rope_parameters").or_else(|| s.get("rope_scaling"));
+    let rope_name = if s.get("rope_parameters").is_some() { "rope_parameters" } else { "rope_scaling" };
+    let rope = rope.and_then(Value::as_object).ok_or_else(|| {
+        anyhow!("{}: missing key `{}` (the M-RoPE section sizes)", s.file, s.path("rope_parameters"))
+    })?;
+    let rs = Section { file: s.file, name: rope_name, map: rope };
+    rs.check_keys(&[&["rope_type", "type", "mrope_section", "mrope_interleaved", "rope_theta"]])?;
+    let kind = rs.str_or("rope_type", &rs.str_or("type", "default")?)?;
+    if kind != "default" && kind != "mrope" {
+        bail!("{}: `{}.rope_type` = `{kind}` is not supported (only default M-RoPE)", s.file, rope_name);
+    }
+    let section = rs.usizes("mrope_section")?;
+    let mrope_section: [usize; 3] = section.as_slice().try_into().map_err(|_| {
+        anyhow!("{}: `{rope_name}.mrope_section` must list three sizes (temporal, height, width)", s.file)
+    })?;
+    if mrope_section.iter().sum::<usize>() != head_dim / 2 {
+        bail!(
+            "{}: `{rope_name}.mrope_section` {:?} must sum to head_dim / 2 = {}",
+            s.file,
+            mrope_section,
+            head_dim / 2
+        );
+    }
+    let default_theta = if arch == Arch::Qwen3Vl { 5e6 } else { 1e6 };
+    let rope_theta = rs.f64_or("rope_theta", s.f64_or("rope_theta", default_theta)?)?;
+    let act = s.str_or("hidden_act", "silu")?;
+    if act != "silu" {
+        bail!(
+            "{}: `{}` = `{act}` is not supported (Qwen language models use silu)",
+            s.file,
+            s.path("hidden_act")
+        );
+    }
+    let attention_bias = s.bool_or("attention_bias", false)?;
+    let tie = s.get("tie_word_embeddings").or_else(|| top.get("tie_word_embeddings"));
+    Ok(TextConfig {
+        vocab_size: s.usize("vocab_size")?,
+        hidden_size: hidden,
+        intermediate_size: s.usize("intermediate_size")?,
+        num_hidden_layers: s.usize("num_hidden_layers")?,
+        num_attention_heads: heads,
+        num_key_value_heads: s.opt_usize("num_key_value_heads")?.unwrap_or(heads),
+        head_dim,
+        rms_norm_eps: s.f64_or("rms_norm_eps", 1e-6)?,
+        rope_theta,
+        mrope_section,
+        mrope_interleaved: rs.bool_or("mrope_interleaved", arch == Arch::Qwen3Vl)?,
+        qkv_bias: arch == Arch::Qwen25Vl || attention_bias,
+        o_bias: attention_bias,
+        qk_norm: arch == Arch::Qwen3Vl,
+        tie_word_embeddings: tie.and_then(Value::as_bool).unwrap_or(false),
+    })
+}
+
+fn read_vision(s: &Section, arch: Arch) -> Result<VisionConfig> {
+    let hidden = s.opt_usize("hidden_size")?.or(s.opt_usize("embed_dim")?);
+    let hidden = hidden.ok_or_else(|| anyhow!("{}: missing key `vision_config.hidden_size`", s.file))?;
+    let patch = s.opt_usize("patch_size")?.or(s.opt_usize("spatial_patch_size")?);
+    let default_act = if arch == Arch::Qwen3Vl { "gelu_pytorch_tanh" } else { "silu" };
+    let act = s.str_or("hidden_act", default_act)?;
+    if !["gelu_pytorch_tanh", "gelu", "silu", "quick_gelu"].contains(&act.as_str()) {
+        bail!("{}: `vision_config.hidden_act` = `{act}` is not supported", s.file);
+    }
+    let v = VisionConfig {
+        depth: s.usize("depth")?,
+        hidden_size: hidden,
+        intermediate_size: s.usize("intermediate_size")?,
+        num_heads: s.usize("num_heads")?,
+        in_channels: s.opt_usize("in_channels")?.or(s.opt_usize("in_chans")?).unwrap_or(3),
+        patch_size: patch.unwrap_or(if arch == Arch::Qwen3Vl { 16 } else { 14 }),
+        temporal_patch_size: s.opt_usize("temporal_patch_size")?.unwrap_or(2),
+        spatial_merge_size: s.opt_usize("spatial_merge_size")?.unwrap_or(2),
+        out_hidden_size: s.usize("out_hidden_size")?,
+        hidden_act: act,
+        num_position_embeddings: s.opt_usize("num_position_embeddings")?.unwrap_or(0),
+        deepstack_visual_indexes: s.usizes("deepstack_visual_indexes")?,
+        window_size: s.opt_usize("window_size")?.unwrap_or(0),
+        fullatt_block_indexes: s.usizes("fullatt_block_indexes")?,
+    };
+    match arch {
+        Arch::Qwen3Vl => {
+            let side = (v.num_position_embeddings as f64).sqrt() as usize;
+            if side == 0 || side * side != v.num_position_embeddings {
+                bail!(
+                    "{}: `vision_config.num_position_embeddings` must be a square (it is a side × side grid)",
+                    s.file
+                );
+            }
+        }
+        Arch::Qwen25Vl => {
+            let unit = v.patch_size * v.spatial_merge_size;
+            if v.window_size == 0 || !v.window_size.is_multiple_of(unit) {
+                bail!(
+                    "{}: `vision_config.window_size` must be a positive multiple of patch × merge ({unit})",
+                    s.file
+                );
+            }
+        }
+    }
+    if !v.hidden_size.is_multiple_of(v.num_heads) {
+        bail!("{}: `vision_config.hidden_size` must be a multiple of `num_heads`", s.file);
+    }
+    Ok(v)
+}

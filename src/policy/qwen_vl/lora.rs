@@ -1,0 +1,188 @@
+//! LoRA adapters on the language model's linear layers, saved and loaded in PEFT's layout.
+//!
+//! An adapter adds `scale · (x Aᵀ) Bᵀ` to a frozen layer, `A` `[r, in]`, `B` `[out, r]`,
+//! `scale = alpha / r`. A starts Kaiming-uniform and B at zero (PEFT's default), so a new
+//! adapter leaves the model unchanged. The base weights stay plain tensors: only A and B
+//! are `Var`s. All adapters of a model share one switch, so the KL reference is the same
+//! model with adapters off (no second copy of the weights).
+//!
+//! On disk (what peft, vLLM and mistral.rs read): `adapter_model.safetensors` with
+//! `base_model.model.<module>.lora_A.weight` / `lora_B.weight`, and `adapter_config.json`
+//! with `r`, `lora_alpha`, `lora_dropout`, `target_modules`, `peft_type = "LORA"`.
+
+use anyhow::{anyhow, bail, Context, Result};
+use candle_core::{DType, Device, Tensor, Var};
+use serde_json::json;
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// Which layers get adapters, and their size.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoraSettings {
+    /// Rank r.
+    pub rank: usize,
+    /// Scale numerator: the update is multiplied by `alpha / rank`.
+    pub alpha: f64,
+    /// Module names (the last path component: `q_proj`, `down_proj`, ...).
+    pub targets: Vec<String>,
+}
+
+impl Default for LoraSettings {
+    fn default() -> Self {
+        LoraSettings {
+            rank: 16,
+            alpha: 32.0,
+            targets: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+                .map(String::from)
+                .to_vec(),
+        }
+    }
+}
+
+/// One layer's adapter.
+#[derive(Clone)]
+pub struct LoraAdapter {
+    pub(crate) a: Var,
+    pub(crate) b: Var,
+    pub(crate) scale: f64,
+    switch: Arc<AtomicBool>,
+}
+
+impl LoraAdapter {
+    /// A fresh adapter for a `[out, in]` layer: A Kaiming-uniform (bound `1/sqrt(in)`, as
+    /// PEFT's `kaiming_uniform_(a=sqrt(5))`), B zero.
+    pub fn new(
+        out_dim: usize,
+        in_dim: usize,
+        s: &LoraSettings,
+        switch: Arc<AtomicBool>,
+        device: &Device,
+    ) -> Result<Self> {
+        let bound = 1.0 / (in_dim as f32).sqrt();
+        let a = Var::rand(-bound, bound, (s.rank, in_dim), device)?;
+        let b = Var::zeros((out_dim, s.rank), DType::F32, device)?;
+        Ok(LoraAdapter { a, b, scale: s.alpha / s.rank as f64, switch })
+    }
+
+    /// An adapter from saved A and B.
+    pub fn from_tensors(a: &Tensor, b: &Tensor, scale: f64, switch: Arc<AtomicBool>) -> Result<Self> {
+        Ok(LoraAdapter {
+            a: Var::from_tensor(&a.to_dtype(DType::F32)?)?,
+            b: Var::from_tensor(&b.to_dtype(DType::F32)?)?,
+            scale,
+            switch,
+        })
+    }
+
+    /// Whether the model's adapters are on.
+    pub fn enabled(&self) -> bool {
+        self.switch.load(Ordering::Relaxed)
+    }
+
+    /// `scale · (x Aᵀ) Bᵀ` in `x`'s dtype (A and B stay f32 for the optimizer).
+    pub fn delta(&self, x: &Tensor) -> Result<Tensor> {
+        let dims = x.dims().to_vec();
+        let inp = *dims.last().ok_or_else(|| anyhow!("LoRA input without a feature axis"))?;
+        let a = self.a.as_tensor().to_dtype(x.dtype())?;
+        let b = self.b.as_tensor().to_dtype(x.dtype())?;
+        let flat = x.reshape(((), inp))?;
+        let y = (flat.matmul(&a.t()?)?.matmul(&b.t()?)? * self.scale)?;
+        let mut out = dims;
+        *out.last_mut().expect("feature axis") = b.dim(0)?;
+        Ok(y.reshape(out)?)
+    }
+}
+
+/// The key PEFT gives a module's adapter matrix (`which` is `lora_A` or `lora_B`).
+pub fn peft_key(module: &str, which: &str) -> String {
+    format!("base_model.model.{module}.{which}.weight")
+}
+
+/// Write adapters (keyed by the module's name in the checkpoint's layout) as a PEFT folder.
+pub fn save_peft(
+    dir: &Path,
+    adapters: &[(String, &LoraAdapter)],
+    s: &LoraSettings,
+    base: &str,
+) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("{}: cannot create", dir.display()))?;
+    let mut tensors: HashMap<String, Tensor> = HashMap::new();
+    for (module, ad) in adapters {
+        tensors.insert(peft_key(module, "lora_A"), ad.a.as_tensor().to_device(&Device::Cpu)?);
+        tensors.insert(peft_key(module, "lora_B"), ad.b.as_tensor().to_device(&Device::Cpu)?);
+    }
+    let tmp = dir.join("adapter_model.safetensors.tmp");
+    candle_core::safetensors::save(&tensors, &tmp)?;
+    std::fs::rename(&tmp, dir.join("adapter_model.safetensors"))?;
+    let cfg = json!({
+        "peft_type": "LORA",
+        "task_type": "CAUSAL_LM",
+        "r": s.rank,
+        "lora_alpha": s.alpha,
+        "lora_dropout": 0.0,
+        "bias": "none",
+        "target_modules": s.targets,
+        "base_model_name_or_path": base,
+        "fan_in_fan_out": false,
+        "use_rslora": false,
+        "use_dora": false,
+        "inference_mode": true,
+    });
+    let tmp = dir.join("adapter_config.json.tmp");
+    std::fs::write(&tmp, serde_json::to_string_pretty(&cfg)?)?;
+    std::fs::rename(&tmp, dir.join("adapter_config.json"))?;
+    Ok(())
+}
+
+/// A PEFT adapter folder read back: settings and `module → (A, B)`.
+pub struct PeftAdapter {
+    pub settings: LoraSettings,
+    pub scale: f64,
+    pub tensors: HashMap<String, (Tensor, Tensor)>,
+}
+
+/// Read `adapter_config.json` and `adapter_model.safetensors` from `dir`.
+pub fn load_peft(dir: &Path) -> Result<PeftAdapter> {
+    let cfg_path = dir.join("adapter_config.json");
+    let text =
+        std::fs::read_to_string(&cfg_path).with_context(|| format!("{}: cannot read", cfg_path.display()))?;
+    let cfg: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("{}: not valid JSON", cfg_path.display()))?;
+    if cfg.get("peft_type").and_then(|v| v.as_str()).is_some_and(|t| t != "LORA") {
+        bail!("{}: only LoRA adapters are supported (peft_type = \"LORA\")", cfg_path.display());
+    }
+    for flag in ["use_dora", "use_rslora", "fan_in_fan_out"] {
+        if cfg.get(flag).and_then(|v| v.as_bool()) == Some(true) {
+            bail!("{}: `{flag} = true` is not supported", cfg_path.display());
+        }
+    }
+    let rank =
+        cfg.get("r").and_then(|v| v.as_u64()).ok_or_else(|| anyhow!("{}: missing `r`", cfg_path.display()))?
+            as usize;
+    let alpha = cfg.get("lora_alpha").and_then(|v| v.as_f64()).unwrap_or(rank as f64);
+    let targets = match cfg.get("target_modules") {
+        Some(serde_json::Value::Array(a)) => a.iter().filter_map(|v| v.as_str().map(String::from)).collect(),
+        Some(serde_json::Value::String(s)) => vec![s.clone()],
+        _ => Vec::new(),
+    };
+    let wpath = dir.join("adapter_model.safetensors");
+    let all = candle_core::safetensors::load(&wpath, &Device::Cpu)
+        .with_context(|| format!("{}: cannot read the adapter weights", wpath.display()))?;
+    let mut tensors = HashMap::new();
+    for (key, a) in &all {
+        let Some(module) =
+            key.strip_prefix("base_model.model.").and_then(|k| k.strip_suffix(".lora_A.weight"))
+        else {
+            continue;
+        };
+        let bkey = peft_key(module, "lora_B");
+        let b = all.get(&bkey).ok_or_else(|| anyhow!("{}: `{key}` has no `{bkey}`", wpath.display()))?;
+        tensors.insert(module.to_string(), (a.clone(), b.clone()));
+    }
+    if tensors.is_empty() {
+        bail!("{}: no `base_model.model.*.lora_A.weight` tensors", wpath.display());
+    }
+    Ok(PeftAdapter { settings: LoraSettings { rank, alpha, targets }, scale: alpha / rank as f64, tensors })
+}

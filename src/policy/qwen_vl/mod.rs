@@ -1,0 +1,28 @@
+//! Pretrained vision-language backbones: Qwen3-VL and Qwen2.5-VL (the base of UI-TARS-1.5),
+//! read from Hugging Face checkpoint folders and written with differentiable ops only, so
+//! guirl's trainer can fine-tune them (LoRA) from task rewards.
+//!
+//! - [`config`]: `config.json` of either architecture, strictly read.
+//! - [`weights`]: memory-mapped safetensors, sharded or not, either name layout.
+//! - [`processor`]: images → patches (`smart_resize`, normalisation, merge order).
+//! - [`chat`]: tokenizer and the checkpoint's Jinja chat template.
+//! - [`vision`], [`text`], [`rope`], [`nn`]: the towers and their layers.
+//! - [`lora`]: adapters in PEFT's layout.
+//! - [`model`]: a whole checkpoint.
+//!
+//! Tested against transformers on tiny random checkpoints of both architectures
+//! (`fixtures/qwen_vl`, written by `scripts/make_qwen_fixtures.py`).
+
+pub mod chat;
+pub mod config;
+pub mod lora;
+pub mod model;
+pub mod nn;
+pub mod processor;
+pub mod rope;
+pub mod text;
+pub mod vision;
+pub mod weights;
+
+pub use config::{Arch, QwenVlConfig};
+pub use model::{Prompt, QwenVl};

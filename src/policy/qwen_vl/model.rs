@@ -1,0 +1,216 @@
+//! A whole Qwen-VL checkpoint: vision tower, language model, tokenizer, processor.
+
+use super::chat::Chat;
+use super::config::QwenVlConfig;
+use super::lora::{load_peft, save_peft, LoraAdapter, LoraSettings};
+use super::processor::ImageProcessor;
+use super::rope::{mrope_positions, text_cos_sin};
+use super::text::{KvCache, TextModel, VisualRows};
+use super::vision::{VisionOutput, VisionTower};
+use super::weights::Weights;
+use anyhow::{bail, Context, Result};
+use candle_core::{DType, Device, Tensor, Var};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+/// A loaded checkpoint.
+pub struct QwenVl {
+    pub config: QwenVlConfig,
+    pub vision: VisionTower,
+    pub text: TextModel,
+    pub chat: Chat,
+    pub processor: ImageProcessor,
+    /// The folder it was read from.
+    pub dir: PathBuf,
+    /// The adapters' settings and their shared on/off switch, once attached.
+    lora: Option<(LoraSettings, Arc<AtomicBool>)>,
+}
+
+/// A prompt ready to run: its ids and M-RoPE positions.
+pub struct Prompt {
+    pub ids: Vec<u32>,
+    pub positions: [Vec<i64>; 3],
+    /// Added to a later token's sequence index to give its position.
+    pub delta: i64,
+}
+
+impl QwenVl {
+    /// Load a checkpoint folder (config, weights, tokenizer, template, processor).
+    pub fn load(dir: &Path, dtype: DType, device: &Device) -> Result<Self> {
+        let config = QwenVlConfig::load(dir)?;
+        let weights = Weights::open(dir, dtype, device)?;
+        let vision = VisionTower::load(&weights, &config.vision, config.arch)?;
+        let text = TextModel::load(&weights, &config.text)?;
+        let chat = Chat::load(dir, &config)?;
+        let processor = ImageProcessor::load(dir, &config)?;
+        Ok(QwenVl { config, vision, text, chat, processor, dir: dir.to_path_buf(), lora: None })
+    }
+
+    /// Image features for patches `[N, C·T·p·p]` of images with these grids.
+    pub fn encode_images(&self, pixel_values: &Tensor, grids: &[[usize; 3]]) -> Result<VisionOutput> {
+        self.vision.forward(pixel_values, grids).context("the vision tower failed")
+    }
+
+    /// Positions for a prompt's ids with these image grids.
+    pub fn prompt(&self, ids: Vec<u32>, grids: &[[usize; 3]]) -> Result<Prompt> {
+        let (positions, delta) =
+            mrope_positions(&ids, self.config.image_token_id, grids, self.config.vision.spatial_merge_size)?;
+        Ok(Prompt { ids, positions, delta })
+    }
+
+    /// Final hidden states `[T, H]` of one prompt (whole sequence, differentiable), filling
+    /// `cache` when given so decoding can continue from it.
+    pub fn hidden(
+        &self,
+        prompt: &Prompt,
+        vision: Option<&VisionOutput>,
+        cache: Option<&mut KvCache>,
+    ) -> Result<Tensor> {
+        let device = self.text_device();
+        let ids = Tensor::new(prompt.ids.as_slice(), &device)?.unsqueeze(0)?;
+        let dtype = self.text_dtype();
+        let (cos, sin) = text_cos_sin(&self.config.text, &prompt.positions, dtype, &device)?;
+        let rows: Vec<u32> = prompt
+            .ids
+            .iter()
+            .enumerate()
+            .filter(|(_, &t)| t == self.config.image_token_id)
+            .map(|(i, _)| i as u32)
+            .collect();
+        let rows = Tensor::new(rows.as_slice(), &device)?;
+        let visual = vision.map(|v| VisualRows { rows: &rows, embeds: &v.embeds, deepstack: &v.deepstack });
+        let h = self.text.forward(&ids, &cos.unsqueeze(0)?, &sin.unsqueeze(0)?, visual, cache)?;
+        Ok(h.squeeze(0)?)
+    }
+
+    /// Hidden state `[1, H]` of one more token at sequence index `index` (decoding).
+    pub fn step(&self, token: u32, index: usize, delta: i64, cache: &mut KvCache) -> Result<Tensor> {
+        let device = self.text_device();
+        let p = index as i64 + delta;
+        let pos = [vec![p], vec![p], vec![p]];
+        let (cos, sin) = text_cos_sin(&self.config.text, &pos, self.text_dtype(), &device)?;
+        let ids = Tensor::new(&[token], &device)?.unsqueeze(0)?;
+        let h = self.text.forward(&ids, &cos.unsqueeze(0)?, &sin.unsqueeze(0)?, None, Some(cache))?;
+        Ok(h.squeeze(0)?)
+    }
+
+    /// Logits `[N, V]` of hidden rows `[N, H]`.
+    pub fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
+        self.text.logits(hidden)
+    }
+
+    fn text_device(&self) -> Device {
+        self.text.embed_tensor().device().clone()
+    }
+
+    fn text_dtype(&self) -> DType {
+        self.text.embed_tensor().dtype()
+    }
+}
+
+/// The PEFT module name of a language-model layer (transformers' current module tree).
+fn peft_module(name: &str) -> String {
+    format!("model.language_model.{name}")
+}
+
+impl QwenVl {
+    /// Attach fresh adapters (A random, B zero) to the language model's layers named in
+    /// `settings.targets`; returns the switch that turns them all on or off.
+    pub fn attach_lora(&mut self, settings: &LoraSettings) -> Result<Arc<AtomicBool>> {
+        let switch = Arc::new(AtomicBool::new(true));
+        let device = self.text_device();
+        let mut n = 0;
+        for (name, lin) in self.text.linears_mut() {
+            let leaf = name.rsplit('.').next().unwrap_or_default();
+            if settings.targets.iter().any(|t| t == leaf) {
+                lin.lora =
+                    Some(LoraAdapter::new(lin.out_dim(), lin.in_dim(), settings, switch.clone(), &device)?);
+                n += 1;
+            }
+        }
+        if n == 0 {
+            bail!(
+                "no language-model layer matches the LoRA targets {:?}; the layers are q_proj, k_proj, v_proj, \
+                 o_proj, gate_proj, up_proj, down_proj",
+                settings.targets
+            );
+        }
+        self.lora = Some((settings.clone(), switch.clone()));
+        Ok(switch)
+    }
+
+    /// Load a PEFT adapter folder onto the language model (replacing any adapters).
+    /// Module names are accepted in both layouts (`model.language_model.layers.*`,
+    /// `model.layers.*`); a tensor that matches no layer, or a wrong shape, is an error.
+    pub fn load_adapter(&mut self, dir: &Path) -> Result<Arc<AtomicBool>> {
+        let peft = load_peft(dir)?;
+        let switch = Arc::new(AtomicBool::new(true));
+        let device = self.text_device();
+        let mut used = 0;
+        for (name, lin) in self.text.linears_mut() {
+            lin.lora = None;
+            let found =
+                peft.tensors.get(&peft_module(&name)).or_else(|| peft.tensors.get(&format!("model.{name}")));
+            if let Some((a, b)) = found {
+                let want_a = [peft.settings.rank, lin.in_dim()];
+                let want_b = [lin.out_dim(), peft.settings.rank];
+                if a.dims() != want_a || b.dims() != want_b {
+                    bail!(
+                        "{}: the adapter of `{name}` has shapes {:?} / {:?}, the model needs {:?} / {:?}",
+                        dir.display(),
+                        a.dims(),
+                        b.dims(),
+                        want_a,
+                        want_b
+                    );
+                }
+                let (a, b) = (a.to_device(&device)?, b.to_device(&device)?);
+                lin.lora = Some(LoraAdapter::from_tensors(&a, &b, peft.scale, switch.clone())?);
+                used += 1;
+            }
+        }
+        if used != peft.tensors.len() {
+            bail!(
+                "{}: {} of the adapter's {} modules match no language-model layer of this checkpoint (only the \
+                 language model's linear layers can carry adapters)",
+                dir.display(),
+                peft.tensors.len() - used,
+                peft.tensors.len()
+            );
+        }
+        self.lora = Some((peft.settings, switch.clone()));
+        Ok(switch)
+    }
+
+    /// Save the adapters as a PEFT folder.
+    pub fn save_adapter(&mut self, dir: &Path) -> Result<()> {
+        let Some((settings, _)) = self.lora.clone() else {
+            bail!("the model has no adapters to save");
+        };
+        let base = self.dir.display().to_string();
+        let adapters: Vec<(String, LoraAdapter)> = self
+            .text
+            .linears_mut()
+            .into_iter()
+            .filter_map(|(n, l)| l.lora.clone().map(|a| (peft_module(&n), a)))
+            .collect();
+        let refs: Vec<(String, &LoraAdapter)> = adapters.iter().map(|(n, a)| (n.clone(), a)).collect();
+        save_peft(dir, &refs, &settings, &base)
+    }
+
+    /// The adapters' variables, named `<module>.lora_A` / `.lora_B`, sorted.
+    pub fn lora_vars(&mut self) -> Vec<(String, Var)> {
+        let mut out: Vec<(String, Var)> = self
+            .text
+            .linears_mut()
+            .into_iter()
+            .filter_map(|(n, l)| l.lora.as_ref().map(|a| (n, a.a.clone(), a.b.clone())))
+            .flat_map(|(n, a, b)| {
+                [(format!("{}.lora_A", peft_module(&n)), a), (format!("{}.lora_B", peft_module(&n)), b)]
+            })
+            .collect();
+        out.sort_by(|x, y| x.0.cmp(&y.0));
+        out
+    }
+}

@@ -1,0 +1,263 @@
+//! The language model: a Qwen2/Qwen3 decoder with M-RoPE, GQA and (Qwen3-VL) per-head
+//! q/k RMSNorm, DeepStack features added after its first layers.
+//!
+//! One forward serves both uses: the training pass (the whole sequence, no cache, every
+//! op differentiable) and rollouts (a [`KvCache`] of detached tensors grown by `cat`, so
+//! decoding one token costs one token's work).
+
+use super::config::TextConfig;
+use super::nn::{apply_rope, attention, causal_mask, Linear, RmsNorm};
+use super::weights::Weights;
+use anyhow::{bail, Result};
+use candle_core::{Module, Tensor, D};
+
+struct Layer {
+    input_norm: RmsNorm,
+    post_norm: RmsNorm,
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    o: Linear,
+    q_norm: Option<RmsNorm>,
+    k_norm: Option<RmsNorm>,
+    gate: Linear,
+    up: Linear,
+    down: Linear,
+}
+
+/// Keys and values seen so far, per layer (`[B, Hkv, S, D]`), for decoding.
+#[derive(Default)]
+pub struct KvCache {
+    layers: Vec<Option<(Tensor, Tensor)>>,
+}
+
+impl KvCache {
+    /// Tokens cached so far.
+    pub fn len(&self) -> usize {
+        self.layers.first().and_then(|l| l.as_ref()).map(|(k, _)| k.dim(2).unwrap_or(0)).unwrap_or(0)
+    }
+
+    /// Whether nothing is cached yet.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Visual inputs placed into the token sequence: flat `[B·T]` row indices of the image
+/// placeholders, their embeddings, and the DeepStack features for the same rows.
+pub struct VisualRows<'a> {
+    pub rows: &'a Tensor,
+    pub embeds: &'a Tensor,
+    pub deepstack: &'a [Tensor],
+}
+
+/// The decoder and its head.
+pub struct TextModel {
+    cfg: TextConfig,
+    embed: Tensor,
+    layers: Vec<Layer>,
+    norm: RmsNorm,
+    head: Linear,
+}
+
+impl TextModel {
+    /// Build from the checkpoint's `lm.*` (and `lm_head.weight` unless tied).
+    pub fn load(w: &Weights, cfg: &TextConfig) -> Result<Self> {
+        let (h, hd) = (cfg.hidden_size, cfg.head_dim);
+        let (nq, nkv) = (cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd);
+        let embed = w.get("lm.embed_tokens.weight", &[cfg.vocab_size, h])?;
+        let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
+        for i in 0..cfg.num_hidden_layers {
+            let p = format!("lm.layers.{i}");
+            let lin =
+                |n: &str, o: usize, inp: usize, b: bool| Linear::load(w, &format!("{p}.{n}"), o, inp, b);
+            let qk_norm = |n: &str| -> Result<Option<RmsNorm>> {
+                if cfg.qk_norm {
+                    Ok(Some(RmsNorm::load(w, &format!("{p}.self_attn.{n}"), hd, cfg.rms_norm_eps)?))
+                } else {
+                    Ok(None)
+                }
+            };
+            layers.push(Layer {
+                input_norm: RmsNorm::load(w, &format!("{p}.input_layernorm"), h, cfg.rms_norm_eps)?,
+                post_norm: RmsNorm::load(w, &format!("{p}.post_attention_layernorm"), h, cfg.rms_norm_eps)?,
+                q: lin("self_attn.q_proj", nq, h, cfg.qkv_bias)?,
+                k: lin("self_attn.k_proj", nkv, h, cfg.qkv_bias)?,
+                v: lin("self_attn.v_proj", nkv, h, cfg.qkv_bias)?,
+                o: lin("self_attn.o_proj", h, nq, cfg.o_bias)?,
+                q_norm: qk_norm("q_norm")?,
+                k_norm: qk_norm("k_norm")?,
+                gate: lin("mlp.gate_proj", cfg.intermediate_size, h, false)?,
+                up: lin("mlp.up_proj", cfg.intermediate_size, h, false)?,
+                down: lin("mlp.down_proj", h, cfg.intermediate_size, false)?,
+            });
+        }
+        let head = if w.contains("lm_head.weight") && !cfg.tie_word_embeddings {
+            Linear::load(w, "lm_head", cfg.vocab_size, h, false)?
+        } else if cfg.tie_word_embeddings {
+            Linear::from_tensors(embed.clone(), None)
+        } else {
+            // untied, yet no head: the error names the tensor
+            Linear::load(w, "lm_head", cfg.vocab_size, h, false)?
+        };
+        Ok(TextModel {
+            cfg: cfg.clone(),
+            norm: RmsNorm::load(w, "lm.norm", h, cfg.rms_norm_eps)?,
+            embed,
+            layers,
+            head,
+        })
+    }
+
+    /// The settings it was built with.
+    pub fn config(&self) -> &TextConfig {
+        &self.cfg
+    }
+
+    /// Token embeddings `[B, T, H]` of `ids` `[B, T]`.
+    pub fn embed(&self, ids: &Tensor) -> Result<Tensor> {
+        let (b, t) = ids.dims2()?;
+        Ok(self.embed.index_select(&ids.flatten_all()?, 0)?.reshape((b, t, self.cfg.hidden_size))?)
+    }
+
+    /// Final hidden states `[B, T, H]` (after the last norm) for token ids `[B, T]`, with
+    /// rotary tables `cos`/`sin` `[B, T, head_dim]` and, for prompts with images, the
+    /// visual rows. With a cache, the new tokens attend to the cached ones and are appended.
+    pub fn forward(
+        &self,
+        ids: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        visual: Option<VisualRows>,
+        mut cache: Option<&mut KvCache>,
+    ) -> Result<Tensor> {
+        let t = ids.dim(1)?;
+        let mut x = self.embed(ids)?;
+        if let Some(v) = &visual {
+            x = place_rows(&x, v.rows, v.embeds, true)?;
+        }
+        let past = cache.as_ref().map(|c| c.len()).unwrap_or(0);
+        if let Some(c) = cache.as_mut() {
+            if c.layers.len() != self.layers.len() {
+                c.layers = (0..self.layers.len()).map(|_| None).collect();
+            }
+        }
+        let mask = if t > 1 { Some(causal_mask(t, past + t, x.dtype(), x.device())?) } else { None };
+        let (cos, sin) = (cos.unsqueeze(1)?, sin.unsqueeze(1)?);
+        for (i, layer) in self.layers.iter().enumerate() {
+            let slot = cache.as_mut().map(|c| &mut c.layers[i]);
+            x = self.layer(layer, &x, &cos, &sin, mask.as_ref(), slot)?;
+            if let Some(v) = &visual {
+                if let Some(feat) = v.deepstack.get(i) {
+                    x = place_rows(&x, v.rows, feat, false)?;
+                }
+            }
+        }
+        Ok(self.norm.forward(&x)?)
+    }
+
+    /// Logits `[N, V]` of hidden states `[N, H]` (call it on the rows you need only: the
+    /// vocabulary is large).
+    pub fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
+        Ok(self.head.forward(hidden)?)
+    }
+
+    fn layer(
+        &self,
+        l: &Layer,
+        x: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        mask: Option<&Tensor>,
+        cache: Option<&mut Option<(Tensor, Tensor)>>,
+    ) -> Result<Tensor> {
+        let (b, t, _) = x.dims3()?;
+        let hd = self.cfg.head_dim;
+        let y = l.input_norm.forward(x)?;
+        let heads =
+            |lin: &Linear, n: usize| -> Result<Tensor> { Ok(lin.forward(&y)?.reshape((b, t, n, hd))?) };
+        let mut q = heads(&l.q, self.cfg.num_attention_heads)?;
+        let mut k = heads(&l.k, self.cfg.num_key_value_heads)?;
+        let v = heads(&l.v, self.cfg.num_key_value_heads)?.transpose(1, 2)?;
+        if let (Some(qn), Some(kn)) = (&l.q_norm, &l.k_norm) {
+            q = qn.forward(&q)?;
+            k = kn.forward(&k)?;
+        }
+        let q = apply_rope(&q.transpose(1, 2)?, cos, sin)?;
+        let mut k = apply_rope(&k.transpose(1, 2)?, cos, sin)?;
+        let mut v = v;
+        if let Some(slot) = cache {
+            if let Some((pk, pv)) = slot.as_ref() {
+                k = Tensor::cat(&[pk, &k], 2)?;
+                v = Tensor::cat(&[pv, &v], 2)?;
+            }
+            *slot = Some((k.detach(), v.detach()));
+        }
+        let scale = (hd as f64).powf(-0.5);
+        let a = attention(&q, &k, &v, mask, scale)?;
+        let a = a.transpose(1, 2)?.reshape((b, t, self.cfg.num_attention_heads * hd))?;
+        let x = (x + l.o.forward(&a)?)?;
+        let y = l.post_norm.forward(&x)?;
+        let m = l.down.forward(&(l.gate.forward(&y)?.silu()? * l.up.forward(&y)?)?)?;
+        Ok((x + m)?)
+    }
+}
+
+/// Put `values` `[N, H]` into rows `rows` of `x` `[B, T, H]` (flattened): replacing them
+/// (`replace`, the image embeddings) or adding to them (DeepStack). Differentiable in
+/// both `x` and `values`.
+fn place_rows(x: &Tensor, rows: &Tensor, values: &Tensor, replace: bool) -> Result<Tensor> {
+    let (b, t, h) = x.dims3()?;
+    if rows.dim(0)? != values.dim(0)? {
+        bail!(
+            "{} image placeholder tokens in the prompt, {} image features from the vision tower",
+            rows.dim(0)?,
+            values.dim(0)?
+        );
+    }
+    let flat = x.reshape((b * t, h))?;
+    let values = values.to_dtype(x.dtype())?;
+    let flat = if replace {
+        // zero the placeholder rows, then add: exact, where `old + (new - old)` is not
+        let hit = Tensor::zeros((b * t, 1), x.dtype(), x.device())?.index_add(
+            rows,
+            &Tensor::ones((rows.dim(0)?, 1), x.dtype(), x.device())?,
+            0,
+        )?;
+        flat.broadcast_mul(&(1.0 - hit)?)?.index_add(rows, &values, 0)?
+    } else {
+        flat.index_add(rows, &values, 0)?
+    };
+    Ok(flat.reshape((b, t, h))?)
+}
+
+/// Per-row log-softmax helper kept here so scoring and decoding agree on the op.
+pub fn log_softmax_rows(logits: &Tensor) -> Result<Tensor> {
+    Ok(candle_nn::ops::log_softmax(logits, D::Minus1)?)
+}
+
+impl TextModel {
+    /// The token embedding table (its device and dtype are the model's).
+    pub fn embed_tensor(&self) -> &Tensor {
+        &self.embed
+    }
+}
+
+impl TextModel {
+    /// Every linear layer of the decoder with its name under the language model
+    /// (`layers.3.self_attn.q_proj`), for attaching adapters.
+    pub fn linears_mut(&mut self) -> Vec<(String, &mut Linear)> {
+        let mut out = Vec::new();
+        for (i, l) in self.layers.iter_mut().enumerate() {
+            let p = |n: &str| format!("layers.{i}.{n}");
+            out.push((p("self_attn.q_proj"), &mut l.q));
+            out.push((p("self_attn.k_proj"), &mut l.k));
+            out.push((p("self_attn.v_proj"), &mut l.v));
+            out.push((p("self_attn.o_proj"), &mut l.o));
+            out.push((p("mlp.gate_proj"), &mut l.gate));
+            out.push((p("mlp.up_proj"), &mut l.up));
+            out.push((p("mlp.down_proj"), &mut l.down));
+        }
+        out
+    }
+}

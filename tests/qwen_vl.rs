@@ -1,0 +1,239 @@
+//! Qwen3-VL and Qwen2.5-VL against transformers, on the tiny random checkpoints in
+//! `fixtures/qwen_vl` (written, with their reference outputs, by
+//! `scripts/make_qwen_fixtures.py`). No PyTorch is needed here.
+
+use anyhow::Result;
+use candle_core::{DType, Device, Tensor, D};
+use guirl::policy::qwen_vl::lora::LoraSettings;
+use guirl::policy::qwen_vl::text::KvCache;
+use guirl::policy::qwen_vl::QwenVl;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+const ARCHS: [&str; 2] = ["qwen3_vl", "qwen2_5_vl"];
+const CASES: [&str; 2] = ["one_image", "two_images"];
+
+fn dir(arch: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/qwen_vl").join(arch)
+}
+
+fn reference(arch: &str) -> HashMap<String, Tensor> {
+    candle_core::safetensors::load(dir(arch).join("reference.safetensors"), &Device::Cpu).unwrap()
+}
+
+fn load(arch: &str) -> QwenVl {
+    QwenVl::load(&dir(arch), DType::F32, &Device::Cpu).unwrap()
+}
+
+fn ids(t: &Tensor) -> Vec<u32> {
+    t.to_dtype(DType::I64).unwrap().to_vec1::<i64>().unwrap().into_iter().map(|v| v as u32).collect()
+}
+
+fn grids(t: &Tensor) -> Vec<[usize; 3]> {
+    t.to_dtype(DType::I64)
+        .unwrap()
+        .to_vec2::<i64>()
+        .unwrap()
+        .into_iter()
+        .map(|g| [g[0] as usize, g[1] as usize, g[2] as usize])
+        .collect()
+}
+
+/// max |a − b| / max |b|: the relative error the parity tests bound.
+fn rel_err(a: &Tensor, b: &Tensor) -> f32 {
+    assert_eq!(a.dims(), b.dims());
+    let diff = (a - b).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+    let scale = b.abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+    diff / scale
+}
+
+/// Prompt logits `[T, V]` for a reference case, from the processor-made pixels.
+fn prompt_logits(
+    m: &QwenVl,
+    r: &HashMap<String, Tensor>,
+    case: &str,
+    cache: Option<&mut KvCache>,
+) -> Result<(Tensor, i64)> {
+    let g = grids(&r[&format!("{case}.grids")]);
+    let vision = m.encode_images(&r[&format!("{case}.pixel_values")], &g)?;
+    let prompt = m.prompt(ids(&r[&format!("{case}.input_ids")]), &g)?;
+    let h = m.hidden(&prompt, Some(&vision), cache)?;
+    Ok((m.logits(&h)?, prompt.delta))
+}
+
+#[test]
+fn prompt_logits_equal_transformers_for_both_architectures_with_one_and_two_images() {
+    for arch in ARCHS {
+        let m = load(arch);
+        let r = reference(arch);
+        for case in CASES {
+            let (logits, _) = prompt_logits(&m, &r, case, None).unwrap();
+            let e = rel_err(&logits, &r[&format!("{case}.logits")]);
+            eprintln!("{arch}/{case}: prompt logits, relative error {e:.2e}");
+            assert!(e <= 1e-4, "{arch}/{case}: relative error {e}");
+        }
+    }
+}
+
+#[test]
+fn cached_decoding_and_the_one_pass_score_equal_transformers() {
+    for arch in ARCHS {
+        let m = load(arch);
+        let r = reference(arch);
+        for case in CASES {
+            let mut cache = KvCache::default();
+            let (logits, delta) = prompt_logits(&m, &r, case, Some(&mut cache)).unwrap();
+            let n = logits.dim(0).unwrap();
+            let tokens = ids(&r[&format!("{case}.decode_tokens")]);
+            // greedy agrees with transformers' first choice
+            let first = logits.get(n - 1).unwrap().argmax(D::Minus1).unwrap().to_scalar::<u32>().unwrap();
+            assert_eq!(first, tokens[0], "{arch}/{case}");
+            let want = &r[&format!("{case}.decode_logits")];
+            for (k, &tok) in tokens.iter().enumerate() {
+                let h = m.step(tok, n + k, delta, &mut cache).unwrap();
+                let got = m.logits(&h).unwrap().squeeze(0).unwrap();
+                let e = rel_err(&got, &want.get(k).unwrap());
+                assert!(e <= 1e-4, "{arch}/{case} decode step {k}: relative error {e}");
+            }
+            // the prompt and its continuation in one differentiable pass (training)
+            let g = grids(&r[&format!("{case}.grids")]);
+            let vision = m.encode_images(&r[&format!("{case}.pixel_values")], &g).unwrap();
+            let mut all = ids(&r[&format!("{case}.input_ids")]);
+            all.extend(&tokens);
+            let prompt = m.prompt(all, &g).unwrap();
+            let full = m.logits(&m.hidden(&prompt, Some(&vision), None).unwrap()).unwrap();
+            let e = rel_err(&full, &r[&format!("{case}.full_logits")]);
+            assert!(e <= 1e-4, "{arch}/{case} one-pass score: relative error {e}");
+        }
+    }
+}
+
+#[test]
+fn the_chat_template_and_tokenizer_give_the_reference_prompt_ids() {
+    for arch in ARCHS {
+        let m = load(arch);
+        let r = reference(arch);
+        let meta: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir(arch).join("reference.json")).unwrap())
+                .unwrap();
+        for case in meta["cases"].as_array().unwrap() {
+            let name = case["name"].as_str().unwrap();
+            let rendered = m.chat.render(&case["messages"], true).unwrap();
+            assert_eq!(rendered, case["prompt"].as_str().unwrap(), "{arch}/{name}: template");
+            let merge = m.config.vision.spatial_merge_size;
+            let counts: Vec<usize> = grids(&r[&format!("{name}.grids")])
+                .iter()
+                .map(|g| g[0] * g[1] * g[2] / (merge * merge))
+                .collect();
+            let got = m.chat.encode_prompt(&rendered, &counts).unwrap();
+            assert_eq!(got, ids(&r[&format!("{name}.input_ids")]), "{arch}/{name}: ids");
+        }
+    }
+}
+
+#[test]
+fn image_preprocessing_matches_the_transformers_processor() {
+    for arch in ARCHS {
+        let m = load(arch);
+        let r = reference(arch);
+        for case in CASES {
+            let meta_images: Vec<PathBuf> =
+                (0..2).map(|i| dir(arch).join(format!("{case}_{i}.png"))).filter(|p| p.exists()).collect();
+            let processed: Vec<_> =
+                meta_images.iter().map(|p| m.processor.process(&image::open(p).unwrap().to_rgb8())).collect();
+            let (px, g) = m.processor.batch(&processed, &Device::Cpu).unwrap();
+            assert_eq!(g, grids(&r[&format!("{case}.grids")]), "{arch}/{case}: grids");
+            let want = &r[&format!("{case}.pixel_values")];
+            // Images already at a multiple of the resize factor are not resampled: exact.
+            // Resampled ones differ by the bicubic kernels (ours a = -0.5, torchvision's
+            // -0.75 with antialias): bounded on average.
+            let mean = (&px - want).unwrap().abs().unwrap().mean_all().unwrap().to_scalar::<f32>().unwrap();
+            let exact = processed.iter().zip(&meta_images).all(|(p, path)| {
+                let img = image::open(path).unwrap();
+                p.resized == (img.height(), img.width())
+            });
+            if exact {
+                assert!(mean < 1e-6, "{arch}/{case}: mean abs diff {mean}");
+            } else {
+                assert!(mean < 0.05, "{arch}/{case}: mean abs diff {mean} after resizing");
+            }
+        }
+    }
+}
+
+#[test]
+fn placeholder_count_equals_the_vision_features_for_odd_sizes() {
+    for arch in ARCHS {
+        let m = load(arch);
+        for (w, h) in [(17, 33), (70, 45), (100, 61), (160, 210), (333, 97)] {
+            let img = image::RgbImage::from_fn(w, h, |x, y| image::Rgb([(x * 7) as u8, (y * 3) as u8, 90]));
+            let p = m.processor.process(&img);
+            let (px, g) = m.processor.batch(std::slice::from_ref(&p), &Device::Cpu).unwrap();
+            let out = m.encode_images(&px, &g).unwrap();
+            let merge = m.config.vision.spatial_merge_size;
+            assert_eq!(out.embeds.dim(0).unwrap(), p.tokens(merge), "{arch} {w}x{h}");
+            let text = "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>hi<|im_end|>\n";
+            let ids = m.chat.encode_prompt(text, &[p.tokens(merge)]).unwrap();
+            let prompt = m.prompt(ids, &g).unwrap();
+            m.hidden(&prompt, Some(&out), None).unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_peft_adapter_made_by_peft_reproduces_its_logits() {
+    let mut m = load("qwen3_vl");
+    let r = reference("qwen3_vl");
+    m.load_adapter(&dir("qwen3_vl").join("lora")).unwrap();
+    let want =
+        candle_core::safetensors::load(dir("qwen3_vl").join("lora/reference.safetensors"), &Device::Cpu)
+            .unwrap();
+    let (logits, _) = prompt_logits(&m, &r, "one_image", None).unwrap();
+    let e = rel_err(&logits, &want["one_image.logits"]);
+    assert!(e <= 1e-4, "with peft's adapter: relative error {e}");
+    // saved by guirl and read back: the same logits
+    let tmp = tempfile::tempdir().unwrap();
+    m.save_adapter(tmp.path()).unwrap();
+    let mut m2 = load("qwen3_vl");
+    m2.load_adapter(tmp.path()).unwrap();
+    let (again, _) = prompt_logits(&m2, &r, "one_image", None).unwrap();
+    assert_eq!(rel_err(&again, &logits), 0.0);
+}
+
+#[test]
+fn every_lora_tensor_gets_a_finite_nonzero_gradient() {
+    for arch in ARCHS {
+        let mut m = load(arch);
+        let r = reference(arch);
+        m.attach_lora(&LoraSettings { rank: 2, alpha: 4.0, ..LoraSettings::default() }).unwrap();
+        let vars = m.lora_vars();
+        assert_eq!(vars.len(), 2 * 7 * m.config.text.num_hidden_layers);
+        // B starts at zero (the adapter leaves the model unchanged), so A's gradient would
+        // be zero: give B values first, as after a first update.
+        for (name, v) in &vars {
+            if name.ends_with("lora_B") {
+                v.set(&Tensor::randn(0f32, 0.02, v.dims(), &Device::Cpu).unwrap()).unwrap();
+            }
+        }
+        let (logits, _) = prompt_logits(&m, &r, "one_image", None).unwrap();
+        // log-prob of the reference's greedy tokens at the last position
+        let lp = candle_nn::ops::log_softmax(&logits, D::Minus1).unwrap();
+        let loss = lp.get(logits.dim(0).unwrap() - 1).unwrap().get(7).unwrap().neg().unwrap();
+        let grads = loss.backward().unwrap();
+        for (name, v) in &vars {
+            let g = grads.get(v).unwrap_or_else(|| panic!("{arch}: no gradient for {name}"));
+            let norm = g.sqr().unwrap().sum_all().unwrap().to_scalar::<f32>().unwrap();
+            assert!(norm.is_finite() && norm > 0.0, "{arch}: gradient of {name} is {norm}");
+        }
+    }
+}
+
+#[test]
+fn adapters_off_is_the_base_model() {
+    let mut m = load("qwen3_vl");
+    let r = reference("qwen3_vl");
+    let switch = m.load_adapter(&dir("qwen3_vl").join("lora")).unwrap();
+    switch.store(false, std::sync::atomic::Ordering::Relaxed);
+    let (logits, _) = prompt_logits(&m, &r, "one_image", None).unwrap();
+    assert!(rel_err(&logits, &r["one_image.logits"]) <= 1e-6);
+}
