@@ -148,13 +148,15 @@ pub fn make_policy(
             if let Some(note) = &found.note {
                 eprintln!("{note}");
             }
-            let mut p = crate::policy::vlm::VlmPolicy::load(&found.dir, &candle_core::Device::Cpu)?;
-            p.greedy = temperature == 0.0;
+            let mut p = crate::policy::load_checkpoint(&found.dir, &candle_core::Device::Cpu)?;
+            let mut s = p.sampling();
+            s.greedy = temperature == 0.0;
             if temperature > 0.0 {
-                p.temperature = temperature;
-                p.set_seed(seed);
+                s.temperature = temperature;
+                s.seed = seed;
             }
-            Ok(Box::new(p))
+            p.set_sampling(s);
+            Ok(p)
         }
         other => {
             bail!(

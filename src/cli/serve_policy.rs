@@ -23,7 +23,7 @@ pub async fn serve_policy(args: ServePolicyArgs) -> anyhow::Result<()> {
     if let Some(note) = &found.note {
         eprintln!("{note}");
     }
-    let policy = crate::policy::vlm::VlmPolicy::load(&found.dir, &candle_core::Device::Cpu)?;
+    let policy = crate::policy::load_checkpoint(&found.dir, &candle_core::Device::Cpu)?;
     let name = args.model_name.unwrap_or_else(|| {
         let dir = std::fs::canonicalize(&args.checkpoint).unwrap_or(args.checkpoint.clone());
         dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "guirl".into())
@@ -34,5 +34,5 @@ pub async fn serve_policy(args: ServePolicyArgs) -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
     println!("serving {name} ({}) on http://{addr}/v1", found.dir.display());
     println!("try: guirl run --task miniwob/click-test --policy openai:{name}@http://{addr}/v1");
-    crate::serve::policy_server::serve(listener, Box::new(policy), name).await
+    crate::serve::policy_server::serve(listener, policy, name).await
 }

@@ -82,3 +82,16 @@ pub trait Policy: Send {
         serde_json::json!({ "name": self.name() })
     }
 }
+
+/// Load the trainable policy saved in a checkpoint folder: a Qwen-VL adapter
+/// (`qwen_policy.json`) or guirl's small policy.
+pub fn load_checkpoint(
+    dir: &std::path::Path,
+    device: &candle_core::Device,
+) -> anyhow::Result<Box<dyn TrainablePolicy>> {
+    if qwen_vl::QwenVlPolicy::is_checkpoint(dir) {
+        Ok(Box::new(qwen_vl::QwenVlPolicy::load_dir(dir, device)?))
+    } else {
+        Ok(Box::new(vlm::VlmPolicy::load(dir, device)?))
+    }
+}

@@ -17,6 +17,7 @@
 //! holding its path) still read.
 
 use super::optim::AdamW;
+use crate::policy::qwen_vl::policy::POLICY_FILE as QWEN_POLICY_FILE;
 use crate::policy::vlm::CONFIG_FILE;
 use crate::policy::TrainablePolicy;
 use anyhow::{bail, Context};
@@ -362,7 +363,7 @@ pub fn resolve_policy_dir(path: &Path) -> anyhow::Result<PolicyDir> {
     let meta = std::fs::symlink_metadata(path)
         .with_context(|| format!("policy {} does not exist: give {POLICY_FORMS}", path.display()))?;
     let plain = |dir: PathBuf| Ok(PolicyDir { dir, note: None });
-    if path.join(CONFIG_FILE).is_file() {
+    if path.join(CONFIG_FILE).is_file() || path.join(QWEN_POLICY_FILE).is_file() {
         return match meta.is_symlink() {
             // `latest` / `best`: name the folder itself, so messages say which iteration.
             true => plain(path.parent().unwrap_or(Path::new(".")).join(std::fs::read_link(path)?)),
@@ -378,7 +379,7 @@ pub fn resolve_policy_dir(path: &Path) -> anyhow::Result<PolicyDir> {
             checkpoints_dir(parent)
         };
         if let Ok(Some(dir)) = read_pointer(path, &ckpts) {
-            if dir.join(CONFIG_FILE).is_file() {
+            if dir.join(CONFIG_FILE).is_file() || dir.join(QWEN_POLICY_FILE).is_file() {
                 return plain(dir);
             }
         }

@@ -249,7 +249,10 @@ impl TrainConfig {
         }
         if a.loss_agg == Some(LossAgg::SeqMeanTokenSumNorm) && a.loss_agg_norm.is_none() {
             // Dr. GRPO's constant: the most tokens an action can have.
-            a.loss_agg_norm = self.model.vlm_config().ok().map(|v| v.actions.max_action_tokens as f64);
+            a.loss_agg_norm = match self.model.backbone_settings() {
+                Ok(Some(b)) => Some(b.max_new_tokens as f64),
+                _ => self.model.vlm_config().ok().map(|v| v.actions.max_action_tokens as f64),
+            };
         }
     }
 

@@ -1,6 +1,7 @@
 //! `[model]` of a training config: a policy preset plus optional overrides, resolved to a
 //! policy architecture, and the starting weights (`init`).
 
+use crate::policy::qwen_vl::{QwenPolicySettings, QwenVlPolicy};
 use crate::policy::vlm::{VlmConfig, VlmPolicy, CONFIG_FILE, WEIGHTS_FILE};
 use crate::policy::TrainablePolicy;
 use anyhow::{bail, Context};
@@ -100,6 +101,36 @@ pub struct ModelConfig {
     /// Score coordinates with the pointer head (default: on in every preset).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pointer: Option<bool>,
+    /// A pretrained backbone instead of the small policy: `qwen3_vl` or `qwen2_5_vl`
+    /// (then `path` names the checkpoint and the small policy's keys above do not apply).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backbone: Option<String>,
+    /// The backbone's checkpoint: a Hugging Face folder, or `hf:ORG/NAME` in the HF cache.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// LoRA rank of the backbone's adapters (default 16).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lora_rank: Option<usize>,
+    /// LoRA alpha (default 32; the update is scaled by alpha / rank).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lora_alpha: Option<f64>,
+    /// Language-model layers that get adapters (default: q/k/v/o and the MLP's gate/up/down).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lora_targets: Option<Vec<String>>,
+    /// The backbone's answer coordinates (`rel1000`, `smart_resize`, `px`, ...; default:
+    /// the architecture's own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coords: Option<String>,
+    /// The backbone's system prompt file (`{frame}` is replaced; default: the `openai:`
+    /// policy's prompt).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<PathBuf>,
+    /// Longest answer of the backbone, in tokens (default 32).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_new_tokens: Option<usize>,
+    /// The backbone's weights dtype: `f32` (default) or `bf16`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dtype: Option<String>,
     /// Weights to start from: a checkpoint folder (e.g. a cloned policy's
     /// `checkpoints/iter-000000`; its architecture must be the one `[model]` describes)
     /// or a safetensors file. A resumed run starts from its own checkpoint instead.
@@ -159,7 +190,83 @@ impl ModelConfig {
 
     /// The trainable policy `[model]` describes, as the trainer holds it.
     pub fn build(&self, device: &Device, seed: u64) -> anyhow::Result<Box<dyn TrainablePolicy>> {
-        Ok(Box::new(self.build_policy(device, seed)?))
+        match self.backbone_settings()? {
+            Some(settings) => {
+                let mut policy = QwenVlPolicy::new(settings, device)?;
+                if let Some(init) = &self.init {
+                    let dir = super::checkpoint::resolve_policy_dir(init)
+                        .map(|p| p.dir)
+                        .unwrap_or_else(|_| init.to_path_buf());
+                    policy
+                        .load(&dir)
+                        .with_context(|| format!("model.init: cannot start from {}", dir.display()))?;
+                }
+                Ok(Box::new(policy))
+            }
+            None => Ok(Box::new(self.build_policy(device, seed)?)),
+        }
+    }
+
+    /// The pretrained backbone's settings when `backbone` is set; the small policy's keys
+    /// set beside it, or backbone keys without it, are errors naming them.
+    pub fn backbone_settings(&self) -> anyhow::Result<Option<QwenPolicySettings>> {
+        let backbone_keys = [
+            ("path", self.path.is_some()),
+            ("lora_rank", self.lora_rank.is_some()),
+            ("lora_alpha", self.lora_alpha.is_some()),
+            ("lora_targets", self.lora_targets.is_some()),
+            ("coords", self.coords.is_some()),
+            ("prompt", self.prompt.is_some()),
+            ("max_new_tokens", self.max_new_tokens.is_some()),
+            ("dtype", self.dtype.is_some()),
+        ];
+        let Some(backbone) = &self.backbone else {
+            if let Some((k, _)) = backbone_keys.iter().find(|(_, set)| *set) {
+                bail!("model.{k} is a pretrained backbone's setting: set model.backbone (\"qwen3_vl\" or \"qwen2_5_vl\") too, or remove it");
+            }
+            return Ok(None);
+        };
+        let small = serde_json::to_value(ModelConfig {
+            backbone: None,
+            path: None,
+            lora_rank: None,
+            lora_alpha: None,
+            lora_targets: None,
+            coords: None,
+            prompt: None,
+            max_new_tokens: None,
+            dtype: None,
+            init: None,
+            preset: ModelPreset::Tiny,
+            ..self.clone()
+        })?;
+        if let Some(k) = small.as_object().and_then(|m| m.keys().find(|k| *k != "preset").cloned()) {
+            bail!("model.{k} is a setting of guirl's small policy; it does not apply with model.backbone = {backbone:?}: remove it");
+        }
+        let path = self.path.clone().ok_or_else(|| {
+            anyhow::anyhow!(
+                "model.backbone = {backbone:?} needs model.path: a checkpoint folder or hf:ORG/NAME"
+            )
+        })?;
+        let mut s = QwenPolicySettings::new(backbone, &path);
+        if let Some(v) = self.lora_rank {
+            s.lora_rank = v;
+        }
+        if let Some(v) = self.lora_alpha {
+            s.lora_alpha = v;
+        }
+        if let Some(v) = &self.lora_targets {
+            s.lora_targets = v.clone();
+        }
+        s.coords = self.coords.clone();
+        s.prompt = self.prompt.clone();
+        if let Some(v) = self.max_new_tokens {
+            s.max_new_tokens = v;
+        }
+        if let Some(v) = &self.dtype {
+            s.dtype = v.clone();
+        }
+        Ok(Some(s))
     }
 }
 

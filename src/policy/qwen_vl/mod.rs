@@ -8,16 +8,19 @@
 //! - [`chat`]: tokenizer and the checkpoint's Jinja chat template.
 //! - [`vision`], [`text`], [`rope`], [`nn`]: the towers and their layers.
 //! - [`lora`]: adapters in PEFT's layout.
-//! - [`model`]: a whole checkpoint.
+//! - [`model`]: a whole checkpoint; [`hub`]: where it is (a folder or `hf:ORG/NAME`).
+//! - [`policy`]: the checkpoint as a `TrainablePolicy` (prompt, answers, LoRA training).
 //!
 //! Tested against transformers on tiny random checkpoints of both architectures
 //! (`fixtures/qwen_vl`, written by `scripts/make_qwen_fixtures.py`).
 
 pub mod chat;
 pub mod config;
+pub mod hub;
 pub mod lora;
 pub mod model;
 pub mod nn;
+pub mod policy;
 pub mod processor;
 pub mod rope;
 pub mod text;
@@ -26,3 +29,4 @@ pub mod weights;
 
 pub use config::{Arch, QwenVlConfig};
 pub use model::{Prompt, QwenVl};
+pub use policy::{QwenPolicySettings, QwenVlPolicy};

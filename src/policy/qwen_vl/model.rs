@@ -184,14 +184,14 @@ impl QwenVl {
     }
 
     /// Save the adapters as a PEFT folder.
-    pub fn save_adapter(&mut self, dir: &Path) -> Result<()> {
+    pub fn save_adapter(&self, dir: &Path) -> Result<()> {
         let Some((settings, _)) = self.lora.clone() else {
             bail!("the model has no adapters to save");
         };
         let base = self.dir.display().to_string();
         let adapters: Vec<(String, LoraAdapter)> = self
             .text
-            .linears_mut()
+            .linears()
             .into_iter()
             .filter_map(|(n, l)| l.lora.clone().map(|a| (peft_module(&n), a)))
             .collect();
@@ -200,10 +200,10 @@ impl QwenVl {
     }
 
     /// The adapters' variables, named `<module>.lora_A` / `.lora_B`, sorted.
-    pub fn lora_vars(&mut self) -> Vec<(String, Var)> {
+    pub fn lora_vars(&self) -> Vec<(String, Var)> {
         let mut out: Vec<(String, Var)> = self
             .text
-            .linears_mut()
+            .linears()
             .into_iter()
             .filter_map(|(n, l)| l.lora.as_ref().map(|a| (n, a.a.clone(), a.b.clone())))
             .flat_map(|(n, a, b)| {
@@ -212,5 +212,39 @@ impl QwenVl {
             .collect();
         out.sort_by(|x, y| x.0.cmp(&y.0));
         out
+    }
+}
+
+impl QwenVl {
+    /// The adapters' settings and switch, once attached or loaded.
+    pub fn lora(&self) -> Option<&(LoraSettings, Arc<AtomicBool>)> {
+        self.lora.as_ref()
+    }
+
+    /// Overwrite the attached adapters' values with a PEFT folder's (a resume): the same
+    /// modules and shapes must be there, nothing else changes.
+    pub fn set_adapter_values(&self, dir: &Path) -> Result<()> {
+        let peft = load_peft(dir)?;
+        let mut seen = 0;
+        for (name, lin) in self.text.linears() {
+            let Some(ad) = &lin.lora else { continue };
+            let (a, b) = peft
+                .tensors
+                .get(&peft_module(&name))
+                .or_else(|| peft.tensors.get(&format!("model.{name}")))
+                .ok_or_else(|| {
+                    anyhow::anyhow!("{}: no adapter for `{}`", dir.display(), peft_module(&name))
+                })?;
+            if a.dims() != ad.a.dims() || b.dims() != ad.b.dims() {
+                bail!("{}: the adapter of `{name}` has another shape than this policy's", dir.display());
+            }
+            ad.a.set(&a.to_dtype(DType::F32)?.to_device(ad.a.device())?)?;
+            ad.b.set(&b.to_dtype(DType::F32)?.to_device(ad.b.device())?)?;
+            seen += 1;
+        }
+        if seen != peft.tensors.len() {
+            bail!("{}: the adapter has modules this policy has no adapter on", dir.display());
+        }
+        Ok(())
     }
 }

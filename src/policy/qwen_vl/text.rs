@@ -244,6 +244,26 @@ impl TextModel {
 }
 
 impl TextModel {
+    /// Every linear layer of the decoder with its name under the language model.
+    pub fn linears(&self) -> Vec<(String, &Linear)> {
+        let mut out = Vec::new();
+        for (i, l) in self.layers.iter().enumerate() {
+            let p = |n: &str| format!("layers.{i}.{n}");
+            for (n, lin) in [
+                ("self_attn.q_proj", &l.q),
+                ("self_attn.k_proj", &l.k),
+                ("self_attn.v_proj", &l.v),
+                ("self_attn.o_proj", &l.o),
+                ("mlp.gate_proj", &l.gate),
+                ("mlp.up_proj", &l.up),
+                ("mlp.down_proj", &l.down),
+            ] {
+                out.push((p(n), lin));
+            }
+        }
+        out
+    }
+
     /// Every linear layer of the decoder with its name under the language model
     /// (`layers.3.self_attn.q_proj`), for attaching adapters.
     pub fn linears_mut(&mut self) -> Vec<(String, &mut Linear)> {

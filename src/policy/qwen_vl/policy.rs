@@ -1,0 +1,550 @@
+//! A Qwen-VL checkpoint as a trainable policy: it reads the screenshot and the instruction
+//! in its chat format, answers with an action in text, and trains through LoRA adapters.
+//!
+//! - The prompt is the `openai:` policy's: a system text (a file the user can replace;
+//!   `{frame}` becomes the coordinate frame's sentence) and a user turn with the screenshot
+//!   and the instruction, screenshot size and earlier actions, written in the model's frame.
+//! - The answer is read by the grammar the `openai:` policy uses (guirl text, Qwen
+//!   `computer_use` tool calls, UI-TARS). Coordinates are 0–1000 relative for Qwen3-VL and
+//!   pixels of the resized image for Qwen2.5-VL, unless `coords` says otherwise. An answer
+//!   with no action is an `invalid_action` step, its text and tokens kept.
+//! - Behaviour cloning writes a demonstrated action as guirl text in that frame, then the
+//!   end-of-turn token.
+//! - Rollouts decode one state at a time with a KV cache; training scores the prompt and
+//!   the answer in one differentiable pass, the LM head only at the answer's positions.
+//!   Each state is computed alone, so a result never depends on what shared its batch.
+//! - The vision tower is frozen: its output per screenshot is cached across the update
+//!   epochs of an iteration.
+//! - The KL reference is the same weights with the adapters off (no second copy).
+
+use super::hub;
+use super::lora::LoraSettings;
+use super::model::QwenVl;
+use super::vision::VisionOutput;
+use super::{text::KvCache, Arch};
+use crate::env::{GuiAction, ScreenState};
+use crate::policy::api::coords::CoordMode;
+use crate::policy::api::parse::parse_answer;
+use crate::policy::api::prompt::{system_prompt, user_text, DEFAULT_PROMPT};
+use crate::policy::trainable::stream_rng;
+use crate::policy::{Decision, Policy, PolicyFailure, Sampling, TokenScores, TrainablePolicy};
+use anyhow::{anyhow, bail, Context, Result};
+use candle_core::{DType, Device, Tensor, Var, D};
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+/// The file in a checkpoint folder that says which backbone its adapter belongs to.
+pub const POLICY_FILE: &str = "qwen_policy.json";
+
+/// How a pretrained backbone is set up as a policy (`[model]` with `backbone`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QwenPolicySettings {
+    /// `qwen3_vl` or `qwen2_5_vl` (checked against the checkpoint's config.json).
+    pub backbone: String,
+    /// A checkpoint folder, or `hf:ORG/NAME` in the Hugging Face cache.
+    pub path: String,
+    /// LoRA rank.
+    #[serde(default = "default_rank")]
+    pub lora_rank: usize,
+    /// LoRA alpha (the update is scaled by alpha / rank).
+    #[serde(default = "default_alpha")]
+    pub lora_alpha: f64,
+    /// Language-model layers that get adapters.
+    #[serde(default = "default_targets")]
+    pub lora_targets: Vec<String>,
+    /// The answer's coordinate frame (`rel1000`, `smart_resize`, `px`, ...); default: the
+    /// architecture's own (Qwen3-VL `rel1000`, Qwen2.5-VL the resized image's pixels).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coords: Option<String>,
+    /// A system prompt file (`{frame}` is replaced); default: the `openai:` policy's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<PathBuf>,
+    /// Longest answer, in tokens.
+    #[serde(default = "default_max_new")]
+    pub max_new_tokens: usize,
+    /// `f32` or `bf16` (weights and activations; adapters and their optimizer stay f32).
+    #[serde(default = "default_dtype")]
+    pub dtype: String,
+}
+
+fn default_rank() -> usize {
+    LoraSettings::default().rank
+}
+fn default_alpha() -> f64 {
+    LoraSettings::default().alpha
+}
+fn default_targets() -> Vec<String> {
+    LoraSettings::default().targets
+}
+fn default_max_new() -> usize {
+    32
+}
+fn default_dtype() -> String {
+    "f32".into()
+}
+
+impl QwenPolicySettings {
+    /// Settings for `backbone` at `path` with every default.
+    pub fn new(backbone: &str, path: &str) -> Self {
+        QwenPolicySettings {
+            backbone: backbone.into(),
+            path: path.into(),
+            lora_rank: default_rank(),
+            lora_alpha: default_alpha(),
+            lora_targets: default_targets(),
+            coords: None,
+            prompt: None,
+            max_new_tokens: default_max_new(),
+            dtype: default_dtype(),
+        }
+    }
+
+    fn lora(&self) -> LoraSettings {
+        LoraSettings { rank: self.lora_rank, alpha: self.lora_alpha, targets: self.lora_targets.clone() }
+    }
+
+    fn check(&self) -> Result<()> {
+        if !matches!(self.backbone.as_str(), "qwen3_vl" | "qwen2_5_vl") {
+            bail!("model.backbone = {:?}: use \"qwen3_vl\" or \"qwen2_5_vl\"", self.backbone);
+        }
+        if self.lora_rank == 0 {
+            bail!("model.lora_rank must be at least 1");
+        }
+        if !(self.lora_alpha.is_finite() && self.lora_alpha > 0.0) {
+            bail!("model.lora_alpha must be a positive number");
+        }
+        if self.max_new_tokens == 0 {
+            bail!("model.max_new_tokens must be at least 1");
+        }
+        if !matches!(self.dtype.as_str(), "f32" | "bf16") {
+            bail!("model.dtype = {:?}: use \"f32\" or \"bf16\"", self.dtype);
+        }
+        Ok(())
+    }
+}
+
+/// A Qwen-VL backbone with LoRA adapters, as a [`TrainablePolicy`].
+pub struct QwenVlPolicy {
+    model: Arc<QwenVl>,
+    settings: QwenPolicySettings,
+    coords: CoordMode,
+    system: String,
+    sampling: Sampling,
+    /// false for the KL reference: the same model with its adapters off.
+    adapters: bool,
+    vision_cache: Arc<Mutex<HashMap<u64, Arc<VisionOutput>>>>,
+    device: Device,
+    eos: u32,
+}
+
+/// Vision outputs kept at most (screenshots of one iteration's update).
+const VISION_CACHE: usize = 4096;
+
+impl QwenVlPolicy {
+    /// Load the checkpoint `settings.path` names and attach fresh adapters.
+    pub fn new(settings: QwenPolicySettings, device: &Device) -> Result<Self> {
+        settings.check()?;
+        let dir = hub::resolve(&settings.path)?;
+        let dtype = if settings.dtype == "bf16" { DType::BF16 } else { DType::F32 };
+        let mut model = QwenVl::load(&dir, dtype, device)
+            .with_context(|| format!("model.path: cannot load the checkpoint {}", dir.display()))?;
+        let want = if settings.backbone == "qwen3_vl" { Arch::Qwen3Vl } else { Arch::Qwen25Vl };
+        if model.config.arch != want {
+            bail!(
+                "model.backbone = {:?}, but {} holds a {:?} checkpoint; set backbone to match",
+                settings.backbone,
+                dir.display(),
+                model.config.arch
+            );
+        }
+        model.attach_lora(&settings.lora())?;
+        let coords = match &settings.coords {
+            Some(c) => c.parse::<CoordMode>().map_err(|e| anyhow!("model.coords: {e}"))?,
+            None => match want {
+                Arch::Qwen3Vl => CoordMode::Rel1000,
+                Arch::Qwen25Vl => CoordMode::SmartResize {
+                    factor: model.config.image_factor() as u32,
+                    min_pixels: model.processor.min_pixels,
+                    max_pixels: model.processor.max_pixels,
+                },
+            },
+        };
+        let system = match &settings.prompt {
+            Some(p) => std::fs::read_to_string(p)
+                .with_context(|| format!("model.prompt: cannot read the system prompt {}", p.display()))?,
+            None => DEFAULT_PROMPT.to_string(),
+        };
+        let eos =
+            model.config.eos_token_id.or_else(|| model.chat.token_id("<|im_end|>")).ok_or_else(|| {
+                anyhow!("{}: no eos_token_id in config.json and no <|im_end|> token", dir.display())
+            })?;
+        Ok(QwenVlPolicy {
+            model: Arc::new(model),
+            settings,
+            coords,
+            system,
+            sampling: Sampling::default(),
+            adapters: true,
+            vision_cache: Arc::new(Mutex::new(HashMap::new())),
+            device: device.clone(),
+            eos,
+        })
+    }
+
+    /// Load a checkpoint folder written by [`TrainablePolicy::save`].
+    pub fn load_dir(dir: &Path, device: &Device) -> Result<Self> {
+        let path = dir.join(POLICY_FILE);
+        let text =
+            std::fs::read_to_string(&path).with_context(|| format!("{}: cannot read", path.display()))?;
+        let settings: QwenPolicySettings = serde_json::from_str(&text)
+            .with_context(|| format!("{}: not a Qwen-VL policy file", path.display()))?;
+        let mut p = Self::new(settings, device)?;
+        p.load(dir)?;
+        Ok(p)
+    }
+
+    /// Whether a checkpoint folder holds a Qwen-VL policy.
+    pub fn is_checkpoint(dir: &Path) -> bool {
+        dir.join(POLICY_FILE).is_file()
+    }
+
+    /// The loaded model.
+    pub fn model(&self) -> &QwenVl {
+        &self.model
+    }
+
+    /// The answer's coordinate frame.
+    pub fn coords(&self) -> CoordMode {
+        self.coords
+    }
+
+    /// Prompt ids and the processed screenshot for a state.
+    fn prompt(&self, state: &ScreenState) -> Result<(Vec<u32>, super::processor::ProcessedImage)> {
+        let m = &self.model;
+        let img = m.processor.process(&state.screenshot);
+        let (w, h) = state.screenshot.dimensions();
+        let system = system_prompt(&self.system, &self.coords.describe(w, h));
+        let history: Vec<String> = state.history.iter().map(|a| self.in_frame_text(a, w, h)).collect();
+        let user = user_text(state, &history, false);
+        let messages = json!([
+            {"role": "system", "content": system},
+            {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": user}]},
+        ]);
+        let rendered = m.chat.render(&messages, true)?;
+        let ids = m.chat.encode_prompt(&rendered, &[img.tokens(m.config.vision.spatial_merge_size)])?;
+        Ok((ids, img))
+    }
+
+    /// An earlier action's text (screenshot pixels) rewritten in the model's frame.
+    fn in_frame_text(&self, action: &str, w: u32, h: u32) -> String {
+        match action.parse::<GuiAction>() {
+            Ok(a) => self.format_action(&a, w, h),
+            Err(_) => action.to_string(),
+        }
+    }
+
+    /// `action` (screenshot pixels) as guirl text in the model's coordinate frame.
+    pub fn format_action(&self, action: &GuiAction, w: u32, h: u32) -> String {
+        let pt = |x: i32, y: i32| -> (i32, i32) {
+            let (fx, fy) = self.coords.from_px(x as f64, y as f64, w, h);
+            (fx.round() as i32, fy.round() as i32)
+        };
+        let a = match action.clone() {
+            GuiAction::Click { x, y } => {
+                let (x, y) = pt(x, y);
+                GuiAction::Click { x, y }
+            }
+            GuiAction::DoubleClick { x, y } => {
+                let (x, y) = pt(x, y);
+                GuiAction::DoubleClick { x, y }
+            }
+            GuiAction::RightClick { x, y } => {
+                let (x, y) = pt(x, y);
+                GuiAction::RightClick { x, y }
+            }
+            GuiAction::Hover { x, y } => {
+                let (x, y) = pt(x, y);
+                GuiAction::Hover { x, y }
+            }
+            GuiAction::Drag { x1, y1, x2, y2 } => {
+                let ((x1, y1), (x2, y2)) = (pt(x1, y1), pt(x2, y2));
+                GuiAction::Drag { x1, y1, x2, y2 }
+            }
+            GuiAction::Scroll { x, y, dx, dy } => {
+                let (x, y) = pt(x, y);
+                let (dx, dy) = self.coords.from_px(dx as f64, dy as f64, w, h);
+                GuiAction::Scroll { x, y, dx: dx.round() as i32, dy: dy.round() as i32 }
+            }
+            other => other,
+        };
+        a.to_string()
+    }
+
+    fn vision(&self, img: &super::processor::ProcessedImage) -> Result<Arc<VisionOutput>> {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        img.grid.hash(&mut hasher);
+        for v in &img.patches {
+            v.to_bits().hash(&mut hasher);
+        }
+        let key = hasher.finish();
+        if let Some(v) = self.vision_cache.lock().expect("vision cache").get(&key) {
+            return Ok(v.clone());
+        }
+        let (px, grids) = self.model.processor.batch(std::slice::from_ref(img), &self.device)?;
+        let out = Arc::new(self.model.encode_images(&px, &grids)?);
+        let mut cache = self.vision_cache.lock().expect("vision cache");
+        if cache.len() >= VISION_CACHE {
+            cache.clear();
+        }
+        cache.insert(key, out.clone());
+        Ok(out)
+    }
+
+    /// Run `f` with the model's adapters on or off as this policy wants them.
+    fn with_adapters<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        let switch = self.model.lora().map(|(_, s)| s.clone());
+        if let Some(s) = &switch {
+            s.store(self.adapters, Ordering::Relaxed);
+        }
+        let out = f();
+        if let Some(s) = &switch {
+            s.store(true, Ordering::Relaxed);
+        }
+        out
+    }
+
+    /// Decode one answer for `state` from the sampling stream `key`.
+    fn decide(&self, state: &ScreenState, key: u64) -> Result<Decision> {
+        let (ids, img) = self.prompt(state)?;
+        let vision = self.vision(&img)?;
+        let grid = [img.grid];
+        let prompt = self.model.prompt(ids, &grid)?;
+        let mut cache = KvCache::default();
+        let n = prompt.ids.len();
+        let h = self.model.hidden(&prompt, Some(&vision), Some(&mut cache))?;
+        let mut logits = self.model.logits(&h.get(n - 1)?.unsqueeze(0)?)?.squeeze(0)?;
+        let mut rng = stream_rng(self.sampling.seed, key);
+        let (mut tokens, mut lps) = (Vec::new(), Vec::new());
+        loop {
+            let scaled = (logits.to_dtype(DType::F32)? / self.sampling.temperature)?;
+            let lp = candle_nn::ops::log_softmax(&scaled, D::Minus1)?.to_vec1::<f32>()?;
+            let tok = if self.sampling.greedy {
+                argmax(&lp)
+            } else {
+                let u: f32 = rng.gen();
+                sample(&lp, u)
+            };
+            tokens.push(tok);
+            lps.push(lp[tok as usize]);
+            if tok == self.eos || tokens.len() >= self.settings.max_new_tokens {
+                break;
+            }
+            let h = self.model.step(tok, n + tokens.len() - 1, prompt.delta, &mut cache)?;
+            logits = self.model.logits(&h)?.squeeze(0)?;
+        }
+        let body: Vec<u32> = tokens.iter().copied().filter(|&t| t != self.eos).collect();
+        let text = self.model.chat.decode(&body)?;
+        let (w, hgt) = state.screenshot.dimensions();
+        let mut d = match parse_answer(&text, &self.coords, w, hgt) {
+            Ok(p) => Decision::deterministic(p.action),
+            Err(e) => Decision::failed(PolicyFailure::Unparsable(e), None),
+        };
+        d.logprob = lps.iter().sum();
+        d.token_logprobs = lps;
+        d.tokens = tokens;
+        d.answer = Some(text);
+        Ok(d)
+    }
+
+    /// Per-token log-probs and entropies `[n]` of `tokens` after `state`'s prompt.
+    fn score_one(&self, state: &ScreenState, tokens: &[u32]) -> Result<(Tensor, Tensor)> {
+        let (mut ids, img) = self.prompt(state)?;
+        let vision = self.vision(&img)?;
+        let n = ids.len();
+        ids.extend_from_slice(tokens);
+        let prompt = self.model.prompt(ids, &[img.grid])?;
+        let h = self.model.hidden(&prompt, Some(&vision), None)?;
+        // the answer's tokens are predicted from the positions just before them
+        let rows = h.narrow(0, n - 1, tokens.len())?;
+        let logits = (self.model.logits(&rows)?.to_dtype(DType::F32)? / self.sampling.temperature)?;
+        let lp = candle_nn::ops::log_softmax(&logits, D::Minus1)?;
+        let idx = Tensor::new(tokens, &self.device)?.unsqueeze(1)?;
+        let chosen = lp.gather(&idx, 1)?.squeeze(1)?;
+        let entropy = (lp.exp()? * &lp)?.sum(D::Minus1)?.neg()?;
+        Ok((chosen, entropy))
+    }
+}
+
+fn argmax(v: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, x) in v.iter().enumerate() {
+        if *x > v[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// The token whose cumulative probability first passes `u` ∈ [0, 1).
+fn sample(logp: &[f32], u: f32) -> u32 {
+    let mut acc = 0.0f32;
+    for (i, lp) in logp.iter().enumerate() {
+        acc += lp.exp();
+        if u < acc {
+            return i as u32;
+        }
+    }
+    argmax(logp)
+}
+
+impl Policy for QwenVlPolicy {
+    fn name(&self) -> String {
+        format!("{}:{}", self.settings.backbone, self.settings.path)
+    }
+
+    fn act(&mut self, states: &[ScreenState]) -> Result<Vec<Decision>> {
+        let keys: Vec<u64> = (0..states.len() as u64).collect();
+        self.act_keyed(states, &keys)
+    }
+
+    fn act_keyed(&mut self, states: &[ScreenState], keys: &[u64]) -> Result<Vec<Decision>> {
+        self.with_adapters(|| states.iter().zip(keys).map(|(s, &k)| self.decide(s, k)).collect())
+    }
+
+    fn info(&self) -> serde_json::Value {
+        json!({ "name": self.name(), "backbone": self.settings, "coords": self.coords.to_string() })
+    }
+}
+
+impl TrainablePolicy for QwenVlPolicy {
+    fn sampling(&self) -> Sampling {
+        self.sampling
+    }
+
+    fn set_sampling(&mut self, s: Sampling) {
+        self.sampling = s;
+    }
+
+    fn encode(&self, state: &ScreenState, action: &GuiAction) -> Result<Vec<u32>> {
+        let (w, h) = state.screenshot.dimensions();
+        let mut ids = self.model.chat.encode(&self.format_action(action, w, h))?;
+        ids.push(self.eos);
+        Ok(ids)
+    }
+
+    fn score(&self, states: &[ScreenState], tokens: &[Vec<u32>]) -> Result<TokenScores> {
+        if states.len() != tokens.len() {
+            bail!("{} states for {} token sequences", states.len(), tokens.len());
+        }
+        let longest = tokens.iter().map(Vec::len).max().unwrap_or(0).max(1);
+        let (mut lps, mut ents, mut masks) = (Vec::new(), Vec::new(), Vec::new());
+        self.with_adapters(|| {
+            for (s, t) in states.iter().zip(tokens) {
+                let pad = longest - t.len();
+                let (lp, ent) = if t.is_empty() {
+                    (Tensor::zeros(0, DType::F32, &self.device)?, Tensor::zeros(0, DType::F32, &self.device)?)
+                } else {
+                    self.score_one(s, t)?
+                };
+                let zeros = Tensor::zeros(pad, DType::F32, &self.device)?;
+                lps.push(Tensor::cat(&[&lp, &zeros], 0)?);
+                ents.push(Tensor::cat(&[&ent, &zeros], 0)?);
+                let m: Vec<f32> = (0..longest).map(|i| if i < t.len() { 1.0 } else { 0.0 }).collect();
+                masks.push(Tensor::new(m, &self.device)?);
+            }
+            Ok(())
+        })?;
+        Ok(TokenScores {
+            logp: Tensor::stack(&lps, 0)?,
+            mask: Tensor::stack(&masks, 0)?,
+            entropy: Tensor::stack(&ents, 0)?,
+        })
+    }
+
+    fn trainable_vars(&self) -> Vec<(String, Var)> {
+        if self.adapters {
+            self.model.lora_vars()
+        } else {
+            Vec::new()
+        }
+    }
+
+    fn device(&self) -> &Device {
+        &self.device
+    }
+
+    fn save(&self, dir: &Path) -> Result<()> {
+        std::fs::create_dir_all(dir).with_context(|| format!("{}: cannot create", dir.display()))?;
+        // The reference is the base with adapters off: nothing of its own to keep.
+        if self.adapters {
+            self.model.save_adapter(dir)?;
+        }
+        let tmp = dir.join(format!("{POLICY_FILE}.tmp"));
+        std::fs::write(&tmp, serde_json::to_string_pretty(&self.settings)?)?;
+        std::fs::rename(&tmp, dir.join(POLICY_FILE))?;
+        Ok(())
+    }
+
+    fn load(&mut self, dir: &Path) -> Result<()> {
+        let path = dir.join(POLICY_FILE);
+        if path.is_file() {
+            let theirs: QwenPolicySettings = serde_json::from_str(&std::fs::read_to_string(&path)?)
+                .with_context(|| format!("{}: not a Qwen-VL policy file", path.display()))?;
+            if theirs.backbone != self.settings.backbone || theirs.lora() != self.settings.lora() {
+                bail!(
+                    "{}: the adapter was trained for {} with LoRA r={} on {:?}; this policy is {} with r={} on {:?}",
+                    dir.display(),
+                    theirs.backbone,
+                    theirs.lora_rank,
+                    theirs.lora_targets,
+                    self.settings.backbone,
+                    self.settings.lora_rank,
+                    self.settings.lora_targets
+                );
+            }
+        }
+        if !self.adapters {
+            // the reference shares the live adapters; loading must not overwrite them
+            return Ok(());
+        }
+        self.model.set_adapter_values(dir)
+    }
+
+    fn reference(&self) -> Result<Box<dyn TrainablePolicy>> {
+        Ok(Box::new(QwenVlPolicy {
+            model: self.model.clone(),
+            settings: self.settings.clone(),
+            coords: self.coords,
+            system: self.system.clone(),
+            sampling: self.sampling,
+            adapters: false,
+            vision_cache: self.vision_cache.clone(),
+            device: self.device.clone(),
+            eos: self.eos,
+        }))
+    }
+
+    fn describe(&self) -> String {
+        let params: usize = self.model.lora_vars().iter().map(|(_, v)| v.elem_count()).sum();
+        format!(
+            "{} from {} with LoRA r={} alpha={} on {} ({params} trainable parameters), answers in {}",
+            self.settings.backbone,
+            self.settings.path,
+            self.settings.lora_rank,
+            self.settings.lora_alpha,
+            self.settings.lora_targets.join(","),
+            self.coords
+        )
+    }
+
+    fn token_text(&self, token: u32) -> String {
+        self.model.chat.token_text(token)
+    }
+}

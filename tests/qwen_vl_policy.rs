@@ -1,0 +1,251 @@
+//! The Qwen-VL backbones as trainable policies, on the tiny random checkpoints in
+//! `fixtures/qwen_vl`: sampling and rescoring agree, a policy step moves only LoRA,
+//! adapters save and load, and every malformed checkpoint folder gets a message that
+//! names the file and what is wrong in it.
+
+use candle_core::{Device, Tensor};
+use guirl::env::{GuiAction, ScreenState};
+use guirl::policy::qwen_vl::{QwenPolicySettings, QwenVlPolicy};
+use guirl::policy::{Policy, PolicyFailure, Sampling, TrainablePolicy};
+use guirl::train::optim::{AdamW, AdamWConfig};
+use std::path::{Path, PathBuf};
+
+fn fixture(arch: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/qwen_vl").join(arch)
+}
+
+/// A short system prompt keeps the tiny models' sequences short.
+fn settings(arch: &str, prompt_dir: &Path) -> QwenPolicySettings {
+    let prompt = prompt_dir.join("prompt.md");
+    std::fs::write(&prompt, "Act on the screen. {frame}").unwrap();
+    let mut s = QwenPolicySettings::new(arch, fixture(arch).to_str().unwrap());
+    s.prompt = Some(prompt);
+    s.lora_rank = 2;
+    s.lora_alpha = 4.0;
+    s.max_new_tokens = 6;
+    s
+}
+
+fn state(step: u32, history: &[&str]) -> ScreenState {
+    ScreenState {
+        task_id: "t".into(),
+        instruction: "Click the button.".into(),
+        url: String::new(),
+        step,
+        frame: Default::default(),
+        elements: vec![],
+        screenshot: image::RgbImage::from_fn(70, 45, |x, y| image::Rgb([(x * 3) as u8, (y * 5) as u8, 40])),
+        history: history.iter().map(|s| s.to_string()).collect(),
+        previous_screenshot: None,
+    }
+}
+
+fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
+    (a - b).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap()
+}
+
+/// Give every LoRA B a small random value, as after a first update (B starts at 0).
+fn perturb_b(p: &QwenVlPolicy) {
+    for (name, v) in p.trainable_vars() {
+        if name.ends_with("lora_B") {
+            v.set(&Tensor::randn(0f32, 0.05, v.dims(), &Device::Cpu).unwrap()).unwrap();
+        }
+    }
+}
+
+#[test]
+fn sampled_answers_rescored_give_the_same_logprobs() {
+    for arch in ["qwen3_vl", "qwen2_5_vl"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut p = QwenVlPolicy::new(settings(arch, tmp.path()), &Device::Cpu).unwrap();
+        perturb_b(&p);
+        p.set_sampling(Sampling { temperature: 1.3, greedy: false, seed: 7 });
+        let states =
+            vec![state(0, &[]), state(1, &["click(10, 20)"]), state(2, &["click(10, 20)", "key(Enter)"])];
+        let decisions = p.act_keyed(&states, &[1, 2, 3]).unwrap();
+        let tokens: Vec<Vec<u32>> = decisions.iter().map(|d| d.tokens.clone()).collect();
+        let scores = p.score(&states, &tokens).unwrap();
+        for (i, d) in decisions.iter().enumerate() {
+            assert!(!d.tokens.is_empty() && d.tokens.len() <= 6, "{arch}: {:?}", d.tokens);
+            assert!(d.answer.is_some(), "{arch}: the answer text is kept");
+            if let Some(PolicyFailure::Unparsable(e)) = &d.failure {
+                assert!(e.contains("no action") || e.contains("could not read"), "{e}");
+            }
+            let n = d.tokens.len();
+            let got = scores.logp.get(i).unwrap().narrow(0, 0, n).unwrap();
+            let want = Tensor::new(d.token_logprobs.as_slice(), &Device::Cpu).unwrap();
+            let diff = max_diff(&got, &want);
+            assert!(diff < 1e-4, "{arch} state {i}: rescored log-probs differ by {diff}");
+            let mask: f32 = scores.mask.get(i).unwrap().sum_all().unwrap().to_scalar().unwrap();
+            assert_eq!(mask as usize, n);
+        }
+        // the same keys give the same answers, whatever else is in the batch
+        let again = p.act_keyed(&states[1..2], &[2]).unwrap();
+        assert_eq!(again[0].tokens, decisions[1].tokens, "{arch}: batch-independent sampling");
+    }
+}
+
+#[test]
+fn a_policy_step_moves_only_lora_and_the_reference_stays_the_base() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut p = QwenVlPolicy::new(settings("qwen3_vl", tmp.path()), &Device::Cpu).unwrap();
+    perturb_b(&p);
+    let reference = p.reference().unwrap();
+    assert!(reference.trainable_vars().is_empty());
+    let states = vec![state(0, &[])];
+    let target = vec![p.encode(&states[0], &GuiAction::Click { x: 35, y: 20 }).unwrap()];
+    // guirl text in 0-1000 units, then the end-of-turn token
+    let text: String = target[0].iter().map(|&t| p.token_text(t)).collect();
+    assert!(text.contains("500") && text.ends_with("<|im_end|>"), "{text}");
+    let before_ref = reference.score(&states, &target).unwrap().logp;
+    let vars = p.trainable_vars();
+    let before: Vec<Tensor> = vars.iter().map(|(_, v)| v.as_tensor().copy().unwrap()).collect();
+    let mut opt = AdamW::new(vars.clone(), AdamWConfig { lr: 1e-2, ..Default::default() }).unwrap();
+    let nll0 = p.score(&states, &target).unwrap().logp.sum_all().unwrap().neg().unwrap();
+    opt.step(&nll0.backward().unwrap()).unwrap();
+    for ((name, v), b) in vars.iter().zip(&before) {
+        assert!(max_diff(v.as_tensor(), b) > 0.0, "{name} did not move");
+    }
+    let nll1 = p.score(&states, &target).unwrap().logp.sum_all().unwrap().neg().unwrap();
+    assert!(nll1.to_scalar::<f32>().unwrap() < nll0.to_scalar::<f32>().unwrap(), "one step lowers the NLL");
+    // the base weights are plain tensors: the reference (adapters off) did not change
+    let after_ref = reference.score(&states, &target).unwrap().logp;
+    assert_eq!(max_diff(&before_ref, &after_ref), 0.0);
+    let _ = p.act(&states).unwrap();
+}
+
+#[test]
+fn a_saved_adapter_loads_back_as_a_checkpoint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = QwenVlPolicy::new(settings("qwen2_5_vl", tmp.path()), &Device::Cpu).unwrap();
+    perturb_b(&p);
+    let ckpt = tmp.path().join("ckpt");
+    p.save(&ckpt).unwrap();
+    assert!(ckpt.join("adapter_model.safetensors").is_file() && ckpt.join("adapter_config.json").is_file());
+    let states = vec![state(0, &["click(3, 4)"])];
+    let tokens = vec![p.encode(&states[0], &GuiAction::Done).unwrap()];
+    let want = p.score(&states, &tokens).unwrap().logp;
+    let q = guirl::policy::load_checkpoint(&ckpt, &Device::Cpu).unwrap();
+    assert_eq!(max_diff(&q.score(&states, &tokens).unwrap().logp, &want), 0.0);
+    assert!(q.describe().contains("qwen2_5_vl"), "{}", q.describe());
+    // a reference saved and loaded leaves the live adapters alone
+    let r = p.reference().unwrap();
+    let rdir = tmp.path().join("ref");
+    r.save(&rdir).unwrap();
+    let mut r2 = p.reference().unwrap();
+    r2.load(&rdir).unwrap();
+    assert_eq!(max_diff(&p.score(&states, &tokens).unwrap().logp, &want), 0.0);
+}
+
+/// A copy of a fixture checkpoint (without its reference outputs) to break.
+fn copy_of(arch: &str) -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    for e in std::fs::read_dir(fixture(arch)).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_file() {
+            std::fs::copy(e.path(), tmp.path().join(e.file_name())).unwrap();
+        }
+    }
+    tmp
+}
+
+fn load_err(dir: &Path, arch: &str) -> String {
+    let s = QwenPolicySettings::new(arch, dir.to_str().unwrap());
+    match QwenVlPolicy::new(s, &Device::Cpu) {
+        Ok(_) => panic!("{} loaded", dir.display()),
+        Err(e) => format!("{e:#}"),
+    }
+}
+
+fn edit_json(path: &Path, f: impl FnOnce(&mut serde_json::Value)) {
+    let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    f(&mut v);
+    std::fs::write(path, serde_json::to_string(&v).unwrap()).unwrap();
+}
+
+#[test]
+fn malformed_checkpoint_folders_are_errors_that_name_the_file_and_what_is_wrong() {
+    // a tensor missing from the weights
+    let d = copy_of("qwen3_vl");
+    let st = candle_core::safetensors::load(d.path().join("model.safetensors"), &Device::Cpu).unwrap();
+    let mut fewer = st.clone();
+    fewer.remove("model.language_model.layers.1.mlp.up_proj.weight");
+    candle_core::safetensors::save(&fewer, d.path().join("model.safetensors")).unwrap();
+    let e = load_err(d.path(), "qwen3_vl");
+    assert!(e.contains("model.language_model.layers.1.mlp.up_proj.weight") && e.contains("missing"), "{e}");
+
+    // a tensor of the wrong shape
+    let d = copy_of("qwen3_vl");
+    let mut wrong = st.clone();
+    wrong.insert(
+        "model.visual.blocks.0.attn.proj.weight".into(),
+        Tensor::zeros((32, 31), candle_core::DType::F32, &Device::Cpu).unwrap(),
+    );
+    candle_core::safetensors::save(&wrong, d.path().join("model.safetensors")).unwrap();
+    let e = load_err(d.path(), "qwen3_vl");
+    assert!(
+        e.contains("model.safetensors")
+            && e.contains("model.visual.blocks.0.attn.proj.weight")
+            && e.contains("[32, 31]"),
+        "{e}"
+    );
+
+    // no tokenizer
+    let d = copy_of("qwen3_vl");
+    std::fs::remove_file(d.path().join("tokenizer.json")).unwrap();
+    let e = load_err(d.path(), "qwen3_vl");
+    assert!(e.contains("tokenizer.json") && e.contains("missing"), "{e}");
+
+    // a config key the reader does not know
+    let d = copy_of("qwen3_vl");
+    edit_json(&d.path().join("config.json"), |v| v["text_config"]["sliding_attention_every"] = 4.into());
+    let e = load_err(d.path(), "qwen3_vl");
+    assert!(e.contains("config.json") && e.contains("text_config.sliding_attention_every"), "{e}");
+
+    // a required key missing
+    let d = copy_of("qwen2_5_vl");
+    edit_json(&d.path().join("config.json"), |v| {
+        v.as_object_mut().unwrap().remove("num_hidden_layers");
+    });
+    let e = load_err(d.path(), "qwen2_5_vl");
+    assert!(e.contains("config.json") && e.contains("num_hidden_layers"), "{e}");
+
+    // a shard the index lists is gone
+    let d = copy_of("qwen2_5_vl");
+    std::fs::remove_file(d.path().join("model-00002-of-00002.safetensors")).unwrap();
+    let e = load_err(d.path(), "qwen2_5_vl");
+    assert!(e.contains("model-00002-of-00002.safetensors") && e.contains("missing"), "{e}");
+
+    // no chat template anywhere
+    let d = copy_of("qwen2_5_vl");
+    edit_json(&d.path().join("tokenizer_config.json"), |v| {
+        v.as_object_mut().unwrap().remove("chat_template");
+    });
+    let e = load_err(d.path(), "qwen2_5_vl");
+    assert!(e.contains("no chat template"), "{e}");
+
+    // the backbone named is not the checkpoint's
+    let e = load_err(&fixture("qwen2_5_vl"), "qwen3_vl");
+    assert!(e.contains("backbone") && e.contains("Qwen25Vl"), "{e}");
+
+    // a folder that does not exist
+    let e = load_err(Path::new("/nonexistent/qwen"), "qwen3_vl");
+    assert!(e.contains("/nonexistent/qwen") && e.contains("no such checkpoint folder"), "{e}");
+}
+
+#[test]
+fn an_hf_model_not_in_the_cache_fails_offline_with_what_to_do() {
+    let cache = tempfile::tempdir().unwrap();
+    // HF_HOME points the cache at an empty folder; HF_HUB_OFFLINE forbids the network.
+    std::env::set_var("HF_HOME", cache.path());
+    std::env::set_var("HF_HUB_OFFLINE", "1");
+    let e = load_err(Path::new("hf:Qwen/Qwen3-VL-2B-Instruct"), "qwen3_vl");
+    assert!(
+        e.contains("hf:Qwen/Qwen3-VL-2B-Instruct")
+            && e.contains("not in the Hugging Face cache")
+            && e.contains("huggingface-cli download"),
+        "{e}"
+    );
+    let e = load_err(Path::new("hf:not-a-repo-id"), "qwen3_vl");
+    assert!(e.contains("hf:ORG/NAME"), "{e}");
+}
