@@ -8,12 +8,18 @@
 //!
 //! A demonstration step the policy cannot write (an action kind outside `[model] kinds`,
 //! text longer than the policy writes, no frame) is skipped and counted, not an error.
+//!
+//! The demonstrations are cloned in a canonical order ([`demo_order`]: by task, seed, then
+//! the episode's actions), never in file order: several browsers append episodes in the
+//! order they finish, and the per-epoch shuffles permute positions, so file order would
+//! make the same config clone differently from run to run.
 
 use super::config::SftConfig;
 use super::optim::{clip_grad_norm, AdamW, AdamWConfig};
 use super::seeds::rng_for;
 use crate::env::{GuiAction, ScreenState};
 use crate::policy::{Sampling, TrainablePolicy};
+use crate::rollout::store::StoredTrajectory;
 use crate::rollout::TrajectorySet;
 use anyhow::bail;
 use rand::seq::SliceRandom;
@@ -50,19 +56,31 @@ pub struct SftSettings<'a> {
     pub seed: u64,
 }
 
-/// Clone the demonstrations of `set` into `policy`; one JSON line per epoch goes to `log`.
-pub fn clone_demonstrations(
-    policy: &mut dyn TrainablePolicy,
+/// The episodes of `set` in the order behaviour cloning reads them: by task id, then seed,
+/// then the episode's actions (so two episodes of one seed are ordered by what they did),
+/// and only then by line in the file. The order depends on the set's content alone, not
+/// on the order in which parallel browsers finished and appended the episodes.
+pub fn demo_order(set: &TrajectorySet) -> Vec<&StoredTrajectory> {
+    let mut order: Vec<&StoredTrajectory> = set.trajectories.iter().collect();
+    // A stable sort: episodes equal in every key keep their file order.
+    order.sort_by(|a, b| {
+        let (x, y) = (&a.trajectory, &b.trajectory);
+        let (ax, ay) = (x.steps.iter().map(|s| &s.action), y.steps.iter().map(|s| &s.action));
+        (&x.task_id, x.seed).cmp(&(&y.task_id, y.seed)).then_with(|| ax.cmp(ay))
+    });
+    order
+}
+
+/// The (state, action tokens) pairs cloning trains on, in [`demo_order`]; steps the policy
+/// cannot learn are counted in `report`.
+fn demo_samples(
+    policy: &dyn TrainablePolicy,
     set: &TrajectorySet,
-    how: SftSettings,
-    log: &Path,
-    stop: &AtomicBool,
-) -> anyhow::Result<SftReport> {
-    let SftSettings { sft, opt: opt_cfg, max_grad_norm, seed } = how;
-    let mut report = SftReport::default();
+    report: &mut SftReport,
+) -> anyhow::Result<Vec<(ScreenState, Vec<u32>)>> {
     let mut samples: Vec<(ScreenState, Vec<u32>)> = Vec::new();
     let previous = policy.reads_previous_screenshot();
-    for st in &set.trajectories {
+    for st in demo_order(set) {
         let t = &st.trajectory;
         // The frame each step acted on is the one the next step sees as previous.
         let mut before: Option<image::RgbImage> = None;
@@ -89,6 +107,21 @@ pub fn clone_demonstrations(
             }
         }
     }
+    Ok(samples)
+}
+
+/// Clone the demonstrations of `set` into `policy` (in [`demo_order`]); one JSON line per
+/// epoch goes to `log`.
+pub fn clone_demonstrations(
+    policy: &mut dyn TrainablePolicy,
+    set: &TrajectorySet,
+    how: SftSettings,
+    log: &Path,
+    stop: &AtomicBool,
+) -> anyhow::Result<SftReport> {
+    let SftSettings { sft, opt: opt_cfg, max_grad_norm, seed } = how;
+    let mut report = SftReport::default();
+    let samples = demo_samples(policy, set, &mut report)?;
     if report.skipped > 0 {
         tracing::warn!(
             "behaviour cloning skips {} of {} demonstration steps the policy cannot learn (first: {})",
@@ -189,5 +222,71 @@ mod tests {
         let mut p = VlmPolicy::new(vlm, &Device::Cpu, 0).unwrap();
         let e = clone_demonstrations(&mut p, &set, how, &log, &stop).unwrap_err().to_string();
         assert!(e.contains("no steps the policy can learn from") && e.contains("2 skipped"), "{e}");
+    }
+
+    /// One-click episodes `(task, seed, x, y)`, appended to `dir` in the order given (as
+    /// parallel browsers append them in the order they finish).
+    fn clicks(dir: &Path, episodes: &[(&str, u64, u32, u32)]) -> TrajectorySet {
+        let mut w = TrajectoryWriter::open(dir).unwrap();
+        for &(task, seed, x, y) in episodes {
+            let state = square_state(160, 210, x - 15, y - 15, 30, [220, 30, 30], "Click the square");
+            let steps = vec![TrajStep::new(format!("click({x}, {y})"), 1.0, EpisodeStatus::Success)];
+            let outcome = Outcome { reward: 1.0, status: EpisodeStatus::Success, steps: 1, error: None };
+            let mut t = Trajectory::new(task, seed, steps, outcome);
+            t.instruction = state.instruction.clone();
+            let shots = vec![state.screenshot.clone(), state.screenshot];
+            w.append(&Recorded { trajectory: t, frames: shots }).unwrap();
+        }
+        TrajectorySet::read(dir).unwrap()
+    }
+
+    #[test]
+    fn demonstrations_clone_the_same_whatever_order_they_finished_in() {
+        // The same five episodes (two of them on one seed), written in two finish orders.
+        let eps = [
+            ("builtin/b", 1, 35, 45),
+            ("builtin/a", 7, 100, 60),
+            ("builtin/a", 3, 80, 150),
+            ("builtin/a", 3, 40, 120),
+            ("builtin/a", 10, 120, 100),
+        ];
+        let dir = tempfile::tempdir().unwrap();
+        let mut reversed = eps;
+        reversed.reverse();
+        let (x, y) = (clicks(&dir.path().join("x"), &eps), clicks(&dir.path().join("y"), &reversed));
+        // Ordered by task, then seed (numerically), then the episode's actions.
+        let key = |set: &TrajectorySet| -> Vec<(String, u64, String)> {
+            demo_order(set)
+                .iter()
+                .map(|s| {
+                    (s.trajectory.task_id.clone(), s.trajectory.seed, s.trajectory.steps[0].action.clone())
+                })
+                .collect()
+        };
+        let want = [("a", 3, "click(40, 120)"), ("a", 3, "click(80, 150)"), ("a", 7, "click(100, 60)")]
+            .into_iter()
+            .chain([("a", 10, "click(120, 100)"), ("b", 1, "click(35, 45)")])
+            .map(|(t, s, a)| (format!("builtin/{t}"), s, a.to_string()))
+            .collect::<Vec<_>>();
+        assert_eq!(key(&x), want);
+        assert_eq!(key(&y), want);
+        // Cloning both from the same initial weights gives the same weights, bit for bit
+        // (the shuffles permute positions: in file order the minibatches would differ).
+        let cfg: SftConfig = toml::from_str("dir = \"x\"\nepochs = 2\nlr = 1e-3\nminibatch = 2").unwrap();
+        let stop = AtomicBool::new(false);
+        let how = SftSettings { sft: &cfg, opt: AdamWConfig::default(), max_grad_norm: 1.0, seed: 3 };
+        let clone = |set: &TrajectorySet| {
+            let mut p = VlmPolicy::new(VlmConfig::tiny(), &Device::Cpu, 0).unwrap();
+            let r = clone_demonstrations(&mut p, set, how, &dir.path().join("sft.jsonl"), &stop).unwrap();
+            let w: Vec<f32> = p
+                .named_vars()
+                .iter()
+                .flat_map(|(_, v)| v.flatten_all().unwrap().to_vec1::<f32>().unwrap())
+                .collect();
+            (r.final_nll, w)
+        };
+        let (a, b) = (clone(&x), clone(&y));
+        assert_eq!(a.0.to_bits(), b.0.to_bits(), "final NLL {} vs {}", a.0, b.0);
+        assert!(a.1 == b.1, "the two orders cloned to different weights");
     }
 }
