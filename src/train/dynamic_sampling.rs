@@ -1,28 +1,34 @@
 //! Collecting an iteration's groups, with DAPO's dynamic sampling (Yu et al. 2025, §3.2).
 //!
-//! A group whose rollouts all score the same reward has advantage 0 for every member: it
-//! adds nothing to the policy gradient, and the fewer informative groups a batch has, the
-//! noisier its gradient. DAPO over-samples and filters until the batch is full:
+//! A group whose members all get advantage 0 adds nothing to the policy gradient, and the
+//! fewer informative groups a batch has, the noisier its gradient. DAPO over-samples and
+//! filters until the batch is full:
 //!
 //! ```text
 //! kept = []
 //! repeat (1 + N times at most):
 //!     collect B groups on fresh training seeds             (B = batch_seeds, G rollouts each)
-//!     kept += the informative ones (rewards not all equal), until |kept| = B
+//!     kept += the informative ones (carrying signal), until |kept| = B
 //! until |kept| = B
 //! train on kept (fewer than B when N extra collections did not find enough: logged)
 //! ```
 //!
-//! Informative is judged on the training reward after the truncation and give-up
-//! corrections, before the overlong penalty and any KL shaping: like DAPO's filter on
-//! accuracy, a group is worth training on when its outcomes differ, not merely its lengths.
+//! Informative means the estimator gives some member a non-zero advantage
+//! ([`carries_signal`]): for GRPO, DAPO, GSPO, Dr. GRPO and RLOO with episode credit, the
+//! rewards are not all equal (DAPO's rule); a group of equal rewards still carries signal
+//! under discounted step credit (γ < 1: equal rewards at different lengths), through
+//! GiGPO's step groups, or against a baseline from outside the group (PPO's critic,
+//! REINFORCE++'s batch mean). It is judged on the training rewards after the truncation
+//! and give-up corrections, before the overlong penalty and any KL shaping (DAPO filters on
+//! outcomes, not on its length penalty).
 //! Every env step of every collection counts (`env_steps`, `iteration_env_steps`), dropped
 //! groups included; `pass_rate` is informative groups / groups collected.
 //!
 //! [`GroupFilter`] is the bookkeeping alone (which groups are kept, when to stop), a pure
-//! function of the rewards; [`collect_groups`] runs it against the browsers.
+//! function of which groups are informative; [`collect_groups`] runs it against the browsers.
 
-use super::config::TrainConfig;
+use super::advantage::{anchor_keys, carries_signal};
+use super::config::{AlgoKind, TrainConfig};
 use super::metrics::IterationMetrics;
 use super::rewards;
 use super::seeds::rng_for;
@@ -33,12 +39,6 @@ use crate::tasks::Task;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use std::sync::Arc;
-
-/// Whether a group's counted rewards (`env_error` rollouts left out) carry a group-relative
-/// signal: at least two of them differ.
-pub fn informative(rewards: &[f64]) -> bool {
-    rewards.windows(2).any(|w| w[0] != w[1])
-}
 
 /// Which collected groups an iteration trains on, and whether to collect again.
 #[derive(Debug, Clone, PartialEq)]
@@ -83,16 +83,16 @@ impl GroupFilter {
         GroupFilter { target, max_extra, drop_all_equal, report: SamplingReport::default() }
     }
 
-    /// One collection's groups, each given by its counted rewards; returns which to keep:
-    /// the informative ones (or all, without dropping), in order, until `target` are kept.
-    pub fn add(&mut self, groups: &[Vec<f64>]) -> Vec<bool> {
+    /// One collection's groups, each given by whether it is informative
+    /// ([`carries_signal`]); returns which to keep: the informative ones (or all, without
+    /// dropping), in order, until `target` are kept.
+    pub fn add(&mut self, informative: &[bool]) -> Vec<bool> {
         let r = &mut self.report;
         r.collections += 1;
-        r.groups += groups.len();
-        groups
+        r.groups += informative.len();
+        informative
             .iter()
-            .map(|rewards| {
-                let signal = informative(rewards);
+            .map(|&signal| {
                 r.informative += usize::from(signal);
                 let keep = (signal || !self.drop_all_equal) && r.kept < self.target;
                 r.kept += usize::from(keep);
@@ -232,8 +232,17 @@ pub async fn collect_groups(
         }
         out.outcomes.extend(recs.iter().map(|r| r.trajectory.outcome.clone()));
         let (batch, index) = TrainingBatch::group(recs.iter().map(|r| &r.trajectory));
-        let rewards: Vec<Vec<f64>> = batch.groups.iter().map(|g| g.valid_rewards()).collect();
-        let keep = filter.add(&rewards);
+        let keys = match algo.kind {
+            AlgoKind::Gigpo => anchor_keys(&recs, &index),
+            _ => Vec::new(),
+        };
+        let informative: Vec<bool> = batch
+            .groups
+            .iter()
+            .enumerate()
+            .map(|(g, group)| carries_signal(algo, group, keys.get(g).map_or(&[][..], Vec::as_slice)))
+            .collect();
+        let keep = filter.add(&informative);
         // Take the kept groups' rollouts; the rest (and their screenshots) go now.
         let mut slots: Vec<Option<Recorded>> = recs.into_iter().map(Some).collect();
         for (members, _) in index.iter().zip(&keep).filter(|(_, &k)| k) {
@@ -287,6 +296,8 @@ fn add_stats(total: &mut CollectStats, s: &CollectStats) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rollout::{Group, TrajStep, Trajectory};
+    use crate::train::config::AlgoConfig;
 
     /// Run the filter over successive collections (each a list of groups' rewards) the way
     /// [`collect_groups`] does: stop when it wants no more or the collections run out.
@@ -300,7 +311,10 @@ mod tests {
         let mut f = GroupFilter::new(target, max_extra, drop);
         let mut kept = Vec::new();
         for c in collections {
-            kept.push(f.add(c));
+            // Episode-level GRPO: informative when two counted rewards differ.
+            let grpo = AlgoConfig::default();
+            let informative: Vec<bool> = c.iter().map(|r| carries_signal(&grpo, &group(r), &[])).collect();
+            kept.push(f.add(&informative));
             if !f.wants_more() {
                 break;
             }
@@ -311,10 +325,84 @@ mod tests {
     const T: bool = true;
     const F: bool = false;
 
+    /// A group of one-step rollouts with these rewards.
+    fn group(rewards: &[f64]) -> Group {
+        let t = |&r: &f64| {
+            let steps = vec![TrajStep::new("click(1, 1)", r, EpisodeStatus::Running)];
+            let status = if r > 0.0 { EpisodeStatus::Success } else { EpisodeStatus::Fail };
+            Trajectory::new("t", 0, steps, Outcome { reward: r, status, steps: 1, error: None })
+        };
+        Group { task_id: "t".into(), seed: 0, id: None, trajectories: rewards.iter().map(t).collect() }
+    }
+
+    /// A rollout with these step rewards (the outcome their sum, success when positive).
+    fn stepped(rewards: &[f64]) -> Trajectory {
+        let steps =
+            rewards.iter().map(|&r| TrajStep::new("click(1, 1)", r, EpisodeStatus::Running)).collect();
+        let reward: f64 = rewards.iter().sum();
+        let status = if reward > 0.0 { EpisodeStatus::Success } else { EpisodeStatus::Fail };
+        Trajectory::new("t", 0, steps, Outcome { reward, status, steps: rewards.len() as u32, error: None })
+    }
+
     #[test]
-    fn informative_means_two_rewards_differ() {
-        assert!(informative(&[1.0, 0.0]) && informative(&[0.0, 0.0, 0.5]));
-        assert!(!informative(&[1.0, 1.0, 1.0]) && !informative(&[-1.0]) && !informative(&[]));
+    fn episode_level_groups_are_informative_when_two_rewards_differ() {
+        let grpo = AlgoConfig::default();
+        let signal = |r: &[f64]| carries_signal(&grpo, &group(r), &[]);
+        assert!(signal(&[1.0, 0.0]) && signal(&[0.0, 0.0, 0.5]));
+        assert!(!signal(&[1.0, 1.0, 1.0]) && !signal(&[-1.0]) && !signal(&[]));
+    }
+
+    #[test]
+    fn equal_rewards_still_carry_signal_under_discounting_gigpo_and_ppo() {
+        // Two successes with reward 1, one in 2 steps (r = [0, 1]), one in 1 (r = [1]), and
+        // an env_error (left out). Episode-level GRPO: rewards {1, 1}, advantage 0 for both:
+        // no signal, dropped.
+        let mut g = Group {
+            task_id: "t".into(),
+            seed: 0,
+            id: None,
+            trajectories: vec![stepped(&[0.0, 1.0]), stepped(&[1.0]), stepped(&[0.0])],
+        };
+        g.trajectories[2].outcome.status = EpisodeStatus::EnvError;
+        let batch = TrainingBatch { groups: vec![g.clone()] };
+        let algo = |text: &str| -> AlgoConfig { toml::from_str(text).unwrap() };
+        let zero =
+            |a: &crate::train::advantage::StepAdvantages| a[0].iter().flatten().flatten().all(|&x| x == 0.0);
+        let grpo = algo("");
+        let (a, st) = crate::train::advantage::estimate(&grpo, &batch, &Vec::new());
+        assert!(zero(&a) && !carries_signal(&grpo, &g, &[]) && st.all_equal_groups == 1);
+        // Discounted step credit, γ = 0.5: G = [0.5, 1] and [1]; pooled mean 2.5/3 = 5/6,
+        // so the first step gets (0.5 − 5/6) / std < 0: signal, kept.
+        let disc = algo("step_credit = \"discounted\"\ngamma = 0.5");
+        let (a, st) = crate::train::advantage::estimate(&disc, &batch, &Vec::new());
+        assert!(!zero(&a) && carries_signal(&disc, &g, &[]) && st.all_equal_groups == 0, "{a:?}");
+        // ... but at γ = 1 every G is 1: no signal, and exactly 0.
+        let undiscounted = algo("step_credit = \"discounted\"\ngamma = 1.0");
+        let (a, _) = crate::train::advantage::estimate(&undiscounted, &batch, &Vec::new());
+        assert!(zero(&a) && !carries_signal(&undiscounted, &g, &[]), "{a:?}");
+        // GiGPO, γ = 0.5: both start on screen 7 (G = 0.5 and 1 there): a step group whose
+        // returns differ, so signal; with ω = 0 only the (equal) episode part is left.
+        let keys = vec![vec![Some(7), Some(8)], vec![Some(7)], vec![Some(7)]];
+        let gigpo = algo("kind = \"gigpo\"\ngamma = 0.5");
+        let (a, _) = crate::train::advantage::estimate(&gigpo, &batch, &vec![keys.clone()]);
+        assert!(!zero(&a) && carries_signal(&gigpo, &g, &keys), "{a:?}");
+        let omega0 = algo("kind = \"gigpo\"\ngamma = 0.5\ngigpo_omega = 0.0");
+        let (a, _) = crate::train::advantage::estimate(&omega0, &batch, &vec![keys.clone()]);
+        assert!(zero(&a) && !carries_signal(&omega0, &g, &keys), "{a:?}");
+        // PPO and REINFORCE++: the baseline is the critic or the batch, not the group.
+        for kind in ["ppo", "reinforce_pp"] {
+            assert!(carries_signal(&algo(&format!("kind = \"{kind}\"")), &g, &[]), "{kind}");
+        }
+        // A group of env_errors carries nothing under any estimator.
+        let mut dead = g.clone();
+        dead.trajectories.iter_mut().for_each(|t| t.outcome.status = EpisodeStatus::EnvError);
+        assert!(!carries_signal(&algo("kind = \"ppo\""), &dead, &[]));
+        // The filter keeps what carries signal: GiGPO's group is informative, GRPO's not.
+        let mut f = GroupFilter::new(1, 3, true);
+        assert_eq!(f.add(&[carries_signal(&grpo, &g, &[])]), vec![F]);
+        assert!(f.wants_more());
+        assert_eq!(f.add(&[carries_signal(&gigpo, &g, &keys)]), vec![T]);
+        assert_eq!(f.report(), SamplingReport { collections: 2, groups: 2, informative: 1, kept: 1 });
     }
 
     #[test]

@@ -95,14 +95,17 @@ pub struct IterationMetrics {
     pub optimizer_steps: u64,
     /// Mean episode length, steps.
     pub episode_len: f64,
-    /// Groups collected this iteration whose rewards were all equal (no policy gradient),
-    /// before the overlong penalty.
+    /// Groups collected this iteration that carry no signal: the estimator gives every
+    /// member advantage 0, so no policy gradient (`advantage::carries_signal`; judged
+    /// before the overlong penalty and any KL shaping). Under an episode-level
+    /// group-relative estimator, the groups whose rewards are all equal; under γ < 1 step
+    /// credit, GiGPO's step groups or PPO's critic, equal rewards can still carry signal.
     pub all_equal_groups: u64,
     /// Groups in the batch trained on.
     pub groups: u64,
     /// Groups collected this iteration, every collection (dynamic sampling: more than B).
     pub groups_collected: u64,
-    /// Of those, groups whose rewards were not all equal.
+    /// Of those, groups that carry signal (the rest are `all_equal_groups`).
     pub informative_groups: u64,
     /// `informative_groups / groups_collected` (DAPO's dynamic-sampling pass rate).
     pub pass_rate: f64,

@@ -110,7 +110,6 @@ pub fn gae_advantages(batch: &TrainingBatch, values: &StepValues, p: GaeParams) 
         let rewards = group.valid_rewards();
         st.env_errors += group.trajectories.len() - rewards.len();
         st.empty_groups += usize::from(rewards.is_empty());
-        st.all_equal_groups += usize::from(!rewards.is_empty() && rewards.iter().all(|&r| r == rewards[0]));
         st.counted += rewards.len();
         let (mut adv_row, mut ret_row) = (Vec::new(), Vec::new());
         for (j, t) in group.trajectories.iter().enumerate() {
@@ -138,6 +137,8 @@ pub fn gae_advantages(batch: &TrainingBatch, values: &StepValues, p: GaeParams) 
             a.iter_mut().for_each(|x| *x = (*x - mean) / (std + p.eps));
         }
     }
+    // The critic is the baseline: a group of equal rewards still has signal.
+    st.all_equal_groups = super::silent_groups(&adv);
     st.baseline_mean = mean_std(&v_all).0;
     (st.relative_reward_mean, st.relative_reward_std) = (mean, std);
     let all: Vec<f64> = adv.iter().flatten().flatten().flatten().copied().collect();

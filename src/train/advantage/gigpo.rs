@@ -20,9 +20,9 @@
 //! ([`anchor_keys`]). Within a group the instruction is the same, so the screenshot alone
 //! names the state.
 
-use super::reinforce_pp::{discounted_returns, step_rewards};
-use super::{group_advantages, mean_std, AdvStd, AdvantageStats, StepAdvantages};
-use crate::rollout::{Recorded, TrainingBatch};
+use super::reinforce_pp::group_returns;
+use super::{differ, group_advantages, mean_std, AdvStd, AdvantageStats, StepAdvantages};
+use crate::rollout::{Group, Recorded, TrainingBatch};
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 
@@ -70,6 +70,34 @@ pub fn anchor_keys(recs: &[Recorded], index: &[Vec<usize>]) -> StateKeys {
         .collect()
 }
 
+/// The step groups of one group: key → its members `(trajectory, step)`, over the counted
+/// rollouts (`returns[i]` is `None` for the others); steps without a key are in none.
+fn anchor_groups(
+    returns: &[Option<Vec<f64>>],
+    keys: &[Vec<Option<u64>>],
+) -> HashMap<u64, Vec<(usize, usize)>> {
+    let mut anchors: HashMap<u64, Vec<(usize, usize)>> = HashMap::new();
+    for (i, r) in returns.iter().enumerate() {
+        let Some(r) = r else { continue };
+        for t in 0..r.len() {
+            if let Some(Some(k)) = keys.get(i).and_then(|s| s.get(t)) {
+                anchors.entry(*k).or_default().push((i, t));
+            }
+        }
+    }
+    anchors
+}
+
+/// Whether some step group of `group` (its anchor keys `[trajectory][step]`) holds returns
+/// that differ: GiGPO's step part then gives it signal whatever its episode rewards.
+pub fn step_groups_differ(group: &Group, keys: &[Vec<Option<u64>>], gamma: f64) -> bool {
+    let returns = group_returns(group, gamma);
+    anchor_groups(&returns, keys).values().any(|members| {
+        let gs: Vec<f64> = members.iter().map(|&(i, t)| returns[i].as_ref().expect("counted")[t]).collect();
+        differ(&gs)
+    })
+}
+
 /// GiGPO's advantages (see the module docs); `None` for `env_error` rollouts, which take
 /// no part in any group.
 pub fn gigpo_advantages(
@@ -83,26 +111,16 @@ pub fn gigpo_advantages(
     let mut out: StepAdvantages = Vec::with_capacity(batch.groups.len());
     for (g, (group, ep)) in batch.groups.iter().zip(episode).enumerate() {
         // G_{i,t} of every counted rollout, and the step groups: key → [(i, t)].
-        let returns: Vec<Option<Vec<f64>>> = group
-            .trajectories
-            .iter()
-            .zip(&ep)
-            .map(|(t, a)| a.map(|_| discounted_returns(&step_rewards(t), step.gamma)))
-            .collect();
-        let mut anchors: HashMap<u64, Vec<(usize, usize)>> = HashMap::new();
-        for (i, r) in returns.iter().enumerate() {
-            let Some(r) = r else { continue };
-            for t in 0..r.len() {
-                if let Some(Some(k)) = keys.get(g).and_then(|row| row.get(i)).and_then(|s| s.get(t)) {
-                    anchors.entry(*k).or_default().push((i, t));
-                }
-            }
-        }
+        let returns = group_returns(group, step.gamma);
+        let anchors = anchor_groups(&returns, keys.get(g).map_or(&[][..], Vec::as_slice));
         let mut step_adv: Vec<Vec<f64>> =
             returns.iter().map(|r| vec![0.0; r.as_ref().map_or(0, Vec::len)]).collect();
         for members in anchors.values().filter(|m| m.len() >= 2) {
             st.step_groups += 1;
             let gs: Vec<f64> = members.iter().map(|&(i, t)| returns[i].as_ref().unwrap()[t]).collect();
+            if !differ(&gs) {
+                continue; // exactly 0, not rounding noise
+            }
             let (mean, std) = mean_std(&gs);
             for (&(i, t), x) in members.iter().zip(&gs) {
                 step_adv[i][t] = if step.std { (x - mean) / (std + step.eps) } else { x - mean };
@@ -121,6 +139,7 @@ pub fn gigpo_advantages(
             .collect();
         out.push(row);
     }
+    st.all_equal_groups = super::silent_groups(&out);
     (st.adv_mean, st.adv_std) = mean_std(&advs);
     (out, st)
 }

@@ -14,7 +14,7 @@
 //! so its policy-gradient term is zero (only the KL and entropy terms still act on it).
 
 use super::reinforce_pp::batch_returns;
-use super::{mean_std, per_group, AdvStd, AdvantageStats, StepAdvantages};
+use super::{differ, mean_std, per_group, AdvStd, AdvantageStats, StepAdvantages};
 use crate::rollout::TrainingBatch;
 
 /// The population std over the batch of group-centered values: each group's values minus
@@ -65,7 +65,11 @@ pub fn group_advantages(
 ///                                              no division ("none")
 /// ```
 /// With γ = 1 and one-step episodes this is GRPO's advantage; a longer rollout weighs
-/// more in its group's mean (it has more steps).
+/// more in its group's mean (it has more steps). A group with one counted rollout gets 0
+/// for every step: a group-relative baseline over one sample is the sample itself (the
+/// pooled mean of its own steps would rank them by position alone, a late step's
+/// discounted return being larger). A group whose pooled returns are all equal gets
+/// exactly 0 too ([`super::carries_signal`]).
 pub fn discounted_group_advantages(
     batch: &TrainingBatch,
     gamma: f64,
@@ -83,7 +87,6 @@ pub fn discounted_group_advantages(
         let rewards = g.valid_rewards();
         st.env_errors += g.trajectories.len() - rewards.len();
         st.empty_groups += usize::from(rewards.is_empty());
-        st.all_equal_groups += usize::from(!rewards.is_empty() && rewards.iter().all(|&r| r == rewards[0]));
         st.counted += rewards.len();
         let (mean, g_std) = mean_std(pool);
         if !pool.is_empty() {
@@ -94,11 +97,14 @@ pub fn discounted_group_advantages(
             AdvStd::Batch => b_std + eps,
             AdvStd::None => 1.0,
         };
+        // One counted rollout, or nothing to tell apart: no signal, exactly 0.
+        let silent = rewards.len() < 2 || !differ(pool);
         out.push(
             row.into_iter()
                 .map(|r| {
                     r.map(|gs| {
-                        let a: Vec<f64> = gs.iter().map(|x| (x - mean) / scale).collect();
+                        let a: Vec<f64> =
+                            gs.iter().map(|x| if silent { 0.0 } else { (x - mean) / scale }).collect();
                         relative.extend(gs.iter().map(|x| x - mean));
                         advs.extend(&a);
                         a
@@ -107,6 +113,7 @@ pub fn discounted_group_advantages(
                 .collect(),
         );
     }
+    st.all_equal_groups = super::silent_groups(&out);
     st.baseline_mean = mean_std(&baselines).0;
     (st.relative_reward_mean, st.relative_reward_std) = mean_std(&relative);
     (st.adv_mean, st.adv_std) = mean_std(&advs);
@@ -285,6 +292,37 @@ mod tests {
         let (one, _) = discounted_group_advantages(&b, 1.0, AdvStd::Group, 1e-6);
         let (grpo, _) = group_advantages(&b, AdvStd::Group, 1e-6);
         assert!(close(one[1][0].as_ref().unwrap()[0], grpo[1][0].unwrap()));
+    }
+
+    #[test]
+    fn one_counted_rollout_under_discounted_step_credit_gets_zero() {
+        // γ = 0.5. Group 0 holds one counted rollout, r = [0, 0, 1] → G = [0.25, 0.5, 1],
+        // beside an env_error. Its pooled mean 7/12 is a baseline over that one sample:
+        // (G − 7/12) / std would rank its steps by position alone (−, −, +). A
+        // group-relative baseline over one sample is the sample itself: A = [0, 0, 0].
+        // Group 1 (two rollouts, G = [1] and [0]) is untouched: mean 0.5, std 0.5, A = ±1.
+        let g = |id: u64, t: Vec<Trajectory>| Group {
+            task_id: "t".into(),
+            seed: id,
+            id: Some(id),
+            trajectories: t,
+        };
+        let b = TrainingBatch {
+            groups: vec![
+                g(0, vec![stepped(&[0.0, 0.0, 1.0], 1.0, Success), stepped(&[0.0], 0.0, EnvError)]),
+                g(1, vec![stepped(&[1.0], 1.0, Success), stepped(&[0.0], 0.0, Fail)]),
+            ],
+        };
+        for std in [AdvStd::Group, AdvStd::Batch, AdvStd::None] {
+            let (a, st) = discounted_group_advantages(&b, 0.5, std, 1e-6);
+            assert_eq!(a[0][0].as_deref(), Some(&[0.0, 0.0, 0.0][..]), "{std:?}");
+            assert!(a[0][1].is_none());
+            let (x, y) = (a[1][0].as_ref().unwrap()[0], a[1][1].as_ref().unwrap()[0]);
+            assert!(x > 0.0 && close(x, -y), "{std:?}: {x} {y}");
+            assert_eq!((st.counted, st.all_equal_groups), (3, 1), "{std:?}");
+        }
+        let (a, _) = discounted_group_advantages(&b, 0.5, AdvStd::Group, 1e-6);
+        assert!(close(a[1][0].as_ref().unwrap()[0], 0.5 / (0.5 + 1e-6)));
     }
 
     #[test]

@@ -25,7 +25,7 @@ pub use gigpo::{anchor_keys, StateKeys};
 pub use grpo::group_advantages;
 
 use super::config::{AlgoConfig, AlgoKind};
-use crate::rollout::TrainingBatch;
+use crate::rollout::{Group, TrainingBatch};
 use serde::{Deserialize, Serialize};
 
 /// Which standard deviation divides group-relative advantages (`[algo] adv_std`).
@@ -126,8 +126,10 @@ pub fn estimate(
 pub struct AdvantageStats {
     /// Groups in the batch.
     pub groups: usize,
-    /// Groups with at least one counted rollout whose counted rewards are all equal
-    /// (advantage 0 for every member: no policy gradient).
+    /// Groups with at least one counted rollout that carry no signal: the estimator gives
+    /// every member advantage 0, so no policy gradient (see [`carries_signal`]: for an
+    /// episode-level group-relative estimator, the counted rewards are all equal; equal
+    /// rewards under γ < 1, GiGPO's step part or a critic can still carry signal).
     pub all_equal_groups: usize,
     /// Groups where every rollout was an `env_error` (nothing counted).
     pub empty_groups: usize,
@@ -150,6 +152,54 @@ pub struct AdvantageStats {
     /// GiGPO: anchor-state step groups with at least two steps.
     #[serde(default)]
     pub step_groups: usize,
+}
+
+/// Whether any two values differ.
+pub(crate) fn differ(x: &[f64]) -> bool {
+    x.windows(2).any(|w| w[0] != w[1])
+}
+
+/// Whether the estimator `algo` configures can give a counted member of `group` a non-zero
+/// advantage. A group without signal trains nothing: DAPO's dynamic sampling drops it and
+/// the `all_equal_groups` metric counts it. Equal final rewards are not the test: with a
+/// baseline from outside the group, discounted returns (γ < 1: equal rewards reached at
+/// different lengths differ), or GiGPO's step groups, such a group still carries signal.
+///
+/// ```text
+/// ppo, reinforce_pp            any counted rollout (the critic's V(s) / the batch's mean
+///                              return is the baseline, not the group)
+/// step_credit = "discounted"   ≥ 2 counted rollouts whose returns G_{i,t} (every step
+///                              pooled) are not all equal; one rollout gets 0
+/// gigpo                        counted rewards not all equal, or ω > 0 and some step
+///                              group's returns G_{i,t} not all equal
+/// the rest (episode-level)     counted rewards not all equal
+/// ```
+/// The estimators give exactly 0 to every member of a group without signal. `keys`: the
+/// group's anchor-state keys `[trajectory][step]` (GiGPO only; may be empty).
+pub fn carries_signal(algo: &AlgoConfig, group: &Group, keys: &[Vec<Option<u64>>]) -> bool {
+    let rewards = group.valid_rewards();
+    if rewards.is_empty() {
+        return false;
+    }
+    match algo.kind {
+        AlgoKind::Ppo | AlgoKind::ReinforcePp => true,
+        AlgoKind::Gigpo => {
+            differ(&rewards) || (algo.gigpo_omega > 0.0 && gigpo::step_groups_differ(group, keys, algo.gamma))
+        }
+        _ if algo.step_credit == StepCredit::Discounted => {
+            let pooled: Vec<f64> =
+                reinforce_pp::group_returns(group, algo.gamma).into_iter().flatten().flatten().collect();
+            rewards.len() >= 2 && differ(&pooled)
+        }
+        _ => differ(&rewards),
+    }
+}
+
+/// Groups with at least one counted rollout whose advantages are all exactly 0.
+pub(crate) fn silent_groups(adv: &StepAdvantages) -> usize {
+    adv.iter()
+        .filter(|row| row.iter().any(Option::is_some) && row.iter().flatten().flatten().all(|&a| a == 0.0))
+        .count()
 }
 
 /// Population mean and standard deviation (÷ n); `(0, 0)` for an empty slice.
@@ -184,14 +234,17 @@ pub(crate) fn per_group<F: Fn(f64) -> f64>(
         }
         let mean = mean_std(&rewards).0;
         baselines.push(mean);
-        st.all_equal_groups += usize::from(rewards.iter().all(|&r| r == rewards[0]));
+        // All equal: exactly 0 for everyone (the formula could leave rounding noise, which
+        // AdamW would blow up into a full step).
+        let equal = !differ(&rewards);
+        st.all_equal_groups += usize::from(equal);
         let adv = formula(&rewards);
         let row = g
             .trajectories
             .iter()
             .map(|t| {
                 (!t.outcome.status.is_infrastructure_failure()).then(|| {
-                    let a = adv(t.outcome.reward);
+                    let a = if equal { 0.0 } else { adv(t.outcome.reward) };
                     relative.push(t.outcome.reward - mean);
                     advs.push(a);
                     a

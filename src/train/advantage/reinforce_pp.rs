@@ -13,7 +13,7 @@
 //! term (`[algo] beta`), as for every other kind.
 
 use super::{mean_std, AdvantageStats, StepAdvantages};
-use crate::rollout::{TrainingBatch, Trajectory};
+use crate::rollout::{Group, TrainingBatch, Trajectory};
 
 /// The per-step rewards of `t`, with the last step carrying whatever makes them sum to the
 /// episode's training reward (which the truncation / give-up corrections may have set).
@@ -37,13 +37,18 @@ pub fn discounted_returns(rewards: &[f64], gamma: f64) -> Vec<f64> {
     g
 }
 
-/// Each step's discounted return from that step on, `[group][trajectory][step]`; `None`
-/// for rollouts that failed through no fault of the agent (left out of every statistic).
-pub fn batch_returns(batch: &TrainingBatch, gamma: f64) -> Vec<Vec<Option<Vec<f64>>>> {
+/// Each step's discounted return from that step on, `[trajectory][step]`; `None` for
+/// rollouts that failed through no fault of the agent (left out of every statistic).
+pub fn group_returns(group: &Group, gamma: f64) -> Vec<Option<Vec<f64>>> {
     let of = |t: &Trajectory| {
         (!t.outcome.status.is_infrastructure_failure()).then(|| discounted_returns(&step_rewards(t), gamma))
     };
-    batch.groups.iter().map(|g| g.trajectories.iter().map(of).collect()).collect()
+    group.trajectories.iter().map(of).collect()
+}
+
+/// [`group_returns`] of every group, `[group][trajectory][step]`.
+pub fn batch_returns(batch: &TrainingBatch, gamma: f64) -> Vec<Vec<Option<Vec<f64>>>> {
+    batch.groups.iter().map(|g| group_returns(g, gamma)).collect()
 }
 
 /// Batch-whitened discounted returns, `[group][trajectory][step]`; `None` for `env_error`.
@@ -75,9 +80,10 @@ pub fn reinforce_pp_advantages(
         let rewards = g.valid_rewards();
         st.env_errors += g.trajectories.len() - rewards.len();
         st.empty_groups += usize::from(rewards.is_empty());
-        st.all_equal_groups += usize::from(!rewards.is_empty() && rewards.iter().all(|&r| r == rewards[0]));
         st.counted += rewards.len();
     }
+    // The baseline is the batch's: a group of equal rewards still has signal.
+    st.all_equal_groups = super::silent_groups(&out);
     st.baseline_mean = mean;
     (st.relative_reward_mean, st.relative_reward_std) = (0.0, std);
     (st.adv_mean, st.adv_std) = mean_std(&advs);
