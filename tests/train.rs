@@ -413,6 +413,9 @@ async fn every_algorithm_option_runs_an_iteration() {
         ("rloo", |a| a.kind = AlgoKind::Rloo),
         ("reinforce-pp", |a| (a.kind, a.gamma) = (AlgoKind::ReinforcePp, 0.9)),
         ("ppo", |a| (a.kind, a.gamma) = (AlgoKind::Ppo, 0.9)),
+        // 2 epochs of one minibatch: the entropy bonus makes epoch 1 step (lr 1e-2), so
+        // epoch 2's approximate KL exceeds 1.5 × 1e-5 and the update stops there.
+        ("target-kl", |a| (a.target_kl, a.entropy_coef) = (Some(1e-5), 0.01)),
         // The critic sees only the groups dynamic sampling kept.
         ("ppo-dynamic-sampling-value-clip", |a| {
             (a.kind, a.dynamic_sampling, a.value_clip) = (AlgoKind::Ppo, Some(true), Some(0.2))
@@ -432,7 +435,14 @@ async fn every_algorithm_option_runs_an_iteration() {
             assert!(last[key].as_f64().is_some_and(f64::is_finite), "{name}: {key} = {}", last[key]);
         }
         assert!(dir.join("checkpoints/latest").exists(), "{name}");
-        if name.contains("kl") {
+        let stop = ["kl_early_stop", "kl_stop_epoch", "kl_stop_minibatch", "optimizer_steps"]
+            .map(|k| last[k].as_u64());
+        if name == "target-kl" {
+            assert_eq!(stop, [Some(1), Some(2), Some(1), Some(1)], "{name}: {last}");
+        } else {
+            assert_eq!(stop[..3], [Some(0), None, None], "{name}: {last}");
+        }
+        if name.contains("kl") && name != "target-kl" {
             assert!(dir.join("reference/model.safetensors").is_file(), "{name}");
         }
         if name.contains("adaptive") || name.contains("reward") {

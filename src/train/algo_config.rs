@@ -128,6 +128,12 @@ pub struct AlgoConfig {
     pub entropy_coef: f64,
     /// μ: passes over each batch.
     pub epochs: usize,
+    /// Approximate-KL early stop of the update (Stable-Baselines3's and CleanRL's
+    /// `target_kl`; off by default): once a minibatch's `KL(π_old ‖ π)` estimate exceeds
+    /// 1.5 × this, the iteration's remaining minibatches and epochs are skipped (see
+    /// [`super::update::update`]). Not `kl_target`, which steers β towards a KL to the reference.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target_kl: Option<f64>,
     /// Samples (steps) per optimizer step.
     pub minibatch: usize,
     /// Peak learning rate.
@@ -240,6 +246,7 @@ impl Default for AlgoConfig {
             kl_horizon: 10_000.0,
             entropy_coef: 0.0,
             epochs: 1,
+            target_kl: None,
             minibatch: 16,
             lr: 1e-4,
             lr_schedule: LrSchedule::Constant,
@@ -303,6 +310,32 @@ impl AlgoConfig {
                 self.gamma
             )
         })
+    }
+    /// Warnings about settings that are valid but probably not what the user means (the
+    /// trainer logs each once when it starts); empty when there is nothing to say.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.kl_estimator == KlEstimator::K1 && self.beta > 0.0 && self.kl_mode == KlMode::Loss {
+            // ∇k1 = ∇log π, and E_π[∇log π] = Σ ∇π = 0: the term's expected gradient is zero.
+            out.push(
+                "algo.kl_estimator = \"k1\" as a loss term (algo.beta > 0, kl_mode = \"loss\"): \
+                 k1 = log(π/π_ref) has an expected gradient of zero (E_π[∇log π] = 0), so it adds \
+                 noise but does not hold the policy near the reference; use kl_estimator = \"k3\" \
+                 (GRPO's) or \"k2\" (its gradient is that of KL(π‖π_ref)), or put k1 in the reward \
+                 with kl_mode = \"reward\""
+                    .to_string(),
+            );
+        }
+        if self.kind == AlgoKind::Dapo && self.beta > 0.0 {
+            out.push(format!(
+                "algo.kind = \"dapo\" with algo.beta = {}: DAPO drops the KL term (no reference \
+                 policy), so this run is not DAPO as published; set algo.beta = 0.0, or to keep a KL \
+                 term use kind = \"grpo\" with clip_high = 0.28, dynamic_sampling = true and \
+                 overlong_penalty = true",
+                self.beta
+            ));
+        }
+        out
     }
     /// ε_low, resolved.
     pub fn clip_low(&self) -> f64 {
@@ -459,6 +492,15 @@ impl AlgoConfig {
         if let Some(k) = a.kl_target {
             check(k > 0.0 && k.is_finite(), format!("algo.kl_target must be > 0, got {k}"));
             check(a.beta > 0.0, "algo.kl_target needs algo.beta > 0 (the coefficient it starts from)".into());
+        }
+        if let Some(k) = a.target_kl {
+            check(
+                k > 0.0 && k.is_finite(),
+                format!(
+                    "algo.target_kl must be > 0 (the approximate KL(π_old ‖ π) at which an \
+                     iteration's update stops early; leave it out for no early stop), got {k}"
+                ),
+            );
         }
         check(
             a.kl_horizon > 0.0 && a.kl_horizon.is_finite(),

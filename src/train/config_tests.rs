@@ -249,6 +249,10 @@ fn bad_values_are_named() {
         ("algo", "kl_target = 0.01", "algo.kl_target needs algo.beta > 0"),
         ("algo", "beta = 0.1\nkl_target = -1.0", "algo.kl_target must be > 0"),
         ("algo", "kl_horizon = 0.0", "algo.kl_horizon must be > 0"),
+        ("algo", "target_kl = 0.0", "algo.target_kl must be > 0"),
+        ("algo", "target_kl = -0.01", "algo.target_kl must be > 0"),
+        ("algo", "target_kl = nan", "algo.target_kl must be > 0"),
+        ("algo", "target_kl = \"0.01\"", "invalid type: string \"0.01\", expected f64"),
         (
             "algo",
             "adv_std = \"bessel\"",
@@ -391,4 +395,46 @@ fn discounted_step_credit_over_a_negative_failure_reward_is_warned_about() {
     assert_eq!(algo("kind = \"reinforce_pp\"\ngamma = 1.0").stalling_warning(-1.0), None);
     assert_eq!(algo("kind = \"grpo\"\ngamma = 0.9").stalling_warning(-1.0), None);
     assert_eq!(algo("kind = \"reinforce_pp\"\ngamma = 0.9").stalling_warning(0.0), None);
+}
+
+#[test]
+fn target_kl_is_off_by_default_and_parses() {
+    assert_eq!(parse_ok(MINIMAL).algo.target_kl, None);
+    let c = parse_ok(&format!("{MINIMAL}[algo]\ntarget_kl = 0.02\n"));
+    assert_eq!(c.algo.target_kl, Some(0.02));
+    assert_eq!(parse_ok(&c.to_toml().unwrap()), c);
+}
+
+#[test]
+fn k1_as_a_loss_term_and_a_kl_term_under_dapo_are_warned_about() {
+    let algo = |text: &str| parse_ok(&format!("{MINIMAL}[algo]\n{text}")).algo;
+    // k1 in the loss with β > 0: E_π[∇ k1] = E_π[∇ log π] = 0.
+    let w = algo("beta = 0.04\nkl_estimator = \"k1\"").warnings();
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(
+        w[0].contains("algo.kl_estimator = \"k1\"") && w[0].contains("expected gradient of zero"),
+        "{w:?}"
+    );
+    assert!(w[0].contains("use kl_estimator = \"k3\"") && w[0].contains("\"k2\""), "{w:?}");
+    // k1 in the reward, k1 with β = 0, or k2 / k3 in the loss: nothing to say.
+    assert!(algo("beta = 0.04\nkl_estimator = \"k1\"\nkl_mode = \"reward\"").warnings().is_empty());
+    assert!(algo("kl_estimator = \"k1\"").warnings().is_empty());
+    assert!(algo("beta = 0.04\nkl_estimator = \"k2\"").warnings().is_empty());
+    assert!(algo("beta = 0.04").warnings().is_empty());
+    // DAPO has no KL term: β > 0 is warned about, with what to do.
+    let w = algo("kind = \"dapo\"\nbeta = 0.01").warnings();
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(
+        w[0].contains("algo.kind = \"dapo\" with algo.beta = 0.01") && w[0].contains("drops the KL term"),
+        "{w:?}"
+    );
+    assert!(
+        w[0].contains("set algo.beta = 0.0") && w[0].contains("kind = \"grpo\" with clip_high = 0.28"),
+        "{w:?}"
+    );
+    assert!(algo("kind = \"dapo\"").warnings().is_empty());
+    // Both at once: both warnings.
+    assert_eq!(algo("kind = \"dapo\"\nbeta = 0.01\nkl_estimator = \"k1\"").warnings().len(), 2);
+    // The alternative the DAPO warning offers is a valid config.
+    algo("kind = \"grpo\"\nbeta = 0.01\nclip_high = 0.28\ndynamic_sampling = true\noverlong_penalty = true");
 }

@@ -84,6 +84,18 @@ pub struct IterationMetrics {
     /// term): not stepped, so AdamW's momentum does not move the policy without a signal.
     #[serde(default)]
     pub flat_steps: u64,
+    /// 1 when `[algo] target_kl` stopped this iteration's update early (a minibatch's
+    /// approximate KL(π_old ‖ π) exceeded 1.5 × target_kl), else 0.
+    pub kl_early_stop: u64,
+    /// The epoch it stopped in, from 1.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kl_stop_epoch: Option<u64>,
+    /// The minibatch of that epoch it stopped at, from 1 (not stepped).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kl_stop_minibatch: Option<u64>,
+    /// That minibatch's approximate KL(π_old ‖ π).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kl_stop_approx_kl: Option<f64>,
     /// Mean importance ratio of the first minibatch, before any update: 1 up to float
     /// error when the scored tokens are the sampled ones.
     pub first_ratio_mean: f64,

@@ -110,6 +110,9 @@ impl Trainer {
         if let Some(w) = cfg.algo.stalling_warning(worst_failure) {
             tracing::warn!("{w}");
         }
+        for w in cfg.algo.warnings() {
+            tracing::warn!("{w}");
+        }
         let mut policy = cfg.model.build(&device, cfg.run.seed)?;
         if let Some(dir) = &latest {
             policy.load(dir)?;
@@ -351,6 +354,12 @@ impl Trainer {
         m.set_advantage(&astats);
         collected.set_metrics(&mut m); // every collected rollout, not only those trained on
         m.set_loss(&up.loss);
+        if let Some(s) = up.kl_stop {
+            m.kl_early_stop = 1;
+            m.kl_stop_epoch = Some(s.epoch as u64);
+            m.kl_stop_minibatch = Some(s.minibatch as u64);
+            m.kl_stop_approx_kl = Some(s.approx_kl);
+        }
         if let Some(v) = &value {
             m.set_value(v);
         }

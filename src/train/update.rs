@@ -9,6 +9,17 @@
 //! A minibatch whose loss or gradient norm is not finite is skipped (no optimizer step)
 //! and counted; the means reported leave it out, so one bad minibatch cannot turn the
 //! iteration's metrics into NaN.
+//!
+//! `[algo] target_kl` stops the update early, with Stable-Baselines3's rule (CleanRL's is
+//! the same test made once per epoch, on the last minibatch, against `target_kl` itself):
+//!
+//! ```text
+//! approx_kl = Σ_tokens m·((ρ − 1) − log ρ) / Σ m     k3 of KL(π_old ‖ π) over the minibatch's
+//!                                                  counted tokens, ρ = π/π_old, measured by
+//!                                                  its forward pass, before its step
+//! approx_kl > 1.5 · target_kl  ⇒  no step on this minibatch, and none on the remaining
+//!                                  minibatches and epochs of the iteration
+//! ```
 
 use super::config::{AlgoConfig, AlgoKind, GspoLevel};
 use super::metrics::mean_loss_stats;
@@ -56,6 +67,19 @@ pub struct UpdateStats {
     pub flat_steps: u64,
     /// Tokens trained on (all epochs).
     pub tokens: usize,
+    /// Where `target_kl` stopped the update (`None`: it ran every epoch).
+    pub kl_stop: Option<KlStop>,
+}
+
+/// Where the approximate-KL early stop (`[algo] target_kl`) ended an update.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct KlStop {
+    /// The epoch, from 1.
+    pub epoch: usize,
+    /// The minibatch within that epoch, from 1 (it took no step).
+    pub minibatch: usize,
+    /// Its approximate KL(π_old ‖ π), which exceeded 1.5 × `target_kl`.
+    pub approx_kl: f64,
 }
 
 /// Pad per-sample rows into a `[B, T]` tensor; every row must fit.
@@ -134,10 +158,12 @@ pub fn update(
     let by_traj = algo.kind == AlgoKind::Gspo && algo.gspo_level == GspoLevel::Trajectory;
     let mut out = UpdateStats::default();
     let (mut all, mut norms) = (Vec::new(), Vec::new());
-    for epoch in 0..algo.epochs {
+    'epochs: for epoch in 0..algo.epochs {
         let mut order: Vec<usize> = (0..samples.len()).collect();
         order.shuffle(&mut rng_for(seed, iteration, 100 + epoch as u64));
-        for chunk in minibatches(samples, &order, algo.minibatch.max(1), by_traj) {
+        for (mb, chunk) in
+            minibatches(samples, &order, algo.minibatch.max(1), by_traj).into_iter().enumerate()
+        {
             let chunk = chunk.as_slice();
             let states: Vec<ScreenState> = chunk.iter().map(|&k| samples[k].state.clone()).collect();
             let tokens: Vec<Vec<u32>> = chunk.iter().map(|&k| samples[k].tokens.clone()).collect();
@@ -165,6 +191,23 @@ pub fn update(
             };
             let (loss, ls) = policy_loss(&loss_cfg, &inputs)?;
             out.first.get_or_insert(ls);
+            // target_kl (SB3's rule, see the module docs): the policy has moved too far
+            // from the one that collected the rollouts; stop before this minibatch's step.
+            if let Some(target) = algo.target_kl.filter(|&t| ls.approx_kl_old > 1.5 * t) {
+                let stop = KlStop { epoch: epoch + 1, minibatch: mb + 1, approx_kl: ls.approx_kl_old };
+                tracing::info!(
+                    "iteration {}: approximate KL {:.4} > 1.5 × target_kl {target} at epoch {}/{}, \
+                     minibatch {}: the update stops there ({} optimizer steps taken)",
+                    iteration + 1,
+                    stop.approx_kl,
+                    stop.epoch,
+                    algo.epochs,
+                    stop.minibatch,
+                    norms.len()
+                );
+                out.kl_stop = Some(stop);
+                break 'epochs;
+            }
             if !ls.loss.is_finite() {
                 out.skipped_steps += 1;
                 continue;
@@ -270,6 +313,41 @@ mod tests {
         let up = update(&p, None, &mut opt, &samples, &algo, 0, 1).unwrap();
         assert_eq!((up.optimizer_steps, up.flat_steps, up.skipped_steps), (0, 2, 0), "{up:?}");
         assert!(before == weights(&p), "a zero gradient moved the weights");
+    }
+
+    #[test]
+    fn target_kl_stops_the_update_early_and_only_when_set() {
+        let mut p = VlmPolicy::new(VlmConfig::tiny(), &Device::Cpu, 2).unwrap();
+        let samples = rollout(&mut p, 8);
+        let algo = AlgoConfig { minibatch: 2, epochs: 3, lr: 1e-2, ..Default::default() };
+        let before: Vec<(String, Tensor)> =
+            p.named_vars().into_iter().map(|(n, v)| (n, v.as_tensor().copy().unwrap())).collect();
+        let reset = |p: &VlmPolicy| {
+            for ((_, v), (_, w)) in p.named_vars().iter().zip(&before) {
+                v.set(w).unwrap();
+            }
+        };
+        // Off (the default): 3 epochs × 4 minibatches, every one stepped.
+        let mut opt = AdamW::new(p.named_vars(), algo.adamw_config()).unwrap();
+        let up = update(&p, None, &mut opt, &samples, &algo, 0, 0).unwrap();
+        assert_eq!((up.optimizer_steps, up.kl_stop), (12, None), "{up:?}");
+        // A target no update reaches: the same.
+        reset(&p);
+        let loose = AlgoConfig { target_kl: Some(1e3), ..algo.clone() };
+        let mut opt = AdamW::new(p.named_vars(), algo.adamw_config()).unwrap();
+        let up = update(&p, None, &mut opt, &samples, &loose, 0, 0).unwrap();
+        assert_eq!((up.optimizer_steps, up.kl_stop), (12, None), "{up:?}");
+        // A small target: the first minibatch sees ρ = 1 (approx KL = (ρ − 1) − log ρ = 0 up
+        // to f32 rounding, ~1e-7), steps; the second already sees the policy that step moved
+        // (lr 1e-2), approx KL > 1.5 × 1e-5, and the update stops there without stepping it.
+        reset(&p);
+        let tight = AlgoConfig { target_kl: Some(1e-5), ..algo.clone() };
+        let mut opt = AdamW::new(p.named_vars(), algo.adamw_config()).unwrap();
+        let up = update(&p, None, &mut opt, &samples, &tight, 0, 0).unwrap();
+        let stop = up.kl_stop.expect("the early stop fires");
+        assert_eq!((stop.epoch, stop.minibatch, up.optimizer_steps), (1, 2, 1), "{up:?}");
+        assert!(stop.approx_kl > 1.5e-5, "{stop:?}");
+        assert!(up.first.unwrap().approx_kl_old < 1.5e-5, "{:?}", up.first);
     }
 
     #[test]
