@@ -22,6 +22,7 @@ What it writes, per architecture (`qwen3_vl/`, `qwen2_5_vl/`):
   with the KV cache (token and logits at each step).
 - Qwen3-VL also gets `lora/`: a PEFT adapter (made by peft, random A and B) and the
   logits with it applied.
+- `qwen3_vl_learn/`: a somewhat larger random Qwen3-VL for the CPU learning test.
 
 The tokenizer is a small byte-level BPE trained here (not Qwen's), with Qwen's special
 tokens; the chat template is our own, in Qwen's chat format.
@@ -401,6 +402,38 @@ def qwen25(out, tok_src, sp):
     save_reference(folder, cases, images)
 
 
+def learner(out, tok_src, sp):
+    """A Qwen3-VL-shaped checkpoint sized for the CPU learning test (no reference outputs):
+    MiniWoB's 160 x 210 screenshots become 128 x 192 images, 8 x 12 patches, 24 tokens."""
+    folder = os.path.join(out, "qwen3_vl_learn")
+    os.makedirs(folder, exist_ok=True)
+    torch.manual_seed(11)
+    cfg = Qwen3VLConfig(
+        text_config=dict(
+            vocab_size=VOCAB, hidden_size=96, intermediate_size=192, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=24, rms_norm_eps=1e-6,
+            max_position_embeddings=4096, tie_word_embeddings=True,
+            rope_parameters=dict(rope_type="default", rope_theta=1e4, mrope_section=[4, 4, 4], mrope_interleaved=True),
+            bos_token_id=sp["<|endoftext|>"], eos_token_id=sp["<|im_end|>"], pad_token_id=sp["<|endoftext|>"],
+        ),
+        vision_config=dict(
+            depth=2, hidden_size=64, intermediate_size=128, num_heads=4, patch_size=16, temporal_patch_size=2,
+            spatial_merge_size=2, out_hidden_size=96, num_position_embeddings=144,
+            deepstack_visual_indexes=[0], hidden_act="gelu_pytorch_tanh",
+        ),
+        image_token_id=sp["<|image_pad|>"], video_token_id=sp["<|video_pad|>"],
+        vision_start_token_id=sp["<|vision_start|>"], vision_end_token_id=sp["<|vision_end|>"],
+        tie_word_embeddings=True,
+    )
+    Qwen3VLForConditionalGeneration(cfg).eval().save_pretrained(folder, safe_serialization=True)
+    proc_cfg = {
+        "image_processor_type": "Qwen2VLImageProcessor", "patch_size": 16, "temporal_patch_size": 2,
+        "merge_size": 2, "size": {"shortest_edge": 32 * 32 * 4, "longest_edge": 32 * 32 * 30},
+        "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
+    }
+    common_files(folder, tok_src, False, proc_cfg, sp["<|im_end|>"])
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "fixtures/qwen_vl"
     os.makedirs(out, exist_ok=True)
@@ -411,6 +444,7 @@ def main():
     assert max(sp.values()) < VOCAB, sp
     qwen3(out, tok_src, sp)
     qwen25(out, tok_src, sp)
+    learner(out, tok_src, sp)
     os.remove(tok_src)
     print("wrote", out)
 

@@ -76,6 +76,8 @@ fn sampled_answers_rescored_give_the_same_logprobs() {
             let want = Tensor::new(d.token_logprobs.as_slice(), &Device::Cpu).unwrap();
             let diff = max_diff(&got, &want);
             assert!(diff < 1e-4, "{arch} state {i}: rescored log-probs differ by {diff}");
+            let ent = scores.entropy.get(i).unwrap().narrow(0, 0, n).unwrap().to_vec1::<f32>().unwrap();
+            assert!(ent.iter().all(|e| e.is_finite() && *e > 0.0), "{arch}: entropies {ent:?}");
             let mask: f32 = scores.mask.get(i).unwrap().sum_all().unwrap().to_scalar().unwrap();
             assert_eq!(mask as usize, n);
         }
@@ -99,6 +101,7 @@ fn a_policy_step_moves_only_lora_and_the_reference_stays_the_base() {
     assert!(text.contains("500") && text.ends_with("<|im_end|>"), "{text}");
     let before_ref = reference.score(&states, &target).unwrap().logp;
     let vars = p.trainable_vars();
+    assert!(vars.iter().all(|(n, _)| n.contains("lora_")), "only adapters by default");
     let before: Vec<Tensor> = vars.iter().map(|(_, v)| v.as_tensor().copy().unwrap()).collect();
     let mut opt = AdamW::new(vars.clone(), AdamWConfig { lr: 1e-2, ..Default::default() }).unwrap();
     let nll0 = p.score(&states, &target).unwrap().logp.sum_all().unwrap().neg().unwrap();
@@ -117,8 +120,16 @@ fn a_policy_step_moves_only_lora_and_the_reference_stays_the_base() {
 #[test]
 fn a_saved_adapter_loads_back_as_a_checkpoint() {
     let tmp = tempfile::tempdir().unwrap();
-    let p = QwenVlPolicy::new(settings("qwen2_5_vl", tmp.path()), &Device::Cpu).unwrap();
+    let mut s = settings("qwen2_5_vl", tmp.path());
+    // the untied head and the final norm trained whole, beside the adapters
+    s.train_modules = vec!["lm_head".into(), "norm".into()];
+    let p = QwenVlPolicy::new(s, &Device::Cpu).unwrap();
     perturb_b(&p);
+    for (name, v) in p.trainable_vars() {
+        if name.ends_with("norm.weight") || name.starts_with("lm_head") {
+            v.set(&(v.as_tensor() * 1.5).unwrap()).unwrap();
+        }
+    }
     let ckpt = tmp.path().join("ckpt");
     p.save(&ckpt).unwrap();
     assert!(ckpt.join("adapter_model.safetensors").is_file() && ckpt.join("adapter_config.json").is_file());
@@ -128,6 +139,13 @@ fn a_saved_adapter_loads_back_as_a_checkpoint() {
     let q = guirl::policy::load_checkpoint(&ckpt, &Device::Cpu).unwrap();
     assert_eq!(max_diff(&q.score(&states, &tokens).unwrap().logp, &want), 0.0);
     assert!(q.describe().contains("qwen2_5_vl"), "{}", q.describe());
+    let cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(ckpt.join("adapter_config.json")).unwrap()).unwrap();
+    assert_eq!(cfg["modules_to_save"], serde_json::json!(["lm_head", "norm"]));
+    // a policy that does not train those modules refuses the checkpoint
+    let mut plain = QwenVlPolicy::new(settings("qwen2_5_vl", tmp.path()), &Device::Cpu).unwrap();
+    let e = format!("{:#}", plain.load(&ckpt).unwrap_err());
+    assert!(e.contains("train_modules"), "{e}");
     // a reference saved and loaded leaves the live adapters alone
     let r = p.reference().unwrap();
     let rdir = tmp.path().join("ref");

@@ -131,6 +131,10 @@ pub struct ModelConfig {
     /// The backbone's weights dtype: `f32` (default) or `bf16`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dtype: Option<String>,
+    /// Backbone modules trained whole beside the adapters: `embed_tokens`, `lm_head`,
+    /// `norm` (a randomly initialised model needs its head trained; default none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub train_modules: Option<Vec<String>>,
     /// Weights to start from: a checkpoint folder (e.g. a cloned policy's
     /// `checkpoints/iter-000000`; its architecture must be the one `[model]` describes)
     /// or a safetensors file. A resumed run starts from its own checkpoint instead.
@@ -219,6 +223,7 @@ impl ModelConfig {
             ("prompt", self.prompt.is_some()),
             ("max_new_tokens", self.max_new_tokens.is_some()),
             ("dtype", self.dtype.is_some()),
+            ("train_modules", self.train_modules.is_some()),
         ];
         let Some(backbone) = &self.backbone else {
             if let Some((k, _)) = backbone_keys.iter().find(|(_, set)| *set) {
@@ -236,6 +241,7 @@ impl ModelConfig {
             prompt: None,
             max_new_tokens: None,
             dtype: None,
+            train_modules: None,
             init: None,
             preset: ModelPreset::Tiny,
             ..self.clone()
@@ -266,6 +272,7 @@ impl ModelConfig {
         if let Some(v) = &self.dtype {
             s.dtype = v.clone();
         }
+        s.train_modules = self.train_modules.clone().unwrap_or_default();
         Ok(Some(s))
     }
 }

@@ -100,10 +100,12 @@ pub fn peft_key(module: &str, which: &str) -> String {
     format!("base_model.model.{module}.{which}.weight")
 }
 
-/// Write adapters (keyed by the module's name in the checkpoint's layout) as a PEFT folder.
+/// Write adapters (keyed by the module's name in transformers' tree) as a PEFT folder,
+/// with the modules trained whole (`full`: name, weight) as PEFT's `modules_to_save`.
 pub fn save_peft(
     dir: &Path,
     adapters: &[(String, &LoraAdapter)],
+    full: &[(String, &Var)],
     s: &LoraSettings,
     base: &str,
 ) -> Result<()> {
@@ -113,6 +115,10 @@ pub fn save_peft(
         tensors.insert(peft_key(module, "lora_A"), ad.a.as_tensor().to_device(&Device::Cpu)?);
         tensors.insert(peft_key(module, "lora_B"), ad.b.as_tensor().to_device(&Device::Cpu)?);
     }
+    for (module, v) in full {
+        tensors.insert(format!("base_model.model.{module}.weight"), v.as_tensor().to_device(&Device::Cpu)?);
+    }
+    let modules_to_save: Vec<&str> = full.iter().filter_map(|(m, _)| m.rsplit('.').next()).collect();
     let tmp = dir.join("adapter_model.safetensors.tmp");
     candle_core::safetensors::save(&tensors, &tmp)?;
     std::fs::rename(&tmp, dir.join("adapter_model.safetensors"))?;
@@ -124,6 +130,7 @@ pub fn save_peft(
         "lora_dropout": 0.0,
         "bias": "none",
         "target_modules": s.targets,
+        "modules_to_save": if modules_to_save.is_empty() { serde_json::Value::Null } else { json!(modules_to_save) },
         "base_model_name_or_path": base,
         "fan_in_fan_out": false,
         "use_rslora": false,
@@ -141,6 +148,8 @@ pub struct PeftAdapter {
     pub settings: LoraSettings,
     pub scale: f64,
     pub tensors: HashMap<String, (Tensor, Tensor)>,
+    /// Modules saved whole (`modules_to_save`): module name → weight.
+    pub full: HashMap<String, Tensor>,
 }
 
 /// Read `adapter_config.json` and `adapter_model.safetensors` from `dir`.
@@ -171,10 +180,17 @@ pub fn load_peft(dir: &Path) -> Result<PeftAdapter> {
     let all = candle_core::safetensors::load(&wpath, &Device::Cpu)
         .with_context(|| format!("{}: cannot read the adapter weights", wpath.display()))?;
     let mut tensors = HashMap::new();
+    let mut full = HashMap::new();
     for (key, a) in &all {
         let Some(module) =
             key.strip_prefix("base_model.model.").and_then(|k| k.strip_suffix(".lora_A.weight"))
         else {
+            if !key.contains(".lora_") {
+                if let Some(m) = key.strip_prefix("base_model.model.").and_then(|k| k.strip_suffix(".weight"))
+                {
+                    full.insert(m.to_string(), a.clone());
+                }
+            }
             continue;
         };
         let bkey = peft_key(module, "lora_B");
@@ -184,5 +200,10 @@ pub fn load_peft(dir: &Path) -> Result<PeftAdapter> {
     if tensors.is_empty() {
         bail!("{}: no `base_model.model.*.lora_A.weight` tensors", wpath.display());
     }
-    Ok(PeftAdapter { settings: LoraSettings { rank, alpha, targets }, scale: alpha / rank as f64, tensors })
+    Ok(PeftAdapter {
+        settings: LoraSettings { rank, alpha, targets },
+        scale: alpha / rank as f64,
+        tensors,
+        full,
+    })
 }

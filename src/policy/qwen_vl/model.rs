@@ -25,6 +25,8 @@ pub struct QwenVl {
     pub dir: PathBuf,
     /// The adapters' settings and their shared on/off switch, once attached.
     lora: Option<(LoraSettings, Arc<AtomicBool>)>,
+    /// Modules trained whole: (short name, name in transformers' tree, weight).
+    full: Vec<(String, String, Var)>,
 }
 
 /// A prompt ready to run: its ids and M-RoPE positions.
@@ -33,6 +35,19 @@ pub struct Prompt {
     pub positions: [Vec<i64>; 3],
     /// Added to a later token's sequence index to give its position.
     pub delta: i64,
+}
+
+impl Prompt {
+    /// Append answer tokens: text, whatever their ids, at positions continuing the prompt's.
+    pub fn extend(&mut self, tokens: &[u32]) {
+        for &t in tokens {
+            let p = self.ids.len() as i64 + self.delta;
+            self.ids.push(t);
+            for axis in self.positions.iter_mut() {
+                axis.push(p);
+            }
+        }
+    }
 }
 
 impl QwenVl {
@@ -44,7 +59,16 @@ impl QwenVl {
         let text = TextModel::load(&weights, &config.text)?;
         let chat = Chat::load(dir, &config)?;
         let processor = ImageProcessor::load(dir, &config)?;
-        Ok(QwenVl { config, vision, text, chat, processor, dir: dir.to_path_buf(), lora: None })
+        Ok(QwenVl {
+            config,
+            vision,
+            text,
+            chat,
+            processor,
+            dir: dir.to_path_buf(),
+            lora: None,
+            full: Vec::new(),
+        })
     }
 
     /// Image features for patches `[N, C·T·p·p]` of images with these grids.
@@ -105,7 +129,7 @@ impl QwenVl {
     }
 
     fn text_dtype(&self) -> DType {
-        self.text.embed_tensor().dtype()
+        self.text.dtype()
     }
 }
 
@@ -179,6 +203,15 @@ impl QwenVl {
                 peft.tensors.len()
             );
         }
+        for (name, t) in &peft.full {
+            let short = name.rsplit('.').next().unwrap_or_default().to_string();
+            self.train_whole(std::slice::from_ref(&short))?;
+            let (_, _, v) = self.full.iter().find(|(s, _, _)| *s == short).expect("just added");
+            if t.dims() != v.dims() {
+                bail!("{}: `{name}` has shape {:?}, this model's is {:?}", dir.display(), t.dims(), v.dims());
+            }
+            v.set(&t.to_dtype(DType::F32)?.to_device(v.device())?)?;
+        }
         self.lora = Some((peft.settings, switch.clone()));
         Ok(switch)
     }
@@ -196,7 +229,8 @@ impl QwenVl {
             .filter_map(|(n, l)| l.lora.clone().map(|a| (peft_module(&n), a)))
             .collect();
         let refs: Vec<(String, &LoraAdapter)> = adapters.iter().map(|(n, a)| (n.clone(), a)).collect();
-        save_peft(dir, &refs, &settings, &base)
+        let full: Vec<(String, &Var)> = self.full.iter().map(|(_, n, v)| (n.clone(), v)).collect();
+        save_peft(dir, &refs, &full, &settings, &base)
     }
 
     /// The adapters' variables, named `<module>.lora_A` / `.lora_B`, sorted.
@@ -209,6 +243,7 @@ impl QwenVl {
             .flat_map(|(n, a, b)| {
                 [(format!("{}.lora_A", peft_module(&n)), a), (format!("{}.lora_B", peft_module(&n)), b)]
             })
+            .chain(self.full.iter().map(|(_, n, v)| (format!("{n}.weight"), v.clone())))
             .collect();
         out.sort_by(|x, y| x.0.cmp(&y.0));
         out
@@ -244,6 +279,39 @@ impl QwenVl {
         }
         if seen != peft.tensors.len() {
             bail!("{}: the adapter has modules this policy has no adapter on", dir.display());
+        }
+        for (short, name, v) in &self.full {
+            let t = peft.full.get(name).ok_or_else(|| {
+                anyhow::anyhow!("{}: no weights for `{short}`, which this policy trains whole", dir.display())
+            })?;
+            if t.dims() != v.dims() {
+                bail!("{}: `{name}` has shape {:?}, this model's is {:?}", dir.display(), t.dims(), v.dims());
+            }
+            v.set(&t.to_dtype(DType::F32)?.to_device(v.device())?)?;
+        }
+        if peft.full.len() != self.full.len() {
+            bail!(
+                "{}: the checkpoint trains {:?} whole, this policy {:?}: give [model] train_modules the run's value",
+                dir.display(),
+                peft.full.keys().collect::<Vec<_>>(),
+                self.full.iter().map(|(s, _, _)| s).collect::<Vec<_>>()
+            );
+        }
+        Ok(())
+    }
+}
+
+impl QwenVl {
+    /// Train these modules whole (any of `embed_tokens`, `lm_head`, `norm`) beside the
+    /// adapters. A freshly initialised model needs it (its frozen head caps the logits);
+    /// a pretrained one rarely does.
+    pub fn train_whole(&mut self, modules: &[String]) -> Result<()> {
+        for m in modules {
+            if self.full.iter().any(|(s, _, _)| s == m) {
+                continue;
+            }
+            let (name, var) = self.text.unfreeze(m)?;
+            self.full.push((m.clone(), name, var));
         }
         Ok(())
     }

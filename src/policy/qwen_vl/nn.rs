@@ -44,7 +44,13 @@ impl Linear {
     pub fn forward_base(&self, x: &Tensor) -> Result<Tensor> {
         let dims = x.dims().to_vec();
         let flat = x.reshape(((), self.in_dim()))?;
-        let mut y = flat.matmul(&self.weight.t()?)?;
+        // a fully trained weight is an f32 Var even in a bf16 model
+        let w = if self.weight.dtype() == x.dtype() {
+            self.weight.clone()
+        } else {
+            self.weight.to_dtype(x.dtype())?
+        };
+        let mut y = flat.matmul(&w.t()?)?;
         if let Some(b) = &self.bias {
             y = y.broadcast_add(b)?;
         }
@@ -66,7 +72,7 @@ impl Module for Linear {
 
 /// RMSNorm computed in f32, as transformers does: `w · x / sqrt(mean(x²) + eps)`.
 pub struct RmsNorm {
-    weight: Tensor,
+    pub(crate) weight: Tensor,
     eps: f64,
 }
 
@@ -82,7 +88,7 @@ impl Module for RmsNorm {
         let x = x.to_dtype(DType::F32)?;
         let ms = x.sqr()?.mean_keepdim(D::Minus1)?;
         let y = x.broadcast_div(&(ms + self.eps)?.sqrt()?)?;
-        y.to_dtype(dtype)?.broadcast_mul(&self.weight)
+        y.to_dtype(dtype)?.broadcast_mul(&self.weight.to_dtype(dtype)?)
     }
 }
 

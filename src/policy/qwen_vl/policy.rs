@@ -71,6 +71,9 @@ pub struct QwenPolicySettings {
     /// `f32` or `bf16` (weights and activations; adapters and their optimizer stay f32).
     #[serde(default = "default_dtype")]
     pub dtype: String,
+    /// Modules trained whole beside the adapters (`embed_tokens`, `lm_head`, `norm`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub train_modules: Vec<String>,
 }
 
 fn default_rank() -> usize {
@@ -102,6 +105,7 @@ impl QwenPolicySettings {
             prompt: None,
             max_new_tokens: default_max_new(),
             dtype: default_dtype(),
+            train_modules: Vec::new(),
         }
     }
 
@@ -141,6 +145,8 @@ pub struct QwenVlPolicy {
     vision_cache: Arc<Mutex<HashMap<u64, Arc<VisionOutput>>>>,
     device: Device,
     eos: u32,
+    /// 0, or −∞ at the vision tokens an answer may not contain (`[V]`).
+    banned: Tensor,
 }
 
 /// Vision outputs kept at most (screenshots of one iteration's update).
@@ -164,6 +170,7 @@ impl QwenVlPolicy {
             );
         }
         model.attach_lora(&settings.lora())?;
+        model.train_whole(&settings.train_modules)?;
         let coords = match &settings.coords {
             Some(c) => c.parse::<CoordMode>().map_err(|e| anyhow!("model.coords: {e}"))?,
             None => match want {
@@ -184,7 +191,17 @@ impl QwenVlPolicy {
             model.config.eos_token_id.or_else(|| model.chat.token_id("<|im_end|>")).ok_or_else(|| {
                 anyhow!("{}: no eos_token_id in config.json and no <|im_end|> token", dir.display())
             })?;
+        // An answer is text: the vision placeholders are never sampled (nor scored).
+        let c = &model.config;
+        let mut ban = vec![0f32; c.text.vocab_size];
+        for t in [c.image_token_id, c.video_token_id, c.vision_start_token_id, c.vision_end_token_id] {
+            if let Some(slot) = ban.get_mut(t as usize) {
+                *slot = f32::NEG_INFINITY;
+            }
+        }
+        let banned = Tensor::new(ban, device)?;
         Ok(QwenVlPolicy {
+            banned,
             model: Arc::new(model),
             settings,
             coords,
@@ -333,7 +350,8 @@ impl QwenVlPolicy {
         let mut rng = stream_rng(self.sampling.seed, key);
         let (mut tokens, mut lps) = (Vec::new(), Vec::new());
         loop {
-            let scaled = (logits.to_dtype(DType::F32)? / self.sampling.temperature)?;
+            let scaled =
+                (logits.to_dtype(DType::F32)? / self.sampling.temperature)?.broadcast_add(&self.banned)?;
             let lp = candle_nn::ops::log_softmax(&scaled, D::Minus1)?.to_vec1::<f32>()?;
             let tok = if self.sampling.greedy {
                 argmax(&lp)
@@ -365,19 +383,22 @@ impl QwenVlPolicy {
 
     /// Per-token log-probs and entropies `[n]` of `tokens` after `state`'s prompt.
     fn score_one(&self, state: &ScreenState, tokens: &[u32]) -> Result<(Tensor, Tensor)> {
-        let (mut ids, img) = self.prompt(state)?;
+        let (ids, img) = self.prompt(state)?;
         let vision = self.vision(&img)?;
         let n = ids.len();
-        ids.extend_from_slice(tokens);
-        let prompt = self.model.prompt(ids, &[img.grid])?;
+        let mut prompt = self.model.prompt(ids, &[img.grid])?;
+        prompt.extend(tokens);
         let h = self.model.hidden(&prompt, Some(&vision), None)?;
         // the answer's tokens are predicted from the positions just before them
         let rows = h.narrow(0, n - 1, tokens.len())?;
-        let logits = (self.model.logits(&rows)?.to_dtype(DType::F32)? / self.sampling.temperature)?;
+        let logits = (self.model.logits(&rows)?.to_dtype(DType::F32)? / self.sampling.temperature)?
+            .broadcast_add(&self.banned)?;
         let lp = candle_nn::ops::log_softmax(&logits, D::Minus1)?;
         let idx = Tensor::new(tokens, &self.device)?.unsqueeze(1)?;
         let chosen = lp.gather(&idx, 1)?.squeeze(1)?;
-        let entropy = (lp.exp()? * &lp)?.sum(D::Minus1)?.neg()?;
+        // banned tokens have log-prob −∞: 0 · (−∞) would be NaN, so they count as −1e9 (p = 0)
+        let finite = lp.clamp(-1e9f32, 0f32)?;
+        let entropy = (finite.exp()? * &finite)?.sum(D::Minus1)?.neg()?;
         Ok((chosen, entropy))
     }
 }
@@ -497,6 +518,14 @@ impl TrainablePolicy for QwenVlPolicy {
         if path.is_file() {
             let theirs: QwenPolicySettings = serde_json::from_str(&std::fs::read_to_string(&path)?)
                 .with_context(|| format!("{}: not a Qwen-VL policy file", path.display()))?;
+            if theirs.train_modules != self.settings.train_modules {
+                bail!(
+                    "{}: the checkpoint trains {:?} whole; this policy's model.train_modules is {:?}",
+                    dir.display(),
+                    theirs.train_modules,
+                    self.settings.train_modules
+                );
+            }
             if theirs.backbone != self.settings.backbone || theirs.lora() != self.settings.lora() {
                 bail!(
                     "{}: the adapter was trained for {} with LoRA r={} on {:?}; this policy is {} with r={} on {:?}",
@@ -528,6 +557,7 @@ impl TrainablePolicy for QwenVlPolicy {
             vision_cache: self.vision_cache.clone(),
             device: self.device.clone(),
             eos: self.eos,
+            banned: self.banned.clone(),
         }))
     }
 

@@ -9,7 +9,7 @@ use super::config::TextConfig;
 use super::nn::{apply_rope, attention, causal_mask, Linear, RmsNorm};
 use super::weights::Weights;
 use anyhow::{bail, Result};
-use candle_core::{Module, Tensor, D};
+use candle_core::{DType, Module, Tensor, Var, D};
 
 struct Layer {
     input_norm: RmsNorm,
@@ -54,6 +54,8 @@ pub struct VisualRows<'a> {
 /// The decoder and its head.
 pub struct TextModel {
     cfg: TextConfig,
+    /// The model's dtype (a fully trained module's Var is f32 whatever it is).
+    dtype: DType,
     embed: Tensor,
     layers: Vec<Layer>,
     norm: RmsNorm,
@@ -102,6 +104,7 @@ impl TextModel {
         };
         Ok(TextModel {
             cfg: cfg.clone(),
+            dtype: w.dtype(),
             norm: RmsNorm::load(w, "lm.norm", h, cfg.rms_norm_eps)?,
             embed,
             layers,
@@ -117,7 +120,8 @@ impl TextModel {
     /// Token embeddings `[B, T, H]` of `ids` `[B, T]`.
     pub fn embed(&self, ids: &Tensor) -> Result<Tensor> {
         let (b, t) = ids.dims2()?;
-        Ok(self.embed.index_select(&ids.flatten_all()?, 0)?.reshape((b, t, self.cfg.hidden_size))?)
+        let rows = self.embed.index_select(&ids.flatten_all()?, 0)?.to_dtype(self.dtype)?;
+        Ok(rows.reshape((b, t, self.cfg.hidden_size))?)
     }
 
     /// Final hidden states `[B, T, H]` (after the last norm) for token ids `[B, T]`, with
@@ -279,5 +283,48 @@ impl TextModel {
             out.push((p("mlp.down_proj"), &mut l.down));
         }
         out
+    }
+}
+
+/// Modules that can be trained whole (`[model] train_modules`), beside the adapters.
+pub const FULL_MODULES: &[&str] = &["embed_tokens", "lm_head", "norm"];
+
+impl TextModel {
+    /// The model's dtype.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Make `module` (one of [`FULL_MODULES`]) trainable whole: its weight becomes an f32
+    /// `Var` (a tied head follows the embeddings). Returns the Var and the module's name in
+    /// transformers' tree.
+    pub fn unfreeze(&mut self, module: &str) -> Result<(String, Var)> {
+        match module {
+            "embed_tokens" => {
+                let v = Var::from_tensor(&self.embed.to_dtype(DType::F32)?)?;
+                self.embed = v.as_tensor().clone();
+                if self.cfg.tie_word_embeddings {
+                    self.head.weight = v.as_tensor().clone();
+                }
+                Ok(("model.language_model.embed_tokens".into(), v))
+            }
+            "lm_head" => {
+                if self.cfg.tie_word_embeddings {
+                    bail!("model.train_modules: lm_head is tied to embed_tokens in this checkpoint; train embed_tokens");
+                }
+                let v = Var::from_tensor(&self.head.weight.to_dtype(DType::F32)?)?;
+                self.head.weight = v.as_tensor().clone();
+                Ok(("lm_head".into(), v))
+            }
+            "norm" => {
+                let v = Var::from_tensor(&self.norm.weight.to_dtype(DType::F32)?)?;
+                self.norm.weight = v.as_tensor().clone();
+                Ok(("model.language_model.norm".into(), v))
+            }
+            other => bail!(
+                "model.train_modules: {other:?} cannot be trained whole; use {}",
+                FULL_MODULES.join(", ")
+            ),
+        }
     }
 }
