@@ -233,7 +233,7 @@ fn adapters_off_is_the_base_model() {
     let mut m = load("qwen3_vl");
     let r = reference("qwen3_vl");
     let switch = m.load_adapter(&dir("qwen3_vl").join("lora")).unwrap();
-    switch.store(false, std::sync::atomic::Ordering::Relaxed);
+    switch.set(guirl::policy::qwen_vl::lora::AdapterUse::Off);
     let (logits, _) = prompt_logits(&m, &r, "one_image", None).unwrap();
     assert!(rel_err(&logits, &r["one_image.logits"]) <= 1e-6);
 }

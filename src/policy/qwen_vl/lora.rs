@@ -3,8 +3,8 @@
 //! An adapter adds `scale · (x Aᵀ) Bᵀ` to a frozen layer, `A` `[r, in]`, `B` `[out, r]`,
 //! `scale = alpha / r`. A starts Kaiming-uniform and B at zero (PEFT's default), so a new
 //! adapter leaves the model unchanged. The base weights stay plain tensors: only A and B
-//! are `Var`s. All adapters of a model share one switch, so the KL reference is the same
-//! model with adapters off (no second copy of the weights).
+//! are `Var`s. All adapters of a model share one [`AdapterSwitch`], so the KL reference is
+//! the same model with a snapshot of the adapters (a copy of A and B only, not of the base).
 //!
 //! On disk (what peft, vLLM and mistral.rs read): `adapter_model.safetensors` with
 //! `base_model.model.<module>.lora_A.weight` / `lora_B.weight`, and `adapter_config.json`
@@ -15,8 +15,8 @@ use candle_core::{DType, Device, Tensor, Var};
 use serde_json::json;
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// Which layers get adapters, and their size.
 #[derive(Debug, Clone, PartialEq)]
@@ -41,13 +41,48 @@ impl Default for LoraSettings {
     }
 }
 
+/// Which adapter weights a model's forward uses. One switch is shared by all adapters of
+/// a model, so a policy and its KL reference can share the base weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdapterUse {
+    /// The trained adapters (the policy).
+    Live = 0,
+    /// No adapters: the base model.
+    Off = 1,
+    /// The adapters as they were at the last snapshot (the KL reference).
+    Snapshot = 2,
+}
+
+/// The shared switch of a model's adapters.
+#[derive(Debug, Clone, Default)]
+pub struct AdapterSwitch(Arc<AtomicU8>);
+
+impl AdapterSwitch {
+    /// Use these adapter weights from now on.
+    pub fn set(&self, u: AdapterUse) {
+        self.0.store(u as u8, Ordering::Relaxed);
+    }
+
+    /// The weights in use.
+    pub fn get(&self) -> AdapterUse {
+        match self.0.load(Ordering::Relaxed) {
+            0 => AdapterUse::Live,
+            1 => AdapterUse::Off,
+            _ => AdapterUse::Snapshot,
+        }
+    }
+}
+
 /// One layer's adapter.
 #[derive(Clone)]
 pub struct LoraAdapter {
     pub(crate) a: Var,
     pub(crate) b: Var,
     pub(crate) scale: f64,
-    switch: Arc<AtomicBool>,
+    switch: AdapterSwitch,
+    /// A real copy of (A, B) taken by [`LoraAdapter::snapshot`] (not a view: `Var::set`
+    /// writes in place).
+    pub(crate) frozen: Arc<Mutex<Option<(Tensor, Tensor)>>>,
 }
 
 impl LoraAdapter {
@@ -57,41 +92,55 @@ impl LoraAdapter {
         out_dim: usize,
         in_dim: usize,
         s: &LoraSettings,
-        switch: Arc<AtomicBool>,
+        switch: AdapterSwitch,
         device: &Device,
     ) -> Result<Self> {
         let bound = 1.0 / (in_dim as f32).sqrt();
         let a = Var::rand(-bound, bound, (s.rank, in_dim), device)?;
         let b = Var::zeros((out_dim, s.rank), DType::F32, device)?;
-        Ok(LoraAdapter { a, b, scale: s.alpha / s.rank as f64, switch })
+        Ok(LoraAdapter { a, b, scale: s.alpha / s.rank as f64, switch, frozen: Default::default() })
     }
 
     /// An adapter from saved A and B.
-    pub fn from_tensors(a: &Tensor, b: &Tensor, scale: f64, switch: Arc<AtomicBool>) -> Result<Self> {
+    pub fn from_tensors(a: &Tensor, b: &Tensor, scale: f64, switch: AdapterSwitch) -> Result<Self> {
         Ok(LoraAdapter {
             a: Var::from_tensor(&a.to_dtype(DType::F32)?)?,
             b: Var::from_tensor(&b.to_dtype(DType::F32)?)?,
             scale,
             switch,
+            frozen: Default::default(),
         })
     }
 
-    /// Whether the model's adapters are on.
-    pub fn enabled(&self) -> bool {
-        self.switch.load(Ordering::Relaxed)
+    /// Copy the live A and B into the snapshot.
+    pub fn snapshot(&self) -> Result<()> {
+        let copy = (self.a.as_tensor().copy()?, self.b.as_tensor().copy()?);
+        *self.frozen.lock().expect("adapter snapshot") = Some(copy);
+        Ok(())
     }
 
-    /// `scale · (x Aᵀ) Bᵀ` in `x`'s dtype (A and B stay f32 for the optimizer).
-    pub fn delta(&self, x: &Tensor) -> Result<Tensor> {
+    /// The (A, B) the switch selects, or None for no adapter.
+    fn weights(&self) -> Option<(Tensor, Tensor)> {
+        match self.switch.get() {
+            AdapterUse::Live => Some((self.a.as_tensor().clone(), self.b.as_tensor().clone())),
+            AdapterUse::Off => None,
+            AdapterUse::Snapshot => self.frozen.lock().expect("adapter snapshot").clone(),
+        }
+    }
+
+    /// `scale · (x Aᵀ) Bᵀ` in `x`'s dtype (A and B stay f32 for the optimizer), with the
+    /// weights the switch selects; None when adapters are off.
+    pub fn delta(&self, x: &Tensor) -> Result<Option<Tensor>> {
+        let Some((a, b)) = self.weights() else { return Ok(None) };
         let dims = x.dims().to_vec();
         let inp = *dims.last().ok_or_else(|| anyhow!("LoRA input without a feature axis"))?;
-        let a = self.a.as_tensor().to_dtype(x.dtype())?;
-        let b = self.b.as_tensor().to_dtype(x.dtype())?;
+        let a = a.to_dtype(x.dtype())?;
+        let b = b.to_dtype(x.dtype())?;
         let flat = x.reshape(((), inp))?;
         let y = (flat.matmul(&a.t()?)?.matmul(&b.t()?)? * self.scale)?;
         let mut out = dims;
         *out.last_mut().expect("feature axis") = b.dim(0)?;
-        Ok(y.reshape(out)?)
+        Ok(Some(y.reshape(out)?))
     }
 }
 

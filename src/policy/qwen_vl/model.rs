@@ -2,7 +2,7 @@
 
 use super::chat::Chat;
 use super::config::QwenVlConfig;
-use super::lora::{load_peft, save_peft, LoraAdapter, LoraSettings};
+use super::lora::{load_peft, save_peft, AdapterSwitch, LoraAdapter, LoraSettings};
 use super::processor::ImageProcessor;
 use super::rope::{mrope_positions, text_cos_sin};
 use super::text::{KvCache, TextModel, VisualRows};
@@ -11,8 +11,6 @@ use super::weights::Weights;
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor, Var};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 
 /// A loaded checkpoint.
 pub struct QwenVl {
@@ -24,7 +22,7 @@ pub struct QwenVl {
     /// The folder it was read from.
     pub dir: PathBuf,
     /// The adapters' settings and their shared on/off switch, once attached.
-    lora: Option<(LoraSettings, Arc<AtomicBool>)>,
+    lora: Option<(LoraSettings, AdapterSwitch)>,
     /// Modules trained whole: (short name, name in transformers' tree, weight).
     full: Vec<(String, String, Var)>,
 }
@@ -141,8 +139,8 @@ fn peft_module(name: &str) -> String {
 impl QwenVl {
     /// Attach fresh adapters (A random, B zero) to the language model's layers named in
     /// `settings.targets`; returns the switch that turns them all on or off.
-    pub fn attach_lora(&mut self, settings: &LoraSettings) -> Result<Arc<AtomicBool>> {
-        let switch = Arc::new(AtomicBool::new(true));
+    pub fn attach_lora(&mut self, settings: &LoraSettings) -> Result<AdapterSwitch> {
+        let switch = AdapterSwitch::default();
         let device = self.text_device();
         let mut n = 0;
         for (name, lin) in self.text.linears_mut() {
@@ -167,9 +165,9 @@ impl QwenVl {
     /// Load a PEFT adapter folder onto the language model (replacing any adapters).
     /// Module names are accepted in both layouts (`model.language_model.layers.*`,
     /// `model.layers.*`); a tensor that matches no layer, or a wrong shape, is an error.
-    pub fn load_adapter(&mut self, dir: &Path) -> Result<Arc<AtomicBool>> {
+    pub fn load_adapter(&mut self, dir: &Path) -> Result<AdapterSwitch> {
         let peft = load_peft(dir)?;
-        let switch = Arc::new(AtomicBool::new(true));
+        let switch = AdapterSwitch::default();
         let device = self.text_device();
         let mut used = 0;
         for (name, lin) in self.text.linears_mut() {
@@ -252,7 +250,7 @@ impl QwenVl {
 
 impl QwenVl {
     /// The adapters' settings and switch, once attached or loaded.
-    pub fn lora(&self) -> Option<&(LoraSettings, Arc<AtomicBool>)> {
+    pub fn lora(&self) -> Option<&(LoraSettings, AdapterSwitch)> {
         self.lora.as_ref()
     }
 
@@ -312,6 +310,53 @@ impl QwenVl {
             }
             let (name, var) = self.text.unfreeze(m)?;
             self.full.push((m.clone(), name, var));
+        }
+        Ok(())
+    }
+}
+
+impl QwenVl {
+    /// Copy every adapter's live A and B into its snapshot (the KL reference's weights).
+    pub fn snapshot_adapters(&self) -> Result<()> {
+        for (_, lin) in self.text.linears() {
+            if let Some(ad) = &lin.lora {
+                ad.snapshot()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Save the adapters' snapshot as a PEFT folder (a resumed run's KL reference).
+    pub fn save_snapshot(&self, dir: &Path) -> Result<()> {
+        let Some((settings, switch)) = self.lora.clone() else {
+            bail!("the model has no adapters to save");
+        };
+        let mut frozen = Vec::new();
+        for (n, l) in self.text.linears() {
+            if let Some(ad) = &l.lora {
+                let snap = ad.frozen.lock().expect("adapter snapshot").clone();
+                let (a, b) = snap.ok_or_else(|| anyhow::anyhow!("no snapshot of the adapters was taken"))?;
+                frozen.push((peft_module(&n), LoraAdapter::from_tensors(&a, &b, ad.scale, switch.clone())?));
+            }
+        }
+        let refs: Vec<(String, &LoraAdapter)> = frozen.iter().map(|(n, a)| (n.clone(), a)).collect();
+        save_peft(dir, &refs, &[], &settings, &self.dir.display().to_string())
+    }
+
+    /// Read a PEFT folder into the adapters' snapshot (the live adapters are untouched).
+    pub fn load_snapshot(&self, dir: &Path) -> Result<()> {
+        let peft = load_peft(dir)?;
+        for (name, lin) in self.text.linears() {
+            let Some(ad) = &lin.lora else { continue };
+            let (a, b) = peft.tensors.get(&peft_module(&name)).ok_or_else(|| {
+                anyhow::anyhow!("{}: no adapter for `{}`", dir.display(), peft_module(&name))
+            })?;
+            if a.dims() != ad.a.dims() || b.dims() != ad.b.dims() {
+                bail!("{}: the adapter of `{name}` has another shape than this policy's", dir.display());
+            }
+            let dev = ad.a.device();
+            let pair = (a.to_dtype(DType::F32)?.to_device(dev)?, b.to_dtype(DType::F32)?.to_device(dev)?);
+            *ad.frozen.lock().expect("adapter snapshot") = Some(pair);
         }
         Ok(())
     }

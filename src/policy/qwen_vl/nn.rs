@@ -63,9 +63,10 @@ impl Linear {
 impl Module for Linear {
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         let y = self.forward_base(x).map_err(candle_core::Error::wrap)?;
-        match &self.lora {
-            Some(l) if l.enabled() => y + l.delta(x).map_err(candle_core::Error::wrap)?,
-            _ => Ok(y),
+        match self.lora.as_ref().map(|l| l.delta(x)).transpose().map_err(candle_core::Error::wrap)?.flatten()
+        {
+            Some(d) => y + d,
+            None => Ok(y),
         }
     }
 }

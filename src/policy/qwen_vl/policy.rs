@@ -15,10 +15,11 @@
 //!   Each state is computed alone, so a result never depends on what shared its batch.
 //! - The vision tower is frozen: its output per screenshot is cached across the update
 //!   epochs of an iteration.
-//! - The KL reference is the same weights with the adapters off (no second copy).
+//! - The KL reference is the policy as it was when the reference was made (after behaviour
+//!   cloning, the clone): the same base weights with a snapshot of the adapters.
 
 use super::hub;
-use super::lora::LoraSettings;
+use super::lora::{AdapterUse, LoraSettings};
 use super::model::QwenVl;
 use super::vision::VisionOutput;
 use super::{text::KvCache, Arch};
@@ -35,7 +36,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 /// The file in a checkpoint folder that says which backbone its adapter belongs to.
@@ -140,8 +140,9 @@ pub struct QwenVlPolicy {
     coords: CoordMode,
     system: String,
     sampling: Sampling,
-    /// false for the KL reference: the same model with its adapters off.
-    adapters: bool,
+    /// Which adapter weights this policy runs: the live ones, or (the KL reference) the
+    /// snapshot taken when it was made.
+    mode: AdapterUse,
     vision_cache: Arc<Mutex<HashMap<u64, Arc<VisionOutput>>>>,
     device: Device,
     eos: u32,
@@ -207,7 +208,7 @@ impl QwenVlPolicy {
             coords,
             system,
             sampling: Sampling::default(),
-            adapters: true,
+            mode: AdapterUse::Live,
             vision_cache: Arc::new(Mutex::new(HashMap::new())),
             device: device.clone(),
             eos,
@@ -324,15 +325,16 @@ impl QwenVlPolicy {
         Ok(out)
     }
 
-    /// Run `f` with the model's adapters on or off as this policy wants them.
+    /// Run `f` with the adapter weights this policy uses (the switch is shared with the
+    /// reference; it is put back to the live adapters after).
     fn with_adapters<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
         let switch = self.model.lora().map(|(_, s)| s.clone());
         if let Some(s) = &switch {
-            s.store(self.adapters, Ordering::Relaxed);
+            s.set(self.mode);
         }
         let out = f();
         if let Some(s) = &switch {
-            s.store(true, Ordering::Relaxed);
+            s.set(AdapterUse::Live);
         }
         out
     }
@@ -490,7 +492,7 @@ impl TrainablePolicy for QwenVlPolicy {
     }
 
     fn trainable_vars(&self) -> Vec<(String, Var)> {
-        if self.adapters {
+        if self.mode == AdapterUse::Live {
             self.model.lora_vars()
         } else {
             Vec::new()
@@ -503,9 +505,10 @@ impl TrainablePolicy for QwenVlPolicy {
 
     fn save(&self, dir: &Path) -> Result<()> {
         std::fs::create_dir_all(dir).with_context(|| format!("{}: cannot create", dir.display()))?;
-        // The reference is the base with adapters off: nothing of its own to keep.
-        if self.adapters {
-            self.model.save_adapter(dir)?;
+        match self.mode {
+            AdapterUse::Live => self.model.save_adapter(dir)?,
+            AdapterUse::Snapshot => self.model.save_snapshot(dir)?,
+            AdapterUse::Off => {}
         }
         let tmp = dir.join(format!("{POLICY_FILE}.tmp"));
         std::fs::write(&tmp, serde_json::to_string_pretty(&self.settings)?)?;
@@ -539,21 +542,30 @@ impl TrainablePolicy for QwenVlPolicy {
                 );
             }
         }
-        if !self.adapters {
-            // the reference shares the live adapters; loading must not overwrite them
-            return Ok(());
+        match self.mode {
+            AdapterUse::Live => self.model.set_adapter_values(dir),
+            // the reference reads into its snapshot: the live adapters are not touched
+            AdapterUse::Snapshot => self.model.load_snapshot(dir),
+            AdapterUse::Off => Ok(()),
         }
-        self.model.set_adapter_values(dir)
     }
 
     fn reference(&self) -> Result<Box<dyn TrainablePolicy>> {
+        self.model.snapshot_adapters()?;
+        if !self.settings.train_modules.is_empty() {
+            tracing::warn!(
+                "model.train_modules {:?} are shared with the KL reference (only the adapters are snapshotted): \
+                 the KL term does not see their changes",
+                self.settings.train_modules
+            );
+        }
         Ok(Box::new(QwenVlPolicy {
             model: self.model.clone(),
             settings: self.settings.clone(),
             coords: self.coords,
             system: self.system.clone(),
             sampling: self.sampling,
-            adapters: false,
+            mode: AdapterUse::Snapshot,
             vision_cache: self.vision_cache.clone(),
             device: self.device.clone(),
             eos: self.eos,
