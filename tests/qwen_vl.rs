@@ -205,7 +205,7 @@ fn every_lora_tensor_gets_a_finite_nonzero_gradient() {
     for arch in ARCHS {
         let mut m = load(arch);
         let r = reference(arch);
-        m.attach_lora(&LoraSettings { rank: 2, alpha: 4.0, ..LoraSettings::default() }).unwrap();
+        m.attach_lora(&LoraSettings { rank: 2, alpha: 4.0, ..LoraSettings::default() }, 0).unwrap();
         let vars = m.lora_vars();
         assert_eq!(vars.len(), 2 * 7 * m.config.text.num_hidden_layers);
         // B starts at zero (the adapter leaves the model unchanged), so A's gradient would

@@ -57,7 +57,7 @@ fn perturb_b(p: &QwenVlPolicy) {
 fn sampled_answers_rescored_give_the_same_logprobs() {
     for arch in ["qwen3_vl", "qwen2_5_vl"] {
         let tmp = tempfile::tempdir().unwrap();
-        let mut p = QwenVlPolicy::new(settings(arch, tmp.path()), &Device::Cpu).unwrap();
+        let mut p = QwenVlPolicy::new(settings(arch, tmp.path()), &Device::Cpu, 0).unwrap();
         perturb_b(&p);
         p.set_sampling(Sampling { temperature: 1.3, greedy: false, seed: 7 });
         let states =
@@ -90,7 +90,7 @@ fn sampled_answers_rescored_give_the_same_logprobs() {
 #[test]
 fn a_policy_step_moves_only_lora_and_the_reference_stays_as_it_was() {
     let tmp = tempfile::tempdir().unwrap();
-    let mut p = QwenVlPolicy::new(settings("qwen3_vl", tmp.path()), &Device::Cpu).unwrap();
+    let mut p = QwenVlPolicy::new(settings("qwen3_vl", tmp.path()), &Device::Cpu, 0).unwrap();
     perturb_b(&p);
     let reference = p.reference().unwrap();
     assert!(reference.trainable_vars().is_empty());
@@ -130,7 +130,7 @@ fn a_saved_adapter_loads_back_as_a_checkpoint() {
     let mut s = settings("qwen2_5_vl", tmp.path());
     // the untied head and the final norm trained whole, beside the adapters
     s.train_modules = vec!["lm_head".into(), "norm".into()];
-    let p = QwenVlPolicy::new(s, &Device::Cpu).unwrap();
+    let p = QwenVlPolicy::new(s, &Device::Cpu, 0).unwrap();
     perturb_b(&p);
     for (name, v) in p.trainable_vars() {
         if name.ends_with("norm.weight") || name.starts_with("lm_head") {
@@ -150,7 +150,7 @@ fn a_saved_adapter_loads_back_as_a_checkpoint() {
         serde_json::from_str(&std::fs::read_to_string(ckpt.join("adapter_config.json")).unwrap()).unwrap();
     assert_eq!(cfg["modules_to_save"], serde_json::json!(["lm_head", "norm"]));
     // a policy that does not train those modules refuses the checkpoint
-    let mut plain = QwenVlPolicy::new(settings("qwen2_5_vl", tmp.path()), &Device::Cpu).unwrap();
+    let mut plain = QwenVlPolicy::new(settings("qwen2_5_vl", tmp.path()), &Device::Cpu, 0).unwrap();
     let e = format!("{:#}", plain.load(&ckpt).unwrap_err());
     assert!(e.contains("train_modules"), "{e}");
     // a reference saved and loaded leaves the live adapters alone
@@ -176,7 +176,7 @@ fn copy_of(arch: &str) -> tempfile::TempDir {
 
 fn load_err(dir: &Path, arch: &str) -> String {
     let s = QwenPolicySettings::new(arch, dir.to_str().unwrap());
-    match QwenVlPolicy::new(s, &Device::Cpu) {
+    match QwenVlPolicy::new(s, &Device::Cpu, 0) {
         Ok(_) => panic!("{} loaded", dir.display()),
         Err(e) => format!("{e:#}"),
     }

@@ -196,7 +196,7 @@ impl ModelConfig {
     pub fn build(&self, device: &Device, seed: u64) -> anyhow::Result<Box<dyn TrainablePolicy>> {
         match self.backbone_settings()? {
             Some(settings) => {
-                let mut policy = QwenVlPolicy::new(settings, device)?;
+                let mut policy = QwenVlPolicy::new(settings, device, seed)?;
                 if let Some(init) = &self.init {
                     let dir = super::checkpoint::resolve_policy_dir(init)
                         .map(|p| p.dir)

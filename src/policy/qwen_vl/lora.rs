@@ -87,16 +87,20 @@ pub struct LoraAdapter {
 
 impl LoraAdapter {
     /// A fresh adapter for a `[out, in]` layer: A Kaiming-uniform (bound `1/sqrt(in)`, as
-    /// PEFT's `kaiming_uniform_(a=sqrt(5))`), B zero.
+    /// PEFT's `kaiming_uniform_(a=sqrt(5))`) drawn from `seed`, B zero.
     pub fn new(
         out_dim: usize,
         in_dim: usize,
         s: &LoraSettings,
         switch: AdapterSwitch,
+        seed: u64,
         device: &Device,
     ) -> Result<Self> {
+        use rand::{Rng, SeedableRng};
         let bound = 1.0 / (in_dim as f32).sqrt();
-        let a = Var::rand(-bound, bound, (s.rank, in_dim), device)?;
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        let values: Vec<f32> = (0..s.rank * in_dim).map(|_| rng.gen_range(-bound..bound)).collect();
+        let a = Var::from_tensor(&Tensor::from_vec(values, (s.rank, in_dim), device)?)?;
         let b = Var::zeros((out_dim, s.rank), DType::F32, device)?;
         Ok(LoraAdapter { a, b, scale: s.alpha / s.rank as f64, switch, frozen: Default::default() })
     }

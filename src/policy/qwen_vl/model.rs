@@ -139,15 +139,22 @@ fn peft_module(name: &str) -> String {
 impl QwenVl {
     /// Attach fresh adapters (A random, B zero) to the language model's layers named in
     /// `settings.targets`; returns the switch that turns them all on or off.
-    pub fn attach_lora(&mut self, settings: &LoraSettings) -> Result<AdapterSwitch> {
+    pub fn attach_lora(&mut self, settings: &LoraSettings, seed: u64) -> Result<AdapterSwitch> {
         let switch = AdapterSwitch::default();
         let device = self.text_device();
         let mut n = 0;
         for (name, lin) in self.text.linears_mut() {
             let leaf = name.rsplit('.').next().unwrap_or_default();
             if settings.targets.iter().any(|t| t == leaf) {
-                lin.lora =
-                    Some(LoraAdapter::new(lin.out_dim(), lin.in_dim(), settings, switch.clone(), &device)?);
+                let s = layer_seed(seed, &name);
+                lin.lora = Some(LoraAdapter::new(
+                    lin.out_dim(),
+                    lin.in_dim(),
+                    settings,
+                    switch.clone(),
+                    s,
+                    &device,
+                )?);
                 n += 1;
             }
         }
@@ -360,4 +367,12 @@ impl QwenVl {
         }
         Ok(())
     }
+}
+
+/// A layer's own initialisation seed: the run's seed mixed with the layer's name, so the
+/// same seed gives the same adapters whatever else is attached.
+fn layer_seed(seed: u64, name: &str) -> u64 {
+    use sha2::Digest;
+    let h = sha2::Sha256::digest(format!("{seed}:{name}").as_bytes());
+    u64::from_le_bytes(h[..8].try_into().expect("8 bytes"))
 }

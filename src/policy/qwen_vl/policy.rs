@@ -154,8 +154,9 @@ pub struct QwenVlPolicy {
 const VISION_CACHE: usize = 4096;
 
 impl QwenVlPolicy {
-    /// Load the checkpoint `settings.path` names and attach fresh adapters.
-    pub fn new(settings: QwenPolicySettings, device: &Device) -> Result<Self> {
+    /// Load the checkpoint `settings.path` names and attach fresh adapters (initialised
+    /// from `seed`).
+    pub fn new(settings: QwenPolicySettings, device: &Device, seed: u64) -> Result<Self> {
         settings.check()?;
         let dir = hub::resolve(&settings.path)?;
         let dtype = if settings.dtype == "bf16" { DType::BF16 } else { DType::F32 };
@@ -170,7 +171,7 @@ impl QwenVlPolicy {
                 model.config.arch
             );
         }
-        model.attach_lora(&settings.lora())?;
+        model.attach_lora(&settings.lora(), seed)?;
         model.train_whole(&settings.train_modules)?;
         let coords = match &settings.coords {
             Some(c) => c.parse::<CoordMode>().map_err(|e| anyhow!("model.coords: {e}"))?,
@@ -222,7 +223,7 @@ impl QwenVlPolicy {
             std::fs::read_to_string(&path).with_context(|| format!("{}: cannot read", path.display()))?;
         let settings: QwenPolicySettings = serde_json::from_str(&text)
             .with_context(|| format!("{}: not a Qwen-VL policy file", path.display()))?;
-        let mut p = Self::new(settings, device)?;
+        let mut p = Self::new(settings, device, 0)?;
         p.load(dir)?;
         Ok(p)
     }
