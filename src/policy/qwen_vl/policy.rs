@@ -156,8 +156,17 @@ const VISION_CACHE: usize = 4096;
 impl QwenVlPolicy {
     /// Load the checkpoint `settings.path` names and attach fresh adapters (initialised
     /// from `seed`).
-    pub fn new(settings: QwenPolicySettings, device: &Device, seed: u64) -> Result<Self> {
+    pub fn new(mut settings: QwenPolicySettings, device: &Device, seed: u64) -> Result<Self> {
         settings.check()?;
+        // Absolute paths, so a saved checkpoint loads from any working directory.
+        if !settings.path.starts_with("hf:") {
+            if let Ok(abs) = std::fs::canonicalize(&settings.path) {
+                settings.path = abs.display().to_string();
+            }
+        }
+        if let Some(abs) = settings.prompt.as_ref().and_then(|p| std::fs::canonicalize(p).ok()) {
+            settings.prompt = Some(abs);
+        }
         let dir = hub::resolve(&settings.path)?;
         let dtype = if settings.dtype == "bf16" { DType::BF16 } else { DType::F32 };
         let mut model = QwenVl::load(&dir, dtype, device)
