@@ -316,6 +316,16 @@ impl TrainConfig {
         );
         check(ev.count >= 1, "tasks.eval_seeds.count must be at least 1".into());
         let ev_end = ev.start.saturating_add(ev.count);
+        let test = super::seeds::TEST_SEEDS;
+        for (key, end) in [("train_seeds", tr.end), ("eval_seeds", ev_end)] {
+            check(
+                end <= test,
+                format!(
+                    "tasks.{key} reaches the test split (seeds from {test}): no config may train or validate \
+                     on it, so figures measured there stay unbiased; use seeds below {test}"
+                ),
+            );
+        }
         check(
             ev_end <= tr.start || ev.start >= tr.end,
             format!(

@@ -342,6 +342,12 @@ fn eval_seeds_must_be_held_out() {
     parse_ok(&t("{ start = 0, end = 100 }", "{ start = 100, count = 10 }"));
     let e = err(&t("{ start = 5, end = 5 }", "{ start = 100, count = 10 }"));
     assert!(e.contains("tasks.train_seeds must have start < end"), "{e}");
+    // the test split (from 2 000 000) is for figures only: no training or validation there
+    let e = err(&t("{ start = 0, end = 2000001 }", "{ start = 2000001, count = 10 }"));
+    assert!(e.contains("tasks.train_seeds reaches the test split (seeds from 2000000)"), "{e}");
+    let e = err(&t("{ start = 0, end = 100 }", "{ start = 1999990, count = 11 }"));
+    assert!(e.contains("tasks.eval_seeds reaches the test split"), "{e}");
+    parse_ok(&t("{ start = 0, end = 100 }", "{ start = 1999990, count = 10 }"));
 }
 
 #[test]
