@@ -4,7 +4,7 @@
 use crate::env::EpisodeStatus;
 use crate::policy::oracle::OraclePolicy;
 use crate::rollout::store::TrajectoryWriter;
-use crate::rollout::{Collector, Job, TrajectorySet};
+use crate::rollout::{Collector, Job, Recorded, TrajectorySet};
 use crate::tasks::Task;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
@@ -42,10 +42,20 @@ pub async fn record_oracle_demos(
         .collect();
     let mut writer = TrajectoryWriter::open(dir)?;
     let mut failed = None;
+    // Written in job order, not in the order the browsers finish (which depends on
+    // timing): each episode waits for those before it, so the file is the same every run.
+    let mut finished: Vec<Option<Recorded>> = vec![None; jobs.len()];
+    let mut next = 0;
     let (recs, _) = collector
-        .collect(&mut OraclePolicy, jobs, |_, rec| {
-            if let Err(e) = writer.append(rec) {
-                failed.get_or_insert(e);
+        .collect(&mut OraclePolicy, jobs, |i, rec| {
+            finished[i] = Some(rec.clone());
+            while let Some(rec) = finished.get_mut(next).and_then(Option::take) {
+                next += 1;
+                if failed.is_none() {
+                    if let Err(e) = writer.append(&rec) {
+                        failed = Some(e);
+                    }
+                }
             }
         })
         .await?;
