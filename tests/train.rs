@@ -64,11 +64,10 @@ async fn four_iterations_equal_two_plus_resume_plus_two() {
     let variants: [Variant; 2] =
         [("plain", |_| {}), ("adaptive-beta", |c| (c.algo.beta, c.algo.kl_target) = (0.05, Some(1e-3)))];
     for (name, set) in variants {
+        // Two browsers (the config's): the trainer calls the policy on one state at a
+        // time, so which rollouts wait together does not change a log-prob's last bit.
         let cfg = |n| {
             let mut c = config(n);
-            // One browser: with two, which rollouts share a policy batch depends on timing,
-            // and a batch's matmuls round the sampled log-probs differently in the last bit.
-            c.rollout.envs = 1;
             set(&mut c);
             c
         };

@@ -93,6 +93,13 @@ pub struct Collector {
     /// with a partial batch (envs step at different speeds; for a neural policy a batched
     /// forward pass is far cheaper per state). Zero: batch only what is already waiting.
     pub batch_wait: std::time::Duration,
+    /// Call the policy on one state at a time (`batch_wait` then does not apply), so that
+    /// no forward pass depends on which other envs happened to be waiting: in a batch,
+    /// padding to the longest instruction and the batch's shape change the matmuls'
+    /// rounding, which changes a log-prob's last bits and, later, a sampled action. With
+    /// it, and each state's own sampling stream, a run is bit-exact whatever the timing
+    /// and the number of envs. Off: batch whatever is waiting (faster per state).
+    pub one_state_per_call: bool,
     /// Set once any env of this collector has started an episode: from then on a browser
     /// that cannot be (re)started is bad luck (an `env_error` rollout), not a setup error.
     worked: Arc<AtomicBool>,
@@ -118,6 +125,7 @@ impl Collector {
             keep_frames: false,
             progress: false,
             batch_wait: std::time::Duration::ZERO,
+            one_state_per_call: false,
             worked: Arc::new(AtomicBool::new(false)),
         }
     }
@@ -207,21 +215,29 @@ impl Collector {
             }
             // One policy call serves every env that is waiting: call when all live envs
             // wait, or when the window since the first request has passed.
-            let window_over = flush || first_wait.is_some_and(|t| t.elapsed() >= self.batch_wait);
+            let window_over = self.one_state_per_call
+                || flush
+                || first_wait.is_some_and(|t| t.elapsed() >= self.batch_wait);
             if !pending.is_empty() && (pending.len() >= alive || window_over) {
-                let states: Vec<ScreenState> = pending.iter().map(|(s, _, _)| s.clone()).collect();
-                let keys: Vec<u64> = pending.iter().map(|(_, k, _)| *k).collect();
-                let decisions = off_runtime(|| policy.act_keyed(&states, &keys))?;
-                anyhow::ensure!(
-                    decisions.len() == states.len(),
-                    "the policy returned {} actions for {} states",
-                    decisions.len(),
-                    states.len()
-                );
-                stats.policy_calls += 1;
-                stats.mean_batch += states.len() as f64;
-                for ((_, _, reply), d) in pending.drain(..).zip(decisions) {
-                    let _ = reply.send(d);
+                let per_call = if self.one_state_per_call { 1 } else { pending.len() };
+                let mut waiting = std::mem::take(&mut pending);
+                while !waiting.is_empty() {
+                    let rest = waiting.split_off(per_call.min(waiting.len()));
+                    let call = std::mem::replace(&mut waiting, rest);
+                    let states: Vec<ScreenState> = call.iter().map(|(s, _, _)| s.clone()).collect();
+                    let keys: Vec<u64> = call.iter().map(|(_, k, _)| *k).collect();
+                    let decisions = off_runtime(|| policy.act_keyed(&states, &keys))?;
+                    anyhow::ensure!(
+                        decisions.len() == states.len(),
+                        "the policy returned {} actions for {} states",
+                        decisions.len(),
+                        states.len()
+                    );
+                    stats.policy_calls += 1;
+                    stats.mean_batch += states.len() as f64;
+                    for ((_, _, reply), d) in call.into_iter().zip(decisions) {
+                        let _ = reply.send(d);
+                    }
                 }
                 first_wait = None;
             }

@@ -141,8 +141,9 @@ impl Trainer {
         let env = EnvConfig { max_steps: Some(cfg.rollout.max_steps), ..Default::default() };
         let mut collector = Collector::new(cfg.rollout.envs, env);
         collector.keep_frames = true;
-        // A batched forward pass is much cheaper per state than single ones.
-        collector.batch_wait = std::time::Duration::from_millis(30);
+        // Bit-exact runs whatever the timing and the number of browsers: each state has a
+        // forward pass of its own, never shaped by whichever other envs were waiting.
+        collector.one_state_per_call = true;
         Ok(Trainer {
             cfg,
             run_dir,
@@ -525,6 +526,7 @@ impl Trainer {
         collector.keep_frames = self.collector.keep_frames;
         collector.progress = self.collector.progress;
         collector.batch_wait = self.collector.batch_wait;
+        collector.one_state_per_call = self.collector.one_state_per_call;
         self.collector = collector;
     }
 }
