@@ -215,8 +215,9 @@ impl Bench {
         let mut first = 0.0;
         let mut tokens = Vec::with_capacity(n);
         loop {
-            let lp = candle_nn::ops::log_softmax(&logits.to_dtype(DType::F32)?.broadcast_add(ban)?, D::Minus1)?
-                .to_vec1::<f32>()?;
+            let lp =
+                candle_nn::ops::log_softmax(&logits.to_dtype(DType::F32)?.broadcast_add(ban)?, D::Minus1)?
+                    .to_vec1::<f32>()?;
             let tok = argmax(&lp);
             if tokens.is_empty() {
                 first = t0.elapsed().as_secs_f64();
@@ -235,9 +236,15 @@ impl Bench {
         let c = &self.policy.model().config;
         let mut ban = vec![0f32; c.text.vocab_size];
         let eos = c.eos_token_id.or_else(|| self.policy.model().chat.token_id("<|im_end|>"));
-        for t in [Some(c.image_token_id), Some(c.video_token_id), Some(c.vision_start_token_id), Some(c.vision_end_token_id), eos]
-            .into_iter()
-            .flatten()
+        for t in [
+            Some(c.image_token_id),
+            Some(c.video_token_id),
+            Some(c.vision_start_token_id),
+            Some(c.vision_end_token_id),
+            eos,
+        ]
+        .into_iter()
+        .flatten()
         {
             ban[t as usize] = f32::NEG_INFINITY;
         }
@@ -409,8 +416,12 @@ fn time(model: &Path, inputs: &Inputs, base: &Path, out: &Path, env: &Env) -> Re
     // --- update
     reset_peak();
     let mut opt = b.optimizer(inputs)?;
-    let seq_tokens: usize =
-        b.states.iter().zip(&b.answers).map(|(s, a)| b.prompt(s).map(|(ids, _)| ids.len() + a.len())).sum::<Result<usize>>()?;
+    let seq_tokens: usize = b
+        .states
+        .iter()
+        .zip(&b.answers)
+        .map(|(s, a)| b.prompt(s).map(|(ids, _)| ids.len() + a.len()))
+        .sum::<Result<usize>>()?;
     let answer_tokens: usize = b.answers.iter().map(Vec::len).sum();
     let mut times = Vec::new();
     let mut round = 0;
@@ -515,7 +526,8 @@ fn matmul(model: &Path, base: &Path, out: &Path, env: &Env) -> Result<()> {
     let prep: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(base.join("prep").join("prep.json"))?)?;
     let s0 = &prep["samples"][0];
-    let t = s0["input_ids"].as_array().context("prep input_ids")?.len() + s0["answer"].as_array().context("answer")?.len();
+    let t = s0["input_ids"].as_array().context("prep input_ids")?.len()
+        + s0["answer"].as_array().context("answer")?.len();
     let n_ans = s0["answer"].as_array().context("answer")?.len();
     let (h, i, q, kv) = (
         cfg.hidden_size,
