@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=17179869184 RAYON_NUM_THREADS=2 \
-//!     cargo bench --bench policy_speed -- [tiny|small|base] [batch]
+//!     cargo bench --bench policy_speed -- [tiny|small|base] [batch] [cpu|cuda]
 //! ```
 
 use candle_core::Device;
@@ -14,7 +14,14 @@ fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
     let preset = args.first().map(String::as_str).unwrap_or("small");
     let batch: usize = args.get(1).map(|b| b.parse()).transpose()?.unwrap_or(32);
-    let device = if cfg!(feature = "cuda") { Device::cuda_if_available(0)? } else { Device::Cpu };
+    // Third argument `cpu` runs a CUDA build on the host (candle's `cuda_if_available`
+    // only asks whether the feature is compiled in, so an empty CUDA_VISIBLE_DEVICES fails).
+    let device = match args.get(2).map(String::as_str) {
+        Some("cpu") => Device::Cpu,
+        Some("cuda") | None if cfg!(feature = "cuda") => Device::new_cuda(0)?,
+        None => Device::Cpu,
+        Some(other) => anyhow::bail!("device `{other}`: expected `cpu` or `cuda` (a --features cuda build)"),
+    };
     let cfg = VlmConfig::preset(preset)?;
     println!(
         "VLM `{preset}` on {device:?}, RAYON_NUM_THREADS={}, MALLOC_MMAP_THRESHOLD_={}",

@@ -99,6 +99,9 @@ pub struct SpeedReport {
     pub act_tokens: f64,
     /// Peak resident memory of the process after the training steps (Linux `VmHWM`).
     pub peak_rss_mb: Option<f64>,
+    /// The loss of each training step, warm-up included: the weights start from the seed
+    /// on the host, so CPU and CUDA runs must agree step by step (to rounding).
+    pub losses: Vec<f32>,
 }
 
 /// CPU time used by the whole process so far, in milliseconds.
@@ -134,7 +137,8 @@ impl SpeedReport {
              fwd+bwd+AdamW      {:8.1} ms  ({:7.1} samples/s; {} CPU ms)\n\
              act batch 1        {:8.1} ms\n\
              act batch 8        {:8.1} ms  ({:.1} tokens/action)\n\
-             peak RSS           {}",
+             peak RSS           {}\n\
+             losses             {}",
             self.params,
             self.encoder_tokens,
             self.action_tokens,
@@ -152,6 +156,7 @@ impl SpeedReport {
             self.act8_ms,
             self.act_tokens,
             self.peak_rss_mb.map_or("unknown".into(), |m| format!("{m:.0} MiB")),
+            self.losses.iter().map(|l| format!("{l:.6}")).collect::<Vec<_>>().join(" "),
         )
     }
 }
@@ -177,6 +182,7 @@ pub fn measure(
     let adv = Tensor::from_vec(adv, (batch, 1), device)?;
     let (mut prep, mut fwd, mut bwd, mut step, mut cpu) = (vec![], vec![], vec![], vec![], vec![]);
     let mut shape = (0, 0);
+    let mut losses = Vec::new();
     for i in 0..warmup + steps {
         let t0 = Instant::now();
         let prepared = policy.prepare(&states, &actions)?;
@@ -187,7 +193,7 @@ pub fn measure(
         let n = s.mask.sum_all()?;
         let pg = s.logp.broadcast_mul(&adv)?.sum_all()?.neg()?;
         let loss = ((pg - (s.entropy.sum_all()? * 0.01)?)?.broadcast_div(&n))?;
-        loss.to_scalar::<f32>()?;
+        losses.push(loss.to_scalar::<f32>()?);
         let t2 = Instant::now();
         let grads = loss.backward()?;
         let t3 = Instant::now();
@@ -233,5 +239,6 @@ pub fn measure(
         act8_ms: median(a8),
         act_tokens: toks as f64 / acts.max(1) as f64,
         peak_rss_mb,
+        losses,
     })
 }
