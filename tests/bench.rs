@@ -202,6 +202,11 @@ fn resume_after_sigkill_loses_no_finished_episode_and_repeats_none() {
     }
     let report = harness::compare::read_report(&out).unwrap();
     assert_eq!((report.all.episodes, report.all.successes), (50, 50));
+    // With no --seed, the CLI measures the test split, and the report says so.
+    let first = guirl::train::seeds::TEST_SEEDS;
+    assert!(after.iter().all(|r| (first..first + 25).contains(&r.seed)), "{after:?}");
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains(&format!("seeds: {first}..{} per task (test split)", first + 24)), "{md}");
 }
 
 #[test]

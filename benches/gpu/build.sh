@@ -34,11 +34,18 @@ export CUDA_COMPUTE_CAP=90 CUDAFORGE_THREADS=2
 cargo build --release --features cuda --target-dir target-cuda --bin guirl --bench policy_speed --bench qwen_speed
 # test binaries: the Qwen-VL parity tests run on the GPU too
 cargo test --release --features cuda --target-dir target-cuda --test qwen_vl --no-run 2>&1 | tee /tmp/gpu-test-build.log
-mkdir -p .gpubin
-gzip -c target-cuda/release/guirl > .gpubin/guirl.gz
+# The device tool carries at most 64 MiB: xz the three binaries run.sh uses (the CLI itself
+# is built above to prove it links, but not carried).
+rm -rf .gpubin && mkdir -p .gpubin
 for b in qwen_vl policy_speed qwen_speed; do
   f=$(ls -t target-cuda/release/deps/$b-* | grep -v '\.d$' | head -1)
-  gzip -c "$f" > ".gpubin/$b.gz"
+  xz -T2 -6 -c "$f" > ".gpubin/$b.xz"
 done
-du -sh .gpubin
-echo "carry .gpubin (and fixtures/, scripts/) with the device tool, then run benches/gpu/run.sh there"
+# transformers and peft as tested here (the GPU image's transformers is older), as wheels:
+# pure Python; their other needs are in the GPU image.
+mkdir -p .whl
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux2014_x86_64 -d .whl transformers==5.24.0 peft==0.21.2
+pwd > .gpubin/built_at  # the test binary reads its fixtures from here (CARGO_MANIFEST_DIR)
+du -sh .gpubin .whl
+echo "then with the device tool: carry .gpubin and .whl, command benches/gpu/run.sh"

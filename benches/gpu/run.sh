@@ -1,55 +1,88 @@
 #!/usr/bin/env bash
-# Every GPU check of the project in one script, <= 8 minutes, run first whenever a GPU is
-# lent. It runs binaries built on a CPU machine by benches/gpu/build.sh (carried in
-# .gpubin/); the GPU machine has no Rust and no network. Prints one report; with $OUT set
-# (the device tool), copies it there.
+# Every GPU check of the project in one script, run first whenever a GPU is lent. It runs
+# binaries built on a CPU machine by benches/gpu/build.sh (carried in .gpubin/, with
+# transformers/peft wheels in .whl/); the GPU machine has no Rust and no network. Prints
+# one report; with $OUT set (the device tool), writes it there as it goes.
 #
-#   benches/gpu/run.sh            # on the GPU machine, from the repository root
+#   benches/gpu/run.sh [BUDGET_S]   # on the GPU machine, from the repository root; default 540
 #
-# Sections, as far as they exist:
+# Sections, most important first; each gets at most what is left of BUDGET_S, so a slow
+# section cannot eat the report:
 #  1. the card and driver;
-#  2. the small policy: forward+backward+AdamW speed on CUDA against the same binary on
-#     the machine's CPU (benches/policy_speed.rs);
-#  3. Qwen-VL parity on CUDA against transformers (tests/qwen_vl.rs): f32 (bound 1e-4) and
+#  2. Qwen-VL parity on CUDA against transformers (tests/qwen_vl.rs): f32 (bound 1e-4) and
 #     bf16 (bound 5e-2);
+#  3. the small policy: forward+backward+AdamW on CUDA against the same binary on the
+#     machine's CPU (benches/policy_speed.rs; the per-step losses must agree), and the same
+#     model in PyTorch (scripts/small_policy_torch.py) where it exists;
 #  4. Qwen-VL speed on CUDA, guirl against PyTorch + peft on the same GPU in one run
-#     (scripts/bench_qwen_speed.py), bf16, a Qwen3-VL-2B-shaped random-weight model.
-# Not yet here: the small policy written in PyTorch (section 2's PyTorch column).
+#     (scripts/bench_qwen_speed.py), bf16: a Qwen3-VL-2B-shaped random-weight model, then
+#     the tiny fixture.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+BUDGET=${1:-540}
 REPORT=${OUT:-/tmp}/gpu-report.md
 BIN=/tmp/guirl-gpu; mkdir -p $BIN
 exec > >(tee "$REPORT") 2>&1
+export PYTHONUNBUFFERED=1
 start=$(date +%s)
 section() { echo; echo "## $1 (t+$(( $(date +%s) - start ))s)"; }
+# at most $1 seconds, and never past the budget
+cap() { local left=$(( BUDGET - ($(date +%s) - start) )); (( left < $1 )) && echo $(( left > 5 ? left : 5 )) || echo "$1"; }
 
 section "1. device"
 nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total --format=csv || { echo "no GPU"; exit 1; }
-for b in guirl qwen_vl policy_speed qwen_speed; do
-  [ -f .gpubin/$b.gz ] && gunzip -c .gpubin/$b.gz > $BIN/$b && chmod +x $BIN/$b
+for b in qwen_vl policy_speed qwen_speed; do
+  if [ -f .gpubin/$b.xz ]; then
+    python3 -c 'import lzma,sys; sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())' .gpubin/$b.xz > $BIN/$b && chmod +x $BIN/$b
+  fi
 done
 NV=$(python3 -c 'import nvidia,os;print(os.path.join(list(nvidia.__path__)[0],"cu13","lib"))' 2>/dev/null || true)
 export LD_LIBRARY_PATH=${NV}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-if ldd $BIN/guirl | grep 'not found'; then echo "missing libraries (see shared/CUDA-BUILD.md)"; exit 1; fi
-
-section "2. small policy: CUDA against CPU (same binary, batch 32)"
-if [ -x $BIN/policy_speed ]; then
-  timeout 120 $BIN/policy_speed small 32 || echo "policy_speed failed (rc $?)"
-  CUDA_VISIBLE_DEVICES= timeout 120 $BIN/policy_speed small 32 || echo "policy_speed on CPU failed (rc $?)"
+if ldd $BIN/qwen_speed | grep 'not found'; then echo "missing libraries (see shared/CUDA-BUILD.md)"; exit 1; fi
+# The test binary finds its fixtures through the path it was built at (CARGO_MANIFEST_DIR).
+BUILT_AT=$(cat .gpubin/built_at 2>/dev/null)
+if [ -n "$BUILT_AT" ] && [ ! -e "$BUILT_AT/fixtures" ]; then
+  mkdir -p "$(dirname "$BUILT_AT")" && ln -sfn "$PWD" "$BUILT_AT" && echo "fixtures: $BUILT_AT -> $PWD"
 fi
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site
+fi
+python3 -c 'import torch, transformers, peft; print("torch", torch.__version__, "transformers", transformers.__version__, "peft", peft.__version__)'
 
-section "3. Qwen-VL parity on CUDA"
+section "2. Qwen-VL parity on CUDA"
 for dt in f32 bf16; do
   echo "### $dt"
-  GUIRL_TEST_DEVICE=cuda GUIRL_TEST_DTYPE=$dt timeout 120 $BIN/qwen_vl --test-threads 1 --nocapture 2>&1 \
-    | grep -E "relative error|^test |test result" || echo "parity tests failed to run"
+  GUIRL_TEST_DEVICE=cuda GUIRL_TEST_DTYPE=$dt timeout "$(cap 90)" $BIN/qwen_vl --test-threads 1 --nocapture 2>&1 \
+    | grep -E "relative error|max diff|^test |test result|panicked|Error" || echo "parity tests failed to run"
 done
 
-section "4. Qwen-VL speed: guirl against PyTorch + peft, same GPU, bf16"
-if python3 -c 'import torch, transformers, peft' 2>/dev/null && [ -f scripts/bench_qwen_speed.py ]; then
-  timeout 300 python3 scripts/bench_qwen_speed.py --device cuda --dtype bf16 --sizes tiny,2b \
-    --guirl-bench $BIN/qwen_speed || echo "speed bench failed (rc $?)"
-else
-  echo "python3 with torch/transformers/peft, or scripts/bench_qwen_speed.py, missing: skipped"
+section "3. small policy: CUDA against CPU (same binary, batch 32), and PyTorch"
+export MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=17179869184
+echo "### guirl, CUDA"
+timeout "$(cap 60)" $BIN/policy_speed small 32 cuda || echo "policy_speed on CUDA failed (rc $?)"
+echo "### guirl, CPU ($(nproc) cores)"
+timeout "$(cap 100)" $BIN/policy_speed small 32 cpu || echo "policy_speed on CPU failed (rc $?)"
+if [ -f scripts/small_policy_torch.py ]; then
+  W=/tmp/small-policy; rm -rf $W
+  if timeout "$(cap 30)" $BIN/policy_speed small 32 cpu export=$W >/dev/null; then
+    echo "### PyTorch twin: check, then CUDA and CPU"
+    timeout "$(cap 40)" python3 scripts/small_policy_torch.py check $W || echo "twin check failed (rc $?)"
+    timeout "$(cap 40)" python3 scripts/small_policy_torch.py time $W --device cuda || echo "twin on CUDA failed (rc $?)"
+    timeout "$(cap 60)" python3 scripts/small_policy_torch.py time $W --device cpu --threads "$(nproc)" \
+      || echo "twin on CPU failed (rc $?)"
+  else
+    echo "export for the PyTorch twin failed"
+  fi
 fi
+unset MALLOC_MMAP_THRESHOLD_ MALLOC_TRIM_THRESHOLD_
+
+section "4. Qwen-VL speed: guirl against PyTorch + peft, same GPU, bf16"
+for size in 2b tiny; do
+  echo "### $size"
+  timeout "$(cap 300)" python3 scripts/bench_qwen_speed.py --device cuda --dtype bf16 --sizes $size \
+    --work /tmp/qwen-speed --guirl-bench $BIN/qwen_speed || echo "speed bench $size failed (rc $?)"
+  [ -f /tmp/qwen-speed/guirl.log ] && { echo "guirl side's log (tail):"; tail -5 /tmp/qwen-speed/guirl.log; }
+  [ -n "${OUT:-}" ] && mv /tmp/qwen-speed/results.json "$OUT/qwen-speed-$size.json" 2>/dev/null
+done
 section "done"

@@ -53,8 +53,9 @@ pub struct BenchRunArgs {
     /// Episodes per task: seeds S..S+N−1.
     #[arg(long, default_value_t = 10, value_name = "N")]
     episodes_per_task: u64,
-    /// First seed S.
-    #[arg(long, default_value_t = 0)]
+    /// First seed S. The default is the test split's first seed, which no training config
+    /// may name; seeds below it are for training and validation.
+    #[arg(long, default_value_t = crate::train::seeds::TEST_SEEDS)]
     seed: u64,
     /// Browsers running at once.
     #[arg(long, default_value_t = 1, value_name = "K")]

@@ -4,8 +4,21 @@
 
 use super::journal::ResultRow;
 use crate::env::EpisodeStatus;
+use crate::train::seeds::TEST_SEEDS;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+
+/// Which split seeds `seed..seed+n` belong to: figures are published on the test split
+/// (from [`TEST_SEEDS`]), which no training config may name.
+pub fn split_name(seed: u64, n: u64) -> &'static str {
+    if seed >= TEST_SEEDS {
+        "test split"
+    } else if seed + n <= TEST_SEEDS {
+        "not the test split: training configs may use these seeds"
+    } else {
+        "partly the test split"
+    }
+}
 
 /// The Wilson score interval for `k` successes in `n` trials at z (1.96 for 95 %):
 /// `(p̂ + z²/2n ± z·sqrt(p̂(1−p̂)/n + z²/4n²)) / (1 + z²/n)`. Unlike the Wald interval
@@ -227,7 +240,7 @@ impl Report {
         let r = &self.reproducibility;
         s.push_str("\n\n## Reproducibility\n\n");
         s.push_str(&format!(
-            "- guirl {} (commit {})\n- browser: {}\n- chromedriver: {}\n- OS: {}\n- policy: `{}` {}\n- seeds: {}..{} per task\n- env: {}\n- started {}, written {}\n",
+            "- guirl {} (commit {})\n- browser: {}\n- chromedriver: {}\n- OS: {}\n- policy: `{}` {}\n- seeds: {}..{} per task ({})\n- env: {}\n- started {}, written {}\n",
             r.guirl_version,
             if r.git_hash.is_empty() { "unknown" } else { &r.git_hash },
             r.browser,
@@ -237,6 +250,7 @@ impl Report {
             r.policy_info,
             r.seed,
             r.seed + r.episodes_per_task.saturating_sub(1),
+            split_name(r.seed, r.episodes_per_task),
             r.env,
             r.started,
             r.written
