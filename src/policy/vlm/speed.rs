@@ -1,17 +1,19 @@
 //! Throughput of the VLM policy: training (forward, backward, AdamW) and acting, on
 //! synthetic MiniWoB-sized states. `benches/policy_speed.rs` prints these figures.
 
-use anyhow::Result;
+use anyhow::{ensure, Context, Result};
 use candle_core::{Device, Tensor};
 use candle_nn::{AdamW, Optimizer, ParamsAdamW};
 use image::{Rgb, RgbImage};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use std::collections::HashMap;
+use std::path::Path;
 use std::time::Instant;
 
-use super::{VlmConfig, VlmPolicy};
+use super::{tokens, VlmConfig, VlmPolicy};
 use crate::env::{Frame, GuiAction, ScreenState};
-use crate::policy::Policy;
+use crate::policy::{Policy, TokenScores};
 
 /// A `w`×`h` screenshot of light grey with a `size`-pixel square of `colour` whose top-left
 /// corner is at (`x`, `y`), and the given instruction.
@@ -166,6 +168,26 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// The optimizer of the timed steps: candle's AdamW defaults (β 0.9/0.999, ε 1e-8,
+/// weight decay 0.01) at lr 1e-4.
+pub fn adamw_params() -> ParamsAdamW {
+    ParamsAdamW { lr: 1e-4, ..Default::default() }
+}
+
+/// Advantages of the synthetic batch, [batch, 1]: +1, −1, +1, … .
+pub fn advantages(batch: usize, device: &Device) -> Result<Tensor> {
+    let adv: Vec<f32> = (0..batch).map(|i| if i % 2 == 0 { 1.0 } else { -1.0 }).collect();
+    Ok(Tensor::from_vec(adv, (batch, 1), device)?)
+}
+
+/// −mean(A · Σ log π) − 0.01 · mean entropy, means over real tokens: the shape of a
+/// policy-gradient loss, `(−Σ(logp · A) − 0.01 · Σ entropy) / Σ mask`.
+pub fn pg_loss(s: &TokenScores, adv: &Tensor) -> Result<Tensor> {
+    let n = s.mask.sum_all()?;
+    let pg = s.logp.broadcast_mul(adv)?.sum_all()?.neg()?;
+    Ok(((pg - (s.entropy.sum_all()? * 0.01)?)?.broadcast_div(&n))?)
+}
+
 /// Time `steps` training steps (after `warmup` more) of a policy-gradient-shaped loss on a
 /// synthetic batch, and `act` on 1 and 8 states.
 pub fn measure(
@@ -177,9 +199,8 @@ pub fn measure(
 ) -> Result<SpeedReport> {
     let mut policy = VlmPolicy::new(cfg.clone(), device, 0)?;
     let (states, actions) = synthetic_batch(batch, 1);
-    let mut opt = AdamW::new(policy.vars(), ParamsAdamW { lr: 1e-4, ..Default::default() })?;
-    let adv: Vec<f32> = (0..batch).map(|i| if i % 2 == 0 { 1.0 } else { -1.0 }).collect();
-    let adv = Tensor::from_vec(adv, (batch, 1), device)?;
+    let mut opt = AdamW::new(policy.vars(), adamw_params())?;
+    let adv = advantages(batch, device)?;
     let (mut prep, mut fwd, mut bwd, mut step, mut cpu) = (vec![], vec![], vec![], vec![], vec![]);
     let mut shape = (0, 0);
     let mut losses = Vec::new();
@@ -188,11 +209,7 @@ pub fn measure(
         let prepared = policy.prepare(&states, &actions)?;
         let t1 = Instant::now();
         let c1 = process_cpu_ms();
-        let s = policy.score(&prepared)?;
-        // −mean(A · Σ log π) − 0.01 · mean entropy: the shape of a policy-gradient loss.
-        let n = s.mask.sum_all()?;
-        let pg = s.logp.broadcast_mul(&adv)?.sum_all()?.neg()?;
-        let loss = ((pg - (s.entropy.sum_all()? * 0.01)?)?.broadcast_div(&n))?;
+        let loss = pg_loss(&policy.score(&prepared)?, &adv)?;
         losses.push(loss.to_scalar::<f32>()?);
         let t2 = Instant::now();
         let grads = loss.backward()?;
@@ -241,4 +258,104 @@ pub fn measure(
         peak_rss_mb,
         losses,
     })
+}
+
+/// Write what a re-implementation of the training step needs to reproduce it
+/// (`scripts/small_policy_torch.py` is the PyTorch one) into `dir`:
+///
+/// - `config.json`: the architecture ([`VlmConfig`]);
+/// - `weights.safetensors`: the freshly seeded policy (`VlmPolicy::new(cfg, device, 0)`, as
+///   [`measure`] makes it), under guirl's Var names;
+/// - `batch.safetensors`: [`VlmPolicy::prepare`] of [`synthetic_batch`]`(batch, 1)`, everything
+///   `score` reads (`images`, `text`, `key_mask`, `inputs`, `targets`, `grammar_mask`, `mask`),
+///   and `advantages` ([`advantages`]);
+/// - `reference.json`: the first step of [`measure`]'s loss ([`pg_loss`]): the loss, the
+///   global gradient norm (and each Var's), and the loss after one AdamW step
+///   ([`adamw_params`]), with the optimizer's settings and the token layout (`x0`, `vocab`).
+///
+/// Only configs without the optional input features (word buckets, screen text, memory,
+/// copy, previous frame) are covered: those add inputs the export does not write.
+pub fn export(cfg: &VlmConfig, batch: usize, device: &Device, dir: &Path) -> Result<serde_json::Value> {
+    let policy = VlmPolicy::new(cfg.clone(), device, 0)?;
+    let (states, actions) = synthetic_batch(batch, 1);
+    let prepared = policy.prepare(&states, &actions)?;
+    let enc = &prepared.encoder;
+    ensure!(
+        enc.words.is_none()
+            && enc.screen.is_none()
+            && enc.history.is_none()
+            && enc.actions.is_none()
+            && enc.pieces.is_none()
+            && !cfg.previous_frame,
+        "export covers configs without word_buckets, screen_text, memory, copy and previous_frame"
+    );
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let host = |t: &Tensor| t.to_device(&Device::Cpu);
+    let mut weights = HashMap::new();
+    for (name, var) in policy.named_vars() {
+        weights.insert(name, host(var.as_tensor())?);
+    }
+    candle_core::safetensors::save(&weights, dir.join("weights.safetensors"))?;
+    let adv = advantages(batch, device)?;
+    let act = &prepared.actions;
+    let mut tensors = HashMap::new();
+    for (name, t) in [
+        ("images", &enc.images),
+        ("text", &enc.text),
+        ("key_mask", &enc.key_mask),
+        ("inputs", &act.inputs),
+        ("targets", &act.targets),
+        ("grammar_mask", &act.grammar_mask),
+        ("mask", &act.mask),
+        ("advantages", &adv),
+    ] {
+        tensors.insert(name.to_string(), host(t)?);
+    }
+    candle_core::safetensors::save(&tensors, dir.join("batch.safetensors"))?;
+    std::fs::write(dir.join("config.json"), serde_json::to_string_pretty(cfg)?)?;
+
+    let params = adamw_params();
+    let mut opt = AdamW::new(policy.vars(), adamw_params())?;
+    let scores = policy.score(&prepared)?;
+    let loss = pg_loss(&scores, &adv)?;
+    let grads = loss.backward()?;
+    let mut grad_norms = serde_json::Map::new();
+    let mut sq = 0f64;
+    for (name, var) in policy.named_vars() {
+        let g = grads.get(var.as_tensor()).with_context(|| format!("no gradient for {name}"))?;
+        let s = f64::from(g.sqr()?.sum_all()?.to_scalar::<f32>()?);
+        sq += s;
+        grad_norms.insert(name, s.sqrt().into());
+    }
+    opt.step(&grads)?;
+    let after = pg_loss(&policy.score(&prepared)?, &adv)?;
+    let scalar = |t: &Tensor| -> Result<f64> { Ok(f64::from(t.to_scalar::<f32>()?)) };
+    let reference = serde_json::json!({
+        "what": "guirl VlmPolicy, first training step of speed::measure's loss on speed::synthetic_batch(batch, 1)",
+        "device": format!("{device:?}"),
+        "batch": batch,
+        "policy_seed": 0,
+        "batch_seed": 1,
+        "params": policy.num_params(),
+        "temperature": policy.temperature,
+        "vocab": policy.vocab().size(),
+        "x0": tokens::X0,
+        "entropy_coef": 0.01,
+        "adamw": {
+            "lr": params.lr,
+            "beta1": params.beta1,
+            "beta2": params.beta2,
+            "eps": params.eps,
+            "weight_decay": params.weight_decay,
+        },
+        "tokens": scalar(&scores.mask.sum_all()?)?,
+        "logp_sum": scalar(&scores.logp.sum_all()?)?,
+        "entropy_sum": scalar(&scores.entropy.sum_all()?)?,
+        "loss": scalar(&loss)?,
+        "grad_norm": sq.sqrt(),
+        "loss_after_step": scalar(&after)?,
+        "grad_norms": grad_norms,
+    });
+    std::fs::write(dir.join("reference.json"), serde_json::to_string_pretty(&reference)?)?;
+    Ok(reference)
 }
