@@ -7,7 +7,8 @@
 use super::lora::LoraAdapter;
 use super::weights::Weights;
 use anyhow::Result;
-use candle_core::{DType, Module, Tensor, D};
+use candle_core::{CpuStorage, CustomOp1, DType, Layout, Module, Shape, Storage, Tensor, D};
+use std::sync::Arc;
 
 /// A linear layer over a frozen weight (a plain tensor, never a `Var`), with an optional
 /// LoRA adapter: `y = x Wᵀ + b + scale · (x Aᵀ) Bᵀ`.
@@ -50,7 +51,8 @@ impl Linear {
         } else {
             self.weight.to_dtype(x.dtype())?
         };
-        let mut y = flat.matmul(&w.t()?)?;
+        let mut y =
+            if flat.track_op() && !w.track_op() { frozen_matmul(&flat, &w)? } else { flat.matmul(&w.t()?)? };
         if let Some(b) = &self.bias {
             y = y.broadcast_add(b)?;
         }
@@ -68,6 +70,56 @@ impl Module for Linear {
             Some(d) => y + d,
             None => Ok(y),
         }
+    }
+}
+
+/// `x Wᵀ` for a weight that gets no gradient, with `x` in the graph.
+///
+/// candle's matmul backward computes the gradient of both operands whatever they are, and
+/// adds the weight's into a zero tensor of the weight's size: for a frozen base weight that
+/// is a wasted matmul per layer and, summed over the model, a gradient buffer as large as the
+/// model (the Qwen-VL LoRA update's backward and memory). Here the product is computed
+/// outside the graph and attached to `x` by an op whose backward is `∂L/∂x = g W` alone.
+pub fn frozen_matmul(x: &Tensor, w: &Tensor) -> candle_core::Result<Tensor> {
+    let y = x.detach().matmul(&w.t()?)?;
+    x.apply_op1_arc(Arc::new(Box::new(FrozenMatmul { y, w: w.clone() })))
+}
+
+/// The op behind [`frozen_matmul`]: forward hands back the precomputed product.
+struct FrozenMatmul {
+    y: Tensor,
+    w: Tensor,
+}
+
+impl CustomOp1 for FrozenMatmul {
+    fn name(&self) -> &'static str {
+        "frozen-matmul"
+    }
+
+    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (storage, layout) = self.y.storage_and_layout();
+        match &*storage {
+            Storage::Cpu(c) => Ok((c.clone(), layout.shape().clone())),
+            _ => candle_core::bail!("frozen-matmul: the product is not on the CPU"),
+        }
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        _: &candle_core::CudaStorage,
+        _: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        use candle_core::backend::BackendStorage;
+        let (storage, layout) = self.y.storage_and_layout();
+        match &*storage {
+            Storage::Cuda(c) => Ok((c.try_clone(layout)?, layout.shape().clone())),
+            _ => candle_core::bail!("frozen-matmul: the product is not on the GPU"),
+        }
+    }
+
+    fn bwd(&self, _: &Tensor, _: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
+        Ok(Some(grad.matmul(&self.w)?))
     }
 }
 
@@ -183,4 +235,34 @@ pub fn causal_mask(t: usize, s: usize, dtype: DType, device: &candle_core::Devic
         .flat_map(|i| (0..s).map(move |j| if j <= past + i { 0.0 } else { f32::NEG_INFINITY }))
         .collect();
     Ok(Tensor::from_vec(data, (t, s), device)?.to_dtype(dtype)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{Device, Var};
+
+    #[test]
+    fn frozen_matmul_equals_matmul_and_gives_only_the_input_gradient() {
+        let dev = Device::Cpu;
+        let x = Var::from_tensor(&Tensor::randn(0f32, 1.0, (5, 7), &dev).unwrap()).unwrap();
+        let w = Tensor::randn(0f32, 1.0, (3, 7), &dev).unwrap();
+        let c = Tensor::randn(0f32, 1.0, (5, 3), &dev).unwrap();
+        let plain = x.matmul(&w.t().unwrap()).unwrap();
+        let frozen = frozen_matmul(&x, &w).unwrap();
+        assert_eq!(frozen.to_vec2::<f32>().unwrap(), plain.to_vec2::<f32>().unwrap());
+        let g_plain = (plain * &c).unwrap().sum_all().unwrap().backward().unwrap();
+        let g_frozen = (frozen * &c).unwrap().sum_all().unwrap().backward().unwrap();
+        let gx = |g: &candle_core::backprop::GradStore| g.get(&x).unwrap().to_vec2::<f32>().unwrap();
+        let (a, b) = (gx(&g_plain), gx(&g_frozen));
+        for (ra, rb) in a.iter().zip(&b) {
+            for (p, q) in ra.iter().zip(rb) {
+                assert!((p - q).abs() < 1e-5, "{a:?} vs {b:?}");
+            }
+        }
+        // candle's matmul also computes a gradient for `wᵀ` (stored under that view's id); the
+        // frozen op computes none.
+        let n = |g: &candle_core::backprop::GradStore| g.get_ids().count();
+        assert_eq!(n(&g_plain), n(&g_frozen) + 1, "plain {}, frozen {}", n(&g_plain), n(&g_frozen));
+    }
 }
