@@ -32,6 +32,11 @@ Commands (from the repository root; `policy_speed-*` is the binary `cargo build 
         # median of 10 steps (forward + backward + AdamW, same batch) after 3 warm-ups, in
         # the layout of policy_speed's report; torch.cuda.synchronize around each phase.
 
+On a machine whose cores are busy with other work, `--threads` > 1 can run many times
+slower (OpenMP threads spin at barriers waiting for a descheduled sibling: 3.7 s against
+0.2 s a step measured on 2 cores beside a build); `OMP_WAIT_POLICY=PASSIVE` avoids that, and
+the header prints its value.
+
 Compare with `RAYON_NUM_THREADS=2 MALLOC_MMAP_THRESHOLD_=33554432
 MALLOC_TRIM_THRESHOLD_=17179869184 target/release/deps/policy_speed-<hash> small 32 cpu`
 (or `cuda` with a `--features cuda` build). Both print each step's loss: they start from
@@ -457,6 +462,7 @@ def peak_rss_mb():
 
 
 def time_steps(args):
+    rss0 = peak_rss_mb()  # torch's libraries alone, before any tensor of ours
     device = torch.device(args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -492,15 +498,17 @@ def time_steps(args):
     threads = torch.get_num_threads()
     arch = f"d{cfg['d_model']} enc{cfg['encoder_layers']} dec{cfg['decoder_layers']} " \
         f"{cfg['image_width']}x{cfg['image_height']}"
-    print(f"PyTorch twin of VLM ({arch}) on {device}, torch "
-          f"{torch.__version__}, threads {threads}, attention: {attn}")
+    omp = os.environ.get("OMP_WAIT_POLICY", "(unset)")
+    print(f"PyTorch twin of VLM ({arch}) on {device}, torch {torch.__version__}, threads {threads}, "
+          f"OMP_WAIT_POLICY={omp}, attention: {attn}")
     print(f"params {sum(p.numel() for p in model.parameters())} | encoder tokens {batch['key_mask'].shape[3]} | "
           f"action tokens {batch['inputs'].shape[1]} | batch {b}")
     print(f"forward            {med(fwd):8.1f} ms  ({sps(med(fwd)):7.1f} samples/s)")
     print(f"backward           {med(bwd):8.1f} ms  ({sps(med(bwd)):7.1f} samples/s)")
     print(f"fwd+bwd+AdamW      {med(step):8.1f} ms  ({sps(med(step)):7.1f} samples/s; {med(cpu):.0f} CPU ms)")
     rss = peak_rss_mb()
-    print(f"peak RSS           {'unknown' if rss is None else f'{rss:.0f} MiB'}")
+    print(f"peak RSS           {'unknown' if rss is None else f'{rss:.0f} MiB'}"
+          + ("" if rss0 is None else f" ({rss0:.0f} MiB of it after importing torch, before the model)"))
     if cuda:
         print(f"peak CUDA memory   {torch.cuda.max_memory_allocated(device) / 2**20:.0f} MiB allocated, "
               f"{torch.cuda.max_memory_reserved(device) / 2**20:.0f} MiB reserved")
