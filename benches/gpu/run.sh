@@ -69,6 +69,8 @@ if [ -f scripts/small_policy_torch.py ]; then
     echo "### PyTorch twin: check, then CUDA and CPU"
     timeout "$(cap 40)" python3 scripts/small_policy_torch.py check $W || echo "twin check failed (rc $?)"
     timeout "$(cap 40)" python3 scripts/small_policy_torch.py time $W --device cuda || echo "twin on CUDA failed (rc $?)"
+    echo "### PyTorch twin with fused attention (SDPA; not guirl's math, for reference)"
+    timeout "$(cap 30)" python3 scripts/small_policy_torch.py time $W --device cuda --sdpa || echo "twin --sdpa failed (rc $?)"
     timeout "$(cap 60)" python3 scripts/small_policy_torch.py time $W --device cpu --threads "$(nproc)" \
       || echo "twin on CPU failed (rc $?)"
   else
