@@ -14,6 +14,7 @@
 use super::Policy;
 use crate::env::{GuiAction, ScreenState};
 use anyhow::Result;
+use candle_core::backprop::GradStore;
 use candle_core::{Device, Tensor, Var};
 use std::path::Path;
 
@@ -60,6 +61,22 @@ pub trait TrainablePolicy: Policy {
     /// Differentiable per-token log-probs and entropies of the token sequences `tokens[i]`
     /// taken in `states[i]`, at the current temperature.
     fn score(&self, states: &[ScreenState], tokens: &[Vec<u32>]) -> Result<TokenScores>;
+
+    /// [`Self::score`] for a training pass (the pass whose loss is back-propagated): what
+    /// a policy does only while training (LoRA dropout, gradient checkpointing) happens here,
+    /// its randomness drawn from `pass` (from the run's seed and the update step) alone.
+    /// Rollouts, evaluation and the KL reference use [`Self::score`].
+    fn score_train(&self, states: &[ScreenState], tokens: &[Vec<u32>], pass: u64) -> Result<TokenScores> {
+        let _ = pass;
+        self.score(states, tokens)
+    }
+
+    /// The gradients of `loss` (built from [`Self::score_train`]) for the optimizer: the
+    /// graph's, plus any the policy computed outside it (checkpointed layers). Trainers call
+    /// this rather than `loss.backward()`.
+    fn gradients(&self, loss: &Tensor) -> Result<GradStore> {
+        Ok(loss.backward()?)
+    }
 
     /// The trainable variables, with stable names (sorted), for the optimizer.
     fn trainable_vars(&self) -> Vec<(String, Var)>;

@@ -117,6 +117,13 @@ pub struct ModelConfig {
     /// Language-model layers that get adapters (default: q/k/v/o and the MLP's gate/up/down).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lora_targets: Option<Vec<String>>,
+    /// Dropout on the adapters' input in training passes, in [0, 1) (default 0: off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lora_dropout: Option<f64>,
+    /// Recompute each decoder layer in the backward pass instead of keeping its
+    /// activations: less memory, one more forward (default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gradient_checkpointing: Option<bool>,
     /// The backbone's answer coordinates (`rel1000`, `smart_resize`, `px`, ...; default:
     /// the architecture's own).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -219,6 +226,8 @@ impl ModelConfig {
             ("lora_rank", self.lora_rank.is_some()),
             ("lora_alpha", self.lora_alpha.is_some()),
             ("lora_targets", self.lora_targets.is_some()),
+            ("lora_dropout", self.lora_dropout.is_some()),
+            ("gradient_checkpointing", self.gradient_checkpointing.is_some()),
             ("coords", self.coords.is_some()),
             ("prompt", self.prompt.is_some()),
             ("max_new_tokens", self.max_new_tokens.is_some()),
@@ -237,6 +246,8 @@ impl ModelConfig {
             lora_rank: None,
             lora_alpha: None,
             lora_targets: None,
+            lora_dropout: None,
+            gradient_checkpointing: None,
             coords: None,
             prompt: None,
             max_new_tokens: None,
@@ -263,6 +274,12 @@ impl ModelConfig {
         }
         if let Some(v) = &self.lora_targets {
             s.lora_targets = v.clone();
+        }
+        if let Some(v) = self.lora_dropout {
+            s.lora_dropout = v;
+        }
+        if let Some(v) = self.gradient_checkpointing {
+            s.gradient_checkpointing = v;
         }
         s.coords = self.coords.clone();
         s.prompt = self.prompt.clone();

@@ -12,3 +12,13 @@ use rand_chacha::ChaCha8Rng;
 pub fn rng_for(seed: u64, iteration: u64, purpose: u64) -> ChaCha8Rng {
     ChaCha8Rng::seed_from_u64(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (iteration << 8) ^ purpose)
 }
+
+/// The key of one training pass's randomness (LoRA dropout): the run's seed, the iteration,
+/// a purpose (which loop), the epoch and the minibatch. Independent of how many draws other
+/// passes made, so a resumed run gets the same keys.
+pub fn pass_key(seed: u64, iteration: u64, purpose: u64, epoch: u64, minibatch: u64) -> u64 {
+    use rand::RngCore;
+    let mut rng = rng_for(seed, iteration, purpose);
+    rng.set_stream((epoch << 32) ^ minibatch);
+    rng.next_u64()
+}

@@ -16,7 +16,7 @@
 
 use super::config::SftConfig;
 use super::optim::{clip_grad_norm, AdamW, AdamWConfig};
-use super::seeds::rng_for;
+use super::seeds::{pass_key, rng_for};
 use crate::env::{GuiAction, ScreenState};
 use crate::policy::{Sampling, TrainablePolicy};
 use crate::rollout::store::StoredTrajectory;
@@ -152,13 +152,15 @@ pub fn clone_demonstrations(
         let mut order: Vec<usize> = (0..samples.len()).collect();
         order.shuffle(&mut rng_for(seed, epoch as u64, 7));
         let (mut total, mut count) = (0.0, 0);
-        for chunk in order.chunks(sft.minibatch.max(1)) {
+        for (mb, chunk) in order.chunks(sft.minibatch.max(1)).enumerate() {
             let states: Vec<ScreenState> = chunk.iter().map(|&k| samples[k].0.clone()).collect();
             let tokens: Vec<Vec<u32>> = chunk.iter().map(|&k| samples[k].1.clone()).collect();
-            let s = policy.score(&states, &tokens)?;
+            // behaviour cloning's purpose for its passes' keys
+            let pass = pass_key(seed, 0, 0xB0C, epoch as u64, mb as u64);
+            let s = policy.score_train(&states, &tokens, pass)?;
             // Token-mean negative log-likelihood over the real action tokens.
             let loss = (s.logp.sum_all()?.neg()? / s.mask.sum_all()?.to_scalar::<f32>()? as f64)?;
-            let mut grads = loss.backward()?;
+            let mut grads = policy.gradients(&loss)?;
             let norm = clip_grad_norm(&mut grads, opt.vars(), max_grad_norm)?;
             if norm.is_finite() {
                 opt.step(&grads)?;

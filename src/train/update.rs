@@ -25,12 +25,15 @@ use super::config::{AlgoConfig, AlgoKind, GspoLevel};
 use super::metrics::mean_loss_stats;
 use super::objective::{policy_loss, LossInputs, LossStats};
 use super::optim::{clip_grad_norm, AdamW};
-use super::seeds::rng_for;
+use super::seeds::{pass_key, rng_for};
 use crate::env::ScreenState;
 use crate::policy::TrainablePolicy;
 use anyhow::ensure;
 use candle_core::{Device, Tensor};
 use rand::seq::SliceRandom;
+
+/// `pass_key`'s purpose for the update's training passes.
+const PASS_PURPOSE: u64 = 0x5CA1E;
 
 /// One step to learn from: the state it was taken in, the token ids the policy sampled,
 /// their log-probs at sampling time, and the step's advantage.
@@ -167,7 +170,8 @@ pub fn update(
             let chunk = chunk.as_slice();
             let states: Vec<ScreenState> = chunk.iter().map(|&k| samples[k].state.clone()).collect();
             let tokens: Vec<Vec<u32>> = chunk.iter().map(|&k| samples[k].tokens.clone()).collect();
-            let scores = policy.score(&states, &tokens)?;
+            let pass = pass_key(seed, iteration, PASS_PURPOSE, epoch as u64, mb as u64);
+            let scores = policy.score_train(&states, &tokens, pass)?;
             let (b, t) = scores.logp.dims2()?;
             let dev = scores.logp.device().clone();
             let longest = tokens.iter().map(Vec::len).max().unwrap_or(0);
@@ -212,7 +216,7 @@ pub fn update(
                 out.skipped_steps += 1;
                 continue;
             }
-            let mut grads = loss.backward()?;
+            let mut grads = policy.gradients(&loss)?;
             let norm = clip_grad_norm(&mut grads, opt.vars(), algo.max_grad_norm)?;
             if !norm.is_finite() {
                 out.skipped_steps += 1;

@@ -1,15 +1,18 @@
 //! LoRA adapters on the language model's linear layers, saved and loaded in PEFT's layout.
 //!
-//! An adapter adds `scale · (x Aᵀ) Bᵀ` to a frozen layer, `A` `[r, in]`, `B` `[out, r]`,
+//! An adapter adds `scale · (dropout(x) Aᵀ) Bᵀ` to a frozen layer, `A` `[r, in]`, `B` `[out, r]`,
 //! `scale = alpha / r`. A starts Kaiming-uniform and B at zero (PEFT's default), so a new
 //! adapter leaves the model unchanged. The base weights stay plain tensors: only A and B
 //! are `Var`s. All adapters of a model share one [`AdapterSwitch`], so the KL reference is
 //! the same model with a snapshot of the adapters (a copy of A and B only, not of the base).
+//! Dropout (PEFT's `lora_dropout`, on the adapter's input only) acts in training passes
+//! alone, with masks keyed by the pass and the adapter ([`super::train_pass`]).
 //!
 //! On disk (what peft, vLLM and mistral.rs read): `adapter_model.safetensors` with
 //! `base_model.model.<module>.lora_A.weight` / `lora_B.weight`, and `adapter_config.json`
 //! with `r`, `lora_alpha`, `lora_dropout`, `target_modules`, `peft_type = "LORA"`.
 
+use super::train_pass::{dropout_mask, TrainPass};
 use anyhow::{anyhow, bail, Context, Result};
 use candle_core::{DType, Device, Tensor, Var};
 use serde_json::json;
@@ -27,6 +30,8 @@ pub struct LoraSettings {
     pub alpha: f64,
     /// Module names (the last path component: `q_proj`, `down_proj`, ...).
     pub targets: Vec<String>,
+    /// Dropout probability on the adapter's input in training passes, in [0, 1).
+    pub dropout: f64,
 }
 
 impl Default for LoraSettings {
@@ -37,6 +42,7 @@ impl Default for LoraSettings {
             targets: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
                 .map(String::from)
                 .to_vec(),
+            dropout: 0.0,
         }
     }
 }
@@ -83,6 +89,12 @@ pub struct LoraAdapter {
     /// A real copy of (A, B) taken by [`LoraAdapter::snapshot`] (not a view: `Var::set`
     /// writes in place).
     pub(crate) frozen: Arc<Mutex<Option<(Tensor, Tensor)>>>,
+    /// The model's training-pass state (dropout, no-grad forwards).
+    pass: TrainPass,
+    /// This adapter's share of the dropout masks' key (from its module name).
+    id: u64,
+    /// Dropout probability in training passes.
+    dropout: f64,
 }
 
 impl LoraAdapter {
@@ -102,7 +114,30 @@ impl LoraAdapter {
         let values: Vec<f32> = (0..s.rank * in_dim).map(|_| rng.gen_range(-bound..bound)).collect();
         let a = Var::from_tensor(&Tensor::from_vec(values, (s.rank, in_dim), device)?)?;
         let b = Var::zeros((out_dim, s.rank), DType::F32, device)?;
-        Ok(LoraAdapter { a, b, scale: s.alpha / s.rank as f64, switch, frozen: Default::default() })
+        Ok(LoraAdapter {
+            a,
+            b,
+            scale: s.alpha / s.rank as f64,
+            switch,
+            frozen: Default::default(),
+            pass: TrainPass::default(),
+            id: 0,
+            dropout: s.dropout,
+        })
+    }
+
+    /// The same adapter tied to a model's training-pass state, with its mask id and
+    /// dropout probability.
+    pub fn in_pass(mut self, pass: TrainPass, id: u64, dropout: f64) -> Self {
+        self.pass = pass;
+        self.id = id;
+        self.dropout = dropout;
+        self
+    }
+
+    /// The switch that selects its weights.
+    pub(crate) fn switch(&self) -> &AdapterSwitch {
+        &self.switch
     }
 
     /// An adapter from saved A and B.
@@ -113,6 +148,9 @@ impl LoraAdapter {
             scale,
             switch,
             frozen: Default::default(),
+            pass: TrainPass::default(),
+            id: 0,
+            dropout: 0.0,
         })
     }
 
@@ -132,10 +170,21 @@ impl LoraAdapter {
         }
     }
 
-    /// `scale · (x Aᵀ) Bᵀ` in `x`'s dtype (A and B stay f32 for the optimizer), with the
-    /// weights the switch selects; None when adapters are off.
+    /// `scale · (dropout(x) Aᵀ) Bᵀ` in `x`'s dtype (A and B stay f32 for the optimizer),
+    /// with the weights the switch selects; None when adapters are off. Dropout acts only
+    /// while the model is in a training pass.
     pub fn delta(&self, x: &Tensor) -> Result<Option<Tensor>> {
         let Some((a, b)) = self.weights() else { return Ok(None) };
+        let pass = self.pass.get();
+        // a checkpointed layer's forward builds no graph: detached views of A and B
+        let (a, b) = if pass.no_grad { (a.detach(), b.detach()) } else { (a, b) };
+        let x = match pass.dropout_key {
+            Some(key) if self.dropout > 0.0 => {
+                let mask = dropout_mask(key, self.id, self.dropout, x.shape(), x.device())?;
+                (x * mask.to_dtype(x.dtype())?)?
+            }
+            _ => x.clone(),
+        };
         let dims = x.dims().to_vec();
         let inp = *dims.last().ok_or_else(|| anyhow!("LoRA input without a feature axis"))?;
         let a = a.to_dtype(x.dtype())?;
@@ -180,7 +229,7 @@ pub fn save_peft(
         "task_type": "CAUSAL_LM",
         "r": s.rank,
         "lora_alpha": s.alpha,
-        "lora_dropout": 0.0,
+        "lora_dropout": s.dropout,
         "bias": "none",
         "target_modules": s.targets,
         "modules_to_save": if modules_to_save.is_empty() { serde_json::Value::Null } else { json!(modules_to_save) },
@@ -224,6 +273,10 @@ pub fn load_peft(dir: &Path) -> Result<PeftAdapter> {
         cfg.get("r").and_then(|v| v.as_u64()).ok_or_else(|| anyhow!("{}: missing `r`", cfg_path.display()))?
             as usize;
     let alpha = cfg.get("lora_alpha").and_then(|v| v.as_f64()).unwrap_or(rank as f64);
+    let dropout = cfg.get("lora_dropout").and_then(|v| v.as_f64()).unwrap_or(0.0);
+    if !(0.0..1.0).contains(&dropout) {
+        bail!("{}: `lora_dropout = {dropout}` is not in [0, 1)", cfg_path.display());
+    }
     let targets = match cfg.get("target_modules") {
         Some(serde_json::Value::Array(a)) => a.iter().filter_map(|v| v.as_str().map(String::from)).collect(),
         Some(serde_json::Value::String(s)) => vec![s.clone()],
@@ -254,7 +307,7 @@ pub fn load_peft(dir: &Path) -> Result<PeftAdapter> {
         bail!("{}: no `base_model.model.*.lora_A.weight` tensors", wpath.display());
     }
     Ok(PeftAdapter {
-        settings: LoraSettings { rank, alpha, targets },
+        settings: LoraSettings { rank, alpha, targets, dropout },
         scale: alpha / rank as f64,
         tensors,
         full,

@@ -7,14 +7,17 @@
 //! - [`processor`]: images → patches (`smart_resize`, normalisation, merge order).
 //! - [`chat`]: tokenizer and the checkpoint's Jinja chat template.
 //! - [`vision`], [`text`], [`rope`], [`nn`]: the towers and their layers.
-//! - [`lora`]: adapters in PEFT's layout.
+//! - [`lora`]: adapters in PEFT's layout; [`train_pass`]: what only a training pass does
+//!   (LoRA dropout, gradient checkpointing per decoder layer, `checkpoint`).
 //! - [`model`]: a whole checkpoint; [`hub`]: where it is (a folder or `hf:ORG/NAME`).
-//! - [`policy`]: the checkpoint as a `TrainablePolicy` (prompt, answers, LoRA training).
+//! - [`policy`]: the checkpoint as a `TrainablePolicy` (prompt, answers, LoRA training);
+//!   [`settings`]: its `[model]` keys.
 //!
 //! Tested against transformers on tiny random checkpoints of both architectures
 //! (`fixtures/qwen_vl`, written by `scripts/make_qwen_fixtures.py`).
 
 pub mod chat;
+pub mod checkpoint;
 pub mod config;
 pub mod hub;
 pub mod lora;
@@ -23,7 +26,9 @@ pub mod nn;
 pub mod policy;
 pub mod processor;
 pub mod rope;
+pub mod settings;
 pub mod text;
+pub mod train_pass;
 pub mod vision;
 pub mod weights;
 

@@ -142,19 +142,14 @@ impl QwenVl {
     pub fn attach_lora(&mut self, settings: &LoraSettings, seed: u64) -> Result<AdapterSwitch> {
         let switch = AdapterSwitch::default();
         let device = self.text_device();
+        let pass = self.text.pass().clone();
         let mut n = 0;
         for (name, lin) in self.text.linears_mut() {
             let leaf = name.rsplit('.').next().unwrap_or_default();
             if settings.targets.iter().any(|t| t == leaf) {
                 let s = layer_seed(seed, &name);
-                lin.lora = Some(LoraAdapter::new(
-                    lin.out_dim(),
-                    lin.in_dim(),
-                    settings,
-                    switch.clone(),
-                    s,
-                    &device,
-                )?);
+                let ad = LoraAdapter::new(lin.out_dim(), lin.in_dim(), settings, switch.clone(), s, &device)?;
+                lin.lora = Some(ad.in_pass(pass.clone(), mask_id(&name), settings.dropout));
                 n += 1;
             }
         }
@@ -176,6 +171,7 @@ impl QwenVl {
         let peft = load_peft(dir)?;
         let switch = AdapterSwitch::default();
         let device = self.text_device();
+        let pass = self.text.pass().clone();
         let mut used = 0;
         for (name, lin) in self.text.linears_mut() {
             lin.lora = None;
@@ -195,7 +191,8 @@ impl QwenVl {
                     );
                 }
                 let (a, b) = (a.to_device(&device)?, b.to_device(&device)?);
-                lin.lora = Some(LoraAdapter::from_tensors(&a, &b, peft.scale, switch.clone())?);
+                let ad = LoraAdapter::from_tensors(&a, &b, peft.scale, switch.clone())?;
+                lin.lora = Some(ad.in_pass(pass.clone(), mask_id(&name), peft.settings.dropout));
                 used += 1;
             }
         }
@@ -367,6 +364,12 @@ impl QwenVl {
         }
         Ok(())
     }
+}
+
+/// An adapter's share of its dropout masks' key: its layer's name (the run's seed enters
+/// through the training pass's key).
+fn mask_id(name: &str) -> u64 {
+    layer_seed(0, name)
 }
 
 /// A layer's own initialisation seed: the run's seed mixed with the layer's name, so the

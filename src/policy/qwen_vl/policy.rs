@@ -19,8 +19,10 @@
 //!   cloning, the clone): the same base weights with a snapshot of the adapters.
 
 use super::hub;
-use super::lora::{AdapterUse, LoraSettings};
+use super::lora::AdapterUse;
 use super::model::QwenVl;
+pub use super::settings::QwenPolicySettings;
+use super::train_pass::{sample_key, PassState};
 use super::vision::VisionOutput;
 use super::{text::KvCache, Arch};
 use crate::env::{GuiAction, ScreenState};
@@ -32,106 +34,13 @@ use crate::policy::{Decision, Policy, PolicyFailure, Sampling, TokenScores, Trai
 use anyhow::{anyhow, bail, Context, Result};
 use candle_core::{DType, Device, Tensor, Var, D};
 use rand::Rng;
-use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 /// The file in a checkpoint folder that says which backbone its adapter belongs to.
 pub const POLICY_FILE: &str = "qwen_policy.json";
-
-/// How a pretrained backbone is set up as a policy (`[model]` with `backbone`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct QwenPolicySettings {
-    /// `qwen3_vl` or `qwen2_5_vl` (checked against the checkpoint's config.json).
-    pub backbone: String,
-    /// A checkpoint folder, or `hf:ORG/NAME` in the Hugging Face cache.
-    pub path: String,
-    /// LoRA rank.
-    #[serde(default = "default_rank")]
-    pub lora_rank: usize,
-    /// LoRA alpha (the update is scaled by alpha / rank).
-    #[serde(default = "default_alpha")]
-    pub lora_alpha: f64,
-    /// Language-model layers that get adapters.
-    #[serde(default = "default_targets")]
-    pub lora_targets: Vec<String>,
-    /// The answer's coordinate frame (`rel1000`, `smart_resize`, `px`, ...); default: the
-    /// architecture's own (Qwen3-VL `rel1000`, Qwen2.5-VL the resized image's pixels).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub coords: Option<String>,
-    /// A system prompt file (`{frame}` is replaced); default: the `openai:` policy's.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub prompt: Option<PathBuf>,
-    /// Longest answer, in tokens.
-    #[serde(default = "default_max_new")]
-    pub max_new_tokens: usize,
-    /// `f32` or `bf16` (weights and activations; adapters and their optimizer stay f32).
-    #[serde(default = "default_dtype")]
-    pub dtype: String,
-    /// Modules trained whole beside the adapters (`embed_tokens`, `lm_head`, `norm`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub train_modules: Vec<String>,
-}
-
-fn default_rank() -> usize {
-    LoraSettings::default().rank
-}
-fn default_alpha() -> f64 {
-    LoraSettings::default().alpha
-}
-fn default_targets() -> Vec<String> {
-    LoraSettings::default().targets
-}
-fn default_max_new() -> usize {
-    32
-}
-fn default_dtype() -> String {
-    "f32".into()
-}
-
-impl QwenPolicySettings {
-    /// Settings for `backbone` at `path` with every default.
-    pub fn new(backbone: &str, path: &str) -> Self {
-        QwenPolicySettings {
-            backbone: backbone.into(),
-            path: path.into(),
-            lora_rank: default_rank(),
-            lora_alpha: default_alpha(),
-            lora_targets: default_targets(),
-            coords: None,
-            prompt: None,
-            max_new_tokens: default_max_new(),
-            dtype: default_dtype(),
-            train_modules: Vec::new(),
-        }
-    }
-
-    fn lora(&self) -> LoraSettings {
-        LoraSettings { rank: self.lora_rank, alpha: self.lora_alpha, targets: self.lora_targets.clone() }
-    }
-
-    fn check(&self) -> Result<()> {
-        if !matches!(self.backbone.as_str(), "qwen3_vl" | "qwen2_5_vl") {
-            bail!("model.backbone = {:?}: use \"qwen3_vl\" or \"qwen2_5_vl\"", self.backbone);
-        }
-        if self.lora_rank == 0 {
-            bail!("model.lora_rank must be at least 1");
-        }
-        if !(self.lora_alpha.is_finite() && self.lora_alpha > 0.0) {
-            bail!("model.lora_alpha must be a positive number");
-        }
-        if self.max_new_tokens == 0 {
-            bail!("model.max_new_tokens must be at least 1");
-        }
-        if !matches!(self.dtype.as_str(), "f32" | "bf16") {
-            bail!("model.dtype = {:?}: use \"f32\" or \"bf16\"", self.dtype);
-        }
-        Ok(())
-    }
-}
 
 /// A Qwen-VL backbone with LoRA adapters, as a [`TrainablePolicy`].
 pub struct QwenVlPolicy {
@@ -473,32 +382,24 @@ impl TrainablePolicy for QwenVlPolicy {
     }
 
     fn score(&self, states: &[ScreenState], tokens: &[Vec<u32>]) -> Result<TokenScores> {
-        if states.len() != tokens.len() {
-            bail!("{} states for {} token sequences", states.len(), tokens.len());
-        }
-        let longest = tokens.iter().map(Vec::len).max().unwrap_or(0).max(1);
-        let (mut lps, mut ents, mut masks) = (Vec::new(), Vec::new(), Vec::new());
-        self.with_adapters(|| {
-            for (s, t) in states.iter().zip(tokens) {
-                let pad = longest - t.len();
-                let (lp, ent) = if t.is_empty() {
-                    (Tensor::zeros(0, DType::F32, &self.device)?, Tensor::zeros(0, DType::F32, &self.device)?)
-                } else {
-                    self.score_one(s, t)?
-                };
-                let zeros = Tensor::zeros(pad, DType::F32, &self.device)?;
-                lps.push(Tensor::cat(&[&lp, &zeros], 0)?);
-                ents.push(Tensor::cat(&[&ent, &zeros], 0)?);
-                let m: Vec<f32> = (0..longest).map(|i| if i < t.len() { 1.0 } else { 0.0 }).collect();
-                masks.push(Tensor::new(m, &self.device)?);
-            }
-            Ok(())
-        })?;
-        Ok(TokenScores {
-            logp: Tensor::stack(&lps, 0)?,
-            mask: Tensor::stack(&masks, 0)?,
-            entropy: Tensor::stack(&ents, 0)?,
-        })
+        self.score_pass(states, tokens, None)
+    }
+
+    fn score_train(&self, states: &[ScreenState], tokens: &[Vec<u32>], pass: u64) -> Result<TokenScores> {
+        // only the live policy trains: a reference scored this way gets a plain pass
+        let pass = (self.mode == AdapterUse::Live).then_some(pass);
+        self.score_pass(states, tokens, pass)
+    }
+
+    fn gradients(&self, loss: &Tensor) -> Result<candle_core::backprop::GradStore> {
+        let pass = self.model.text.pass();
+        pass.clear_side_grads();
+        let mut grads = loss.backward()?;
+        // checkpointed layers computed their adapters' gradients outside the main graph
+        let vars: Vec<Tensor> =
+            self.trainable_vars().into_iter().map(|(_, v)| v.as_tensor().clone()).collect();
+        pass.merge_into(&mut grads, &vars)?;
+        Ok(grads)
     }
 
     fn trainable_vars(&self) -> Vec<(String, Var)> {
@@ -539,7 +440,9 @@ impl TrainablePolicy for QwenVlPolicy {
                     self.settings.train_modules
                 );
             }
-            if theirs.backbone != self.settings.backbone || theirs.lora() != self.settings.lora() {
+            // dropout is how the adapter was trained, not its shape: any value loads
+            let shape = |s: &QwenPolicySettings| (s.lora_rank, s.lora_alpha, s.lora_targets.clone());
+            if theirs.backbone != self.settings.backbone || shape(&theirs) != shape(&self.settings) {
                 bail!(
                     "{}: the adapter was trained for {} with LoRA r={} on {:?}; this policy is {} with r={} on {:?}",
                     dir.display(),
@@ -598,5 +501,51 @@ impl TrainablePolicy for QwenVlPolicy {
 
     fn token_text(&self, token: u32) -> String {
         self.model.chat.token_text(token)
+    }
+}
+
+impl QwenVlPolicy {
+    /// Score `tokens` after `states`; `pass` makes it a training pass with that key (LoRA
+    /// dropout, gradient checkpointing, as the settings ask).
+    fn score_pass(
+        &self,
+        states: &[ScreenState],
+        tokens: &[Vec<u32>],
+        pass: Option<u64>,
+    ) -> Result<TokenScores> {
+        if states.len() != tokens.len() {
+            bail!("{} states for {} token sequences", states.len(), tokens.len());
+        }
+        let longest = tokens.iter().map(Vec::len).max().unwrap_or(0).max(1);
+        let (mut lps, mut ents, mut masks) = (Vec::new(), Vec::new(), Vec::new());
+        self.with_adapters(|| {
+            for (i, (s, t)) in states.iter().zip(tokens).enumerate() {
+                // each state's own dropout key: a result never depends on its batch
+                let _train = pass.map(|k| {
+                    self.model.text.pass().enter(PassState {
+                        dropout_key: (self.settings.lora_dropout > 0.0).then(|| sample_key(k, i)),
+                        checkpoint: self.settings.gradient_checkpointing,
+                        no_grad: false,
+                    })
+                });
+                let pad = longest - t.len();
+                let (lp, ent) = if t.is_empty() {
+                    (Tensor::zeros(0, DType::F32, &self.device)?, Tensor::zeros(0, DType::F32, &self.device)?)
+                } else {
+                    self.score_one(s, t)?
+                };
+                let zeros = Tensor::zeros(pad, DType::F32, &self.device)?;
+                lps.push(Tensor::cat(&[&lp, &zeros], 0)?);
+                ents.push(Tensor::cat(&[&ent, &zeros], 0)?);
+                let m: Vec<f32> = (0..longest).map(|i| if i < t.len() { 1.0 } else { 0.0 }).collect();
+                masks.push(Tensor::new(m, &self.device)?);
+            }
+            Ok(())
+        })?;
+        Ok(TokenScores {
+            logp: Tensor::stack(&lps, 0)?,
+            mask: Tensor::stack(&masks, 0)?,
+            entropy: Tensor::stack(&ents, 0)?,
+        })
     }
 }

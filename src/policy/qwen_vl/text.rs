@@ -3,15 +3,21 @@
 //!
 //! One forward serves both uses: the training pass (the whole sequence, no cache, every
 //! op differentiable) and rollouts (a [`KvCache`] of detached tensors grown by `cat`, so
-//! decoding one token costs one token's work).
+//! decoding one token costs one token's work). In a training pass with gradient
+//! checkpointing ([`super::train_pass`]) each layer runs outside the graph and is
+//! recomputed in the backward pass ([`super::checkpoint`]).
 
 use super::config::TextConfig;
+use super::lora::LoraAdapter;
 use super::nn::{apply_rope, attention, causal_mask, Linear, RmsNorm};
+use super::train_pass::TrainPass;
 use super::weights::Weights;
 use anyhow::{bail, Result};
 use candle_core::{DType, Module, Tensor, Var, D};
+use std::sync::Arc;
 
-struct Layer {
+/// One decoder layer (shared with the checkpointed layers' backward, hence `Arc`ed).
+pub(crate) struct Layer {
     input_norm: RmsNorm,
     post_norm: RmsNorm,
     q: Linear,
@@ -23,6 +29,23 @@ struct Layer {
     gate: Linear,
     up: Linear,
     down: Linear,
+}
+
+impl Layer {
+    /// The layer's adapters.
+    pub(crate) fn adapters(&self) -> impl Iterator<Item = &LoraAdapter> {
+        [&self.q, &self.k, &self.v, &self.o, &self.gate, &self.up, &self.down]
+            .into_iter()
+            .filter_map(|l| l.lora.as_ref())
+    }
+}
+
+/// The head counts a layer's forward needs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LayerDims {
+    head_dim: usize,
+    heads: usize,
+    kv_heads: usize,
 }
 
 /// Keys and values seen so far, per layer (`[B, Hkv, S, D]`), for decoding.
@@ -57,9 +80,11 @@ pub struct TextModel {
     /// The model's dtype (a fully trained module's Var is f32 whatever it is).
     dtype: DType,
     embed: Tensor,
-    layers: Vec<Layer>,
+    layers: Vec<Arc<Layer>>,
     norm: RmsNorm,
     head: Linear,
+    /// The training-pass state, shared with the adapters.
+    pass: TrainPass,
 }
 
 impl TextModel {
@@ -80,7 +105,7 @@ impl TextModel {
                     Ok(None)
                 }
             };
-            layers.push(Layer {
+            layers.push(Arc::new(Layer {
                 input_norm: RmsNorm::load(w, &format!("{p}.input_layernorm"), h, cfg.rms_norm_eps)?,
                 post_norm: RmsNorm::load(w, &format!("{p}.post_attention_layernorm"), h, cfg.rms_norm_eps)?,
                 q: lin("self_attn.q_proj", nq, h, cfg.qkv_bias)?,
@@ -92,7 +117,7 @@ impl TextModel {
                 gate: lin("mlp.gate_proj", cfg.intermediate_size, h, false)?,
                 up: lin("mlp.up_proj", cfg.intermediate_size, h, false)?,
                 down: lin("mlp.down_proj", h, cfg.intermediate_size, false)?,
-            });
+            }));
         }
         let head = if w.contains("lm_head.weight") && !cfg.tie_word_embeddings {
             Linear::load(w, "lm_head", cfg.vocab_size, h, false)?
@@ -109,7 +134,21 @@ impl TextModel {
             embed,
             layers,
             head,
+            pass: TrainPass::default(),
         })
+    }
+
+    /// The training-pass state its layers and adapters follow.
+    pub fn pass(&self) -> &TrainPass {
+        &self.pass
+    }
+
+    fn dims(&self) -> LayerDims {
+        LayerDims {
+            head_dim: self.cfg.head_dim,
+            heads: self.cfg.num_attention_heads,
+            kv_heads: self.cfg.num_key_value_heads,
+        }
     }
 
     /// The settings it was built with.
@@ -148,9 +187,23 @@ impl TextModel {
         }
         let mask = if t > 1 { Some(causal_mask(t, past + t, x.dtype(), x.device())?) } else { None };
         let (cos, sin) = (cos.unsqueeze(1)?, sin.unsqueeze(1)?);
+        // decoding (a cache) never checkpoints: only a training pass's whole-sequence forward
+        let checkpoint = cache.is_none() && self.pass.get().checkpoint;
         for (i, layer) in self.layers.iter().enumerate() {
-            let slot = cache.as_mut().map(|c| &mut c.layers[i]);
-            x = self.layer(layer, &x, &cos, &sin, mask.as_ref(), slot)?;
+            x = if checkpoint {
+                super::checkpoint::checkpointed(
+                    &self.pass,
+                    layer,
+                    self.dims(),
+                    &x,
+                    &cos,
+                    &sin,
+                    mask.as_ref(),
+                )?
+            } else {
+                let slot = cache.as_mut().map(|c| &mut c.layers[i]);
+                layer_forward(self.dims(), layer, &x, &cos, &sin, mask.as_ref(), slot)?
+            };
             if let Some(v) = &visual {
                 if let Some(feat) = v.deepstack.get(i) {
                     x = place_rows(&x, v.rows, feat, false)?;
@@ -165,46 +218,47 @@ impl TextModel {
     pub fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
         Ok(self.head.forward(hidden)?)
     }
+}
 
-    fn layer(
-        &self,
-        l: &Layer,
-        x: &Tensor,
-        cos: &Tensor,
-        sin: &Tensor,
-        mask: Option<&Tensor>,
-        cache: Option<&mut Option<(Tensor, Tensor)>>,
-    ) -> Result<Tensor> {
-        let (b, t, _) = x.dims3()?;
-        let hd = self.cfg.head_dim;
-        let y = l.input_norm.forward(x)?;
-        let heads =
-            |lin: &Linear, n: usize| -> Result<Tensor> { Ok(lin.forward(&y)?.reshape((b, t, n, hd))?) };
-        let mut q = heads(&l.q, self.cfg.num_attention_heads)?;
-        let mut k = heads(&l.k, self.cfg.num_key_value_heads)?;
-        let v = heads(&l.v, self.cfg.num_key_value_heads)?.transpose(1, 2)?;
-        if let (Some(qn), Some(kn)) = (&l.q_norm, &l.k_norm) {
-            q = qn.forward(&q)?;
-            k = kn.forward(&k)?;
-        }
-        let q = apply_rope(&q.transpose(1, 2)?, cos, sin)?;
-        let mut k = apply_rope(&k.transpose(1, 2)?, cos, sin)?;
-        let mut v = v;
-        if let Some(slot) = cache {
-            if let Some((pk, pv)) = slot.as_ref() {
-                k = Tensor::cat(&[pk, &k], 2)?;
-                v = Tensor::cat(&[pv, &v], 2)?;
-            }
-            *slot = Some((k.detach(), v.detach()));
-        }
-        let scale = (hd as f64).powf(-0.5);
-        let a = attention(&q, &k, &v, mask, scale)?;
-        let a = a.transpose(1, 2)?.reshape((b, t, self.cfg.num_attention_heads * hd))?;
-        let x = (x + l.o.forward(&a)?)?;
-        let y = l.post_norm.forward(&x)?;
-        let m = l.down.forward(&(l.gate.forward(&y)?.silu()? * l.up.forward(&y)?)?)?;
-        Ok((x + m)?)
+/// One decoder layer: `x` `[B, T, H]` with rotary tables `cos`/`sin` `[B, 1, T, D]`, the
+/// additive mask, and (decoding) the layer's cache slot.
+pub(crate) fn layer_forward(
+    dims: LayerDims,
+    l: &Layer,
+    x: &Tensor,
+    cos: &Tensor,
+    sin: &Tensor,
+    mask: Option<&Tensor>,
+    cache: Option<&mut Option<(Tensor, Tensor)>>,
+) -> Result<Tensor> {
+    let (b, t, _) = x.dims3()?;
+    let hd = dims.head_dim;
+    let y = l.input_norm.forward(x)?;
+    let heads = |lin: &Linear, n: usize| -> Result<Tensor> { Ok(lin.forward(&y)?.reshape((b, t, n, hd))?) };
+    let mut q = heads(&l.q, dims.heads)?;
+    let mut k = heads(&l.k, dims.kv_heads)?;
+    let v = heads(&l.v, dims.kv_heads)?.transpose(1, 2)?;
+    if let (Some(qn), Some(kn)) = (&l.q_norm, &l.k_norm) {
+        q = qn.forward(&q)?;
+        k = kn.forward(&k)?;
     }
+    let q = apply_rope(&q.transpose(1, 2)?, cos, sin)?;
+    let mut k = apply_rope(&k.transpose(1, 2)?, cos, sin)?;
+    let mut v = v;
+    if let Some(slot) = cache {
+        if let Some((pk, pv)) = slot.as_ref() {
+            k = Tensor::cat(&[pk, &k], 2)?;
+            v = Tensor::cat(&[pv, &v], 2)?;
+        }
+        *slot = Some((k.detach(), v.detach()));
+    }
+    let scale = (hd as f64).powf(-0.5);
+    let a = attention(&q, &k, &v, mask, scale)?;
+    let a = a.transpose(1, 2)?.reshape((b, t, dims.heads * hd))?;
+    let x = (x + l.o.forward(&a)?)?;
+    let y = l.post_norm.forward(&x)?;
+    let m = l.down.forward(&(l.gate.forward(&y)?.silu()? * l.up.forward(&y)?)?)?;
+    Ok((x + m)?)
 }
 
 /// Put `values` `[N, H]` into rows `rows` of `x` `[B, T, H]` (flattened): replacing them
@@ -274,6 +328,8 @@ impl TextModel {
         let mut out = Vec::new();
         for (i, l) in self.layers.iter_mut().enumerate() {
             let p = |n: &str| format!("layers.{i}.{n}");
+            // adapters are attached before any forward can hold a layer
+            let l = Arc::get_mut(l).expect("a decoder layer is shared while adapters are attached");
             out.push((p("self_attn.q_proj"), &mut l.q));
             out.push((p("self_attn.k_proj"), &mut l.k));
             out.push((p("self_attn.v_proj"), &mut l.v));

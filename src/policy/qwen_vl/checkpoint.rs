@@ -1,0 +1,188 @@
+//! Gradient checkpointing per decoder layer (`[model] gradient_checkpointing`).
+//!
+//! candle has none built in. A checkpointed layer's forward runs outside the graph (the
+//! input detached, the adapters' A and B detached), so none of its activations are kept;
+//! its output is attached to the graph by a custom op over the layer's input and one of its
+//! trainable tensors. The op's backward recomputes the layer with the input as a fresh
+//! `Var`, under the same training-pass state (the same dropout masks, the same adapter
+//! weights), back-propagates the output's gradient through it, returns the input's
+//! gradient and adds the layer's adapter gradients to the model's side gradient store.
+//! The policy merges that store into the main gradients (`TrainablePolicy::gradients`)
+//! before the optimizer sees them.
+//!
+//! Peak memory then holds one layer's activations at a time plus each layer's input; the
+//! price is a second forward of every layer.
+
+use super::lora::AdapterSwitch;
+use super::lora::AdapterUse;
+use super::text::{layer_forward, Layer, LayerDims};
+use super::train_pass::{PassState, TrainPass};
+use anyhow::{bail, Result};
+use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Storage, Tensor, Var};
+use std::sync::{Arc, Mutex};
+
+/// Layer `layer` on `x` `[B, T, H]`, checkpointed (see the module docs). `cos`, `sin` and
+/// `mask` are the ones the plain forward would take; there is no cache.
+pub(crate) fn checkpointed(
+    pass: &TrainPass,
+    layer: &Arc<Layer>,
+    dims: LayerDims,
+    x: &Tensor,
+    cos: &Tensor,
+    sin: &Tensor,
+    mask: Option<&Tensor>,
+) -> Result<Tensor> {
+    let state = PassState { no_grad: false, ..pass.get() };
+    let out = {
+        let _no_grad = pass.enter(PassState { no_grad: true, ..state });
+        layer_forward(dims, layer, &x.detach(), cos, sin, mask, None)?
+    };
+    if out.track_op() {
+        bail!(
+            "gradient checkpointing: a decoder layer holds a weight trained whole; only adapters can be \
+             trained inside a checkpointed layer"
+        );
+    }
+    let out = if out.is_contiguous() && out.layout().start_offset() == 0 { out } else { out.copy()? };
+    let switch = layer.adapters().next().map(|a| a.switch().clone());
+    let adapters = switch.map(|s| {
+        let u = s.get();
+        (s, u)
+    });
+    // the live adapters' A and B are the layer's trainable tensors (snapshot weights are not Vars)
+    let vars: Vec<Tensor> = match adapters {
+        Some((_, AdapterUse::Live)) => {
+            layer.adapters().flat_map(|a| [a.a.as_tensor().clone(), a.b.as_tensor().clone()]).collect()
+        }
+        _ => Vec::new(),
+    };
+    // The op hangs on a trainable tensor too, so that it is in the graph even when its input
+    // is not (the first layer over frozen embeddings).
+    let anchor = vars.first().cloned().unwrap_or_else(|| x.clone());
+    let op = Checkpoint {
+        out: Mutex::new(Some(out)),
+        layer: layer.clone(),
+        dims,
+        cos: cos.clone(),
+        sin: sin.clone(),
+        mask: mask.cloned(),
+        pass: pass.clone(),
+        state,
+        adapters,
+        vars,
+    };
+    Ok(x.apply_op2_arc(&anchor, Arc::new(Box::new(op)))?)
+}
+
+/// The op: its forward hands back the output computed outside the graph; its backward
+/// recomputes the layer.
+struct Checkpoint {
+    /// The output, taken by the forward (so the graph does not keep a second copy).
+    out: Mutex<Option<Tensor>>,
+    layer: Arc<Layer>,
+    dims: LayerDims,
+    cos: Tensor,
+    sin: Tensor,
+    mask: Option<Tensor>,
+    pass: TrainPass,
+    /// The training-pass state of the forward (its dropout key).
+    state: PassState,
+    /// The adapters' switch and the weights it selected in the forward.
+    adapters: Option<(AdapterSwitch, AdapterUse)>,
+    /// The layer's trainable tensors.
+    vars: Vec<Tensor>,
+}
+
+impl Checkpoint {
+    fn take_out(&self) -> candle_core::Result<Tensor> {
+        self.out
+            .lock()
+            .expect("checkpoint output")
+            .take()
+            .ok_or_else(|| candle_core::Error::Msg("checkpoint: the layer's forward ran twice".into()))
+    }
+
+    /// The input's gradient (when `x` is in the graph), after adding the layer's adapter
+    /// gradients to the side store.
+    fn recompute(&self, x: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
+        let _state = self.pass.enter(self.state);
+        let restore = self.adapters.as_ref().map(|(s, u)| {
+            let before = s.get();
+            s.set(*u);
+            (s, before)
+        });
+        let result = (|| -> Result<Option<Tensor>> {
+            let need_dx = x.track_op();
+            let input = if need_dx { Var::from_tensor(&x.detach())?.as_tensor().clone() } else { x.detach() };
+            let out = layer_forward(
+                self.dims,
+                &self.layer,
+                &input,
+                &self.cos,
+                &self.sin,
+                self.mask.as_ref(),
+                None,
+            )?;
+            let grads = (out * grad.detach())?.sum_all()?.backward()?;
+            for v in &self.vars {
+                if let Some(g) = grads.get(v) {
+                    self.pass.add_side_grad(v.id(), g.clone())?;
+                }
+            }
+            Ok(if need_dx { grads.get(&input).cloned() } else { None })
+        })();
+        if let Some((s, before)) = restore {
+            s.set(before);
+        }
+        result
+    }
+}
+
+impl CustomOp2 for Checkpoint {
+    fn name(&self) -> &'static str {
+        "checkpointed-decoder-layer"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let out = self.take_out()?;
+        let (storage, layout) = out.storage_and_layout();
+        match &*storage {
+            Storage::Cpu(c) => Ok((c.clone(), layout.shape().clone())),
+            _ => candle_core::bail!("checkpoint: the layer's output is not on the CPU"),
+        }
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        _: &candle_core::CudaStorage,
+        _: &Layout,
+        _: &candle_core::CudaStorage,
+        _: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        use candle_core::backend::BackendStorage;
+        let out = self.take_out()?;
+        let (storage, layout) = out.storage_and_layout();
+        match &*storage {
+            Storage::Cuda(c) => Ok((c.try_clone(layout)?, layout.shape().clone())),
+            _ => candle_core::bail!("checkpoint: the layer's output is not on the GPU"),
+        }
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        _anchor: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        let dx = self.recompute(x, grad).map_err(|e| candle_core::Error::Msg(format!("{e:#}")))?;
+        Ok((dx, None))
+    }
+}

@@ -1,0 +1,120 @@
+//! `[model]` with `backbone`: how a pretrained Qwen-VL checkpoint is set up as a policy
+//! (also written to a checkpoint's `qwen_policy.json`).
+
+use super::lora::LoraSettings;
+use anyhow::{bail, Result};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// How a pretrained backbone is set up as a policy (`[model]` with `backbone`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QwenPolicySettings {
+    /// `qwen3_vl` or `qwen2_5_vl` (checked against the checkpoint's config.json).
+    pub backbone: String,
+    /// A checkpoint folder, or `hf:ORG/NAME` in the Hugging Face cache.
+    pub path: String,
+    /// LoRA rank.
+    #[serde(default = "default_rank")]
+    pub lora_rank: usize,
+    /// LoRA alpha (the update is scaled by alpha / rank).
+    #[serde(default = "default_alpha")]
+    pub lora_alpha: f64,
+    /// Language-model layers that get adapters.
+    #[serde(default = "default_targets")]
+    pub lora_targets: Vec<String>,
+    /// Dropout on the adapters' input in training passes (PEFT's `lora_dropout`), in [0, 1).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub lora_dropout: f64,
+    /// Recompute each decoder layer in the backward pass instead of keeping its activations.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub gradient_checkpointing: bool,
+    /// The answer's coordinate frame (`rel1000`, `smart_resize`, `px`, ...); default: the
+    /// architecture's own (Qwen3-VL `rel1000`, Qwen2.5-VL the resized image's pixels).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coords: Option<String>,
+    /// A system prompt file (`{frame}` is replaced); default: the `openai:` policy's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<PathBuf>,
+    /// Longest answer, in tokens.
+    #[serde(default = "default_max_new")]
+    pub max_new_tokens: usize,
+    /// `f32` or `bf16` (weights and activations; adapters and their optimizer stay f32).
+    #[serde(default = "default_dtype")]
+    pub dtype: String,
+    /// Modules trained whole beside the adapters (`embed_tokens`, `lm_head`, `norm`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub train_modules: Vec<String>,
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
+}
+fn default_rank() -> usize {
+    LoraSettings::default().rank
+}
+fn default_alpha() -> f64 {
+    LoraSettings::default().alpha
+}
+fn default_targets() -> Vec<String> {
+    LoraSettings::default().targets
+}
+fn default_max_new() -> usize {
+    32
+}
+fn default_dtype() -> String {
+    "f32".into()
+}
+
+impl QwenPolicySettings {
+    /// Settings for `backbone` at `path` with every default.
+    pub fn new(backbone: &str, path: &str) -> Self {
+        QwenPolicySettings {
+            backbone: backbone.into(),
+            path: path.into(),
+            lora_rank: default_rank(),
+            lora_alpha: default_alpha(),
+            lora_targets: default_targets(),
+            lora_dropout: 0.0,
+            gradient_checkpointing: false,
+            coords: None,
+            prompt: None,
+            max_new_tokens: default_max_new(),
+            dtype: default_dtype(),
+            train_modules: Vec::new(),
+        }
+    }
+
+    /// The adapters' settings.
+    pub(crate) fn lora(&self) -> LoraSettings {
+        LoraSettings {
+            rank: self.lora_rank,
+            alpha: self.lora_alpha,
+            targets: self.lora_targets.clone(),
+            dropout: self.lora_dropout,
+        }
+    }
+
+    /// Every value in range, or an error naming the key.
+    pub(crate) fn check(&self) -> Result<()> {
+        if !matches!(self.backbone.as_str(), "qwen3_vl" | "qwen2_5_vl") {
+            bail!("model.backbone = {:?}: use \"qwen3_vl\" or \"qwen2_5_vl\"", self.backbone);
+        }
+        if self.lora_rank == 0 {
+            bail!("model.lora_rank must be at least 1");
+        }
+        if !(self.lora_alpha.is_finite() && self.lora_alpha > 0.0) {
+            bail!("model.lora_alpha must be a positive number");
+        }
+        if !(0.0..1.0).contains(&self.lora_dropout) {
+            bail!("model.lora_dropout = {}: use a probability in [0, 1) (0 turns it off)", self.lora_dropout);
+        }
+        if self.max_new_tokens == 0 {
+            bail!("model.max_new_tokens must be at least 1");
+        }
+        if !matches!(self.dtype.as_str(), "f32" | "bf16") {
+            bail!("model.dtype = {:?}: use \"f32\" or \"bf16\"", self.dtype);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,157 @@
+//! What a model's forward does only in a training pass (the scoring pass of an update):
+//! LoRA dropout and per-layer gradient checkpointing.
+//!
+//! One [`TrainPass`] is shared by a model's decoder and all its adapters. The policy sets
+//! it for the length of a training pass and puts it back after, so rollouts, evaluation and
+//! the KL reference's pass never see it. Dropout masks are drawn from the pass's key (the
+//! run's seed and the update step, see `train::seeds::pass_key`) and the adapter's own id,
+//! never from a global generator: the same run gives the same masks, and a checkpointed
+//! layer's recomputation in the backward pass draws exactly the masks its forward drew.
+
+use candle_core::{backprop::GradStore, Device, Shape, Tensor, TensorId};
+use rand::{Rng, RngCore};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// The state of a training pass (the default: not one).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PassState {
+    /// The key of this forward's dropout masks; `None`: no dropout (not a training pass).
+    pub dropout_key: Option<u64>,
+    /// Run each decoder layer outside the graph and recompute it in the backward pass.
+    pub checkpoint: bool,
+    /// Adapters use detached copies of A and B: a checkpointed layer's forward, which must
+    /// build no graph.
+    pub no_grad: bool,
+}
+
+/// A model's shared training-pass state, and the gradients its checkpointed layers
+/// computed outside the main graph.
+#[derive(Clone, Default)]
+pub struct TrainPass(Arc<Shared>);
+
+#[derive(Default)]
+struct Shared {
+    state: Mutex<PassState>,
+    /// Gradients of trainable tensors, by id, accumulated by the checkpointed layers'
+    /// backward (see [`TrainPass::merge_into`]).
+    side: Mutex<HashMap<TensorId, Tensor>>,
+}
+
+impl TrainPass {
+    /// The state in force.
+    pub fn get(&self) -> PassState {
+        *self.0.state.lock().expect("train pass")
+    }
+
+    /// Put `state` in force until the guard is dropped (then the previous one again).
+    pub fn enter(&self, state: PassState) -> PassGuard {
+        let mut s = self.0.state.lock().expect("train pass");
+        let previous = *s;
+        *s = state;
+        PassGuard { pass: self.clone(), previous }
+    }
+
+    /// Add `grad` to the side gradient of the tensor `id`.
+    pub(crate) fn add_side_grad(&self, id: TensorId, grad: Tensor) -> candle_core::Result<()> {
+        let mut side = self.0.side.lock().expect("side gradients");
+        let sum = match side.remove(&id) {
+            Some(g) => (g + grad)?,
+            None => grad,
+        };
+        side.insert(id, sum);
+        Ok(())
+    }
+
+    /// Forget side gradients left from a backward pass that was never merged.
+    pub fn clear_side_grads(&self) {
+        self.0.side.lock().expect("side gradients").clear();
+    }
+
+    /// Move the side gradients of `vars` into `grads` (added to what the main graph gave
+    /// them). Gradients of tensors not in `vars` are dropped.
+    pub fn merge_into(&self, grads: &mut GradStore, vars: &[Tensor]) -> candle_core::Result<()> {
+        let mut side = std::mem::take(&mut *self.0.side.lock().expect("side gradients"));
+        for v in vars {
+            if let Some(g) = side.remove(&v.id()) {
+                let sum = match grads.remove(v) {
+                    Some(main) => (main + g)?,
+                    None => g,
+                };
+                grads.insert(v, sum);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Restores the previous [`PassState`] when dropped.
+pub struct PassGuard {
+    pass: TrainPass,
+    previous: PassState,
+}
+
+impl Drop for PassGuard {
+    fn drop(&mut self) {
+        *self.pass.0.state.lock().expect("train pass") = self.previous;
+    }
+}
+
+/// An inverted-dropout mask of `shape`: each element 0 with probability `p`, else
+/// `1 / (1 − p)`, drawn from `(key, id)` alone.
+pub fn dropout_mask(
+    key: u64,
+    id: u64,
+    p: f64,
+    shape: &Shape,
+    device: &Device,
+) -> candle_core::Result<Tensor> {
+    let mut rng = crate::policy::trainable::stream_rng(key, id);
+    let n = shape.elem_count();
+    let mut bits = vec![0u32; n];
+    rng.fill(bits.as_mut_slice());
+    // u < p ⇔ bits < p·2³² (bits uniform on 0..2³²)
+    let cut = (p * 4_294_967_296.0) as u64;
+    let keep = (1.0 / (1.0 - p)) as f32;
+    let values: Vec<f32> = bits.into_iter().map(|b| if (b as u64) < cut { 0.0 } else { keep }).collect();
+    Tensor::from_vec(values, shape, device)
+}
+
+/// The key of sample `index`'s forward within a pass keyed `pass`.
+pub fn sample_key(pass: u64, index: usize) -> u64 {
+    crate::policy::trainable::stream_rng(pass, index as u64).next_u64()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn masks_are_keyed_scaled_and_drop_about_p() {
+        let dev = Device::Cpu;
+        let shape = Shape::from((40, 50));
+        let m = |k, id| dropout_mask(k, id, 0.25, &shape, &dev).unwrap().flatten_all().unwrap();
+        let a = m(1, 2).to_vec1::<f32>().unwrap();
+        assert_eq!(a, m(1, 2).to_vec1::<f32>().unwrap(), "same key and id, same mask");
+        assert_ne!(a, m(1, 3).to_vec1::<f32>().unwrap(), "another adapter, another mask");
+        assert_ne!(a, m(2, 2).to_vec1::<f32>().unwrap(), "another pass, another mask");
+        let dropped = a.iter().filter(|&&v| v == 0.0).count() as f64 / a.len() as f64;
+        assert!((dropped - 0.25).abs() < 0.03, "dropped {dropped}");
+        assert!(a.iter().all(|&v| v == 0.0 || (v - 1.0 / 0.75).abs() < 1e-6));
+    }
+
+    #[test]
+    fn a_guard_restores_the_previous_state() {
+        let pass = TrainPass::default();
+        {
+            let _g = pass.enter(PassState { dropout_key: Some(3), checkpoint: true, no_grad: false });
+            assert_eq!(pass.get().dropout_key, Some(3));
+            {
+                let _h = pass.enter(PassState { no_grad: true, ..pass.get() });
+                assert!(pass.get().no_grad && pass.get().checkpoint);
+            }
+            assert!(!pass.get().no_grad);
+        }
+        assert_eq!(pass.get(), PassState::default());
+    }
+}
