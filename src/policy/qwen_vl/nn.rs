@@ -7,8 +7,11 @@
 use super::lora::LoraAdapter;
 use super::weights::Weights;
 use anyhow::Result;
-use candle_core::{CpuStorage, CustomOp1, DType, Layout, Module, Shape, Storage, Tensor, D};
-use std::sync::Arc;
+#[path = "fused.rs"]
+pub mod fused;
+
+use candle_core::{DType, Module, Tensor, D};
+use fused::{attach, fused_rms_norm, fused_rope, fused_softmax};
 
 /// A linear layer over a frozen weight (a plain tensor, never a `Var`), with an optional
 /// LoRA adapter: `y = x Wᵀ + b + scale · (x Aᵀ) Bᵀ`.
@@ -82,48 +85,12 @@ impl Module for Linear {
 /// outside the graph and attached to `x` by an op whose backward is `∂L/∂x = g W` alone.
 pub fn frozen_matmul(x: &Tensor, w: &Tensor) -> candle_core::Result<Tensor> {
     let y = x.detach().matmul(&w.t()?)?;
-    x.apply_op1_arc(Arc::new(Box::new(FrozenMatmul { y, w: w.clone() })))
+    let w = w.clone();
+    attach(x, y, "frozen-matmul", move |_, _, g| Ok(Some(g.matmul(&w)?)))
 }
 
-/// The op behind [`frozen_matmul`]: forward hands back the precomputed product.
-struct FrozenMatmul {
-    y: Tensor,
-    w: Tensor,
-}
-
-impl CustomOp1 for FrozenMatmul {
-    fn name(&self) -> &'static str {
-        "frozen-matmul"
-    }
-
-    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        let (storage, layout) = self.y.storage_and_layout();
-        match &*storage {
-            Storage::Cpu(c) => Ok((c.clone(), layout.shape().clone())),
-            _ => candle_core::bail!("frozen-matmul: the product is not on the CPU"),
-        }
-    }
-
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        _: &candle_core::CudaStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        use candle_core::backend::BackendStorage;
-        let (storage, layout) = self.y.storage_and_layout();
-        match &*storage {
-            Storage::Cuda(c) => Ok((c.try_clone(layout)?, layout.shape().clone())),
-            _ => candle_core::bail!("frozen-matmul: the product is not on the GPU"),
-        }
-    }
-
-    fn bwd(&self, _: &Tensor, _: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
-        Ok(Some(grad.matmul(&self.w)?))
-    }
-}
-
-/// RMSNorm computed in f32, as transformers does: `w · x / sqrt(mean(x²) + eps)`.
+/// RMSNorm computed in f32, as transformers does: `w · x / sqrt(mean(x²) + eps)` (by
+/// candle's kernel, `fused::fused_rms_norm`).
 pub struct RmsNorm {
     pub(crate) weight: Tensor,
     eps: f64,
@@ -137,11 +104,7 @@ impl RmsNorm {
 
 impl Module for RmsNorm {
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        let dtype = x.dtype();
-        let x = x.to_dtype(DType::F32)?;
-        let ms = x.sqr()?.mean_keepdim(D::Minus1)?;
-        let y = x.broadcast_div(&(ms + self.eps)?.sqrt()?)?;
-        y.to_dtype(dtype)?.broadcast_mul(&self.weight.to_dtype(dtype)?)
+        fused_rms_norm(x, &self.weight, self.eps)
     }
 }
 
@@ -193,12 +156,16 @@ pub fn rotate_half(x: &Tensor) -> candle_core::Result<Tensor> {
 
 /// `x · cos + rotate_half(x) · sin`, broadcasting `cos`/`sin` over the heads.
 pub fn apply_rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> candle_core::Result<Tensor> {
-    x.broadcast_mul(cos)? + rotate_half(x)?.broadcast_mul(sin)?
+    match fused_rope(x, cos, sin)? {
+        Some(y) => Ok(y),
+        None => x.broadcast_mul(cos)? + rotate_half(x)?.broadcast_mul(sin)?,
+    }
 }
 
 /// Plain softmax attention: `q` `[B, H, T, D]`, `k`/`v` `[B, Hkv, S, D]` (key/value heads
 /// repeated to `H`), an optional additive `mask` broadcast to `[B, H, T, S]`. The softmax
-/// runs in f32 (as transformers' eager path) and is candle's composed, differentiable one.
+/// is candle's fused kernel (f32 inside, as transformers' eager path) with a backward of
+/// our own (`fused`).
 pub fn attention(
     q: &Tensor,
     k: &Tensor,
@@ -222,9 +189,7 @@ pub fn attention(
     if let Some(m) = mask {
         scores = scores.broadcast_add(m)?;
     }
-    let dtype = scores.dtype();
-    let p = candle_nn::ops::softmax(&scores.to_dtype(DType::F32)?, D::Minus1)?.to_dtype(dtype)?;
-    p.matmul(&v.contiguous()?)
+    fused_softmax(&scores)?.matmul(&v.contiguous()?)
 }
 
 /// The additive causal mask of `t` new queries over `s` keys (the first `s - t` cached):

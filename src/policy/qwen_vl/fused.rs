@@ -1,0 +1,218 @@
+//! candle's fused kernels forward, a backward of our own.
+//!
+//! candle's fused `softmax_last_dim`, `rms_norm` and `rope` have no backward: in a graph
+//! they silently cut it (`shared/CANDLE-TRAINING.md`). Their composed equivalents are
+//! differentiable but launch a kernel per elementwise step and keep every intermediate for
+//! backward, f32 copies included; on an H100 the Qwen3-VL-2B LoRA update's backward took
+//! 5.5× PyTorch's and 2.6× its memory. Here the fused kernel computes the output outside
+//! the graph and [`attach`] hangs it on the input with a hand-written backward: one kernel
+//! (and one copy) forward, a few backward, and only the input and output kept. Outside a
+//! graph (generation, the frozen vision tower) the fused kernel runs alone.
+
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Layout, Result, Shape, Storage, Tensor, D};
+use std::sync::{Arc, Mutex};
+
+/// A backward: `(input, output, ∂L/∂output) → ∂L/∂input`.
+type Backward = dyn Fn(&Tensor, &Tensor, &Tensor) -> Result<Option<Tensor>> + Send + Sync;
+
+/// `y` (computed from `x` outside the graph) as a node of `x`'s graph whose backward is
+/// `bwd`. Without a graph behind `x`, `y` itself.
+pub fn attach(
+    x: &Tensor,
+    y: Tensor,
+    name: &'static str,
+    bwd: impl Fn(&Tensor, &Tensor, &Tensor) -> Result<Option<Tensor>> + Send + Sync + 'static,
+) -> Result<Tensor> {
+    if !x.track_op() {
+        return Ok(y);
+    }
+    let op = Attached { name, out: Mutex::new(Some(y)), bwd: Box::new(bwd) };
+    x.apply_op1_arc(Arc::new(Box::new(op)))
+}
+
+/// The op [`attach`] applies: its forward hands over the precomputed output once (the op
+/// lives as long as the graph, the output should not).
+struct Attached {
+    name: &'static str,
+    out: Mutex<Option<Tensor>>,
+    bwd: Box<Backward>,
+}
+
+impl Attached {
+    fn take(&self) -> Result<Tensor> {
+        let y = self.out.lock().map_err(|_| candle_core::Error::Msg("attach: lock poisoned".into()))?.take();
+        y.ok_or_else(|| candle_core::Error::Msg(format!("{}: forward ran twice", self.name)))
+    }
+}
+
+/// A copy of `y`'s storage with its shape (`y` is a fresh, contiguous result).
+fn owned(y: &Tensor) -> Result<(Storage, Shape)> {
+    let y = if y.layout().start_offset() == 0 && y.is_contiguous() { y.clone() } else { y.copy()? };
+    let (storage, layout) = y.storage_and_layout();
+    Ok((storage.try_clone(layout)?, layout.shape().clone()))
+}
+
+impl CustomOp1 for Attached {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> Result<(CpuStorage, Shape)> {
+        match owned(&self.take()?)? {
+            (Storage::Cpu(c), shape) => Ok((c, shape)),
+            _ => candle_core::bail!("{}: the output is not on the CPU", self.name),
+        }
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        _: &candle_core::CudaStorage,
+        _: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        match owned(&self.take()?)? {
+            (Storage::Cuda(c), shape) => Ok((c, shape)),
+            _ => candle_core::bail!("{}: the output is not on the GPU", self.name),
+        }
+    }
+
+    fn bwd(&self, arg: &Tensor, res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
+        (self.bwd)(arg, res, grad)
+    }
+}
+
+/// Softmax over the last axis (f32 inside the kernel, as transformers' eager attention).
+/// Backward `∂x = y ⊙ (g − Σ g ⊙ y)`, in f32.
+pub fn fused_softmax(x: &Tensor) -> Result<Tensor> {
+    let x = x.contiguous()?;
+    let y = candle_nn::ops::softmax_last_dim(&x.detach())?;
+    attach(&x, y, "softmax", |x, y, g| {
+        let (yf, gf) = (y.to_dtype(DType::F32)?, g.to_dtype(DType::F32)?);
+        let dot = (&gf * &yf)?.sum_keepdim(D::Minus1)?;
+        Ok(Some((yf * gf.broadcast_sub(&dot)?)?.to_dtype(x.dtype())?))
+    })
+}
+
+/// RMSNorm `w ⊙ x / sqrt(mean(x²) + eps)` over the last axis (f32 inside the kernel).
+/// Backward, with `r = 1/sqrt(mean(x²) + eps)`, `n = x r`, `d = g ⊙ w`:
+/// `∂x = r (d − n · mean(d ⊙ n))`, `∂w = Σ g ⊙ n` (only when `w` is trained).
+pub fn fused_rms_norm(x: &Tensor, w: &Tensor, eps: f64) -> Result<Tensor> {
+    let x = x.contiguous()?;
+    let w = w.to_dtype(x.dtype())?;
+    let y = candle_nn::ops::rms_norm(&x.detach(), &w.detach(), eps as f32)?;
+    if !x.track_op() && !w.track_op() {
+        return Ok(y);
+    }
+    let op = RmsNormGrad { out: Mutex::new(Some(y)), eps };
+    x.apply_op2_arc(&w, Arc::new(Box::new(op)))
+}
+
+/// The op behind [`fused_rms_norm`] (two inputs: `w` can be trained whole).
+struct RmsNormGrad {
+    out: Mutex<Option<Tensor>>,
+    eps: f64,
+}
+
+impl RmsNormGrad {
+    fn take(&self) -> Result<Tensor> {
+        let y =
+            self.out.lock().map_err(|_| candle_core::Error::Msg("rms-norm: lock poisoned".into()))?.take();
+        y.ok_or_else(|| candle_core::Error::Msg("rms-norm: forward ran twice".into()))
+    }
+}
+
+impl CustomOp2 for RmsNormGrad {
+    fn name(&self) -> &'static str {
+        "rms-norm"
+    }
+
+    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout, _: &CpuStorage, _: &Layout) -> Result<(CpuStorage, Shape)> {
+        match owned(&self.take()?)? {
+            (Storage::Cpu(c), shape) => Ok((c, shape)),
+            _ => candle_core::bail!("rms-norm: the output is not on the CPU"),
+        }
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        _: &candle_core::CudaStorage,
+        _: &Layout,
+        _: &candle_core::CudaStorage,
+        _: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        match owned(&self.take()?)? {
+            (Storage::Cuda(c), shape) => Ok((c, shape)),
+            _ => candle_core::bail!("rms-norm: the output is not on the GPU"),
+        }
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        _: &Tensor,
+        g: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let (xf, gf, wf) = (x.to_dtype(DType::F32)?, g.to_dtype(DType::F32)?, w.to_dtype(DType::F32)?);
+        let r = (xf.sqr()?.mean_keepdim(D::Minus1)? + self.eps)?.sqrt()?.recip()?;
+        let n = xf.broadcast_mul(&r)?;
+        let d = gf.broadcast_mul(&wf)?;
+        let dot = (&d * &n)?.mean_keepdim(D::Minus1)?;
+        let dx = (d - n.broadcast_mul(&dot)?)?.broadcast_mul(&r)?.to_dtype(x.dtype())?;
+        let dw = if w.track_op() {
+            let dim = w.dim(0)?;
+            Some((gf * n)?.reshape(((), dim))?.sum(0)?.to_dtype(w.dtype())?)
+        } else {
+            None
+        };
+        Ok((x.track_op().then_some(dx), dw))
+    }
+}
+
+/// Rotary embedding `x cos + rotate_half(x) sin` by candle's kernel, for `x` `[B, H, T, D]`
+/// with tables `[B, 1, T, D]` or `[1, 1, T, D]`, or `x` `[N, H, D]` with tables `[N, 1, D]`
+/// (the vision tower), where the tables repeat their first half (all Qwen-VL tables do).
+/// `None` for other shapes (the caller composes it). Backward: rotation by −θ.
+pub fn fused_rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Option<Tensor>> {
+    let d = x.dim(D::Minus1)?;
+    let half = |t: &Tensor, keep: usize| -> Result<Tensor> {
+        t.narrow(D::Minus1, 0, d / 2)?.to_dtype(x.dtype())?.reshape(keep)?.contiguous()
+    };
+    match (x.rank(), cos.dims()) {
+        (4, &[b, 1, t, cd]) if cd == d && d % 2 == 0 && t == x.dim(2)? && (b == 1 || b == x.dim(0)?) => {
+            let shape = (b, t, d / 2);
+            let (c, s) =
+                (half(cos, b * t * d / 2)?.reshape(shape)?, half(sin, b * t * d / 2)?.reshape(shape)?);
+            let (c, s) = if b == x.dim(0)? {
+                (c, s)
+            } else {
+                let full = (x.dim(0)?, t, d / 2);
+                (c.broadcast_as(full)?.contiguous()?, s.broadcast_as(full)?.contiguous()?)
+            };
+            Ok(Some(rope4(x, c, s)?))
+        }
+        (3, &[n, 1, cd]) if cd == d && d % 2 == 0 && n == x.dim(0)? => {
+            let (c, s) =
+                (half(cos, n * d / 2)?.reshape((n, d / 2))?, half(sin, n * d / 2)?.reshape((n, d / 2))?);
+            let x4 = x.transpose(0, 1)?.unsqueeze(0)?; // [1, H, N, D]
+            Ok(Some(rope4(&x4, c, s)?.squeeze(0)?.transpose(0, 1)?))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// candle's rope on `[B, H, T, D]` with half tables, attached with its inverse rotation.
+fn rope4(x: &Tensor, c: Tensor, s: Tensor) -> Result<Tensor> {
+    let x = x.contiguous()?;
+    let y = candle_nn::rotary_emb::rope(&x.detach(), &c, &s)?;
+    if !x.track_op() {
+        return Ok(y);
+    }
+    let neg = s.neg()?;
+    attach(&x, y, "rope", move |_, _, g| Ok(Some(candle_nn::rotary_emb::rope(&g.contiguous()?, &c, &neg)?)))
+}
+
+#[cfg(test)]
+#[path = "fused_tests.rs"]
+mod tests;
