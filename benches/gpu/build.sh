@@ -46,6 +46,7 @@ done
 mkdir -p .whl
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux2014_x86_64 -d .whl transformers==5.24.0 peft==0.21.2
+git describe --always --dirty > .gpubin/commit  # the bench's own "guirl at" line reads the copy's git
 pwd > .gpubin/built_at  # the test binary reads its fixtures from here (CARGO_MANIFEST_DIR)
 du -sh .gpubin .whl
 echo "then with the device tool: carry .gpubin and .whl, command benches/gpu/run.sh"

@@ -5,6 +5,7 @@
 # one report; with $OUT set (the device tool), writes it there as it goes.
 #
 #   benches/gpu/run.sh [BUDGET_S]   # on the GPU machine, from the repository root; default 540
+#   GPU_SECTIONS="2 4" GPU_SIZES=2b benches/gpu/run.sh 290   # a re-run of some sections
 #
 # Sections, most important first; each gets at most what is left of BUDGET_S, so a slow
 # section cannot eat the report:
@@ -26,6 +27,8 @@ exec > >(tee "$REPORT") 2>&1
 export PYTHONUNBUFFERED=1
 start=$(date +%s)
 section() { echo; echo "## $1 (t+$(( $(date +%s) - start ))s)"; }
+# whether section $1 is wanted (GPU_SECTIONS, default all)
+want() { [[ " ${GPU_SECTIONS:-2 3 4} " == *" $1 "* ]]; }
 # at most $1 seconds, and never past the budget
 cap() { local left=$(( BUDGET - ($(date +%s) - start) )); (( left < $1 )) && echo $(( left > 5 ? left : 5 )) || echo "$1"; }
 
@@ -48,15 +51,17 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=/tmp/site
 fi
+echo "binaries built from commit $(cat .gpubin/commit 2>/dev/null || echo unknown) (the speed bench's 'guirl at' line reads this copy's git metadata instead)"
 python3 -c 'import torch, transformers, peft; print("torch", torch.__version__, "transformers", transformers.__version__, "peft", peft.__version__)'
 
-section "2. Qwen-VL parity on CUDA"
-for dt in f32 bf16; do
+want 2 && section "2. Qwen-VL parity on CUDA"
+want 2 && for dt in f32 bf16; do
   echo "### $dt"
   GUIRL_TEST_DEVICE=cuda GUIRL_TEST_DTYPE=$dt timeout "$(cap 90)" $BIN/qwen_vl --test-threads 1 --nocapture 2>&1 \
     | grep -E "relative error|max diff|^test |test result|panicked|Error" || echo "parity tests failed to run"
 done
 
+if want 3; then
 section "3. small policy: CUDA against CPU (same binary, batch 32), and PyTorch"
 export MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=17179869184
 echo "### guirl, CUDA"
@@ -78,9 +83,10 @@ if [ -f scripts/small_policy_torch.py ]; then
   fi
 fi
 unset MALLOC_MMAP_THRESHOLD_ MALLOC_TRIM_THRESHOLD_
+fi
 
-section "4. Qwen-VL speed: guirl against PyTorch + peft, same GPU, bf16"
-for size in 2b tiny; do
+want 4 && section "4. Qwen-VL speed: guirl against PyTorch + peft, same GPU, bf16"
+want 4 && for size in ${GPU_SIZES:-2b tiny}; do
   echo "### $size"
   timeout "$(cap 300)" python3 scripts/bench_qwen_speed.py --device cuda --dtype bf16 --sizes $size \
     --work /tmp/qwen-speed --guirl-bench $BIN/qwen_speed || echo "speed bench $size failed (rc $?)"
