@@ -127,6 +127,11 @@ impl LayerNorm {
 
 impl Module for LayerNorm {
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        if !x.track_op() {
+            // outside a graph (the frozen vision tower): candle's fused kernel, f32 inside
+            let (w, b) = (self.weight.to_dtype(x.dtype())?, self.bias.to_dtype(x.dtype())?);
+            return candle_nn::ops::layer_norm(&x.contiguous()?, &w, &b, self.eps as f32);
+        }
         let dtype = x.dtype();
         let x = x.to_dtype(DType::F32)?;
         let centred = x.broadcast_sub(&x.mean_keepdim(D::Minus1)?)?;
