@@ -18,6 +18,11 @@ pub struct EpisodeArgs {
     /// End an episode on an action that cannot be executed (status invalid_action).
     #[arg(long)]
     pub strict_actions: bool,
+    /// Page time: the page's clock (timers, Date.now(), animations) is virtual and moves on
+    /// by MS after each action and at reset, never while the policy thinks; 0 keeps the
+    /// wall clock. Needs begin-frame control (headless shell, no --free-frames).
+    #[arg(long, value_name = "MS", default_value_t = crate::env::gui_env::DEFAULT_VIRTUAL_TIME_MS)]
+    pub virtual_time_ms: u32,
     /// Sampling temperature of a checkpoint or API policy (0, the default, is greedy).
     #[arg(long, default_value_t = 0.0, value_name = "T")]
     pub temperature: f64,
@@ -37,6 +42,7 @@ impl EpisodeArgs {
             max_steps: self.max_steps,
             wall_clock_ms: self.wall_clock_ms,
             strict_actions: self.strict_actions,
+            virtual_time_ms: (self.virtual_time_ms > 0).then_some(self.virtual_time_ms),
         })
     }
 }

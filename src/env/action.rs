@@ -564,10 +564,7 @@ pub(crate) async fn execute(browser: &Browser, action: &GuiAction, f: &Frame) ->
             }
             k.into()
         }
-        GuiAction::Wait { ms } => {
-            tokio::time::sleep(Duration::from_millis(ms.min(60_000) as u64)).await;
-            return Ok(());
-        }
+        GuiAction::Wait { ms } => return browser.wait(ms.min(60_000) as u64).await,
         GuiAction::Done => return Ok(()),
     };
     let scrolls = matches!(action, GuiAction::Scroll { .. } | GuiAction::Key(_));

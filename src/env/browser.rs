@@ -10,6 +10,7 @@ mod site_data;
 pub use super::browser_config::{BrowserConfig, APT_HINT, CHROMIUM_FLAGS, FREE_FRAME_FLAGS, HEADLESS_SHELL};
 use super::devtools::{CdpError, DevTools};
 use super::frames::{self, FrameControl};
+use super::page_clock::PageClock;
 use super::EnvError;
 use fantoccini::actions::Actions;
 use fantoccini::wd::WebDriverCompatibleCommand;
@@ -101,6 +102,73 @@ impl Browser {
         self.frames.as_ref().zip(self.devtools.as_ref())
     }
 
+    /// Put the page's time under guirl's control (see [`super::page_clock`]): `step` of
+    /// page time passes after each action and at reset. Needs begin-frame control (frames
+    /// must carry the page's time); returns whether the page now runs on virtual time.
+    /// Call before the first page loads.
+    pub async fn use_page_clock(&mut self, step: Duration) -> Result<bool, EnvError> {
+        let (Some(frames), Some(dt)) = (self.frames.as_mut(), self.devtools.as_ref()) else {
+            return Ok(false);
+        };
+        if frames.clock().is_none() {
+            let clock = PageClock::start(dt, step, self.command_timeout)
+                .await
+                .map_err(|e| EnvError::Launch(format!("putting the page on virtual time: {e}")))?;
+            *frames = FrameControl::new(Some(clock));
+        }
+        Ok(true)
+    }
+
+    /// The page's virtual clock and the channel it is driven through, if page time is guirl's.
+    fn page_clock(&self) -> Option<(&PageClock, &DevTools)> {
+        self.frames.as_ref().and_then(FrameControl::clock).zip(self.devtools.as_ref())
+    }
+
+    /// Whether page time is virtual (see [`Browser::use_page_clock`]).
+    pub fn has_page_clock(&self) -> bool {
+        self.page_clock().is_some()
+    }
+
+    /// The page time granted after each action and at reset, if page time is virtual.
+    pub fn page_time_step(&self) -> Option<Duration> {
+        self.page_clock().map(|(c, _)| c.step())
+    }
+
+    /// Let page time pass: `ms`, or the step budget if `None`. Returns false (and does
+    /// nothing) where the page runs on the wall clock.
+    pub async fn pass_time(&self, ms: Option<u64>) -> Result<bool, EnvError> {
+        let Some((clock, dt)) = self.page_clock() else { return Ok(false) };
+        let ms = ms.unwrap_or(clock.step().as_millis() as u64);
+        clock.advance(dt, ms, self.limit()).await.map_err(|e| self.clock_error(e))?;
+        Ok(true)
+    }
+
+    /// Let the step budget of page time pass after an action (a no-op on the wall clock),
+    /// first waiting for the new document if the action started a navigation.
+    pub async fn pass_time_after_input(&self) -> Result<(), EnvError> {
+        if let Some((clock, dt)) = self.page_clock() {
+            clock.advance_after_input(dt, self.limit()).await.map_err(|e| self.clock_error(e))?;
+        }
+        Ok(())
+    }
+
+    /// A `wait(ms)` action: `ms` of page time under virtual time, else of wall time.
+    pub async fn wait(&self, ms: u64) -> Result<(), EnvError> {
+        if !self.pass_time(Some(ms)).await? {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+        }
+        Ok(())
+    }
+
+    fn clock_error(&self, e: CdpError) -> EnvError {
+        match e {
+            CdpError::Timeout => {
+                self.no_answer(self.limit(), "letting page time pass (a script that never ends?)")
+            }
+            e => EnvError::Browser(format!("letting page time pass: {e}")),
+        }
+    }
+
     /// Whether scripts and screenshots go over the direct DevTools channel.
     pub fn has_devtools(&self) -> bool {
         self.devtools.is_some()
@@ -172,9 +240,14 @@ impl Browser {
     {
         let timed = tokio::time::timeout(limit, fut);
         // Under begin-frame control input is acknowledged after a frame: draw while it waits.
-        let answer = match self.frame_control() {
-            Some((f, dt)) => f.pumped(dt, draw, limit, timed).await,
-            None => timed.await,
+        // A page on virtual time loads only while it is granted time: grant it to a page
+        // the command navigates to.
+        let answer = match (self.frame_control(), self.page_clock()) {
+            (Some((f, dt)), Some((clock, _))) => {
+                f.pumped(dt, draw, limit, clock.through(dt, limit, timed)).await
+            }
+            (Some((f, dt)), None) => f.pumped(dt, draw, limit, timed).await,
+            (None, _) => timed.await,
         };
         match answer {
             Ok(Ok(v)) => Ok(v),
@@ -250,10 +323,10 @@ impl Browser {
     /// Navigate and wait for the page's load event.
     pub async fn goto(&self, url: &str) -> Result<(), EnvError> {
         let limit = self.page_load_timeout + Duration::from_secs(1);
-        self.guard_for(limit, &format!("loading {url}"), self.client.goto(url))
+        let doing = format!("loading {url}");
+        self.guard_for(limit, &doing, self.client.goto(url))
             .await
-            .map_err(|e| EnvError::PageLoad { url: url.to_string(), reason: e.to_string() })?;
-        Ok(())
+            .map_err(|e| EnvError::PageLoad { url: url.to_string(), reason: e.to_string() })
     }
 
     /// The current URL.

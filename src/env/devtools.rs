@@ -50,6 +50,10 @@ pub struct DevTools {
     next_id: AtomicU64,
     session: String,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// Counts `Emulation.virtualTimeBudgetExpired` events (see [`super::page_clock`]).
+    budget_expired: tokio::sync::watch::Receiver<u64>,
+    /// Counts new documents in the page's main frame (`Page.frameNavigated`).
+    commits: tokio::sync::watch::Receiver<u64>,
 }
 
 impl DevTools {
@@ -70,6 +74,8 @@ impl DevTools {
         });
         let pending = Pending::default();
         let (p, dialogs) = (pending.clone(), out.clone());
+        let (expired_tx, budget_expired) = tokio::sync::watch::channel(0u64);
+        let (commits_tx, commits) = tokio::sync::watch::channel(0u64);
         let reader = tokio::spawn(async move {
             while let Some(Ok(msg)) = stream.next().await {
                 let Message::Text(text) = msg else { continue };
@@ -93,6 +99,14 @@ impl DevTools {
                                         "params": { "accept": true }, "sessionId": v["sessionId"] });
                         let _ = dialogs.send(Message::text(m.to_string()));
                     }
+                    None if v["method"] == "Emulation.virtualTimeBudgetExpired" => {
+                        expired_tx.send_modify(|n| *n += 1);
+                    }
+                    None if v["method"] == "Page.frameNavigated"
+                        && v["params"]["frame"]["parentId"].is_null() =>
+                    {
+                        commits_tx.send_modify(|n| *n += 1);
+                    }
                     None => {}
                 }
             }
@@ -106,6 +120,8 @@ impl DevTools {
             next_id: AtomicU64::new(1),
             session: String::new(),
             tasks: vec![writer, reader],
+            budget_expired,
+            commits,
         })
     }
 
@@ -119,6 +135,20 @@ impl DevTools {
         self.session = attached["sessionId"].as_str().unwrap_or_default().to_string();
         self.call("Page.enable", json!({}), limit).await.map_err(|e| format!("Page.enable: {e}"))?;
         Ok(())
+    }
+
+    /// A receiver that changes each time the page's virtual-time budget runs out.
+    pub fn budget_expiries(&self) -> tokio::sync::watch::Receiver<u64> {
+        let mut rx = self.budget_expired.clone();
+        rx.borrow_and_update();
+        rx
+    }
+
+    /// A receiver that changes each time a new document replaces the page's main one.
+    pub fn commits(&self) -> tokio::sync::watch::Receiver<u64> {
+        let mut rx = self.commits.clone();
+        rx.borrow_and_update();
+        rx
     }
 
     /// Send `method` to the page and wait at most `limit` for its result.

@@ -7,12 +7,14 @@
 //! `HeadlessExperimental.beginFrame`: the screenshot is such a frame, and while a WebDriver
 //! command runs (input events are acknowledged only after a frame) guirl issues frames
 //! every few milliseconds. Timers and page scripts run as usual; what waits for a frame
-//! (`requestAnimationFrame`, CSS animations) advances when guirl draws.
+//! (`requestAnimationFrame`, CSS animations) advances when guirl draws. Where page time is
+//! virtual ([`super::page_clock`]), each frame's time is the page's clock.
 //!
 //! It needs the headless shell (the flag does not exist in `chromium --headless`), a
 //! browser-level DevTools channel to open the controlled page, and a local chromedriver.
 
 use super::devtools::{CdpError, DevTools};
+use super::page_clock::PageClock;
 use serde_json::{json, Value};
 use std::future::Future;
 use std::path::Path;
@@ -68,17 +70,32 @@ pub enum Draw {
 #[derive(Debug, Default)]
 pub struct FrameControl {
     busy: tokio::sync::Mutex<()>,
+    /// The page's virtual clock, when page time is guirl's (frames then carry its time).
+    clock: Option<PageClock>,
 }
 
 impl FrameControl {
+    /// Frame control for a page whose time is `clock`'s (`None`: the wall clock).
+    pub fn new(clock: Option<PageClock>) -> FrameControl {
+        FrameControl { busy: Default::default(), clock }
+    }
+
+    /// The page's virtual clock, if its time is guirl's.
+    pub fn clock(&self) -> Option<&PageClock> {
+        self.clock.as_ref()
+    }
+
     /// Issue one frame.
     pub async fn frame(&self, dt: &DevTools, draw: Draw, limit: Duration) -> Result<Value, CdpError> {
-        let params = match draw {
+        let mut params = match draw {
             Draw::Nothing => json!({ "noDisplayUpdates": true }),
             Draw::Display => json!({}),
             Draw::Screenshot => json!({ "screenshot": { "format": "png", "optimizeForSpeed": true } }),
         };
         let _one = self.busy.lock().await;
+        if let Some(c) = &self.clock {
+            params["frameTimeTicks"] = json!(c.next_frame_time());
+        }
         // The compositor can still be finishing the previous frame (an image decoding, a
         // loaded machine: seen under CPU contention), and then refuses a new one with
         // "Another frame is pending". That frame ends by itself: ask again shortly, within

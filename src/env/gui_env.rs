@@ -14,8 +14,12 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Page time granted after each action and at reset when page time is virtual (the
+/// default, see [`EnvConfig::virtual_time_ms`]).
+pub const DEFAULT_VIRTUAL_TIME_MS: u32 = 100;
+
 /// How an env runs its episodes.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct EnvConfig {
     /// Where the browser comes from.
     pub browser: BrowserConfig,
@@ -27,6 +31,25 @@ pub struct EnvConfig {
     /// End the episode (status `invalid_action`) on an action that cannot be executed,
     /// instead of counting it as a wasted step.
     pub strict_actions: bool,
+    /// Page time (see [`super::page_clock`]): `Some(ms)` runs the page's timers,
+    /// `Date.now()` and animations on a virtual clock that advances by `ms` after each
+    /// action and at reset (and by `n` for `wait(n)`), never while the policy thinks, so
+    /// an episode does not depend on how long the policy took. `None`: the wall clock.
+    /// Needs begin-frame control (the headless shell started here); elsewhere the page
+    /// keeps the wall clock. Default `Some(DEFAULT_VIRTUAL_TIME_MS)`.
+    pub virtual_time_ms: Option<u32>,
+}
+
+impl Default for EnvConfig {
+    fn default() -> Self {
+        EnvConfig {
+            browser: BrowserConfig::default(),
+            max_steps: None,
+            wall_clock_ms: None,
+            strict_actions: false,
+            virtual_time_ms: Some(DEFAULT_VIRTUAL_TIME_MS),
+        }
+    }
 }
 
 struct Episode {
@@ -118,11 +141,23 @@ impl GuiEnv {
         self.browser.as_ref().is_some_and(Browser::controls_frames)
     }
 
+    /// Whether page time is virtual (see [`EnvConfig::virtual_time_ms`]); false until the
+    /// browser has started.
+    pub fn uses_page_clock(&self) -> bool {
+        self.browser.as_ref().is_some_and(Browser::has_page_clock)
+    }
+
     /// Start the browser now (otherwise the first reset does).
     pub async fn start(&mut self) -> Result<(), EnvError> {
         if self.browser.is_none() {
             let vp = self.task.viewport();
-            self.browser = Some(Browser::launch(&self.cfg.browser, vp.window_width, vp.window_height).await?);
+            let mut b = Browser::launch(&self.cfg.browser, vp.window_width, vp.window_height).await?;
+            if let Some(ms) = self.cfg.virtual_time_ms.filter(|&ms| ms > 0) {
+                if !b.use_page_clock(Duration::from_millis(ms as u64)).await? {
+                    tracing::debug!("page time stays on the wall clock: no begin-frame control");
+                }
+            }
+            self.browser = Some(b);
             self.resize = false;
         }
         Ok(())
@@ -186,7 +221,13 @@ impl GuiEnv {
             browser.fit_viewport(vp.window_width, vp.window_height).await?;
             self.resize = false;
         }
-        let start = self.task.reset(browser, seed, &opts).await;
+        let mut start = self.task.reset(browser, seed, &opts).await;
+        if start.is_ok() {
+            // The episode's first page time: the same budget as after an action.
+            if let Err(e) = browser.pass_time(None).await {
+                start = Err(e);
+            }
+        }
         browser.set_patient(false);
         let start = start?;
         let script = OBSERVE_JS.replace("__STATUS__", &start.status_js);
@@ -222,6 +263,11 @@ impl GuiEnv {
         let deadline = t0 + self.cfg.browser.page_load_timeout;
         let args = vec![json!([vp.crop_x, vp.crop_y, vp.width, vp.height])];
         let (mut retried, mut via_webdriver) = (false, false);
+        // Under virtual time the page changes only while it is granted time: the waits
+        // below grant it (a step budget at a time) instead of sleeping.
+        let step = browser.page_time_step();
+        let clocked = step.is_some();
+        let mut extra = Duration::ZERO;
         let shoot = || browser.screenshot(vp.crop_x, vp.crop_y, vp.width, vp.height);
         // Over DevTools the first read goes out together with the screenshot: the capture
         // waits for the next frame anyway, and the read usually finds the page settled,
@@ -246,15 +292,21 @@ impl GuiEnv {
                 Ok(v) => {
                     let s: PageState = serde_json::from_value(v)
                         .map_err(|e| EnvError::Task(format!("unexpected page state: {e}")))?;
-                    if s.leaving && !via_webdriver && browser.has_devtools() {
+                    if s.leaving && !via_webdriver && browser.has_devtools() && !clocked {
                         via_webdriver = true;
                         early = None;
                         continue;
                     }
                     // Wait out short script animations too, so the frame shows where things
                     // end up (and replays see the same frame); never longer than a second.
-                    let animating = s.animating && t0.elapsed() < Duration::from_secs(1);
-                    if (s.ready && !animating) || Instant::now() > deadline {
+                    let animating = s.animating
+                        && if clocked {
+                            extra < Duration::from_secs(1)
+                        } else {
+                            t0.elapsed() < Duration::from_secs(1)
+                        };
+                    let ready = s.ready && !(clocked && s.leaving);
+                    if (ready && !animating) || Instant::now() > deadline {
                         break s;
                     }
                     early = None;
@@ -267,7 +319,12 @@ impl GuiEnv {
                 }
                 Err(e) => return Err(e),
             }
-            tokio::time::sleep(Duration::from_millis(10)).await;
+            if let Some(step) = step {
+                browser.pass_time(None).await?;
+                extra += step;
+            } else {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
         };
         let (screenshot, settle_ms, screenshot_ms) = match early {
             Some((shot, read_ms)) => (shot?, read_ms, ms(t0) - read_ms),
@@ -382,13 +439,19 @@ impl GuiEnv {
         ep.step += 1;
         let frame = ep.last.frame;
         let mut timings = StepTimings::default();
+        let browser = self.browser.as_ref().expect("browser");
         let exec = match action.filter(|_| run) {
             Some(a) => {
-                let r = super::action::execute(self.browser.as_ref().expect("browser"), a, &frame).await;
+                let r = super::action::execute(browser, a, &frame).await;
                 timings.action_ms = ms(t0);
                 r
             }
             None => Ok(()),
+        };
+        // Page time moves on by the step's budget, whatever the action (none included).
+        let exec = match exec {
+            Ok(()) => browser.pass_time_after_input().await,
+            e => e,
         };
         let ep = self.episode.take().expect("episode");
         let observed = match exec {

@@ -10,6 +10,7 @@ pub mod frames;
 pub mod gui_env;
 pub mod observation;
 pub mod outcome;
+pub mod page_clock;
 pub mod profiles;
 
 pub use action::{GuiAction, KeyCombo, Modifier, ParseActionError};

@@ -1,0 +1,196 @@
+//! Page time under guirl's control (DevTools virtual time): the page's clock moves only
+//! when guirl lets it, by fixed amounts, never while the policy thinks.
+//!
+//! With the wall clock, what a page shows at the screenshot (a countdown, a counter on a
+//! `setInterval`, `Date.now()`) depends on how long the policy took to answer. Under
+//! virtual time the page's timers, `Date.now()` and `performance.now()` read a clock that
+//! is paused except while guirl grants it a budget: after each action and at reset
+//! ([`PageClock::advance`]), for a `wait(ms)` action, and through a navigation until the
+//! new page has loaded. While a budget runs Chromium skips idle time (a 100 ms budget on a
+//! page with a 50 ms interval takes ~1-2 ms of wall time) and stops the clock while a
+//! network fetch is pending (`pauseIfNetworkFetchesPending`), so a slow server does not
+//! eat into the page's time either. Measured with the headless shell 156: page loads,
+//! input and DevTools scripts all work while the clock is paused, but a page does not
+//! parse or run its scripts until time is granted, so every navigation is followed by one.
+//!
+//! Frames (see [`super::frames`]) carry the virtual time as their frame time, so CSS
+//! animations and `requestAnimationFrame` timestamps follow the same clock. Chromium hangs
+//! on a frame whose time is not later than the previous one's (seen: the frame never
+//! completes, and every later one is refused as "Another frame is pending"), so frames
+//! drawn while the clock is paused (input needs them) step forward by 10 µs each.
+
+use super::devtools::{CdpError, DevTools};
+use serde_json::json;
+use std::future::Future;
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// What `Date.now()` reads when a page's clock starts: 2024-01-01 00:00:00 UTC, the same in
+/// every browser, so a page that shows the date shows the same one in every run.
+pub const EPOCH_S: f64 = 1_704_067_200.0;
+
+/// Frame-time step between frames drawn while the clock is paused (ms): far below any
+/// budget, so the screenshot after a budget is drawn at exactly the budget's end. A
+/// microsecond is too little: Chromium truncates the time to whole microseconds, two
+/// frames could get the same one, and the second hung (measured).
+const FRAME_EPSILON_MS: f64 = 0.01;
+
+#[derive(Debug)]
+struct State {
+    /// Virtual time granted so far, ms.
+    elapsed_ms: f64,
+    /// Frame time of the last frame drawn, in the renderer's time ticks (ms).
+    last_frame_ms: f64,
+}
+
+/// The virtual clock of one page.
+#[derive(Debug)]
+pub struct PageClock {
+    /// Virtual time granted after each action and at reset.
+    step: Duration,
+    /// The renderer's time ticks (ms) at which virtual time started.
+    base_ms: f64,
+    state: Mutex<State>,
+}
+
+impl PageClock {
+    /// Put `dt`'s page under virtual time, paused at [`EPOCH_S`]; `step` is the budget of
+    /// [`PageClock::advance_step`]. Call before the page loads anything.
+    pub async fn start(dt: &DevTools, step: Duration, limit: Duration) -> Result<PageClock, String> {
+        let r = dt
+            .call(
+                "Emulation.setVirtualTimePolicy",
+                json!({ "policy": "pause", "initialVirtualTime": EPOCH_S }),
+                limit,
+            )
+            .await
+            .map_err(|e| format!("Emulation.setVirtualTimePolicy: {e}"))?;
+        let base_ms = r["virtualTimeTicksBase"]
+            .as_f64()
+            .ok_or_else(|| format!("Emulation.setVirtualTimePolicy gave no virtualTimeTicksBase ({r})"))?;
+        Ok(PageClock { step, base_ms, state: Mutex::new(State { elapsed_ms: 0.0, last_frame_ms: 0.0 }) })
+    }
+
+    /// The budget granted after each action and at reset.
+    pub fn step(&self) -> Duration {
+        self.step
+    }
+
+    /// Virtual time granted so far.
+    pub fn elapsed_ms(&self) -> f64 {
+        self.state.lock().expect("clock").elapsed_ms
+    }
+
+    /// The frame time for the next frame: the page's current virtual time, or a microsecond
+    /// after the last frame if that is not earlier (the clock has not moved since).
+    pub fn next_frame_time(&self) -> f64 {
+        let mut s = self.state.lock().expect("clock");
+        let now = self.base_ms + s.elapsed_ms;
+        let t = now.max(s.last_frame_ms + FRAME_EPSILON_MS);
+        s.last_frame_ms = t;
+        t
+    }
+
+    /// Let `ms` of page time pass (timers due in it fire, `Date.now()` moves on), then
+    /// pause again. Waits at most `limit` of wall time (a page busy in a script, or a
+    /// network fetch that never ends, keeps the budget from running out).
+    pub async fn advance(&self, dt: &DevTools, ms: u64, limit: Duration) -> Result<(), CdpError> {
+        if ms == 0 {
+            // Chromium announces no expiry for an empty budget.
+            return Ok(());
+        }
+        let mut expiries = dt.budget_expiries();
+        set_budget(dt, ms, limit).await?;
+        match tokio::time::timeout(limit, expiries.changed()).await {
+            Ok(Ok(())) => {
+                self.add(ms);
+                Ok(())
+            }
+            Ok(Err(_)) => Err(CdpError::Closed),
+            Err(_) => Err(CdpError::Timeout),
+        }
+    }
+
+    /// [`PageClock::advance`] by the step budget.
+    pub async fn advance_step(&self, dt: &DevTools, limit: Duration) -> Result<(), CdpError> {
+        self.advance(dt, self.step.as_millis() as u64, limit).await
+    }
+
+    fn add(&self, ms: u64) {
+        self.state.lock().expect("clock").elapsed_ms += ms as f64;
+    }
+
+    /// Run `work` (a WebDriver command); if a new document replaces the page while it
+    /// runs (the command navigates, or its input starts a navigation), grant it step
+    /// budgets until it has loaded: it cannot load while the clock is paused, and
+    /// chromedriver waits for the load before it answers. Time is granted from the commit
+    /// on, not while the request is in flight: Chromium's pause for pending fetches does
+    /// not cover the navigation request itself (seen: a budget with `waitForNavigation`
+    /// ran out before the new document arrived), and the old page would get time for as
+    /// long as the server took.
+    pub async fn through<T>(&self, dt: &DevTools, limit: Duration, work: impl Future<Output = T>) -> T {
+        let deadline = tokio::time::Instant::now() + limit;
+        let mut commits = dt.commits();
+        tokio::pin!(work);
+        loop {
+            tokio::select! {
+                biased;
+                out = &mut work => return out,
+                changed = commits.changed() => {
+                    // A closed channel or a failed grant fails `work` too; it reports why.
+                    if changed.is_err() {
+                        return work.await;
+                    }
+                    if let Err(e) = self.load(dt, deadline).await {
+                        tracing::debug!("granting time to a page being loaded failed: {e}");
+                        return work.await;
+                    }
+                }
+            }
+        }
+    }
+
+    /// After an action, grant the step budget; if the action started a navigation that
+    /// has not replaced the page yet (the page being left has seen `beforeunload`, see
+    /// `observe.js`), wait for the new document first, clock paused, for the reason given
+    /// at [`PageClock::through`].
+    pub async fn advance_after_input(&self, dt: &DevTools, limit: Duration) -> Result<(), CdpError> {
+        let mut commits = dt.commits();
+        if dt.run_script(LEAVING, &[], false, limit).await == Ok(serde_json::Value::Bool(true)) {
+            match tokio::time::timeout(limit, commits.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return Err(CdpError::Closed),
+                // A navigation that never commits (a download, a 204): the old page stays.
+                Err(_) => tracing::debug!("no new document within {limit:?} after beforeunload"),
+            }
+        }
+        self.advance_step(dt, limit).await
+    }
+
+    /// Grant step budgets until the page's document has loaded.
+    async fn load(&self, dt: &DevTools, deadline: tokio::time::Instant) -> Result<(), CdpError> {
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            self.advance_step(dt, left).await?;
+            if loaded(dt, left).await {
+                return Ok(());
+            }
+            tracing::debug!("the page is still loading after a {:?} budget; granting another", self.step);
+        }
+    }
+}
+
+/// True in a document that has seen `beforeunload` (the flag is `observe.js`'s).
+const LEAVING: &str = "return window.__guirlLeaving === true;";
+
+/// Grant `ms` of page time from now.
+async fn set_budget(dt: &DevTools, ms: u64, limit: Duration) -> Result<(), CdpError> {
+    let params = json!({ "policy": "pauseIfNetworkFetchesPending", "budget": ms as f64 });
+    dt.call("Emulation.setVirtualTimePolicy", params, limit).await.map(|_| ())
+}
+
+/// Whether the page's document has loaded (false while it is between documents).
+async fn loaded(dt: &DevTools, limit: Duration) -> bool {
+    let r = dt.run_script("return document.readyState;", &[], false, limit.min(Duration::from_secs(2))).await;
+    matches!(r, Ok(v) if v == "complete")
+}
