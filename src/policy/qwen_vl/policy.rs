@@ -520,7 +520,7 @@ impl QwenVlPolicy {
         let (mut lps, mut ents, mut masks) = (Vec::new(), Vec::new(), Vec::new());
         self.with_adapters(|| {
             for (i, (s, t)) in states.iter().zip(tokens).enumerate() {
-                // each state's own dropout key: a result never depends on its batch
+                // each state its own dropout masks (keyed by its place in the minibatch)
                 let _train = pass.map(|k| {
                     self.model.text.pass().enter(PassState {
                         dropout_key: (self.settings.lora_dropout > 0.0).then(|| sample_key(k, i)),
