@@ -19,9 +19,10 @@ pub struct EpisodeArgs {
     #[arg(long)]
     pub strict_actions: bool,
     /// Page time: the page's clock (timers, Date.now(), animations) is virtual and moves on
-    /// by MS after each action and at reset, never while the policy thinks; 0 keeps the
-    /// wall clock. Needs begin-frame control (headless shell, no --free-frames).
-    #[arg(long, value_name = "MS", default_value_t = crate::env::gui_env::DEFAULT_VIRTUAL_TIME_MS)]
+    /// by MS after each action and at reset, never while the policy thinks (100 is a good
+    /// value); 0, the default, keeps the wall clock. Needs begin-frame control (headless
+    /// shell, no --free-frames).
+    #[arg(long, value_name = "MS", default_value_t = 0)]
     pub virtual_time_ms: u32,
     /// Sampling temperature of a checkpoint or API policy (0, the default, is greedy).
     #[arg(long, default_value_t = 0.0, value_name = "T")]
