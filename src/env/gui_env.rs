@@ -42,7 +42,6 @@ pub struct EnvConfig {
     pub virtual_time_ms: Option<u32>,
 }
 
-
 struct Episode {
     seed: u64,
     step: u32,
