@@ -15,11 +15,12 @@
 
 use super::lora::AdapterSwitch;
 use super::lora::AdapterUse;
+use super::nn::fused::Handover;
 use super::text::{layer_forward, Layer, LayerDims};
 use super::train_pass::{PassState, TrainPass};
 use anyhow::{bail, Result};
-use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Storage, Tensor, Var};
-use std::sync::{Arc, Mutex};
+use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor, Var};
+use std::sync::Arc;
 
 /// Layer `layer` on `x` `[B, T, H]`, checkpointed (see the module docs). `cos`, `sin` and
 /// `mask` are the ones the plain forward would take; there is no cache.
@@ -43,7 +44,6 @@ pub(crate) fn checkpointed(
              trained inside a checkpointed layer"
         );
     }
-    let out = if out.is_contiguous() && out.layout().start_offset() == 0 { out } else { out.copy()? };
     let switch = layer.adapters().next().map(|a| a.switch().clone());
     let adapters = switch.map(|s| {
         let u = s.get();
@@ -60,7 +60,7 @@ pub(crate) fn checkpointed(
     // is not (the first layer over frozen embeddings).
     let anchor = vars.first().cloned().unwrap_or_else(|| x.clone());
     let op = Checkpoint {
-        out: Mutex::new(Some(out)),
+        out: Handover::new("checkpointed-decoder-layer", out),
         layer: layer.clone(),
         dims,
         cos: cos.clone(),
@@ -78,7 +78,7 @@ pub(crate) fn checkpointed(
 /// recomputes the layer.
 struct Checkpoint {
     /// The output, taken by the forward (so the graph does not keep a second copy).
-    out: Mutex<Option<Tensor>>,
+    out: Handover,
     layer: Arc<Layer>,
     dims: LayerDims,
     cos: Tensor,
@@ -94,14 +94,6 @@ struct Checkpoint {
 }
 
 impl Checkpoint {
-    fn take_out(&self) -> candle_core::Result<Tensor> {
-        self.out
-            .lock()
-            .expect("checkpoint output")
-            .take()
-            .ok_or_else(|| candle_core::Error::Msg("checkpoint: the layer's forward ran twice".into()))
-    }
-
     /// The input's gradient (when `x` is in the graph), after adding the layer's adapter
     /// gradients to the side store.
     fn recompute(&self, x: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
@@ -150,12 +142,7 @@ impl CustomOp2 for Checkpoint {
         _: &CpuStorage,
         _: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let out = self.take_out()?;
-        let (storage, layout) = out.storage_and_layout();
-        match &*storage {
-            Storage::Cpu(c) => Ok((c.clone(), layout.shape().clone())),
-            _ => candle_core::bail!("checkpoint: the layer's output is not on the CPU"),
-        }
+        self.out.cpu()
     }
 
     #[cfg(feature = "cuda")]
@@ -166,13 +153,7 @@ impl CustomOp2 for Checkpoint {
         _: &candle_core::CudaStorage,
         _: &Layout,
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        use candle_core::backend::BackendStorage;
-        let out = self.take_out()?;
-        let (storage, layout) = out.storage_and_layout();
-        match &*storage {
-            Storage::Cuda(c) => Ok((c.try_clone(layout)?, layout.shape().clone())),
-            _ => candle_core::bail!("checkpoint: the layer's output is not on the GPU"),
-        }
+        self.out.cuda()
     }
 
     fn bwd(

@@ -26,42 +26,66 @@ pub fn attach(
     if !x.track_op() {
         return Ok(y);
     }
-    let op = Attached { name, out: Mutex::new(Some(y)), bwd: Box::new(bwd) };
+    let op = Attached { out: Handover::new(name, y), bwd: Box::new(bwd) };
     x.apply_op1_arc(Arc::new(Box::new(op)))
 }
 
-/// The op [`attach`] applies: its forward hands over the precomputed output once (the op
-/// lives as long as the graph, the output should not).
+/// The op [`attach`] applies.
 struct Attached {
-    name: &'static str,
-    out: Mutex<Option<Tensor>>,
+    out: Handover,
     bwd: Box<Backward>,
 }
 
-impl Attached {
-    fn take(&self) -> Result<Tensor> {
-        let y = self.out.lock().map_err(|_| candle_core::Error::Msg("attach: lock poisoned".into()))?.take();
-        y.ok_or_else(|| candle_core::Error::Msg(format!("{}: forward ran twice", self.name)))
-    }
+/// An output computed outside the graph, handed to the op's forward once: the op lives as
+/// long as the graph, the output should not be kept twice. Shared by every op here and by
+/// the checkpointed decoder layer.
+pub(crate) struct Handover {
+    name: &'static str,
+    out: Mutex<Option<Tensor>>,
 }
 
-/// A copy of `y`'s storage with its shape (`y` is a fresh, contiguous result).
-fn owned(y: &Tensor) -> Result<(Storage, Shape)> {
-    let y = if y.layout().start_offset() == 0 && y.is_contiguous() { y.clone() } else { y.copy()? };
-    let (storage, layout) = y.storage_and_layout();
-    Ok((storage.try_clone(layout)?, layout.shape().clone()))
+impl Handover {
+    pub(crate) fn new(name: &'static str, y: Tensor) -> Self {
+        Handover { name, out: Mutex::new(Some(y)) }
+    }
+
+    /// The output's storage (a copy; `y` is dropped) and shape, on the CPU.
+    pub(crate) fn cpu(&self) -> Result<(CpuStorage, Shape)> {
+        match self.owned()? {
+            (Storage::Cpu(c), shape) => Ok((c, shape)),
+            _ => candle_core::bail!("{}: the output is not on the CPU", self.name),
+        }
+    }
+
+    /// The same on the GPU.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn cuda(&self) -> Result<(candle_core::CudaStorage, Shape)> {
+        match self.owned()? {
+            (Storage::Cuda(c), shape) => Ok((c, shape)),
+            _ => candle_core::bail!("{}: the output is not on the GPU", self.name),
+        }
+    }
+
+    fn owned(&self) -> Result<(Storage, Shape)> {
+        let y = self
+            .out
+            .lock()
+            .map_err(|_| candle_core::Error::Msg(format!("{}: lock poisoned", self.name)))?
+            .take();
+        let y = y.ok_or_else(|| candle_core::Error::Msg(format!("{}: forward ran twice", self.name)))?;
+        let y = if y.layout().start_offset() == 0 && y.is_contiguous() { y } else { y.copy()? };
+        let (storage, layout) = y.storage_and_layout();
+        Ok((storage.try_clone(layout)?, layout.shape().clone()))
+    }
 }
 
 impl CustomOp1 for Attached {
     fn name(&self) -> &'static str {
-        self.name
+        self.out.name
     }
 
     fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> Result<(CpuStorage, Shape)> {
-        match owned(&self.take()?)? {
-            (Storage::Cpu(c), shape) => Ok((c, shape)),
-            _ => candle_core::bail!("{}: the output is not on the CPU", self.name),
-        }
+        self.out.cpu()
     }
 
     #[cfg(feature = "cuda")]
@@ -70,10 +94,7 @@ impl CustomOp1 for Attached {
         _: &candle_core::CudaStorage,
         _: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        match owned(&self.take()?)? {
-            (Storage::Cuda(c), shape) => Ok((c, shape)),
-            _ => candle_core::bail!("{}: the output is not on the GPU", self.name),
-        }
+        self.out.cuda()
     }
 
     fn bwd(&self, arg: &Tensor, res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
@@ -103,22 +124,14 @@ pub fn fused_rms_norm(x: &Tensor, w: &Tensor, eps: f64) -> Result<Tensor> {
     if !x.track_op() && !w.track_op() {
         return Ok(y);
     }
-    let op = RmsNormGrad { out: Mutex::new(Some(y)), eps };
+    let op = RmsNormGrad { out: Handover::new("rms-norm", y), eps };
     x.apply_op2_arc(&w, Arc::new(Box::new(op)))
 }
 
 /// The op behind [`fused_rms_norm`] (two inputs: `w` can be trained whole).
 struct RmsNormGrad {
-    out: Mutex<Option<Tensor>>,
+    out: Handover,
     eps: f64,
-}
-
-impl RmsNormGrad {
-    fn take(&self) -> Result<Tensor> {
-        let y =
-            self.out.lock().map_err(|_| candle_core::Error::Msg("rms-norm: lock poisoned".into()))?.take();
-        y.ok_or_else(|| candle_core::Error::Msg("rms-norm: forward ran twice".into()))
-    }
 }
 
 impl CustomOp2 for RmsNormGrad {
@@ -127,10 +140,7 @@ impl CustomOp2 for RmsNormGrad {
     }
 
     fn cpu_fwd(&self, _: &CpuStorage, _: &Layout, _: &CpuStorage, _: &Layout) -> Result<(CpuStorage, Shape)> {
-        match owned(&self.take()?)? {
-            (Storage::Cpu(c), shape) => Ok((c, shape)),
-            _ => candle_core::bail!("rms-norm: the output is not on the CPU"),
-        }
+        self.out.cpu()
     }
 
     #[cfg(feature = "cuda")]
@@ -141,10 +151,7 @@ impl CustomOp2 for RmsNormGrad {
         _: &candle_core::CudaStorage,
         _: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        match owned(&self.take()?)? {
-            (Storage::Cuda(c), shape) => Ok((c, shape)),
-            _ => candle_core::bail!("rms-norm: the output is not on the GPU"),
-        }
+        self.out.cuda()
     }
 
     fn bwd(
