@@ -7,8 +7,10 @@
 //! `checkpointing_memory_and_time` (ignored) measures peak RSS and time of one training
 //! pass with and without it: see its docs.
 
+mod common;
+
 use candle_core::{DType, Device, Tensor};
-use guirl::env::{GuiAction, ScreenState};
+use guirl::env::GuiAction;
 use guirl::policy::qwen_vl::{QwenPolicySettings, QwenVlPolicy};
 use guirl::policy::{Policy, Sampling, TrainablePolicy};
 use guirl::train::config::AlgoConfig;
@@ -35,19 +37,7 @@ fn settings(arch: &str, dir: &Path, checkpointing: bool, dropout: f64) -> QwenPo
     s
 }
 
-fn state(step: u32, history: &[&str]) -> ScreenState {
-    ScreenState {
-        task_id: "t".into(),
-        instruction: "Click the button.".into(),
-        url: String::new(),
-        step,
-        frame: Default::default(),
-        elements: vec![],
-        screenshot: image::RgbImage::from_fn(70, 45, |x, y| image::Rgb([(x * 3) as u8, (y * 5) as u8, 40])),
-        history: history.iter().map(|s| s.to_string()).collect(),
-        previous_screenshot: None,
-    }
-}
+use common::synthetic_state as state;
 
 fn policy(arch: &str, dir: &Path, checkpointing: bool, dropout: f64) -> QwenVlPolicy {
     let p = QwenVlPolicy::new(settings(arch, dir, checkpointing, dropout), &Device::Cpu, 5).unwrap();

@@ -3,6 +3,8 @@
 //! come from the pass's key (the same run gives the same gradients), 0 changes nothing,
 //! and it is saved as PEFT's `lora_dropout`.
 
+mod common;
+
 use candle_core::{Device, Tensor};
 use guirl::env::{GuiAction, ScreenState};
 use guirl::policy::qwen_vl::lora::load_peft;
@@ -29,19 +31,7 @@ fn settings(arch: &str, dir: &Path, dropout: f64) -> QwenPolicySettings {
     s
 }
 
-fn state(step: u32, history: &[&str]) -> ScreenState {
-    ScreenState {
-        task_id: "t".into(),
-        instruction: "Click the button.".into(),
-        url: String::new(),
-        step,
-        frame: Default::default(),
-        elements: vec![],
-        screenshot: image::RgbImage::from_fn(70, 45, |x, y| image::Rgb([(x * 3) as u8, (y * 5) as u8, 40])),
-        history: history.iter().map(|s| s.to_string()).collect(),
-        previous_screenshot: None,
-    }
-}
+use common::synthetic_state as state;
 
 /// Every LoRA B set to the same fixed non-zero values in every policy (B starts at 0,
 /// where dropout on the adapter's input could not show).

@@ -3,8 +3,10 @@
 //! adapters save and load, and every malformed checkpoint folder gets a message that
 //! names the file and what is wrong in it.
 
+mod common;
+
 use candle_core::{Device, Tensor};
-use guirl::env::{GuiAction, ScreenState};
+use guirl::env::GuiAction;
 use guirl::policy::qwen_vl::{QwenPolicySettings, QwenVlPolicy};
 use guirl::policy::{Policy, PolicyFailure, Sampling, TrainablePolicy};
 use guirl::train::optim::{AdamW, AdamWConfig};
@@ -26,19 +28,7 @@ fn settings(arch: &str, prompt_dir: &Path) -> QwenPolicySettings {
     s
 }
 
-fn state(step: u32, history: &[&str]) -> ScreenState {
-    ScreenState {
-        task_id: "t".into(),
-        instruction: "Click the button.".into(),
-        url: String::new(),
-        step,
-        frame: Default::default(),
-        elements: vec![],
-        screenshot: image::RgbImage::from_fn(70, 45, |x, y| image::Rgb([(x * 3) as u8, (y * 5) as u8, 40])),
-        history: history.iter().map(|s| s.to_string()).collect(),
-        previous_screenshot: None,
-    }
-}
+use common::synthetic_state as state;
 
 fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
     (a - b).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap()

@@ -55,3 +55,19 @@ pub fn fails_with(out: &std::process::Output, needles: &[&str]) {
         assert!(err.contains(n), "stderr lacks {n:?}:\n{err}");
     }
 }
+
+/// A small synthetic screen state (a 70×45 gradient, a fixed instruction) for the policy
+/// tests that need no browser, with `history` as the earlier actions.
+pub fn synthetic_state(step: u32, history: &[&str]) -> guirl::env::ScreenState {
+    guirl::env::ScreenState {
+        task_id: "t".into(),
+        instruction: "Click the button.".into(),
+        url: String::new(),
+        step,
+        frame: Default::default(),
+        elements: vec![],
+        screenshot: image::RgbImage::from_fn(70, 45, |x, y| image::Rgb([(x * 3) as u8, (y * 5) as u8, 40])),
+        history: history.iter().map(|s| s.to_string()).collect(),
+        previous_screenshot: None,
+    }
+}
