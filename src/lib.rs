@@ -7,9 +7,11 @@
 //! - [`bench`]: environment speed benchmarks and the benchmark harness (`guirl bench`).
 //! - [`export`]: trajectory sets as parquet / JSON lines for Python trainers.
 //! - [`serve`]: HTTP servers: a checkpoint behind an OpenAI-compatible API.
+//! - [`doctor`]: checks of the set-up (`guirl doctor`).
 
 pub mod bench;
 pub mod cli;
+pub mod doctor;
 pub mod env;
 pub mod export;
 pub mod policy;

@@ -2,6 +2,7 @@
 
 mod bench;
 mod bench_learn;
+mod doctor;
 mod export;
 mod play;
 mod policy;
@@ -103,6 +104,10 @@ enum Command {
     ServePolicy(serve_policy::ServePolicyArgs),
     /// Measure environment speed (reset/step latency, steps/s with 1, 2, 4 envs).
     BenchEnv(run::BenchEnvArgs),
+    /// Check the set-up (Chromium, chromedriver, MiniWoB++ pages, a browser launch, the
+    /// Python client, disk, CUDA): one line each, with the fix for every problem; exits
+    /// non-zero when no browser can run.
+    Doctor(doctor::DoctorArgs),
     /// Write a self-contained HTML page showing a trajectory set, step by step.
     View {
         /// The trajectory set folder (written by `guirl run --record`).
@@ -134,6 +139,11 @@ pub fn main() -> ExitCode {
         Command::Train(args) => runtime().block_on(train::train(args)),
         Command::TrainReward(args) => train_reward::train_reward(args),
         Command::Replay(args) => match interruptible(replay::replay(args)) {
+            Ok(true) => Ok(()),
+            Ok(false) => return ExitCode::from(1),
+            Err(e) => Err(e),
+        },
+        Command::Doctor(args) => match interruptible(doctor::doctor(args)) {
             Ok(true) => Ok(()),
             Ok(false) => return ExitCode::from(1),
             Err(e) => Err(e),
@@ -198,7 +208,8 @@ fn list_tasks(suite: Option<&str>) -> anyhow::Result<()> {
     let ids = crate::tasks::all_task_ids(suite);
     if ids.is_empty() {
         anyhow::bail!(
-            "no tasks found: MiniWoB++ pages are not installed in {} (run scripts/setup.sh)",
+            "no tasks found: MiniWoB++ pages are not installed in {} (run scripts/setup.sh; \
+             `guirl doctor` checks the whole set-up)",
             crate::tasks::server::miniwob_dir().display()
         );
     }

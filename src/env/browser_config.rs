@@ -122,10 +122,16 @@ fn find_binary(explicit: &Option<PathBuf>, env_var: &str, defaults: &[&str]) -> 
 }
 
 impl BrowserConfig {
+    /// Where the chromedriver binary is looked for (it may be missing there): `--chromedriver`,
+    /// `$GUIRL_CHROMEDRIVER`, `/usr/bin/chromedriver`, then PATH.
+    pub fn chromedriver_candidate(&self) -> PathBuf {
+        find_binary(&self.chromedriver, "GUIRL_CHROMEDRIVER", &["/usr/bin/chromedriver"])
+            .unwrap_or_else(|| PathBuf::from("/usr/bin/chromedriver"))
+    }
+
     /// The chromedriver binary to start, or a clear error naming how to install it.
     pub fn chromedriver_path(&self) -> Result<PathBuf, EnvError> {
-        let p = find_binary(&self.chromedriver, "GUIRL_CHROMEDRIVER", &["/usr/bin/chromedriver"])
-            .unwrap_or_else(|| PathBuf::from("/usr/bin/chromedriver"));
+        let p = self.chromedriver_candidate();
         if p.is_file() {
             Ok(p)
         } else {
@@ -153,14 +159,21 @@ impl BrowserConfig {
         ))
     }
 
-    /// The Chromium binary to start, or a clear error naming how to install it.
-    pub fn chromium_path(&self) -> Result<PathBuf, EnvError> {
+    /// Where the Chromium binary is looked for (it may be missing there): `chromium`,
+    /// `$GUIRL_CHROMIUM`, for headless runs Debian's headless shell, `/usr/bin/chromium`,
+    /// then PATH.
+    pub fn chromium_candidate(&self) -> PathBuf {
         let mut defaults = vec!["/usr/bin/chromium", "chromium"];
         if !self.headful {
             defaults.insert(0, HEADLESS_SHELL);
         }
-        let p = find_binary(&self.chromium, "GUIRL_CHROMIUM", &defaults)
-            .unwrap_or_else(|| PathBuf::from("/usr/bin/chromium"));
+        find_binary(&self.chromium, "GUIRL_CHROMIUM", &defaults)
+            .unwrap_or_else(|| PathBuf::from("/usr/bin/chromium"))
+    }
+
+    /// The Chromium binary to start, or a clear error naming how to install it.
+    pub fn chromium_path(&self) -> Result<PathBuf, EnvError> {
+        let p = self.chromium_candidate();
         if p.is_file() {
             Ok(p)
         } else {

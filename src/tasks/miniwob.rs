@@ -67,7 +67,7 @@ impl MiniwobTask {
             return Err(EnvError::Setup(format!(
                 "MiniWoB++ pages not found in {}: run `scripts/setup.sh` (it extracts the \
                  `miniwob` PyPI package's html folder there) or set GUIRL_MINIWOB_DIR to a \
-                 folder holding core/ and miniwob/",
+                 folder holding core/ and miniwob/; `guirl doctor` checks the whole set-up",
                 dir.display()
             )));
         }

@@ -264,7 +264,8 @@ async fn open_session(
         if !(not_up && driver.is_some()) || Instant::now() > deadline {
             return Err(EnvError::Launch(format!(
                 "could not open a browser session at {url}: {msg}. Is chromium installed \
-                 (`{APT_HINT}`) and does its version match chromedriver's?"
+                 (`{APT_HINT}`) and does its version match chromedriver's? (`guirl doctor` \
+                 checks both)"
             )));
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
