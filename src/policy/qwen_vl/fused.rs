@@ -9,7 +9,9 @@
 //! (and one copy) forward, a few backward, and only the input and output kept. Outside a
 //! graph (generation, the frozen vision tower) the fused kernel runs alone.
 
-use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Layout, Result, Shape, Storage, Tensor, D};
+use candle_core::{
+    CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Layout, Result, Shape, Storage, Tensor, D,
+};
 use std::sync::{Arc, Mutex};
 
 /// A backward: `(input, output, ∂L/∂output) → ∂L/∂input`.
@@ -218,6 +220,123 @@ fn rope4(x: &Tensor, c: Tensor, s: Tensor) -> Result<Tensor> {
     }
     let neg = s.neg()?;
     attach(&x, y, "rope", move |_, _, g| Ok(Some(candle_nn::rotary_emb::rope(&g.contiguous()?, &c, &neg)?)))
+}
+
+/// A frozen linear layer and its LoRA adapter as one graph node over `(x, A, B)`:
+/// `y = x Wᵀ + bias + s · (x_d Aᵀ) Bᵀ`, with `x_d = x ⊙ mask` under dropout, else `x`.
+/// `x` is `[N, in]`, `w` `[out, in]` in `x`'s dtype (frozen), `a` `[r, in]` and `b`
+/// `[out, r]` in any dtype (the f32 `Var`s, or a snapshot), `mask` in `x`'s dtype.
+///
+/// Composed, the layer is about ten nodes (two casts, three matmuls, the scale, the sums),
+/// and candle's backward writes a zero tensor and adds into it for every node's gradient:
+/// two more passes over `[N, in]` or `[N, out]` per node. Here the forward is the composed
+/// ops' own arithmetic in the same order (the same bits), computed outside the graph, and
+/// the backward, with `h = x_d A'ᵀ` kept from the forward (`[N, r]`, small), is
+/// `∂B = s gᵀ h`, `∂A = s (g B')ᵀ x_d`, `∂x = g W + s ((g B') A') ⊙ mask`.
+pub fn lora_linear(
+    x: &Tensor,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    (a, b, scale): (&Tensor, &Tensor, f64),
+    mask: Option<Tensor>,
+) -> Result<Tensor> {
+    let dt = x.dtype();
+    let x0 = x.detach();
+    let xd = match &mask {
+        Some(m) => (&x0 * m)?,
+        None => x0.clone(),
+    };
+    let (a_, b_) = (a.detach().to_dtype(dt)?, b.detach().to_dtype(dt)?);
+    let h = xd.matmul(&a_.t()?)?;
+    let mut y = x0.matmul(&w.t()?)?;
+    if let Some(bias) = bias {
+        y = y.broadcast_add(bias)?;
+    }
+    let y = (y + (h.matmul(&b_.t()?)? * scale)?)?;
+    if !x.track_op() && !a.track_op() && !b.track_op() {
+        return Ok(y);
+    }
+    let op = LoraGrad { out: Handover::new("lora-linear", y), w: w.clone(), h, mask, scale };
+    x.apply_op3_arc(a, b, Arc::new(Box::new(op)))
+}
+
+/// The op behind [`lora_linear`].
+struct LoraGrad {
+    out: Handover,
+    w: Tensor,
+    h: Tensor,
+    mask: Option<Tensor>,
+    scale: f64,
+}
+
+impl CustomOp3 for LoraGrad {
+    fn name(&self) -> &'static str {
+        "lora-linear"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        self.out.cpu()
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        _: &candle_core::CudaStorage,
+        _: &Layout,
+        _: &candle_core::CudaStorage,
+        _: &Layout,
+        _: &candle_core::CudaStorage,
+        _: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        self.out.cuda()
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        a: &Tensor,
+        b: &Tensor,
+        _: &Tensor,
+        g: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let dt = x.dtype();
+        let (a_, b_) = (a.detach().to_dtype(dt)?, b.detach().to_dtype(dt)?);
+        // ∂h = s · g B' ([N, r]); the scale goes on the small side of every product
+        let gh = (g.matmul(&b_)? * self.scale)?;
+        let gb = if b.track_op() {
+            Some((g.t()?.matmul(&self.h)? * self.scale)?.to_dtype(b.dtype())?)
+        } else {
+            None
+        };
+        let ga = if a.track_op() {
+            let xd = match &self.mask {
+                Some(m) => (x.detach() * m)?,
+                None => x.detach(),
+            };
+            Some(gh.t()?.matmul(&xd)?.to_dtype(a.dtype())?)
+        } else {
+            None
+        };
+        let gx = if x.track_op() {
+            let through_a = gh.matmul(&a_)?;
+            let through_a = match &self.mask {
+                Some(m) => (through_a * m)?,
+                None => through_a,
+            };
+            Some((g.matmul(&self.w)? + through_a)?)
+        } else {
+            None
+        };
+        Ok((gx, ga, gb))
+    }
 }
 
 #[cfg(test)]

@@ -108,3 +108,36 @@ fn rope_matches_the_composed_one_for_text_and_vision_shapes() {
     );
     assert!(fused_rope(&x.unsqueeze(0).unwrap(), &cos, &sin).unwrap().is_none(), "other shapes are composed");
 }
+
+#[test]
+fn lora_linear_matches_the_composed_layer_with_and_without_dropout() {
+    let x = Var::from_tensor(&randn(&[6, 8], 11)).unwrap();
+    let w = randn(&[5, 8], 12);
+    let bias = randn(&[5], 13);
+    let a = Var::from_tensor(&randn(&[3, 8], 14)).unwrap();
+    let b = Var::from_tensor(&randn(&[5, 3], 15)).unwrap();
+    let keep = randn(&[6, 8], 16).ge(-0.5).unwrap().to_dtype(DType::F32).unwrap();
+    let mask = (keep * 1.5).unwrap();
+    for m in [None, Some(mask)] {
+        let composed = || {
+            let xd = match &m {
+                Some(m) => (x.as_tensor() * m).unwrap(),
+                None => x.as_tensor().clone(),
+            };
+            let base = x.matmul(&w.t().unwrap()).unwrap().broadcast_add(&bias).unwrap();
+            let delta = (xd.matmul(&a.t().unwrap()).unwrap().matmul(&b.t().unwrap()).unwrap() * 2.0).unwrap();
+            (base + delta).unwrap()
+        };
+        let what = if m.is_some() { "lora-linear, dropout" } else { "lora-linear" };
+        compare(
+            &[&x, &a, &b],
+            || lora_linear(&x, &w, Some(&bias), (&a, &b, 2.0), m.clone()).unwrap(),
+            composed,
+            what,
+        );
+    }
+    // a frozen snapshot (no Var): no graph node, the same output
+    let (fa, fb) = (a.as_tensor().detach(), b.as_tensor().detach());
+    let y = lora_linear(&x.as_tensor().detach(), &w, None, (&fa, &fb, 2.0), None).unwrap();
+    assert!(!y.track_op());
+}

@@ -170,20 +170,33 @@ impl LoraAdapter {
         }
     }
 
-    /// `scale · (dropout(x) Aᵀ) Bᵀ` in `x`'s dtype (A and B stay f32 for the optimizer),
-    /// with the weights the switch selects; None when adapters are off. Dropout acts only
-    /// while the model is in a training pass.
-    pub fn delta(&self, x: &Tensor) -> Result<Option<Tensor>> {
+    /// What the layer's forward needs of this adapter for input `x`: the (A, B) the switch
+    /// selects (detached in a checkpointed layer's graph-free forward), and the dropout
+    /// mask in `x`'s dtype and shape while the model is in a training pass. None when
+    /// adapters are off.
+    pub(crate) fn parts(&self, x: &Tensor) -> Result<Option<(Tensor, Tensor, Option<Tensor>)>> {
         let Some((a, b)) = self.weights() else { return Ok(None) };
         let pass = self.pass.get();
         // a checkpointed layer's forward builds no graph: detached views of A and B
         let (a, b) = if pass.no_grad { (a.detach(), b.detach()) } else { (a, b) };
-        let x = match pass.dropout_key {
+        let mask = match pass.dropout_key {
             Some(key) if self.dropout > 0.0 => {
-                let mask = dropout_mask(key, self.id, self.dropout, x.shape(), x.device())?;
-                (x * mask.to_dtype(x.dtype())?)?
+                Some(dropout_mask(key, self.id, self.dropout, x.shape(), x.device())?.to_dtype(x.dtype())?)
             }
-            _ => x.clone(),
+            _ => None,
+        };
+        Ok(Some((a, b, mask)))
+    }
+
+    /// `scale · (dropout(x) Aᵀ) Bᵀ` in `x`'s dtype (A and B stay f32 for the optimizer),
+    /// with the weights the switch selects; None when adapters are off. Dropout acts only
+    /// while the model is in a training pass. (The layers use the fused
+    /// `nn::fused::lora_linear`; this composed form is its reference in tests.)
+    pub fn delta(&self, x: &Tensor) -> Result<Option<Tensor>> {
+        let Some((a, b, mask)) = self.parts(x)? else { return Ok(None) };
+        let x = match mask {
+            Some(m) => (x * m)?,
+            None => x.clone(),
         };
         let dims = x.dims().to_vec();
         let inp = *dims.last().ok_or_else(|| anyhow!("LoRA input without a feature axis"))?;

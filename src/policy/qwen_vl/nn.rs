@@ -65,8 +65,34 @@ impl Linear {
     }
 }
 
+impl Linear {
+    /// The layer with its adapter (if any and switched on) as one fused graph node.
+    /// `None` when the composed path must run: no adapter, or a weight trained whole.
+    fn forward_fused(&self, x: &Tensor) -> Result<Option<Tensor>> {
+        let Some(lora) = &self.lora else { return Ok(None) };
+        let Some((a, b, mask)) = lora.parts(x)? else { return Ok(None) };
+        if self.weight.track_op() {
+            return Ok(None);
+        }
+        let w = if self.weight.dtype() == x.dtype() {
+            self.weight.clone()
+        } else {
+            self.weight.to_dtype(x.dtype())?
+        };
+        let mut dims = x.dims().to_vec();
+        let flat = x.reshape(((), self.in_dim()))?;
+        let mask = mask.map(|m| m.reshape(flat.shape())).transpose()?;
+        let y = fused::lora_linear(&flat, &w, self.bias.as_ref(), (&a, &b, lora.scale), mask)?;
+        *dims.last_mut().expect("a linear layer's input has a feature axis") = self.out_dim();
+        Ok(Some(y.reshape(dims)?))
+    }
+}
+
 impl Module for Linear {
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        if let Some(y) = self.forward_fused(x).map_err(candle_core::Error::wrap)? {
+            return Ok(y);
+        }
         let y = self.forward_base(x).map_err(candle_core::Error::wrap)?;
         match self.lora.as_ref().map(|l| l.delta(x)).transpose().map_err(candle_core::Error::wrap)?.flatten()
         {
