@@ -43,7 +43,8 @@ PY
 fi
 
 # The Python client (clients/python) and what its tests load (gymnasium, openenv-core,
-# pyarrow, datasets, ray) live in .venv; reinstalled only when its pyproject changes.
+# pyarrow, datasets, ray, tensorboard) live in .venv; reinstalled only when its pyproject
+# changes.
 if [ -f clients/python/pyproject.toml ]; then
   stamp=$(sha256sum clients/python/pyproject.toml | cut -c1-16)
   if [ "$(cat .venv/.guirl-stamp 2>/dev/null)" != "$stamp" ]; then

@@ -70,10 +70,18 @@ pub struct RunConfig {
     /// Parent folder of run folders (default `runs`).
     #[serde(default = "default_runs_dir")]
     pub dir: PathBuf,
+    /// Also write the metrics (and a few screenshots) as TensorBoard event files in
+    /// `RUN/tensorboard/` (default true; see [`super::tensorboard`]).
+    #[serde(default = "default_tensorboard")]
+    pub tensorboard: bool,
 }
 
 fn default_runs_dir() -> PathBuf {
     "runs".into()
+}
+
+fn default_tensorboard() -> bool {
+    true
 }
 
 /// `[tasks]`.

@@ -3,6 +3,8 @@
 
 use super::advantage::AdvantageStats;
 use super::objective::LossStats;
+use super::tensorboard::EventWriter;
+use crate::rollout::Recorded;
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use std::fs::{File, OpenOptions};
@@ -218,10 +220,12 @@ pub fn mean_loss_stats(all: &[LossStats]) -> LossStats {
     }
 }
 
-/// Appends one line per iteration to `metrics.jsonl`.
+/// Appends one line per iteration to `metrics.jsonl` (and, once asked, the same to a
+/// TensorBoard event file).
 pub struct MetricsWriter {
     path: PathBuf,
     file: File,
+    tensorboard: Option<EventWriter>,
 }
 
 impl MetricsWriter {
@@ -237,7 +241,7 @@ impl MetricsWriter {
             .append(true)
             .open(path)
             .with_context(|| format!("cannot open metrics file {}", path.display()))?;
-        Ok(MetricsWriter { path: path.to_path_buf(), file })
+        Ok(MetricsWriter { path: path.to_path_buf(), file, tensorboard: None })
     }
 
     /// Open `path` for a run resumed after iteration `last`: lines of later iterations
@@ -256,14 +260,54 @@ impl MetricsWriter {
         MetricsWriter::open(path)
     }
 
-    /// Append one iteration: the whole line in one write, then fsync.
+    /// Append one iteration: the whole line in one write, then fsync; then its scalars to
+    /// the TensorBoard file, if one is open.
     pub fn append(&mut self, m: &IterationMetrics) -> anyhow::Result<()> {
         let mut line = serde_json::to_string(m)?;
         line.push('\n');
         self.file
             .write_all(line.as_bytes())
             .and_then(|_| self.file.sync_data())
-            .with_context(|| format!("cannot write metrics to {}", self.path.display()))
+            .with_context(|| format!("cannot write metrics to {}", self.path.display()))?;
+        if let Some(tb) = self.tensorboard.as_mut() {
+            tb.log_metrics(m);
+        }
+        self.flush_tensorboard();
+        Ok(())
+    }
+
+    /// [`MetricsWriter::append`], and on the iterations that evaluate (and the first) the
+    /// first and last screenshot of the iteration's first rollout as TensorBoard images.
+    /// (An evaluation keeps no frames; a training rollout's last screenshot shows what the
+    /// policy did, where every evaluation's first screenshot would be the same page.)
+    pub fn append_with_frames(&mut self, m: &IterationMetrics, recs: &[Recorded]) -> anyhow::Result<()> {
+        if let (Some(tb), Some(rec)) = (self.tensorboard.as_mut(), recs.first()) {
+            if m.eval_success.is_some() || m.iteration == 1 {
+                tb.log_frames(m.iteration, rec);
+            }
+        }
+        self.append(m)
+    }
+
+    /// From now on, also write every line as scalars to a new TensorBoard event file in
+    /// `dir` (see [`super::tensorboard`]).
+    pub fn log_to_tensorboard(&mut self, dir: &Path) -> anyhow::Result<()> {
+        self.tensorboard = Some(EventWriter::create(dir)?);
+        Ok(())
+    }
+
+    /// The TensorBoard event file being written, if any.
+    pub fn tensorboard_path(&self) -> Option<&Path> {
+        self.tensorboard.as_ref().map(EventWriter::path)
+    }
+
+    /// A TensorBoard file that cannot be written (a full disk) stops being written, with a
+    /// warning; the run and metrics.jsonl go on.
+    fn flush_tensorboard(&mut self) {
+        if let Some(Err(e)) = self.tensorboard.as_mut().map(EventWriter::flush) {
+            tracing::warn!("TensorBoard logging stopped: {e:#}");
+            self.tensorboard = None;
+        }
     }
 
     /// The file written.

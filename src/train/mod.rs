@@ -14,7 +14,8 @@
 //!   its aggregation, the k1 / k2 / k3 KL estimators and the entropy bonus, on tensors;
 //!   [`kl`]: the KL in the reward and the adaptive KL coefficient.
 //! - [`optim`]: AdamW with savable state, gradient-norm clipping, learning-rate schedules.
-//! - [`metrics`]: one JSON line per iteration in `metrics.jsonl`; [`plots`] draws them.
+//! - [`metrics`]: one JSON line per iteration in `metrics.jsonl`; [`plots`] draws them;
+//!   [`tensorboard`] writes them (and a few screenshots) as TensorBoard event files.
 //! - [`checkpoint`]: atomic checkpoints and the `latest` / `best` links;
 //!   [`run_folder`]: one run per folder, resumes with the run's own config.
 
@@ -36,6 +37,7 @@ pub mod rewards;
 pub mod run_folder;
 pub mod seeds;
 pub mod sft;
+pub mod tensorboard;
 pub mod trainer;
 pub mod update;
 pub mod value;

@@ -133,11 +133,14 @@ impl Trainer {
             None
         };
         let metrics_path = run_dir.join("metrics.jsonl");
-        let metrics = if resume {
+        let mut metrics = if resume {
             MetricsWriter::resume(&metrics_path, state.iteration)?
         } else {
             MetricsWriter::open(&metrics_path)?
         };
+        if cfg.run.tensorboard {
+            metrics.log_to_tensorboard(&run_dir.join(super::tensorboard::TENSORBOARD_DIR))?;
+        }
         let env = EnvConfig { max_steps: Some(cfg.rollout.max_steps), ..Default::default() };
         let mut collector = Collector::new(cfg.rollout.envs, env);
         collector.keep_frames = true;
@@ -375,7 +378,7 @@ impl Trainer {
             m.eval_success = Some(e.success);
             m.eval_reward = Some(e.reward);
         }
-        self.metrics.append(&m)?;
+        self.metrics.append_with_frames(&m, recs)?;
         if let Err(e) = super::plots::plot_run(&self.run_dir) {
             tracing::warn!("plots not written: {e:#}");
         }
