@@ -154,6 +154,7 @@ async fn run(args: BenchRunArgs) -> anyhow::Result<()> {
     }
     let ids: Vec<&str> = tasks.iter().map(|t: &Arc<dyn crate::tasks::Task>| t.id()).collect();
     let mut policy = make_policy(&args.policy, &ids, args.seed, args.episode.temperature, &args.api)?;
+    let observation = super::policy::observation(&args.policy, &args.api)?;
     let opts = BenchOptions {
         tasks,
         skipped,
@@ -165,6 +166,7 @@ async fn run(args: BenchRunArgs) -> anyhow::Result<()> {
         out: out.clone(),
         resume: args.resume,
         progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        observation,
     };
     let report = harness::run(&opts, policy.as_mut()).await?;
     print!("{}", report.markdown());

@@ -1,4 +1,5 @@
-//! `guirl bench-learn`: the learning benchmark (every algorithm from a clone, same budget).
+//! `guirl bench-learn`: the learning benchmark (every algorithm from several clones, same
+//! budget, beside more cloning; test and validation side by side).
 
 use crate::bench::learning::{self, BenchOptions, Plan};
 use std::path::PathBuf;
@@ -8,16 +9,17 @@ use std::sync::Arc;
 /// Arguments of `guirl bench-learn`.
 #[derive(Debug, clap::Args)]
 pub struct BenchLearnArgs {
-    /// The plan (TOML): env_steps, seeds, algos, [[tasks]] with a config each
-    /// (see benches/learning/plan.toml).
+    /// The plan (TOML): env_steps, seeds, clone_seeds, algos, test_episodes, [[tasks]]
+    /// with a config each (see benches/learning/plan.toml).
     plan: PathBuf,
     /// Output folder: one run folder per cell, report.md, results.json, learning-TASK.png.
     /// Running again continues where a stopped benchmark left off.
     #[arg(long)]
     out: PathBuf,
-    /// Only the cells whose TASK/ALGO-sSEED contains this (e.g. `toggle-switches/ppo-s0`;
-    /// a task's clone is made first whenever one of its cells runs); the report covers
-    /// every finished cell.
+    /// Only the cells whose TASK/CELL contains this (cells: clone-cK, ALGO-cK-sSEED,
+    /// more-sft-cK; without clone_seeds in the plan clone, ALGO-sSEED, more-sft; e.g.
+    /// `toggle-switches/ppo-c0-s0`; a clone is made first whenever one of its cells runs);
+    /// the report covers every finished cell.
     #[arg(long)]
     only: Option<String>,
     /// Write the report from the finished cells and exit (no training).
@@ -30,7 +32,7 @@ pub struct BenchLearnArgs {
 /// `guirl bench-learn`.
 pub async fn bench_learn(args: BenchLearnArgs) -> anyhow::Result<()> {
     let plan = Plan::load(&args.plan)?;
-    let cells = if args.report {
+    if args.report {
         if !args.out.is_dir() {
             anyhow::bail!(
                 "{} does not exist: run the benchmark first (without --report)",
@@ -39,7 +41,6 @@ pub async fn bench_learn(args: BenchLearnArgs) -> anyhow::Result<()> {
         }
         let cells = learning::read_cells(&args.out)?;
         learning::report::write(&plan, &cells, &args.out)?;
-        cells
     } else {
         let opts = BenchOptions {
             only: args.only,
@@ -48,9 +49,10 @@ pub async fn bench_learn(args: BenchLearnArgs) -> anyhow::Result<()> {
         // Ctrl-C / SIGTERM: the running cell checkpoints and stops; run again to continue.
         let stop = Arc::new(AtomicBool::new(false));
         super::watch_signals(Some(stop.clone()));
-        learning::run(&plan, &args.out, &opts, stop).await?
-    };
-    print!("{}", learning::report::markdown(&plan, &learning::report::rows(&plan, &cells)));
-    println!("\nreport: {}", args.out.join("report.md").display());
+        learning::run(&plan, &args.out, &opts, stop).await?;
+    }
+    let report = args.out.join("report.md");
+    print!("{}", std::fs::read_to_string(&report)?);
+    println!("\nreport: {}", report.display());
     Ok(())
 }

@@ -128,6 +128,24 @@ impl ApiArgs {
     }
 }
 
+/// What reaches the policy named `name` (for reports): a checkpoint's observation
+/// setting ([`crate::policy::observation`]); for an API policy whether the page's elements
+/// are sent beside the screenshot; `n/a` for the scripted ones (random, oracle).
+pub fn observation(name: &str, api: &ApiArgs) -> anyhow::Result<String> {
+    use crate::policy::observation::{PIXELS, PIXELS_DOM};
+    Ok(match name {
+        spec if spec.starts_with(crate::policy::api::openai::PREFIX) => match api.no_elements {
+            true => format!("{PIXELS} (API policy: screenshot and instruction; --no-elements)"),
+            false => format!("{PIXELS_DOM} (API policy: the page's interactive elements are sent as text)"),
+        },
+        "random" | "oracle" => "n/a".to_string(),
+        path => {
+            let found = crate::train::checkpoint::resolve_policy_dir(std::path::Path::new(path))?;
+            crate::policy::observation::of_checkpoint(&found.dir)?.to_string()
+        }
+    })
+}
+
 /// Build the policy named `name` for `task_ids` (an oracle must exist for each).
 /// `temperature` 0 decodes a checkpoint greedily.
 pub fn make_policy(
@@ -171,5 +189,29 @@ pub fn make_policy(
                 crate::train::checkpoint::POLICY_FORMS
             )
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cmd {
+        #[command(flatten)]
+        api: ApiArgs,
+    }
+
+    #[test]
+    fn the_report_says_what_each_kind_of_policy_sees() {
+        let api = |args: &[&str]| Cmd::parse_from(std::iter::once("guirl").chain(args.iter().copied())).api;
+        let spec = "openai:m@http://127.0.0.1:1/v1";
+        assert!(observation(spec, &api(&[])).unwrap().starts_with("pixels+dom (API policy"));
+        assert!(observation(spec, &api(&["--no-elements"])).unwrap().starts_with("pixels (API policy"));
+        assert_eq!(observation("oracle", &api(&[])).unwrap(), "n/a");
+        assert_eq!(observation("random", &api(&[])).unwrap(), "n/a");
+        let e = observation("no/such/checkpoint", &api(&[])).unwrap_err().to_string();
+        assert!(e.contains("does not exist"), "{e}");
     }
 }

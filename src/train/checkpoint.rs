@@ -4,6 +4,7 @@
 //! ```text
 //! runs/<name>/checkpoints/iter-000010/{model.safetensors, config.json, optimizer.safetensors, trainer.json}
 //!                                      (+ critic.safetensors, critic.json, critic_optimizer.safetensors: PPO)
+//! runs/<name>/checkpoints/iter-000000/ after [sft]: + sft_optimizer.safetensors (cloning's AdamW)
 //! runs/<name>/checkpoints/latest   a relative symlink to the newest checkpoint folder
 //! runs/<name>/checkpoints/best     a relative symlink to the one with the best held-out success
 //! ```

@@ -196,6 +196,19 @@ pub struct SftConfig {
     /// Samples per optimizer step (default 16).
     #[serde(default = "default_sft_minibatch")]
     pub minibatch: usize,
+    /// Continue cloning rather than start it (default 0: start). `[model] init` is then a
+    /// clone's checkpoint (its `iter-000000`) made with this `[sft]` on these same
+    /// demonstrations (`dir`: the clone run's `demos/`) and the same `run.seed`, for
+    /// `start_epoch` epochs: this run trains epochs `start_epoch + 1 ..= start_epoch +
+    /// epochs` with the shuffles a longer run would have drawn, and its AdamW moments
+    /// from the clone's `sft_optimizer.safetensors`, so N more epochs here are the clone
+    /// trained N more epochs.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub start_epoch: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 fn default_sft_epochs() -> usize {
@@ -417,6 +430,12 @@ impl TrainConfig {
             check(s.epochs >= 1, "sft.epochs must be at least 1".into());
             check(s.lr > 0.0 && s.lr <= 1.0, format!("sft.lr must be in (0, 1], got {}", s.lr));
             check(s.minibatch >= 1, "sft.minibatch must be at least 1".into());
+            check(
+                s.start_epoch == 0 || self.model.init.is_some(),
+                "sft.start_epoch continues the cloning of the policy in [model] init: set model.init to that \
+                 clone's checkpoint (RUN/checkpoints/iter-000000), or remove sft.start_epoch"
+                    .into(),
+            );
         }
         if errs.is_empty() {
             Ok(())

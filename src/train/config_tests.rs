@@ -444,3 +444,29 @@ fn k1_as_a_loss_term_and_a_kl_term_under_dapo_are_warned_about() {
     // The alternative the DAPO warning offers is a valid config.
     algo("kind = \"grpo\"\nbeta = 0.01\nclip_high = 0.28\ndynamic_sampling = true\noverlong_penalty = true");
 }
+
+#[test]
+fn continuing_cloning_needs_the_clone_to_continue() {
+    let text = EXAMPLE_CONFIG
+        .replace("# [sft]\n# dir = \"data/demos\"", "[sft]\ndir = \"data/demos\"\nstart_epoch = 3");
+    let mut c = TrainConfig::parse(&text).unwrap();
+    c.resolve();
+    let e = c.validate().unwrap_err().to_string();
+    assert!(e.contains("sft.start_epoch") && e.contains("model.init") && e.contains("iter-000000"), "{e}");
+    c.model.init = Some("runs/clone/checkpoints/iter-000000".into());
+    c.validate().unwrap();
+}
+
+#[test]
+fn the_model_says_what_reaches_the_policy() {
+    let mut m = parse_ok(EXAMPLE_CONFIG).model;
+    assert_eq!(m.observation().unwrap().to_string(), "pixels; task-shaped features: none");
+    (m.word_buckets, m.screen_text, m.control_state) = (Some(64), Some(true), Some(true));
+    assert_eq!(
+        m.observation().unwrap().to_string(),
+        "pixels+dom; task-shaped features: control_state (made for builtin/toggle-switches)"
+    );
+    // A pretrained backbone reads the screenshot and the instruction only.
+    let b: ModelConfig = toml::from_str("backbone = \"qwen3_vl\"\npath = \"x\"").unwrap();
+    assert_eq!(b.observation().unwrap(), crate::policy::observation::Observation::pixels());
+}

@@ -1,10 +1,12 @@
-//! Evaluation on held-out seeds, and the best checkpoint.
+//! Evaluation on held-out seeds (validation: `[eval]`, and the test split), and the best
+//! checkpoint (chosen on validation only).
 //!
 //! Every evaluation is a candidate for `best`, the starting policy's (iteration 0: the
 //! random init, `[model] init`, or the behaviour-cloned policy) included: a run whose RL
 //! lowered held-out success keeps pointing at the better starting checkpoint.
 
 use super::config::TasksConfig;
+use super::seeds::TEST_SEEDS;
 use crate::env::EpisodeStatus;
 use crate::policy::{Sampling, TrainablePolicy};
 use crate::rollout::{Collector, Job};
@@ -48,12 +50,44 @@ pub fn eval_jobs(tasks: &[Arc<dyn Task>], cfg: &TasksConfig, episodes: usize) ->
         .collect()
 }
 
+/// The test jobs: seeds [`TEST_SEEDS`]`..+per_task` of every task, task by task: the
+/// seeds `guirl bench --episodes-per-task N` runs by default, the same for every policy.
+pub fn test_jobs(tasks: &[Arc<dyn Task>], per_task: usize) -> Vec<Job> {
+    tasks
+        .iter()
+        .flat_map(|t| {
+            (0..per_task as u64).map(|i| Job { task: t.clone(), seed: TEST_SEEDS + i, group: None })
+        })
+        .collect()
+}
+
+/// Greedy results as counts (a split's figures pool them over runs).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EvalCounts {
+    /// Successful episodes.
+    pub successes: usize,
+    /// Episodes run.
+    pub episodes: usize,
+    /// Mean reward.
+    pub reward: f64,
+}
+
 /// Greedy success rate and mean reward of `policy` on `jobs`.
 pub async fn evaluate(
     collector: &mut Collector,
     policy: &mut dyn TrainablePolicy,
     jobs: Vec<Job>,
 ) -> anyhow::Result<EvalResult> {
+    let c = evaluate_counts(collector, policy, jobs).await?;
+    Ok(EvalResult { success: c.successes as f64 / c.episodes.max(1) as f64, reward: c.reward })
+}
+
+/// [`evaluate`], as counts.
+pub async fn evaluate_counts(
+    collector: &mut Collector,
+    policy: &mut dyn TrainablePolicy,
+    jobs: Vec<Job>,
+) -> anyhow::Result<EvalCounts> {
     let sampling = policy.sampling();
     policy.set_sampling(Sampling { greedy: true, ..sampling });
     let keep = collector.keep_frames;
@@ -62,9 +96,7 @@ pub async fn evaluate(
     collector.keep_frames = keep;
     policy.set_sampling(sampling);
     let (recs, _) = res?;
-    let n = recs.len().max(1) as f64;
-    let success =
-        recs.iter().filter(|r| r.trajectory.outcome.status == EpisodeStatus::Success).count() as f64 / n;
-    let reward = recs.iter().map(|r| r.trajectory.outcome.reward).sum::<f64>() / n;
-    Ok(EvalResult { success, reward })
+    let successes = recs.iter().filter(|r| r.trajectory.outcome.status == EpisodeStatus::Success).count();
+    let reward = recs.iter().map(|r| r.trajectory.outcome.reward).sum::<f64>() / recs.len().max(1) as f64;
+    Ok(EvalCounts { successes, episodes: recs.len(), reward })
 }

@@ -189,6 +189,16 @@ impl ModelConfig {
         Ok(v)
     }
 
+    /// What reaches the policy (see [`crate::policy::observation`]): a pretrained backbone
+    /// reads the screenshot and the instruction only (`pixels`); the small policy says
+    /// itself ([`VlmConfig::observation`]).
+    pub fn observation(&self) -> anyhow::Result<crate::policy::observation::Observation> {
+        match self.backbone {
+            Some(_) => Ok(crate::policy::observation::Observation::pixels()),
+            None => Ok(self.vlm_config()?.observation()),
+        }
+    }
+
     /// A fresh policy of that architecture (initialised from `seed`), holding `init`'s
     /// weights when it is set.
     pub fn build_policy(&self, device: &Device, seed: u64) -> anyhow::Result<VlmPolicy> {

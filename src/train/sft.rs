@@ -4,7 +4,12 @@
 //! It runs with its own AdamW. Reinforcement learning then starts with a fresh optimizer
 //! (TRL's and veRL's convention): the moments of the cloning stage describe another loss
 //! and another learning rate, and carrying them over would make RL's first steps follow
-//! the cloning gradients.
+//! the cloning gradients. The cloning AdamW is kept with the clone's checkpoint all the
+//! same, so that cloning can be continued (`[sft] start_epoch`).
+//!
+//! What `run.seed` (the `seed` here) drives: the per-epoch shuffles and the keys of each
+//! pass's randomness (LoRA dropout); in the trainer also which training seeds the oracle
+//! demonstrations are recorded on, and the initial weights unless `[model] init` is set.
 //!
 //! A demonstration step the policy cannot write (an action kind outside `[model] kinds`,
 //! text longer than the policy writes, no frame) is skipped and counted, not an error.
@@ -40,6 +45,8 @@ pub struct SftReport {
     pub final_nll: f64,
     /// False when `stop` was raised before the last epoch.
     pub finished: bool,
+    /// Mean wall-clock seconds of an epoch.
+    pub secs_per_epoch: f64,
 }
 
 /// How to clone: `[sft]`, the optimizer settings (its learning rate is `sft.lr`), the
@@ -110,16 +117,23 @@ fn demo_samples(
     Ok(samples)
 }
 
-/// Clone the demonstrations of `set` into `policy` (in [`demo_order`]); one JSON line per
-/// epoch goes to `log`.
+/// The AdamW cloning steps with: `how.opt` at `sft.lr`, over `policy`'s trainable variables.
+pub fn sft_optimizer(policy: &dyn TrainablePolicy, how: &SftSettings) -> anyhow::Result<AdamW> {
+    Ok(AdamW::new(policy.trainable_vars(), AdamWConfig { lr: how.sft.lr, ..how.opt })?)
+}
+
+/// Clone the demonstrations of `set` into `policy` (in [`demo_order`]) with `opt` (from
+/// [`sft_optimizer`], or a clone's saved one to continue it), for epochs `sft.start_epoch
+/// ..` `+ sft.epochs`; one JSON line per epoch goes to `log`.
 pub fn clone_demonstrations(
     policy: &mut dyn TrainablePolicy,
     set: &TrajectorySet,
     how: SftSettings,
+    opt: &mut AdamW,
     log: &Path,
     stop: &AtomicBool,
 ) -> anyhow::Result<SftReport> {
-    let SftSettings { sft, opt: opt_cfg, max_grad_norm, seed } = how;
+    let SftSettings { sft, max_grad_norm, seed, .. } = how;
     let mut report = SftReport::default();
     let samples = demo_samples(policy, set, &mut report)?;
     if report.skipped > 0 {
@@ -142,13 +156,16 @@ pub fn clone_demonstrations(
     let mut log = std::fs::File::create(log)?;
     let sampling = policy.sampling();
     policy.set_sampling(Sampling { temperature: 1.0, ..sampling });
-    let mut opt = AdamW::new(policy.trainable_vars(), AdamWConfig { lr: sft.lr, ..opt_cfg })?;
     report.finished = true;
-    for epoch in 0..sft.epochs {
+    let (started, mut ran) = (std::time::Instant::now(), 0);
+    // Epochs are numbered from the clone's start, so a continued run draws what one
+    // longer run would have.
+    for epoch in sft.start_epoch..sft.start_epoch + sft.epochs {
         if stop.load(Ordering::SeqCst) {
             report.finished = false;
             break;
         }
+        let t0 = std::time::Instant::now();
         let mut order: Vec<usize> = (0..samples.len()).collect();
         order.shuffle(&mut rng_for(seed, epoch as u64, 7));
         let (mut total, mut count) = (0.0, 0);
@@ -169,12 +186,15 @@ pub fn clone_demonstrations(
             count += 1;
         }
         report.final_nll = total / count.max(1) as f64;
+        let secs = t0.elapsed().as_secs_f64();
         writeln!(
             log,
             "{}",
-            serde_json::json!({"epoch": epoch + 1, "nll": report.final_nll, "samples": samples.len(), "skipped": report.skipped})
+            serde_json::json!({"epoch": epoch + 1, "nll": report.final_nll, "samples": samples.len(), "skipped": report.skipped, "secs": secs})
         )?;
+        ran += 1;
     }
+    report.secs_per_epoch = started.elapsed().as_secs_f64() / f64::from(ran.max(1));
     policy.set_sampling(sampling);
     Ok(report)
 }
@@ -214,7 +234,8 @@ mod tests {
         vlm.actions.kinds = vec!["click".into()];
         let mut p = VlmPolicy::new(vlm, &Device::Cpu, 0).unwrap();
         let how = SftSettings { sft: &cfg, opt: AdamWConfig::default(), max_grad_norm: 1.0, seed: 0 };
-        let r = clone_demonstrations(&mut p, &set, how, &log, &stop).unwrap();
+        let mut opt = sft_optimizer(&p, &how).unwrap();
+        let r = clone_demonstrations(&mut p, &set, how, &mut opt, &log, &stop).unwrap();
         assert_eq!((r.samples, r.skipped, r.finished), (1, 1, true), "{r:?}");
         assert!(r.first_skip.as_deref().unwrap().contains("type(\"hi\")"), "{r:?}");
         assert_eq!(std::fs::read_to_string(&log).unwrap().lines().count(), 2);
@@ -222,7 +243,8 @@ mod tests {
         let mut vlm = VlmConfig::tiny();
         vlm.actions.kinds = vec!["scroll".into()];
         let mut p = VlmPolicy::new(vlm, &Device::Cpu, 0).unwrap();
-        let e = clone_demonstrations(&mut p, &set, how, &log, &stop).unwrap_err().to_string();
+        let mut opt = sft_optimizer(&p, &how).unwrap();
+        let e = clone_demonstrations(&mut p, &set, how, &mut opt, &log, &stop).unwrap_err().to_string();
         assert!(e.contains("no steps the policy can learn from") && e.contains("2 skipped"), "{e}");
     }
 
@@ -279,7 +301,9 @@ mod tests {
         let how = SftSettings { sft: &cfg, opt: AdamWConfig::default(), max_grad_norm: 1.0, seed: 3 };
         let clone = |set: &TrajectorySet| {
             let mut p = VlmPolicy::new(VlmConfig::tiny(), &Device::Cpu, 0).unwrap();
-            let r = clone_demonstrations(&mut p, set, how, &dir.path().join("sft.jsonl"), &stop).unwrap();
+            let mut opt = sft_optimizer(&p, &how).unwrap();
+            let log = dir.path().join("sft.jsonl");
+            let r = clone_demonstrations(&mut p, set, how, &mut opt, &log, &stop).unwrap();
             let w: Vec<f32> = p
                 .named_vars()
                 .iter()
@@ -290,5 +314,60 @@ mod tests {
         let (a, b) = (clone(&x), clone(&y));
         assert_eq!(a.0.to_bits(), b.0.to_bits(), "final NLL {} vs {}", a.0, b.0);
         assert!(a.1 == b.1, "the two orders cloned to different weights");
+    }
+
+    /// The weights of `p`, flattened in variable order.
+    fn weights(p: &VlmPolicy) -> Vec<f32> {
+        p.named_vars().iter().flat_map(|(_, v)| v.flatten_all().unwrap().to_vec1::<f32>().unwrap()).collect()
+    }
+
+    #[test]
+    fn two_more_epochs_from_a_saved_clone_are_epochs_three_and_four_of_one_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let set = clicks(
+            &dir.path().join("d"),
+            &[("builtin/a", 1, 35, 45), ("builtin/a", 2, 100, 60), ("builtin/a", 3, 80, 150)],
+        );
+        let stop = AtomicBool::new(false);
+        let log = dir.path().join("sft.jsonl");
+        let settings = |sft| SftSettings { sft, opt: AdamWConfig::default(), max_grad_norm: 1.0, seed: 5 };
+        let cfg = |epochs: usize, start_epoch: usize| SftConfig {
+            epochs,
+            start_epoch,
+            ..toml::from_str("dir = \"d\"\nlr = 1e-3\nminibatch = 2").unwrap()
+        };
+        // One run of four epochs.
+        let four = cfg(4, 0);
+        let mut long = VlmPolicy::new(VlmConfig::tiny(), &Device::Cpu, 0).unwrap();
+        let mut opt = sft_optimizer(&long, &settings(&four)).unwrap();
+        clone_demonstrations(&mut long, &set, settings(&four), &mut opt, &log, &stop).unwrap();
+        // Two epochs, the clone saved (weights and its AdamW), then two more from it.
+        let two = cfg(2, 0);
+        let clone = VlmPolicy::new(VlmConfig::tiny(), &Device::Cpu, 0).unwrap();
+        let mut p = clone;
+        let mut opt = sft_optimizer(&p, &settings(&two)).unwrap();
+        clone_demonstrations(&mut p, &set, settings(&two), &mut opt, &log, &stop).unwrap();
+        p.save(&dir.path().join("clone")).unwrap();
+        opt.save(&dir.path().join("clone/sft_optimizer.safetensors")).unwrap();
+        let more = cfg(2, 2);
+        // Another seed's initial weights: the clone's are loaded over them.
+        let mut q = VlmPolicy::new(VlmConfig::tiny(), &Device::Cpu, 9).unwrap();
+        q.load(&dir.path().join("clone")).unwrap();
+        let mut opt = sft_optimizer(&q, &settings(&more)).unwrap();
+        opt.load(&dir.path().join("clone/sft_optimizer.safetensors")).unwrap();
+        clone_demonstrations(&mut q, &set, settings(&more), &mut opt, &log, &stop).unwrap();
+        assert!(weights(&q) == weights(&long), "2 + 2 epochs differ from 4");
+        let epochs: Vec<u64> = std::fs::read_to_string(&log)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["epoch"].as_u64().unwrap())
+            .collect();
+        assert_eq!(epochs, [3, 4], "the log counts the clone's epochs too");
+        // Without the clone's optimizer (fresh moments) the continuation is another run.
+        let mut r = VlmPolicy::new(VlmConfig::tiny(), &Device::Cpu, 0).unwrap();
+        r.load(&dir.path().join("clone")).unwrap();
+        let mut fresh = sft_optimizer(&r, &settings(&more)).unwrap();
+        clone_demonstrations(&mut r, &set, settings(&more), &mut fresh, &log, &stop).unwrap();
+        assert!(weights(&r) != weights(&long));
     }
 }

@@ -21,7 +21,7 @@
 use super::checkpoint::{self, TrainerState};
 use super::config::{KlMode, TrainConfig};
 use super::dynamic_sampling::collect_groups;
-use super::eval::{eval_jobs, evaluate, EvalResult};
+use super::eval::{eval_jobs, evaluate, evaluate_counts, test_jobs, EvalCounts, EvalResult};
 use super::metrics::{read_metrics, IterationMetrics, MetricsWriter};
 use super::optim::AdamW;
 use super::seeds::rng_for;
@@ -40,6 +40,9 @@ use std::time::Instant;
 
 /// The KL reference's folder inside a run folder.
 pub const REFERENCE_DIR: &str = "reference";
+/// Behaviour cloning's AdamW state, kept in the clone's checkpoint (`iter-000000`) so that
+/// `[sft] start_epoch` can continue the cloning.
+pub const SFT_OPTIMIZER_FILE: &str = "sft_optimizer.safetensors";
 
 /// The steps of `recs` to train on: every step of every rollout that has an advantage,
 /// with the token ids it sampled. A step whose record lacks them is an error (the
@@ -96,6 +99,8 @@ pub struct Trainer {
     /// False while an update is under way: the weights then belong to no iteration, and
     /// a failing run must not checkpoint them.
     consistent: bool,
+    /// Behaviour cloning's optimizer, until the clone's checkpoint holds it.
+    sft_opt: Option<AdamW>,
 }
 
 impl Trainer {
@@ -114,6 +119,13 @@ impl Trainer {
             tracing::warn!("{w}");
         }
         let mut policy = cfg.model.build(&device, cfg.run.seed)?;
+        if let Ok(o) = cfg.model.observation() {
+            tracing::info!(
+                "training {} on {}: observation: {o}",
+                run_dir.display(),
+                cfg.tasks.ids.join(", ")
+            );
+        }
         if let Some(dir) = &latest {
             policy.load(dir)?;
         }
@@ -160,6 +172,7 @@ impl Trainer {
             metrics,
             progress: false,
             consistent: true,
+            sft_opt: None,
         })
     }
 
@@ -192,6 +205,7 @@ impl Trainer {
             self.opt = AdamW::new(self.policy.trainable_vars(), self.cfg.algo.adamw_config())?;
             self.state.wall_secs = elapsed(wall0);
             self.save_checkpoint()?;
+            self.sft_opt = None;
         }
         self.ensure_reference()?;
         if self.state.iteration == 0 && self.cfg.eval.interval > 0 && !self.has_baseline() {
@@ -407,9 +421,19 @@ impl Trainer {
         }
     }
 
-    /// Save a checkpoint of the current iteration; returns its folder.
+    /// Save a checkpoint of the current iteration (the clone's with cloning's optimizer);
+    /// returns its folder.
     fn save_checkpoint(&self) -> anyhow::Result<PathBuf> {
+        let before =
+            checkpoint::checkpoints_dir(&self.run_dir).join(checkpoint::name(0)).join(SFT_OPTIMIZER_FILE);
         checkpoint::save_with(&self.run_dir, self.policy.as_ref(), &self.opt, &self.state, |dir| {
+            if let Some(o) = &self.sft_opt {
+                o.save(&dir.join(SFT_OPTIMIZER_FILE))?;
+            } else if self.state.iteration == 0 && before.is_file() {
+                // The clone's checkpoint saved again (its evaluation): keep what it held.
+                std::fs::copy(&before, dir.join(SFT_OPTIMIZER_FILE))
+                    .with_context(|| format!("cannot copy {}", before.display()))?;
+            }
             self.critic.as_ref().map_or(Ok(()), |c| c.save(dir))
         })
     }
@@ -469,6 +493,17 @@ impl Trainer {
         evaluate(&mut self.collector, self.policy.as_mut(), jobs).await
     }
 
+    /// The current policy, greedy, on the test split: `per_task` seeds from
+    /// [`super::seeds::TEST_SEEDS`] of every task (see [`test_jobs`]). Nothing in training
+    /// reads it (`best` is chosen on validation); call it after [`Trainer::run`]. The
+    /// browsers are closed afterwards.
+    pub async fn evaluate_test(&mut self, per_task: usize) -> anyhow::Result<EvalCounts> {
+        let jobs = test_jobs(&self.tasks, per_task);
+        let c = evaluate_counts(&mut self.collector, self.policy.as_mut(), jobs).await;
+        self.collector.close().await;
+        c
+    }
+
     /// Behaviour cloning on `[sft] dir` or on oracle demonstrations recorded first.
     /// Returns false when `stop` was raised (checked between epochs).
     async fn sft(&mut self, stop: &AtomicBool) -> anyhow::Result<bool> {
@@ -501,22 +536,41 @@ impl Trainer {
             (None, None) => bail!("[sft] needs sft.dir or sft.oracle_episodes"),
         };
         let set = TrajectorySet::read(&dir)?;
+        let how = super::sft::SftSettings {
+            sft: &sft,
+            opt: self.cfg.algo.adamw_config(),
+            max_grad_norm: self.cfg.algo.max_grad_norm,
+            seed: self.cfg.run.seed,
+        };
+        let mut opt = super::sft::sft_optimizer(self.policy.as_ref(), &how)?;
+        if sft.start_epoch > 0 {
+            self.continue_sft_optimizer(&mut opt)?;
+        }
         let policy = self.policy.as_mut();
-        let report = off_runtime(|| {
-            super::sft::clone_demonstrations(
-                policy,
-                &set,
-                super::sft::SftSettings {
-                    sft: &sft,
-                    opt: self.cfg.algo.adamw_config(),
-                    max_grad_norm: self.cfg.algo.max_grad_norm,
-                    seed: self.cfg.run.seed,
-                },
-                &self.run_dir.join("sft.jsonl"),
-                stop,
-            )
-        })?;
+        let log = self.run_dir.join("sft.jsonl");
+        let report =
+            off_runtime(|| super::sft::clone_demonstrations(policy, &set, how, &mut opt, &log, stop))?;
+        self.sft_opt = Some(opt);
         Ok(report.finished)
+    }
+
+    /// `[sft] start_epoch`: cloning's AdamW moments from the `[model] init` checkpoint. A
+    /// clone saved before they were kept continues with fresh ones, and says so.
+    fn continue_sft_optimizer(&self, opt: &mut AdamW) -> anyhow::Result<()> {
+        let init = self.cfg.model.init.as_deref().expect("validated: start_epoch needs model.init");
+        let dir = checkpoint::resolve_policy_dir(init).map_or_else(|_| init.to_path_buf(), |p| p.dir);
+        let file = dir.join(SFT_OPTIMIZER_FILE);
+        if file.is_file() {
+            return opt
+                .load(&file)
+                .with_context(|| format!("sft.start_epoch: continuing from {}", dir.display()));
+        }
+        tracing::warn!(
+            "sft.start_epoch: {} holds no {SFT_OPTIMIZER_FILE} (a clone saved before it was kept); \
+             cloning continues with fresh AdamW moments",
+            dir.display()
+        );
+        Ok(())
     }
 
     /// Run the rollouts with `env`'s browsers (a WebDriver URL such as a Selenium Grid,

@@ -39,6 +39,7 @@ pub fn bench_options(
         out: out.to_path_buf(),
         resume: false,
         progress: false,
+        observation: "n/a".into(),
     }
 }
 

@@ -46,6 +46,10 @@ pub struct BenchOptions {
     pub resume: bool,
     /// Progress bars on stderr.
     pub progress: bool,
+    /// What reaches the policy, for the report: `pixels` or `pixels+dom` with the
+    /// task-shaped features of a checkpoint, whether an API policy is sent the elements,
+    /// `n/a` for a scripted one.
+    pub observation: String,
 }
 
 /// `bench.json`: what a bench folder was asked to run.
@@ -294,6 +298,7 @@ fn write_reports(
         os: os_description(),
         policy: manifest.policy.clone(),
         policy_info,
+        observation: opts.observation.clone(),
         seed: manifest.seed,
         episodes_per_task: manifest.episodes_per_task,
         env: manifest.env.clone(),

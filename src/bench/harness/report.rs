@@ -135,6 +135,10 @@ pub struct Reproducibility {
     pub policy: String,
     /// What the policy reports about itself (model id, prompt hash, sampling, ...).
     pub policy_info: serde_json::Value,
+    /// What reaches the policy (`pixels`, `pixels+dom` and the task-shaped features; `n/a`
+    /// for a scripted policy); empty in reports written before it was recorded.
+    #[serde(default)]
+    pub observation: String,
     /// First seed; episode i of every task uses seed + i.
     pub seed: u64,
     /// Episodes per task.
@@ -240,7 +244,7 @@ impl Report {
         let r = &self.reproducibility;
         s.push_str("\n\n## Reproducibility\n\n");
         s.push_str(&format!(
-            "- guirl {} (commit {})\n- browser: {}\n- chromedriver: {}\n- OS: {}\n- policy: `{}` {}\n- seeds: {}..{} per task ({})\n- env: {}\n- started {}, written {}\n",
+            "- guirl {} (commit {})\n- browser: {}\n- chromedriver: {}\n- OS: {}\n- policy: `{}` {}\n- observation: {}\n- seeds: {}..{} per task ({})\n- env: {}\n- started {}, written {}\n",
             r.guirl_version,
             if r.git_hash.is_empty() { "unknown" } else { &r.git_hash },
             r.browser,
@@ -248,6 +252,7 @@ impl Report {
             r.os,
             r.policy,
             r.policy_info,
+            if r.observation.is_empty() { "not recorded" } else { &r.observation },
             r.seed,
             r.seed + r.episodes_per_task.saturating_sub(1),
             split_name(r.seed, r.episodes_per_task),

@@ -1,4 +1,5 @@
-//! A cell's config: the algorithm's own defaults, the task file's explicit keys kept.
+//! A cell's config (the algorithm's own defaults, the task file's explicit keys kept), the
+//! cells' names, the more-cloning baseline's epochs and config, and the plan's errors.
 
 use super::*;
 use crate::train::advantage::AdvStd;
@@ -81,4 +82,98 @@ fn a_misspelt_override_key_fails_when_the_plan_is_read() {
     let e = with("[tasks.overrides.grpo]\nwarmup = \"3\"\n").check_algo_keys().unwrap_err().to_string();
     assert!(e.contains("[tasks.overrides.grpo]") && e.contains("warmup"), "{e}");
     with("[tasks.algo]\nlr = 5e-5\nwarmup = 3\n").check_algo_keys().unwrap();
+}
+
+#[test]
+fn cells_are_named_after_their_clone_when_the_plan_lists_clone_seeds() {
+    let plan: Plan =
+        toml::from_str(&PLAN.replace("seeds = [0]", "seeds = [0]\nclone_seeds = [3, 4]")).unwrap();
+    assert_eq!(
+        plan.all_cells(),
+        ["t/clone-c3", "t/grpo-c3-s0", "t/more-sft-c3", "t/clone-c4", "t/grpo-c4-s0", "t/more-sft-c4"]
+    );
+    let clones = plan.clones(7);
+    assert_eq!(
+        clones.iter().map(|c| c.seed).collect::<Vec<_>>(),
+        [3, 4],
+        "the config's run.seed is not used"
+    );
+    // Without the key: the old names, and the config's own seed.
+    let plan: Plan = toml::from_str(&PLAN.replace("seeds = [0]", "seeds = [0]\nmore_sft = false")).unwrap();
+    assert_eq!(plan.all_cells(), ["t/clone", "t/grpo-s0"]);
+    assert_eq!(plan.clones(7), [CloneId { seed: 7, tag: None }]);
+}
+
+#[test]
+fn the_baselines_epochs_are_the_rl_cells_median_time_over_the_clones_epoch_time() {
+    use super::more_sft::{extra_epochs, median};
+    assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+    assert_eq!(median(&[4.0, 1.0, 2.0, 10.0]), Some(3.0));
+    assert_eq!(median(&[]), None);
+    // median(100, 130, 400) = 130 s over 12 s an epoch = 10.8 → 11.
+    let d = extra_epochs(&[400.0, 100.0, 130.0], Some(12.0), Some(5), 20).unwrap();
+    assert_eq!(d.extra_epochs, 11);
+    assert!(
+        d.basis.contains("3 RL cells") && d.basis.contains("130.0 s") && d.basis.contains("= 11"),
+        "{}",
+        d.basis
+    );
+    // Clamped to the plan's most, and to at least one.
+    assert_eq!(extra_epochs(&[1000.0], Some(2.0), None, 20).unwrap().extra_epochs, 20);
+    assert_eq!(extra_epochs(&[0.0], Some(2.0), None, 20).unwrap().extra_epochs, 1);
+    // No RL cell yet: the plan's fixed count, else nothing (the baseline waits).
+    let d = extra_epochs(&[], Some(2.0), Some(5), 20).unwrap();
+    assert_eq!(d.extra_epochs, 5);
+    assert!(d.basis.contains("more_sft_epochs = 5") && d.basis.contains("no RL cell"), "{}", d.basis);
+    assert_eq!(extra_epochs(&[], Some(2.0), None, 20), None);
+    // A clone without its epoch time (made by an older guirl) cannot be timed against.
+    assert_eq!(extra_epochs(&[100.0], None, None, 20), None);
+    assert!(extra_epochs(&[100.0], None, Some(3), 20).unwrap().basis.contains("no seconds per epoch"));
+}
+
+#[test]
+fn the_baseline_continues_its_clone_on_the_clones_demonstrations() {
+    let mut base =
+        TrainConfig::parse(&TASK.replace("oracle_episodes = 4", "oracle_episodes = 4\nepochs = 6")).unwrap();
+    base.resolve();
+    let c = CloneId { seed: 2, tag: Some(2) };
+    let init = Path::new("out/t/clone-c2/checkpoints/iter-000000");
+    let cfg = super::more_sft::config(&base, c, Path::new("out/t/clone-c2"), init, 9).unwrap();
+    let sft = cfg.sft.as_ref().unwrap();
+    assert_eq!(sft.dir.as_deref(), Some(Path::new("out/t/clone-c2/demos")), "the very demonstrations");
+    assert_eq!((sft.oracle_episodes, sft.epochs, sft.start_epoch), (None, 9, 6));
+    assert_eq!(
+        (sft.lr, sft.minibatch),
+        (base.sft.as_ref().unwrap().lr, base.sft.as_ref().unwrap().minibatch)
+    );
+    assert_eq!((cfg.run.seed, cfg.run.iterations, cfg.model.init.as_deref()), (2, 0, Some(init)));
+}
+
+#[test]
+fn plan_errors_say_what_to_do() {
+    let check = |extra: &str| -> String {
+        let text = PLAN.replace("seeds = [0]", &format!("seeds = [0]\n{extra}"));
+        toml::from_str::<Plan>(&text).unwrap().check().unwrap_err().to_string()
+    };
+    let e = check("clone_seeds = []");
+    assert!(
+        e.contains("clone_seeds is empty")
+            && e.contains("clone_seeds = [0, 1, 2]")
+            && e.contains("leave the key out"),
+        "{e}"
+    );
+    let e = check("clone_seeds = [1, 1]");
+    assert!(e.contains("lists 1 twice"), "{e}");
+    let e = check("test_episodes = 0");
+    assert!(e.contains("test_episodes must be at least 1") && e.contains("100"), "{e}");
+    let e = check("more_sft_max_epochs = 0");
+    assert!(e.contains("more_sft = false"), "{e}");
+    let with_algo = PLAN.replace("algos = [\"grpo\"]", "algos = [\"grpo\", \"more-sft\"]");
+    let e = toml::from_str::<Plan>(&with_algo).unwrap().check().unwrap_err().to_string();
+    assert!(
+        e.contains("\"more-sft\" is not an algorithm")
+            && e.contains("remove it from algos")
+            && e.contains("more_sft = false"),
+        "{e}"
+    );
 }

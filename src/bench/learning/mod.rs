@@ -1,194 +1,143 @@
 //! The learning benchmark (`guirl bench-learn PLAN`): every algorithm on the same
-//! env-step budget, over several training seeds, on tasks that start from a behaviour-
-//! cloned policy, so the question "which algorithm lifts a clone, and by how much" has
-//! one answer with its spread.
+//! env-step budget, from several behaviour-cloned policies and over several training
+//! seeds, beside the baseline of spending that time on more cloning, so the question
+//! "which algorithm lifts a clone, and by how much more than cloning longer" has one
+//! answer with its spread.
 //!
 //! ```text
-//! per task:   clone    = the task config's [sft] alone (run.iterations = 0), evaluated once
-//!             per algo × seed: [model] init = the clone, algo.kind = algo (+ overrides),
-//!                              run.seed = seed, run.max_env_steps = budget
-//! each cell   → OUT/TASK/CELL/ (a normal run folder) + cell.json (its curve and figures)
-//! report      → OUT/report.md (table), OUT/results.json, OUT/learning-TASK.png
+//! per task, per clone seed K (plan clone_seeds; absent: the config's run.seed):
+//!   clone-cK        = the task config's [sft] alone (run.iterations = 0), run.seed = K
+//!   ALGO-cK-sS      = [model] init = clone-cK, algo.kind = ALGO (+ overrides),
+//!                     run.seed = S, run.max_env_steps = budget
+//!   more-sft-cK     = clone-cK trained N more epochs of its [sft] on its demonstrations
+//!                     (more_sft.rs: N from the RL cells' wall-clock)
+//! each cell         → OUT/TASK/CELL/ (a normal run folder) + cell.json (curve and figures)
+//! report            → OUT/report.md (table), OUT/results.json, OUT/learning-TASK.png
 //! ```
+//!
+//! Validation success is the trainer's own evaluation (`[eval]` of the task config:
+//! greedy, seeds from 1 000 000), which also picks each run's `best` checkpoint. Every cell
+//! then ends with the test split: its *final* policy (not `best`), greedy, on
+//! `test_episodes` seeds per task from [`TEST_SEEDS`], the same seeds for every cell.
 //!
 //! The benchmark resumes: a cell with `cell.json` is done and skipped, a cell killed
 //! after a checkpoint continues from it (`--resume` semantics), and one killed before
-//! its first checkpoint starts again (it had nothing to keep). Held-out success is the
-//! trainer's own evaluation (`[eval]` of the task config: greedy, held-out seeds).
+//! its first checkpoint starts again (it had nothing to keep).
 
+pub mod more_sft;
+pub mod plan;
 pub mod report;
 
-use crate::train::config::{AlgoKind, TrainConfig};
+pub use plan::{CloneId, Plan, PlanTask, CLONE, MORE_SFT};
+
+use crate::train::config::TrainConfig;
 use crate::train::metrics::read_metrics;
 use crate::train::run_folder::METRICS_FILE;
+use crate::train::seeds::TEST_SEEDS;
 use crate::train::trainer::Trainer;
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// A cell's summary inside its folder; its presence marks the cell done.
 pub const CELL_FILE: &str = "cell.json";
+/// The baseline's extra epochs, fixed when it starts (a resumed one keeps them).
+const MORE_SFT_FILE: &str = "more-sft.json";
 
-/// A benchmark plan (TOML).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Plan {
-    /// Env-step budget of every RL run (`run.max_env_steps`).
-    pub env_steps: u64,
-    /// Training seeds (`run.seed`) of every algorithm.
-    pub seeds: Vec<u64>,
-    /// The algorithms (`algo.kind` values).
-    pub algos: Vec<String>,
-    /// Held-out success the "env steps to" column measures (default 0.8).
-    #[serde(default = "default_target")]
-    pub target: f64,
-    /// `[algo]` keys per algorithm, for every task (`[overrides.ppo] critic_warmup = 2`).
-    #[serde(default)]
-    pub overrides: BTreeMap<String, toml::Table>,
-    /// The tasks.
-    pub tasks: Vec<PlanTask>,
-}
-
-fn default_target() -> f64 {
-    0.8
-}
-
-/// One task of a plan.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PlanTask {
-    /// Its name in the report and its folder.
-    pub name: String,
-    /// A training config (relative to the plan) whose `[sft]` makes the clone; its
-    /// `[algo]`, `[rollout]` and `[eval]` are every algorithm's starting point.
-    pub config: PathBuf,
-    /// `[algo]` keys for every algorithm on this task (over the plan's per-algorithm
-    /// overrides), such as a learning rate the task's clone needs whatever the estimator.
-    #[serde(default)]
-    pub algo: toml::Table,
-    /// `[algo]` keys per algorithm for this task (over the plan's and `algo`).
-    #[serde(default)]
-    pub overrides: BTreeMap<String, toml::Table>,
-}
-
-impl Plan {
-    /// Read and check a plan; config paths become relative to the working directory.
-    pub fn load(path: &Path) -> Result<Plan> {
-        let text =
-            std::fs::read_to_string(path).with_context(|| format!("cannot read plan {}", path.display()))?;
-        let mut plan: Plan = toml::from_str(&text).with_context(|| format!("plan {}", path.display()))?;
-        let base = path.parent().unwrap_or(Path::new("."));
-        for t in &mut plan.tasks {
-            t.config = base.join(&t.config);
-        }
-        plan.check()?;
-        Ok(plan)
-    }
-
-    fn check(&self) -> Result<()> {
-        ensure!(self.env_steps >= 1, "plan: env_steps must be at least 1");
-        ensure!(!self.seeds.is_empty(), "plan: seeds must list at least one training seed");
-        ensure!(!self.tasks.is_empty(), "plan: add at least one [[tasks]] entry");
-        ensure!((0.0..=1.0).contains(&self.target), "plan: target must be in [0, 1], got {}", self.target);
-        ensure!(!self.algos.is_empty(), "plan: algos must list at least one algorithm");
-        let names: Vec<&str> = self.algos.iter().map(String::as_str).collect();
-        for a in &self.algos {
-            parse_kind(a)?;
-        }
-        let over = self.overrides.keys().chain(self.tasks.iter().flat_map(|t| t.overrides.keys()));
-        for a in over {
-            ensure!(
-                names.contains(&a.as_str()),
-                "plan: overrides.{a} names an algorithm not in algos {names:?}"
-            );
-        }
-        self.check_algo_keys()?;
-        let mut seen = std::collections::BTreeSet::new();
-        for t in &self.tasks {
-            ensure!(
-                !t.name.is_empty() && !t.name.contains(['/', '\\']) && t.name != "." && t.name != "..",
-                "plan: task name {:?} must be a folder name",
-                t.name
-            );
-            ensure!(seen.insert(&t.name), "plan: task name {:?} is given twice", t.name);
-            let cfg = TrainConfig::load(&t.config).with_context(|| format!("plan task {:?}", t.name))?;
-            ensure!(
-                cfg.sft.is_some(),
-                "plan task {:?}: {} has no [sft]; the benchmark measures algorithms from a behaviour-cloned policy",
-                t.name,
-                t.config.display()
-            );
-            ensure!(
-                cfg.eval.interval > 0,
-                "plan task {:?}: {} has eval.interval = 0; the success curves come from the trainer's evaluations",
-                t.name,
-                t.config.display()
-            );
-        }
-        Ok(())
-    }
-
-    /// Every override table must be `[algo]` keys, so a misspelt key fails when the plan is
-    /// read, not when its first cell starts.
-    fn check_algo_keys(&self) -> Result<()> {
-        let plan = self.overrides.iter().map(|(a, o)| (format!("[overrides.{a}]"), o));
-        let tasks = self.tasks.iter().flat_map(|t| {
-            let per_algo =
-                t.overrides.iter().map(|(a, o)| (format!("task {:?} [tasks.overrides.{a}]", t.name), o));
-            std::iter::once((format!("task {:?} [tasks.algo]", t.name), &t.algo)).chain(per_algo)
-        });
-        for (place, table) in plan.chain(tasks) {
-            // Through text, so the error quotes the offending line.
-            let text = toml::to_string(table)?;
-            toml::from_str::<crate::train::algo_config::AlgoConfig>(&text).map_err(|e| {
-                anyhow::anyhow!(
-                    "plan: {place}: the keys are those of a config's [algo]: {}",
-                    e.to_string().trim()
-                )
-            })?;
-        }
-        Ok(())
-    }
-}
-
-/// `algo.kind` from its TOML name, with the valid names in the error.
-fn parse_kind(name: &str) -> Result<AlgoKind> {
-    let v = toml::Value::String(name.to_string());
-    AlgoKind::deserialize(v).map_err(|e| anyhow::anyhow!("plan: algos: {e}"))
-}
-
-/// One finished cell: a clone, or an algorithm on a task with one training seed.
+/// One finished cell: a clone, an algorithm from a clone with one training seed, or the
+/// more-cloning baseline of a clone.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Cell {
     /// The plan's task name.
     pub task: String,
-    /// The algorithm, or `clone`.
+    /// The algorithm, [`CLONE`] or [`MORE_SFT`].
     pub algo: String,
-    /// The training seed.
+    /// The training seed (`run.seed`); the clone's seed for the clone and the baseline.
     pub seed: u64,
-    /// Held-out success against env steps, the clone's at 0 first.
+    /// The clone this cell belongs to, by its seed, when the plan lists `clone_seeds`
+    /// (`None`: the task's one clone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clone_seed: Option<u64>,
+    /// Validation success against RL env steps, the starting policy's at 0 first.
     pub curve: Vec<(u64, f64)>,
-    /// Held-out success at the end.
+    /// Validation success at the end.
     pub final_success: f64,
-    /// Env steps of RL (0 for the clone).
+    /// Env steps of RL (0 for the clone and the baseline: see `sft`).
     pub env_steps: u64,
     /// Wall-clock of the run, seconds (the clone's: demonstrations and cloning).
     pub wall_secs: f64,
+    /// The final policy on the test split (absent in cells of older benchmarks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub test: Option<TestResult>,
+    /// Behaviour cloning's figures (the clone and the baseline).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sft: Option<SftFigures>,
 }
 
-/// The name of a clone cell.
-pub const CLONE: &str = "clone";
+/// A cell's final policy, greedy, on the test split.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+pub struct TestResult {
+    /// Successful episodes.
+    pub successes: usize,
+    /// Episodes (`per_task` × tasks).
+    pub episodes: usize,
+    /// Every task ran seeds `first_seed..first_seed + per_task`.
+    pub first_seed: u64,
+    /// See `first_seed`.
+    pub per_task: usize,
+}
+
+impl TestResult {
+    /// The success rate.
+    pub fn rate(&self) -> f64 {
+        self.successes as f64 / self.episodes.max(1) as f64
+    }
+}
+
+/// What a cell's behaviour cloning did.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SftFigures {
+    /// Epochs this cell trained (the baseline's: the extra ones).
+    pub epochs: usize,
+    /// Epochs its starting policy had already had (the baseline's: the clone's).
+    #[serde(default)]
+    pub start_epoch: usize,
+    /// Mean seconds of one of its epochs (from its `sft.jsonl`).
+    pub secs_per_epoch: Option<f64>,
+    /// Demonstration episodes, and the env steps they took.
+    pub demo_episodes: usize,
+    /// See `demo_episodes`.
+    pub demo_env_steps: u64,
+    /// How the baseline's extra epochs were chosen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub basis: Option<String>,
+}
 
 /// Options of a benchmark run.
 #[derive(Debug, Clone, Default)]
 pub struct BenchOptions {
-    /// Only cells whose `TASK/ALGO` contains this.
+    /// Only cells whose `TASK/CELL` contains this.
     pub only: Option<String>,
     /// Browser settings of every run.
     pub env: crate::env::EnvConfig,
+}
+
+/// What every cell of a run shares.
+struct Ctx<'a> {
+    opts: &'a BenchOptions,
+    stop: &'a Arc<AtomicBool>,
+    test_episodes: usize,
+}
+
+/// Which cell a run is, for its `cell.json` and messages.
+struct CellId<'a> {
+    task: &'a str,
+    algo: &'a str,
+    seed: u64,
+    clone: CloneId,
+    basis: Option<String>,
 }
 
 /// Run every cell of `plan` not done yet in `out`, then write the report. Returns the
@@ -196,60 +145,68 @@ pub struct BenchOptions {
 pub async fn run(plan: &Plan, out: &Path, opts: &BenchOptions, stop: Arc<AtomicBool>) -> Result<Vec<Cell>> {
     if let Some(o) = &opts.only {
         // A filter that names no cell would run nothing and report old results as if new.
-        let all: Vec<String> = plan
-            .tasks
-            .iter()
-            .flat_map(|t| {
-                let algos =
-                    plan.algos.iter().flat_map(|a| plan.seeds.iter().map(move |s| format!("{a}-s{s}")));
-                std::iter::once(CLONE.to_string()).chain(algos).map(move |c| format!("{}/{c}", t.name))
-            })
-            .collect();
+        let all = plan.all_cells();
         if !all.iter().any(|c| c.contains(o.as_str())) {
+            let forms = match plan.clone_seeds {
+                Some(_) => "TASK/clone-cK, TASK/ALGO-cK-sSEED or TASK/more-sft-cK",
+                None => "TASK/clone, TASK/ALGO-sSEED or TASK/more-sft",
+            };
             bail!(
-                "--only {o:?} matches no cell of the plan; cells are TASK/ALGO-sSEED or TASK/clone, e.g. {}",
+                "--only {o:?} matches no cell of the plan; cells are {forms}, e.g. {}",
                 all.iter().take(3).cloned().collect::<Vec<_>>().join(", ")
             );
         }
     }
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+    let ctx = Ctx { opts, stop: &stop, test_episodes: plan.test_episodes };
     for task in &plan.tasks {
         let base = TrainConfig::load(&task.config)?;
         // The cells start from the file as written: `base` is resolved, and its
         // kind-dependent defaults (clip range, dynamic sampling, loss aggregation, std)
         // are GRPO's when the task trains GRPO, which would turn every cell into GRPO.
         let written = TrainConfig::load_written(&task.config)?;
+        let task_dir = out.join(&task.name);
         let wanted =
             |cell: &str| opts.only.as_deref().is_none_or(|o| format!("{}/{cell}", task.name).contains(o));
-        let cells: Vec<(&String, u64)> = plan
-            .algos
-            .iter()
-            .flat_map(|a| plan.seeds.iter().map(move |&s| (a, s)))
-            .filter(|(a, s)| wanted(&format!("{a}-s{s}")))
-            .collect();
-        if cells.is_empty() && !wanted(CLONE) {
-            continue;
-        }
-        // The clone: every algorithm's starting point.
-        let clone_dir = out.join(&task.name).join(CLONE);
-        let mut clone_cfg = base.clone();
-        clone_cfg.run.iterations = 0;
-        clone_cfg.run.max_env_steps = None;
-        run_cell(&clone_cfg, &clone_dir, (&task.name, CLONE, base.run.seed), opts, &stop).await?;
-        let init =
-            crate::train::checkpoint::checkpoints_dir(&clone_dir).join(crate::train::checkpoint::name(0));
-        for (algo, seed) in cells {
-            if stop.load(Ordering::SeqCst) {
-                bail!("stopped; run the same command again to continue where it left off");
+        for c in plan.clones(base.run.seed) {
+            if !plan.cells_of(&c).iter().any(|n| wanted(n)) {
+                continue;
             }
-            let cfg = cell_config(plan, task, &written, algo, seed, &init)?;
-            let dir = out.join(&task.name).join(format!("{algo}-s{seed}"));
-            run_cell(&cfg, &dir, (&task.name, algo, seed), opts, &stop).await?;
+            // The clone: the starting point of its RL cells and of its baseline.
+            let clone_dir = task_dir.join(c.clone_cell());
+            let mut clone_cfg = base.clone();
+            clone_cfg.run.seed = c.seed;
+            clone_cfg.run.iterations = 0;
+            clone_cfg.run.max_env_steps = None;
+            let id = CellId { task: &task.name, algo: CLONE, seed: c.seed, clone: c, basis: None };
+            run_cell(&clone_cfg, &clone_dir, id, &ctx).await?;
+            let init = clone_checkpoint(&clone_dir);
+            for algo in &plan.algos {
+                for &seed in &plan.seeds {
+                    if !wanted(&c.rl_cell(algo, seed)) {
+                        continue;
+                    }
+                    if stop.load(Ordering::SeqCst) {
+                        bail!("stopped; run the same command again to continue where it left off");
+                    }
+                    let cfg = cell_config(plan, task, &written, algo, seed, &init)?;
+                    let id = CellId { task: &task.name, algo, seed, clone: c, basis: None };
+                    run_cell(&cfg, &task_dir.join(c.rl_cell(algo, seed)), id, &ctx).await?;
+                }
+            }
+            if plan.more_sft && wanted(&c.more_sft_cell()) {
+                run_more_sft(plan, &task.name, &base, c, &task_dir, &ctx).await?;
+            }
         }
     }
     let cells = read_cells(out)?;
     report::write(plan, &cells, out)?;
     Ok(cells)
+}
+
+/// The clone's checkpoint in its cell folder (`iter-000000`: cloning alone).
+fn clone_checkpoint(clone_dir: &Path) -> PathBuf {
+    crate::train::checkpoint::checkpoints_dir(clone_dir).join(crate::train::checkpoint::name(0))
 }
 
 /// The config of one algorithm cell: the task's (`written`: as in its file, unresolved),
@@ -293,48 +250,154 @@ fn cell_config(
     Ok(cfg)
 }
 
-/// Train one cell unless its `cell.json` says it is done, then summarise it.
-async fn run_cell(
-    cfg: &TrainConfig,
-    dir: &Path,
-    (task, algo, seed): (&str, &str, u64),
-    opts: &BenchOptions,
-    stop: &Arc<AtomicBool>,
+/// The more-cloning baseline of clone `c`: its extra epochs are fixed when it starts
+/// (from the RL cells of that clone finished by then, see [`more_sft::extra_epochs`]) and
+/// kept in its folder, so a resumed baseline trains what it started with.
+async fn run_more_sft(
+    plan: &Plan,
+    task: &str,
+    base: &TrainConfig,
+    c: CloneId,
+    task_dir: &Path,
+    ctx: &Ctx<'_>,
 ) -> Result<()> {
+    let dir = task_dir.join(c.more_sft_cell());
+    let clone_dir = task_dir.join(c.clone_cell());
+    let resume = match cell_state(&dir)? {
+        None => return Ok(()),
+        Some(resume) => resume,
+    };
+    let decided = dir.join(MORE_SFT_FILE);
+    let d = if resume && decided.is_file() {
+        let text = std::fs::read_to_string(&decided)?;
+        serde_json::from_str::<more_sft::Decision>(&text).with_context(|| format!("{}", decided.display()))?
+    } else {
+        let rl: Vec<f64> = plan
+            .algos
+            .iter()
+            .flat_map(|a| plan.seeds.iter().map(move |&s| c.rl_cell(a, s)))
+            .filter_map(|name| read_cell(&task_dir.join(name)).ok().flatten())
+            .map(|cell| cell.wall_secs)
+            .collect();
+        let per_epoch = read_cell(&clone_dir)?.and_then(|cl| cl.sft).and_then(|s| s.secs_per_epoch);
+        let Some(d) = more_sft::extra_epochs(&rl, per_epoch, plan.more_sft_epochs, plan.more_sft_max_epochs)
+        else {
+            tracing::warn!(
+                "bench-learn: {task}/{} not run: no RL cell of {} has finished to time it against; run \
+                 the RL cells first, or set more_sft_epochs in the plan",
+                c.more_sft_cell(),
+                c.clone_cell()
+            );
+            return Ok(());
+        };
+        std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        crate::train::checkpoint::write_file_atomically(&decided, serde_json::to_string(&d)?.as_bytes())?;
+        d
+    };
+    let cfg = more_sft::config(base, c, &clone_dir, &clone_checkpoint(&clone_dir), d.extra_epochs)?;
+    let id = CellId { task, algo: MORE_SFT, seed: c.seed, clone: c, basis: Some(d.basis) };
+    train_cell(&cfg, &dir, id, ctx, resume).await
+}
+
+/// `None` when the cell is done; else whether it resumes from a checkpoint. A folder
+/// killed before its first checkpoint is cleared: it had nothing to keep.
+fn cell_state(dir: &Path) -> Result<Option<bool>> {
     if dir.join(CELL_FILE).is_file() {
-        return Ok(());
+        return Ok(None);
     }
     let has_checkpoint = crate::train::checkpoint::latest(dir)?.is_some();
     if dir.exists() && !has_checkpoint {
-        // Killed before its first checkpoint: nothing to keep.
         std::fs::remove_dir_all(dir).with_context(|| format!("cannot clear {}", dir.display()))?;
     }
-    tracing::info!("bench-learn: {task} {algo} seed {seed} → {}", dir.display());
-    let mut trainer = Trainer::new(cfg.clone(), dir.to_path_buf(), has_checkpoint, false)
-        .with_context(|| format!("{task} {algo} seed {seed}"))?;
-    trainer.set_env_config(opts.env.clone());
-    let state = trainer.run(stop.clone()).await.with_context(|| format!("{task} {algo} seed {seed}"))?;
-    if stop.load(Ordering::SeqCst) {
-        bail!("stopped during {task} {algo} seed {seed} (checkpoint kept); run the same command again to continue");
+    Ok(Some(has_checkpoint))
+}
+
+/// Train one cell unless its `cell.json` says it is done (see [`train_cell`]).
+async fn run_cell(cfg: &TrainConfig, dir: &Path, id: CellId<'_>, ctx: &Ctx<'_>) -> Result<()> {
+    match cell_state(dir)? {
+        Some(resume) => train_cell(cfg, dir, id, ctx, resume).await,
+        None => Ok(()),
     }
+}
+
+/// Train one cell (continuing from its checkpoint with `resume`), evaluate its final
+/// policy on the test split, then summarise it in `cell.json`.
+async fn train_cell(
+    cfg: &TrainConfig,
+    dir: &Path,
+    id: CellId<'_>,
+    ctx: &Ctx<'_>,
+    resume: bool,
+) -> Result<()> {
+    let (task, algo, seed) = (id.task, id.algo, id.seed);
+    let what = || format!("{task} {algo} seed {seed}");
+    tracing::info!("bench-learn: {} → {}", what(), dir.display());
+    let mut trainer = Trainer::new(cfg.clone(), dir.to_path_buf(), resume, false).with_context(what)?;
+    trainer.set_env_config(ctx.opts.env.clone());
+    let state = trainer.run(ctx.stop.clone()).await.with_context(what)?;
+    if ctx.stop.load(Ordering::SeqCst) {
+        bail!("stopped during {} (checkpoint kept); run the same command again to continue", what());
+    }
+    let t =
+        trainer.evaluate_test(ctx.test_episodes).await.with_context(|| format!("{}: test split", what()))?;
     let ms = read_metrics(&dir.join(METRICS_FILE))?;
     let curve: Vec<(u64, f64)> = ms.iter().filter_map(|m| m.eval_success.map(|s| (m.env_steps, s))).collect();
     let Some(&(_, final_success)) = curve.last() else {
         bail!("{}: the run has no evaluation", dir.display());
     };
+    let test = TestResult {
+        successes: t.successes,
+        episodes: t.episodes,
+        first_seed: TEST_SEEDS,
+        per_task: ctx.test_episodes,
+    };
     let cell = Cell {
         task: task.to_string(),
         algo: algo.to_string(),
         seed,
+        clone_seed: id.clone.tag,
         curve,
         final_success,
         env_steps: state.env_steps,
         wall_secs: state.wall_secs,
+        test: Some(test),
+        sft: sft_figures(cfg, dir, id.basis)?,
     };
     crate::train::checkpoint::write_file_atomically(
         &dir.join(CELL_FILE),
         serde_json::to_string_pretty(&cell)?.as_bytes(),
     )
+}
+
+/// The cloning figures of a run with `[sft]`: its epochs, their mean time (`sft.jsonl`'s
+/// `secs`), and its demonstrations (`sft.dir`, or the oracle's in `demos/`).
+fn sft_figures(cfg: &TrainConfig, dir: &Path, basis: Option<String>) -> Result<Option<SftFigures>> {
+    let Some(sft) = &cfg.sft else { return Ok(None) };
+    let demos = sft.dir.clone().unwrap_or_else(|| dir.join("demos"));
+    let set = crate::rollout::TrajectorySet::read(&demos)?;
+    let secs: Vec<f64> = std::fs::read_to_string(dir.join("sft.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()?["secs"].as_f64())
+        .collect();
+    Ok(Some(SftFigures {
+        epochs: sft.epochs,
+        start_epoch: sft.start_epoch,
+        secs_per_epoch: (!secs.is_empty()).then(|| secs.iter().sum::<f64>() / secs.len() as f64),
+        demo_episodes: set.trajectories.len(),
+        demo_env_steps: set.trajectories.iter().map(|t| t.trajectory.steps.len() as u64).sum(),
+        basis,
+    }))
+}
+
+/// The cell in `dir`, if it is done.
+fn read_cell(dir: &Path) -> Result<Option<Cell>> {
+    let f = dir.join(CELL_FILE);
+    if !f.is_file() {
+        return Ok(None);
+    }
+    let text = std::fs::read_to_string(&f).with_context(|| format!("cannot read {}", f.display()))?;
+    Ok(Some(serde_json::from_str(&text).with_context(|| format!("{}", f.display()))?))
 }
 
 /// Every finished cell under `out` (`TASK/CELL/cell.json`), in a stable order.
@@ -343,14 +406,12 @@ pub fn read_cells(out: &Path) -> Result<Vec<Cell>> {
     for task in std::fs::read_dir(out).with_context(|| format!("cannot read {}", out.display()))?.flatten() {
         let Ok(runs) = std::fs::read_dir(task.path()) else { continue };
         for run in runs.flatten() {
-            let f = run.path().join(CELL_FILE);
-            if f.is_file() {
-                let text = std::fs::read_to_string(&f)?;
-                cells.push(serde_json::from_str(&text).with_context(|| format!("{}", f.display()))?);
-            }
+            cells.extend(read_cell(&run.path())?);
         }
     }
-    cells.sort_by(|a: &Cell, b: &Cell| (&a.task, &a.algo, a.seed).cmp(&(&b.task, &b.algo, b.seed)));
+    cells.sort_by(|a: &Cell, b: &Cell| {
+        (&a.task, &a.algo, a.clone_seed, a.seed).cmp(&(&b.task, &b.algo, b.clone_seed, b.seed))
+    });
     Ok(cells)
 }
 

@@ -1,123 +1,284 @@
-//! The learning benchmark's report: a table per task (final held-out success over the
-//! training seeds, env steps to the target, wall-clock) and a plot per task of held-out
-//! success against env steps, every algorithm on it.
+//! The learning benchmark's report: a table per task with test and validation side by
+//! side (over every clone × RL-seed cell, each RL cell's gain paired with its own clone),
+//! and a plot per task of validation success against env steps, every algorithm on it.
 
-use super::{Cell, Plan, CLONE};
+use super::{Cell, Plan, CLONE, MORE_SFT};
+use crate::bench::harness::report::{wilson, Z95};
 use crate::train::plots::{draw, has_font, Line};
 use anyhow::{Context, Result};
 use plotters::style::{Color, Palette, Palette99, RGBColor};
 use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-/// One row of the table: an algorithm on a task, over its training seeds.
+/// Mean, sample standard deviation, lowest and highest of some values.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+pub struct Spread {
+    /// How many values.
+    pub n: usize,
+    /// Their mean.
+    pub mean: f64,
+    /// Their sample standard deviation (n − 1; 0 for one value).
+    pub sd: f64,
+    /// The lowest.
+    pub min: f64,
+    /// The highest.
+    pub max: f64,
+}
+
+impl Spread {
+    /// The spread of `xs`, `None` when empty.
+    pub fn of(xs: &[f64]) -> Option<Spread> {
+        let n = xs.len();
+        if n == 0 {
+            return None;
+        }
+        let mean = xs.iter().sum::<f64>() / n as f64;
+        let ss = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>();
+        Some(Spread {
+            n,
+            mean,
+            sd: if n > 1 { (ss / (n - 1) as f64).sqrt() } else { 0.0 },
+            min: xs.iter().copied().fold(f64::INFINITY, f64::min),
+            max: xs.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        })
+    }
+}
+
+/// Test episodes pooled over cells: every cell's episodes counted together.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+pub struct Pooled {
+    /// Successful episodes.
+    pub successes: usize,
+    /// Episodes.
+    pub episodes: usize,
+    /// successes / episodes.
+    pub rate: f64,
+    /// Wilson 95 % interval of `rate`.
+    pub ci95: (f64, f64),
+}
+
+/// One row of a task's table: the clone, an algorithm, or the more-cloning baseline,
+/// over its cells.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Row {
     /// The task.
     pub task: String,
-    /// The algorithm, or `clone`.
+    /// The algorithm, `clone` or `more-sft`.
     pub algo: String,
-    /// Finished training seeds.
-    pub seeds: usize,
-    /// Mean final held-out success over the seeds.
-    pub mean: f64,
-    /// Lowest and highest final held-out success over the seeds.
-    pub min: f64,
-    /// See `min`.
-    pub max: f64,
-    /// Mean final success minus the clone's.
-    pub gain: Option<f64>,
-    /// Median over the seeds that reached the target of the env steps at the first
-    /// evaluation at or above it.
+    /// Finished cells (clones × training seeds for an algorithm; clones otherwise).
+    pub cells: usize,
+    /// Test success over the cells that have one (the final policy's).
+    pub test: Option<Spread>,
+    /// Test success pooled over those cells' episodes.
+    pub test_pooled: Option<Pooled>,
+    /// Final validation success over the cells.
+    pub validation: Spread,
+    /// Test success minus the paired clone's (a cell's own clone), over the cells where
+    /// both have one.
+    pub gain: Option<Spread>,
+    /// Median over the cells that reached the target of the env steps at the first
+    /// validation at or above it.
     pub steps_to_target: Option<u64>,
-    /// Seeds that reached the target.
+    /// Cells that reached the target.
     pub reached: usize,
-    /// Mean env steps and wall-clock seconds of a run.
+    /// Mean env steps of a cell: RL's; for the clone and the baseline the demonstrations'.
     pub env_steps: f64,
-    /// See `env_steps`.
+    /// Whether `env_steps` counts demonstrations.
+    pub demo_steps: bool,
+    /// Mean wall-clock seconds of a cell.
     pub wall_secs: f64,
+    /// The baseline's extra epochs, lowest and highest over its clones.
+    pub extra_epochs: Option<(usize, usize)>,
 }
 
-/// The rows of every task and algorithm with at least one finished seed, in plan order.
+/// The rows of every task and algorithm with at least one finished cell, in plan order:
+/// the clone, the algorithms, the baseline.
 pub fn rows(plan: &Plan, cells: &[Cell]) -> Vec<Row> {
     let mut out = Vec::new();
     for t in &plan.tasks {
-        let clone = cells.iter().find(|c| c.task == t.name && c.algo == CLONE).map(|c| c.final_success);
-        for algo in std::iter::once(CLONE).chain(plan.algos.iter().map(String::as_str)) {
-            let cs: Vec<&Cell> = cells.iter().filter(|c| c.task == t.name && c.algo == algo).collect();
-            if cs.is_empty() {
-                continue;
-            }
-            let n = cs.len() as f64;
-            let finals = cs.iter().map(|c| c.final_success);
-            let mean = finals.clone().sum::<f64>() / n;
+        let of_task: Vec<&Cell> = cells.iter().filter(|c| c.task == t.name).collect();
+        // A cell's clone: the task's clone cell with the same clone seed.
+        let clone_test = |c: &Cell| {
+            of_task.iter().find(|k| k.algo == CLONE && k.clone_seed == c.clone_seed).and_then(|k| k.test)
+        };
+        let names = plan.algos.iter().map(String::as_str);
+        for algo in std::iter::once(CLONE).chain(names).chain(std::iter::once(MORE_SFT)) {
+            let cs: Vec<&Cell> = of_task.iter().copied().filter(|c| c.algo == algo).collect();
+            let validation: Vec<f64> = cs.iter().map(|c| c.final_success).collect();
+            let Some(validation) = Spread::of(&validation) else { continue };
+            let tests: Vec<_> = cs.iter().filter_map(|c| c.test).collect();
+            let rates: Vec<f64> = tests.iter().map(|t| t.rate()).collect();
+            let (k, n) = tests.iter().fold((0, 0), |(k, n), t| (k + t.successes, n + t.episodes));
+            let gains: Vec<f64> = match algo {
+                CLONE => vec![],
+                _ => cs.iter().filter_map(|c| Some(c.test?.rate() - clone_test(c)?.rate())).collect(),
+            };
             let mut reached: Vec<u64> = cs
                 .iter()
                 .filter_map(|c| c.curve.iter().find(|(_, s)| *s >= plan.target).map(|(e, _)| *e))
                 .collect();
             reached.sort_unstable();
+            let demo_steps = algo == CLONE || algo == MORE_SFT;
+            let steps = |c: &&Cell| match (demo_steps, &c.sft) {
+                (true, Some(s)) => s.demo_env_steps as f64,
+                _ => c.env_steps as f64,
+            };
+            let extra: Vec<usize> = cs
+                .iter()
+                .filter(|_| algo == MORE_SFT)
+                .filter_map(|c| c.sft.as_ref().map(|s| s.epochs))
+                .collect();
+            let m = cs.len() as f64;
             out.push(Row {
                 task: t.name.clone(),
                 algo: algo.to_string(),
-                seeds: cs.len(),
-                mean,
-                min: finals.clone().fold(f64::INFINITY, f64::min),
-                max: finals.fold(f64::NEG_INFINITY, f64::max),
-                gain: clone.filter(|_| algo != CLONE).map(|c| mean - c),
+                cells: cs.len(),
+                test: Spread::of(&rates),
+                test_pooled: (n > 0).then(|| Pooled {
+                    successes: k,
+                    episodes: n,
+                    rate: k as f64 / n as f64,
+                    ci95: wilson(k, n, Z95),
+                }),
+                validation,
+                gain: Spread::of(&gains),
                 steps_to_target: reached.get(reached.len().saturating_sub(1) / 2).copied(),
                 reached: reached.len(),
-                env_steps: cs.iter().map(|c| c.env_steps as f64).sum::<f64>() / n,
-                wall_secs: cs.iter().map(|c| c.wall_secs).sum::<f64>() / n,
+                env_steps: cs.iter().map(steps).sum::<f64>() / m,
+                demo_steps,
+                wall_secs: cs.iter().map(|c| c.wall_secs).sum::<f64>() / m,
+                extra_epochs: extra.iter().min().zip(extra.iter().max()).map(|(a, b)| (*a, *b)),
             });
         }
     }
     out
 }
 
-/// The Markdown table of `rows`.
-pub fn markdown(plan: &Plan, rows: &[Row]) -> String {
+/// Each task's observation setting (what reaches the policy, and the task-shaped
+/// features in use), from its config.
+pub fn observations(plan: &Plan) -> BTreeMap<String, String> {
+    plan.tasks
+        .iter()
+        .map(|t| {
+            let o = crate::train::config::TrainConfig::load(&t.config)
+                .and_then(|c| c.model.observation())
+                .map_or_else(|e| format!("unknown ({e:#})"), |o| o.to_string());
+            (t.name.clone(), o)
+        })
+        .collect()
+}
+
+/// `0.62 ± 0.05 [0.55–0.68]` (one cell: `0.62`).
+fn show_spread(s: &Spread) -> String {
+    match s.n {
+        1 => format!("{:.2}", s.mean),
+        _ => format!("{:.2} ± {:.2} [{:.2}–{:.2}]", s.mean, s.sd, s.min, s.max),
+    }
+}
+
+/// `+5 pts [−3, +12]` (one pair: `+5 pts`).
+fn show_gain(g: &Spread) -> String {
+    let pts = |x: f64| format!("{:+.0}", x * 100.0);
+    match g.n {
+        1 => format!("{} pts", pts(g.mean)),
+        _ => format!("{} pts [{}, {}]", pts(g.mean), pts(g.min), pts(g.max)),
+    }
+}
+
+/// The Markdown report of `rows`, with each task's observation setting (`obs`).
+pub fn markdown(plan: &Plan, rows: &[Row], cells: &[Cell], obs: &BTreeMap<String, String>) -> String {
+    let tested: BTreeSet<(u64, usize)> =
+        cells.iter().filter_map(|c| c.test.map(|t| (t.first_seed, t.per_task))).collect();
+    let seeds = match tested.iter().collect::<Vec<_>>()[..] {
+        [] => "no cell has a test result yet".to_string(),
+        [(s, n)] => format!("seeds {s}..{} of every task", s + *n as u64 - 1),
+        _ => format!(
+            "seeds from {}, per task {:?} (cells made with different test_episodes)",
+            tested.iter().next().map_or(0, |t| t.0),
+            tested.iter().map(|t| t.1).collect::<Vec<_>>()
+        ),
+    };
+    let clones = match &plan.clone_seeds {
+        Some(k) => format!("clone seeds {k:?}"),
+        None => "one clone (the task config's run.seed)".to_string(),
+    };
     let mut s = format!(
-        "Held-out success (the trainer's greedy evaluation on held-out seeds) after {} env steps of RL from \
-         the clone; mean [min–max] over training seeds {:?}; env steps to {:.0} %: the median over the seeds \
-         that reached it.\n",
-        plan.env_steps,
+        "**Test** (the test split, {seeds}; the same for every cell): each cell's final policy, greedy — not \
+         its `best` checkpoint, which validation picks. Mean ± sd [min–max] over the cells, and pooled over \
+         all their episodes with its Wilson 95 % interval. **Validation**: the trainer's own greedy \
+         evaluation on the task config's `[eval]` seeds at the end, mean over the cells. Cells: {clones} × \
+         training seeds {:?}, {} env steps of RL from their clone. **vs clone**: a cell's test success minus \
+         its own clone's, mean [min–max]. **more-sft**: the clone trained N more epochs on its \
+         demonstrations (same lr, minibatch, shuffles and optimizer; N = ceil(median RL-cell wall-clock of \
+         that clone ÷ the clone's seconds per epoch), at most {}); its env steps, like the clone's, are its \
+         demonstrations'. Env steps to {:.0} %: validation, median over the cells that reached it.\n",
         plan.seeds,
+        plan.env_steps,
+        plan.more_sft_max_epochs,
         plan.target * 100.0
     );
     let mut task = "";
     for r in rows {
         if r.task != task {
             task = &r.task;
+            let o = obs.get(task).map_or("unknown", String::as_str);
             let _ = write!(
                 s,
-                "\n**{task}**\n\n| algorithm | held-out success | vs clone | env steps to {:.0} % | env steps | wall-clock |\n|---|---|---|---|---|---|\n",
+                "\n**{task}** — observation: {o}\n\n| cell | n | test success | test pooled [Wilson 95 %] | \
+                 validation | vs clone (test) | env steps to {:.0} % | env steps | wall-clock |\n\
+                 |---|---|---|---|---|---|---|---|---|\n",
                 plan.target * 100.0
             );
         }
-        let spread = if r.seeds > 1 { format!(" [{:.2}–{:.2}]", r.min, r.max) } else { String::new() };
-        let gain = r.gain.map_or("—".into(), |g| format!("{:+.0} pts", g * 100.0));
-        let to = match r.steps_to_target {
-            Some(e) => format!("{e} ({}/{})", r.reached, r.seeds),
-            None => format!("— (0/{})", r.seeds),
+        let label = match r.extra_epochs {
+            Some((a, b)) if a == b => format!("{} (+{a} epochs)", r.algo),
+            Some((a, b)) => format!("{} (+{a}–{b} epochs)", r.algo),
+            None => r.algo.clone(),
         };
+        let test = r.test.as_ref().map_or("—".into(), show_spread);
+        let pooled = r.test_pooled.map_or("—".into(), |p| {
+            format!("{:.2} [{:.2}, {:.2}] ({}/{})", p.rate, p.ci95.0, p.ci95.1, p.successes, p.episodes)
+        });
+        let gain = r.gain.as_ref().map_or("—".into(), show_gain);
+        let to = match r.steps_to_target {
+            Some(e) => format!("{e} ({}/{})", r.reached, r.cells),
+            None => format!("— (0/{})", r.cells),
+        };
+        let demos = if r.demo_steps { " (demos)" } else { "" };
         let _ = writeln!(
             s,
-            "| {} | {:.2}{spread} | {gain} | {to} | {:.0} | {:.0} s |",
-            r.algo, r.mean, r.env_steps, r.wall_secs
+            "| {label} | {} | {test} | {pooled} | {:.2} | {gain} | {to} | {:.0}{demos} | {:.0} s |",
+            r.cells, r.validation.mean, r.env_steps, r.wall_secs
         );
     }
     s
 }
 
-/// Write `report.md`, `results.json` (the rows and every cell's curve) and one plot per
-/// task into `out`; returns the plots written.
+/// Write `report.md`, `results.json` (the rows, every cell, the observation settings)
+/// and one plot per task into `out`; returns the plots written.
 pub fn write(plan: &Plan, cells: &[Cell], out: &Path) -> Result<Vec<PathBuf>> {
     let rows = rows(plan, cells);
-    let md = markdown(plan, &rows);
-    std::fs::write(out.join("report.md"), &md).with_context(|| format!("cannot write {}", out.display()))?;
-    let json =
-        serde_json::json!({ "env_steps": plan.env_steps, "seeds": plan.seeds, "rows": rows, "cells": cells });
-    std::fs::write(out.join("results.json"), serde_json::to_string_pretty(&json)?)?;
+    let obs = observations(plan);
+    let md = markdown(plan, &rows, cells, &obs);
+    let w = |name: &str, bytes: &[u8]| {
+        crate::train::checkpoint::write_file_atomically(&out.join(name), bytes)
+            .with_context(|| format!("cannot write {}", out.join(name).display()))
+    };
+    w("report.md", md.as_bytes())?;
+    let json = serde_json::json!({
+        "env_steps": plan.env_steps,
+        "seeds": plan.seeds,
+        "clone_seeds": plan.clone_seeds,
+        "test_episodes": plan.test_episodes,
+        "test_first_seed": crate::train::seeds::TEST_SEEDS,
+        "test_policy": "final",
+        "observation": obs,
+        "rows": rows,
+        "cells": cells,
+    });
+    w("results.json", serde_json::to_string_pretty(&json)?.as_bytes())?;
     let mut plots = Vec::new();
     for t in &plan.tasks {
         let lines = lines(plan, cells, &t.name);
@@ -125,24 +286,32 @@ pub fn write(plan: &Plan, cells: &[Cell], out: &Path) -> Result<Vec<PathBuf>> {
             continue;
         }
         let path = out.join(format!("learning-{}.png", t.name));
-        let title = format!("{}: held-out success, mean over training seeds", t.name);
-        draw(&path, &title, ("RL environment steps", "held-out success"), true, &lines, has_font())?;
+        let title = format!("{}: validation success, mean over cells", t.name);
+        draw(&path, &title, ("RL environment steps", "validation success"), true, &lines, has_font())?;
         plots.push(path);
     }
     Ok(plots)
 }
 
-/// One line per algorithm: the mean over seeds of the i-th evaluation (at the seeds' mean
-/// env steps), as far as every seed has one; the clone a flat line over the budget.
+/// One line per algorithm: the mean over cells of the i-th validation (at the cells'
+/// mean env steps), as far as every cell has one; the clone and the baseline flat lines
+/// over the budget at their mean final validation.
 fn lines(plan: &Plan, cells: &[Cell], task: &str) -> Vec<Line> {
     let color = |i: usize| {
         let (r, g, b) = Palette99::pick(i).rgb();
         RGBColor(r, g, b)
     };
+    let flat = |algo: &str| {
+        let v: Vec<f64> =
+            cells.iter().filter(|c| c.task == task && c.algo == algo).map(|c| c.final_success).collect();
+        Spread::of(&v).map(|s| vec![(0.0, s.mean), (plan.env_steps as f64, s.mean)])
+    };
     let mut out = Vec::new();
-    if let Some(c) = cells.iter().find(|c| c.task == task && c.algo == CLONE) {
-        let points = vec![(0.0, c.final_success), (plan.env_steps as f64, c.final_success)];
+    if let Some(points) = flat(CLONE) {
         out.push(Line { label: "clone".into(), color: RGBColor(120, 120, 120), points });
+    }
+    if let Some(points) = flat(MORE_SFT) {
+        out.push(Line { label: "more-sft".into(), color: RGBColor(40, 40, 40), points });
     }
     for (i, algo) in plan.algos.iter().enumerate() {
         let cs: Vec<&Cell> = cells.iter().filter(|c| c.task == task && &c.algo == algo).collect();
@@ -155,7 +324,7 @@ fn lines(plan: &Plan, cells: &[Cell], task: &str) -> Vec<Line> {
             })
             .collect();
         out.push(Line {
-            label: format!("{algo} ({} seed{})", cs.len(), if cs.len() == 1 { "" } else { "s" }),
+            label: format!("{algo} ({} cell{})", cs.len(), if cs.len() == 1 { "" } else { "s" }),
             color: color(i),
             points,
         });
@@ -164,59 +333,5 @@ fn lines(plan: &Plan, cells: &[Cell], task: &str) -> Vec<Line> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn plan() -> Plan {
-        toml::from_str(
-            r#"
-env_steps = 1000
-seeds = [0, 1]
-algos = ["grpo", "ppo"]
-[[tasks]]
-name = "t"
-config = "x.toml"
-"#,
-        )
-        .unwrap()
-    }
-
-    fn cell(algo: &str, seed: u64, curve: &[(u64, f64)]) -> Cell {
-        Cell {
-            task: "t".into(),
-            algo: algo.into(),
-            seed,
-            curve: curve.to_vec(),
-            final_success: curve.last().unwrap().1,
-            env_steps: curve.last().unwrap().0,
-            wall_secs: 10.0 * (seed + 1) as f64,
-        }
-    }
-
-    /// Mean, spread, gain over the clone and the median env steps to 0.8, by hand:
-    /// ppo finals 0.9 and 0.7 → mean 0.8, [0.7–0.9], +60 points over 0.2; only seed 0
-    /// reaches 0.8 (at 600 steps) → 600 (1/2).
-    #[test]
-    fn rows_by_hand() {
-        let cells = vec![
-            cell(CLONE, 0, &[(0, 0.2)]),
-            cell("ppo", 0, &[(0, 0.2), (600, 0.85), (1000, 0.9)]),
-            cell("ppo", 1, &[(0, 0.2), (500, 0.5), (1000, 0.7)]),
-        ];
-        let rows = rows(&plan(), &cells);
-        assert_eq!(rows.len(), 2, "the clone and ppo; grpo has no cell");
-        let r = &rows[1];
-        assert_eq!((r.algo.as_str(), r.seeds, r.reached, r.steps_to_target), ("ppo", 2, 1, Some(600)));
-        assert!((r.mean - 0.8).abs() < 1e-12 && (r.min - 0.7).abs() < 1e-12 && (r.max - 0.9).abs() < 1e-12);
-        assert!((r.gain.unwrap() - 0.6).abs() < 1e-12);
-        assert!((r.wall_secs - 15.0).abs() < 1e-12);
-        let md = markdown(&plan(), &rows);
-        assert!(md.contains("| ppo | 0.80 [0.70–0.90] | +60 pts | 600 (1/2) | 1000 | 15 s |"), "{md}");
-        assert!(md.contains("| clone | 0.20 | — | — (0/1) |"), "{md}");
-        let dir = tempfile::tempdir().unwrap();
-        let plots = write(&plan(), &cells, dir.path()).unwrap();
-        assert_eq!(plots.len(), 1);
-        assert!(std::fs::metadata(&plots[0]).unwrap().len() > 1000);
-        assert!(dir.path().join("results.json").is_file());
-    }
-}
+#[path = "report_tests.rs"]
+mod tests;

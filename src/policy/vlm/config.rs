@@ -87,7 +87,7 @@ pub struct VlmConfig {
     /// only symbols (`+`, `−`, `›`) is named by them as a screen word. Why: "press + or −
     /// until the counter shows N" needs the direction, which a hashed word cannot give
     /// (it only says equal or not), and the buttons that move it carry no letter or
-    /// digit. Needs `screen_text`; off by default and in older configs.
+    /// digit (`builtin/counter`). Needs `screen_text`; off by default and in older configs.
     #[serde(default)]
     pub numbers: bool,
     /// Row labels: a control whose own text has no letter or digit (a `×` clear button,
@@ -320,6 +320,23 @@ impl VlmConfig {
             Self::from_json_str(&text)
         };
         parsed.with_context(|| format!("in {}", path.display()))
+    }
+
+    /// What reaches the policy: `pixels+dom` when any input reads `ScreenState.elements`
+    /// (`screen_text`, and `numbers`, `row_labels`, `control_state` on top of it), else
+    /// `pixels` (the screenshot, the instruction, and with `memory` the policy's own
+    /// actions); with the task-shaped features in use, each with the task it was made for.
+    pub fn observation(&self) -> crate::policy::observation::Observation {
+        use crate::policy::observation::{Observation, TaskShaped, PIXELS, PIXELS_DOM};
+        let shaped = [
+            (self.numbers, "numbers", "builtin/counter"),
+            (self.row_labels, "row_labels", "builtin/login-settings"),
+            (self.control_state, "control_state", "builtin/toggle-switches"),
+        ];
+        let task_shaped: Vec<TaskShaped> =
+            shaped.iter().filter(|s| s.0).map(|&(_, name, made_for)| TaskShaped { name, made_for }).collect();
+        let dom = self.screen_text || !task_shaped.is_empty();
+        Observation { setting: if dom { PIXELS_DOM } else { PIXELS }, task_shaped }
     }
 
     /// Check every size; errors name the key and say what it must be.
