@@ -1,7 +1,9 @@
 //! candle's fused kernels forward, a backward of our own.
 //!
 //! candle's fused `softmax_last_dim`, `rms_norm` and `rope` have no backward: in a graph
-//! they silently cut it (`shared/CANDLE-TRAINING.md`). Their composed equivalents are
+//! they silently cut it (`shared/CANDLE-TRAINING.md`). The softmax runs inside the fused
+//! attention node; the LoRA layer is a node of its own too, for candle's backward cost
+//! per node (see [`lora_linear`]). Their composed equivalents are
 //! differentiable but launch a kernel per elementwise step and keep every intermediate for
 //! backward, f32 copies included; on an H100 the Qwen3-VL-2B LoRA update's backward took
 //! 5.5× PyTorch's and 2.6× its memory. Here the fused kernel computes the output outside
@@ -102,18 +104,6 @@ impl CustomOp1 for Attached {
     fn bwd(&self, arg: &Tensor, res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
         (self.bwd)(arg, res, grad)
     }
-}
-
-/// Softmax over the last axis (f32 inside the kernel, as transformers' eager attention).
-/// Backward `∂x = y ⊙ (g − Σ g ⊙ y)`, in f32.
-pub fn fused_softmax(x: &Tensor) -> Result<Tensor> {
-    let x = x.contiguous()?;
-    let y = candle_nn::ops::softmax_last_dim(&x.detach())?;
-    attach(&x, y, "softmax", |x, y, g| {
-        let (yf, gf) = (y.to_dtype(DType::F32)?, g.to_dtype(DType::F32)?);
-        let dot = (&gf * &yf)?.sum_keepdim(D::Minus1)?;
-        Ok(Some((yf * gf.broadcast_sub(&dot)?)?.to_dtype(x.dtype())?))
-    })
 }
 
 /// RMSNorm `w ⊙ x / sqrt(mean(x²) + eps)` over the last axis (f32 inside the kernel).
@@ -336,6 +326,104 @@ impl CustomOp3 for LoraGrad {
             None
         };
         Ok((gx, ga, gb))
+    }
+}
+
+/// Attention `o = softmax(q kᵀ · scale + mask) v` (computed outside the graph, with its
+/// probabilities `p`) as one node over `(q, k, v)`. Composed, it is a node per matmul,
+/// scale, mask and softmax, each keeping a `[B, H, T, S]` tensor for the backward and
+/// writing a zero tensor of that size to add its gradient into; here only `p` is kept.
+/// Backward (heads repeated for grouped-query attention, then summed back):
+/// `∂v = pᵀ g`, `∂p = g vᵀ`, `∂s = p ⊙ (∂p − Σ ∂p ⊙ p)` (f32, as the softmax's),
+/// `∂q = scale · ∂s k`, `∂k = scale · ∂sᵀ q`.
+pub fn attention_node(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    p: Tensor,
+    o: Tensor,
+    scale: f64,
+) -> Result<Tensor> {
+    let op = AttentionGrad { out: Handover::new("attention", o), p, scale };
+    q.apply_op3_arc(k, v, Arc::new(Box::new(op)))
+}
+
+/// The op behind [`attention_node`].
+struct AttentionGrad {
+    out: Handover,
+    p: Tensor,
+    scale: f64,
+}
+
+impl CustomOp3 for AttentionGrad {
+    fn name(&self) -> &'static str {
+        "attention"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        self.out.cpu()
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        _: &candle_core::CudaStorage,
+        _: &Layout,
+        _: &candle_core::CudaStorage,
+        _: &Layout,
+        _: &candle_core::CudaStorage,
+        _: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        self.out.cuda()
+    }
+
+    fn bwd(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        _: &Tensor,
+        g: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let (b, h, _, d) = q.dims4()?;
+        let (hkv, s) = (k.dim(1)?, k.dim(2)?);
+        let repeat = |t: &Tensor| super::repeat_kv(&t.detach(), h)?.contiguous();
+        // a gradient over the repeated heads, summed back onto the key/value heads
+        let fold = |t: Tensor| -> Result<Tensor> {
+            if hkv == h {
+                Ok(t)
+            } else {
+                t.reshape((b, hkv, h / hkv, s, d))?.sum(2)
+            }
+        };
+        let g = g.contiguous()?;
+        let pt = self.p.t()?.contiguous()?;
+        let dv = if v.track_op() { Some(fold(pt.matmul(&g)?)?) } else { None };
+        let needs_s = q.track_op() || k.track_op();
+        let (dq, dk) = if needs_s {
+            let dp = g.matmul(&repeat(v)?.t()?.contiguous()?)?;
+            let (pf, dpf) = (self.p.to_dtype(DType::F32)?, dp.to_dtype(DType::F32)?);
+            let dot = (&dpf * &pf)?.sum_keepdim(D::Minus1)?;
+            let ds = ((pf * dpf.broadcast_sub(&dot)?)? * self.scale)?.to_dtype(q.dtype())?;
+            let dq = if q.track_op() { Some(ds.matmul(&repeat(k)?)?) } else { None };
+            let dk = if k.track_op() {
+                Some(fold(ds.t()?.contiguous()?.matmul(&q.detach().contiguous()?)?)?)
+            } else {
+                None
+            };
+            (dq, dk)
+        } else {
+            (None, None)
+        };
+        Ok((dq, dk, dv))
     }
 }
 

@@ -37,19 +37,6 @@ fn compare(vars: &[&Var], f: impl Fn() -> Tensor, reference: impl Fn() -> Tensor
 }
 
 #[test]
-fn softmax_with_a_causal_mask_matches_the_composed_one() {
-    let x = Var::from_tensor(&randn(&[2, 3, 5, 5], 1)).unwrap();
-    let mask = crate::policy::qwen_vl::nn::causal_mask(5, 5, DType::F32, &Device::Cpu).unwrap();
-    let masked = || x.broadcast_add(&mask).unwrap();
-    compare(
-        &[&x],
-        || fused_softmax(&masked()).unwrap(),
-        || candle_nn::ops::softmax(&masked(), D::Minus1).unwrap(),
-        "softmax",
-    );
-}
-
-#[test]
 fn rms_norm_matches_the_composed_one_with_and_without_a_trained_weight() {
     let x = Var::from_tensor(&randn(&[2, 4, 8], 2)).unwrap();
     let w = Var::from_tensor(&(randn(&[8], 3) + 1.0).unwrap()).unwrap();
@@ -140,4 +127,23 @@ fn lora_linear_matches_the_composed_layer_with_and_without_dropout() {
     let (fa, fb) = (a.as_tensor().detach(), b.as_tensor().detach());
     let y = lora_linear(&x.as_tensor().detach(), &w, None, (&fa, &fb, 2.0), None).unwrap();
     assert!(!y.track_op());
+}
+
+#[test]
+fn attention_matches_the_composed_one_with_grouped_heads_and_a_causal_mask() {
+    let q = Var::from_tensor(&randn(&[2, 4, 5, 8], 21)).unwrap();
+    let k = Var::from_tensor(&randn(&[2, 2, 5, 8], 22)).unwrap();
+    let v = Var::from_tensor(&randn(&[2, 2, 5, 8], 23)).unwrap();
+    let mask = crate::policy::qwen_vl::nn::causal_mask(5, 5, DType::F32, &Device::Cpu).unwrap();
+    let composed = || {
+        let rep = |t: &Tensor| super::super::repeat_kv(t, 4).unwrap();
+        let s = (q.matmul(&rep(&k).t().unwrap()).unwrap() * 0.3).unwrap().broadcast_add(&mask).unwrap();
+        candle_nn::ops::softmax(&s, D::Minus1).unwrap().matmul(&rep(&v)).unwrap()
+    };
+    compare(
+        &[&q, &k, &v],
+        || super::super::attention(&q, &k, &v, Some(&mask), 0.3).unwrap(),
+        composed,
+        "attention",
+    );
 }

@@ -11,7 +11,7 @@ use anyhow::Result;
 pub mod fused;
 
 use candle_core::{DType, Module, Tensor, D};
-use fused::{attach, fused_rms_norm, fused_rope, fused_softmax};
+use fused::{attach, fused_rms_norm, fused_rope};
 
 /// A linear layer over a frozen weight (a plain tensor, never a `Var`), with an optional
 /// LoRA adapter: `y = x Wᵀ + b + scale · (x Aᵀ) Bᵀ`.
@@ -193,10 +193,11 @@ pub fn apply_rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> candle_core::Result
     }
 }
 
-/// Plain softmax attention: `q` `[B, H, T, D]`, `k`/`v` `[B, Hkv, S, D]` (key/value heads
+/// Softmax attention: `q` `[B, H, T, D]`, `k`/`v` `[B, Hkv, S, D]` (key/value heads
 /// repeated to `H`), an optional additive `mask` broadcast to `[B, H, T, S]`. The softmax
-/// is candle's fused kernel (f32 inside, as transformers' eager path) with a backward of
-/// our own (`fused`).
+/// is candle's fused kernel (f32 inside, as transformers' eager path). In a graph the
+/// whole attention is one node with its own backward (`fused::attention_node`), which
+/// keeps only the probabilities of the `[B, H, T, S]` intermediates.
 pub fn attention(
     q: &Tensor,
     k: &Tensor,
@@ -204,23 +205,39 @@ pub fn attention(
     mask: Option<&Tensor>,
     scale: f64,
 ) -> candle_core::Result<Tensor> {
-    let (b, h, _, d) = q.dims4()?;
-    let hkv = k.dim(1)?;
-    let (k, v) = if hkv == h {
-        (k.clone(), v.clone())
-    } else {
-        let rep = h / hkv;
-        let s = k.dim(2)?;
-        let expand = |t: &Tensor| -> candle_core::Result<Tensor> {
-            t.unsqueeze(2)?.expand((b, hkv, rep, s, d))?.reshape((b, h, s, d))
-        };
-        (expand(k)?, expand(v)?)
-    };
+    let (p, o) = attention_parts(&q.detach(), &k.detach(), &v.detach(), mask, scale)?;
+    if !(q.track_op() || k.track_op() || v.track_op()) {
+        return Ok(o);
+    }
+    fused::attention_node(q, k, v, p, o, scale)
+}
+
+/// Key/value heads repeated to `h` query heads (grouped-query attention).
+pub fn repeat_kv(t: &Tensor, h: usize) -> candle_core::Result<Tensor> {
+    let (b, hkv, s, d) = t.dims4()?;
+    if hkv == h {
+        return Ok(t.clone());
+    }
+    t.unsqueeze(2)?.expand((b, hkv, h / hkv, s, d))?.reshape((b, h, s, d))
+}
+
+/// The attention's probabilities `[B, H, T, S]` and output, outside any graph.
+fn attention_parts(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: Option<&Tensor>,
+    scale: f64,
+) -> candle_core::Result<(Tensor, Tensor)> {
+    let h = q.dim(1)?;
+    let (k, v) = (repeat_kv(k, h)?, repeat_kv(v, h)?);
     let mut scores = (q.contiguous()?.matmul(&k.t()?.contiguous()?)? * scale)?;
     if let Some(m) = mask {
         scores = scores.broadcast_add(m)?;
     }
-    fused_softmax(&scores)?.matmul(&v.contiguous()?)
+    let p = candle_nn::ops::softmax_last_dim(&scores)?;
+    let o = p.matmul(&v.contiguous()?)?;
+    Ok((p, o))
 }
 
 /// The additive causal mask of `t` new queries over `s` keys (the first `s - t` cached):
