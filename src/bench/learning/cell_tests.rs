@@ -133,8 +133,11 @@ fn the_baselines_epochs_are_the_rl_cells_median_time_over_the_clones_epoch_time(
 
 #[test]
 fn the_baseline_continues_its_clone_on_the_clones_demonstrations() {
-    let mut base =
-        TrainConfig::parse(&TASK.replace("oracle_episodes = 4", "oracle_episodes = 4\nepochs = 6")).unwrap();
+    // The task's RL warm-up (3 iterations) must not make the 0-iteration baseline invalid.
+    let task = TASK
+        .replace("oracle_episodes = 4", "oracle_episodes = 4\nepochs = 6")
+        .replace("lr = 2e-5", "lr = 2e-5\nwarmup = 3");
+    let mut base = TrainConfig::parse(&task).unwrap();
     base.resolve();
     let c = CloneId { seed: 2, tag: Some(2) };
     let init = Path::new("out/t/clone-c2/checkpoints/iter-000000");

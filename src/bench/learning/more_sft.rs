@@ -87,6 +87,9 @@ pub fn config(
     cfg.run.seed = c.seed;
     cfg.run.iterations = 0;
     cfg.run.max_env_steps = None;
+    // No RL iteration runs, so the task's RL warm-up (which must fit in the iterations)
+    // has nothing to act on.
+    cfg.algo.warmup = 0;
     cfg.model.init = Some(init.to_path_buf());
     let mut sft = cfg.sft.take().context("the task config has no [sft]")?;
     // The very demonstrations the clone learned from, not a second recording of them.
