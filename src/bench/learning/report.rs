@@ -243,6 +243,8 @@ pub fn markdown(plan: &Plan, rows: &[Row], cells: &[Cell], obs: &BTreeMap<String
         });
         let gain = r.gain.as_ref().map_or("—".into(), show_gain);
         let to = match r.steps_to_target {
+            // the clone and the baseline run no RL: their only evaluation is at 0 env steps
+            _ if r.demo_steps => "n/a".to_string(),
             Some(e) => format!("{e} ({}/{})", r.reached, r.cells),
             None => format!("— (0/{})", r.cells),
         };

@@ -95,7 +95,7 @@ fn rows_by_hand() {
     );
     assert!(md.contains("| clone | 2 | 0.40 ± 0.28 [0.20–0.60] |"), "{md}");
     assert!(md.contains("| more-sft (+7 epochs) | 1 | 0.30 |"), "{md}");
-    assert!(md.contains("9 (demos)"), "{md}");
+    assert!(md.contains("| n/a | 9 (demos) |"), "no RL, no env steps to the target: {md}");
     assert!(md.contains("seeds 2000000..2000009 of every task") && md.contains("final policy"), "{md}");
     assert!(md.contains("the clone trained N more epochs on its demonstrations"), "{md}");
 
