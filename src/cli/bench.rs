@@ -100,7 +100,8 @@ fn task_ids(args: &BenchRunArgs) -> anyhow::Result<Vec<String>> {
         let ids = crate::tasks::all_task_ids(Some(suite));
         if ids.is_empty() {
             bail!(
-                "the {suite} suite has no tasks here: MiniWoB++ pages are not installed in {} (run scripts/setup.sh)",
+                "the {suite} suite has no tasks here: MiniWoB++ pages are not installed in {} (run scripts/setup.sh; \
+                 `guirl doctor` checks the whole set-up)",
                 crate::tasks::server::miniwob_dir().display()
             );
         }
