@@ -106,6 +106,65 @@ impl CustomOp1 for Attached {
     }
 }
 
+/// Gradients of a three-input node, one per input (`None`: not needed).
+type Grads3 = (Option<Tensor>, Option<Tensor>, Option<Tensor>);
+
+/// A three-input backward: `(inputs, ∂L/∂output) → ∂L/∂inputs`.
+type Backward3 = dyn Fn([&Tensor; 3], &Tensor) -> Result<Grads3> + Send + Sync;
+
+/// [`attach`] for an output of three inputs, any of which may be in the graph (a layer's
+/// input and its trained adapter matrices, attention's q, k and v).
+fn attach3(
+    [t1, t2, t3]: [&Tensor; 3],
+    y: Tensor,
+    name: &'static str,
+    bwd: impl Fn([&Tensor; 3], &Tensor) -> Result<Grads3> + Send + Sync + 'static,
+) -> Result<Tensor> {
+    let op = Attached3 { out: Handover::new(name, y), bwd: Box::new(bwd) };
+    t1.apply_op3_arc(t2, t3, Arc::new(Box::new(op)))
+}
+
+/// The op [`attach3`] applies.
+struct Attached3 {
+    out: Handover,
+    bwd: Box<Backward3>,
+}
+
+impl CustomOp3 for Attached3 {
+    fn name(&self) -> &'static str {
+        self.out.name
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        self.out.cpu()
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        _: &candle_core::CudaStorage,
+        _: &Layout,
+        _: &candle_core::CudaStorage,
+        _: &Layout,
+        _: &candle_core::CudaStorage,
+        _: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        self.out.cuda()
+    }
+
+    fn bwd(&self, t1: &Tensor, t2: &Tensor, t3: &Tensor, _: &Tensor, g: &Tensor) -> Result<Grads3> {
+        (self.bwd)([t1, t2, t3], g)
+    }
+}
+
 /// RMSNorm `w ⊙ x / sqrt(mean(x²) + eps)` over the last axis (f32 inside the kernel).
 /// Backward, with `r = 1/sqrt(mean(x²) + eps)`, `n = x r`, `d = g ⊙ w`:
 /// `∂x = r (d − n · mean(d ⊙ n))`, `∂w = Σ g ⊙ n` (only when `w` is trained).
@@ -232,10 +291,7 @@ pub fn lora_linear(
 ) -> Result<Tensor> {
     let dt = x.dtype();
     let x0 = x.detach();
-    let xd = match &mask {
-        Some(m) => (&x0 * m)?,
-        None => x0.clone(),
-    };
+    let xd = masked(x0.clone(), mask.as_ref())?;
     let (a_, b_) = (a.detach().to_dtype(dt)?, b.detach().to_dtype(dt)?);
     let h = xd.matmul(&a_.t()?)?;
     let mut y = x0.matmul(&w.t()?)?;
@@ -246,87 +302,38 @@ pub fn lora_linear(
     if !x.track_op() && !a.track_op() && !b.track_op() {
         return Ok(y);
     }
-    let op = LoraGrad { out: Handover::new("lora-linear", y), w: w.clone(), h, mask, scale };
-    x.apply_op3_arc(a, b, Arc::new(Box::new(op)))
+    let w = w.clone();
+    attach3([x, a, b], y, "lora-linear", move |[x, a, b], g| {
+        lora_grads((x, a, b), g, (&w, &h, mask.as_ref(), scale))
+    })
 }
 
-/// The op behind [`lora_linear`].
-struct LoraGrad {
-    out: Handover,
-    w: Tensor,
-    h: Tensor,
-    mask: Option<Tensor>,
-    scale: f64,
+/// `t ⊙ mask`, or `t` without dropout.
+fn masked(t: Tensor, mask: Option<&Tensor>) -> Result<Tensor> {
+    match mask {
+        Some(m) => t * m,
+        None => Ok(t),
+    }
 }
 
-impl CustomOp3 for LoraGrad {
-    fn name(&self) -> &'static str {
-        "lora-linear"
-    }
-
-    fn cpu_fwd(
-        &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        self.out.cpu()
-    }
-
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        _: &candle_core::CudaStorage,
-        _: &Layout,
-        _: &candle_core::CudaStorage,
-        _: &Layout,
-        _: &candle_core::CudaStorage,
-        _: &Layout,
-    ) -> Result<(candle_core::CudaStorage, Shape)> {
-        self.out.cuda()
-    }
-
-    fn bwd(
-        &self,
-        x: &Tensor,
-        a: &Tensor,
-        b: &Tensor,
-        _: &Tensor,
-        g: &Tensor,
-    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        let dt = x.dtype();
-        let (a_, b_) = (a.detach().to_dtype(dt)?, b.detach().to_dtype(dt)?);
-        // ∂h = s · g B' ([N, r]); the scale goes on the small side of every product
-        let gh = (g.matmul(&b_)? * self.scale)?;
-        let gb = if b.track_op() {
-            Some((g.t()?.matmul(&self.h)? * self.scale)?.to_dtype(b.dtype())?)
-        } else {
-            None
-        };
-        let ga = if a.track_op() {
-            let xd = match &self.mask {
-                Some(m) => (x.detach() * m)?,
-                None => x.detach(),
-            };
-            Some(gh.t()?.matmul(&xd)?.to_dtype(a.dtype())?)
-        } else {
-            None
-        };
-        let gx = if x.track_op() {
-            let through_a = gh.matmul(&a_)?;
-            let through_a = match &self.mask {
-                Some(m) => (through_a * m)?,
-                None => through_a,
-            };
-            Some((g.matmul(&self.w)? + through_a)?)
-        } else {
-            None
-        };
-        Ok((gx, ga, gb))
-    }
+/// [`lora_linear`]'s backward, with `w`, `h`, the mask and the scale of its forward.
+fn lora_grads(
+    (x, a, b): (&Tensor, &Tensor, &Tensor),
+    g: &Tensor,
+    (w, h, mask, scale): (&Tensor, &Tensor, Option<&Tensor>, f64),
+) -> Result<Grads3> {
+    let dt = x.dtype();
+    let (a_, b_) = (a.detach().to_dtype(dt)?, b.detach().to_dtype(dt)?);
+    // ∂h = s · g B' ([N, r]); the scale goes on the small side of every product
+    let gh = (g.matmul(&b_)? * scale)?;
+    let gb = if b.track_op() { Some((g.t()?.matmul(h)? * scale)?.to_dtype(b.dtype())?) } else { None };
+    let ga = if a.track_op() {
+        Some(gh.t()?.matmul(&masked(x.detach(), mask)?)?.to_dtype(a.dtype())?)
+    } else {
+        None
+    };
+    let gx = if x.track_op() { Some((g.matmul(w)? + masked(gh.matmul(&a_)?, mask)?)?) } else { None };
+    Ok((gx, ga, gb))
 }
 
 /// Attention `o = softmax(q kᵀ · scale + mask) v` (computed outside the graph, with its
@@ -344,87 +351,43 @@ pub fn attention_node(
     o: Tensor,
     scale: f64,
 ) -> Result<Tensor> {
-    let op = AttentionGrad { out: Handover::new("attention", o), p, scale };
-    q.apply_op3_arc(k, v, Arc::new(Box::new(op)))
+    attach3([q, k, v], o, "attention", move |[q, k, v], g| attention_grads((q, k, v), g, &p, scale))
 }
 
-/// The op behind [`attention_node`].
-struct AttentionGrad {
-    out: Handover,
-    p: Tensor,
+/// [`attention_node`]'s backward, with the probabilities and scale of its forward.
+fn attention_grads(
+    (q, k, v): (&Tensor, &Tensor, &Tensor),
+    g: &Tensor,
+    p: &Tensor,
     scale: f64,
-}
-
-impl CustomOp3 for AttentionGrad {
-    fn name(&self) -> &'static str {
-        "attention"
-    }
-
-    fn cpu_fwd(
-        &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        self.out.cpu()
-    }
-
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        _: &candle_core::CudaStorage,
-        _: &Layout,
-        _: &candle_core::CudaStorage,
-        _: &Layout,
-        _: &candle_core::CudaStorage,
-        _: &Layout,
-    ) -> Result<(candle_core::CudaStorage, Shape)> {
-        self.out.cuda()
-    }
-
-    fn bwd(
-        &self,
-        q: &Tensor,
-        k: &Tensor,
-        v: &Tensor,
-        _: &Tensor,
-        g: &Tensor,
-    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        let (b, h, _, d) = q.dims4()?;
-        let (hkv, s) = (k.dim(1)?, k.dim(2)?);
-        let repeat = |t: &Tensor| super::repeat_kv(&t.detach(), h)?.contiguous();
-        // a gradient over the repeated heads, summed back onto the key/value heads
-        let fold = |t: Tensor| -> Result<Tensor> {
-            if hkv == h {
-                Ok(t)
-            } else {
-                t.reshape((b, hkv, h / hkv, s, d))?.sum(2)
-            }
-        };
-        let g = g.contiguous()?;
-        let pt = self.p.t()?.contiguous()?;
-        let dv = if v.track_op() { Some(fold(pt.matmul(&g)?)?) } else { None };
-        let needs_s = q.track_op() || k.track_op();
-        let (dq, dk) = if needs_s {
-            let dp = g.matmul(&repeat(v)?.t()?.contiguous()?)?;
-            let (pf, dpf) = (self.p.to_dtype(DType::F32)?, dp.to_dtype(DType::F32)?);
-            let dot = (&dpf * &pf)?.sum_keepdim(D::Minus1)?;
-            let ds = ((pf * dpf.broadcast_sub(&dot)?)? * self.scale)?.to_dtype(q.dtype())?;
-            let dq = if q.track_op() { Some(ds.matmul(&repeat(k)?)?) } else { None };
-            let dk = if k.track_op() {
-                Some(fold(ds.t()?.contiguous()?.matmul(&q.detach().contiguous()?)?)?)
-            } else {
-                None
-            };
-            (dq, dk)
+) -> Result<Grads3> {
+    let (b, h, _, d) = q.dims4()?;
+    let (hkv, s) = (k.dim(1)?, k.dim(2)?);
+    let repeat = |t: &Tensor| super::repeat_kv(&t.detach(), h)?.contiguous();
+    // a gradient over the repeated heads, summed back onto the key/value heads
+    let fold = |t: Tensor| -> Result<Tensor> {
+        if hkv == h {
+            Ok(t)
         } else {
-            (None, None)
-        };
-        Ok((dq, dk, dv))
+            t.reshape((b, hkv, h / hkv, s, d))?.sum(2)
+        }
+    };
+    let g = g.contiguous()?;
+    let dv = if v.track_op() { Some(fold(p.t()?.contiguous()?.matmul(&g)?)?) } else { None };
+    if !(q.track_op() || k.track_op()) {
+        return Ok((None, None, dv));
     }
+    let dp = g.matmul(&repeat(v)?.t()?.contiguous()?)?;
+    let (pf, dpf) = (p.to_dtype(DType::F32)?, dp.to_dtype(DType::F32)?);
+    let dot = (&dpf * &pf)?.sum_keepdim(D::Minus1)?;
+    let ds = ((pf * dpf.broadcast_sub(&dot)?)? * scale)?.to_dtype(q.dtype())?;
+    let dq = if q.track_op() { Some(ds.matmul(&repeat(k)?)?) } else { None };
+    let dk = if k.track_op() {
+        Some(fold(ds.t()?.contiguous()?.matmul(&q.detach().contiguous()?)?)?)
+    } else {
+        None
+    };
+    Ok((dq, dk, dv))
 }
 
 #[cfg(test)]

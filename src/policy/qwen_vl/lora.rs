@@ -190,8 +190,9 @@ impl LoraAdapter {
 
     /// `scale · (dropout(x) Aᵀ) Bᵀ` in `x`'s dtype (A and B stay f32 for the optimizer),
     /// with the weights the switch selects; None when adapters are off. Dropout acts only
-    /// while the model is in a training pass. (The layers use the fused
-    /// `nn::fused::lora_linear`; this composed form is its reference in tests.)
+    /// while the model is in a training pass. The layers run the fused
+    /// `nn::fused::lora_linear`, which treats the base weight as frozen; this composed form
+    /// is for a layer whose weight is also trained whole.
     pub fn delta(&self, x: &Tensor) -> Result<Option<Tensor>> {
         let Some((a, b, mask)) = self.parts(x)? else { return Ok(None) };
         let x = match mask {

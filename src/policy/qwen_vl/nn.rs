@@ -48,12 +48,7 @@ impl Linear {
     pub fn forward_base(&self, x: &Tensor) -> Result<Tensor> {
         let dims = x.dims().to_vec();
         let flat = x.reshape(((), self.in_dim()))?;
-        // a fully trained weight is an f32 Var even in a bf16 model
-        let w = if self.weight.dtype() == x.dtype() {
-            self.weight.clone()
-        } else {
-            self.weight.to_dtype(x.dtype())?
-        };
+        let w = self.weight_for(x)?;
         let mut y =
             if flat.track_op() && !w.track_op() { frozen_matmul(&flat, &w)? } else { flat.matmul(&w.t()?)? };
         if let Some(b) = &self.bias {
@@ -66,6 +61,15 @@ impl Linear {
 }
 
 impl Linear {
+    /// The weight in `x`'s dtype (a fully trained weight is an f32 Var even in a bf16 model).
+    fn weight_for(&self, x: &Tensor) -> Result<Tensor> {
+        if self.weight.dtype() == x.dtype() {
+            Ok(self.weight.clone())
+        } else {
+            Ok(self.weight.to_dtype(x.dtype())?)
+        }
+    }
+
     /// The layer with its adapter (if any and switched on) as one fused graph node.
     /// `None` when the composed path must run: no adapter, or a weight trained whole.
     fn forward_fused(&self, x: &Tensor) -> Result<Option<Tensor>> {
@@ -74,11 +78,7 @@ impl Linear {
         if self.weight.track_op() {
             return Ok(None);
         }
-        let w = if self.weight.dtype() == x.dtype() {
-            self.weight.clone()
-        } else {
-            self.weight.to_dtype(x.dtype())?
-        };
+        let w = self.weight_for(x)?;
         let mut dims = x.dims().to_vec();
         let flat = x.reshape(((), self.in_dim()))?;
         let mask = mask.map(|m| m.reshape(flat.shape())).transpose()?;
