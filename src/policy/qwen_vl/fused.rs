@@ -106,6 +106,55 @@ impl CustomOp1 for Attached {
     }
 }
 
+/// Gradients of a two-input node, one per input (`None`: not needed).
+pub(crate) type Grads2 = (Option<Tensor>, Option<Tensor>);
+
+/// A two-input backward: `(inputs, ∂L/∂output) → ∂L/∂inputs`.
+type Backward2 = dyn Fn([&Tensor; 2], &Tensor) -> Result<Grads2> + Send + Sync;
+
+/// [`attach`] for an output of two inputs, either of which may be in the graph (a norm's
+/// input and its weight, SwiGLU's gate and up projections).
+pub(crate) fn attach2(
+    [t1, t2]: [&Tensor; 2],
+    y: Tensor,
+    name: &'static str,
+    bwd: impl Fn([&Tensor; 2], &Tensor) -> Result<Grads2> + Send + Sync + 'static,
+) -> Result<Tensor> {
+    let op = Attached2 { out: Handover::new(name, y), bwd: Box::new(bwd) };
+    t1.apply_op2_arc(t2, Arc::new(Box::new(op)))
+}
+
+/// The op [`attach2`] applies.
+struct Attached2 {
+    out: Handover,
+    bwd: Box<Backward2>,
+}
+
+impl CustomOp2 for Attached2 {
+    fn name(&self) -> &'static str {
+        self.out.name
+    }
+
+    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout, _: &CpuStorage, _: &Layout) -> Result<(CpuStorage, Shape)> {
+        self.out.cpu()
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        _: &candle_core::CudaStorage,
+        _: &Layout,
+        _: &candle_core::CudaStorage,
+        _: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        self.out.cuda()
+    }
+
+    fn bwd(&self, t1: &Tensor, t2: &Tensor, _: &Tensor, g: &Tensor) -> Result<Grads2> {
+        (self.bwd)([t1, t2], g)
+    }
+}
+
 /// Gradients of a three-input node, one per input (`None`: not needed).
 type Grads3 = (Option<Tensor>, Option<Tensor>, Option<Tensor>);
 
@@ -175,57 +224,24 @@ pub fn fused_rms_norm(x: &Tensor, w: &Tensor, eps: f64) -> Result<Tensor> {
     if !x.track_op() && !w.track_op() {
         return Ok(y);
     }
-    let op = RmsNormGrad { out: Handover::new("rms-norm", y), eps };
-    x.apply_op2_arc(&w, Arc::new(Box::new(op)))
+    attach2([&x, &w], y, "rms-norm", move |[x, w], g| rms_norm_grads(x, w, g, eps))
 }
 
-/// The op behind [`fused_rms_norm`] (two inputs: `w` can be trained whole).
-struct RmsNormGrad {
-    out: Handover,
-    eps: f64,
-}
-
-impl CustomOp2 for RmsNormGrad {
-    fn name(&self) -> &'static str {
-        "rms-norm"
-    }
-
-    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout, _: &CpuStorage, _: &Layout) -> Result<(CpuStorage, Shape)> {
-        self.out.cpu()
-    }
-
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        _: &candle_core::CudaStorage,
-        _: &Layout,
-        _: &candle_core::CudaStorage,
-        _: &Layout,
-    ) -> Result<(candle_core::CudaStorage, Shape)> {
-        self.out.cuda()
-    }
-
-    fn bwd(
-        &self,
-        x: &Tensor,
-        w: &Tensor,
-        _: &Tensor,
-        g: &Tensor,
-    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
-        let (xf, gf, wf) = (x.to_dtype(DType::F32)?, g.to_dtype(DType::F32)?, w.to_dtype(DType::F32)?);
-        let r = (xf.sqr()?.mean_keepdim(D::Minus1)? + self.eps)?.sqrt()?.recip()?;
-        let n = xf.broadcast_mul(&r)?;
-        let d = gf.broadcast_mul(&wf)?;
-        let dot = (&d * &n)?.mean_keepdim(D::Minus1)?;
-        let dx = (d - n.broadcast_mul(&dot)?)?.broadcast_mul(&r)?.to_dtype(x.dtype())?;
-        let dw = if w.track_op() {
-            let dim = w.dim(0)?;
-            Some((gf * n)?.reshape(((), dim))?.sum(0)?.to_dtype(w.dtype())?)
-        } else {
-            None
-        };
-        Ok((x.track_op().then_some(dx), dw))
-    }
+/// [`fused_rms_norm`]'s backward.
+fn rms_norm_grads(x: &Tensor, w: &Tensor, g: &Tensor, eps: f64) -> Result<Grads2> {
+    let (xf, gf, wf) = (x.to_dtype(DType::F32)?, g.to_dtype(DType::F32)?, w.to_dtype(DType::F32)?);
+    let r = (xf.sqr()?.mean_keepdim(D::Minus1)? + eps)?.sqrt()?.recip()?;
+    let n = xf.broadcast_mul(&r)?;
+    let d = gf.broadcast_mul(&wf)?;
+    let dot = (&d * &n)?.mean_keepdim(D::Minus1)?;
+    let dx = (d - n.broadcast_mul(&dot)?)?.broadcast_mul(&r)?.to_dtype(x.dtype())?;
+    let dw = if w.track_op() {
+        let dim = w.dim(0)?;
+        Some((gf * n)?.reshape(((), dim))?.sum(0)?.to_dtype(w.dtype())?)
+    } else {
+        None
+    };
+    Ok((x.track_op().then_some(dx), dw))
 }
 
 /// Rotary embedding `x cos + rotate_half(x) sin` by candle's kernel, for `x` `[B, H, T, D]`
@@ -378,9 +394,7 @@ fn attention_grads(
         return Ok((None, None, dv));
     }
     let dp = g.matmul(&repeat(v)?.t()?.contiguous()?)?;
-    let (pf, dpf) = (p.to_dtype(DType::F32)?, dp.to_dtype(DType::F32)?);
-    let dot = (&dpf * &pf)?.sum_keepdim(D::Minus1)?;
-    let ds = ((pf * dpf.broadcast_sub(&dot)?)? * scale)?.to_dtype(q.dtype())?;
+    let ds = super::activation::softmax_grad(p, &dp, scale)?;
     let dq = if q.track_op() { Some(ds.matmul(&repeat(k)?)?) } else { None };
     let dk = if k.track_op() {
         Some(fold(ds.t()?.contiguous()?.matmul(&q.detach().contiguous()?)?)?)

@@ -7,6 +7,8 @@
 use super::lora::LoraAdapter;
 use super::weights::Weights;
 use anyhow::Result;
+#[path = "activation.rs"]
+pub mod activation;
 #[path = "fused.rs"]
 pub mod fused;
 
@@ -170,8 +172,8 @@ impl Module for LayerNorm {
 /// The activations the configs name.
 pub fn activate(x: &Tensor, act: &str) -> candle_core::Result<Tensor> {
     match act {
-        "silu" => x.silu(),
-        "gelu_pytorch_tanh" => x.gelu(),
+        "silu" => activation::silu(x),
+        "gelu_pytorch_tanh" => activation::gelu_tanh(x),
         "quick_gelu" => x.broadcast_mul(&candle_nn::ops::sigmoid(&(x * 1.702)?)?),
         _ => x.gelu_erf(),
     }
@@ -231,11 +233,8 @@ fn attention_parts(
 ) -> candle_core::Result<(Tensor, Tensor)> {
     let h = q.dim(1)?;
     let (k, v) = (repeat_kv(k, h)?, repeat_kv(v, h)?);
-    let mut scores = (q.contiguous()?.matmul(&k.t()?.contiguous()?)? * scale)?;
-    if let Some(m) = mask {
-        scores = scores.broadcast_add(m)?;
-    }
-    let p = candle_nn::ops::softmax_last_dim(&scores)?;
+    let scores = q.contiguous()?.matmul(&k.t()?.contiguous()?)?;
+    let p = activation::scaled_softmax(&scores, scale, mask)?;
     let o = p.matmul(&v.contiguous()?)?;
     Ok((p, o))
 }

@@ -9,7 +9,7 @@
 
 use super::config::TextConfig;
 use super::lora::LoraAdapter;
-use super::nn::{apply_rope, attention, causal_mask, Linear, RmsNorm};
+use super::nn::{activation, apply_rope, attention, causal_mask, Linear, RmsNorm};
 use super::train_pass::TrainPass;
 use super::weights::Weights;
 use anyhow::{bail, Result};
@@ -257,7 +257,7 @@ pub(crate) fn layer_forward(
     let a = a.transpose(1, 2)?.reshape((b, t, dims.heads * hd))?;
     let x = (x + l.o.forward(&a)?)?;
     let y = l.post_norm.forward(&x)?;
-    let m = l.down.forward(&(l.gate.forward(&y)?.silu()? * l.up.forward(&y)?)?)?;
+    let m = l.down.forward(&activation::swiglu(&l.gate.forward(&y)?, &l.up.forward(&y)?)?)?;
     Ok((x + m)?)
 }
 

@@ -7,7 +7,7 @@
 //! taps; Qwen2.5-VL attends inside 2×2-unit windows except in its full-attention blocks.
 
 use super::config::{Arch, VisionConfig};
-use super::nn::{activate, apply_rope, attention, LayerNorm, Linear, RmsNorm};
+use super::nn::{activate, activation, apply_rope, attention, LayerNorm, Linear, RmsNorm};
 use super::rope::{vision_cos_sin, vision_patch_positions};
 use super::weights::Weights;
 use anyhow::{bail, Result};
@@ -271,7 +271,13 @@ impl VisionTower {
         let y = match &b.mlp {
             Mlp::Plain { fc1, fc2 } => fc2.forward(&activate(&fc1.forward(&y)?, &self.cfg.hidden_act)?)?,
             Mlp::Gated { gate, up, down } => {
-                down.forward(&(activate(&gate.forward(&y)?, &self.cfg.hidden_act)? * up.forward(&y)?)?)?
+                let (g, u) = (gate.forward(&y)?, up.forward(&y)?);
+                let h = if self.cfg.hidden_act == "silu" {
+                    activation::swiglu(&g, &u)?
+                } else {
+                    (activate(&g, &self.cfg.hidden_act)? * u)?
+                };
+                down.forward(&h)?
             }
         };
         Ok((x + y)?)
