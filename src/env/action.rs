@@ -131,8 +131,9 @@ impl KeyCombo {
         let mut modifiers = Vec::new();
         if let Some(m) = mods_part.filter(|m| !m.is_empty()) {
             for name in m.split('+') {
-                let md = Modifier::from_name(name.trim())
-                    .ok_or_else(|| format!("a modifier (ctrl, alt, shift, meta), found {name:?}"))?;
+                let md = Modifier::from_name(name.trim()).ok_or_else(|| {
+                    format!("a modifier (ctrl, alt, shift, meta), found {}", quote_cut(name))
+                })?;
                 if !modifiers.contains(&md) {
                     modifiers.push(md);
                 }
@@ -146,7 +147,8 @@ impl KeyCombo {
             key.to_string()
         } else {
             return Err(format!(
-                "a key name (Enter, Tab, Escape, Backspace, ArrowUp, F1, ...) or one character, found {key:?}"
+                "a key name (Enter, Tab, Escape, Backspace, ArrowUp, F1, ...) or one character, found {}",
+                quote_cut(key)
             ));
         };
         Ok(KeyCombo { modifiers, key })
@@ -296,6 +298,16 @@ pub struct ParseActionError {
     pub position: usize,
     /// What the parser expected there.
     pub expected: String,
+}
+
+/// `s` quoted, cut to its first 40 characters (with `…`) when longer: a key name in an
+/// error message, which may be a whole runaway answer.
+fn quote_cut(s: &str) -> String {
+    const MAX: usize = 40;
+    match s.char_indices().nth(MAX) {
+        Some((i, _)) => format!("{:?}…", &s[..i]),
+        None => format!("{s:?}"),
+    }
 }
 
 /// `input` quoted, or for a text over 80 bytes the 40 bytes either side of `at` with `…`

@@ -89,4 +89,11 @@ fn errors_name_position_and_expectation() {
         "{m}"
     );
     assert_eq!(e.input, long, "the error keeps the whole text");
+    // So is a long key or modifier name in what was expected.
+    for long in [format!("key({})", "a".repeat(9000)), format!("key({}+a)", "b".repeat(9000))] {
+        let m = GuiAction::parse(&long).unwrap_err().to_string();
+        let found = m.split("found ").nth(1).unwrap_or_else(|| panic!("{m}"));
+        assert_eq!(found.chars().count(), 43, "40 characters, quotes and the cut mark: {m}");
+        assert!(m.len() < 400, "{m}");
+    }
 }

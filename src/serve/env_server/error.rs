@@ -23,14 +23,17 @@ pub struct ApiError {
 
 impl ApiError {
     /// An error with this status, code and message.
+    /// A message over [`super::limits::MAX_MESSAGE_CHARS`] is cut: many quote the client.
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError { status, code, message: message.into() }
+        let message = super::limits::cut(&message.into(), super::limits::MAX_MESSAGE_CHARS);
+        ApiError { status, code, message }
     }
     /// 400 `bad_request`.
     pub fn bad_request(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, "bad_request", message)
     }
-    /// 400 with a more specific code (`bad_seed`, `bad_option`, `malformed_action`, `unknown_task`).
+    /// 400 with a more specific code (`bad_seed`, `bad_option`, `malformed_action`,
+    /// `unknown_task`, `field_too_long`, `refused_url`).
     pub fn invalid(code: &'static str, message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, code, message)
     }
@@ -66,7 +69,8 @@ impl ApiError {
         match self.code {
             "capacity_reached" => "CAPACITY_REACHED",
             "bad_request" => "VALIDATION_ERROR",
-            "malformed_action" | "bad_seed" | "bad_option" | "unknown_task" => "VALIDATION_ERROR",
+            "malformed_action" | "bad_seed" | "bad_option" | "unknown_task" | "field_too_long"
+            | "refused_url" => "VALIDATION_ERROR",
             "unknown_session" => "SESSION_ERROR",
             _ => "EXECUTION_ERROR",
         }

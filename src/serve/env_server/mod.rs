@@ -4,6 +4,7 @@
 //! protocol.
 
 pub mod error;
+pub mod limits;
 mod rest;
 pub mod session;
 pub mod wire;
@@ -80,6 +81,7 @@ pub fn task_from_request(
         (Some(_), Some(_)) => return Err(ApiError::bad_request("give \"task\" or \"task_spec\", not both")),
         (None, None) => None,
         (Some(Value::String(id)), None) => {
+            limits::task_id(id)?;
             if !(id.starts_with("miniwob/") || id.starts_with("builtin/")) {
                 return Err(unknown(format!(
                     "unknown task {id:?}: use a task id such as \"miniwob/click-button\" or \"builtin/...\" \
@@ -95,11 +97,13 @@ pub fn task_from_request(
         }
         (None, Some(Value::String(text))) => {
             use sha2::Digest;
+            limits::task_spec_text(text)?;
             let digest = sha2::Sha256::digest(text.as_bytes());
             let id =
                 format!("spec:{}", digest.iter().take(6).map(|b| format!("{b:02x}")).collect::<String>());
             let t = crate::tasks::website::WebsiteTask::from_text(id, text, opts.viewport, reward_models)
                 .map_err(|e| ApiError::invalid("bad_option", format!("task_spec: {e:#}")))?;
+            limits::spec(t.spec())?;
             Some(Arc::new(t) as Arc<dyn Task>)
         }
         (Some(v), _) | (_, Some(v)) => {
@@ -171,6 +175,16 @@ async fn health(State(s): State<Arc<Shared>>) -> Json<Value> {
     Json(json!({"status": "healthy", "sessions": s.table.len(), "max_sessions": s.table.max()}))
 }
 
+/// Whether `given` is the server's `token`, in time that does not depend on where they
+/// differ: both are hashed first (so their lengths do not show either), then compared
+/// with `subtle`'s constant-time equality.
+pub fn token_matches(given: &str, token: &str) -> bool {
+    use sha2::Digest;
+    use subtle::ConstantTimeEq;
+    let (a, b) = (sha2::Sha256::digest(given.as_bytes()), sha2::Sha256::digest(token.as_bytes()));
+    a.as_slice().ct_eq(b.as_slice()).into()
+}
+
 /// Require the bearer token (header, or `?token=` for WebSocket clients that cannot set headers).
 async fn auth(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Response {
     let Some(token) = s.cfg.token.as_deref() else {
@@ -181,11 +195,10 @@ async fn auth(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Respons
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
-        .is_some_and(|t| t.trim() == token);
-    let query_ok = req
-        .uri()
-        .query()
-        .is_some_and(|q| url::form_urlencoded::parse(q.as_bytes()).any(|(k, v)| k == "token" && v == token));
+        .is_some_and(|t| token_matches(t.trim(), token));
+    let query_ok = req.uri().query().is_some_and(|q| {
+        url::form_urlencoded::parse(q.as_bytes()).any(|(k, v)| k == "token" && token_matches(&v, token))
+    });
     if header_ok || query_ok {
         return next.run(req).await;
     }
@@ -267,4 +280,17 @@ pub async fn serve(
     shared.table.close_all().await;
     served?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::token_matches;
+
+    #[test]
+    fn only_the_exact_token_matches() {
+        assert!(token_matches("s3cret-token", "s3cret-token"));
+        for other in ["s3cret-tokeN", "s3cret-toke", "s3cret-token ", "", "S3cret-token"] {
+            assert!(!token_matches(other, "s3cret-token"), "{other:?}");
+        }
+    }
 }

@@ -134,7 +134,10 @@ pub async fn render(
         None | Some("png") => ImageFormat::Png,
         Some("jpeg") | Some("jpg") => ImageFormat::Jpeg,
         Some(other) => {
-            return Err(ApiError::invalid("bad_option", format!("format = {other:?}: use png or jpeg")))
+            return Err(ApiError::invalid(
+                "bad_option",
+                format!("format = {}: use png or jpeg", wire::short(&format!("{other:?}"))),
+            ))
         }
     };
     let session = s.table.get(&id)?;

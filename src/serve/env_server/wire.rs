@@ -2,6 +2,7 @@
 //! naming the field) and observations written as JSON with base64 screenshots.
 
 use super::error::ApiError;
+use super::limits::{self, MAX_ECHO_CHARS};
 use crate::env::{EpisodeStatus, ScreenState, StepInfo};
 use base64::Engine;
 use serde_json::{json, Map, Value};
@@ -30,7 +31,7 @@ impl ImageFormat {
             Some("none") => Ok(ImageFormat::None),
             _ => Err(ApiError::invalid(
                 "bad_option",
-                format!("screenshot = {v}: use \"png\", \"jpeg\" or \"none\""),
+                format!("screenshot = {}: use \"png\", \"jpeg\" or \"none\"", short(&v.to_string())),
             )),
         }
     }
@@ -84,8 +85,9 @@ pub const OPTION_FIELDS: [&str; 7] =
 impl SessionOptions {
     /// Apply the option fields present in `obj` on top of `self`.
     pub fn update(&mut self, obj: &Map<String, Value>) -> Result<(), ApiError> {
-        let bad =
-            |k: &str, v: &Value, want: &str| ApiError::invalid("bad_option", format!("{k} = {v}: {want}"));
+        let bad = |k: &str, v: &Value, want: &str| {
+            ApiError::invalid("bad_option", format!("{k} = {}: {want}", short(&v.to_string())))
+        };
         for (k, v) in obj {
             match k.as_str() {
                 "max_steps" => {
@@ -149,7 +151,7 @@ pub fn reject_unknown(obj: &Map<String, Value>, allowed: &[&str], what: &str) ->
     Err(ApiError::bad_request(format!(
         "unknown field{} {} in {what}: the fields are {}",
         if unknown.len() > 1 { "s" } else { "" },
-        unknown.iter().map(|k| format!("{k:?}")).collect::<Vec<_>>().join(", "),
+        unknown.iter().map(|k| short(&format!("{k:?}"))).collect::<Vec<_>>().join(", "),
         allowed.join(", ")
     )))
 }
@@ -202,12 +204,9 @@ pub fn action(obj: &Map<String, Value>) -> Result<String, ApiError> {
     }
 }
 
-fn short(s: &str) -> String {
-    if s.chars().count() > 80 {
-        format!("{}...", s.chars().take(80).collect::<String>())
-    } else {
-        s.to_string()
-    }
+/// A client's text as quoted back: at most [`MAX_ECHO_CHARS`] characters, marked when cut.
+pub fn short(s: &str) -> String {
+    limits::cut(s, MAX_ECHO_CHARS)
 }
 
 /// Encode a screenshot in `fmt` (None for `ImageFormat::None`).
@@ -256,7 +255,9 @@ pub fn step_info(info: &StepInfo) -> Map<String, Value> {
     let v = json!({
         "status": wire_status(info),
         "valid_action": info.action_error.is_none(),
-        "action_error": info.action_error,
+        // The error quotes the action (a part of it already), which may be a model's
+        // runaway answer: bound the whole message too.
+        "action_error": info.action_error.as_deref().map(|m| limits::cut(m, limits::MAX_MESSAGE_CHARS)),
         "env_error": info.env_error,
         "reason": info.reason,
         "raw_reward": info.raw_reward,

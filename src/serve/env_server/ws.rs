@@ -3,6 +3,7 @@
 //! Pings catch half-open connections, whose sessions are then freed.
 
 use super::error::ApiError;
+use super::limits;
 use super::session::{Session, Transition};
 use super::wire::{self, OPTION_FIELDS};
 use super::{task_from_request, Shared};
@@ -118,7 +119,10 @@ async fn handle(
         None | Some(Value::Null) => Map::new(),
         Some(Value::Object(m)) => m.clone(),
         Some(other) => {
-            let e = ApiError::bad_request(format!("\"data\" must be an object, got {other}"));
+            let e = ApiError::bad_request(format!(
+                "\"data\" must be an object, got {}",
+                wire::short(&other.to_string())
+            ));
             return (Some(error_message(&e)), false);
         }
     };
@@ -129,7 +133,7 @@ async fn handle(
         "close" => return (None, true),
         other => {
             let reply = json!({"type": "error", "data": {"code": "UNKNOWN_TYPE", "error": "bad_request",
-                "message": format!("Unknown message type: {other:?}: use reset, step, state or close")}});
+                "message": format!("Unknown message type: {}: use reset, step, state or close", wire::short(&format!("{other:?}")))}});
             return (Some(reply.to_string()), false);
         }
     };
@@ -151,6 +155,7 @@ async fn reset(
     let mut allowed = vec!["seed", "episode_id", "task", "task_spec"];
     allowed.extend(OPTION_FIELDS);
     wire::reject_unknown(data, &allowed, "a reset message")?;
+    limits::extra("episode_id", data.get("episode_id"))?;
     let seed = wire::seed(data)?;
     let mut opts = session.options().await?;
     opts.update(data)?;
@@ -161,6 +166,8 @@ async fn reset(
 
 async fn step(session: &Session, data: &Map<String, Value>) -> Result<Transition, ApiError> {
     wire::reject_unknown(data, &["action", "action_str", "metadata", "request_id"], "a step message")?;
+    limits::extra("metadata", data.get("metadata"))?;
+    limits::extra("request_id", data.get("request_id"))?;
     let action = wire::action(data)?;
     session.step(&action, None).await
 }
