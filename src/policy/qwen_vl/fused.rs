@@ -294,10 +294,11 @@ fn rope4(x: &Tensor, c: Tensor, s: Tensor) -> Result<Tensor> {
 ///
 /// Composed, the layer is about ten nodes (two casts, three matmuls, the scale, the sums),
 /// and candle's backward writes a zero tensor and adds into it for every node's gradient:
-/// two more passes over `[N, in]` or `[N, out]` per node. Here the forward is the composed
-/// ops' own arithmetic in the same order (the same bits), computed outside the graph, and
-/// the backward, with `h = x_d A'ᵀ` kept from the forward (`[N, r]`, small), is
-/// `∂B = s gᵀ h`, `∂A = s (g B')ᵀ x_d`, `∂x = g W + s ((g B') A') ⊙ mask`.
+/// two more passes over `[N, in]` or `[N, out]` per node. Here the forward is computed
+/// outside the graph, and the backward, with `h = x_d A'ᵀ` kept from the forward (`[N, r]`, small), is
+/// `∂B = s gᵀ h`, `∂A = s (g B')ᵀ x_d`, `∂x = g W + s ((g B') A') ⊙ mask`. On the CPU the
+/// low-rank terms are accumulated into the base products (`gemm::add_product`): the
+/// forward then differs from the composed layer in the last bits.
 pub fn lora_linear(
     x: &Tensor,
     w: &Tensor,
@@ -309,12 +310,15 @@ pub fn lora_linear(
     let x0 = x.detach();
     let xd = masked(x0.clone(), mask.as_ref())?;
     let (a_, b_) = (a.detach().to_dtype(dt)?, b.detach().to_dtype(dt)?);
-    let h = xd.matmul(&a_.t()?)?;
+    let h = super::gemm::skinny(&xd, &a_.t()?)?;
     let mut y = x0.matmul(&w.t()?)?;
     if let Some(bias) = bias {
         y = y.broadcast_add(bias)?;
     }
-    let y = (y + (h.matmul(&b_.t()?)? * scale)?)?;
+    // on the CPU the low-rank term is accumulated into the fresh output in one pass
+    if !super::gemm::add_product(&y, &h, &b_.t()?, scale)? {
+        y = (y + (h.matmul(&b_.t()?)? * scale)?)?;
+    }
     if !x.track_op() && !a.track_op() && !b.track_op() {
         return Ok(y);
     }
@@ -341,14 +345,24 @@ fn lora_grads(
     let dt = x.dtype();
     let (a_, b_) = (a.detach().to_dtype(dt)?, b.detach().to_dtype(dt)?);
     // ∂h = s · g B' ([N, r]); the scale goes on the small side of every product
-    let gh = (g.matmul(&b_)? * scale)?;
+    let gh = (super::gemm::skinny(g, &b_)? * scale)?;
     let gb = if b.track_op() { Some((g.t()?.matmul(h)? * scale)?.to_dtype(b.dtype())?) } else { None };
     let ga = if a.track_op() {
         Some(gh.t()?.matmul(&masked(x.detach(), mask)?)?.to_dtype(a.dtype())?)
     } else {
         None
     };
-    let gx = if x.track_op() { Some((g.matmul(w)? + masked(gh.matmul(&a_)?, mask)?)?) } else { None };
+    let gx = if !x.track_op() {
+        None
+    } else if mask.is_none() {
+        let gx = g.matmul(w)?;
+        if !super::gemm::add_product(&gx, &gh, &a_, 1.0)? {
+            return Ok((Some((gx + gh.matmul(&a_)?)?), ga, gb));
+        }
+        Some(gx)
+    } else {
+        Some((g.matmul(w)? + masked(gh.matmul(&a_)?, mask)?)?)
+    };
     Ok((gx, ga, gb))
 }
 

@@ -11,6 +11,8 @@ use anyhow::Result;
 pub mod activation;
 #[path = "fused.rs"]
 pub mod fused;
+#[path = "gemm.rs"]
+pub mod gemm;
 
 use candle_core::{DType, Module, Tensor, D};
 use fused::{attach, fused_rms_norm, fused_rope};
