@@ -172,3 +172,152 @@ async fn over_long_fields_are_refused_and_malformed_actions_echoed_cut() {
     still_serves(&s).await;
     s.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn task_specs_on_local_files_and_internal_hosts_are_refused() {
+    let s = Server::start(ServeConfig::default()).await;
+    let spec_vars =
+        |url: &str| format!("{}[variables]\nhost = [\"example.com\", \"10.0.0.1\"]\n", spec(url, "true"));
+    for (task_spec, why) in [
+        (spec("file:///etc/passwd", "true"), "scheme \"file:\""),
+        (spec("data:text/html,<h1>hi</h1>", "true"), "scheme \"data:\""),
+        (spec("chrome://version", "true"), "scheme \"chrome:\""),
+        (spec("view-source:http://example.com/", "true"), "scheme \"view-source:\""),
+        (spec("http://10.0.0.5/", "true"), "private address"),
+        (spec("http://192.168.1.1:8080/admin", "true"), "private address"),
+        (spec("http://169.254.169.254/latest/meta-data/", "true"), "metadata"),
+        (spec("http://[fe80::1]/", "true"), "link-local"),
+        (spec("http://0xA9FEA9FE/", "true"), "metadata"),
+        (spec_vars("http://{host}/"), "not drawn from [variables]"),
+    ] {
+        let r = post(&s, "/v1/sessions", json!({ "task_spec": task_spec })).await;
+        let (status, code, msg) = error(&r);
+        assert_eq!((status, code), (400, "refused_url"), "{task_spec}: {msg}");
+        assert!(msg.contains("start_url") && msg.contains(why), "{why}: {msg}");
+    }
+    assert_eq!(get_sessions(&s).await, 0, "no session was opened for them");
+
+    // Over the WebSocket too.
+    let ws_url = s.base.replace("http://", "ws://") + "/ws";
+    let (mut ws, _) = tokio_tungstenite::connect_async(ws_url).await.unwrap();
+    use futures::{SinkExt, StreamExt};
+    let msg = json!({"type": "reset", "data": {"task_spec": spec("file:///etc/passwd", "true")}});
+    ws.send(tokio_tungstenite::tungstenite::Message::Text(msg.to_string().into())).await.unwrap();
+    let reply = loop {
+        match ws.next().await.unwrap().unwrap() {
+            tokio_tungstenite::tungstenite::Message::Text(t) => {
+                break serde_json::from_str::<Value>(&t).unwrap()
+            }
+            _ => continue,
+        }
+    };
+    assert_eq!(
+        (reply["data"]["code"].as_str(), reply["data"]["error"].as_str()),
+        (Some("VALIDATION_ERROR"), Some("refused_url")),
+        "{reply}"
+    );
+    drop(ws);
+
+    // A loopback URL (guirl's own task server, spelled out) and a variable in the path pass.
+    let base = guirl::tasks::server::base_url().unwrap();
+    let page = format!("{base}/fixtures/pages/{{page}}.html");
+    let ok = format!("{}[variables]\npage = [\"two-buttons\"]\n", spec(&page, "true"));
+    let r = post(&s, "/v1/sessions", json!({ "task_spec": ok })).await;
+    assert_eq!(r.0, 201, "{:?}", r.1);
+    let id = r.1["session_id"].as_str().unwrap().to_string();
+    let r = post(&s, &format!("/v1/sessions/{id}/reset"), json!({"seed": 0, "screenshot": "none"})).await;
+    assert_eq!(r.1["info"]["status"], "running", "{:?}", r.1);
+    assert!(r.1["observation"]["url"].as_str().unwrap().ends_with("/fixtures/pages/two-buttons.html"));
+    http("DELETE", format!("{}/v1/sessions/{id}", s.base), None, None).await;
+
+    still_serves(&s).await;
+    s.stop().await;
+}
+
+async fn get_sessions(s: &Server) -> u64 {
+    http("GET", format!("{}/health", s.base), None, None).await.1["sessions"].as_u64().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_allow_list_refuses_a_listed_name_that_resolves_to_loopback() {
+    use guirl::env::url_policy::{HostPattern, UrlPolicy};
+    let pats = |p: &[&str]| p.iter().map(|p| HostPattern::parse(p).unwrap()).collect::<Vec<_>>();
+    let base = guirl::tasks::server::base_url().unwrap();
+    let port = base.rsplit(':').next().unwrap().to_string();
+    let by_name = spec(&format!("http://localhost:{port}/fixtures/pages/two-buttons.html"), "true");
+
+    // "localhost" is listed, but what it resolves to is not: refused, saying how to allow it.
+    let s = Server::start(ServeConfig {
+        url_policy: UrlPolicy::only(pats(&["localhost"])),
+        ..Default::default()
+    })
+    .await;
+    let r = post(&s, "/v1/sessions", json!({ "task_spec": by_name })).await;
+    let (status, code, msg) = error(&r);
+    assert_eq!((status, code), (400, "refused_url"), "{msg}");
+    assert!(
+        msg.contains("resolves to") && msg.contains("loopback") && msg.contains("--allow-hosts"),
+        "{msg}"
+    );
+    // A public address that is not listed is refused too; guirl's own pages still work.
+    let r = post(&s, "/v1/sessions", json!({"task_spec": spec("http://93.184.216.34/", "true")})).await;
+    assert_eq!(error(&r).1, "refused_url", "{:?}", r.1);
+    let r = post(&s, "/v1/sessions", json!({"task_spec": spec("/fixtures/pages/two-buttons.html", "true")}))
+        .await;
+    assert_eq!(r.0, 201, "{:?}", r.1);
+    still_serves(&s).await;
+    s.stop().await;
+
+    // With its addresses listed as well, the same spec runs.
+    let policy = UrlPolicy::only(pats(&["localhost", "127.0.0.0/8", "::1"]));
+    let s = Server::start(ServeConfig { url_policy: policy, ..Default::default() }).await;
+    let r = post(&s, "/v1/sessions", json!({ "task_spec": by_name })).await;
+    assert_eq!(r.0, 201, "{:?}", r.1);
+    let id = r.1["session_id"].as_str().unwrap().to_string();
+    let r = post(&s, &format!("/v1/sessions/{id}/reset"), json!({"seed": 0, "screenshot": "none"})).await;
+    assert_eq!(r.1["info"]["status"], "running", "{:?}", r.1);
+    s.stop().await;
+}
+
+/// `guirl serve`'s first lines, then the process is ended.
+fn serve_banner(args: &[&str]) -> (Option<i32>, String, String) {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_guirl"))
+        .arg("serve")
+        .args(args)
+        .env_remove("GUIRL_SERVE_TOKEN")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = String::new();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    for _ in 0..2 {
+        match lines.next() {
+            Some(Ok(l)) => out.push_str(&(l + "\n")),
+            _ => break,
+        }
+    }
+    let _ = child.kill();
+    let done = child.wait_with_output().unwrap();
+    (done.status.code(), out, String::from_utf8_lossy(&done.stderr).into_owned())
+}
+
+#[test]
+fn the_url_policy_is_printed_at_start_and_bad_patterns_refused() {
+    let (_, out, _) = serve_banner(&["--bind", "0.0.0.0:0", "--token", "t"]);
+    assert!(out.contains("guirl's own pages only") && out.contains("--allow-hosts"), "off loopback: {out}");
+    let (_, out, _) = serve_banner(&["--bind", "127.0.0.1:0"]);
+    assert!(out.contains("loopback and public hosts"), "{out}");
+    let (_, out, _) =
+        serve_banner(&["--bind", "0.0.0.0:0", "--token", "t", "--allow-hosts", "*.corp.test,10.0.0.0/8"]);
+    assert!(out.contains("these hosts only: *.corp.test, 10.0.0.0/8"), "{out}");
+    let (_, out, _) = serve_banner(&["--bind", "127.0.0.1:0", "--allow-any-host"]);
+    assert!(out.contains("--allow-any-host") && out.contains("ANY host"), "{out}");
+    let (code, _, err) = serve_banner(&["--bind", "127.0.0.1:0", "--allow-hosts", "exa mple.com"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--allow-hosts \"exa mple.com\": not a host name"), "{err}");
+    let (code, _, err) = serve_banner(&["--allow-hosts", "a.com", "--allow-any-host"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("cannot be used with"), "{err}");
+}

@@ -1,6 +1,7 @@
 //! `guirl serve`.
 
 use super::BrowserArgs;
+use crate::env::url_policy::{HostPattern, HostRule, UrlPolicy};
 use crate::serve::env_server::{serve, ServeConfig};
 use anyhow::{bail, Context};
 use std::time::Duration;
@@ -32,6 +33,17 @@ pub struct ServeArgs {
     /// name as `reward = "model:NAME"`; without it such specs are refused.
     #[arg(long, value_name = "DIR")]
     reward_models: Option<std::path::PathBuf>,
+    /// Hosts a client's task_spec may point the browser at, comma-separated: names
+    /// (example.com), subdomains (*.example.com), addresses (10.1.2.3) or blocks
+    /// (10.0.0.0/8). Without it, a loopback-bound server allows loopback and public hosts
+    /// (not private, link-local or metadata addresses), and one bound off loopback allows
+    /// guirl's own pages only. docs/serve.md#security.
+    #[arg(long, value_delimiter = ',', value_name = "PATTERNS")]
+    allow_hosts: Vec<String>,
+    /// Let task specs reach any host this machine can reach, internal and cloud metadata
+    /// addresses included (http(s) only still). Only for a server whose clients you trust.
+    #[arg(long, conflicts_with = "allow_hosts")]
+    allow_any_host: bool,
     #[command(flatten)]
     browser: BrowserArgs,
 }
@@ -54,6 +66,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         );
     }
     let token = args.token.filter(|t| !t.trim().is_empty());
+    let patterns = args.allow_hosts.iter().map(|p| HostPattern::parse(p)).collect::<Result<Vec<_>, _>>();
+    let patterns = patterns.map_err(anyhow::Error::msg)?;
     if args.bind.parse::<std::net::SocketAddr>().is_err() && !args.bind.contains(':') {
         bail!("--bind {:?} is not ADDR:PORT: use e.g. 127.0.0.1:8765 (port 0 picks a free one)", args.bind);
     }
@@ -67,6 +81,15 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
              this machine. Pass --token T (or set GUIRL_SERVE_TOKEN), or bind 127.0.0.1"
         );
     }
+    let url_policy = if args.allow_any_host {
+        UrlPolicy { hosts: HostRule::Any }
+    } else if !args.allow_hosts.is_empty() {
+        UrlPolicy::only(patterns)
+    } else if addr.ip().is_loopback() {
+        UrlPolicy::default()
+    } else {
+        UrlPolicy::only(vec![])
+    };
     let cfg = ServeConfig {
         max_sessions: args.max_sessions,
         idle_timeout: (args.idle_timeout > 0).then(|| Duration::from_secs(args.idle_timeout)),
@@ -75,12 +98,14 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         max_body: args.max_body,
         env: crate::env::EnvConfig { browser: args.browser.config(), ..Default::default() },
         reward_models: args.reward_models,
+        url_policy,
     };
     println!(
         "guirl serve: http://{addr} (REST /v1/sessions, OpenEnv ws://{addr}/ws), up to {} sessions{}",
         cfg.max_sessions,
         if cfg.token.is_some() { ", token required" } else { "" }
     );
+    println!("guirl serve: {}", cfg.url_policy.describe());
     serve(listener, cfg, shutdown_signal()).await
 }
 

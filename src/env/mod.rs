@@ -12,6 +12,7 @@ pub mod observation;
 pub mod outcome;
 pub mod page_clock;
 pub mod profiles;
+pub mod url_policy;
 
 pub use action::{GuiAction, KeyCombo, Modifier, ParseActionError};
 pub use browser::{Browser, BrowserConfig, BrowserVersions};

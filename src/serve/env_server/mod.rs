@@ -10,6 +10,7 @@ pub mod session;
 pub mod wire;
 mod ws;
 
+use crate::env::url_policy::UrlPolicy;
 use crate::env::EnvConfig;
 use crate::tasks::Task;
 use axum::extract::{DefaultBodyLimit, Request, State};
@@ -45,6 +46,9 @@ pub struct ServeConfig {
     /// The folder whose reward models a `task_spec` may name (`reward = "model:NAME"`);
     /// None: a spec with a reward model is refused.
     pub reward_models: Option<std::path::PathBuf>,
+    /// Which URLs a `task_spec`'s `start_url` may name (task ids and paths on guirl's own
+    /// task server always pass).
+    pub url_policy: UrlPolicy,
 }
 
 impl Default for ServeConfig {
@@ -57,6 +61,7 @@ impl Default for ServeConfig {
             max_body: 1 << 20,
             env: EnvConfig::default(),
             reward_models: None,
+            url_policy: UrlPolicy::default(),
         }
     }
 }
@@ -70,12 +75,14 @@ pub struct Shared {
 }
 
 /// A task named by a request: `task` (an id) or `task_spec` (a website spec's TOML text).
-/// Paths on the server's disk are refused: a client names tasks, it does not read files.
-pub fn task_from_request(
+/// Paths on the server's disk are refused: a client names tasks, it does not read files;
+/// a spec's `start_url` must pass the server's URL policy.
+pub async fn task_from_request(
     obj: &Map<String, Value>,
     opts: &wire::SessionOptions,
-    reward_models: Option<&std::path::Path>,
+    cfg: &ServeConfig,
 ) -> Result<Option<Arc<dyn Task>>, ApiError> {
+    let reward_models = cfg.reward_models.as_deref();
     let unknown = |m: String| ApiError::invalid("unknown_task", m);
     let task = match (obj.get("task"), obj.get("task_spec")) {
         (Some(_), Some(_)) => return Err(ApiError::bad_request("give \"task\" or \"task_spec\", not both")),
@@ -104,6 +111,7 @@ pub fn task_from_request(
             let t = crate::tasks::website::WebsiteTask::from_text(id, text, opts.viewport, reward_models)
                 .map_err(|e| ApiError::invalid("bad_option", format!("task_spec: {e:#}")))?;
             limits::spec(t.spec())?;
+            check_start_url(&t.spec().start_url, &cfg.url_policy).await?;
             Some(Arc::new(t) as Arc<dyn Task>)
         }
         (Some(v), _) | (_, Some(v)) => {
@@ -117,6 +125,34 @@ pub fn task_from_request(
         ));
     }
     Ok(task)
+}
+
+/// Check a spec's `start_url` template against `policy`. A path is a page of guirl's own
+/// task server; otherwise the scheme and host must be written out (not drawn from
+/// `[variables]`, which could make any seed's URL another host) and pass the policy.
+pub async fn check_start_url(template: &str, policy: &UrlPolicy) -> Result<(), ApiError> {
+    let refused = |m: String| ApiError::invalid("refused_url", format!("task_spec: start_url: {m}"));
+    if template.starts_with('/') {
+        return Ok(());
+    }
+    let scheme = template.split(':').next().unwrap_or("");
+    let http = scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https");
+    let head_end = template
+        .find("://")
+        .map(|i| i + 3)
+        .map(|s| template[s..].find(['/', '?', '#']).map_or(template.len(), |j| s + j))
+        .unwrap_or(template.len());
+    // An http(s) URL's host ends at its first '/', '?' or '#'; anything else is refused
+    // for its scheme, so only a scheme drawn from a variable needs catching here.
+    let checked = if http { &template[..head_end] } else { template };
+    if (http && checked.contains('{')) || scheme.contains('{') {
+        return Err(refused(format!(
+            "{}: its scheme and host must be written out, not drawn from [variables]; \
+             put variables in the path or query",
+            wire::short(template)
+        )));
+    }
+    policy.check(checked).await.map_err(|e| refused(e.0))
 }
 
 /// The router of a server with `cfg`.

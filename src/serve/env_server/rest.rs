@@ -45,7 +45,7 @@ pub async fn create(State(s): State<Arc<Shared>>, body: Body) -> Result<Response
     wire::reject_unknown(&obj, &allowed, "a session request")?;
     let mut opts = SessionOptions::default();
     opts.update(&obj)?;
-    let task = task_from_request(&obj, &opts, s.cfg.reward_models.as_deref())?.ok_or_else(|| {
+    let task = task_from_request(&obj, &opts, &s.cfg).await?.ok_or_else(|| {
         ApiError::invalid(
             "unknown_task",
             "a session needs \"task\" (a task id such as \"miniwob/click-button\"; GET /v1/tasks lists them) \

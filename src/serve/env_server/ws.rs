@@ -6,7 +6,7 @@ use super::error::ApiError;
 use super::limits;
 use super::session::{Session, Transition};
 use super::wire::{self, OPTION_FIELDS};
-use super::{task_from_request, Shared};
+use super::{task_from_request, ServeConfig, Shared};
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
 use axum::response::Response;
@@ -71,7 +71,7 @@ async fn serve(s: Arc<Shared>, mut socket: WebSocket) {
                     }
                     Some(Ok(_)) => { last_heard = Instant::now(); continue; }
                 };
-                let (reply, close) = handle(&session, &text, s.cfg.reward_models.as_deref()).await;
+                let (reply, close) = handle(&session, &text, &s.cfg).await;
                 if let Some(reply) = reply {
                     if socket.send(Message::Text(reply.into())).await.is_err() { break; }
                 }
@@ -102,11 +102,7 @@ async fn serve(s: Arc<Shared>, mut socket: WebSocket) {
 }
 
 /// Answer one text message; the flag says whether to close the connection after it.
-async fn handle(
-    session: &Arc<Session>,
-    text: &str,
-    models: Option<&std::path::Path>,
-) -> (Option<String>, bool) {
+async fn handle(session: &Arc<Session>, text: &str, cfg: &ServeConfig) -> (Option<String>, bool) {
     let msg: Value = match serde_json::from_str(text) {
         Ok(v) => v,
         Err(e) => {
@@ -127,7 +123,7 @@ async fn handle(
         }
     };
     let result = match kind {
-        "reset" => reset(session, &data, models).await.map(observation_message),
+        "reset" => reset(session, &data, cfg).await.map(observation_message),
         "step" => step(session, &data).await.map(observation_message),
         "state" => session.state().await.map(|st| json!({"type": "state", "data": st}).to_string()),
         "close" => return (None, true),
@@ -150,7 +146,7 @@ async fn handle(
 async fn reset(
     session: &Session,
     data: &Map<String, Value>,
-    models: Option<&std::path::Path>,
+    cfg: &ServeConfig,
 ) -> Result<Transition, ApiError> {
     let mut allowed = vec!["seed", "episode_id", "task", "task_spec"];
     allowed.extend(OPTION_FIELDS);
@@ -159,7 +155,7 @@ async fn reset(
     let seed = wire::seed(data)?;
     let mut opts = session.options().await?;
     opts.update(data)?;
-    let task = task_from_request(data, &opts, models)?;
+    let task = task_from_request(data, &opts, cfg).await?;
     session.configure(task, opts).await?;
     session.reset(seed, None).await
 }
