@@ -271,3 +271,76 @@ fn adapters_off_is_the_base_model() {
     let (logits, _) = prompt_logits(&m, &r, "one_image", None).unwrap();
     assert!(rel_err(&logits, &r["one_image.logits"]) <= tolerance());
 }
+
+/// Every vision-tower module name an architecture's adapters can target.
+fn vision_leaves(arch: &str) -> Vec<String> {
+    let names: &[&str] = match arch {
+        "qwen3_vl" => &["qkv", "proj", "linear_fc1", "linear_fc2"],
+        _ => &["qkv", "proj", "gate_proj", "up_proj", "down_proj", "0", "2"],
+    };
+    names.iter().map(|s| s.to_string()).collect()
+}
+
+#[test]
+fn vision_adapters_train_change_the_answer_and_survive_a_save_and_load() {
+    for arch in ARCHS {
+        let mut m = load(arch);
+        let r = reference(arch);
+        let (base, _) = prompt_logits(&m, &r, "one_image", None).unwrap();
+        let settings = LoraSettings {
+            rank: 2,
+            alpha: 4.0,
+            vision_targets: vision_leaves(arch),
+            ..LoraSettings::default()
+        };
+        m.attach_lora(&settings, 0).unwrap();
+        let vars = m.lora_vars();
+        let vision: Vec<_> = vars.iter().filter(|(n, _)| n.starts_with("model.visual.")).collect();
+        let cfg = &m.config.vision;
+        // per block qkv, proj and the MLP's 2 (Qwen3-VL) or 3 (Qwen2.5-VL) layers; 2 per merger
+        let per_block = if arch == "qwen3_vl" { 4 } else { 5 };
+        let mergers = 1 + cfg.deepstack_visual_indexes.len();
+        assert_eq!(vision.len(), 2 * (per_block * cfg.depth + 2 * mergers), "{arch}");
+        for (name, v) in &vars {
+            if name.ends_with("lora_B") {
+                v.set(&Tensor::randn(0f32, 0.02, v.dims(), v.device()).unwrap()).unwrap();
+            }
+        }
+        let (logits, _) = prompt_logits(&m, &r, "one_image", None).unwrap();
+        assert!(rel_err(&logits, &base) > 0.0, "{arch}: the adapters change nothing");
+        let lp = candle_nn::ops::log_softmax(&logits, D::Minus1).unwrap();
+        let loss = lp.get(logits.dim(0).unwrap() - 1).unwrap().get(7).unwrap().neg().unwrap();
+        let grads = loss.backward().unwrap();
+        for (name, v) in &vision {
+            let g = grads.get(v).unwrap_or_else(|| panic!("{arch}: no gradient for {name}"));
+            let norm = g.sqr().unwrap().sum_all().unwrap().to_scalar::<f32>().unwrap();
+            assert!(norm.is_finite() && norm > 0.0, "{arch}: gradient of {name} is {norm}");
+        }
+        // PEFT's names, read back by a fresh model (which finds the vision targets itself)
+        let tmp = tempfile::tempdir().unwrap();
+        m.save_adapter(tmp.path()).unwrap();
+        let saved =
+            candle_core::safetensors::load(tmp.path().join("adapter_model.safetensors"), &Device::Cpu)
+                .unwrap();
+        assert!(
+            saved.contains_key("base_model.model.model.visual.blocks.0.attn.qkv.lora_A.weight"),
+            "{arch}"
+        );
+        let mut m2 = load(arch);
+        m2.load_adapter(tmp.path()).unwrap();
+        assert_eq!(m2.lora().unwrap().0.vision_targets.len(), vision_leaves(arch).len(), "{arch}");
+        let (again, _) = prompt_logits(&m2, &r, "one_image", None).unwrap();
+        assert_eq!(rel_err(&again, &logits), 0.0, "{arch}");
+    }
+}
+
+#[test]
+fn a_vision_target_that_matches_nothing_names_the_towers_layers() {
+    let mut m = load("qwen3_vl");
+    let settings = LoraSettings { vision_targets: vec!["q_proj".into()], ..LoraSettings::default() };
+    let err = m.attach_lora(&settings, 0).unwrap_err().to_string();
+    assert!(
+        err.contains("lora_vision_targets") && err.contains("linear_fc1") && err.contains("qkv"),
+        "{err}"
+    );
+}

@@ -297,3 +297,40 @@ fn model_backbone_keys_that_do_not_fit_are_errors_naming_them() {
     ));
     assert!(e.contains("LoRA targets"), "{e}");
 }
+
+#[test]
+fn vision_adapters_train_through_the_policy_and_are_never_served_from_the_vision_cache() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut s = settings("qwen3_vl", tmp.path());
+    s.lora_vision_targets = vec!["qkv".into(), "linear_fc2".into()];
+    let p = QwenVlPolicy::new(s, &Device::Cpu, 0).unwrap();
+    perturb_b(&p);
+    let reference = p.reference().unwrap();
+    let states = vec![state(0, &[])];
+    let target = vec![p.encode(&states[0], &GuiAction::Click { x: 35, y: 20 }).unwrap()];
+    let before_ref = reference.score(&states, &target).unwrap().logp;
+    let vars = p.trainable_vars();
+    let vision: Vec<_> = vars.iter().filter(|(n, _)| n.starts_with("model.visual.")).cloned().collect();
+    assert!(
+        !vision.is_empty()
+            && vision.iter().all(|(n, _)| n.contains(".attn.qkv.") || n.contains("linear_fc2"))
+    );
+    let before: Vec<Tensor> = vision.iter().map(|(_, v)| v.as_tensor().copy().unwrap()).collect();
+    let mut opt = AdamW::new(vars.clone(), AdamWConfig { lr: 1e-2, ..Default::default() }).unwrap();
+    let live = p.score(&states, &target).unwrap().logp;
+    let nll0 = live.sum_all().unwrap().neg().unwrap();
+    opt.step(&nll0.backward().unwrap()).unwrap();
+    for ((name, v), b) in vision.iter().zip(&before) {
+        assert!(max_diff(v.as_tensor(), b) > 0.0, "{name} did not move");
+    }
+    // the reference scores with its own copy of the vision adapters, not the live tower's
+    assert_eq!(max_diff(&before_ref, &reference.score(&states, &target).unwrap().logp), 0.0);
+    // switching the vision adapters' B off changes the score of the same screenshot at once
+    let now = p.score(&states, &target).unwrap().logp;
+    for (name, v) in &vision {
+        if name.ends_with("lora_B") {
+            v.set(&v.as_tensor().zeros_like().unwrap()).unwrap();
+        }
+    }
+    assert!(max_diff(&now, &p.score(&states, &target).unwrap().logp) > 0.0, "a stale vision output");
+}

@@ -28,8 +28,12 @@ pub struct LoraSettings {
     pub rank: usize,
     /// Scale numerator: the update is multiplied by `alpha / rank`.
     pub alpha: f64,
-    /// Module names (the last path component: `q_proj`, `down_proj`, ...).
+    /// Language-model module names (the last path component: `q_proj`, `down_proj`, ...).
     pub targets: Vec<String>,
+    /// Vision-tower module names (`qkv`, `proj`, `linear_fc1`, ...); empty: the tower is
+    /// frozen. Kept apart from `targets` because the towers share names (`gate_proj` in
+    /// Qwen2.5-VL's).
+    pub vision_targets: Vec<String>,
     /// Dropout probability on the adapter's input in training passes, in [0, 1).
     pub dropout: f64,
 }
@@ -42,6 +46,7 @@ impl Default for LoraSettings {
             targets: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
                 .map(String::from)
                 .to_vec(),
+            vision_targets: Vec::new(),
             dropout: 0.0,
         }
     }
@@ -245,7 +250,7 @@ pub fn save_peft(
         "lora_alpha": s.alpha,
         "lora_dropout": s.dropout,
         "bias": "none",
-        "target_modules": s.targets,
+        "target_modules": s.targets.iter().chain(&s.vision_targets).collect::<std::collections::BTreeSet<_>>(),
         "modules_to_save": if modules_to_save.is_empty() { serde_json::Value::Null } else { json!(modules_to_save) },
         "base_model_name_or_path": base,
         "fan_in_fan_out": false,
@@ -321,7 +326,8 @@ pub fn load_peft(dir: &Path) -> Result<PeftAdapter> {
         bail!("{}: no `base_model.model.*.lora_A.weight` tensors", wpath.display());
     }
     Ok(PeftAdapter {
-        settings: LoraSettings { rank, alpha, targets, dropout },
+        // which of the targets are the vision tower's is known once the modules are matched
+        settings: LoraSettings { rank, alpha, targets, vision_targets: Vec::new(), dropout },
         scale: alpha / rank as f64,
         tensors,
         full,

@@ -3,6 +3,7 @@
 use super::chat::Chat;
 use super::config::QwenVlConfig;
 use super::lora::{load_peft, save_peft, AdapterSwitch, LoraAdapter, LoraSettings};
+use super::nn::Linear;
 use super::processor::ImageProcessor;
 use super::rope::{mrope_positions, text_cos_sin};
 use super::text::{KvCache, TextModel, VisualRows};
@@ -131,9 +132,53 @@ impl QwenVl {
     }
 }
 
-/// The PEFT module name of a language-model layer (transformers' current module tree).
-fn peft_module(name: &str) -> String {
-    format!("model.language_model.{name}")
+/// A linear layer that can carry an adapter: its PEFT module name in transformers' current
+/// tree (`model.language_model.layers.3.self_attn.q_proj`, `model.visual.blocks.0.attn.qkv`),
+/// the name its seeds derive from (the language model's as before vision adapters existed),
+/// and whether it is the vision tower's.
+struct Slot {
+    peft: String,
+    key: String,
+    vision: bool,
+}
+
+impl Slot {
+    fn text(name: String) -> Self {
+        Slot { peft: format!("model.language_model.{name}"), key: name, vision: false }
+    }
+
+    fn vision(name: String) -> Self {
+        Slot { peft: format!("model.visual.{name}"), key: format!("visual.{name}"), vision: true }
+    }
+
+    /// The module's name in the older layout (`model.layers.*`, `visual.*`).
+    fn legacy(&self) -> String {
+        if self.vision {
+            self.key.clone()
+        } else {
+            format!("model.{}", self.key)
+        }
+    }
+
+    /// This module's tensors in a PEFT adapter, under either layout's name.
+    fn find<'a, T>(&self, tensors: &'a std::collections::HashMap<String, T>) -> Option<&'a T> {
+        tensors.get(&self.peft).or_else(|| tensors.get(&self.legacy()))
+    }
+}
+
+impl QwenVl {
+    /// Every linear layer that can carry an adapter: the language model's, then the
+    /// vision tower's.
+    fn slots(&self) -> Vec<(Slot, &Linear)> {
+        let text = self.text.linears().into_iter().map(|(n, l)| (Slot::text(n), l));
+        text.chain(self.vision.linears().into_iter().map(|(n, l)| (Slot::vision(n), l))).collect()
+    }
+
+    /// [`Self::slots`], to attach adapters.
+    fn slots_mut(&mut self) -> Vec<(Slot, &mut Linear)> {
+        let text = self.text.linears_mut().into_iter().map(|(n, l)| (Slot::text(n), l));
+        text.chain(self.vision.linears_mut().into_iter().map(|(n, l)| (Slot::vision(n), l))).collect()
+    }
 }
 
 impl QwenVl {
@@ -143,14 +188,19 @@ impl QwenVl {
         let switch = AdapterSwitch::default();
         let device = self.text_device();
         let pass = self.text.pass().clone();
-        let mut n = 0;
-        for (name, lin) in self.text.linears_mut() {
-            let leaf = name.rsplit('.').next().unwrap_or_default();
-            if settings.targets.iter().any(|t| t == leaf) {
-                let s = layer_seed(seed, &name);
+        let (mut n, mut nv) = (0, 0);
+        for (slot, lin) in self.slots_mut() {
+            let leaf = slot.key.rsplit('.').next().unwrap_or_default();
+            let targets = if slot.vision { &settings.vision_targets } else { &settings.targets };
+            if targets.iter().any(|t| t == leaf) {
+                let s = layer_seed(seed, &slot.key);
                 let ad = LoraAdapter::new(lin.out_dim(), lin.in_dim(), settings, switch.clone(), s, &device)?;
-                lin.lora = Some(ad.in_pass(pass.clone(), mask_id(&name), settings.dropout));
-                n += 1;
+                lin.lora = Some(ad.in_pass(pass.clone(), mask_id(&slot.key), settings.dropout));
+                if slot.vision {
+                    nv += 1;
+                } else {
+                    n += 1;
+                }
             }
         }
         if n == 0 {
@@ -160,30 +210,46 @@ impl QwenVl {
                 settings.targets
             );
         }
+        if nv == 0 && !settings.vision_targets.is_empty() {
+            let mut leaves: Vec<String> = self
+                .vision
+                .linears()
+                .iter()
+                .map(|(n, _)| n.rsplit('.').next().unwrap_or_default().to_string())
+                .collect();
+            leaves.sort();
+            leaves.dedup();
+            bail!(
+                "no vision-tower layer matches lora_vision_targets {:?}; this checkpoint's are {}",
+                settings.vision_targets,
+                leaves.join(", ")
+            );
+        }
         self.lora = Some((settings.clone(), switch.clone()));
         Ok(switch)
     }
 
-    /// Load a PEFT adapter folder onto the language model (replacing any adapters).
+    /// Load a PEFT adapter folder onto the language model and the vision tower (replacing
+    /// any adapters).
     /// Module names are accepted in both layouts (`model.language_model.layers.*`,
     /// `model.layers.*`); a tensor that matches no layer, or a wrong shape, is an error.
     pub fn load_adapter(&mut self, dir: &Path) -> Result<AdapterSwitch> {
-        let peft = load_peft(dir)?;
+        let mut peft = load_peft(dir)?;
         let switch = AdapterSwitch::default();
         let device = self.text_device();
         let pass = self.text.pass().clone();
         let mut used = 0;
-        for (name, lin) in self.text.linears_mut() {
+        let mut vision_leaves = std::collections::BTreeSet::new();
+        for (slot, lin) in self.slots_mut() {
             lin.lora = None;
-            let found =
-                peft.tensors.get(&peft_module(&name)).or_else(|| peft.tensors.get(&format!("model.{name}")));
-            if let Some((a, b)) = found {
+            if let Some((a, b)) = slot.find(&peft.tensors) {
                 let want_a = [peft.settings.rank, lin.in_dim()];
                 let want_b = [lin.out_dim(), peft.settings.rank];
                 if a.dims() != want_a || b.dims() != want_b {
                     bail!(
-                        "{}: the adapter of `{name}` has shapes {:?} / {:?}, the model needs {:?} / {:?}",
+                        "{}: the adapter of `{}` has shapes {:?} / {:?}, the model needs {:?} / {:?}",
                         dir.display(),
+                        slot.peft,
                         a.dims(),
                         b.dims(),
                         want_a,
@@ -192,19 +258,22 @@ impl QwenVl {
                 }
                 let (a, b) = (a.to_device(&device)?, b.to_device(&device)?);
                 let ad = LoraAdapter::from_tensors(&a, &b, peft.scale, switch.clone())?;
-                lin.lora = Some(ad.in_pass(pass.clone(), mask_id(&name), peft.settings.dropout));
+                lin.lora = Some(ad.in_pass(pass.clone(), mask_id(&slot.key), peft.settings.dropout));
+                if slot.vision {
+                    vision_leaves.insert(slot.key.rsplit('.').next().unwrap_or_default().to_string());
+                }
                 used += 1;
             }
         }
         if used != peft.tensors.len() {
             bail!(
-                "{}: {} of the adapter's {} modules match no language-model layer of this checkpoint (only the \
-                 language model's linear layers can carry adapters)",
+                "{}: {} of the adapter's {} modules match no linear layer of this checkpoint",
                 dir.display(),
                 peft.tensors.len() - used,
                 peft.tensors.len()
             );
         }
+        peft.settings.vision_targets = vision_leaves.into_iter().collect();
         for (name, t) in &peft.full {
             let short = name.rsplit('.').next().unwrap_or_default().to_string();
             self.train_whole(std::slice::from_ref(&short))?;
@@ -224,12 +293,8 @@ impl QwenVl {
             bail!("the model has no adapters to save");
         };
         let base = self.dir.display().to_string();
-        let adapters: Vec<(String, LoraAdapter)> = self
-            .text
-            .linears()
-            .into_iter()
-            .filter_map(|(n, l)| l.lora.clone().map(|a| (peft_module(&n), a)))
-            .collect();
+        let adapters: Vec<(String, LoraAdapter)> =
+            self.slots().into_iter().filter_map(|(s, l)| l.lora.clone().map(|a| (s.peft, a))).collect();
         let refs: Vec<(String, &LoraAdapter)> = adapters.iter().map(|(n, a)| (n.clone(), a)).collect();
         let full: Vec<(String, &Var)> = self.full.iter().map(|(_, n, v)| (n.clone(), v)).collect();
         save_peft(dir, &refs, &full, &settings, &base)
@@ -238,13 +303,10 @@ impl QwenVl {
     /// The adapters' variables, named `<module>.lora_A` / `.lora_B`, sorted.
     pub fn lora_vars(&self) -> Vec<(String, Var)> {
         let mut out: Vec<(String, Var)> = self
-            .text
-            .linears()
+            .slots()
             .into_iter()
-            .filter_map(|(n, l)| l.lora.as_ref().map(|a| (n, a.a.clone(), a.b.clone())))
-            .flat_map(|(n, a, b)| {
-                [(format!("{}.lora_A", peft_module(&n)), a), (format!("{}.lora_B", peft_module(&n)), b)]
-            })
+            .filter_map(|(s, l)| l.lora.as_ref().map(|a| (s.peft, a.a.clone(), a.b.clone())))
+            .flat_map(|(n, a, b)| [(format!("{n}.lora_A"), a), (format!("{n}.lora_B"), b)])
             .chain(self.full.iter().map(|(_, n, v)| (format!("{n}.weight"), v.clone())))
             .collect();
         out.sort_by(|x, y| x.0.cmp(&y.0));
@@ -263,17 +325,17 @@ impl QwenVl {
     pub fn set_adapter_values(&self, dir: &Path) -> Result<()> {
         let peft = load_peft(dir)?;
         let mut seen = 0;
-        for (name, lin) in self.text.linears() {
+        for (slot, lin) in self.slots() {
             let Some(ad) = &lin.lora else { continue };
-            let (a, b) = peft
-                .tensors
-                .get(&peft_module(&name))
-                .or_else(|| peft.tensors.get(&format!("model.{name}")))
-                .ok_or_else(|| {
-                    anyhow::anyhow!("{}: no adapter for `{}`", dir.display(), peft_module(&name))
-                })?;
+            let (a, b) = slot
+                .find(&peft.tensors)
+                .ok_or_else(|| anyhow::anyhow!("{}: no adapter for `{}`", dir.display(), slot.peft))?;
             if a.dims() != ad.a.dims() || b.dims() != ad.b.dims() {
-                bail!("{}: the adapter of `{name}` has another shape than this policy's", dir.display());
+                bail!(
+                    "{}: the adapter of `{}` has another shape than this policy's",
+                    dir.display(),
+                    slot.peft
+                );
             }
             ad.a.set(&a.to_dtype(DType::F32)?.to_device(ad.a.device())?)?;
             ad.b.set(&b.to_dtype(DType::F32)?.to_device(ad.b.device())?)?;
@@ -322,7 +384,7 @@ impl QwenVl {
 impl QwenVl {
     /// Copy every adapter's live A and B into its snapshot (the KL reference's weights).
     pub fn snapshot_adapters(&self) -> Result<()> {
-        for (_, lin) in self.text.linears() {
+        for (_, lin) in self.slots() {
             if let Some(ad) = &lin.lora {
                 ad.snapshot()?;
             }
@@ -336,11 +398,11 @@ impl QwenVl {
             bail!("the model has no adapters to save");
         };
         let mut frozen = Vec::new();
-        for (n, l) in self.text.linears() {
+        for (slot, l) in self.slots() {
             if let Some(ad) = &l.lora {
                 let snap = ad.frozen.lock().expect("adapter snapshot").clone();
                 let (a, b) = snap.ok_or_else(|| anyhow::anyhow!("no snapshot of the adapters was taken"))?;
-                frozen.push((peft_module(&n), LoraAdapter::from_tensors(&a, &b, ad.scale, switch.clone())?));
+                frozen.push((slot.peft, LoraAdapter::from_tensors(&a, &b, ad.scale, switch.clone())?));
             }
         }
         let refs: Vec<(String, &LoraAdapter)> = frozen.iter().map(|(n, a)| (n.clone(), a)).collect();
@@ -350,13 +412,17 @@ impl QwenVl {
     /// Read a PEFT folder into the adapters' snapshot (the live adapters are untouched).
     pub fn load_snapshot(&self, dir: &Path) -> Result<()> {
         let peft = load_peft(dir)?;
-        for (name, lin) in self.text.linears() {
+        for (slot, lin) in self.slots() {
             let Some(ad) = &lin.lora else { continue };
-            let (a, b) = peft.tensors.get(&peft_module(&name)).ok_or_else(|| {
-                anyhow::anyhow!("{}: no adapter for `{}`", dir.display(), peft_module(&name))
-            })?;
+            let (a, b) = slot
+                .find(&peft.tensors)
+                .ok_or_else(|| anyhow::anyhow!("{}: no adapter for `{}`", dir.display(), slot.peft))?;
             if a.dims() != ad.a.dims() || b.dims() != ad.b.dims() {
-                bail!("{}: the adapter of `{name}` has another shape than this policy's", dir.display());
+                bail!(
+                    "{}: the adapter of `{}` has another shape than this policy's",
+                    dir.display(),
+                    slot.peft
+                );
             }
             let dev = ad.a.device();
             let pair = (a.to_dtype(DType::F32)?.to_device(dev)?, b.to_dtype(DType::F32)?.to_device(dev)?);

@@ -231,6 +231,12 @@ impl QwenVlPolicy {
             v.to_bits().hash(&mut hasher);
         }
         let key = hasher.finish();
+        if self.model.vision.has_adapters() {
+            // the tower's output depends on adapters that change every step, and on which
+            // of them are switched on (the reference): computed fresh, in the graph
+            let (px, grids) = self.model.processor.batch(std::slice::from_ref(img), &self.device)?;
+            return Ok(Arc::new(self.model.encode_images(&px, &grids)?));
+        }
         if let Some(v) = self.vision_cache.lock().expect("vision cache").get(&key) {
             return Ok(v.clone());
         }
@@ -441,17 +447,22 @@ impl TrainablePolicy for QwenVlPolicy {
                 );
             }
             // dropout is how the adapter was trained, not its shape: any value loads
-            let shape = |s: &QwenPolicySettings| (s.lora_rank, s.lora_alpha, s.lora_targets.clone());
+            let shape = |s: &QwenPolicySettings| {
+                (s.lora_rank, s.lora_alpha, s.lora_targets.clone(), s.lora_vision_targets.clone())
+            };
             if theirs.backbone != self.settings.backbone || shape(&theirs) != shape(&self.settings) {
                 bail!(
-                    "{}: the adapter was trained for {} with LoRA r={} on {:?}; this policy is {} with r={} on {:?}",
+                    "{}: the adapter was trained for {} with LoRA r={} on {:?} (vision {:?}); this policy is {} \
+                     with r={} on {:?} (vision {:?})",
                     dir.display(),
                     theirs.backbone,
                     theirs.lora_rank,
                     theirs.lora_targets,
+                    theirs.lora_vision_targets,
                     self.settings.backbone,
                     self.settings.lora_rank,
-                    self.settings.lora_targets
+                    self.settings.lora_targets,
+                    self.settings.lora_vision_targets
                 );
             }
         }

@@ -23,6 +23,11 @@ pub struct QwenPolicySettings {
     /// Language-model layers that get adapters.
     #[serde(default = "default_targets")]
     pub lora_targets: Vec<String>,
+    /// Vision-tower layers that get adapters (`qkv`, `proj`, `linear_fc1`, `linear_fc2`;
+    /// Qwen2.5-VL: `gate_proj`, `up_proj`, `down_proj`, `0`, `2` for its merger's MLP).
+    /// Empty (the default): the tower is frozen and its output cached per screenshot.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lora_vision_targets: Vec<String>,
     /// Dropout on the adapters' input in training passes (PEFT's `lora_dropout`), in [0, 1).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub lora_dropout: f64,
@@ -75,6 +80,7 @@ impl QwenPolicySettings {
             lora_rank: default_rank(),
             lora_alpha: default_alpha(),
             lora_targets: default_targets(),
+            lora_vision_targets: Vec::new(),
             lora_dropout: 0.0,
             gradient_checkpointing: false,
             coords: None,
@@ -91,6 +97,7 @@ impl QwenPolicySettings {
             rank: self.lora_rank,
             alpha: self.lora_alpha,
             targets: self.lora_targets.clone(),
+            vision_targets: self.lora_vision_targets.clone(),
             dropout: self.lora_dropout,
         }
     }

@@ -333,6 +333,79 @@ fn load_merger(w: &Weights, p: &str, h: usize, wide: usize, out: usize, post: bo
     })
 }
 
+impl VisionTower {
+    /// Every linear layer of the tower but the patch embedding, with its name under the
+    /// tower (`blocks.0.attn.qkv`, `merger.linear_fc1`), for adapters.
+    pub fn linears(&self) -> Vec<(String, &Linear)> {
+        let mut out = Vec::new();
+        for (i, b) in self.blocks.iter().enumerate() {
+            let p = |n: &str| format!("blocks.{i}.{n}");
+            out.push((p("attn.qkv"), &b.qkv));
+            out.push((p("attn.proj"), &b.proj));
+            match &b.mlp {
+                Mlp::Plain { fc1, fc2 } => {
+                    out.extend([(p("mlp.linear_fc1"), fc1), (p("mlp.linear_fc2"), fc2)])
+                }
+                Mlp::Gated { gate, up, down } => out.extend([
+                    (p("mlp.gate_proj"), gate),
+                    (p("mlp.up_proj"), up),
+                    (p("mlp.down_proj"), down),
+                ]),
+            }
+        }
+        let (fc1, fc2) = self.merger_names();
+        out.push((format!("merger.{fc1}"), &self.merger.fc1));
+        out.push((format!("merger.{fc2}"), &self.merger.fc2));
+        for (j, m) in self.deepstack.iter().enumerate() {
+            out.push((format!("deepstack_merger_list.{j}.linear_fc1"), &m.fc1));
+            out.push((format!("deepstack_merger_list.{j}.linear_fc2"), &m.fc2));
+        }
+        out
+    }
+
+    /// [`Self::linears`], to attach adapters (the same names in the same order).
+    pub fn linears_mut(&mut self) -> Vec<(String, &mut Linear)> {
+        let (fc1, fc2) = self.merger_names();
+        let mut out = Vec::new();
+        for (i, b) in self.blocks.iter_mut().enumerate() {
+            let p = |n: &str| format!("blocks.{i}.{n}");
+            out.push((p("attn.qkv"), &mut b.qkv));
+            out.push((p("attn.proj"), &mut b.proj));
+            match &mut b.mlp {
+                Mlp::Plain { fc1, fc2 } => {
+                    out.extend([(p("mlp.linear_fc1"), fc1), (p("mlp.linear_fc2"), fc2)])
+                }
+                Mlp::Gated { gate, up, down } => out.extend([
+                    (p("mlp.gate_proj"), gate),
+                    (p("mlp.up_proj"), up),
+                    (p("mlp.down_proj"), down),
+                ]),
+            }
+        }
+        out.push((format!("merger.{fc1}"), &mut self.merger.fc1));
+        out.push((format!("merger.{fc2}"), &mut self.merger.fc2));
+        for (j, m) in self.deepstack.iter_mut().enumerate() {
+            out.push((format!("deepstack_merger_list.{j}.linear_fc1"), &mut m.fc1));
+            out.push((format!("deepstack_merger_list.{j}.linear_fc2"), &mut m.fc2));
+        }
+        out
+    }
+
+    /// The merger MLP's module names: Qwen3-VL `linear_fc1/2`, Qwen2.5-VL `mlp.0/2`.
+    fn merger_names(&self) -> (&'static str, &'static str) {
+        match self.arch {
+            Arch::Qwen3Vl => ("linear_fc1", "linear_fc2"),
+            Arch::Qwen25Vl => ("mlp.0", "mlp.2"),
+        }
+    }
+
+    /// Whether any layer of the tower carries an adapter (then its output depends on
+    /// the adapters and is not cached).
+    pub fn has_adapters(&self) -> bool {
+        self.linears().iter().any(|(_, l)| l.lora.is_some())
+    }
+}
+
 /// `(start, len)` of consecutive runs with the given lengths.
 fn segments(lens: impl Iterator<Item = usize>) -> Vec<(usize, usize)> {
     let mut start = 0;
