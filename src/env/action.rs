@@ -165,6 +165,9 @@ impl fmt::Display for KeyCombo {
 }
 
 /// One thing an agent does to the screen. See the module docs for the text form.
+// The variants' fields are the coordinates, offsets, text and duration that each variant's
+// doc names; a doc line per field would repeat it.
+#[allow(missing_docs)]
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum GuiAction {
     /// Left click at screenshot pixel (x, y).

@@ -36,6 +36,9 @@ pub struct BrowserVersions {
     pub driver_version: String,
 }
 
+/// One WebDriver session on one browser (the chromedriver it started, if any, and its
+/// DevTools channel): every call is bounded by a timeout, so a hung browser is an
+/// [`EnvError`], not a stuck program.
 pub struct Browser {
     client: Client,
     driver: Option<tokio::process::Child>,

@@ -4,7 +4,7 @@
 //! re-parented to init and keeps running. So each profile folder records its owner's pid
 //! (`guirl.owner`); a signal handler kills the browsers of this process before it exits
 //! ([`kill_all_started`]), and the first launch of a later process removes what a killed one
-//! (SIGKILL, a crash) left behind ([`sweep_stale`]).
+//! (SIGKILL, a crash) left behind (`sweep_stale`).
 //!
 //! chromedriver runs with the folder as its temp folder, so the profile it makes for the
 //! browser (`--user-data-dir`) lies inside it and the browser's command line names it.

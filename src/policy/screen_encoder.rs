@@ -139,7 +139,7 @@ pub fn padded(words: &[Vec<u32>], device: &Device) -> Result<(Tensor, Tensor)> {
     Ok((Tensor::from_vec(ids, (b, l), device)?, Tensor::from_vec(mask, (b, l, 1), device)?))
 }
 
-/// Σ_w mask_w E[w] / max(1, Σ_w mask_w): the mean embedding of each row's words, [B, d].
+/// `Σ_w mask_w E[w] / max(1, Σ_w mask_w)`: the mean embedding of each row's words, `[B, d]`.
 pub fn bag(table: &Tensor, ids: &Tensor, mask: &Tensor) -> candle_core::Result<Tensor> {
     let (b, l) = ids.dims2()?;
     let d = table.dim(1)?;
@@ -277,7 +277,7 @@ impl ScalarHead {
         })
     }
 
-    /// The head's number for each row of `x` ([B, input]): [B] f32.
+    /// The head's number for each row of `x` (`[B, input]`): `[B]` f32.
     pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         let h = fused::gelu(&self.hidden.forward(x)?)?;
         self.out.forward(&h)?.squeeze(1)?.to_dtype(DType::F32)

@@ -1,4 +1,4 @@
-//! The built-in task table (pages live in environments/builtin/<name>/).
+//! The built-in task table (pages live in `environments/builtin/<name>/`).
 //!
 //! Every task draws its instance (values, layout) from the seed passed to
 //! `guirlTask.reset(seed)`; the page protocol is described in

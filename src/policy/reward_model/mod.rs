@@ -237,7 +237,7 @@ impl RewardModel {
 /// ℓ(z, y) = −y·log σ(z) − (1 − y)·log(1 − σ(z)) = max(z, 0) − z·y + log(1 + e^{−|z|})
 /// ```
 ///
-/// `logits` and `labels` are [B] f32, labels 0 or 1.
+/// `logits` and `labels` are `[B]` f32, labels 0 or 1.
 pub fn bce_with_logits(logits: &Tensor, labels: &Tensor) -> candle_core::Result<Tensor> {
     let softplus = logits.abs()?.neg()?.exp()?.affine(1.0, 1.0)?.log()?;
     (logits.relu()? - (logits * labels)? + softplus)?.mean_all()

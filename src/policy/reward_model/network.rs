@@ -166,7 +166,7 @@ impl RewardNet {
         Ok(RewardNet { encoder, history_emb, head: ScalarHead::new(&vb, joint, d)? })
     }
 
-    /// The success logit of each row of `x`: [B] (σ(logit) is the probability).
+    /// The success logit of each row of `x`: `[B]` (σ(logit) is the probability).
     pub fn forward(&self, x: &RewardInputs) -> candle_core::Result<Tensor> {
         let mut parts = vec![self.encoder.forward(&x.screen)?];
         match (&self.history_emb, &x.history) {

@@ -281,7 +281,6 @@ impl VlmConfig {
         self.image_height / (self.stem_patch * self.stem_merge)
     }
 
-    /// Image tokens per screenshot.
     /// Values per pixel the stem reads besides its coordinates: RGB, plus the change
     /// since the previous frame with `previous_frame`.
     pub fn image_channels(&self) -> usize {
@@ -292,6 +291,7 @@ impl VlmConfig {
         }
     }
 
+    /// Image tokens per screenshot.
     pub fn image_tokens(&self) -> usize {
         self.grid_w() * self.grid_h()
     }

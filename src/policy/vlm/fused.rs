@@ -87,7 +87,7 @@ pub fn masked_softmax(scores: &Tensor, scale: f64, mask: &Tensor) -> Result<Tens
     scores.contiguous()?.apply_op1(MaskedSoftmax { mask, mask_b, mask_q, scale: scale as f32 })
 }
 
-/// LayerNorm over the last dimension with gain `w` and bias `b` (both [C]).
+/// LayerNorm over the last dimension with gain `w` and bias `b` (both `[C]`).
 pub fn layer_norm(x: &Tensor, w: &Tensor, b: &Tensor, eps: f64) -> Result<Tensor> {
     if use_fused(x) {
         x.contiguous()?.apply_op3(w, b, LayerNorm { eps: eps as f32 })
@@ -105,7 +105,7 @@ pub fn gelu(x: &Tensor) -> Result<Tensor> {
     }
 }
 
-/// `x + b`, with `b` [C] added to every row of `x` [.., C].
+/// `x + b`, with `b` `[C]` added to every row of `x` `[.., C]`.
 pub fn bias_add(x: &Tensor, b: &Tensor) -> Result<Tensor> {
     if use_fused(x) {
         x.contiguous()?.apply_op2(b, BiasAdd)

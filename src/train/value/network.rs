@@ -48,7 +48,7 @@ impl ValueNet {
         Ok(ValueNet { encoder, head: ScalarHead::new(&vb, cfg.feature_width(), cfg.width)? })
     }
 
-    /// V(s) for each row of `x`: [B].
+    /// V(s) for each row of `x`: `[B]`.
     pub fn forward(&self, x: &CriticInputs) -> candle_core::Result<Tensor> {
         self.head.forward(&self.encoder.forward(x)?)
     }

@@ -6,7 +6,7 @@
 //! `checked`, which element has focus, which page the URL names. The instructions are
 //! regular on purpose: every value the agent needs is in double quotes.
 //!
-//! [`simple`] holds the one-page tasks, [`multi`] the ones that navigate between pages.
+//! `simple` holds the one-page tasks, `multi` the ones that navigate between pages.
 
 mod multi;
 mod simple;

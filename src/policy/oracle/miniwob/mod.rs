@@ -6,7 +6,7 @@
 //! checkbox's `checked`, which element has focus, which tab is active).
 //!
 //! The oracles are grouped by the kind of widget the task exercises:
-//! [`click`] (buttons, links, dialogs, tabs, accordions), [`form`] (typing into fields,
+//! `click` (buttons, links, dialogs, tabs, accordions), `form` (typing into fields,
 //! checkboxes, radios, lists, autocomplete).
 
 mod click;
