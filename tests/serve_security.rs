@@ -321,3 +321,117 @@ fn the_url_policy_is_printed_at_start_and_bad_patterns_refused() {
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("cannot be used with"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_page_cannot_frame_or_redirect_its_way_to_a_refused_host() {
+    let s = Server::start(ServeConfig::default()).await;
+    // guirl's own page, which at load frames a private host and draws a metadata URL as an
+    // image, then navigates itself to a private host.
+    let setup = "var f = document.createElement('iframe'); f.src = 'http://10.0.0.1/admin'; \
+                 document.body.appendChild(f); \
+                 var i = new Image(); i.src = 'http://169.254.169.254/latest/meta-data/'; \
+                 setTimeout(function () { location.href = 'http://192.168.0.1/router'; }, 300);";
+    let task_spec = format!("setup_js = {setup:?}\n{}", spec("/fixtures/pages/two-buttons.html", "false"));
+    let r = post(&s, "/v1/sessions", json!({ "task_spec": task_spec })).await;
+    assert_eq!(r.0, 201, "{:?}", r.1);
+    let id = r.1["session_id"].as_str().unwrap().to_string();
+    let r = post(&s, &format!("/v1/sessions/{id}/reset"), json!({"seed": 0, "screenshot": "none"})).await;
+    assert_eq!(r.1["info"]["status"], "running", "{:?}", r.1);
+    let mut blocked: Vec<String> = serde_json::from_value(r.1["info"]["blocked_urls"].clone()).unwrap();
+    // The navigation comes 300 ms in: a step that waits sees it blocked, and goes on.
+    let r =
+        post(&s, &format!("/v1/sessions/{id}/step"), json!({"action": "wait(800)", "screenshot": "none"}))
+            .await;
+    assert_eq!(r.0, 200, "{:?}", r.1);
+    assert_eq!(
+        (r.1["terminated"].as_bool(), r.1["truncated"].as_bool()),
+        (Some(false), Some(false)),
+        "{:?}",
+        r.1
+    );
+    assert_eq!(r.1["info"]["status"], "running", "{:?}", r.1["info"]);
+    blocked.extend(serde_json::from_value::<Vec<String>>(r.1["info"]["blocked_urls"].clone()).unwrap());
+    for url in
+        ["http://10.0.0.1/admin", "http://169.254.169.254/latest/meta-data/", "http://192.168.0.1/router"]
+    {
+        assert!(blocked.iter().any(|b| b == url), "{url} blocked: {blocked:?}");
+    }
+    // Nothing new is reported twice; the next step reports none.
+    let r = post(&s, &format!("/v1/sessions/{id}/step"), json!({"action": "wait(0)", "screenshot": "none"}))
+        .await;
+    assert_eq!(r.1["info"]["blocked_urls"], json!([]), "{:?}", r.1["info"]);
+    http("DELETE", format!("{}/v1/sessions/{id}", s.base), None, None).await;
+    still_serves(&s).await;
+    s.stop().await;
+}
+
+/// A loopback HTTP server that counts the requests for `/secret` it answers.
+async fn secret_server() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let hits = std::sync::Arc::new(AtomicUsize::new(0));
+    let h = hits.clone();
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            let h = h.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                let n = sock.read(&mut buf).await.unwrap_or(0);
+                if String::from_utf8_lossy(&buf[..n]).starts_with("GET /secret") {
+                    h.fetch_add(1, Ordering::SeqCst);
+                }
+                let body = "<h1>internal secret</h1>";
+                let reply = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = sock.write_all(reply.as_bytes()).await;
+            });
+        }
+    });
+    (port, hits)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_refused_host_the_machine_reaches_gets_no_request() {
+    use guirl::env::url_policy::{HostRule, UrlPolicy};
+    use std::sync::atomic::Ordering;
+    let (port, hits) = secret_server().await;
+    let setup = format!(
+        "var f = document.createElement('iframe'); f.src = 'http://localhost:{port}/secret'; \
+         document.body.appendChild(f);"
+    );
+    let task_spec = format!("setup_js = {setup:?}\n{}", spec("/fixtures/pages/two-buttons.html", "false"));
+    let run = |policy: UrlPolicy| {
+        let task_spec = task_spec.clone();
+        async move {
+            let s = Server::start(ServeConfig { url_policy: policy, ..Default::default() }).await;
+            let r = post(&s, "/v1/sessions", json!({ "task_spec": task_spec })).await;
+            assert_eq!(r.0, 201, "{:?}", r.1);
+            let id = r.1["session_id"].as_str().unwrap().to_string();
+            let r =
+                post(&s, &format!("/v1/sessions/{id}/reset"), json!({"seed": 0, "screenshot": "none"})).await;
+            assert_eq!(r.1["info"]["status"], "running", "{:?}", r.1);
+            let reset_blocked = r.1["info"]["blocked_urls"].clone();
+            post(
+                &s,
+                &format!("/v1/sessions/{id}/step"),
+                json!({"action": "wait(500)", "screenshot": "none"}),
+            )
+            .await;
+            s.stop().await;
+            reset_blocked
+        }
+    };
+    // Allowing only guirl's own pages, the frame's request never reaches the server (the
+    // frame is another site than the page, so it runs in a process of its own).
+    let blocked = run(UrlPolicy::only(vec![])).await;
+    assert_eq!(blocked, json!([format!("http://localhost:{port}/secret")]));
+    assert_eq!(hits.load(Ordering::SeqCst), 0, "the refused host got a request");
+    // With --allow-any-host it does: the check above is what stopped it.
+    let blocked = run(UrlPolicy { hosts: HostRule::Any }).await;
+    assert_eq!(blocked, json!([]));
+    assert!(hits.load(Ordering::SeqCst) > 0, "an allowed host is reached");
+}

@@ -172,6 +172,19 @@ impl Browser {
         }
     }
 
+    /// Let the browser make only the requests `check` allows (see
+    /// [`DevTools::filter_requests`]); an error where there is no DevTools channel.
+    pub async fn guard_requests(&self, check: super::devtools::RequestCheck) -> Result<(), EnvError> {
+        let dt = self.devtools.as_ref().ok_or_else(|| {
+            EnvError::Setup(
+                "the browser's requests cannot be checked without a direct DevTools channel".into(),
+            )
+        })?;
+        dt.filter_requests(check, self.command_timeout)
+            .await
+            .map_err(|e| EnvError::Browser(format!("turning on request checks: {e}")))
+    }
+
     /// Whether scripts and screenshots go over the direct DevTools channel.
     pub fn has_devtools(&self) -> bool {
         self.devtools.is_some()

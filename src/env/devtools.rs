@@ -22,6 +22,10 @@ use tokio_tungstenite::tungstenite::Message;
 type Reply = Result<Value, CdpError>;
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Reply>>>>;
 
+/// Whether the browser may make a request to a URL (see [`DevTools::filter_requests`]).
+pub type RequestCheck = Arc<dyn Fn(String) -> futures::future::BoxFuture<'static, bool> + Send + Sync>;
+type Filter = Arc<Mutex<Option<RequestCheck>>>;
+
 /// Why a DevTools call failed.
 #[derive(Debug, Clone, PartialEq)]
 pub enum CdpError {
@@ -54,6 +58,8 @@ pub struct DevTools {
     budget_expired: tokio::sync::watch::Receiver<u64>,
     /// Counts new documents in the page's main frame (`Page.frameNavigated`).
     commits: tokio::sync::watch::Receiver<u64>,
+    /// Decides the requests paused by `Fetch.enable`.
+    filter: Filter,
 }
 
 impl DevTools {
@@ -76,6 +82,8 @@ impl DevTools {
         let (p, dialogs) = (pending.clone(), out.clone());
         let (expired_tx, budget_expired) = tokio::sync::watch::channel(0u64);
         let (commits_tx, commits) = tokio::sync::watch::channel(0u64);
+        let filter = Filter::default();
+        let f = filter.clone();
         let reader = tokio::spawn(async move {
             while let Some(Ok(msg)) = stream.next().await {
                 let Message::Text(text) = msg else { continue };
@@ -98,6 +106,30 @@ impl DevTools {
                         let m = json!({ "id": 0, "method": "Page.handleJavaScriptDialog",
                                         "params": { "accept": true }, "sessionId": v["sessionId"] });
                         let _ = dialogs.send(Message::text(m.to_string()));
+                    }
+                    // Decided off the reader (a check may resolve a name), answered in the
+                    // session that paused it.
+                    None if v["method"] == "Fetch.requestPaused" => {
+                        let check = f.lock().expect("filter").clone();
+                        let out = dialogs.clone();
+                        tokio::spawn(async move {
+                            let url = v["params"]["request"]["url"].as_str().unwrap_or_default().to_string();
+                            let go = match check {
+                                Some(c) => c(url).await,
+                                None => true,
+                            };
+                            let id = v["params"]["requestId"].clone();
+                            let mut m = if go {
+                                json!({ "id": 0, "method": "Fetch.continueRequest", "params": { "requestId": id } })
+                            } else {
+                                json!({ "id": 0, "method": "Fetch.failRequest",
+                                        "params": { "requestId": id, "errorReason": "BlockedByClient" } })
+                            };
+                            if let Some(s) = v.get("sessionId") {
+                                m["sessionId"] = s.clone();
+                            }
+                            let _ = out.send(Message::text(m.to_string()));
+                        });
                     }
                     None if v["method"] == "Emulation.virtualTimeBudgetExpired" => {
                         expired_tx.send_modify(|n| *n += 1);
@@ -122,7 +154,16 @@ impl DevTools {
             tasks: vec![writer, reader],
             budget_expired,
             commits,
+            filter,
         })
+    }
+
+    /// Pause every request the browser makes, in every page and frame, until `check`
+    /// allows it; a refused one fails as `net::ERR_BLOCKED_BY_CLIENT`.
+    pub async fn filter_requests(&self, check: RequestCheck, limit: Duration) -> Result<(), CdpError> {
+        *self.filter.lock().expect("filter") = Some(check);
+        self.browser_call("Fetch.enable", json!({ "patterns": [{ "urlPattern": "*" }] }), limit).await?;
+        Ok(())
     }
 
     /// Attach to page `target_id` (chromedriver's window handles are DevTools target ids):

@@ -61,6 +61,8 @@ pub struct GuiEnv {
     episode: Option<Episode>,
     /// The viewport must be refitted before the next episode (the task changed).
     resize: bool,
+    /// Every request of the browser must pass this (see [`GuiEnv::guard_requests`]).
+    request_check: Option<super::devtools::RequestCheck>,
 }
 
 const OBSERVE_JS: &str = include_str!("observe.js");
@@ -81,7 +83,15 @@ struct PageState {
 impl GuiEnv {
     /// An env for `task`; the browser starts at the first reset.
     pub fn new(task: Arc<dyn Task>, cfg: EnvConfig) -> GuiEnv {
-        GuiEnv { task, cfg, browser: None, episode: None, resize: false }
+        GuiEnv { task, cfg, browser: None, episode: None, resize: false, request_check: None }
+    }
+
+    /// Let every browser this env starts make only the requests `check` allows (a page's
+    /// navigations, frames, scripts, images, fetches); refused ones fail in the page as a
+    /// blocked request, and the episode goes on. Takes effect at the next browser start,
+    /// so call it before the first reset. `guirl serve` guards every session's browser.
+    pub fn guard_requests(&mut self, check: super::devtools::RequestCheck) {
+        self.request_check = Some(check);
     }
 
     /// The task this env runs.
@@ -145,6 +155,12 @@ impl GuiEnv {
             if let Some(ms) = self.cfg.virtual_time_ms.filter(|&ms| ms > 0) {
                 if !b.use_page_clock(Duration::from_millis(ms as u64)).await? {
                     tracing::debug!("page time stays on the wall clock: no begin-frame control");
+                }
+            }
+            if let Some(check) = &self.request_check {
+                if let Err(e) = b.guard_requests(check.clone()).await {
+                    b.close().await;
+                    return Err(e);
                 }
             }
             self.browser = Some(b);

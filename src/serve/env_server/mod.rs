@@ -4,6 +4,7 @@
 //! protocol.
 
 pub mod error;
+pub mod guard;
 pub mod limits;
 mod rest;
 pub mod session;
@@ -167,7 +168,7 @@ pub fn router(cfg: ServeConfig) -> (Router, Arc<Shared>) {
         })
         .collect();
     let shared = Arc::new(Shared {
-        table: SessionTable::new(cfg.max_sessions, cfg.env.clone()),
+        table: SessionTable::new(cfg.max_sessions, cfg.env.clone(), cfg.url_policy.clone()),
         cfg: cfg.clone(),
         tasks: json!({ "tasks": tasks }),
     });

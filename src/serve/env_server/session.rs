@@ -2,7 +2,9 @@
 //! a capacity limit, and the idle reaper's bookkeeping.
 
 use super::error::ApiError;
+use super::guard::RequestGuard;
 use super::wire::{self, SessionOptions};
+use crate::env::url_policy::UrlPolicy;
 use crate::env::{EnvConfig, EpisodeStatus, GuiEnv};
 use crate::tasks::Task;
 use axum::http::StatusCode;
@@ -59,6 +61,8 @@ fn learned_ending(
 /// What a session holds while nobody uses it.
 struct SessionEnv {
     env: Option<GuiEnv>,
+    /// The URL policy in the env's browser.
+    guard: Option<Arc<RequestGuard>>,
     opts: SessionOptions,
     seed: Option<u64>,
     /// Resets so far (the OpenEnv `episode_id`).
@@ -79,6 +83,7 @@ pub struct Session {
     last_active: Mutex<Instant>,
     inner: tokio::sync::Mutex<SessionEnv>,
     base: EnvConfig,
+    policy: Arc<UrlPolicy>,
 }
 
 /// All sessions of a server.
@@ -86,6 +91,7 @@ pub struct SessionTable {
     sessions: Mutex<HashMap<String, Arc<Session>>>,
     max: usize,
     base: EnvConfig,
+    policy: Arc<UrlPolicy>,
 }
 
 fn random_id() -> String {
@@ -95,9 +101,10 @@ fn random_id() -> String {
 }
 
 impl SessionTable {
-    /// A table of at most `max` sessions whose envs start from `base`.
-    pub fn new(max: usize, base: EnvConfig) -> SessionTable {
-        SessionTable { sessions: Mutex::new(HashMap::new()), max, base }
+    /// A table of at most `max` sessions whose envs start from `base` and whose browsers
+    /// request only what `policy` allows.
+    pub fn new(max: usize, base: EnvConfig, policy: UrlPolicy) -> SessionTable {
+        SessionTable { sessions: Mutex::new(HashMap::new()), max, base, policy: Arc::new(policy) }
     }
 
     /// Most sessions at once.
@@ -128,6 +135,7 @@ impl SessionTable {
             last_active: Mutex::new(Instant::now()),
             inner: tokio::sync::Mutex::new(SessionEnv {
                 env: None,
+                guard: None,
                 opts: SessionOptions::default(),
                 seed: None,
                 episodes: 0,
@@ -137,6 +145,7 @@ impl SessionTable {
                 closed: false,
             }),
             base: self.base.clone(),
+            policy: self.policy.clone(),
         });
         map.insert(s.id.clone(), s.clone());
         Ok(s)
@@ -267,7 +276,13 @@ impl Session {
             strict_actions: opts.strict_actions,
             ..self.base.clone()
         };
-        g.env = Some(GuiEnv::new(task, cfg));
+        let mut env = GuiEnv::new(task, cfg);
+        // Every session's browser, task ids too: a ws reset may switch a browser from a
+        // task id to a client's spec.
+        let guard = RequestGuard::new(self.policy.clone());
+        env.guard_requests(guard.check());
+        g.guard = Some(guard);
+        g.env = Some(env);
     }
 
     /// The session's options now.
@@ -326,6 +341,7 @@ impl Session {
         g.status = Some(status);
         let truncated = !g.running;
         counters(&g, &mut info);
+        blocked(&g, &mut info);
         Ok(Transition { observation, reward: 0.0, terminated: false, truncated, info })
     }
 
@@ -357,6 +373,7 @@ impl Session {
         g.status = Some(out.info.status);
         g.running = !ended;
         counters(&g, &mut info);
+        blocked(&g, &mut info);
         Ok(Transition {
             observation: Some(wire::observation(&out.obs, &opts)),
             reward: out.reward,
@@ -411,6 +428,16 @@ fn reset_info(env_error: Option<String>) -> Map<String, Value> {
         timings: Default::default(),
     };
     wire::step_info(&info)
+}
+
+/// `info.blocked_urls`: the requests the URL policy blocked since the last answer (and
+/// `blocked_more`, how many past the listed ones).
+fn blocked(g: &SessionEnv, info: &mut Map<String, Value>) {
+    let (urls, more) = g.guard.as_ref().map(|b| b.take_blocked()).unwrap_or_default();
+    info.insert("blocked_urls".into(), json!(urls));
+    if more > 0 {
+        info.insert("blocked_more".into(), json!(more));
+    }
 }
 
 fn counters(g: &SessionEnv, info: &mut Map<String, Value>) {
