@@ -94,17 +94,19 @@ fn unary(
 }
 
 /// Attention's probabilities `softmax(scores · scale + mask)` over the last axis, for
-/// `scores` `[…, T, S]` and an additive `mask` `[T, S]` (0 or −∞), as transformers' eager
-/// attention computes them (scale and mask in the scores' dtype, the softmax in f32).
-/// On the CPU in f32 one pass per row; else candle's ops.
+/// `scores` `[…, R, S]` and an additive `mask` `[T, S]` (0 or −∞) whose rows repeat down
+/// the score rows (`R` a multiple of `T`: query heads grouped, `nn::group_heads`), as
+/// transformers' eager attention computes them (scale and mask in the scores' dtype, the
+/// softmax in f32). On the CPU in f32 one pass per row; else candle's ops.
 pub fn scaled_softmax(scores: &Tensor, scale: f64, mask: Option<&Tensor>) -> Result<Tensor> {
     let s = scores.dim(candle_core::D::Minus1)?;
-    let t = scores.dim(candle_core::D::Minus2)?;
-    let mask = match mask {
-        Some(m) if m.dims() != [t, s] => None.ok_or_else(|| {
-            candle_core::Error::Msg(format!("attention mask {:?} for scores {:?}", m.dims(), scores.dims()))
-        })?,
-        m => m,
+    let r = scores.dim(candle_core::D::Minus2)?;
+    let t = match mask {
+        Some(m) => match m.dims() {
+            &[t, ms] if ms == s && t > 0 && r % t == 0 => t,
+            _ => candle_core::bail!("attention mask {:?} for scores {:?}", m.dims(), scores.dims()),
+        },
+        None => r,
     };
     if scores.dtype() == DType::F32 && scores.device().is_cpu() {
         // the mask is small ([T, S]); one row of zeros stands for none
@@ -130,7 +132,7 @@ pub fn scaled_softmax(scores: &Tensor, scale: f64, mask: Option<&Tensor>) -> Res
     }
     let mut x = (scores * scale)?;
     if let Some(m) = mask {
-        x = x.broadcast_add(m)?;
+        x = x.broadcast_add(&m.repeat((r / t, 1))?)?;
     }
     candle_nn::ops::softmax_last_dim(&x)
 }

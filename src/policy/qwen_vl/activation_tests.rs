@@ -123,6 +123,11 @@ fn scaled_softmax_matches_f64_with_and_without_a_causal_mask() {
         assert!(row[seen + 1..].iter().all(|&v| v == 0.0), "row {r}: {row:?}");
         assert!((row.iter().sum::<f32>() - 1.0).abs() < 1e-6);
     }
+    // grouped query heads: the mask's rows repeat down the score rows
+    let grouped = Tensor::randn(0f32, 3.0, (2, 1, 3 * t, s), &dev).unwrap();
+    let got = values(&scaled_softmax(&grouped, 0.125, Some(&mask)).unwrap());
+    let want = values(&softmax_f64(&grouped, 0.125, Some(&mask.repeat((3, 1)).unwrap())));
+    assert!(max_rel(&got, &want, 1e-6) < 1e-6);
     // a mask of the wrong shape is an error, not a silent broadcast
     let wrong = Tensor::zeros((t, s + 1), DType::F32, &dev).unwrap();
     assert!(scaled_softmax(&x, 1.0, Some(&wrong)).is_err());

@@ -370,9 +370,9 @@ fn lora_grads(
 /// probabilities `p`) as one node over `(q, k, v)`. Composed, it is a node per matmul,
 /// scale, mask and softmax, each keeping a `[B, H, T, S]` tensor for the backward and
 /// writing a zero tensor of that size to add its gradient into; here only `p` is kept.
-/// Backward (heads repeated for grouped-query attention, then summed back):
-/// `∂v = pᵀ g`, `∂p = g vᵀ`, `∂s = p ⊙ (∂p − Σ ∂p ⊙ p)` (f32, as the softmax's),
-/// `∂q = scale · ∂s k`, `∂k = scale · ∂sᵀ q`.
+/// Backward, query heads grouped by their key/value head: `∂v = pᵀ g`, `∂p = g vᵀ`,
+/// `∂s = p ⊙ (∂p − Σ ∂p ⊙ p)` (f32, as the softmax's), `∂q = scale · ∂s k`,
+/// `∂k = scale · ∂sᵀ q`.
 pub fn attention_node(
     q: &Tensor,
     k: &Tensor,
@@ -391,30 +391,19 @@ fn attention_grads(
     p: &Tensor,
     scale: f64,
 ) -> Result<Grads3> {
-    let (b, h, _, d) = q.dims4()?;
-    let (hkv, s) = (k.dim(1)?, k.dim(2)?);
-    let repeat = |t: &Tensor| super::repeat_kv(&t.detach(), h)?.contiguous();
-    // a gradient over the repeated heads, summed back onto the key/value heads
-    let fold = |t: Tensor| -> Result<Tensor> {
-        if hkv == h {
-            Ok(t)
-        } else {
-            t.reshape((b, hkv, h / hkv, s, d))?.sum(2)
-        }
-    };
-    let g = g.contiguous()?;
-    let dv = if v.track_op() { Some(fold(p.t()?.contiguous()?.matmul(&g)?)?) } else { None };
+    let hkv = k.dim(1)?;
+    // in grouped rows (`nn::group_heads`), like `p`: the sums over the query heads that
+    // share a key/value head are inside the matmuls
+    let gg = super::group_heads(&g.contiguous()?, hkv)?;
+    let dv = if v.track_op() { Some(p.t()?.matmul(&gg)?) } else { None };
     if !(q.track_op() || k.track_op()) {
         return Ok((None, None, dv));
     }
-    let dp = g.matmul(&repeat(v)?.t()?.contiguous()?)?;
+    let dp = gg.matmul(&v.detach().contiguous()?.t()?)?;
     let ds = super::activation::softmax_grad(p, &dp, scale)?;
-    let dq = if q.track_op() { Some(ds.matmul(&repeat(k)?)?) } else { None };
-    let dk = if k.track_op() {
-        Some(fold(ds.t()?.contiguous()?.matmul(&q.detach().contiguous()?)?)?)
-    } else {
-        None
-    };
+    let dq =
+        if q.track_op() { Some(ds.matmul(&k.detach().contiguous()?)?.reshape(q.shape())?) } else { None };
+    let dk = if k.track_op() { Some(ds.t()?.matmul(&super::group_heads(&q.detach(), hkv)?)?) } else { None };
     Ok((dq, dk, dv))
 }
 

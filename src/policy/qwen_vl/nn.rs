@@ -197,11 +197,11 @@ pub fn apply_rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> candle_core::Result
     }
 }
 
-/// Softmax attention: `q` `[B, H, T, D]`, `k`/`v` `[B, Hkv, S, D]` (key/value heads
-/// repeated to `H`), an optional additive `mask` broadcast to `[B, H, T, S]`. The softmax
-/// is candle's fused kernel (f32 inside, as transformers' eager path). In a graph the
-/// whole attention is one node with its own backward (`fused::attention_node`), which
-/// keeps only the probabilities of the `[B, H, T, S]` intermediates.
+/// Softmax attention: `q` `[B, H, T, D]`, `k`/`v` `[B, Hkv, S, D]` (each key/value head
+/// shared by `H / Hkv` consecutive query heads), an optional additive `mask` `[T, S]`. The
+/// softmax is f32 inside, as transformers' eager path. In a graph the whole attention is
+/// one node with its own backward (`fused::attention_node`), which keeps only the
+/// probabilities of the `[B, H, T, S]` intermediates.
 pub fn attention(
     q: &Tensor,
     k: &Tensor,
@@ -225,7 +225,16 @@ pub fn repeat_kv(t: &Tensor, h: usize) -> candle_core::Result<Tensor> {
     t.unsqueeze(2)?.expand((b, hkv, h / hkv, s, d))?.reshape((b, h, s, d))
 }
 
-/// The attention's probabilities `[B, H, T, S]` and output, outside any graph.
+/// `t` `[B, H, T, D]` as `[B, Hkv, (H / Hkv) · T, D]`: the query heads that share a
+/// key/value head stacked along the rows, so grouped-query attention is one matmul per
+/// key/value head and the keys and values are never repeated (a reshape, no copy).
+pub(crate) fn group_heads(t: &Tensor, hkv: usize) -> candle_core::Result<Tensor> {
+    let (b, h, n, d) = t.dims4()?;
+    t.contiguous()?.reshape((b, hkv, (h / hkv) * n, d))
+}
+
+/// The attention's probabilities `[B, Hkv, (H / Hkv) · T, S]` (query heads grouped, see
+/// [`group_heads`]) and its output `[B, H, T, D]`, outside any graph.
 fn attention_parts(
     q: &Tensor,
     k: &Tensor,
@@ -233,11 +242,11 @@ fn attention_parts(
     mask: Option<&Tensor>,
     scale: f64,
 ) -> candle_core::Result<(Tensor, Tensor)> {
-    let h = q.dim(1)?;
-    let (k, v) = (repeat_kv(k, h)?, repeat_kv(v, h)?);
-    let scores = q.contiguous()?.matmul(&k.t()?.contiguous()?)?;
+    let (b, h, t, d) = q.dims4()?;
+    let hkv = k.dim(1)?;
+    let scores = group_heads(q, hkv)?.matmul(&k.contiguous()?.t()?)?;
     let p = activation::scaled_softmax(&scores, scale, mask)?;
-    let o = p.matmul(&v.contiguous()?)?;
+    let o = p.matmul(&v.contiguous()?)?.reshape((b, h, t, d))?;
     Ok((p, o))
 }
 
