@@ -24,14 +24,23 @@ pub enum Arch {
 /// The language model's settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TextConfig {
+    /// Rows of the token embedding and the LM head.
     pub vocab_size: usize,
+    /// Width of the residual stream.
     pub hidden_size: usize,
+    /// Width of the SwiGLU MLP.
     pub intermediate_size: usize,
+    /// Decoder layers.
     pub num_hidden_layers: usize,
+    /// Query heads.
     pub num_attention_heads: usize,
+    /// Key/value heads (grouped-query attention when fewer than the query heads).
     pub num_key_value_heads: usize,
+    /// Width of one head.
     pub head_dim: usize,
+    /// The RMSNorms' epsilon.
     pub rms_norm_eps: f64,
+    /// Base of the rotary frequencies.
     pub rope_theta: f64,
     /// How the rotary frequencies are split over (temporal, height, width); sums to head_dim / 2.
     pub mrope_section: [usize; 3],
@@ -39,23 +48,34 @@ pub struct TextConfig {
     pub mrope_interleaved: bool,
     /// Bias on q/k/v (Qwen2.5-VL) — `attention_bias` puts it on o too (Qwen3 style).
     pub qkv_bias: bool,
+    /// Bias on the attention's output projection.
     pub o_bias: bool,
     /// Per-head RMSNorm of q and k before RoPE (Qwen3-VL).
     pub qk_norm: bool,
+    /// The LM head is the token embedding (no `lm_head.weight`).
     pub tie_word_embeddings: bool,
 }
 
 /// The vision tower's settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct VisionConfig {
+    /// Transformer blocks.
     pub depth: usize,
+    /// Width of the tower.
     pub hidden_size: usize,
+    /// Width of the blocks' MLP.
     pub intermediate_size: usize,
+    /// Attention heads.
     pub num_heads: usize,
+    /// Image channels (3).
     pub in_channels: usize,
+    /// Side of a patch in pixels.
     pub patch_size: usize,
+    /// Frames per patch (2: an image is repeated in time).
     pub temporal_patch_size: usize,
+    /// Side of the block of patches merged into one language-model token (2).
     pub spatial_merge_size: usize,
+    /// Width of the merged tokens: the language model's hidden size.
     pub out_hidden_size: usize,
     /// `gelu_pytorch_tanh`, `gelu` or `silu` (the blocks' MLP; mergers use exact GELU).
     pub hidden_act: String,
@@ -72,12 +92,19 @@ pub struct VisionConfig {
 /// A whole checkpoint's `config.json`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct QwenVlConfig {
+    /// Which of the two architectures.
     pub arch: Arch,
+    /// The language model's settings.
     pub text: TextConfig,
+    /// The vision tower's settings.
     pub vision: VisionConfig,
+    /// The placeholder token an image's features replace.
     pub image_token_id: u32,
+    /// The placeholder token of video frames (recognised, not supported).
     pub video_token_id: u32,
+    /// `<|vision_start|>`, before an image's placeholders.
     pub vision_start_token_id: u32,
+    /// `<|vision_end|>`, after them.
     pub vision_end_token_id: u32,
     /// The end-of-turn token generation stops at (`eos_token_id`, else `<|im_end|>`'s id if known).
     pub eos_token_id: Option<u32>,

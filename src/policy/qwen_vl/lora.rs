@@ -266,8 +266,11 @@ pub fn save_peft(
 
 /// A PEFT adapter folder read back: settings and `module → (A, B)`.
 pub struct PeftAdapter {
+    /// Rank, alpha, dropout and targets from `adapter_config.json`.
     pub settings: LoraSettings,
+    /// `alpha / rank`.
     pub scale: f64,
+    /// Module name (without `base_model.model.`) → `(A, B)`.
     pub tensors: HashMap<String, (Tensor, Tensor)>,
     /// Modules saved whole (`modules_to_save`): module name → weight.
     pub full: HashMap<String, Tensor>,

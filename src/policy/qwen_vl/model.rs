@@ -15,10 +15,15 @@ use std::path::{Path, PathBuf};
 
 /// A loaded checkpoint.
 pub struct QwenVl {
+    /// Its `config.json`.
     pub config: QwenVlConfig,
+    /// The vision tower.
     pub vision: VisionTower,
+    /// The language model.
     pub text: TextModel,
+    /// Tokenizer and chat template.
     pub chat: Chat,
+    /// Images to patches, as the checkpoint's processor does it.
     pub processor: ImageProcessor,
     /// The folder it was read from.
     pub dir: PathBuf,
@@ -30,7 +35,9 @@ pub struct QwenVl {
 
 /// A prompt ready to run: its ids and M-RoPE positions.
 pub struct Prompt {
+    /// Token ids, image placeholders included.
     pub ids: Vec<u32>,
+    /// Each token's (temporal, height, width) position.
     pub positions: [Vec<i64>; 3],
     /// Added to a later token's sequence index to give its position.
     pub delta: i64,

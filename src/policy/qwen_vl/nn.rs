@@ -127,6 +127,7 @@ pub struct RmsNorm {
 }
 
 impl RmsNorm {
+    /// `{name}.weight` `[dim]` from the checkpoint.
     pub fn load(w: &Weights, name: &str, dim: usize, eps: f64) -> Result<Self> {
         Ok(RmsNorm { weight: w.get(&format!("{name}.weight"), &[dim])?, eps })
     }
@@ -146,6 +147,7 @@ pub struct LayerNorm {
 }
 
 impl LayerNorm {
+    /// `{name}.weight` and `{name}.bias` `[dim]` from the checkpoint.
     pub fn load(w: &Weights, name: &str, dim: usize, eps: f64) -> Result<Self> {
         Ok(LayerNorm {
             weight: w.get(&format!("{name}.weight"), &[dim])?,

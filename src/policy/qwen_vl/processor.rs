@@ -17,12 +17,19 @@ use std::path::Path;
 /// The processor's settings (`preprocessor_config.json`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ImageProcessor {
+    /// Side of a patch in pixels.
     pub patch_size: usize,
+    /// Frames per patch (an image is repeated to fill them).
     pub temporal_patch_size: usize,
+    /// Side of the block of patches merged into one token.
     pub merge_size: usize,
+    /// Fewest pixels an image is resized to (`smart_resize`).
     pub min_pixels: u64,
+    /// Most pixels an image is resized to.
     pub max_pixels: u64,
+    /// Per-channel mean subtracted after scaling to [0, 1].
     pub mean: [f32; 3],
+    /// Per-channel standard deviation divided by.
     pub std: [f32; 3],
 }
 

@@ -69,8 +69,11 @@ impl KvCache {
 /// Visual inputs placed into the token sequence: flat `[B·T]` row indices of the image
 /// placeholders, their embeddings, and the DeepStack features for the same rows.
 pub struct VisualRows<'a> {
+    /// Indices of the placeholder tokens in the flattened `[B · T]` sequence.
     pub rows: &'a Tensor,
+    /// The merged image features, one row per placeholder.
     pub embeds: &'a Tensor,
+    /// Qwen3-VL's DeepStack features for the same rows, added after the first layers.
     pub deepstack: &'a [Tensor],
 }
 
