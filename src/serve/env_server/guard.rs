@@ -81,7 +81,7 @@ impl RequestGuard {
         })
     }
 
-    /// The URLs blocked since the last call (at most [`MAX_LISTED`]) and how many more.
+    /// The URLs blocked since the last call (at most 20) and how many more.
     pub fn take_blocked(&self) -> (Vec<String>, usize) {
         std::mem::take(&mut *self.blocked.lock().unwrap_or_else(|e| e.into_inner()))
     }
