@@ -15,11 +15,11 @@
 
 use super::lora::AdapterSwitch;
 use super::lora::AdapterUse;
-use super::nn::fused::Handover;
+use super::nn::fused::attach2;
 use super::text::{layer_forward, Layer, LayerDims};
 use super::train_pass::{PassState, TrainPass};
 use anyhow::{bail, Result};
-use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor, Var};
+use candle_core::{Tensor, Var};
 use std::sync::Arc;
 
 /// Layer `layer` on `x` `[B, T, H]`, checkpointed (see the module docs). `cos`, `sin` and
@@ -59,8 +59,7 @@ pub(crate) fn checkpointed(
     // The op hangs on a trainable tensor too, so that it is in the graph even when its input
     // is not (the first layer over frozen embeddings).
     let anchor = vars.first().cloned().unwrap_or_else(|| x.clone());
-    let op = Checkpoint {
-        out: Handover::new("checkpointed-decoder-layer", out),
+    let ck = Checkpoint {
         layer: layer.clone(),
         dims,
         cos: cos.clone(),
@@ -71,14 +70,15 @@ pub(crate) fn checkpointed(
         adapters,
         vars,
     };
-    Ok(x.apply_op2_arc(&anchor, Arc::new(Box::new(op)))?)
+    // the output is handed over as the node's forward; its backward recomputes the layer
+    Ok(attach2([x, &anchor], out, "checkpointed-decoder-layer", move |[x, _anchor], grad| {
+        let dx = ck.recompute(x, grad).map_err(|e| candle_core::Error::Msg(format!("{e:#}")))?;
+        Ok((dx, None))
+    })?)
 }
 
-/// The op: its forward hands back the output computed outside the graph; its backward
-/// recomputes the layer.
+/// What the node's backward needs to recompute the layer.
 struct Checkpoint {
-    /// The output, taken by the forward (so the graph does not keep a second copy).
-    out: Handover,
     layer: Arc<Layer>,
     dims: LayerDims,
     cos: Tensor,
@@ -127,43 +127,5 @@ impl Checkpoint {
             s.set(before);
         }
         result
-    }
-}
-
-impl CustomOp2 for Checkpoint {
-    fn name(&self) -> &'static str {
-        "checkpointed-decoder-layer"
-    }
-
-    fn cpu_fwd(
-        &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
-        self.out.cpu()
-    }
-
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        _: &candle_core::CudaStorage,
-        _: &Layout,
-        _: &candle_core::CudaStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        self.out.cuda()
-    }
-
-    fn bwd(
-        &self,
-        x: &Tensor,
-        _anchor: &Tensor,
-        _res: &Tensor,
-        grad: &Tensor,
-    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
-        let dx = self.recompute(x, grad).map_err(|e| candle_core::Error::Msg(format!("{e:#}")))?;
-        Ok((dx, None))
     }
 }

@@ -41,20 +41,20 @@ struct Attached {
 }
 
 /// An output computed outside the graph, handed to the op's forward once: the op lives as
-/// long as the graph, the output should not be kept twice. Shared by every op here and by
-/// the checkpointed decoder layer.
-pub(crate) struct Handover {
+/// long as the graph, the output should not be kept twice. Shared by every op here (the
+/// checkpointed decoder layer attaches through [`attach2`]).
+struct Handover {
     name: &'static str,
     out: Mutex<Option<Tensor>>,
 }
 
 impl Handover {
-    pub(crate) fn new(name: &'static str, y: Tensor) -> Self {
+    fn new(name: &'static str, y: Tensor) -> Self {
         Handover { name, out: Mutex::new(Some(y)) }
     }
 
     /// The output's storage (a copy; `y` is dropped) and shape, on the CPU.
-    pub(crate) fn cpu(&self) -> Result<(CpuStorage, Shape)> {
+    fn cpu(&self) -> Result<(CpuStorage, Shape)> {
         match self.owned()? {
             (Storage::Cpu(c), shape) => Ok((c, shape)),
             _ => candle_core::bail!("{}: the output is not on the CPU", self.name),
@@ -63,7 +63,7 @@ impl Handover {
 
     /// The same on the GPU.
     #[cfg(feature = "cuda")]
-    pub(crate) fn cuda(&self) -> Result<(candle_core::CudaStorage, Shape)> {
+    fn cuda(&self) -> Result<(candle_core::CudaStorage, Shape)> {
         match self.owned()? {
             (Storage::Cuda(c), shape) => Ok((c, shape)),
             _ => candle_core::bail!("{}: the output is not on the GPU", self.name),
@@ -356,10 +356,7 @@ fn lora_grads(
         None
     } else if mask.is_none() {
         let gx = g.matmul(w)?;
-        if !super::gemm::add_product(&gx, &gh, &a_, 1.0)? {
-            return Ok((Some((gx + gh.matmul(&a_)?)?), ga, gb));
-        }
-        Some(gx)
+        Some(if super::gemm::add_product(&gx, &gh, &a_, 1.0)? { gx } else { (gx + gh.matmul(&a_)?)? })
     } else {
         Some((g.matmul(w)? + masked(gh.matmul(&a_)?, mask)?)?)
     };

@@ -224,6 +224,15 @@ impl QwenVlPolicy {
     }
 
     fn vision(&self, img: &super::processor::ProcessedImage) -> Result<Arc<VisionOutput>> {
+        let encode = || -> Result<VisionOutput> {
+            let (px, grids) = self.model.processor.batch(std::slice::from_ref(img), &self.device)?;
+            self.model.encode_images(&px, &grids)
+        };
+        if self.model.vision.has_adapters() {
+            // the tower's output depends on adapters that change every step, and on which
+            // of them are switched on (the reference): computed fresh, in the graph
+            return Ok(Arc::new(encode()?));
+        }
         use std::hash::{Hash, Hasher};
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         img.grid.hash(&mut hasher);
@@ -231,17 +240,10 @@ impl QwenVlPolicy {
             v.to_bits().hash(&mut hasher);
         }
         let key = hasher.finish();
-        if self.model.vision.has_adapters() {
-            // the tower's output depends on adapters that change every step, and on which
-            // of them are switched on (the reference): computed fresh, in the graph
-            let (px, grids) = self.model.processor.batch(std::slice::from_ref(img), &self.device)?;
-            return Ok(Arc::new(self.model.encode_images(&px, &grids)?));
-        }
         if let Some(v) = self.vision_cache.lock().expect("vision cache").get(&key) {
             return Ok(v.clone());
         }
-        let (px, grids) = self.model.processor.batch(std::slice::from_ref(img), &self.device)?;
-        let out = Arc::new(self.model.encode_images(&px, &grids)?);
+        let out = Arc::new(encode()?);
         let mut cache = self.vision_cache.lock().expect("vision cache");
         if cache.len() >= VISION_CACHE {
             cache.clear();
