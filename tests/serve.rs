@@ -3,70 +3,14 @@
 //! the token.
 
 use futures::{SinkExt, StreamExt};
-use guirl::serve::env_server::{serve, ServeConfig};
+#[path = "common/server.rs"]
+mod server;
+
+use guirl::serve::env_server::ServeConfig;
 use serde_json::{json, Value};
+use server::{http, Reply, Server};
 use std::time::{Duration, Instant};
 use tokio_tungstenite::tungstenite::Message;
-
-struct Server {
-    base: String,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<anyhow::Result<()>>,
-}
-
-impl Server {
-    async fn start(cfg: ServeConfig) -> Server {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(serve(listener, cfg, async move {
-            let _ = rx.await;
-        }));
-        Server { base, stop: Some(tx), task }
-    }
-    fn ws(&self) -> String {
-        self.base.replace("http://", "ws://") + "/ws"
-    }
-    async fn stop(mut self) {
-        let _ = self.stop.take().unwrap().send(());
-        tokio::time::timeout(Duration::from_secs(30), self.task).await.expect("stops").unwrap().unwrap();
-    }
-}
-
-struct Reply {
-    status: u16,
-    retry_after: Option<String>,
-    body: Value,
-    bytes: Vec<u8>,
-}
-
-/// One HTTP request (blocking ureq on a blocking thread).
-async fn http(method: &str, url: String, body: Option<String>, token: Option<&str>) -> Reply {
-    let (method, token) = (method.to_string(), token.map(str::to_string));
-    tokio::task::spawn_blocking(move || {
-        let mut req = ureq::request(&method, &url).timeout(Duration::from_secs(60));
-        if let Some(t) = token {
-            req = req.set("Authorization", &format!("Bearer {t}"));
-        }
-        let res = match body {
-            Some(b) => req.set("Content-Type", "application/json").send_string(&b),
-            None => req.call(),
-        };
-        let resp = match res {
-            Ok(r) => r,
-            Err(ureq::Error::Status(_, r)) => r,
-            Err(e) => panic!("{method} {url}: {e}"),
-        };
-        let status = resp.status();
-        let retry_after = resp.header("Retry-After").map(str::to_string);
-        let mut bytes = Vec::new();
-        std::io::Read::read_to_end(&mut resp.into_reader(), &mut bytes).unwrap();
-        let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-        Reply { status, retry_after, body, bytes }
-    })
-    .await
-    .unwrap()
-}
 
 async fn post(s: &Server, path: &str, body: Value) -> Reply {
     http("POST", format!("{}{path}", s.base), Some(body.to_string()), None).await

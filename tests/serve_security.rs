@@ -3,54 +3,17 @@
 //! local files or internal hosts. Each is refused with its documented code, and the
 //! server goes on serving other sessions.
 
-use guirl::serve::env_server::{serve, ServeConfig};
+#[path = "common/server.rs"]
+mod server;
+
+use guirl::serve::env_server::ServeConfig;
 use serde_json::{json, Value};
-use std::time::Duration;
-
-struct Server {
-    base: String,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<anyhow::Result<()>>,
-}
-
-impl Server {
-    async fn start(cfg: ServeConfig) -> Server {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(serve(listener, cfg, async move {
-            let _ = rx.await;
-        }));
-        Server { base, stop: Some(tx), task }
-    }
-    async fn stop(mut self) {
-        let _ = self.stop.take().unwrap().send(());
-        tokio::time::timeout(Duration::from_secs(30), self.task).await.expect("stops").unwrap().unwrap();
-    }
-}
+use server::Server;
 
 /// One request: its status and JSON body.
 async fn http(method: &str, url: String, body: Option<Value>, token: Option<&str>) -> (u16, Value) {
-    let (method, token) = (method.to_string(), token.map(str::to_string));
-    tokio::task::spawn_blocking(move || {
-        let mut req = ureq::request(&method, &url).timeout(Duration::from_secs(60));
-        if let Some(t) = token {
-            req = req.set("Authorization", &format!("Bearer {t}"));
-        }
-        let res = match body {
-            Some(b) => req.set("Content-Type", "application/json").send_string(&b.to_string()),
-            None => req.call(),
-        };
-        let resp = match res {
-            Ok(r) => r,
-            Err(ureq::Error::Status(_, r)) => r,
-            Err(e) => panic!("{method} {url}: {e}"),
-        };
-        let status = resp.status();
-        (status, resp.into_json().unwrap_or(Value::Null))
-    })
-    .await
-    .unwrap()
+    let r = server::http(method, url, body.map(|b| b.to_string()), token).await;
+    (r.status, r.body)
 }
 
 async fn post(s: &Server, path: &str, body: Value) -> (u16, Value) {
