@@ -125,6 +125,35 @@ impl QwenVl {
         Ok(h.squeeze(0)?)
     }
 
+    /// Hidden states `[B, H]` of one more token per answer, decoding several at once: row
+    /// `i` is `tokens[i]` at M-RoPE position `positions[i]` (sequence index + the prompt's
+    /// delta), continuing `caches[i]`. Products run on exactly `rows` rows, so a row's
+    /// result does not depend on the others ([`super::text::TextModel::decode`]).
+    pub fn step_rows(
+        &self,
+        tokens: &[u32],
+        positions: &[i64],
+        caches: &mut [&mut KvCache],
+        rows: usize,
+    ) -> Result<Tensor> {
+        let pos = [positions.to_vec(), positions.to_vec(), positions.to_vec()];
+        let (cos, sin) = text_cos_sin(&self.config.text, &pos, self.text_dtype(), &self.text_device())?;
+        self.text.decode(tokens, &cos, &sin, caches, rows)
+    }
+
+    /// Logits `[B, V]` of hidden rows `[B, H]` (`B ≤ rows`), the head run on exactly `rows`
+    /// rows (the real ones, then copies of the first), as in [`QwenVl::step_rows`].
+    pub fn logits_rows(&self, hidden: &Tensor, rows: usize) -> Result<Tensor> {
+        let b = hidden.dim(0)?;
+        if b == 0 || b > rows {
+            bail!("{b} hidden rows for a head of {rows} rows");
+        }
+        let first = hidden.narrow(0, 0, 1)?;
+        let mut parts = vec![hidden.clone()];
+        parts.extend(std::iter::repeat_n(first, rows - b));
+        Ok(self.text.logits(&Tensor::cat(&parts, 0)?)?.narrow(0, 0, b)?)
+    }
+
     /// Logits `[N, V]` of hidden rows `[N, H]`.
     pub fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
         self.text.logits(hidden)
