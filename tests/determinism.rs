@@ -15,7 +15,12 @@ use std::time::Instant;
 /// Behaviour cloning on a few oracle demonstrations, then GRPO with an evaluation, on the
 /// multi-step built-in counter task (press + or − until the number matches, then Submit).
 fn config(iterations: u64, envs: usize) -> TrainConfig {
-    TrainConfig::parse(&format!(
+    TrainConfig::parse(&config_text(iterations, envs)).unwrap()
+}
+
+/// [`config`]'s TOML.
+fn config_text(iterations: u64, envs: usize) -> String {
+    format!(
         r#"
 [run]
 name = "determinism"
@@ -55,8 +60,7 @@ episodes = 4
 [checkpoint]
 interval = 2
 "#
-    ))
-    .unwrap()
+    )
 }
 
 /// Threads spinning until dropped: the CPU the browsers and the policy compete for.
@@ -231,6 +235,54 @@ async fn resume_with_two_browsers_is_bit_exact() {
         weights(&b.join("checkpoints/iter-000002")) != weights(&b.join("checkpoints/iter-000004")),
         "the resumed iterations trained"
     );
+}
+
+/// `guirl train` with four browsers, killed (SIGKILL) 1.5 s after iteration 2's checkpoint
+/// (measured: iteration 3 done, its metrics line written, iteration 4 under way), then
+/// `--resume`d under load, equals the same 4 iterations run straight: nothing written after
+/// the checkpoint leaks into the resumed run.
+#[test]
+fn resume_after_a_kill_with_four_browsers_is_bit_exact() {
+    use std::process::{Command, Stdio};
+    let root = tempfile::tempdir().unwrap();
+    // evaluations every 2 iterations: the straight run and the resumed one evaluate alike
+    let cfg_path = root.path().join("config.toml");
+    let text = config_text(4, 4).replace("[eval]\ninterval = 4", "[eval]\ninterval = 2");
+    assert!(text.contains("[eval]\ninterval = 2"));
+    std::fs::write(&cfg_path, text).unwrap();
+    let train = |out: &Path, resume: bool| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_guirl"));
+        c.arg("train").arg(&cfg_path).arg("--out").arg(out).env("RAYON_NUM_THREADS", "1");
+        if resume {
+            c.arg("--resume");
+        }
+        c.stdout(Stdio::null()).stderr(Stdio::piped());
+        c
+    };
+    let (a, b) = (root.path().join("straight"), root.path().join("killed"));
+    let out = train(&a, false).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut child = train(&b, false).stderr(Stdio::null()).spawn().unwrap();
+    let ckpt = b.join("checkpoints/iter-000002");
+    let deadline = Instant::now() + std::time::Duration::from_secs(600);
+    while !ckpt.exists() {
+        assert!(Instant::now() < deadline, "no checkpoint after iteration 2 in 10 minutes");
+        assert!(child.try_wait().unwrap().is_none(), "the run ended before iteration 2's checkpoint");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // past iteration 3's metrics line, into iteration 4
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(!b.join("checkpoints/iter-000004").exists(), "the run finished before the kill");
+    let lines = std::fs::read_to_string(b.join("metrics.jsonl")).unwrap().lines().count();
+    eprintln!("killed with {lines} metrics lines (a baseline and one per finished iteration)");
+    let out = {
+        let _load = Load::spin(2);
+        train(&b, true).output().unwrap()
+    };
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_same_run(&a, &b, "4 iterations against a kill in iteration 3 + resume", 4);
 }
 
 /// Rollout speed with one state per policy call (what training uses, bit-exact) against
