@@ -213,6 +213,49 @@ fn placeholder_count_equals_the_vision_features_for_odd_sizes() {
     }
 }
 
+/// Rows decoded together (`step_rows`, chunks of a fixed row count) match transformers'
+/// cached decoding, and each row has exactly the bits it has when decoded alone: a
+/// result never depends on which other answers share the step. On the test device and
+/// dtype (`benches/gpu/run.sh` runs it on CUDA).
+#[test]
+fn rows_decoded_together_equal_transformers_and_themselves_alone() {
+    const ROWS: usize = 4;
+    for arch in ARCHS {
+        let m = load(arch);
+        let r = reference(arch);
+        // three answers: the two cases, and the first case again
+        let mut prefix = Vec::new();
+        for case in [CASES[0], CASES[1], CASES[0]] {
+            let mut cache = KvCache::default();
+            let (logits, delta) = prompt_logits(&m, &r, case, Some(&mut cache)).unwrap();
+            prefix.push((case, cache, logits.dim(0).unwrap(), delta));
+        }
+        let tokens = |case: &str| ids(&r[&format!("{case}.decode_tokens")]);
+        let bits = |t: &Tensor| -> Vec<u32> {
+            let v = t.to_dtype(DType::F32).unwrap().to_device(&Device::Cpu).unwrap();
+            v.flatten_all().unwrap().to_vec1::<f32>().unwrap().iter().map(|x| x.to_bits()).collect()
+        };
+        let mut together: Vec<KvCache> = prefix.iter().map(|p| p.1.clone()).collect();
+        let mut alone: Vec<KvCache> = prefix.iter().map(|p| p.1.clone()).collect();
+        for k in 0..3 {
+            let toks: Vec<u32> = prefix.iter().map(|p| tokens(p.0)[k]).collect();
+            let pos: Vec<i64> = prefix.iter().map(|p| (p.2 + k) as i64 + p.3).collect();
+            let mut refs: Vec<&mut KvCache> = together.iter_mut().collect();
+            let h = m.step_rows(&toks, &pos, &mut refs, ROWS).unwrap();
+            let batch = m.logits_rows(&h, ROWS).unwrap();
+            for (i, cache) in alone.iter_mut().enumerate() {
+                let h1 = m.step_rows(&toks[i..=i], &pos[i..=i], &mut [cache], ROWS).unwrap();
+                let one = m.logits_rows(&h1, ROWS).unwrap().squeeze(0).unwrap();
+                let row = batch.get(i).unwrap();
+                assert!(bits(&row) == bits(&one), "{arch} step {k}: row {i} differs from itself alone");
+                let want = r[&format!("{}.decode_logits", prefix[i].0)].get(k).unwrap();
+                let e = rel_err(&row, &want);
+                assert!(e <= tolerance(), "{arch} step {k} row {i}: relative error {e} against transformers");
+            }
+        }
+    }
+}
+
 #[test]
 fn a_peft_adapter_made_by_peft_reproduces_its_logits() {
     let mut m = load("qwen3_vl");
