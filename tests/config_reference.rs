@@ -11,7 +11,10 @@
 //!   key that has no fixed value when left out (resolved by kind, or off);
 //! - `required` is written for a key the config can leave out, or not for one it cannot.
 //!
-//! Every shipped recipe in configs/ is parsed and validated by the library's own test
+//! Two more checks keep the other descriptions of the keys whole: every setting of a
+//! pretrained backbone (`QwenPolicySettings`) must be a `[model]` key, and the commented
+//! example config (`guirl train --example-config`) must show every key. Every shipped recipe
+//! in configs/ is parsed and validated by the library's own test
 //! (`train::config::tests::every_shipped_recipe_parses_and_validates`).
 
 use guirl::train::config::TrainConfig;
@@ -345,4 +348,88 @@ fn the_check_catches_a_stale_page() {
         assert!(found.iter().any(|p| p.contains(expected)), "missed {expected:?} in:\n{}", found.join("\n"));
     }
     assert_eq!(found.len(), 7, "{}", found.join("\n"));
+}
+
+/// Every setting of a pretrained backbone (`QwenPolicySettings`, documented as the `[model]`
+/// keys with `backbone`) can be set from a training config: a field there without a
+/// `[model]` key of the same name and type is a setting no config can reach.
+#[test]
+fn every_backbone_setting_is_a_model_key() {
+    let samples = Samples::new();
+    let mut tracer = Tracer::new(TracerConfig::default());
+    tracer
+        .trace_type_once::<guirl::policy::qwen_vl::QwenPolicySettings>(&samples)
+        .expect("tracing QwenPolicySettings");
+    let settings = tracer.registry_unchecked();
+    let Some(ContainerFormat::Struct(fields)) = settings.get("QwenPolicySettings") else {
+        panic!("QwenPolicySettings is not a struct: {settings:?}")
+    };
+    let model = code_keys(&registry());
+    let mut missing = Vec::new();
+    for f in fields {
+        let word = type_word(&f.value, Vec::new);
+        match model.iter().find(|k| k.section == "model" && k.key == f.name) {
+            Some(k) if type_word(&k.format, Vec::new) == word => {}
+            Some(k) => missing.push(format!(
+                "`[model] {}` is {} but the backbone setting is {word}",
+                f.name,
+                type_word(&k.format, Vec::new)
+            )),
+            None => missing.push(format!(
+                "QwenPolicySettings::{} ({word}) has no `[model] {}` key: add it to ModelConfig \
+                 (src/train/model.rs: the field, backbone_keys, the small-policy check and \
+                 backbone_settings) and a row to {PAGE}",
+                f.name, f.name
+            )),
+        }
+    }
+    assert!(missing.is_empty(), "{}", missing.join("\n"));
+    // ... and reaches the settings.
+    let text =
+        format!("{MINIMAL}[model]\nbackbone = \"qwen3_vl\"\npath = \"p\"\nlora_vision_targets = [\"qkv\"]\n");
+    let s = TrainConfig::parse(&text).unwrap().model.backbone_settings().unwrap().unwrap();
+    assert_eq!(s.lora_vision_targets, ["qkv"]);
+}
+
+/// The keys the commented example config leaves out: each one the code accepts must be
+/// written in it, set or commented out (`key =` or `# key =`; a nested table by its own name).
+fn left_out_of_example(example: &str) -> Vec<String> {
+    let mut section = String::new();
+    let mut written: Vec<(String, String)> = Vec::new();
+    for line in example.lines() {
+        let t = line.trim_start_matches('#').trim();
+        if let Some(name) = t.strip_prefix('[').and_then(|t| t.split(']').next()) {
+            if !t.contains('=') {
+                section = name.trim().to_string();
+                continue;
+            }
+        }
+        if let Some((key, _)) = t.split_once(" = ") {
+            if !key.contains(' ') {
+                written.push((section.clone(), key.trim().to_string()));
+            }
+        }
+    }
+    code_keys(&registry())
+        .iter()
+        .map(|k| (k.section.clone(), k.key.split('.').next().unwrap().to_string()))
+        .filter(|k| !written.contains(k))
+        .map(|(s, k)| shown(&s, &k))
+        .collect()
+}
+
+/// `guirl train --example-config` promises every key, with its default.
+#[test]
+fn the_example_config_shows_every_key() {
+    use guirl::train::config::EXAMPLE_CONFIG;
+    let missing = left_out_of_example(EXAMPLE_CONFIG);
+    assert!(
+        missing.is_empty(),
+        "src/train/example_config.toml leaves out {} key(s): {}",
+        missing.len(),
+        missing.join(", ")
+    );
+    let without_copy: String =
+        EXAMPLE_CONFIG.lines().filter(|l| !l.starts_with("# copy =")).map(|l| format!("{l}\n")).collect();
+    assert_eq!(left_out_of_example(&without_copy), ["`[model] copy`"]);
 }

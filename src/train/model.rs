@@ -117,6 +117,10 @@ pub struct ModelConfig {
     /// Language-model layers that get adapters (default: q/k/v/o and the MLP's gate/up/down).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lora_targets: Option<Vec<String>>,
+    /// Vision-tower layers that get adapters (`qkv`, `proj`, `linear_fc1`, `linear_fc2`;
+    /// default none: the tower stays frozen and its output is cached per screenshot).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lora_vision_targets: Option<Vec<String>>,
     /// Dropout on the adapters' input in training passes, in [0, 1) (default 0: off).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lora_dropout: Option<f64>,
@@ -236,6 +240,7 @@ impl ModelConfig {
             ("lora_rank", self.lora_rank.is_some()),
             ("lora_alpha", self.lora_alpha.is_some()),
             ("lora_targets", self.lora_targets.is_some()),
+            ("lora_vision_targets", self.lora_vision_targets.is_some()),
             ("lora_dropout", self.lora_dropout.is_some()),
             ("gradient_checkpointing", self.gradient_checkpointing.is_some()),
             ("coords", self.coords.is_some()),
@@ -256,6 +261,7 @@ impl ModelConfig {
             lora_rank: None,
             lora_alpha: None,
             lora_targets: None,
+            lora_vision_targets: None,
             lora_dropout: None,
             gradient_checkpointing: None,
             coords: None,
@@ -284,6 +290,9 @@ impl ModelConfig {
         }
         if let Some(v) = &self.lora_targets {
             s.lora_targets = v.clone();
+        }
+        if let Some(v) = &self.lora_vision_targets {
+            s.lora_vision_targets = v.clone();
         }
         if let Some(v) = self.lora_dropout {
             s.lora_dropout = v;
