@@ -1,7 +1,8 @@
 //! The guirl side of the Qwen-VL speed comparison (issue 31, "Speed, measured side by side"):
 //! a LoRA GRPO-style update (`QwenVlPolicy::score`, a policy-gradient surrogate on the
 //! answer tokens' log-probs, backward, guirl's `AdamW`) and greedy rollout decoding with the
-//! KV cache (`QwenVl::hidden` / `step`, the calls `act` makes), on CPU in f32.
+//! KV cache (`QwenVl::hidden` / `step_rows`, the calls `act` makes), for single prompts
+//! and for a group of answers of one prompt decoded together, on CPU in f32.
 //!
 //! `scripts/bench_qwen_speed.py` drives it (it writes the checkpoints and the inputs, runs
 //! the PyTorch side, and prints the table); by hand:
@@ -79,6 +80,9 @@ struct GenSpec {
     new_tokens: usize,
     warmup: usize,
     reps: usize,
+    /// Answers decoded together from the first prompt (a GRPO group's first step); 0: skip.
+    #[serde(default)]
+    group: usize,
 }
 
 fn arg(args: &[String], name: &str) -> Result<String> {
@@ -126,6 +130,8 @@ impl Env {
 
 struct Bench {
     policy: QwenVlPolicy,
+    /// The policy's `decode_rows`.
+    rows: usize,
     system: String,
     states: Vec<ScreenState>,
     answers: Vec<Vec<u32>>,
@@ -141,6 +147,7 @@ fn load(model: &Path, inputs: &Inputs, base: &Path, env: &Env) -> Result<Bench> 
     s.lora_rank = inputs.lora_rank;
     s.lora_alpha = inputs.lora_alpha;
     s.dtype = env.dtype.clone();
+    let rows = s.decode_rows;
     let mut policy = QwenVlPolicy::new(s, &device, 0)?;
     std::fs::remove_file(&tmp).ok();
     // start from the same adapter values as the PyTorch side
@@ -165,7 +172,7 @@ fn load(model: &Path, inputs: &Inputs, base: &Path, env: &Env) -> Result<Bench> 
         answers.push(policy.encode(&state, &action)?);
         states.push(state);
     }
-    Ok(Bench { policy, system: inputs.system_prompt.clone(), states, answers, device })
+    Ok(Bench { policy, rows, system: inputs.system_prompt.clone(), states, answers, device })
 }
 
 impl Bench {
@@ -197,13 +204,15 @@ impl Bench {
         Ok((loss, s.logp))
     }
 
-    /// Greedy decoding of `n` tokens after state `i`'s prompt, as `act` does it (KV cache,
-    /// vision placeholders banned) except that end-of-turn is banned too, so every prompt
-    /// gives exactly `n` tokens (PyTorch: `min_new_tokens = n`). Returns the tokens and the
-    /// time to the first token (vision + prefill).
-    fn generate(&self, state: &ScreenState, n: usize, ban: &Tensor) -> Result<(Vec<u32>, f64)> {
+    /// Greedy decoding of `n` tokens for each of `group` answers after `state`'s prompt, as
+    /// `act` does it (the prompt run once with a KV cache, the answers advancing together
+    /// in chunks of `decode_rows` rows, vision placeholders banned) except that end-of-turn
+    /// is banned too, so every answer has exactly `n` tokens (PyTorch: `min_new_tokens = n`).
+    /// Returns the first answer's tokens and the time to the first token (vision + prefill).
+    fn generate(&self, state: &ScreenState, n: usize, group: usize, ban: &Tensor) -> Result<(Vec<u32>, f64)> {
         let t0 = Instant::now();
         let m = self.policy.model();
+        let rows = self.rows;
         let (ids, img) = self.prompt(state)?;
         let (px, grids) = m.processor.batch(std::slice::from_ref(&img), &self.device)?;
         let vision = m.encode_images(&px, &grids)?;
@@ -211,25 +220,37 @@ impl Bench {
         let len = prompt.ids.len();
         let mut cache = KvCache::default();
         let h = m.hidden(&prompt, Some(&vision), Some(&mut cache))?;
-        let mut logits = m.logits(&h.get(len - 1)?.unsqueeze(0)?)?.squeeze(0)?;
+        let first_logits = m.logits(&h.get(len - 1)?.unsqueeze(0)?)?.squeeze(0)?;
+        let mut logits = vec![first_logits; group];
+        let mut caches = vec![cache; group];
         let mut first = 0.0;
-        let mut tokens = Vec::with_capacity(n);
+        let mut tokens: Vec<Vec<u32>> = vec![Vec::with_capacity(n); group];
         loop {
-            let lp =
-                candle_nn::ops::log_softmax(&logits.to_dtype(DType::F32)?.broadcast_add(ban)?, D::Minus1)?
-                    .to_vec1::<f32>()?;
-            let tok = argmax(&lp);
-            if tokens.is_empty() {
+            for (l, t) in logits.iter().zip(tokens.iter_mut()) {
+                let lp =
+                    candle_nn::ops::log_softmax(&l.to_dtype(DType::F32)?.broadcast_add(ban)?, D::Minus1)?
+                        .to_vec1::<f32>()?;
+                t.push(argmax(&lp));
+            }
+            if first == 0.0 {
                 first = t0.elapsed().as_secs_f64();
             }
-            tokens.push(tok);
-            if tokens.len() >= n {
+            if tokens[0].len() >= n {
                 break;
             }
-            let h = m.step(tok, len + tokens.len() - 1, prompt.delta, &mut cache)?;
-            logits = m.logits(&h)?.squeeze(0)?;
+            let pos = (len + tokens[0].len() - 1) as i64 + prompt.delta;
+            for start in (0..group).step_by(rows) {
+                let end = (start + rows).min(group);
+                let toks: Vec<u32> = tokens[start..end].iter().map(|t| *t.last().expect("a token")).collect();
+                let mut refs: Vec<&mut KvCache> = caches[start..end].iter_mut().collect();
+                let h = m.step_rows(&toks, &vec![pos; end - start], &mut refs, rows)?;
+                let out = m.logits_rows(&h, rows)?;
+                for (r, l) in logits[start..end].iter_mut().enumerate() {
+                    *l = out.get(r)?;
+                }
+            }
         }
-        Ok((tokens, first))
+        Ok((tokens.swap_remove(0), first))
     }
 
     fn ban(&self) -> Result<Tensor> {
@@ -309,7 +330,7 @@ fn prepare(model: &Path, inputs: &Inputs, base: &Path, out: &Path, env: &Env) ->
     let ban = b.ban()?;
     let gen: Vec<Vec<u32>> = b.states[..inputs.gen.prompts.min(b.states.len())]
         .iter()
-        .map(|s| b.generate(s, inputs.gen.new_tokens, &ban).map(|(t, _)| t))
+        .map(|s| b.generate(s, inputs.gen.new_tokens, 1, &ban).map(|(t, _)| t))
         .collect::<Result<_>>()?;
     let report = json!({
         "samples": samples,
@@ -396,7 +417,7 @@ fn time(model: &Path, inputs: &Inputs, base: &Path, out: &Path, env: &Env) -> Re
         let t = Instant::now();
         let mut first = 0.0;
         for s in prompts {
-            let (tokens, f) = b.generate(s, g.new_tokens, &ban)?;
+            let (tokens, f) = b.generate(s, g.new_tokens, 1, &ban)?;
             assert_eq!(tokens.len(), g.new_tokens);
             first += f;
         }
@@ -407,6 +428,19 @@ fn time(model: &Path, inputs: &Inputs, base: &Path, out: &Path, env: &Env) -> Re
             first_times.push(first);
         }
         eprintln!("guirl generate rep {r}: {dt:.3}s (to first tokens {first:.3}s)");
+    }
+    // --- a group: `group` answers of the first prompt decoded together
+    let mut group_times = Vec::new();
+    for r in 0..if g.group > 0 { g.warmup + g.reps } else { 0 } {
+        let t = Instant::now();
+        let (tokens, _) = b.generate(&prompts[0], g.new_tokens, g.group, &ban)?;
+        assert_eq!(tokens.len(), g.new_tokens);
+        env.sync()?;
+        let dt = t.elapsed().as_secs_f64();
+        if r >= g.warmup {
+            group_times.push(dt);
+        }
+        eprintln!("guirl generate a group of {} rep {r}: {dt:.3}s", g.group);
     }
     let (gen_peak, _) = rss();
     let gen_s = median(&gen_times);
@@ -502,7 +536,9 @@ fn time(model: &Path, inputs: &Inputs, base: &Path, out: &Path, env: &Env) -> Re
             "to_first_token_s": first_s,
             "decode_tokens_per_s": (new_tokens - prompts.len() as f64) / (gen_s - first_s),
             "peak_rss_mib": gen_peak,
+            "decode_rows": b.rows,
         },
+        "group_gen": group_json(g, &group_times),
         "phases_s": {
             "prompt_and_preprocess": prompt_s,
             "vision": vision_s,
@@ -514,6 +550,16 @@ fn time(model: &Path, inputs: &Inputs, base: &Path, out: &Path, env: &Env) -> Re
     std::fs::write(out, serde_json::to_string_pretty(&report)?)?;
     println!("{}", serde_json::to_string(&report)?);
     Ok(())
+}
+
+/// The group generation's figures (`null` when not measured).
+fn group_json(g: &GenSpec, times: &[f64]) -> serde_json::Value {
+    if times.is_empty() {
+        return serde_json::Value::Null;
+    }
+    let s = median(times);
+    json!({ "group": g.group, "new_tokens": g.new_tokens, "times_s": times, "median_s": s,
+            "tokens_per_s": (g.group * g.new_tokens) as f64 / s })
 }
 
 /// The decoder's linear layers in isolation, at one sample's shapes (T tokens from the

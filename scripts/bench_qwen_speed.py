@@ -93,16 +93,19 @@ SCREEN = (160, 210)  # MiniWoB++'s screenshot size (width, height)
 # warm-up and timed repetitions. On CPU, guirl's update holds ~2 GB of activations per
 # 0.5B sample and ~4 GB more during backward (batch 4 passed 22 GB and was killed): batch 2.
 # PyTorch's generate needs two warm-up rounds at 0.5B (its first calls are ~40% slower).
+# group: answers of the first prompt decoded together (a GRPO group's first step), timed
+# with the generation's warm-up and repetitions.
 PLAN = {
     "cpu": {
-        "tiny": dict(batch=8, warmup=2, reps=7, gen_prompts=4, new_tokens=32, gen_warmup=1, gen_reps=5),
-        "0.5b": dict(batch=2, warmup=1, reps=3, gen_prompts=2, new_tokens=16, gen_warmup=2, gen_reps=3),
+        "tiny": dict(batch=8, warmup=2, reps=7, gen_prompts=4, new_tokens=32, gen_warmup=1, gen_reps=5, group=8),
+        "0.5b": dict(batch=2, warmup=1, reps=3, gen_prompts=2, new_tokens=16, gen_warmup=2, gen_reps=3,
+                     group=8),
         "2b": dict(batch=1, warmup=1, reps=2, gen_prompts=1, new_tokens=8, gen_warmup=1, gen_reps=2),
     },
     "cuda": {
-        "tiny": dict(batch=8, warmup=2, reps=5, gen_prompts=4, new_tokens=32, gen_warmup=1, gen_reps=3),
-        "0.5b": dict(batch=8, warmup=2, reps=5, gen_prompts=4, new_tokens=32, gen_warmup=1, gen_reps=3),
-        "2b": dict(batch=4, warmup=2, reps=5, gen_prompts=4, new_tokens=32, gen_warmup=1, gen_reps=3),
+        "tiny": dict(batch=8, warmup=2, reps=5, gen_prompts=4, new_tokens=32, gen_warmup=1, gen_reps=3, group=8),
+        "0.5b": dict(batch=8, warmup=2, reps=5, gen_prompts=4, new_tokens=32, gen_warmup=1, gen_reps=3, group=8),
+        "2b": dict(batch=4, warmup=2, reps=5, gen_prompts=4, new_tokens=32, gen_warmup=1, gen_reps=3, group=8),
     },
 }
 
@@ -244,7 +247,7 @@ def write_inputs(work, size, plan, model_dir, adapter_dir):
         advantages=[(r - mu) / sd for r in rewards] if plan["batch"] > 1 else [1.0],
         update=dict(warmup=plan["warmup"], reps=plan["reps"]),
         gen=dict(prompts=plan["gen_prompts"], new_tokens=plan["new_tokens"], warmup=plan["gen_warmup"],
-                 reps=plan["gen_reps"]),
+                 reps=plan["gen_reps"], group=plan.get("group", 0)),
         model=model_dir,
     )
     path = os.path.join(folder, "inputs.json")
@@ -488,13 +491,16 @@ class TorchSide:
         opt.step()
         return loss, lp
 
-    def generate(self, i, n):
+    def generate(self, i, n, group=1):
+        """Greedy: `group` copies of prompt i in one batch (a GRPO group's first step, as
+        `generate(num_return_sequences=group)` expands it); the first answer's tokens."""
         torch = self.torch
-        ids = torch.tensor([self.prompts[i]], device=self.device)
+        ids = torch.tensor([self.prompts[i]] * group, device=self.device)
+        pixels = self.pixels[i] if group == 1 else torch.cat([self.pixels[i]] * group)
         with torch.no_grad():
             out = self.model.generate(
-                input_ids=ids, attention_mask=torch.ones_like(ids), pixel_values=self.pixels[i],
-                image_grid_thw=self.grids[i : i + 1], mm_token_type_ids=(ids == self.image_token).int(),
+                input_ids=ids, attention_mask=torch.ones_like(ids), pixel_values=pixels,
+                image_grid_thw=self.grids[i : i + 1].repeat(group, 1), mm_token_type_ids=(ids == self.image_token).int(),
                 max_new_tokens=n, min_new_tokens=n, do_sample=False, suppress_tokens=self.banned,
                 pad_token_id=self.pad, eos_token_id=self.eos,
             )
@@ -541,6 +547,15 @@ def torch_check(args):
     return res
 
 
+def group_gen(g, times):
+    """The group generation's figures, as the guirl side writes them (None: not measured)."""
+    if not times:
+        return None
+    med = statistics.median(times)
+    return dict(group=g["group"], new_tokens=g["new_tokens"], times_s=times, median_s=med,
+                tokens_per_s=g["group"] * g["new_tokens"] / med)
+
+
 def torch_time(args):
     import torch
 
@@ -560,6 +575,16 @@ def torch_time(args):
         if r >= g["warmup"]:
             gen_times.append(dt)
         log(f"torch generate rep {r}: {dt:.3f}s")
+    group_times = []
+    for r in range(g["warmup"] + g["reps"] if g.get("group") else 0):
+        t = time.perf_counter()
+        toks = side.generate(0, g["new_tokens"], g["group"])
+        assert len(toks) == g["new_tokens"]
+        side.sync()
+        dt = time.perf_counter() - t
+        if r >= g["warmup"]:
+            group_times.append(dt)
+        log(f"torch generate a group of {g['group']} rep {r}: {dt:.3f}s")
     gen_peak, _ = rss_mib()
 
     reset_peak()
@@ -608,6 +633,7 @@ def torch_time(args):
                     tokens_per_s=seq_tokens / upd, peak_rss_mib=upd_peak),
         gen=dict(prompts=g["prompts"], new_tokens=g["new_tokens"], times_s=gen_times, median_s=gen,
                  tokens_per_s=new_tokens / gen, peak_rss_mib=gen_peak),
+        group_gen=group_gen(g, group_times),
         phases_s=dict(prompt_and_preprocess=0.0, vision=vision_s, text_forward=fwd_s - vision_s, backward=bwd_s,
                       optimizer=opt_s),
     )
@@ -723,6 +749,22 @@ def table(ctx, results, checks):
                 f"| {size} | {threads} | {name} | {p['prompt_and_preprocess']:.3f} | {p['vision']:.3f} | "
                 f"{p['text_forward']:.3f} | {p['backward']:.3f} | {p['optimizer']:.3f} |"
             )
+    groups = [
+        "",
+        "A group: G answers of one prompt decoded together, greedy, every answer the same length "
+        "(guirl: the prompt run once, the answers in chunks of `decode_rows` rows; PyTorch: the "
+        "prompt repeated G times in one `generate` batch, as `num_return_sequences` does):",
+        "",
+        "| size | threads | G | guirl tokens/s | PyTorch tokens/s | guirl / PyTorch |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for (size, threads), r in results.items():
+        g, t = r["guirl"].get("group_gen"), r["pytorch"].get("group_gen")
+        if g and t:
+            groups.append(
+                f"| {size} | {threads} | {g['group']} | {g['tokens_per_s']:.3g} | {t['tokens_per_s']:.3g} | "
+                f"**{g['tokens_per_s'] / t['tokens_per_s']:.2f}x** |"
+            )
     shapes = ["", "Shapes and checks:", ""]
     for size, c in checks.items():
         plan = PLAN[ctx.device][size]
@@ -735,7 +777,7 @@ def table(ctx, results, checks):
             f"{c['grad_norm'][1]:.6f}, greedy tokens equal {c['gen_tokens_equal_prefix']} of "
             f"{c['gen_tokens_total']}"
         )
-    return out + "\n" + "\n".join(phases) + "\n" + "\n".join(shapes)
+    return out + "\n" + "\n".join(phases) + "\n" + "\n".join(groups) + "\n" + "\n".join(shapes)
 
 
 def matmul_table(matmuls):

@@ -22,6 +22,9 @@ What it writes, per architecture (`qwen3_vl/`, `qwen2_5_vl/`):
   with the KV cache (token and logits at each step).
 - Qwen3-VL also gets `lora/`: a PEFT adapter (made by peft, random A and B) and the
   logits with it applied.
+- Both get `lora_vision/`: a PEFT adapter on the vision tower's linear layers (and two of
+  the language model's) and the logits with it applied (`--vision-lora-only` writes just
+  these, from the committed checkpoints).
 - `qwen3_vl_learn/`: a somewhat larger random Qwen3-VL for the CPU learning test.
 
 The tokenizer is a small byte-level BPE trained here (not Qwen's), with Qwen's special
@@ -434,7 +437,47 @@ def learner(out, tok_src, sp):
     common_files(folder, tok_src, False, proc_cfg, sp["<|im_end|>"])
 
 
+# The vision tower's linear layers guirl can adapt (`lora_vision_targets`), and two of the
+# language model's, as peft's `target_modules` patterns.
+VISION_LORA = {
+    "qwen3_vl": r".*visual\..*\.(qkv|proj|linear_fc1|linear_fc2)|.*language_model.*\.(q_proj|v_proj)",
+    "qwen2_5_vl": r".*visual\..*\.(qkv|proj|gate_proj|up_proj|down_proj|mlp\.0|mlp\.2)|.*language_model.*\.(q_proj|v_proj)",
+}
+
+
+def vision_lora(out, arch):
+    """`ARCH/lora_vision/`: a peft adapter with vision-tower targets, made by peft from the
+    checkpoint folder as written, and the one-image case's logits with it."""
+    from peft import LoraConfig, get_peft_model
+
+    folder = os.path.join(out, arch)
+    cls = Qwen3VLForConditionalGeneration if arch == "qwen3_vl" else Qwen2_5_VLForConditionalGeneration
+    model = cls.from_pretrained(folder).eval()
+    ref = load_file(os.path.join(folder, "reference.safetensors"))
+    torch.manual_seed(6)
+    lcfg = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, init_lora_weights=False, target_modules=VISION_LORA[arch])
+    peft_model = get_peft_model(model, lcfg).eval()
+    lora_dir = os.path.join(folder, "lora_vision")
+    peft_model.save_pretrained(lora_dir)
+    os.remove(os.path.join(lora_dir, "README.md"))  # peft's empty model card
+    ids = ref["one_image.input_ids"][None]
+    image_id = model.config.image_token_id
+    with torch.no_grad():
+        logits = peft_model(
+            input_ids=ids, pixel_values=ref["one_image.pixel_values"], image_grid_thw=ref["one_image.grids"],
+            mm_token_type_ids=(ids == image_id).int(),
+        ).logits[0]
+    save_file({"one_image.logits": logits.contiguous()}, os.path.join(lora_dir, "reference.safetensors"))
+
+
 def main():
+    if "--vision-lora-only" in sys.argv:
+        args = [a for a in sys.argv[1:] if a != "--vision-lora-only"]
+        out = args[0] if args else "fixtures/qwen_vl"
+        for arch in VISION_LORA:
+            vision_lora(out, arch)
+        print("wrote", out, "lora_vision/")
+        return
     out = sys.argv[1] if len(sys.argv) > 1 else "fixtures/qwen_vl"
     os.makedirs(out, exist_ok=True)
     tok_src = os.path.join(out, "_tokenizer.json")
@@ -445,6 +488,8 @@ def main():
     qwen3(out, tok_src, sp)
     qwen25(out, tok_src, sp)
     learner(out, tok_src, sp)
+    for arch in VISION_LORA:
+        vision_lora(out, arch)
     os.remove(tok_src)
     print("wrote", out)
 

@@ -235,6 +235,30 @@ fn a_peft_adapter_made_by_peft_reproduces_its_logits() {
 }
 
 #[test]
+fn a_peft_adapter_on_the_vision_tower_reproduces_peft_logits() {
+    for arch in ARCHS {
+        let mut m = load(arch);
+        let r = reference(arch);
+        let folder = dir(arch).join("lora_vision");
+        m.load_adapter(&folder).unwrap();
+        assert!(m.vision.has_adapters(), "{arch}: peft's vision targets were attached");
+        let want =
+            candle_core::safetensors::load(folder.join("reference.safetensors"), &Device::Cpu).unwrap();
+        let (logits, _) = prompt_logits(&m, &r, "one_image", None).unwrap();
+        let e = rel_err(&logits, &want["one_image.logits"]);
+        eprintln!("{arch}/one_image with peft's vision adapter: relative error {e:.2e}");
+        assert!(e <= tolerance(), "{arch} with peft's vision adapter: relative error {e}");
+        // and without it (adapters switched off) the logits are the base model's, which differ
+        m.lora().unwrap().1.set(guirl::policy::qwen_vl::lora::AdapterUse::Off);
+        let (base, _) = prompt_logits(&m, &r, "one_image", None).unwrap();
+        assert!(
+            rel_err(&base, &want["one_image.logits"]) > 10.0 * tolerance(),
+            "{arch}: the adapter changes nothing"
+        );
+    }
+}
+
+#[test]
 fn every_lora_tensor_gets_a_finite_nonzero_gradient() {
     for arch in ARCHS {
         let mut m = load(arch);
@@ -297,10 +321,11 @@ fn vision_adapters_train_change_the_answer_and_survive_a_save_and_load() {
         let vars = m.lora_vars();
         let vision: Vec<_> = vars.iter().filter(|(n, _)| n.starts_with("model.visual.")).collect();
         let cfg = &m.config.vision;
-        // per block qkv, proj and the MLP's 2 (Qwen3-VL) or 3 (Qwen2.5-VL) layers; 2 per merger
+        // per block qkv, proj and the MLP's 2 (Qwen3-VL) or 3 (Qwen2.5-VL) layers; 2 per
+        // merger; the patch embedding (`proj`, as peft's suffix match takes it too)
         let per_block = if arch == "qwen3_vl" { 4 } else { 5 };
         let mergers = 1 + cfg.deepstack_visual_indexes.len();
-        assert_eq!(vision.len(), 2 * (per_block * cfg.depth + 2 * mergers), "{arch}");
+        assert_eq!(vision.len(), 2 * (per_block * cfg.depth + 2 * mergers + 1), "{arch}");
         for (name, v) in &vars {
             if name.ends_with("lora_B") {
                 v.set(&Tensor::randn(0f32, 0.02, v.dims(), v.device()).unwrap()).unwrap();
@@ -326,6 +351,12 @@ fn vision_adapters_train_change_the_answer_and_survive_a_save_and_load() {
             saved.contains_key("base_model.model.model.visual.blocks.0.attn.qkv.lora_A.weight"),
             "{arch}"
         );
+        // the patch embedding's adapter in peft's convolution shapes
+        let pa = &saved["base_model.model.model.visual.patch_embed.proj.lora_A.weight"];
+        let pb = &saved["base_model.model.model.visual.patch_embed.proj.lora_B.weight"];
+        let (p, t) = (cfg.patch_size, cfg.temporal_patch_size);
+        assert_eq!(pa.dims(), [2, cfg.in_channels, t, p, p], "{arch}");
+        assert_eq!(pb.dims(), [cfg.hidden_size, 2, 1, 1, 1], "{arch}");
         let mut m2 = load(arch);
         m2.load_adapter(tmp.path()).unwrap();
         assert_eq!(m2.lora().unwrap().0.vision_targets.len(), vision_leaves(arch).len(), "{arch}");

@@ -77,6 +77,53 @@ fn sampled_answers_rescored_give_the_same_logprobs() {
     }
 }
 
+/// Token log-probs as bits, for exact comparison.
+fn bits(d: &guirl::policy::Decision) -> (Vec<u32>, Vec<u32>) {
+    (d.tokens.clone(), d.token_logprobs.iter().map(|x| x.to_bits()).collect())
+}
+
+#[test]
+fn answers_decoded_together_are_bit_for_bit_those_decoded_alone() {
+    for arch in ["qwen3_vl", "qwen2_5_vl"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut s = settings(arch, tmp.path());
+        s.max_new_tokens = 12;
+        s.decode_rows = 3;
+        let mut p = QwenVlPolicy::new(s, &Device::Cpu, 0).unwrap();
+        perturb_b(&p);
+        p.set_sampling(Sampling { temperature: 1.5, greedy: false, seed: 11 });
+        // a group's first step (three identical states, one prompt run), two other states:
+        // five answers decode in a chunk of 3 and one of 2 (padded to 3); alone, each is a
+        // chunk of 1 (padded to 3)
+        let states = vec![
+            state(0, &[]),
+            state(0, &[]),
+            state(1, &["click(10, 20)"]),
+            state(0, &[]),
+            state(2, &["click(10, 20)", "key(Enter)"]),
+        ];
+        let keys = [10, 11, 12, 13, 14];
+        let together: Vec<_> = p.act_keyed(&states, &keys).unwrap().iter().map(bits).collect();
+        for i in 0..states.len() {
+            let alone = p.act_keyed(&states[i..=i], &keys[i..=i]).unwrap();
+            assert_eq!(bits(&alone[0]), together[i], "{arch}: state {i} alone differs from in the batch");
+        }
+        let order = [4, 2, 0, 3, 1];
+        let shuffled_states: Vec<_> = order.iter().map(|&i| states[i].clone()).collect();
+        let shuffled_keys: Vec<u64> = order.iter().map(|&i| keys[i]).collect();
+        let shuffled = p.act_keyed(&shuffled_states, &shuffled_keys).unwrap();
+        for (j, &i) in order.iter().enumerate() {
+            assert_eq!(bits(&shuffled[j]), together[i], "{arch}: state {i} in another order differs");
+        }
+        // the same prompt with other keys draws other answers (the shared prompt run does
+        // not share the sampling)
+        assert!(
+            together[0] != together[1] || together[0] != together[3],
+            "{arch}: one answer for three keys"
+        );
+    }
+}
+
 #[test]
 fn a_policy_step_moves_only_lora_and_the_reference_stays_as_it_was() {
     let tmp = tempfile::tempdir().unwrap();

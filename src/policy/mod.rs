@@ -77,6 +77,12 @@ pub trait Policy: Send {
         let _ = keys;
         self.act(states)
     }
+    /// Whether [`Policy::act_keyed`]'s decision for a state never depends on which other
+    /// states share the call, to the last bit: the collector then batches waiting states
+    /// even in runs that must be bit-exact whatever the timing.
+    fn batch_invariant(&self) -> bool {
+        false
+    }
     /// What a report should record about this policy to reproduce it (an API policy adds
     /// its model id, endpoint and prompt hash).
     fn info(&self) -> serde_json::Value {

@@ -98,7 +98,9 @@ pub struct Collector {
     /// padding to the longest instruction and the batch's shape change the matmuls'
     /// rounding, which changes a log-prob's last bits and, later, a sampled action. With
     /// it, and each state's own sampling stream, a run is bit-exact whatever the timing
-    /// and the number of envs. Off: batch whatever is waiting (faster per state).
+    /// and the number of envs. A policy whose decisions do not depend on the batch
+    /// ([`crate::policy::Policy::batch_invariant`]) still gets every waiting state in one
+    /// call. Off: batch whatever is waiting (faster per state).
     pub one_state_per_call: bool,
     /// Set once any env of this collector has started an episode: from then on a browser
     /// that cannot be (re)started is bad luck (an `env_error` rollout), not a setup error.
@@ -180,38 +182,47 @@ impl Collector {
                     tokio::time::timeout(left, rx.recv()).await.unwrap_or(Some(Msg::Flush))
                 }
             };
-            let Some(msg) = msg else { break };
-            let flush = matches!(msg, Msg::Flush);
-            match msg {
-                Msg::Act(s, key, reply) => {
-                    first_wait.get_or_insert_with(Instant::now);
-                    pending.push((s, key, reply));
-                }
-                Msg::Done(i, Ok(rec), agreed) => {
-                    stats.episodes += 1;
-                    match agreed {
-                        Some(true) => stats.reward_model_agree += 1,
-                        Some(false) => stats.reward_model_disagree += 1,
-                        None => {}
+            let Some(first) = msg else { break };
+            // and whatever else has arrived meanwhile: states waiting together are acted on
+            // together (one call for a policy whose decisions do not depend on the batch)
+            let mut msgs = vec![first];
+            while let Ok(m) = rx.try_recv() {
+                msgs.push(m);
+            }
+            let mut flush = false;
+            for msg in msgs {
+                flush |= matches!(msg, Msg::Flush);
+                match msg {
+                    Msg::Act(s, key, reply) => {
+                        first_wait.get_or_insert_with(Instant::now);
+                        pending.push((s, key, reply));
                     }
-                    stats.env_steps += rec.trajectory.steps.len();
-                    match rec.trajectory.outcome.status {
-                        EpisodeStatus::EnvError => stats.env_errors += 1,
-                        EpisodeStatus::PolicyError => stats.policy_errors += 1,
-                        _ => {}
+                    Msg::Done(i, Ok(rec), agreed) => {
+                        stats.episodes += 1;
+                        match agreed {
+                            Some(true) => stats.reward_model_agree += 1,
+                            Some(false) => stats.reward_model_disagree += 1,
+                            None => {}
+                        }
+                        stats.env_steps += rec.trajectory.steps.len();
+                        match rec.trajectory.outcome.status {
+                            EpisodeStatus::EnvError => stats.env_errors += 1,
+                            EpisodeStatus::PolicyError => stats.policy_errors += 1,
+                            _ => {}
+                        }
+                        on_done(i, &rec);
+                        results[i] = Some(rec);
+                        if let Some(b) = &bar {
+                            b.inc(1);
+                        }
                     }
-                    on_done(i, &rec);
-                    results[i] = Some(rec);
-                    if let Some(b) = &bar {
-                        b.inc(1);
+                    Msg::Done(_, Err(e), _) => {
+                        fatal.get_or_insert(e);
+                        queue.lock().expect("queue").clear();
                     }
+                    Msg::Exit => alive -= 1,
+                    Msg::Flush => {}
                 }
-                Msg::Done(_, Err(e), _) => {
-                    fatal.get_or_insert(e);
-                    queue.lock().expect("queue").clear();
-                }
-                Msg::Exit => alive -= 1,
-                Msg::Flush => {}
             }
             // One policy call serves every env that is waiting: call when all live envs
             // wait, or when the window since the first request has passed.
@@ -219,7 +230,8 @@ impl Collector {
                 || flush
                 || first_wait.is_some_and(|t| t.elapsed() >= self.batch_wait);
             if !pending.is_empty() && (pending.len() >= alive || window_over) {
-                let per_call = if self.one_state_per_call { 1 } else { pending.len() };
+                let alone = self.one_state_per_call && !policy.batch_invariant();
+                let per_call = if alone { 1 } else { pending.len() };
                 let mut waiting = std::mem::take(&mut pending);
                 while !waiting.is_empty() {
                     let rest = waiting.split_off(per_call.min(waiting.len()));

@@ -208,10 +208,18 @@ async fn completions(
         let before = p.sampling();
         let greedy = temperature == 0.0;
         p.set_sampling(Sampling { temperature: if greedy { 1.0 } else { temperature }, greedy, seed });
-        // Choice i draws from its own stream, so n choices are n independent samples.
-        let out: anyhow::Result<Vec<_>> = (0..n as usize)
-            .map(|i| Ok(p.act_keyed(std::slice::from_ref(&state), &[stream_key(i, 0)])?.remove(0)))
-            .collect();
+        // Choice i draws from its own stream, so n choices are n independent samples; a
+        // policy whose answers do not depend on the batch gets them in one call (a Qwen-VL
+        // checkpoint then runs the prompt once and decodes the n answers together).
+        let out: anyhow::Result<Vec<_>> = if p.batch_invariant() {
+            let states = vec![state.clone(); n as usize];
+            let keys: Vec<u64> = (0..n as usize).map(|i| stream_key(i, 0)).collect();
+            p.act_keyed(&states, &keys)
+        } else {
+            (0..n as usize)
+                .map(|i| Ok(p.act_keyed(std::slice::from_ref(&state), &[stream_key(i, 0)])?.remove(0)))
+                .collect()
+        };
         p.set_sampling(before);
         out
     })

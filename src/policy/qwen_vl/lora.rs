@@ -225,16 +225,23 @@ pub fn peft_key(module: &str, which: &str) -> String {
 /// with the modules trained whole (`full`: name, weight) as PEFT's `modules_to_save`.
 pub fn save_peft(
     dir: &Path,
-    adapters: &[(String, &LoraAdapter)],
+    adapters: &[(String, &LoraAdapter, Option<[usize; 4]>)],
     full: &[(String, &Var)],
     s: &LoraSettings,
     base: &str,
 ) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("{}: cannot create", dir.display()))?;
     let mut tensors: HashMap<String, Tensor> = HashMap::new();
-    for (module, ad) in adapters {
-        tensors.insert(peft_key(module, "lora_A"), ad.a.as_tensor().to_device(&Device::Cpu)?);
-        tensors.insert(peft_key(module, "lora_B"), ad.b.as_tensor().to_device(&Device::Cpu)?);
+    for (module, ad, kernel) in adapters {
+        let (mut a, mut b) =
+            (ad.a.as_tensor().to_device(&Device::Cpu)?, ad.b.as_tensor().to_device(&Device::Cpu)?);
+        if let Some([c, t, p, q]) = kernel {
+            // a convolution's adapter, as peft keeps it: A a conv of the layer's kernel, B a 1×1×1 conv
+            a = a.reshape((a.dim(0)?, *c, *t, *p, *q))?;
+            b = b.reshape((b.dim(0)?, b.dim(1)?, 1, 1, 1))?;
+        }
+        tensors.insert(peft_key(module, "lora_A"), a);
+        tensors.insert(peft_key(module, "lora_B"), b);
     }
     for (module, v) in full {
         tensors.insert(format!("base_model.model.{module}.weight"), v.as_tensor().to_device(&Device::Cpu)?);
@@ -323,7 +330,10 @@ pub fn load_peft(dir: &Path) -> Result<PeftAdapter> {
         };
         let bkey = peft_key(module, "lora_B");
         let b = all.get(&bkey).ok_or_else(|| anyhow!("{}: `{key}` has no `{bkey}`", wpath.display()))?;
-        tensors.insert(module.to_string(), (a.clone(), b.clone()));
+        // a convolution's adapter (the vision patch embedding) as the linear layer it is here
+        let (a, b) =
+            if a.rank() > 2 { (a.flatten_from(1)?, b.flatten_from(1)?) } else { (a.clone(), b.clone()) };
+        tensors.insert(module.to_string(), (a, b));
     }
     if tensors.is_empty() {
         bail!("{}: no `base_model.model.*.lora_A.weight` tensors", wpath.display());

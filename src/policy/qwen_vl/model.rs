@@ -125,6 +125,35 @@ impl QwenVl {
         Ok(h.squeeze(0)?)
     }
 
+    /// Hidden states `[B, H]` of one more token per answer, decoding several at once: row
+    /// `i` is `tokens[i]` at M-RoPE position `positions[i]` (sequence index + the prompt's
+    /// delta), continuing `caches[i]`. Products run on exactly `rows` rows, so a row's
+    /// result does not depend on the others ([`super::text::TextModel::decode`]).
+    pub fn step_rows(
+        &self,
+        tokens: &[u32],
+        positions: &[i64],
+        caches: &mut [&mut KvCache],
+        rows: usize,
+    ) -> Result<Tensor> {
+        let pos = [positions.to_vec(), positions.to_vec(), positions.to_vec()];
+        let (cos, sin) = text_cos_sin(&self.config.text, &pos, self.text_dtype(), &self.text_device())?;
+        self.text.decode(tokens, &cos, &sin, caches, rows)
+    }
+
+    /// Logits `[B, V]` of hidden rows `[B, H]` (`B ≤ rows`), the head run on exactly `rows`
+    /// rows (the real ones, then copies of the first), as in [`QwenVl::step_rows`].
+    pub fn logits_rows(&self, hidden: &Tensor, rows: usize) -> Result<Tensor> {
+        let b = hidden.dim(0)?;
+        if b == 0 || b > rows {
+            bail!("{b} hidden rows for a head of {rows} rows");
+        }
+        let first = hidden.narrow(0, 0, 1)?;
+        let mut parts = vec![hidden.clone()];
+        parts.extend(std::iter::repeat_n(first, rows - b));
+        Ok(self.text.logits(&Tensor::cat(&parts, 0)?)?.narrow(0, 0, b)?)
+    }
+
     /// Logits `[N, V]` of hidden rows `[N, H]`.
     pub fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
         self.text.logits(hidden)
@@ -245,7 +274,7 @@ impl QwenVl {
         let switch = AdapterSwitch::default();
         let device = self.text_device();
         let pass = self.text.pass().clone();
-        let mut used = 0;
+        let mut used = std::collections::BTreeSet::new();
         let mut vision_leaves = std::collections::BTreeSet::new();
         for (slot, lin) in self.slots_mut() {
             lin.lora = None;
@@ -269,15 +298,18 @@ impl QwenVl {
                 if slot.vision {
                     vision_leaves.insert(slot.key.rsplit('.').next().unwrap_or_default().to_string());
                 }
-                used += 1;
+                used.insert(if peft.tensors.contains_key(&slot.peft) { slot.peft } else { slot.legacy() });
             }
         }
-        if used != peft.tensors.len() {
+        if used.len() != peft.tensors.len() {
+            let mut unmatched: Vec<&String> = peft.tensors.keys().filter(|k| !used.contains(*k)).collect();
+            unmatched.sort();
             bail!(
-                "{}: {} of the adapter's {} modules match no linear layer of this checkpoint",
+                "{}: {} of the adapter's {} modules match no linear layer of this checkpoint: {}",
                 dir.display(),
-                peft.tensors.len() - used,
-                peft.tensors.len()
+                unmatched.len(),
+                peft.tensors.len(),
+                unmatched.iter().take(5).map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
             );
         }
         peft.settings.vision_targets = vision_leaves.into_iter().collect();
@@ -300,9 +332,13 @@ impl QwenVl {
             bail!("the model has no adapters to save");
         };
         let base = self.dir.display().to_string();
-        let adapters: Vec<(String, LoraAdapter)> =
-            self.slots().into_iter().filter_map(|(s, l)| l.lora.clone().map(|a| (s.peft, a))).collect();
-        let refs: Vec<(String, &LoraAdapter)> = adapters.iter().map(|(n, a)| (n.clone(), a)).collect();
+        let adapters: Vec<(String, LoraAdapter, Option<[usize; 4]>)> = self
+            .slots()
+            .into_iter()
+            .filter_map(|(s, l)| l.lora.clone().map(|a| (s.peft, a, l.kernel)))
+            .collect();
+        let refs: Vec<(String, &LoraAdapter, Option<[usize; 4]>)> =
+            adapters.iter().map(|(n, a, k)| (n.clone(), a, *k)).collect();
         let full: Vec<(String, &Var)> = self.full.iter().map(|(_, n, v)| (n.clone(), v)).collect();
         save_peft(dir, &refs, &full, &settings, &base)
     }
@@ -409,10 +445,15 @@ impl QwenVl {
             if let Some(ad) = &l.lora {
                 let snap = ad.frozen.lock().expect("adapter snapshot").clone();
                 let (a, b) = snap.ok_or_else(|| anyhow::anyhow!("no snapshot of the adapters was taken"))?;
-                frozen.push((slot.peft, LoraAdapter::from_tensors(&a, &b, ad.scale, switch.clone())?));
+                frozen.push((
+                    slot.peft,
+                    LoraAdapter::from_tensors(&a, &b, ad.scale, switch.clone())?,
+                    l.kernel,
+                ));
             }
         }
-        let refs: Vec<(String, &LoraAdapter)> = frozen.iter().map(|(n, a)| (n.clone(), a)).collect();
+        let refs: Vec<(String, &LoraAdapter, Option<[usize; 4]>)> =
+            frozen.iter().map(|(n, a, k)| (n.clone(), a, *k)).collect();
         save_peft(dir, &refs, &[], &settings, &self.dir.display().to_string())
     }
 

@@ -23,6 +23,10 @@ pub struct Linear {
     pub(crate) weight: Tensor,
     pub(crate) bias: Option<Tensor>,
     pub(crate) lora: Option<LoraAdapter>,
+    /// The kernel's trailing dims `[C, T, p, p]` when transformers has this layer as a
+    /// convolution over whole patches (the vision patch embedding): its PEFT adapter's A is
+    /// saved in that shape, and B as `[out, r, 1, 1, 1]`.
+    pub(crate) kernel: Option<[usize; 4]>,
 }
 
 impl Linear {
@@ -30,12 +34,12 @@ impl Linear {
     pub fn load(w: &Weights, name: &str, out_dim: usize, in_dim: usize, bias: bool) -> Result<Self> {
         let weight = w.get(&format!("{name}.weight"), &[out_dim, in_dim])?;
         let bias = if bias { Some(w.get(&format!("{name}.bias"), &[out_dim])?) } else { None };
-        Ok(Linear { weight, bias, lora: None })
+        Ok(Linear { weight, bias, lora: None, kernel: None })
     }
 
     /// The same layer over given tensors (tied heads, tests).
     pub fn from_tensors(weight: Tensor, bias: Option<Tensor>) -> Self {
-        Linear { weight, bias, lora: None }
+        Linear { weight, bias, lora: None, kernel: None }
     }
 
     /// Output features.

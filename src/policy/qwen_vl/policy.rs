@@ -10,9 +10,11 @@
 //!   with no action is an `invalid_action` step, its text and tokens kept.
 //! - Behaviour cloning writes a demonstrated action as guirl text in that frame, then the
 //!   end-of-turn token.
-//! - Rollouts decode one state at a time with a KV cache; training scores the prompt and
-//!   the answer in one differentiable pass, the LM head only at the answer's positions.
-//!   Each state is computed alone, so a result never depends on what shared its batch.
+//! - Rollouts decode the states of a call together with KV caches ([`decode`]): each
+//!   prompt runs alone (identical ones once), the answers advance together in chunks of a
+//!   fixed row count, so a result never depends on what shared its batch. Training scores
+//!   the prompt and the answer in one differentiable pass, the LM head only at the
+//!   answer's positions.
 //! - The vision tower is frozen: its output per screenshot is cached across the update
 //!   epochs of an iteration.
 //! - The KL reference is the policy as it was when the reference was made (after behaviour
@@ -38,6 +40,9 @@ use serde_json::json;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
+
+#[path = "decode.rs"]
+mod decode;
 
 /// The file in a checkpoint folder that says which backbone its adapter belongs to.
 pub const POLICY_FILE: &str = "qwen_policy.json";
@@ -266,36 +271,22 @@ impl QwenVlPolicy {
         out
     }
 
-    /// Decode one answer for `state` from the sampling stream `key`.
-    fn decide(&self, state: &ScreenState, key: u64) -> Result<Decision> {
-        let (ids, img) = self.prompt(state)?;
-        let vision = self.vision(&img)?;
-        let grid = [img.grid];
-        let prompt = self.model.prompt(ids, &grid)?;
-        let mut cache = KvCache::default();
-        let n = prompt.ids.len();
-        let h = self.model.hidden(&prompt, Some(&vision), Some(&mut cache))?;
-        let mut logits = self.model.logits(&h.get(n - 1)?.unsqueeze(0)?)?.squeeze(0)?;
-        let mut rng = stream_rng(self.sampling.seed, key);
-        let (mut tokens, mut lps) = (Vec::new(), Vec::new());
-        loop {
-            let scaled =
-                (logits.to_dtype(DType::F32)? / self.sampling.temperature)?.broadcast_add(&self.banned)?;
-            let lp = candle_nn::ops::log_softmax(&scaled, D::Minus1)?.to_vec1::<f32>()?;
-            let tok = if self.sampling.greedy {
-                argmax(&lp)
-            } else {
-                let u: f32 = rng.gen();
-                sample(&lp, u)
-            };
-            tokens.push(tok);
-            lps.push(lp[tok as usize]);
-            if tok == self.eos || tokens.len() >= self.settings.max_new_tokens {
-                break;
-            }
-            let h = self.model.step(tok, n + tokens.len() - 1, prompt.delta, &mut cache)?;
-            logits = self.model.logits(&h)?.squeeze(0)?;
-        }
+    /// The next token drawn from `logits` `[V]` (greedy, or from `rng`) and its log-prob.
+    fn pick(&self, logits: &Tensor, rng: &mut rand_chacha::ChaCha8Rng) -> Result<(u32, f32)> {
+        let scaled =
+            (logits.to_dtype(DType::F32)? / self.sampling.temperature)?.broadcast_add(&self.banned)?;
+        let lp = candle_nn::ops::log_softmax(&scaled, D::Minus1)?.to_vec1::<f32>()?;
+        let tok = if self.sampling.greedy {
+            argmax(&lp)
+        } else {
+            let u: f32 = rng.gen();
+            sample(&lp, u)
+        };
+        Ok((tok, lp[tok as usize]))
+    }
+
+    /// The decision for an answer's tokens: its text parsed into an action.
+    fn finish(&self, state: &ScreenState, tokens: Vec<u32>, lps: Vec<f32>) -> Result<Decision> {
         let body: Vec<u32> = tokens.iter().copied().filter(|&t| t != self.eos).collect();
         let text = self.model.chat.decode(&body)?;
         let (w, hgt) = state.screenshot.dimensions();
@@ -365,7 +356,15 @@ impl Policy for QwenVlPolicy {
     }
 
     fn act_keyed(&mut self, states: &[ScreenState], keys: &[u64]) -> Result<Vec<Decision>> {
-        self.with_adapters(|| states.iter().zip(keys).map(|(s, &k)| self.decide(s, k)).collect())
+        if states.len() != keys.len() {
+            bail!("{} states with {} sampling keys", states.len(), keys.len());
+        }
+        self.with_adapters(|| self.decide_all(states, keys))
+    }
+
+    fn batch_invariant(&self) -> bool {
+        // fixed-row decoding (see `decode`); tested bit for bit on the CPU
+        true
     }
 
     fn info(&self) -> serde_json::Value {

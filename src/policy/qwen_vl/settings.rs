@@ -44,6 +44,11 @@ pub struct QwenPolicySettings {
     /// Longest answer, in tokens.
     #[serde(default = "default_max_new")]
     pub max_new_tokens: usize,
+    /// Rows each decoding step computes: the states of a rollout batch advance together
+    /// in chunks of exactly this many rows (padded), so a state's answer is the same
+    /// whichever states share its batch. 1 decodes every state alone.
+    #[serde(default = "default_decode_rows")]
+    pub decode_rows: usize,
     /// `f32` or `bf16` (weights and activations; adapters and their optimizer stay f32).
     #[serde(default = "default_dtype")]
     pub dtype: String,
@@ -67,6 +72,9 @@ fn default_targets() -> Vec<String> {
 fn default_max_new() -> usize {
     32
 }
+fn default_decode_rows() -> usize {
+    8
+}
 fn default_dtype() -> String {
     "f32".into()
 }
@@ -86,6 +94,7 @@ impl QwenPolicySettings {
             coords: None,
             prompt: None,
             max_new_tokens: default_max_new(),
+            decode_rows: default_decode_rows(),
             dtype: default_dtype(),
             train_modules: Vec::new(),
         }
@@ -118,6 +127,12 @@ impl QwenPolicySettings {
         }
         if self.max_new_tokens == 0 {
             bail!("model.max_new_tokens must be at least 1");
+        }
+        if !(1..=256).contains(&self.decode_rows) {
+            bail!(
+                "model.decode_rows = {}: use 1 to 256 (rows each decoding step computes)",
+                self.decode_rows
+            );
         }
         if !matches!(self.dtype.as_str(), "f32" | "bf16") {
             bail!("model.dtype = {:?}: use \"f32\" or \"bf16\"", self.dtype);

@@ -48,8 +48,9 @@ pub(crate) struct LayerDims {
     kv_heads: usize,
 }
 
-/// Keys and values seen so far, per layer (`[B, Hkv, S, D]`), for decoding.
-#[derive(Default)]
+/// Keys and values seen so far, per layer (`[B, Hkv, S, D]`), for decoding. Cloning
+/// shares the tensors (a prompt's cache serves every answer decoded from it).
+#[derive(Default, Clone)]
 pub struct KvCache {
     layers: Vec<Option<(Tensor, Tensor)>>,
 }
@@ -221,6 +222,89 @@ impl TextModel {
     pub fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
         Ok(self.head.forward(hidden)?)
     }
+}
+
+impl TextModel {
+    /// Final hidden states `[B, H]` of one new token per row (`ids`, rotary tables `cos`/`sin`
+    /// `[B, D]`), row `i` attending to its own cache `caches[i]` and appended to it.
+    ///
+    /// The linear layers run on exactly `rows` rows (the real ones, then copies of the
+    /// first): a product's kernel, and so its rounding, depends on the row count, never on
+    /// the other rows' values, so a row's result is the same whichever states share the
+    /// step. Attention runs per row over its own cache.
+    pub fn decode(
+        &self,
+        ids: &[u32],
+        cos: &Tensor,
+        sin: &Tensor,
+        caches: &mut [&mut KvCache],
+        rows: usize,
+    ) -> Result<Tensor> {
+        let b = ids.len();
+        if b == 0 || b > rows || caches.len() != b {
+            bail!("decoding {b} rows with {} caches in steps of {rows} rows", caches.len());
+        }
+        let h = self.cfg.hidden_size;
+        let padded: Vec<u32> = (0..rows).map(|i| ids[if i < b { i } else { 0 }]).collect();
+        let ids = Tensor::new(padded.as_slice(), self.embed.device())?.unsqueeze(1)?;
+        let mut x = self.embed(&ids)?.reshape((rows, h))?;
+        let (d, hd) = (self.dims(), self.cfg.head_dim);
+        let (cos, sin) = (cos.reshape((b, 1, 1, hd))?, sin.reshape((b, 1, 1, hd))?);
+        for c in caches.iter_mut() {
+            if c.layers.len() != self.layers.len() {
+                c.layers = (0..self.layers.len()).map(|_| None).collect();
+            }
+        }
+        for (i, layer) in self.layers.iter().enumerate() {
+            let mut slots: Vec<&mut Option<(Tensor, Tensor)>> =
+                caches.iter_mut().map(|c| &mut c.layers[i]).collect();
+            x = layer_decode(d, layer, &x, (&cos, &sin), &mut slots)?;
+        }
+        Ok(self.norm.forward(&x.narrow(0, 0, b)?)?)
+    }
+}
+
+/// One decoder layer for one new token per row: `x` `[M, H]` (the first `slots.len()` rows
+/// real, the rest padding), tables `[B, 1, 1, D]`, each real row's cache slot.
+fn layer_decode(
+    dims: LayerDims,
+    l: &Layer,
+    x: &Tensor,
+    (cos, sin): (&Tensor, &Tensor),
+    slots: &mut [&mut Option<(Tensor, Tensor)>],
+) -> Result<Tensor> {
+    let (m, _) = x.dims2()?;
+    let (b, hd) = (slots.len(), dims.head_dim);
+    let y = l.input_norm.forward(x)?;
+    let heads = |lin: &Linear, n: usize| -> Result<Tensor> {
+        Ok(lin.forward(&y)?.narrow(0, 0, b)?.reshape((b, n, 1, hd))?)
+    };
+    let (mut q, mut k) = (heads(&l.q, dims.heads)?, heads(&l.k, dims.kv_heads)?);
+    let v = heads(&l.v, dims.kv_heads)?;
+    if let (Some(qn), Some(kn)) = (&l.q_norm, &l.k_norm) {
+        q = qn.forward(&q)?;
+        k = kn.forward(&k)?;
+    }
+    let (q, k) = (apply_rope(&q, cos, sin)?, apply_rope(&k, cos, sin)?);
+    let scale = (hd as f64).powf(-0.5);
+    let mut out = Vec::with_capacity(m);
+    for (i, slot) in slots.iter_mut().enumerate() {
+        let (mut ki, mut vi) = (k.narrow(0, i, 1)?, v.narrow(0, i, 1)?);
+        if let Some((pk, pv)) = slot.as_ref() {
+            ki = Tensor::cat(&[pk, &ki], 2)?;
+            vi = Tensor::cat(&[pv, &vi], 2)?;
+        }
+        out.push(attention(&q.narrow(0, i, 1)?, &ki, &vi, None, scale)?.reshape((1, dims.heads * hd))?);
+        **slot = Some((ki.detach(), vi.detach()));
+    }
+    // the padding rows' attention output: any values do (rows never mix)
+    let pad = out[0].clone();
+    out.resize(m, pad);
+    let a = Tensor::cat(&out, 0)?;
+    let x = (x + l.o.forward(&a)?)?;
+    let y = l.post_norm.forward(&x)?;
+    let mlp = l.down.forward(&activation::swiglu(&l.gate.forward(&y)?, &l.up.forward(&y)?)?)?;
+    Ok((x + mlp)?)
 }
 
 /// One decoder layer: `x` `[B, T, H]` with rotary tables `cos`/`sin` `[B, 1, T, D]`, the

@@ -96,7 +96,8 @@ impl VisionTower {
             Arch::Qwen3Vl => Some(w.get("visual.patch_embed.proj.bias", &[h])?),
             Arch::Qwen25Vl => None,
         };
-        let patch_embed = Linear::from_tensors(conv.reshape((h, patch_dim))?, bias);
+        let mut patch_embed = Linear::from_tensors(conv.reshape((h, patch_dim))?, bias);
+        patch_embed.kernel = Some([cfg.in_channels, cfg.temporal_patch_size, cfg.patch_size, cfg.patch_size]);
         let pos_embed = match arch {
             Arch::Qwen3Vl => Some(w.get("visual.pos_embed.weight", &[cfg.num_position_embeddings, h])?),
             Arch::Qwen25Vl => None,
@@ -334,10 +335,11 @@ fn load_merger(w: &Weights, p: &str, h: usize, wide: usize, out: usize, post: bo
 }
 
 impl VisionTower {
-    /// Every linear layer of the tower but the patch embedding, with its name under the
-    /// tower (`blocks.0.attn.qkv`, `merger.linear_fc1`), for adapters.
+    /// Every linear layer of the tower, with its name under the tower (`patch_embed.proj`,
+    /// the patch embedding, a convolution in transformers; `blocks.0.attn.qkv`,
+    /// `merger.linear_fc1`), for adapters.
     pub fn linears(&self) -> Vec<(String, &Linear)> {
-        let mut out = Vec::new();
+        let mut out = vec![("patch_embed.proj".to_string(), &self.patch_embed)];
         for (i, b) in self.blocks.iter().enumerate() {
             let p = |n: &str| format!("blocks.{i}.{n}");
             out.push((p("attn.qkv"), &b.qkv));
@@ -366,7 +368,7 @@ impl VisionTower {
     /// [`Self::linears`], to attach adapters (the same names in the same order).
     pub fn linears_mut(&mut self) -> Vec<(String, &mut Linear)> {
         let (fc1, fc2) = self.merger_names();
-        let mut out = Vec::new();
+        let mut out = vec![("patch_embed.proj".to_string(), &mut self.patch_embed)];
         for (i, b) in self.blocks.iter_mut().enumerate() {
             let p = |n: &str| format!("blocks.{i}.{n}");
             out.push((p("attn.qkv"), &mut b.qkv));
