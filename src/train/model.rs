@@ -139,6 +139,11 @@ pub struct ModelConfig {
     /// Longest answer of the backbone, in tokens (default 32).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_new_tokens: Option<usize>,
+    /// Rows each decoding step of the backbone computes: a rollout batch's states advance
+    /// together in chunks of exactly this many (padded), so an answer does not depend on
+    /// which states share its batch; 1 decodes each state alone (default 8).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decode_rows: Option<usize>,
     /// The backbone's weights dtype: `f32` (default) or `bf16`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dtype: Option<String>,
@@ -246,6 +251,7 @@ impl ModelConfig {
             ("coords", self.coords.is_some()),
             ("prompt", self.prompt.is_some()),
             ("max_new_tokens", self.max_new_tokens.is_some()),
+            ("decode_rows", self.decode_rows.is_some()),
             ("dtype", self.dtype.is_some()),
             ("train_modules", self.train_modules.is_some()),
         ];
@@ -267,6 +273,7 @@ impl ModelConfig {
             coords: None,
             prompt: None,
             max_new_tokens: None,
+            decode_rows: None,
             dtype: None,
             train_modules: None,
             init: None,
@@ -304,6 +311,9 @@ impl ModelConfig {
         s.prompt = self.prompt.clone();
         if let Some(v) = self.max_new_tokens {
             s.max_new_tokens = v;
+        }
+        if let Some(v) = self.decode_rows {
+            s.decode_rows = v;
         }
         if let Some(v) = &self.dtype {
             s.dtype = v.clone();
