@@ -413,7 +413,20 @@ fn book_builds() {
     let log = format!("{}{}", String::from_utf8_lossy(&run.stdout), String::from_utf8_lossy(&run.stderr));
     assert!(run.status.success(), "mdbook build docs failed:\n{log}");
     assert!(!log.contains("WARN") && !log.contains("ERROR"), "mdbook build docs warned:\n{log}");
-    for page in ["index.html", "training.html", "learning.html", "changelog/learning-d.html"] {
+    for page in [
+        "index.html",
+        "training.html",
+        "learning.html",
+        "changelog/learning-d.html",
+        "reference/cli.html",
+        "reference/config.html",
+        "what-we-learned.html",
+    ] {
         assert!(out.path().join(page).exists(), "mdbook wrote no {page}:\n{log}");
+    }
+    // Pages that include the Python client's README and the veRL example got their text.
+    for (page, text) in [("python/client.html", "GuirlClient"), ("python/verl.html", "AgentLoopBase")] {
+        let html = std::fs::read_to_string(out.path().join(page)).unwrap_or_default();
+        assert!(html.contains(text), "{page} lacks {text:?}: an {{{{#include}}}} came out empty");
     }
 }
