@@ -60,9 +60,14 @@ fn embed_git_hash() {
     println!("cargo:rustc-env=GUIRL_GIT_HASH={hash}");
     if let Some(dir) = git(&["rev-parse", "--git-dir"]).map(PathBuf::from) {
         println!("cargo:rerun-if-changed={}", dir.join("HEAD").display());
-        println!("cargo:rerun-if-changed={}", dir.join("refs/heads").display());
         // Staging and committing change the index; editing a source changes src/.
         println!("cargo:rerun-if-changed={}", dir.join("index").display());
+    }
+    // Branch heads live in the common folder: in a `git worktree` the git dir above has no
+    // refs/heads, and a watched path that does not exist makes cargo rerun this script
+    // (and rebuild the library) on every build.
+    if let Some(dir) = git(&["rev-parse", "--git-common-dir"]).map(PathBuf::from) {
+        println!("cargo:rerun-if-changed={}", dir.join("refs/heads").display());
     }
     println!("cargo:rerun-if-changed=src");
 }

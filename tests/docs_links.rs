@@ -1,6 +1,7 @@
 //! The docs book and the README link where they say: every relative link and `#anchor` in
 //! README.md and docs/**/*.md resolves to an existing file and heading, and every page under
-//! docs/ is listed in docs/SUMMARY.md. mdbook does not fail on a broken link, so this test is
+//! docs/ is listed in docs/SUMMARY.md. Text a page takes in with mdBook's `{{#include}}`
+//! (the Python client's README, the veRL example's) is checked where it lands. mdbook does not fail on a broken link, so this test is
 //! what keeps them working. `book_builds` runs `mdbook build docs` when mdbook is installed
 //! (scripts/setup.sh puts it in .venv) and says why when it is skipped.
 
@@ -165,6 +166,53 @@ mod common_markdown {
 use common_markdown::*;
 use std::path::{Path, PathBuf};
 
+/// A page as mdBook renders it: each `{{#include PATH}}` or `{{#include PATH:ANCHOR}}`
+/// replaced by that file (or the lines between its `ANCHOR: name` and `ANCHOR_END: name`
+/// markers, markers dropped), so that links and headings of included text are checked where
+/// they end up. A missing file or anchor is an `Err` naming it.
+fn rendered_text(file: &Path) -> Result<String, String> {
+    let text = std::fs::read_to_string(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+    let mut out = String::new();
+    for line in text.lines() {
+        let include = line.trim().strip_prefix("{{#include ").and_then(|l| l.strip_suffix("}}"));
+        let Some(spec) = include else {
+            out.push_str(line);
+            out.push('\n');
+            continue;
+        };
+        let (path, anchor) = match spec.trim().split_once(':') {
+            Some((p, a)) => (p, Some(a)),
+            None => (spec.trim(), None),
+        };
+        let included = file.parent().unwrap().join(path);
+        let body = std::fs::read_to_string(&included).map_err(|e| format!("{{{{#include {spec}}}}}: {e}"))?;
+        let mut inside = anchor.is_none();
+        let mut found = anchor.is_none();
+        for l in body.lines() {
+            if let Some(a) = anchor {
+                if l.contains(&format!("ANCHOR: {a} ")) || l.trim_end().ends_with(&format!("ANCHOR: {a}")) {
+                    (inside, found) = (true, true);
+                    continue;
+                }
+                if l.contains(&format!("ANCHOR_END: {a} "))
+                    || l.trim_end().ends_with(&format!("ANCHOR_END: {a}"))
+                {
+                    inside = false;
+                    continue;
+                }
+            }
+            if inside && !l.contains("ANCHOR: ") && !l.contains("ANCHOR_END: ") {
+                out.push_str(l);
+                out.push('\n');
+            }
+        }
+        if !found {
+            return Err(format!("{{{{#include {spec}}}}}: no `ANCHOR: {}` in {path}", anchor.unwrap_or("")));
+        }
+    }
+    Ok(out)
+}
+
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
@@ -181,10 +229,29 @@ fn markdown_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// Problems with the relative links of one Markdown file, as `file:line: message`.
-fn broken_links(file: &Path) -> Vec<String> {
-    let text = std::fs::read_to_string(file).unwrap();
+/// `path` with `.` and `..` resolved without asking the file system.
+fn lexical(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Problems with the relative links of one Markdown file, as `file:line: message`; a page
+/// inside `book` (the folder mdBook publishes) must also keep its links inside it.
+fn broken_links(file: &Path, book: &Path) -> Vec<String> {
     let shown = file.strip_prefix(root()).unwrap_or(file).display().to_string();
+    let text = match rendered_text(file) {
+        Ok(t) => t,
+        Err(e) => return vec![format!("{shown}: {e}")],
+    };
     let mut problems = Vec::new();
     for (line_no, line) in prose_lines(&text) {
         for target in link_targets(&line) {
@@ -205,9 +272,16 @@ fn broken_links(file: &Path) -> Vec<String> {
                 problems.push(format!("{shown}:{line_no}: `{target}`: no file {path}"));
                 continue;
             }
+            if file.starts_with(book) && !lexical(&resolved).starts_with(book) {
+                problems.push(format!(
+                    "{shown}:{line_no}: `{target}` leaves docs/, which is all the book publishes: \
+                     link a book page, or name the file in a code span"
+                ));
+                continue;
+            }
             if let Some(anchor) = anchor {
                 if resolved.extension().is_some_and(|e| e == "md") {
-                    let page = std::fs::read_to_string(&resolved).unwrap();
+                    let page = rendered_text(&resolved).unwrap_or_default();
                     if !anchors(&page).iter().any(|a| a == anchor) {
                         problems
                             .push(format!("{shown}:{line_no}: `{target}`: {path} has no heading #{anchor}"));
@@ -250,7 +324,7 @@ fn the_checker_finds_broken_links() {
          [gone](c.md) [bad anchor](b.md#three) ![img](missing.png)\n",
     )
     .unwrap();
-    let problems = broken_links(&a);
+    let problems = broken_links(&a, dir.path());
     assert_eq!(problems.len(), 3, "{problems:#?}");
     assert!(problems[0].contains("`c.md`: no file c.md"), "{}", problems[0]);
     assert!(problems[1].contains("b.md has no heading #three"), "{}", problems[1]);
@@ -258,10 +332,38 @@ fn the_checker_finds_broken_links() {
 }
 
 #[test]
+fn included_text_is_checked_where_it_lands() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("book")).unwrap();
+    std::fs::write(
+        dir.path().join("lib.md"),
+        "# Lib\n<!-- ANCHOR: part -->\n## Part two\n[up](b.md)\n<!-- ANCHOR_END: part -->\n[out](x.md)\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("book/b.md"), "# B\n").unwrap();
+    let page = dir.path().join("book/a.md");
+    std::fs::write(&page, "[self](#part-two)\n{{#include ../lib.md:part}}\n").unwrap();
+    // `b.md` resolves from book/ (where the text lands), `x.md` is outside the anchor.
+    let book = dir.path().join("book");
+    assert!(broken_links(&page, &book).is_empty(), "{:?}", broken_links(&page, &book));
+    std::fs::write(&page, "{{#include ../lib.md}}\n").unwrap();
+    let problems = broken_links(&page, &book);
+    assert!(problems.len() == 1 && problems[0].contains("`x.md`"), "{problems:?}");
+    std::fs::write(&page, "{{#include ../lib.md:nope}}\n").unwrap();
+    let problems = broken_links(&page, &book);
+    assert!(problems.len() == 1 && problems[0].contains("no `ANCHOR: nope`"), "{problems:?}");
+    // A link out of the book works on a forge but not in the published book.
+    std::fs::write(&page, "[lib](../lib.md) [fine](b.md)\n").unwrap();
+    let problems = broken_links(&page, &book);
+    assert!(problems.len() == 1 && problems[0].contains("leaves docs/"), "{problems:?}");
+}
+
+#[test]
 fn readme_and_docs_links_resolve() {
     let mut files = vec![root().join("README.md")];
     markdown_files(&root().join("docs"), &mut files);
-    let problems: Vec<String> = files.iter().flat_map(|f| broken_links(f)).collect();
+    let book = root().join("docs");
+    let problems: Vec<String> = files.iter().flat_map(|f| broken_links(f, &book)).collect();
     assert!(problems.is_empty(), "{} broken link(s):\n{}", problems.len(), problems.join("\n"));
 }
 
@@ -311,7 +413,20 @@ fn book_builds() {
     let log = format!("{}{}", String::from_utf8_lossy(&run.stdout), String::from_utf8_lossy(&run.stderr));
     assert!(run.status.success(), "mdbook build docs failed:\n{log}");
     assert!(!log.contains("WARN") && !log.contains("ERROR"), "mdbook build docs warned:\n{log}");
-    for page in ["index.html", "training.html", "learning.html", "changelog/learning-d.html"] {
+    for page in [
+        "index.html",
+        "training.html",
+        "learning.html",
+        "changelog/learning-d.html",
+        "reference/cli.html",
+        "reference/config.html",
+        "what-we-learned.html",
+    ] {
         assert!(out.path().join(page).exists(), "mdbook wrote no {page}:\n{log}");
+    }
+    // Pages that include the Python client's README and the veRL example got their text.
+    for (page, text) in [("python/client.html", "GuirlClient"), ("python/verl.html", "AgentLoopBase")] {
+        let html = std::fs::read_to_string(out.path().join(page)).unwrap_or_default();
+        assert!(html.contains(text), "{page} lacks {text:?}: an {{{{#include}}}} came out empty");
     }
 }

@@ -117,6 +117,10 @@ pub struct ModelConfig {
     /// Language-model layers that get adapters (default: q/k/v/o and the MLP's gate/up/down).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lora_targets: Option<Vec<String>>,
+    /// Vision-tower layers that get adapters (`qkv`, `proj`, `linear_fc1`, `linear_fc2`;
+    /// default none: the tower stays frozen and its output is cached per screenshot).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lora_vision_targets: Option<Vec<String>>,
     /// Dropout on the adapters' input in training passes, in [0, 1) (default 0: off).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lora_dropout: Option<f64>,
@@ -135,6 +139,11 @@ pub struct ModelConfig {
     /// Longest answer of the backbone, in tokens (default 32).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_new_tokens: Option<usize>,
+    /// Rows each decoding step of the backbone computes: a rollout batch's states advance
+    /// together in chunks of exactly this many (padded), so an answer does not depend on
+    /// which states share its batch; 1 decodes each state alone (default 8).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decode_rows: Option<usize>,
     /// The backbone's weights dtype: `f32` (default) or `bf16`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dtype: Option<String>,
@@ -236,11 +245,13 @@ impl ModelConfig {
             ("lora_rank", self.lora_rank.is_some()),
             ("lora_alpha", self.lora_alpha.is_some()),
             ("lora_targets", self.lora_targets.is_some()),
+            ("lora_vision_targets", self.lora_vision_targets.is_some()),
             ("lora_dropout", self.lora_dropout.is_some()),
             ("gradient_checkpointing", self.gradient_checkpointing.is_some()),
             ("coords", self.coords.is_some()),
             ("prompt", self.prompt.is_some()),
             ("max_new_tokens", self.max_new_tokens.is_some()),
+            ("decode_rows", self.decode_rows.is_some()),
             ("dtype", self.dtype.is_some()),
             ("train_modules", self.train_modules.is_some()),
         ];
@@ -256,11 +267,13 @@ impl ModelConfig {
             lora_rank: None,
             lora_alpha: None,
             lora_targets: None,
+            lora_vision_targets: None,
             lora_dropout: None,
             gradient_checkpointing: None,
             coords: None,
             prompt: None,
             max_new_tokens: None,
+            decode_rows: None,
             dtype: None,
             train_modules: None,
             init: None,
@@ -285,6 +298,9 @@ impl ModelConfig {
         if let Some(v) = &self.lora_targets {
             s.lora_targets = v.clone();
         }
+        if let Some(v) = &self.lora_vision_targets {
+            s.lora_vision_targets = v.clone();
+        }
         if let Some(v) = self.lora_dropout {
             s.lora_dropout = v;
         }
@@ -295,6 +311,9 @@ impl ModelConfig {
         s.prompt = self.prompt.clone();
         if let Some(v) = self.max_new_tokens {
             s.max_new_tokens = v;
+        }
+        if let Some(v) = self.decode_rows {
+            s.decode_rows = v;
         }
         if let Some(v) = &self.dtype {
             s.dtype = v.clone();
