@@ -49,6 +49,12 @@ pub struct BrowserArgs {
     /// (begin-frame control; slower with several envs, for comparison).
     #[arg(long)]
     pub free_frames: bool,
+    /// How actions reach the page: `devtools` (DevTools input events, the default where
+    /// guirl started the browser with its DevTools channel and frame control) or
+    /// `webdriver` (WebDriver input actions through chromedriver, as --webdriver,
+    /// --free-frames and --no-devtools always use). Default: $GUIRL_INPUT, else devtools.
+    #[arg(long, value_name = "PATH", value_parser = ["devtools", "webdriver"])]
+    pub input: Option<String>,
 }
 
 impl BrowserArgs {
@@ -63,6 +69,9 @@ impl BrowserArgs {
         }
         .with_devtools(!self.no_devtools)
         .with_frame_control(!self.free_frames)
+        .with_input(
+            self.input.as_deref().and_then(|p| p.parse().ok()).unwrap_or_else(guirl_env::InputPath::from_env),
+        )
     }
 }
 
