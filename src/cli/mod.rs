@@ -49,10 +49,11 @@ pub struct BrowserArgs {
     /// (begin-frame control; slower with several envs, for comparison).
     #[arg(long)]
     pub free_frames: bool,
-    /// How actions reach the page: `devtools` (DevTools input events, the default where
-    /// guirl started the browser with its DevTools channel and frame control) or
-    /// `webdriver` (WebDriver input actions through chromedriver, as --webdriver,
-    /// --free-frames and --no-devtools always use). Default: $GUIRL_INPUT, else devtools.
+    /// How actions reach the page: `webdriver` (WebDriver input actions through
+    /// chromedriver; the default, and always with --webdriver, --free-frames and
+    /// --no-devtools) or `devtools` (DevTools input events, where guirl started the
+    /// browser with its DevTools channel and frame control; slower for pointer input
+    /// for now, see src/env/input.rs). Default: $GUIRL_INPUT, else webdriver.
     #[arg(long, value_name = "PATH", value_parser = ["devtools", "webdriver"])]
     pub input: Option<String>,
 }
