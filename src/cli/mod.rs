@@ -49,6 +49,13 @@ pub struct BrowserArgs {
     /// (begin-frame control; slower with several envs, for comparison).
     #[arg(long)]
     pub free_frames: bool,
+    /// How actions reach the page: `webdriver` (WebDriver input actions through
+    /// chromedriver; the default, and always with --webdriver, --free-frames and
+    /// --no-devtools) or `devtools` (DevTools input events, where guirl started the
+    /// browser with its DevTools channel and frame control; slower for pointer input
+    /// for now, see src/env/input.rs). Default: $GUIRL_INPUT, else webdriver.
+    #[arg(long, value_name = "PATH", value_parser = ["devtools", "webdriver"])]
+    pub input: Option<String>,
 }
 
 impl BrowserArgs {
@@ -63,6 +70,9 @@ impl BrowserArgs {
         }
         .with_devtools(!self.no_devtools)
         .with_frame_control(!self.free_frames)
+        .with_input(
+            self.input.as_deref().and_then(|p| p.parse().ok()).unwrap_or_else(guirl_env::InputPath::from_env),
+        )
     }
 }
 

@@ -8,15 +8,8 @@
 //! Coordinates are integer pixels of the observation's screenshot, origin top-left.
 //! `GuiAction::parse(&a.to_string()) == Ok(a)` holds for every action.
 
-use super::browser::Browser;
-use super::{EnvError, Frame};
-use fantoccini::actions::{
-    InputSource, KeyAction, KeyActions, MouseActions, PointerAction, WheelAction, WheelActions,
-    MOUSE_BUTTON_LEFT, MOUSE_BUTTON_RIGHT,
-};
 use serde::{Deserialize, Serialize};
 use std::fmt;
-use std::time::Duration;
 
 /// A modifier key held during a `key(...)` press.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -515,83 +508,6 @@ impl Parser<'_> {
         }
         Ok(a)
     }
-}
-
-/// Execute one action through WebDriver input actions at screenshot coordinates.
-pub(crate) async fn execute(browser: &Browser, action: &GuiAction, f: &Frame) -> Result<(), EnvError> {
-    let at = |x: i32, y: i32| move_to(f, x, y, Duration::ZERO);
-    let mouse = || MouseActions::new("mouse".into());
-    let down = |b| PointerAction::Down { button: b };
-    let up = |b| PointerAction::Up { button: b };
-    let seq: fantoccini::actions::Actions = match *action {
-        GuiAction::Click { x, y } => {
-            mouse().then(at(x, y)).then(down(MOUSE_BUTTON_LEFT)).then(up(MOUSE_BUTTON_LEFT)).into()
-        }
-        GuiAction::DoubleClick { x, y } => mouse()
-            .then(at(x, y))
-            .then(down(MOUSE_BUTTON_LEFT))
-            .then(up(MOUSE_BUTTON_LEFT))
-            .then(down(MOUSE_BUTTON_LEFT))
-            .then(up(MOUSE_BUTTON_LEFT))
-            .into(),
-        GuiAction::RightClick { x, y } => {
-            mouse().then(at(x, y)).then(down(MOUSE_BUTTON_RIGHT)).then(up(MOUSE_BUTTON_RIGHT)).into()
-        }
-        GuiAction::Hover { x, y } => mouse().then(at(x, y)).into(),
-        GuiAction::Drag { x1, y1, x2, y2 } => {
-            // Intermediate moves so drag libraries see a real gesture, not a teleport.
-            let mut m = mouse().then(at(x1, y1)).then(down(MOUSE_BUTTON_LEFT));
-            const STEPS: i32 = 8;
-            for i in 1..=STEPS {
-                let (x, y) = (x1 + (x2 - x1) * i / STEPS, y1 + (y2 - y1) * i / STEPS);
-                m = m.then(move_to(f, x, y, Duration::from_millis(5)));
-            }
-            m.then(up(MOUSE_BUTTON_LEFT)).into()
-        }
-        GuiAction::Scroll { x, y, dx, dy } => {
-            let mut w = WheelActions::new("wheel".into());
-            w.push(WheelAction::Scroll {
-                duration: Some(Duration::ZERO),
-                x: (f.origin_x + x) as i64,
-                y: (f.origin_y + y) as i64,
-                delta_x: dx as i64,
-                delta_y: dy as i64,
-            });
-            w.into()
-        }
-        GuiAction::Type { ref text } => {
-            let mut k = KeyActions::new("keyboard".into());
-            for c in text.chars() {
-                let c = if c == '\n' { '\u{E007}' } else { c };
-                k = k.then(KeyAction::Down { value: c }).then(KeyAction::Up { value: c });
-            }
-            k.into()
-        }
-        GuiAction::Key(ref combo) => {
-            let mut k = KeyActions::new("keyboard".into());
-            for m in &combo.modifiers {
-                k = k.then(KeyAction::Down { value: m.webdriver_char() });
-            }
-            let c = combo.webdriver_char();
-            k = k.then(KeyAction::Down { value: c }).then(KeyAction::Up { value: c });
-            for m in combo.modifiers.iter().rev() {
-                k = k.then(KeyAction::Up { value: m.webdriver_char() });
-            }
-            k.into()
-        }
-        GuiAction::Wait { ms } => return browser.wait(ms.min(60_000) as u64).await,
-        GuiAction::Done => return Ok(()),
-    };
-    let scrolls = matches!(action, GuiAction::Scroll { .. } | GuiAction::Key(_));
-    browser.perform(seq, scrolls).await?;
-    if matches!(action, GuiAction::Scroll { .. } | GuiAction::Drag { .. }) {
-        browser.next_frames().await?;
-    }
-    Ok(())
-}
-
-fn move_to(f: &Frame, x: i32, y: i32, duration: Duration) -> PointerAction {
-    PointerAction::MoveTo { duration: Some(duration), x: (f.origin_x + x) as f64, y: (f.origin_y + y) as f64 }
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ mod site_data;
 pub use super::browser_config::{BrowserConfig, APT_HINT, CHROMIUM_FLAGS, FREE_FRAME_FLAGS, HEADLESS_SHELL};
 use super::devtools::{CdpError, DevTools};
 use super::frames::{self, FrameControl};
+use super::input::InputEvent;
 use super::page_clock::PageClock;
 use super::EnvError;
 use fantoccini::actions::Actions;
@@ -53,6 +54,8 @@ pub struct Browser {
     devtools: Option<DevTools>,
     /// Set when the page draws only on request (begin-frame control).
     frames: Option<FrameControl>,
+    /// Input actions go over the DevTools channel (see [`super::input`]).
+    devtools_input: bool,
 }
 
 impl std::fmt::Debug for Browser {
@@ -348,6 +351,40 @@ impl Browser {
     /// The current URL.
     pub async fn current_url(&self) -> Result<String, EnvError> {
         Ok(self.guard("reading the URL", self.client.current_url()).await?.to_string())
+    }
+
+    /// Whether input actions go as DevTools events (see [`super::input`]).
+    pub fn devtools_input(&self) -> bool {
+        self.devtools_input && self.devtools.is_some()
+    }
+
+    /// Send DevTools input events in order, drawing frames that do `draw` under
+    /// begin-frame control while they wait (a pointer move is handled at the next frame).
+    /// A pointer event goes once the browser has taken the one before (moves sent
+    /// together would be coalesced into one); a run of key events goes at once, as
+    /// chromedriver's typing reaches the page: the keys arrive before the page's timers
+    /// run (an autocomplete's 0 ms search fires once, after the last key).
+    pub async fn dispatch(&self, events: &[InputEvent], draw: frames::Draw) -> Result<(), EnvError> {
+        const DOING: &str = "sending input events";
+        let Some(dt) = &self.devtools else {
+            return Err(EnvError::Browser(format!("{DOING}: no DevTools channel")));
+        };
+        let limit = self.limit();
+        let send = async {
+            for run in events.chunk_by(|a, b| a.0 == b.0 && a.0 == super::input::KEY) {
+                let calls = run.iter().map(|(method, params)| dt.call(method, params.clone(), limit));
+                futures::future::try_join_all(calls).await?;
+            }
+            Ok(())
+        };
+        let sent = match self.frame_control() {
+            Some((f, dt)) => f.pumped(dt, draw, limit, send).await,
+            None => send.await,
+        };
+        sent.map_err(|e| match e {
+            CdpError::Timeout => self.no_answer(limit, DOING),
+            e => EnvError::Browser(format!("{DOING}: {e}")),
+        })
     }
 
     /// Perform WebDriver input actions, then release all keys and buttons. `scrolls`: the

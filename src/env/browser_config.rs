@@ -2,6 +2,7 @@
 //! found, and [`BrowserConfig`] (start chromedriver here, or attach to a WebDriver URL).
 
 use super::frames;
+use super::input::InputPath;
 use super::EnvError;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -54,13 +55,18 @@ pub struct BrowserConfig {
     /// Limit on a page load.
     pub page_load_timeout: Duration,
     /// Read the page and take screenshots over a direct DevTools connection where the
-    /// endpoint offers one (default; `GUIRL_DEVTOOLS=0` turns it off). Input actions and
-    /// navigation always go through WebDriver.
+    /// endpoint offers one (default; `GUIRL_DEVTOOLS=0` turns it off). Navigation always
+    /// goes through WebDriver; input actions too unless [`BrowserConfig::input`] allows.
     pub devtools: bool,
     /// Draw frames only when guirl asks (begin-frame control, see [`super::frames`]) where
     /// the browser is the headless shell started here with the DevTools channel (default;
     /// `GUIRL_FRAME_CONTROL=0` turns it off).
     pub frame_control: bool,
+    /// Which channel carries input actions (see [`super::input`]): WebDriver input
+    /// actions (default), or with [`InputPath::DevTools`] (`GUIRL_INPUT=devtools`)
+    /// DevTools events where a browser started here runs with the DevTools channel and
+    /// begin-frame control on.
+    pub input: InputPath,
 }
 
 impl BrowserConfig {
@@ -74,6 +80,22 @@ impl BrowserConfig {
     pub fn with_frame_control(mut self, on: bool) -> Self {
         self.frame_control &= on;
         self
+    }
+
+    /// This config with input over `path` (DevTools only where the session allows it).
+    pub fn with_input(mut self, path: InputPath) -> Self {
+        self.input = path;
+        self
+    }
+
+    /// Whether a browser started from this config sends input actions over DevTools
+    /// (given that it gets a DevTools channel): not for a remote endpoint (a Grid), not
+    /// with free-running frames, and not when asked for WebDriver input.
+    pub(crate) fn devtools_input(&self) -> bool {
+        self.input == InputPath::DevTools
+            && self.devtools
+            && self.frame_control
+            && self.webdriver_url.is_none()
     }
 
     /// Whether a browser started from this config with binary `chromium` runs under
@@ -98,6 +120,7 @@ impl Default for BrowserConfig {
             page_load_timeout: Duration::from_secs(20),
             devtools: std::env::var("GUIRL_DEVTOOLS").map_or(true, |v| v != "0"),
             frame_control: std::env::var("GUIRL_FRAME_CONTROL").map_or(true, |v| v != "0"),
+            input: InputPath::from_env(),
         }
     }
 }

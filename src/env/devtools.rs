@@ -3,7 +3,8 @@
 //! Reading the page state and taking the screenshot are the two calls of every step
 //! that need no WebDriver semantics. Sent over the browser's own DevTools websocket
 //! they skip chromedriver's HTTP hop and its per-command navigation checks (measured:
-//! a script round trip 4-5 ms -> 0.5 ms). Input actions and navigation stay on WebDriver.
+//! a script round trip 4-5 ms -> 0.5 ms). Input actions go over it on request (see
+//! [`super::input`]); navigation stays on WebDriver.
 //!
 //! The channel is found from the session: Selenium Grid's `se:cdp` capability, or the
 //! `DevToolsActivePort` file Chromium writes into its profile folder (the one chromedriver

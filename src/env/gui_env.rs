@@ -66,6 +66,8 @@ pub struct GuiEnv {
 }
 
 const OBSERVE_JS: &str = include_str!("observe.js");
+/// Keeps native popups shut in headless pages, drawing a `<select>`'s list in the page.
+const POPUPS_JS: &str = include_str!("popups.js");
 
 #[derive(Deserialize)]
 struct PageState {
@@ -133,6 +135,12 @@ impl GuiEnv {
     /// [`BrowserConfig::devtools`]); false until the browser has started.
     pub fn uses_devtools(&self) -> bool {
         self.browser.as_ref().is_some_and(Browser::has_devtools)
+    }
+
+    /// Whether actions reach the page as DevTools input events (see
+    /// [`super::input`]); false until the browser has started.
+    pub fn uses_devtools_input(&self) -> bool {
+        self.browser.as_ref().is_some_and(Browser::devtools_input)
     }
 
     /// Whether the page draws only when guirl asks (see [`BrowserConfig::frame_control`]);
@@ -236,7 +244,11 @@ impl GuiEnv {
         }
         browser.set_patient(false);
         let start = start?;
-        let script = OBSERVE_JS.replace("__STATUS__", &start.status_js);
+        let mut script = OBSERVE_JS.replace("__STATUS__", &start.status_js);
+        // A visible browser draws and runs its native popups itself.
+        if !self.cfg.browser.headful {
+            script = format!("{POPUPS_JS}\n{script}");
+        }
         let mut ep = Episode {
             seed,
             step: 0,
@@ -448,7 +460,7 @@ impl GuiEnv {
         let browser = self.browser.as_ref().expect("browser");
         let exec = match action.filter(|_| run) {
             Some(a) => {
-                let r = super::action::execute(browser, a, &frame).await;
+                let r = super::input::execute(browser, a, &frame).await;
                 timings.action_ms = ms(t0);
                 r
             }

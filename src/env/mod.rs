@@ -8,6 +8,7 @@ pub mod capture;
 pub mod devtools;
 pub mod frames;
 pub mod gui_env;
+pub mod input;
 pub mod observation;
 pub mod outcome;
 pub mod page_clock;
@@ -17,6 +18,7 @@ pub mod url_policy;
 pub use action::{GuiAction, KeyCombo, Modifier, ParseActionError};
 pub use browser::{Browser, BrowserConfig, BrowserVersions};
 pub use gui_env::{EnvConfig, EpisodeStatus, GuiEnv, ResetInfo, StepInfo, StepOutcome, StepTimings};
+pub use input::InputPath;
 pub use observation::{decode_png, encode_png, BBox, Element, Frame, ScreenState};
 
 /// The environment's error type; defined beside the task interface it crosses

@@ -132,6 +132,7 @@ impl Browser {
             cdp: AtomicBool::new(true),
             devtools: None,
             frames: None,
+            devtools_input: cfg.devtools_input(),
         };
         b.guard("setting timeouts", async {
             b.client
