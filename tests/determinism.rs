@@ -237,6 +237,36 @@ async fn resume_with_two_browsers_is_bit_exact() {
     );
 }
 
+/// The full size, too long for CI (about 4 runs × 24 iterations of 64 episodes):
+/// 24 iterations of 8 seeds × 8 rollouts on the counter task, with two browsers and with
+/// four, each once alone and once beside two spinning threads, give one run. By hand:
+/// `cargo test --release --test determinism full_size -- --ignored --nocapture`.
+#[ignore]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_size_runs_are_bit_exact_with_two_and_four_browsers() {
+    let root = tempfile::tempdir().unwrap();
+    let cfg = |envs| {
+        let mut c = config(24, envs);
+        c.algo.group_size = 8;
+        c.algo.batch_seeds = 8;
+        c.eval.interval = 8;
+        c.checkpoint.interval = 8;
+        c
+    };
+    let first = root.path().join("envs2-alone");
+    let t = train(cfg(2), &first, false).await;
+    eprintln!("envs = 2 alone: {t:.0} s");
+    for (envs, load) in [(2, true), (4, false), (4, true)] {
+        let dir = root.path().join(format!("envs{envs}-load{load}"));
+        let t = {
+            let _load = load.then(|| Load::spin(2));
+            train(cfg(envs), &dir, false).await
+        };
+        eprintln!("envs = {envs}, load {load}: {t:.0} s");
+        assert_same_run(&first, &dir, &format!("envs = {envs}, load {load} against envs = 2 alone"), 24);
+    }
+}
+
 /// `guirl train` with four browsers, killed (SIGKILL) 1.5 s after iteration 2's checkpoint
 /// (measured: iteration 3 done, its metrics line written, iteration 4 under way), then
 /// `--resume`d under load, equals the same 4 iterations run straight: nothing written after

@@ -72,7 +72,6 @@ fn silu_and_gelu_match_candles_ops_computed_in_f64() {
 
 #[test]
 fn swiglu_forward_and_gradients_match_the_composed_ops_in_f64() {
-    let dev = Device::Cpu;
     let (n, m) = (61, 700); // 42 700 elements: two rayon chunks and a tail
     let a = Var::from_tensor(&(normal(3, 3.0, (n, m)))).unwrap();
     let b = Var::from_tensor(&normal(4, 1.0, (n, m))).unwrap();
@@ -95,7 +94,6 @@ fn swiglu_forward_and_gradients_match_the_composed_ops_in_f64() {
 }
 #[test]
 fn swiglu_with_only_one_input_trained_gives_only_that_gradient() {
-    let dev = Device::Cpu;
     let a = Var::from_tensor(&normal(6, 1.0, (4, 9))).unwrap();
     let b = normal(7, 1.0, (4, 9));
     let g = swiglu(&a, &b).unwrap().sum_all().unwrap().backward().unwrap();
@@ -151,7 +149,6 @@ fn scaled_softmax_matches_f64_with_and_without_a_causal_mask() {
 
 #[test]
 fn softmax_grad_matches_f64() {
-    let dev = Device::Cpu;
     let x = normal(10, 2.0, (3, 5, 70));
     let p = scaled_softmax(&x, 1.0, None).unwrap();
     let dp = normal(11, 1.0, (3, 5, 70));
