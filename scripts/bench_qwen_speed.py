@@ -564,27 +564,25 @@ def torch_time(args):
     _, rss_loaded = rss_mib()
     log(f"torch: loaded in {side.load_s:.1f}s, RSS {rss_loaded:.0f} MiB, threads {torch.get_num_threads()}")
     g = side.inputs["gen"]
-    gen_times = []
-    for r in range(g["warmup"] + g["reps"]):
-        t = time.perf_counter()
-        for i in range(g["prompts"]):
-            toks = side.generate(i, g["new_tokens"])
-            assert len(toks) == g["new_tokens"]
-        side.sync()
-        dt = time.perf_counter() - t
-        if r >= g["warmup"]:
-            gen_times.append(dt)
-        log(f"torch generate rep {r}: {dt:.3f}s")
-    group_times = []
-    for r in range(g["warmup"] + g["reps"] if g.get("group") else 0):
-        t = time.perf_counter()
-        toks = side.generate(0, g["new_tokens"], g["group"])
-        assert len(toks) == g["new_tokens"]
-        side.sync()
-        dt = time.perf_counter() - t
-        if r >= g["warmup"]:
-            group_times.append(dt)
-        log(f"torch generate a group of {g['group']} rep {r}: {dt:.3f}s")
+
+    def timed(label, run):
+        """Seconds of each timed repetition of `run` (after the warm-up ones)."""
+        times = []
+        for r in range(g["warmup"] + g["reps"]):
+            t = time.perf_counter()
+            run()
+            side.sync()
+            dt = time.perf_counter() - t
+            if r >= g["warmup"]:
+                times.append(dt)
+            log(f"torch generate {label}rep {r}: {dt:.3f}s")
+        return times
+
+    def generate(i, group=1):
+        assert len(side.generate(i, g["new_tokens"], group)) == g["new_tokens"]
+
+    gen_times = timed("", lambda: [generate(i) for i in range(g["prompts"])])
+    group_times = timed(f"a group of {g['group']} ", lambda: generate(0, g["group"])) if g.get("group") else []
     gen_peak, _ = rss_mib()
 
     reset_peak()
