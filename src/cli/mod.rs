@@ -54,7 +54,7 @@ pub struct BrowserArgs {
     /// --no-devtools) or `devtools` (DevTools input events, where guirl started the
     /// browser with its DevTools channel and frame control; slower for pointer input
     /// for now, see src/env/input.rs). Default: $GUIRL_INPUT, else webdriver.
-    #[arg(long, value_name = "PATH", value_parser = ["devtools", "webdriver"])]
+    #[arg(long, value_name = "CHANNEL", value_parser = ["devtools", "webdriver"])]
     pub input: Option<String>,
 }
 

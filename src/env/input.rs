@@ -61,9 +61,16 @@ impl InputPath {
         }
     }
 
-    /// `GUIRL_INPUT` if set to a known path, else WebDriver.
+    /// `GUIRL_INPUT` if set to a known path, else WebDriver (an unknown value is
+    /// named in a warning rather than silently ignored).
     pub fn from_env() -> InputPath {
-        std::env::var("GUIRL_INPUT").ok().and_then(|v| v.parse().ok()).unwrap_or_default()
+        match std::env::var("GUIRL_INPUT") {
+            Ok(v) => v.parse().unwrap_or_else(|e: String| {
+                tracing::warn!("GUIRL_INPUT: {e}; using webdriver input");
+                InputPath::default()
+            }),
+            Err(_) => InputPath::default(),
+        }
     }
 }
 
