@@ -105,14 +105,12 @@ async fn train(cfg: TrainConfig, dir: &Path, resume: bool) -> f64 {
 
 /// `metrics.jsonl` without the fields that measure wall-clock time.
 fn metrics(dir: &Path) -> Vec<serde_json::Value> {
-    const CLOCK: [&str; 5] =
-        ["wall_secs", "rollout_secs", "update_secs", "train_tokens_per_sec", "env_steps_per_sec"];
     let text = std::fs::read_to_string(dir.join("metrics.jsonl")).unwrap();
     text.lines()
         .map(|l| {
             let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
-            for k in CLOCK {
-                v.as_object_mut().unwrap().remove(k);
+            for k in guirl::train::metrics::CLOCK_FIELDS {
+                v.as_object_mut().unwrap().remove(*k);
             }
             v
         })

@@ -310,6 +310,16 @@ async fn a_real_iteration_starts_at_ratio_one() {
     let m = metrics_lines(root.path());
     let r = m.last().unwrap()["first_ratio_mean"].as_f64().unwrap();
     assert!((r - 1.0).abs() < 1e-5, "first minibatch ratio_mean {r}");
+    // Where the collection's time went (issue 36 §3): the policy's calls and the wait for
+    // envs split the collection; the envs' phases are their steps' own timings.
+    let it = m.last().unwrap();
+    let secs = |k: &str| it[k].as_f64().unwrap_or_else(|| panic!("{k} missing: {it}"));
+    let (collect, policy, wait) = (secs("rollout_secs"), secs("policy_secs"), secs("env_wait_secs"));
+    assert!(policy > 0.0 && wait > 0.0, "policy {policy} s, env wait {wait} s: {it}");
+    assert!(policy + wait <= collect + 1e-6, "policy {policy} + wait {wait} > collection {collect}");
+    for k in ["env_action_secs", "env_settle_secs", "env_screenshot_secs"] {
+        assert!(secs(k) > 0.0, "{k}: {it}");
+    }
 }
 
 /// The same with `previous_frame` on a 3-step task whose page changes at every click (the

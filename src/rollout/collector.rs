@@ -57,6 +57,15 @@ pub struct CollectStats {
     pub policy_calls: usize,
     /// Mean number of observations per policy call.
     pub mean_batch: f64,
+    /// Seconds the collector spent in the policy's calls (its forward passes and
+    /// sampling): the envs wait for it meanwhile.
+    pub policy_secs: f64,
+    /// The finished episodes' steps' action time, summed over envs, seconds.
+    pub env_action_secs: f64,
+    /// ... their settle time (page settling, reward and element reads).
+    pub env_settle_secs: f64,
+    /// ... their screenshot time (capture and decode).
+    pub env_screenshot_secs: f64,
     /// Episodes of tasks with both a success check and a reward model where the model's
     /// verdict (P ≥ threshold) matched the check's.
     #[serde(skip_serializing_if = "is_zero")]
@@ -78,6 +87,12 @@ impl CollectStats {
     /// Env steps per second.
     pub fn steps_per_s(&self) -> f64 {
         self.env_steps as f64 / self.seconds.max(1e-9)
+    }
+    /// Seconds the policy sat waiting for envs (resets and steps): the collection's
+    /// wall-clock less its time in policy calls. Large against `policy_secs`, the envs
+    /// are the bottleneck; small, the policy is.
+    pub fn env_wait_secs(&self) -> f64 {
+        (self.seconds - self.policy_secs).max(0.0)
     }
 }
 
@@ -205,6 +220,11 @@ impl Collector {
                             None => {}
                         }
                         stats.env_steps += rec.trajectory.steps.len();
+                        for st in &rec.trajectory.steps {
+                            stats.env_action_secs += st.timings.action_ms / 1e3;
+                            stats.env_settle_secs += st.timings.settle_ms / 1e3;
+                            stats.env_screenshot_secs += st.timings.screenshot_ms / 1e3;
+                        }
                         match rec.trajectory.outcome.status {
                             EpisodeStatus::EnvError => stats.env_errors += 1,
                             EpisodeStatus::PolicyError => stats.policy_errors += 1,
@@ -238,7 +258,9 @@ impl Collector {
                     let call = std::mem::replace(&mut waiting, rest);
                     let states: Vec<ScreenState> = call.iter().map(|(s, _, _)| s.clone()).collect();
                     let keys: Vec<u64> = call.iter().map(|(_, k, _)| *k).collect();
+                    let asked = Instant::now();
                     let decisions = off_runtime(|| policy.act_keyed(&states, &keys))?;
+                    stats.policy_secs += asked.elapsed().as_secs_f64();
                     anyhow::ensure!(
                         decisions.len() == states.len(),
                         "the policy returned {} actions for {} states",

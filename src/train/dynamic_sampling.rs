@@ -149,6 +149,11 @@ impl Collection {
         m.env_errors = (self.outcomes.len() - counted.len()) as u64;
         m.give_ups = self.give_ups as u64;
         m.env_steps_per_sec = self.stats.steps_per_s();
+        m.policy_secs = self.stats.policy_secs;
+        m.env_wait_secs = self.stats.env_wait_secs();
+        m.env_action_secs = self.stats.env_action_secs;
+        m.env_settle_secs = self.stats.env_settle_secs;
+        m.env_screenshot_secs = self.stats.env_screenshot_secs;
         let r = &self.report;
         m.groups_collected = r.groups as u64;
         m.informative_groups = r.informative as u64;
@@ -289,6 +294,10 @@ fn add_stats(total: &mut CollectStats, s: &CollectStats) {
     total.env_errors += s.env_errors;
     total.policy_errors += s.policy_errors;
     total.seconds += s.seconds;
+    total.policy_secs += s.policy_secs;
+    total.env_action_secs += s.env_action_secs;
+    total.env_settle_secs += s.env_settle_secs;
+    total.env_screenshot_secs += s.env_screenshot_secs;
     total.reward_model_agree += s.reward_model_agree;
     total.reward_model_disagree += s.reward_model_disagree;
 }

@@ -11,6 +11,21 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 
+/// The fields of [`IterationMetrics`] that measure wall-clock time: they differ between
+/// runs that are otherwise bit for bit the same.
+pub const CLOCK_FIELDS: &[&str] = &[
+    "wall_secs",
+    "rollout_secs",
+    "update_secs",
+    "train_tokens_per_sec",
+    "env_steps_per_sec",
+    "policy_secs",
+    "env_wait_secs",
+    "env_action_secs",
+    "env_settle_secs",
+    "env_screenshot_secs",
+];
+
 /// Everything logged about one iteration (collect + update). Missing fields read as 0 /
 /// `None`, so older files stay readable when fields are added.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -146,6 +161,18 @@ pub struct IterationMetrics {
     pub rollout_secs: f64,
     /// Seconds spent in the update.
     pub update_secs: f64,
+    /// Of `rollout_secs`, the time in the policy's calls (forward passes, sampling).
+    pub policy_secs: f64,
+    /// Of `rollout_secs`, the time the policy waited for envs (`rollout_secs` less
+    /// `policy_secs`, less the reward and advantage bookkeeping).
+    pub env_wait_secs: f64,
+    /// The envs' action time, summed over envs (with several envs it can exceed the
+    /// wall-clock).
+    pub env_action_secs: f64,
+    /// The envs' settle time (page settling, reward and element reads), summed over envs.
+    pub env_settle_secs: f64,
+    /// The envs' screenshot time (capture and decode), summed over envs.
+    pub env_screenshot_secs: f64,
     /// Environment steps per second during collection.
     pub env_steps_per_sec: f64,
     /// Action tokens trained per second during the update (all epochs).

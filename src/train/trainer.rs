@@ -244,7 +244,21 @@ impl Trainer {
                 } else {
                     String::new()
                 };
-                b.set_message(format!("reward {:.2} success {:.2}{sampling}", m.reward_mean, m.success_rate));
+                b.set_message(format!(
+                    "reward {:.2} success {:.2}{sampling} | {}",
+                    m.reward_mean,
+                    m.success_rate,
+                    time_split(&m)
+                ));
+            } else {
+                // Without a terminal (a log file, CI) the same line goes to the log.
+                tracing::info!(
+                    "iteration {}/{total}: reward {:.2} success {:.2} | {}",
+                    self.state.iteration,
+                    m.reward_mean,
+                    m.success_rate,
+                    time_split(&m)
+                );
             }
             let last = self.state.iteration == total || self.budget_spent();
             let interval = self.cfg.checkpoint.interval;
@@ -591,4 +605,13 @@ impl Trainer {
 /// The run folder for a config and an optional `--out`.
 pub fn run_dir(cfg: &TrainConfig, out: Option<&Path>) -> PathBuf {
     out.map(Path::to_path_buf).unwrap_or_else(|| cfg.run_dir())
+}
+
+/// Where an iteration's time went, for the progress line: the collection split into the
+/// policy's calls and the wait for envs, and the update.
+fn time_split(m: &IterationMetrics) -> String {
+    format!(
+        "collect {:.1}s (policy {:.1}s, env wait {:.1}s) update {:.1}s",
+        m.rollout_secs, m.policy_secs, m.env_wait_secs, m.update_secs
+    )
 }
