@@ -60,9 +60,18 @@ fn weights(ckpt: &Path) -> Vec<(String, Vec<f32>)> {
 async fn four_iterations_equal_two_plus_resume_plus_two() {
     // Plain GRPO, and with the adaptive KL coefficient (β moves every iteration and must
     // come back from the checkpoint, with the KL reference).
+    // And with two tasks drawn by learning progress (the faded success counts must come
+    // back from the checkpoint too).
     type Variant = (&'static str, fn(&mut TrainConfig));
-    let variants: [Variant; 2] =
-        [("plain", |_| {}), ("adaptive-beta", |c| (c.algo.beta, c.algo.kl_target) = (0.05, Some(1e-3)))];
+    let variants: [Variant; 3] = [
+        ("plain", |_| {}),
+        ("adaptive-beta", |c| (c.algo.beta, c.algo.kl_target) = (0.05, Some(1e-3))),
+        ("progress", |c| {
+            c.tasks.ids.push("miniwob/click-test".into());
+            c.tasks.sampling = guirl::train::curriculum::TaskSampling::Progress;
+            c.algo.batch_seeds = 4;
+        }),
+    ];
     for (name, set) in variants {
         // Two browsers (the config's): the trainer calls the policy on one state at a
         // time, so which rollouts wait together does not change a log-prob's last bit.
@@ -96,6 +105,32 @@ async fn four_iterations_equal_two_plus_resume_plus_two() {
         assert_eq!(betas(&ma), betas(&mb), "{name}: β per iteration");
         if name == "adaptive-beta" {
             assert!(betas(&mb).windows(2).any(|w| w[0] != w[1]), "{name}: β adapted: {:?}", betas(&mb));
+        }
+        if name == "progress" {
+            let w = |m: &serde_json::Value| -> Vec<f64> {
+                m["task_weights"].as_object().unwrap().values().map(|v| v.as_f64().unwrap()).collect()
+            };
+            assert_eq!(ma.iter().map(w).collect::<Vec<_>>(), mb.iter().map(w).collect::<Vec<_>>(), "{name}");
+            assert_eq!(w(&mb[0]), vec![0.5, 0.5], "unseen tasks are drawn evenly");
+            // Each iteration's drawn tasks (a task not drawn has no entry).
+            assert!(mb.iter().all(|m| !m["task_success"].as_object().unwrap().is_empty()), "{name}: {mb:?}");
+            // Iteration 3 drew with the weights of the counts iteration 2's checkpoint holds.
+            let state: serde_json::Value = serde_json::from_str(
+                &std::fs::read_to_string(b.join("checkpoints/iter-000002/trainer.json")).unwrap(),
+            )
+            .unwrap();
+            let tallies: std::collections::BTreeMap<String, guirl::train::curriculum::TaskTally> =
+                serde_json::from_value(state["task_tallies"].clone()).unwrap();
+            let ids: Vec<String> = mb[2]["task_weights"].as_object().unwrap().keys().cloned().collect();
+            let expect = guirl::train::curriculum::progress_weights(&ids, &tallies, 0.2);
+            for (got, want) in w(&mb[2]).iter().zip(&expect) {
+                assert!(
+                    (got - want).abs() < 1e-12,
+                    "{name}: iteration 3 weights {:?} vs {expect:?}",
+                    w(&mb[2])
+                );
+            }
+            assert!(b.join("plots/tasks.png").is_file());
         }
         assert!(b.join("plots/success.png").is_file());
     }

@@ -55,6 +55,9 @@ pub struct TrainerState {
     /// the configured `beta`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kl_coef: Option<f64>,
+    /// Each task's faded training success counts (`[tasks] sampling = "progress"`).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub task_tallies: std::collections::BTreeMap<String, super::curriculum::TaskTally>,
 }
 
 /// The folder name of iteration `iteration`'s checkpoint.

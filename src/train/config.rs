@@ -96,6 +96,17 @@ pub struct TasksConfig {
     /// Held-out seeds for evaluation, `start..start+count` (default 1 000 000, 100).
     #[serde(default = "default_eval_seeds")]
     pub eval_seeds: EvalSeeds,
+    /// How each group's task is drawn: `uniform` (default) or `progress` (by recent
+    /// training success, [`super::curriculum`]).
+    #[serde(default)]
+    pub sampling: super::curriculum::TaskSampling,
+    /// Under `progress`, the share of draws spread evenly over the tasks (default 0.2).
+    #[serde(default = "default_progress_mix")]
+    pub progress_mix: f64,
+}
+
+fn default_progress_mix() -> f64 {
+    0.2
 }
 
 /// A half-open seed range `[start, end)`.
@@ -336,6 +347,13 @@ impl TrainConfig {
             format!("tasks.train_seeds must have start < end, got {}..{}", tr.start, tr.end),
         );
         check(ev.count >= 1, "tasks.eval_seeds.count must be at least 1".into());
+        check(
+            (0.0..=1.0).contains(&t.progress_mix),
+            format!(
+                "tasks.progress_mix must be in [0, 1] (the uniform share of draws), got {}",
+                t.progress_mix
+            ),
+        );
         let ev_end = ev.start.saturating_add(ev.count);
         let test = super::seeds::TEST_SEEDS;
         for (key, end) in [("train_seeds", tr.end), ("eval_seeds", ev_end)] {

@@ -38,6 +38,7 @@ use crate::rollout::{CollectStats, Collector, Job, Outcome, Recorded, TrainingBa
 use crate::tasks::Task;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Which collected groups an iteration trains on, and whether to collect again.
@@ -131,6 +132,9 @@ pub struct Collection {
     pub report: SamplingReport,
     /// Kept rollouts the overlong penalty reached, and its mean over the kept rollouts.
     pub overlong: (usize, f64),
+    /// Every collected rollout's task: counted episodes and successes, by task id
+    /// (dropped groups included; what the curriculum and per-task metrics use).
+    pub task_counts: BTreeMap<String, (usize, usize)>,
 }
 
 impl Collection {
@@ -176,24 +180,58 @@ pub struct SeedStream<'a> {
     rng: ChaCha8Rng,
     tasks: &'a [Arc<dyn Task>],
     seeds: std::ops::Range<u64>,
+    /// Task weights (progress sampling); `None`: uniform.
+    weights: Option<rand::distributions::WeightedIndex<f64>>,
 }
 
 impl<'a> SeedStream<'a> {
-    /// The stream of iteration `it`.
+    /// The stream of iteration `it`, drawing tasks uniformly.
     pub fn new(cfg: &TrainConfig, tasks: &'a [Arc<dyn Task>], it: u64) -> SeedStream<'a> {
         let tr = cfg.tasks.train_seeds;
-        SeedStream { rng: rng_for(cfg.run.seed, it, 1), tasks, seeds: tr.start..tr.end }
+        SeedStream { rng: rng_for(cfg.run.seed, it, 1), tasks, seeds: tr.start..tr.end, weights: None }
+    }
+
+    /// Draw tasks in proportion to `weights` (one per task, in `tasks`' order) instead.
+    pub fn weighted(mut self, weights: &[f64]) -> anyhow::Result<Self> {
+        anyhow::ensure!(
+            weights.len() == self.tasks.len(),
+            "{} task weights for {} tasks",
+            weights.len(),
+            self.tasks.len()
+        );
+        self.weights = Some(rand::distributions::WeightedIndex::new(weights)?);
+        Ok(self)
     }
 
     /// The next `n` instances.
     pub fn next_batch(&mut self, n: usize) -> Vec<(Arc<dyn Task>, u64)> {
+        use rand::distributions::Distribution;
         (0..n)
             .map(|_| {
-                let task = self.tasks[self.rng.gen_range(0..self.tasks.len())].clone();
-                (task, self.rng.gen_range(self.seeds.clone()))
+                let i = match &self.weights {
+                    Some(w) => w.sample(&mut self.rng),
+                    None => self.rng.gen_range(0..self.tasks.len()),
+                };
+                (self.tasks[i].clone(), self.rng.gen_range(self.seeds.clone()))
             })
             .collect()
     }
+}
+
+/// Each task's counted episodes and successes among `recs` (infrastructure failures left
+/// out), by task id.
+pub fn task_counts(recs: &[Recorded]) -> BTreeMap<String, (usize, usize)> {
+    let mut out: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+    for r in recs {
+        let o = &r.trajectory.outcome;
+        if o.status.is_infrastructure_failure() {
+            continue;
+        }
+        let c = out.entry(r.trajectory.task_id.clone()).or_default();
+        c.0 += 1;
+        c.1 += usize::from(o.status == EpisodeStatus::Success);
+    }
+    out
 }
 
 /// Collect iteration `it`'s groups: B task seeds × G rollouts, with the training rewards;
@@ -207,12 +245,16 @@ pub async fn collect_groups(
     cfg: &TrainConfig,
     it: u64,
     sampling: Sampling,
+    task_weights: Option<&[f64]>,
 ) -> anyhow::Result<Collection> {
     let algo = &cfg.algo;
     let b = algo.batch_seeds;
     let max_extra = algo.max_extra_collections();
     let mut filter = GroupFilter::new(b, max_extra, algo.drop_all_equal_groups());
     let mut seeds = SeedStream::new(cfg, tasks, it);
+    if let Some(w) = task_weights {
+        seeds = seeds.weighted(w)?;
+    }
     let mut extra_seeds = rng_for(cfg.run.seed, it, 3);
     let mut out = Collection {
         recs: Vec::new(),
@@ -222,6 +264,7 @@ pub async fn collect_groups(
         give_ups: 0,
         report: SamplingReport::default(),
         overlong: (0, 0.0),
+        task_counts: BTreeMap::new(),
     };
     for k in 0.. {
         let seed = if k == 0 { sampling.seed } else { extra_seeds.gen() };
@@ -236,6 +279,11 @@ pub async fn collect_groups(
             out.extra_env_steps += st.env_steps;
         }
         out.outcomes.extend(recs.iter().map(|r| r.trajectory.outcome.clone()));
+        for (id, (n, k)) in task_counts(&recs) {
+            let c = out.task_counts.entry(id).or_default();
+            c.0 += n;
+            c.1 += k;
+        }
         let (batch, index) = TrainingBatch::group(recs.iter().map(|r| &r.trajectory));
         let keys = match algo.kind {
             AlgoKind::Gigpo => anchor_keys(&recs, &index),

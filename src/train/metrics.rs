@@ -185,6 +185,14 @@ pub struct IterationMetrics {
     pub eval_reward: Option<f64>,
     /// Seconds since the run started (across resumes).
     pub wall_secs: f64,
+    /// With two or more tasks: each task's training success this iteration (its counted
+    /// collected rollouts, dropped groups included), by task id.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub task_success: std::collections::BTreeMap<String, f64>,
+    /// Under `[tasks] sampling = "progress"`: the probability each task was drawn with
+    /// this iteration.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub task_weights: std::collections::BTreeMap<String, f64>,
 }
 
 impl IterationMetrics {

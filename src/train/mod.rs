@@ -23,6 +23,7 @@ pub mod advantage;
 pub mod algo_config;
 pub mod checkpoint;
 pub mod config;
+pub mod curriculum;
 pub mod demos;
 pub mod dynamic_sampling;
 pub mod eval;

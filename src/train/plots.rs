@@ -308,6 +308,9 @@ fn write_plots_with(ms: &[IterationMetrics], dir: &Path, text: bool) -> anyhow::
         ));
     }
     let mut out = Vec::new();
+    if let Some(path) = task_plot(ms, dir, text)? {
+        out.push(path);
+    }
     for (file, title, x, y, mut lines) in plots {
         // drop optional lines with no points (e.g. no evaluation yet)
         lines.retain(|l| !l.points.is_empty() || l.label == "mean reward" || l.label == "train");
@@ -316,6 +319,40 @@ fn write_plots_with(ms: &[IterationMetrics], dir: &Path, text: bool) -> anyhow::
         out.push(path);
     }
     Ok(out)
+}
+
+/// With several tasks, `tasks.png`: each task's training success against env steps (the
+/// first ten tasks by id; the rest are in `metrics.jsonl`).
+fn task_plot(ms: &[IterationMetrics], dir: &Path, text: bool) -> anyhow::Result<Option<PathBuf>> {
+    const PALETTE: [RGBColor; 10] = [
+        BLUE_,
+        ORANGE,
+        GREEN_,
+        RED_,
+        RGBColor(148, 103, 189),
+        RGBColor(140, 86, 75),
+        RGBColor(227, 119, 194),
+        RGBColor(127, 127, 127),
+        RGBColor(188, 189, 34),
+        RGBColor(23, 190, 207),
+    ];
+    let ids: std::collections::BTreeSet<&String> = ms.iter().flat_map(|m| m.task_success.keys()).collect();
+    if ids.is_empty() {
+        return Ok(None);
+    }
+    let lines: Vec<Line> = ids
+        .into_iter()
+        .take(PALETTE.len())
+        .zip(PALETTE)
+        .map(|(id, color)| Line {
+            label: id.clone(),
+            color,
+            points: ms.iter().filter_map(|m| Some((m.env_steps as f64, *m.task_success.get(id)?))).collect(),
+        })
+        .collect();
+    let path = dir.join("tasks.png");
+    draw(&path, "Training success by task", ("environment steps", "success rate"), true, &lines, text)?;
+    Ok(Some(path))
 }
 
 #[cfg(test)]

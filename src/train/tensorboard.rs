@@ -219,7 +219,8 @@ fn scalar(tag: String, v: f64) -> SummaryValue {
 
 /// The scalars of one metrics line, tagged by field name: every numeric field as
 /// `metrics.jsonl` holds it (absent optional fields and non-finite values, written there as
-/// `null`, are left out), `iteration` aside (it is the step). Iteration 0 holds only the
+/// `null`, are left out; a per-task map as `FIELD/TASK`), `iteration` aside (it is the
+/// step). Iteration 0 holds only the
 /// starting policy's evaluation, so only its `eval_*` fields and `wall_secs` are taken.
 pub fn metric_scalars(m: &IterationMetrics) -> Vec<(String, f64)> {
     let serde_json::Value::Object(fields) = serde_json::to_value(m).unwrap_or_default() else {
@@ -229,7 +230,13 @@ pub fn metric_scalars(m: &IterationMetrics) -> Vec<(String, f64)> {
         .into_iter()
         .filter(|(k, _)| k != "iteration")
         .filter(|(k, _)| m.iteration > 0 || k.starts_with("eval_") || k == "wall_secs")
-        .filter_map(|(k, v)| Some((k, v.as_f64()?)))
+        .flat_map(|(k, v)| match v {
+            // Per-task maps (`task_success`) become one scalar per task: `task_success/ID`.
+            serde_json::Value::Object(o) => {
+                o.into_iter().filter_map(|(id, v)| Some((format!("{k}/{id}"), v.as_f64()?))).collect()
+            }
+            v => v.as_f64().map(|x| (k, x)).into_iter().collect::<Vec<_>>(),
+        })
         .collect()
 }
 

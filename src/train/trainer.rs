@@ -20,6 +20,7 @@
 
 use super::checkpoint::{self, TrainerState};
 use super::config::{KlMode, TrainConfig};
+use super::curriculum::{self, TaskSampling};
 use super::dynamic_sampling::collect_groups;
 use super::eval::{eval_jobs, evaluate, evaluate_counts, test_jobs, EvalCounts, EvalResult};
 use super::metrics::{read_metrics, IterationMetrics, MetricsWriter};
@@ -303,9 +304,19 @@ impl Trainer {
             r.set_sampling(sampling);
         }
         // 2. Rewards, with the truncation, give-up and overlong corrections (rewards.rs).
-        let collected =
-            collect_groups(&mut self.collector, self.policy.as_mut(), &self.tasks, &cfg, it, sampling)
-                .await?;
+        let ids: Vec<String> = self.tasks.iter().map(|t| t.id().to_string()).collect();
+        let weights = (cfg.tasks.sampling == TaskSampling::Progress)
+            .then(|| curriculum::progress_weights(&ids, &self.state.task_tallies, cfg.tasks.progress_mix));
+        let collected = collect_groups(
+            &mut self.collector,
+            self.policy.as_mut(),
+            &self.tasks,
+            &cfg,
+            it,
+            sampling,
+            weights.as_deref(),
+        )
+        .await?;
         let (recs, cstats) = (&collected.recs, &collected.stats);
         let rollout_secs = t0.elapsed().as_secs_f64();
 
@@ -385,6 +396,17 @@ impl Trainer {
         };
         m.set_advantage(&astats);
         collected.set_metrics(&mut m); // every collected rollout, not only those trained on
+        if ids.len() > 1 {
+            m.task_success = collected
+                .task_counts
+                .iter()
+                .map(|(id, &(n, s))| (id.clone(), s as f64 / n.max(1) as f64))
+                .collect();
+        }
+        if let Some(w) = &weights {
+            m.task_weights = ids.iter().cloned().zip(w.iter().copied()).collect();
+            curriculum::update(&mut self.state.task_tallies, &collected.task_counts);
+        }
         m.set_loss(&up.loss);
         if let Some(s) = up.kl_stop {
             m.kl_early_stop = 1;
