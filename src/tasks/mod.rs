@@ -17,18 +17,131 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// A learned reward model that scores a task's episodes when they end (a website spec's
-/// `reward = "model:PATH"`). The env does not run it (it knows no models): the collector
-/// applies it to every finished episode (`rollout/collector.rs`).
+/// What scores a task's episodes when they end, in place of (or beside) a success check
+/// in the page: a website spec's `reward = "model:PATH"` or `reward = "judge:MODEL@URL"`.
+/// The env does not run it (it knows no models): the collector applies it to every
+/// finished episode (`rollout/collector.rs`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct LearnedReward {
-    /// The model folder (written by `guirl train-reward`).
-    pub model: PathBuf,
-    /// P(success) at and above which the episode counts as a success.
+    /// The model that scores.
+    pub scorer: Scorer,
+    /// The score (a reward model's P(success), a judge's fraction of SUCCESS votes) at and
+    /// above which the episode counts as a success.
     pub threshold: f64,
-    /// The model decides the episode's reward and success (the task has no success check
-    /// of its own); otherwise the check decides and the model's agreement with it is logged.
+    /// The scorer decides the episode's reward and success (the task has no success check
+    /// of its own); otherwise the check decides and the scorer's agreement with it is logged.
     pub decides: bool,
+}
+
+/// The two kinds of episode scorers.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Scorer {
+    /// A reward model folder written by `guirl train-reward`.
+    Model(PathBuf),
+    /// A vision-language model behind an OpenAI-compatible API, asked for a verdict.
+    Judge(JudgeSpec),
+}
+
+impl LearnedReward {
+    /// The reward model folder, if a reward model scores.
+    pub fn model(&self) -> Option<&Path> {
+        match &self.scorer {
+            Scorer::Model(p) => Some(p),
+            Scorer::Judge(_) => None,
+        }
+    }
+
+    /// The judge, if a judge scores.
+    pub fn judge(&self) -> Option<&JudgeSpec> {
+        match &self.scorer {
+            Scorer::Judge(j) => Some(j),
+            Scorer::Model(_) => None,
+        }
+    }
+
+    /// How many screenshots of the episode's end the scorer looks at (the final one
+    /// included): a judge's `frames`, 1 for a reward model.
+    pub fn frames(&self) -> usize {
+        self.judge().map_or(1, |j| j.frames.max(1))
+    }
+}
+
+/// A judge: which model, where, and how it is asked (`reward = "judge:MODEL@BASE_URL"`
+/// and the spec's `[judge]` table). Plain data; `policy/judge` asks it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JudgeSpec {
+    /// Model name sent in each request.
+    pub model: String,
+    /// Base URL of the OpenAI-compatible endpoint, usually ending in `/v1`.
+    pub base_url: String,
+    /// Samples asked per episode; the fraction saying SUCCESS is compared with the
+    /// threshold.
+    pub votes: u32,
+    /// Screenshots shown: the final one and up to `frames − 1` before it.
+    pub frames: usize,
+    /// Show the episode's actions as text too.
+    pub actions: bool,
+    /// A rubric file replacing the built-in one (absolute, or from the spec's folder).
+    pub rubric: Option<PathBuf>,
+    /// The environment variable holding the API key (sent as a Bearer token if set).
+    pub api_key_env: String,
+    /// Limit on one request, in seconds.
+    pub timeout_s: f64,
+    /// Retries of a request (429, 5xx, timeouts, refused connections), and re-asks of an
+    /// answer with no verdict line.
+    pub retries: u32,
+    /// Sampling temperature.
+    pub temperature: f64,
+    /// Answer length limit.
+    pub max_tokens: u32,
+    /// A folder of cached verdicts (absolute, or from the spec's folder), if any.
+    pub cache: Option<PathBuf>,
+}
+
+impl JudgeSpec {
+    /// The prefix of a judge in `reward = "…"` and `--judge`.
+    pub const PREFIX: &'static str = "judge:";
+
+    /// A judge of `target` (`MODEL@BASE_URL`, with or without the `judge:` prefix) with
+    /// every other setting at its default. Without `@http(s)://…` the base URL is
+    /// `$OPENAI_BASE_URL`, else OpenAI's, as for `openai:` policies.
+    pub fn parse(target: &str) -> anyhow::Result<JudgeSpec> {
+        let rest = target.strip_prefix(Self::PREFIX).unwrap_or(target).trim();
+        let (model, base_url) = match rest.rsplit_once('@') {
+            Some((m, b)) if b.starts_with("http://") || b.starts_with("https://") => {
+                (m.to_string(), b.to_string())
+            }
+            Some((_, b)) => anyhow::bail!(
+                "judge {target:?}: {b:?} is not a base URL; write judge:MODEL@http://HOST:PORT/v1"
+            ),
+            None => (
+                rest.to_string(),
+                std::env::var("OPENAI_BASE_URL").unwrap_or_else(|_| "https://api.openai.com/v1".to_string()),
+            ),
+        };
+        if model.trim().is_empty() {
+            anyhow::bail!("judge {target:?} names no model: write judge:MODEL@http://HOST:PORT/v1");
+        }
+        Ok(JudgeSpec {
+            model,
+            base_url,
+            votes: 1,
+            frames: 1,
+            actions: false,
+            rubric: None,
+            api_key_env: "OPENAI_API_KEY".into(),
+            timeout_s: 60.0,
+            retries: 3,
+            temperature: 0.0,
+            max_tokens: 512,
+            cache: None,
+        })
+    }
+
+    /// `MODEL@BASE_URL`, as reports name the judge.
+    pub fn name(&self) -> String {
+        format!("{}@{}", self.model, self.base_url)
+    }
 }
 
 /// Window and screenshot geometry of a task, in CSS pixels.
@@ -128,7 +241,7 @@ pub trait Task: Send + Sync + std::fmt::Debug {
     fn failure_reward(&self) -> f64 {
         -1.0
     }
-    /// The learned reward model that scores this task's episodes, if any.
+    /// The reward model or judge that scores this task's episodes, if any.
     fn learned_reward(&self) -> Option<&LearnedReward> {
         None
     }

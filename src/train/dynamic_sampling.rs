@@ -147,6 +147,8 @@ impl Collection {
         m.episode_len = counted.iter().map(|o| o.steps as f64).sum::<f64>() / n;
         m.episodes = self.outcomes.len() as u64;
         m.env_errors = (self.outcomes.len() - counted.len()) as u64;
+        m.judge_errors =
+            self.outcomes.iter().filter(|o| o.status == EpisodeStatus::JudgeError).count() as u64;
         m.give_ups = self.give_ups as u64;
         m.env_steps_per_sec = self.stats.steps_per_s();
         let r = &self.report;
@@ -288,6 +290,7 @@ fn add_stats(total: &mut CollectStats, s: &CollectStats) {
     total.env_steps += s.env_steps;
     total.env_errors += s.env_errors;
     total.policy_errors += s.policy_errors;
+    total.judge_errors += s.judge_errors;
     total.seconds += s.seconds;
     total.reward_model_agree += s.reward_model_agree;
     total.reward_model_disagree += s.reward_model_disagree;
