@@ -6,12 +6,14 @@
 pub mod builtin;
 pub mod builtin_specs;
 pub mod embedded;
+pub mod judge;
 pub mod miniwob;
 pub mod page;
 pub mod server;
 pub mod website;
 
 use async_trait::async_trait;
+pub use judge::JudgeSpec;
 pub use page::{EnvError, Page};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -63,84 +65,6 @@ impl LearnedReward {
     /// included): a judge's `frames`, 1 for a reward model.
     pub fn frames(&self) -> usize {
         self.judge().map_or(1, |j| j.frames.max(1))
-    }
-}
-
-/// A judge: which model, where, and how it is asked (`reward = "judge:MODEL@BASE_URL"`
-/// and the spec's `[judge]` table). Plain data; `policy/judge` asks it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct JudgeSpec {
-    /// Model name sent in each request.
-    pub model: String,
-    /// Base URL of the OpenAI-compatible endpoint, usually ending in `/v1`.
-    pub base_url: String,
-    /// Samples asked per episode; the fraction saying SUCCESS is compared with the
-    /// threshold.
-    pub votes: u32,
-    /// Screenshots shown: the final one and up to `frames − 1` before it.
-    pub frames: usize,
-    /// Show the episode's actions as text too.
-    pub actions: bool,
-    /// A rubric file replacing the built-in one (absolute, or from the spec's folder).
-    pub rubric: Option<PathBuf>,
-    /// The environment variable holding the API key (sent as a Bearer token if set).
-    pub api_key_env: String,
-    /// Limit on one request, in seconds.
-    pub timeout_s: f64,
-    /// Retries of a request (429, 5xx, timeouts, refused connections), and re-asks of an
-    /// answer with no verdict line.
-    pub retries: u32,
-    /// Sampling temperature.
-    pub temperature: f64,
-    /// Answer length limit.
-    pub max_tokens: u32,
-    /// A folder of cached verdicts (absolute, or from the spec's folder), if any.
-    pub cache: Option<PathBuf>,
-}
-
-impl JudgeSpec {
-    /// The prefix of a judge in `reward = "…"` and `--judge`.
-    pub const PREFIX: &'static str = "judge:";
-
-    /// A judge of `target` (`MODEL@BASE_URL`, with or without the `judge:` prefix) with
-    /// every other setting at its default. Without `@http(s)://…` the base URL is
-    /// `$OPENAI_BASE_URL`, else OpenAI's, as for `openai:` policies.
-    pub fn parse(target: &str) -> anyhow::Result<JudgeSpec> {
-        let rest = target.strip_prefix(Self::PREFIX).unwrap_or(target).trim();
-        let (model, base_url) = match rest.rsplit_once('@') {
-            Some((m, b)) if b.starts_with("http://") || b.starts_with("https://") => {
-                (m.to_string(), b.to_string())
-            }
-            Some((_, b)) => anyhow::bail!(
-                "judge {target:?}: {b:?} is not a base URL; write judge:MODEL@http://HOST:PORT/v1"
-            ),
-            None => (
-                rest.to_string(),
-                std::env::var("OPENAI_BASE_URL").unwrap_or_else(|_| "https://api.openai.com/v1".to_string()),
-            ),
-        };
-        if model.trim().is_empty() {
-            anyhow::bail!("judge {target:?} names no model: write judge:MODEL@http://HOST:PORT/v1");
-        }
-        Ok(JudgeSpec {
-            model,
-            base_url,
-            votes: 1,
-            frames: 1,
-            actions: false,
-            rubric: None,
-            api_key_env: "OPENAI_API_KEY".into(),
-            timeout_s: 60.0,
-            retries: 3,
-            temperature: 0.0,
-            max_tokens: 512,
-            cache: None,
-        })
-    }
-
-    /// `MODEL@BASE_URL`, as reports name the judge.
-    pub fn name(&self) -> String {
-        format!("{}@{}", self.model, self.base_url)
     }
 }
 

@@ -32,9 +32,10 @@
 //! `frames`, `actions`, `rubric`, `cache`, …; see [`JudgeTable`]); `reward_threshold` is
 //! then the fraction of SUCCESS votes that makes a success.
 
+use super::judge::{JudgeSpec, JudgeTable};
 use super::server::base_url;
 use super::{EnvError, Page};
-use super::{EpisodeOptions, EpisodeStart, JudgeSpec, Task, Viewport};
+use super::{EpisodeOptions, EpisodeStart, Task, Viewport};
 use anyhow::{bail, Context};
 use async_trait::async_trait;
 use rand::{Rng, SeedableRng};
@@ -83,44 +84,6 @@ pub struct WebsiteSpec {
     /// How a `judge:` reward asks its model.
     #[serde(default)]
     pub judge: Option<JudgeTable>,
-}
-
-/// The `[judge]` table of a spec whose `reward` is `"judge:MODEL@BASE_URL"`; every key may
-/// be left out.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct JudgeTable {
-    /// Samples per episode (default 1); the episode succeeds when the fraction saying
-    /// SUCCESS reaches `reward_threshold`.
-    #[serde(default)]
-    pub votes: Option<u32>,
-    /// Screenshots shown, the final one included (default 1).
-    #[serde(default)]
-    pub frames: Option<usize>,
-    /// Show the episode's actions as text too (default false).
-    #[serde(default)]
-    pub actions: Option<bool>,
-    /// A rubric file replacing the built-in one, from the spec's folder.
-    #[serde(default)]
-    pub rubric: Option<String>,
-    /// The environment variable holding the API key (default `OPENAI_API_KEY`).
-    #[serde(default)]
-    pub api_key_env: Option<String>,
-    /// Limit on one request in seconds (default 60).
-    #[serde(default)]
-    pub timeout_s: Option<f64>,
-    /// Retries of a failed request and re-asks of an answer with no verdict (default 3).
-    #[serde(default)]
-    pub retries: Option<u32>,
-    /// Sampling temperature (default 0 for one vote, 1 for several).
-    #[serde(default)]
-    pub temperature: Option<f64>,
-    /// Answer length limit (default 512).
-    #[serde(default)]
-    pub max_tokens: Option<u32>,
-    /// A folder caching verdicts, from the spec's folder (default: none).
-    #[serde(default)]
-    pub cache: Option<String>,
 }
 
 fn default_max_steps() -> u32 {
@@ -233,21 +196,7 @@ impl WebsiteSpec {
             if !self.reward.as_deref().is_some_and(|r| r.starts_with(JudgeSpec::PREFIX)) {
                 bail!("[judge] is set but reward is not a judge: add reward = \"judge:MODEL@BASE_URL\"");
             }
-            if j.votes.is_some_and(|v| !(1..=64).contains(&v)) {
-                bail!("judge.votes = {} is out of range: use 1 to 64", j.votes.unwrap_or(0));
-            }
-            if j.frames.is_some_and(|v| !(1..=16).contains(&v)) {
-                bail!("judge.frames = {} is out of range: use 1 to 16", j.frames.unwrap_or(0));
-            }
-            if j.timeout_s.is_some_and(|t| !(t > 0.0 && t.is_finite())) {
-                bail!("judge.timeout_s must be a positive number of seconds");
-            }
-            if j.temperature.is_some_and(|t| !(t >= 0.0 && t.is_finite())) {
-                bail!("judge.temperature must be 0 (greedy) or positive");
-            }
-            if j.max_tokens == Some(0) {
-                bail!("judge.max_tokens must be at least 1");
-            }
+            j.validate()?;
         }
         if let Some(t) = self.reward_threshold {
             if self.reward.is_none() {
@@ -333,29 +282,8 @@ fn learned_reward(spec: &WebsiteSpec, base: &Path) -> anyhow::Result<Option<supe
         }
     };
     let scorer = if let Some(target) = reward.strip_prefix(JudgeSpec::PREFIX) {
-        let mut j = JudgeSpec::parse(target)?;
-        let t = spec.judge.clone().unwrap_or_default();
-        j.votes = t.votes.unwrap_or(1);
-        j.frames = t.frames.unwrap_or(1);
-        j.actions = t.actions.unwrap_or(false);
-        j.rubric = t.rubric.as_deref().map(resolve);
-        j.api_key_env = t.api_key_env.unwrap_or(j.api_key_env);
-        j.timeout_s = t.timeout_s.unwrap_or(j.timeout_s);
-        j.retries = t.retries.unwrap_or(j.retries);
-        // Several votes of a greedy model would all say the same.
-        j.temperature = t.temperature.unwrap_or(if j.votes > 1 { 1.0 } else { 0.0 });
-        j.max_tokens = t.max_tokens.unwrap_or(j.max_tokens);
-        j.cache = t.cache.as_deref().map(resolve);
-        if let (Some(p), Some(given)) = (&j.rubric, &t.rubric) {
-            if let Err(e) = std::fs::read_to_string(p) {
-                bail!(
-                    "judge.rubric = {given:?}: cannot read {} ({e}); give a rubric file (a path from the \
-                     spec's folder), or leave judge.rubric out for the built-in rubric",
-                    p.display()
-                );
-            }
-        }
-        super::Scorer::Judge(j)
+        let table = spec.judge.clone().unwrap_or_default();
+        super::Scorer::Judge(table.resolve(target, &resolve)?)
     } else {
         let Some(path) = reward.strip_prefix("model:") else { return Ok(None) };
         let model = resolve(path);
@@ -656,58 +584,5 @@ url_pattern = "done"
             (l.model().unwrap().to_path_buf(), l.threshold, l.decides),
             (dir.path().join("rm"), 0.5, true)
         );
-    }
-
-    #[test]
-    fn a_judge_may_replace_the_success_checks() {
-        let no_check = OK.replace("[success]\nurl_pattern = \"done\"\n", "");
-        let s = WebsiteSpec::parse(&format!(
-            "reward = \"judge:qwen@http://127.0.0.1:8000/v1\"\n{no_check}[judge]\nvotes = 3\n"
-        ))
-        .unwrap();
-        assert_eq!(s.judge.unwrap().votes, Some(3));
-        for (bad, needle) in [
-            ("reward = \"judge:\"", "names no model"),
-            ("reward = \"judge:qwen@localhost:8000\"", "is not a base URL"),
-            ("reward = \"jduge:qwen\"", "\"judge:MODEL@BASE_URL\""),
-        ] {
-            let e = WebsiteSpec::parse(&format!("{bad}\n{no_check}")).unwrap_err();
-            assert!(format!("{e:#}").contains(needle), "{bad}: {e:#}");
-        }
-        let judged = format!("reward = \"judge:q@http://h/v1\"\n{no_check}");
-        for (table, needle) in [
-            ("[judge]\nvotes = 0", "judge.votes = 0 is out of range"),
-            ("[judge]\nframes = 40", "judge.frames = 40 is out of range"),
-            ("[judge]\nvotse = 3", "votse"),
-            ("[judge]\ntimeout_s = 0.0", "judge.timeout_s"),
-        ] {
-            let e = WebsiteSpec::parse(&format!("{judged}{table}\n")).unwrap_err();
-            assert!(format!("{e:#}").contains(needle), "{table}: {e:#}");
-        }
-        let e = WebsiteSpec::parse(&format!("{OK}[judge]\nvotes = 3\n")).unwrap_err();
-        assert!(e.to_string().contains("reward is not a judge"), "{e}");
-        // Defaults, paths from the spec's folder, and a missing rubric file.
-        let dir = tempfile::tempdir().unwrap();
-        let spec = dir.path().join("t.toml");
-        std::fs::write(&spec, format!("{judged}[judge]\nvotes = 5\nrubric = \"r.md\"\ncache = \"c\"\n"))
-            .unwrap();
-        let e = WebsiteTask::load(&spec).unwrap_err();
-        assert!(format!("{e:#}").contains("judge.rubric = \"r.md\": cannot read"), "{e:#}");
-        std::fs::write(dir.path().join("r.md"), "Be strict.").unwrap();
-        let t = WebsiteTask::load(&spec).unwrap();
-        let l = t.learned_reward().unwrap();
-        let j = l.judge().unwrap();
-        assert_eq!(
-            (j.model.as_str(), j.base_url.as_str(), j.votes, j.temperature),
-            ("q", "http://h/v1", 5, 1.0)
-        );
-        assert_eq!(
-            (j.rubric.clone().unwrap(), j.cache.clone().unwrap()),
-            (dir.path().join("r.md"), dir.path().join("c"))
-        );
-        assert!(l.decides && l.threshold == 0.5 && l.frames() == 1);
-        // A judge named over the network is refused.
-        let e = WebsiteTask::from_text("x".into(), &judged, None, None).unwrap_err();
-        assert!(format!("{e:#}").contains("not accepted in a spec sent over the network"), "{e:#}");
     }
 }
