@@ -315,6 +315,13 @@ fn judge_errors_a_user_can_cause_say_what_to_do() {
         &guirl(&["judge", tmp.path().to_str().unwrap(), "--judge", "m@http://127.0.0.1:8000/v1"]),
         &["holds no trajectory set", "--record"],
     );
+    // A judge nobody runs: `guirl judge` says so before asking about any episode.
+    let set = tmp.path().join("set");
+    TrajectoryWriter::open(&set).unwrap().append(&episode(0, "ep 0", EpisodeStatus::Success)).unwrap();
+    fails_with(
+        &guirl(&["judge", set.to_str().unwrap(), "--judge", "m@http://127.0.0.1:1/v1"]),
+        &["cannot reach the judge at http://127.0.0.1:1/v1", "start its server"],
+    );
     for (reward, table, needles) in [
         ("judge:qwen@localhost:8000/v1", "", vec!["is not a base URL", "judge:MODEL@http://HOST:PORT/v1"]),
         (
@@ -433,7 +440,11 @@ fn a_website_task_without_a_check_is_scored_by_the_judge_in_a_real_browser() {
     assert_eq!(r["judge_errors"], json!(2), "{r}");
     for e in r["per_episode"].as_array().unwrap() {
         assert_eq!(e["status"], json!("judge_error"), "{e}");
-        assert!(e["error"].as_str().unwrap().contains("judge stand-in@http://127.0.0.1:1/v1"), "{e}");
+        let why = e["error"].as_str().unwrap();
+        assert!(
+            why.contains("judge stand-in@http://127.0.0.1:1/v1") && why.contains("is its server running"),
+            "{e}"
+        );
     }
     // A judge answering garbage: the same, after its re-asks.
     let garbage =

@@ -91,6 +91,8 @@ pub fn judge(args: JudgeArgs) -> anyhow::Result<()> {
     // (Checked before the cache folder is made inside it.)
     crate::rollout::rescore::find_sets(&args.path)?;
     let judge = Judge::new(&spec)?;
+    // Every episode would fail, slowly (retries with backoff), against a judge nobody runs.
+    judge.check_reachable().map_err(anyhow::Error::msg)?;
     let report = rescore(&args.path, &judge, args.threshold)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);

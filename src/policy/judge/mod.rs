@@ -135,6 +135,32 @@ impl Judge {
         Ok(j)
     }
 
+    /// Ask the endpoint which models it serves (one quick try): `Err` with what to do when
+    /// nothing answers at its base URL; a warning when it answers but does not list the
+    /// model (some servers list none; requests may still work).
+    pub fn check_reachable(&self) -> Result<(), String> {
+        let quick = Endpoint {
+            retries: 0,
+            timeout: self.endpoint.timeout.min(Duration::from_secs(10)),
+            ..self.endpoint.clone()
+        };
+        match quick.models() {
+            Ok(ids) if !ids.contains(&self.spec.model) => {
+                tracing::warn!("{} serves {ids:?}, not {:?}: judge requests may fail", self.spec.base_url, self.spec.model);
+                Ok(())
+            }
+            Ok(_) => Ok(()),
+            Err(e) if e.status.is_none() => Err(format!(
+                "cannot reach the judge at {} ({e}): start its server (e.g. `vllm serve MODEL`), or fix the base URL",
+                self.spec.base_url
+            )),
+            Err(e) => {
+                tracing::warn!("cannot list the models of {}: {e}", self.spec.base_url);
+                Ok(())
+            }
+        }
+    }
+
     /// Its settings.
     pub fn spec(&self) -> &JudgeSpec {
         &self.spec
@@ -200,10 +226,10 @@ impl Judge {
             // Each vote (and re-ask) its own seed, so votes differ where the server samples.
             body["seed"] = json!(vote * 1000 + attempt);
             self.requests.fetch_add(1, Ordering::SeqCst);
-            let answer = self
-                .endpoint
-                .call("chat/completions", Some(&body))
-                .map_err(|e| format!("judge {}: {e}", self.spec.name()))?;
+            let answer = self.endpoint.call("chat/completions", Some(&body)).map_err(|e| match e.status {
+                None => format!("judge {}: {e}; is its server running at that base URL?", self.spec.name()),
+                Some(_) => format!("judge {}: {e}", self.spec.name()),
+            })?;
             let text = answer.pointer("/choices/0/message").map(message_text).unwrap_or_default();
             if let Some(ok) = parse_verdict(&text) {
                 return Ok((ok, text));
@@ -212,7 +238,8 @@ impl Judge {
         }
         let cut: String = last.chars().take(200).collect();
         Err(format!(
-            "judge {}: no `VERDICT: SUCCESS` or `VERDICT: FAILURE` line in {} answer(s); the last: {cut:?}",
+            "judge {}: no `VERDICT: SUCCESS` or `VERDICT: FAILURE` line in {} answer(s); the last: {cut:?} \
+             (the rubric must ask for that last line; more retries re-ask more often)",
             self.spec.name(),
             self.spec.retries + 1
         ))
