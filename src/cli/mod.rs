@@ -4,6 +4,7 @@ mod bench;
 mod bench_learn;
 mod doctor;
 mod export;
+mod judge;
 mod play;
 mod policy;
 mod replay;
@@ -99,6 +100,10 @@ enum Command {
     TrainReward(train_reward::TrainRewardArgs),
     /// Re-execute recorded trajectories and check they reproduce.
     Replay(replay::ReplayArgs),
+    /// Re-score recorded episodes with a judge model behind an OpenAI-compatible API and
+    /// report its agreement with the tasks' own checks (precision, recall, Cohen's κ);
+    /// verdicts are cached, so a second pass costs nothing.
+    Judge(judge::JudgeArgs),
     /// Run a policy over a suite of tasks and report success with 95 % intervals
     /// (`guirl bench compare A B` compares two such reports).
     Bench(bench::BenchArgs),
@@ -148,6 +153,7 @@ pub fn main() -> ExitCode {
         Command::BenchEnv(args) => interruptible(run::bench_env(args)),
         Command::Train(args) => runtime().block_on(train::train(args)),
         Command::TrainReward(args) => train_reward::train_reward(args),
+        Command::Judge(args) => judge::judge(args),
         Command::Replay(args) => match interruptible(replay::replay(args)) {
             Ok(true) => Ok(()),
             Ok(false) => return ExitCode::from(1),

@@ -107,6 +107,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         if compared > 0 {
             out["reward_model_agreement"] = json!({"agree": stats.reward_model_agree, "episodes": compared});
         }
+        if stats.judge_errors > 0 {
+            out["judge_errors"] = json!(stats.judge_errors);
+        }
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
         let agreement = if compared > 0 {
@@ -114,8 +117,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         } else {
             String::new()
         };
+        let judge_errors = match stats.judge_errors {
+            0 => String::new(),
+            n => format!(" judge_errors={n}"),
+        };
         println!(
-            "episodes={} success_rate={success:.3} mean_reward={mean_reward:.3}{agreement}",
+            "episodes={} success_rate={success:.3} mean_reward={mean_reward:.3}{agreement}{judge_errors}",
             results.len()
         );
     }

@@ -23,6 +23,9 @@ pub enum EpisodeStatus {
     /// The policy could not produce an action (an API endpoint down, timing out or
     /// answering with an error): not the agent's failure, and not the browser's.
     PolicyError,
+    /// The judge that scores the episode (`reward = "judge:…"`) could not give a verdict
+    /// (down, timing out, or answering with no verdict line): not the agent's failure.
+    JudgeError,
 }
 
 impl EpisodeStatus {
@@ -36,13 +39,15 @@ impl EpisodeStatus {
             EpisodeStatus::EnvError => "env_error",
             EpisodeStatus::InvalidAction => "invalid_action",
             EpisodeStatus::PolicyError => "policy_error",
+            EpisodeStatus::JudgeError => "judge_error",
         }
     }
 
-    /// Whether the episode ended through no fault of the agent (a browser or a policy
-    /// endpoint failed): such episodes are left out of success rates and training groups.
+    /// Whether the episode ended through no fault of the agent (a browser, a policy
+    /// endpoint or a judge failed): such episodes are left out of success rates and
+    /// training groups.
     pub fn is_infrastructure_failure(self) -> bool {
-        matches!(self, EpisodeStatus::EnvError | EpisodeStatus::PolicyError)
+        matches!(self, EpisodeStatus::EnvError | EpisodeStatus::PolicyError | EpisodeStatus::JudgeError)
     }
 }
 

@@ -262,6 +262,7 @@ mod tests {
             steps: vec![],
             final_frame: None,
             outcome: Outcome { reward, status, steps: 1, error: None },
+            judge: None,
         }
     }
 

@@ -51,6 +51,9 @@ pub struct CollectStats {
     pub env_errors: usize,
     /// Episodes that ended as `policy_error`.
     pub policy_errors: usize,
+    /// Episodes that ended as `judge_error` (their task's judge gave no verdict).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub judge_errors: usize,
     /// Wall-clock seconds.
     pub seconds: f64,
     /// Policy calls and the mean batch size per call.
@@ -66,8 +69,8 @@ pub struct CollectStats {
     pub env_settle_secs: f64,
     /// ... their screenshot time (capture and decode).
     pub env_screenshot_secs: f64,
-    /// Episodes of tasks with both a success check and a reward model where the model's
-    /// verdict (P ≥ threshold) matched the check's.
+    /// Episodes of tasks with both a success check and a reward model or judge where the
+    /// model's verdict (score ≥ threshold) matched the check's.
     #[serde(skip_serializing_if = "is_zero")]
     pub reward_model_agree: usize,
     /// ... and where it did not.
@@ -228,6 +231,7 @@ impl Collector {
                         match rec.trajectory.outcome.status {
                             EpisodeStatus::EnvError => stats.env_errors += 1,
                             EpisodeStatus::PolicyError => stats.policy_errors += 1,
+                            EpisodeStatus::JudgeError => stats.judge_errors += 1,
                             _ => {}
                         }
                         on_done(i, &rec);
@@ -383,6 +387,7 @@ async fn episode(
         steps: vec![],
         final_frame: None,
         outcome: Outcome { reward: 0.0, status: EpisodeStatus::Running, steps: 0, error: None },
+        judge: None,
     };
     let mut obs = match env.reset(job.seed).await {
         Ok((obs, _)) => {
@@ -403,10 +408,19 @@ async fn episode(
     traj.instruction = obs.instruction.clone();
     traj.frame = obs.frame;
     let mut frames = Vec::new();
+    // The screenshots before the final one that the task's judge looks at.
+    let earlier = job.task.learned_reward().map_or(0, |l| l.frames() - 1);
+    let mut recent: VecDeque<image::RgbImage> = VecDeque::new();
     loop {
         let (reply_tx, reply_rx) = oneshot::channel();
         if keep_frames {
             frames.push(obs.screenshot.clone());
+        }
+        if earlier > 0 {
+            recent.push_back(obs.screenshot.clone());
+            if recent.len() > earlier {
+                recent.pop_front();
+            }
         }
         tx.send(Msg::Act(obs.clone(), stream_key(index, traj.steps.len() as u32), reply_tx))
             .map_err(|_| EnvError::Task("collection stopped".into()))?;
@@ -453,7 +467,10 @@ async fn episode(
         }
     }
     let agreed = match job.task.learned_reward() {
-        Some(learned) => apply_learned_reward(&mut traj, &obs.screenshot, learned)?,
+        Some(learned) => {
+            recent.push_back(obs.screenshot.clone());
+            apply_learned_reward(&mut traj, recent.make_contiguous(), learned)?
+        }
         None => None,
     };
     if keep_frames && traj.outcome.status != EpisodeStatus::PolicyError {
@@ -463,32 +480,43 @@ async fn episode(
     Ok((Recorded { trajectory: traj, frames }, agreed))
 }
 
-/// Score a finished episode with its task's reward model (`final_screen`: the observation
-/// after the last step). When the model decides (the task has no success check), the
-/// episode's reward becomes the model's probability p (on the last step, so step-level
+/// Score a finished episode with its task's reward model or judge (`frames`: the last
+/// screenshots, ending with the observation after the last step). When the scorer decides
+/// (the task has no success check), the episode's reward becomes its score p (a model's
+/// probability, a judge's fraction of SUCCESS votes; on the last step, so step-level
 /// estimators see it too) and it is a success at p ≥ threshold; otherwise the check's
-/// verdict stands and the agreement is returned (and logged).
+/// verdict stands and the agreement is returned (and logged). A judge's verdict and
+/// reasoning go into the trajectory.
 ///
 /// Why p rather than 1 / 0 at the threshold: a group-relative advantage then still ranks a
 /// near miss above a clear failure when no rollout of a group passes, and `train-reward`
 /// reports the calibration that makes p mean a probability. Success rates and evaluation
 /// count by status, so they use the threshold.
 ///
-/// Episodes that did not end by the agent's doing (`env_error`, `policy_error`) are left
-/// alone. A model folder that cannot be read stops the collection (a setup error).
+/// A judge that gives no verdict makes a deciding judge's episode `judge_error` (kept out
+/// of training like `policy_error`), never a silent failure. Episodes that did not end by
+/// the agent's doing (`env_error`, `policy_error`) are left alone. A model folder that
+/// cannot be read stops the collection (a setup error).
 pub(crate) fn apply_learned_reward(
     traj: &mut Trajectory,
-    final_screen: &image::RgbImage,
+    frames: &[image::RgbImage],
     learned: &crate::tasks::LearnedReward,
 ) -> Result<Option<bool>, EnvError> {
-    if matches!(
-        traj.outcome.status,
-        EpisodeStatus::EnvError | EpisodeStatus::PolicyError | EpisodeStatus::Running
-    ) {
+    if traj.outcome.status.is_infrastructure_failure() || traj.outcome.status == EpisodeStatus::Running {
         return Ok(None);
     }
     let history: Vec<String> = traj.steps.iter().map(|s| s.action.clone()).collect();
-    let (p, says_success) = learned_verdict(learned, final_screen, &traj.instruction, &history)?;
+    let scored = learned_verdict(learned, frames, &traj.instruction, &history)?;
+    traj.judge = scored.judge;
+    if let Some(e) = scored.failed {
+        tracing::warn!(task = %traj.task_id, seed = traj.seed, "{e}");
+        if learned.decides {
+            traj.outcome.status = EpisodeStatus::JudgeError;
+            traj.outcome.error = Some(e);
+        }
+        return Ok(None);
+    }
+    let (p, says_success) = (scored.p, scored.success);
     if learned.decides {
         if let Some(last) = traj.steps.last_mut() {
             last.reward = p;
@@ -515,20 +543,70 @@ pub(crate) fn apply_learned_reward(
     Ok(Some(agree))
 }
 
-/// The reward model's P(success) for an episode that ended on `final_screen` after the
-/// actions `history`, and whether that passes the threshold. A model folder that cannot be
-/// read is a setup error.
+/// What a reward model or judge said of an episode's end.
+#[derive(Debug, Clone)]
+pub(crate) struct Scored {
+    /// P(success), or the fraction of SUCCESS votes (0 when the judge failed).
+    pub p: f64,
+    /// p ≥ the threshold.
+    pub success: bool,
+    /// The judge's record (judges only).
+    pub judge: Option<super::trajectory::JudgeRecord>,
+    /// Why the judge gave no verdict.
+    pub failed: Option<String>,
+}
+
+/// The score of an episode that ended on the last of `frames` after the actions
+/// `history`, and whether it passes the threshold. A model folder that cannot be read, or
+/// a judge whose rubric cannot, is a setup error; a judge that gives no verdict is
+/// [`Scored::failed`].
 pub(crate) fn learned_verdict(
     learned: &crate::tasks::LearnedReward,
-    final_screen: &image::RgbImage,
+    frames: &[image::RgbImage],
     instruction: &str,
     history: &[String],
-) -> Result<(f64, bool), EnvError> {
+) -> Result<Scored, EnvError> {
+    use crate::policy::judge::Judge;
     use crate::policy::reward_model::RewardModel;
-    let model = RewardModel::shared(&learned.model).map_err(|e| EnvError::Setup(format!("{e:#}")))?;
-    let p = off_runtime(|| model.predict(final_screen, instruction, history))
-        .map_err(|e| EnvError::Task(format!("reward model {}: {e:#}", learned.model.display())))?;
-    Ok((p, p >= learned.threshold))
+    let Some(final_screen) = frames.last() else {
+        return Err(EnvError::Task("no final screenshot to score".into()));
+    };
+    match &learned.scorer {
+        crate::tasks::Scorer::Model(dir) => {
+            let model = RewardModel::shared(dir).map_err(|e| EnvError::Setup(format!("{e:#}")))?;
+            let p = off_runtime(|| model.predict(final_screen, instruction, history))
+                .map_err(|e| EnvError::Task(format!("reward model {}: {e:#}", dir.display())))?;
+            Ok(Scored { p, success: p >= learned.threshold, judge: None, failed: None })
+        }
+        crate::tasks::Scorer::Judge(spec) => {
+            let judge = Judge::shared(spec).map_err(|e| EnvError::Setup(format!("{e:#}")))?;
+            let mut record = super::trajectory::JudgeRecord {
+                judge: spec.name(),
+                success: false,
+                success_votes: 0,
+                votes: spec.votes,
+                threshold: learned.threshold,
+                decided: learned.decides,
+                reasoning: vec![],
+                cached: false,
+                error: None,
+            };
+            match off_runtime(|| judge.judge(frames, instruction, history)) {
+                Ok((v, cached)) => {
+                    let (p, success) = (v.fraction(), v.success(learned.threshold));
+                    record.success = success;
+                    record.success_votes = v.success_votes;
+                    record.reasoning = v.reasoning;
+                    record.cached = cached;
+                    Ok(Scored { p, success, judge: Some(record), failed: None })
+                }
+                Err(e) => {
+                    record.error = Some(e.clone());
+                    Ok(Scored { p: 0.0, success: false, judge: Some(record), failed: Some(e) })
+                }
+            }
+        }
+    }
 }
 
 /// Run `f` (a policy's forward or backward pass) without stalling the other tasks of a

@@ -294,7 +294,10 @@ impl Play {
             t.outcome.error = out_step.info.env_error.clone();
             // A task scored by a reward model is scored here as in `run` and training.
             if let Some(learned) = self.env.task().learned_reward() {
-                super::collector::apply_learned_reward(t, &cur.obs.screenshot, learned)?;
+                let mut shots =
+                    cur.rec.frames[cur.rec.frames.len().saturating_sub(learned.frames() - 1)..].to_vec();
+                shots.push(cur.obs.screenshot.clone());
+                super::collector::apply_learned_reward(t, &shots, learned)?;
             }
             cur.rec.frames.push(cur.obs.screenshot.clone());
         }

@@ -117,7 +117,10 @@ async fn replay_one(
     }
     let mut total = 0.0;
     let mut status = crate::env::EpisodeStatus::Running;
+    // The screens a judge sees besides the final one.
+    let mut recent: Vec<image::RgbImage> = Vec::new();
     for (i, step) in t.steps.iter().enumerate() {
+        recent.push(obs.screenshot.clone());
         if let Some(d) = frame_diff(set, &step.frame, &obs)? {
             report.frame_diffs.push(d);
             if d > FRAME_TOLERANCE {
@@ -136,19 +139,22 @@ async fn replay_one(
             }
         };
         let (mut reward, mut step_status) = (out.reward, out.info.status);
-        // A task scored by a reward model: its last step is the model's, as when recorded.
+        // A task scored by a reward model or judge: its last step is the scorer's, as when
+        // recorded (a judge with a cache gives the recorded verdict again for the same screens).
         if let Some(learned) = env.task().learned_reward().filter(|l| l.decides) {
             if out.terminated || out.truncated {
                 let history: Vec<String> = t.steps[..=i].iter().map(|s| s.action.clone()).collect();
-                let (p, ok) = super::collector::learned_verdict(
-                    learned,
-                    &out.obs.screenshot,
-                    &t.instruction,
-                    &history,
-                )?;
-                reward = p;
-                if ok {
-                    step_status = crate::env::EpisodeStatus::Success;
+                let mut shots = recent[recent.len().saturating_sub(learned.frames() - 1)..].to_vec();
+                shots.push(out.obs.screenshot.clone());
+                let scored = super::collector::learned_verdict(learned, &shots, &t.instruction, &history)?;
+                if let Some(e) = scored.failed {
+                    step_status = crate::env::EpisodeStatus::JudgeError;
+                    diverge(&mut report, i, format!("the judge gave no verdict: {e}"));
+                } else {
+                    reward = scored.p;
+                    if scored.success {
+                        step_status = crate::env::EpisodeStatus::Success;
+                    }
                 }
             }
         }

@@ -73,7 +73,8 @@ impl TrajStep {
 pub struct Outcome {
     /// Sum of rewards.
     pub reward: f64,
-    /// Final status (`success`, `fail`, `truncated`, `env_error`, `invalid_action`).
+    /// Final status (`success`, `fail`, `truncated`, `env_error`, `invalid_action`,
+    /// `policy_error`, `judge_error`).
     pub status: EpisodeStatus,
     /// Steps taken.
     pub steps: u32,
@@ -111,6 +112,37 @@ pub struct Trajectory {
     pub final_frame: Option<String>,
     /// How it ended.
     pub outcome: Outcome,
+    /// The judge's verdict, for a task scored by a judge (`reward = "judge:…"`); older
+    /// files and other tasks have none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub judge: Option<JudgeRecord>,
+}
+
+/// What a judge said of an episode, as kept in its trajectory.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JudgeRecord {
+    /// The judge, `MODEL@BASE_URL`.
+    pub judge: String,
+    /// Whether the judge's votes reached the threshold (false when it gave no verdict).
+    pub success: bool,
+    /// Votes saying SUCCESS.
+    pub success_votes: u32,
+    /// Votes asked.
+    pub votes: u32,
+    /// The fraction of SUCCESS votes at which the episode counts as a success.
+    pub threshold: f64,
+    /// The judge decided the episode's reward and status (the task has no check of its
+    /// own); otherwise the check decided and this is a second opinion.
+    pub decided: bool,
+    /// Each vote's answer text (the reasoning and the verdict line).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasoning: Vec<String>,
+    /// The verdict came from the cache, not from the model.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cached: bool,
+    /// Why there is no verdict (the judge was down, timed out, or answered no verdict).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 impl Trajectory {
@@ -129,6 +161,7 @@ impl Trajectory {
             steps,
             final_frame: None,
             outcome,
+            judge: None,
         }
     }
 

@@ -102,6 +102,7 @@ pub fn render_html(set: &TrajectorySet) -> anyhow::Result<String> {
             "error": t.outcome.error,
             "final": frame_id(&t.final_frame),
             "steps": steps,
+            "judge": t.judge,
         }));
     }
     if !missing.is_empty() {
@@ -199,7 +200,7 @@ main { flex: 1; display: grid; grid-template-columns: minmax(230px, 300px) 1fr; 
 .badge { display: inline-block; padding: 1px 8px; border-radius: 10px; color: #fff; font-size: 12px; font-weight: 600;
   background: var(--running); white-space: nowrap; }
 .st-success { background: var(--success); } .st-fail { background: var(--fail); }
-.st-truncated { background: var(--truncated); } .st-env_error, .st-policy_error { background: var(--env_error); }
+.st-truncated { background: var(--truncated); } .st-env_error, .st-policy_error, .st-judge_error { background: var(--env_error); }
 .st-invalid_action { background: var(--invalid_action); } .st-running { background: var(--running); }
 .txt-running { color: var(--muted); }
 #detail { overflow-y: auto; padding: 0 18px 40px; min-width: 0; }
@@ -210,6 +211,7 @@ main { flex: 1; display: grid; grid-template-columns: minmax(230px, 300px) 1fr; 
   border-left: 3px solid var(--accent); border-radius: 4px; white-space: pre-wrap; }
 .outcome { display: flex; gap: 14px; align-items: center; flex-wrap: wrap; margin: 6px 0 4px; }
 .outcome b { font-variant-numeric: tabular-nums; }
+.judge { margin: 4px 0 8px; }
 .answer pre { white-space: pre-wrap; font-size: 12px; margin: 4px 0; max-height: 16em; overflow: auto; }
 .error { color: var(--fail); background: #ffebe9; border: 1px solid #ffcecb; border-radius: 4px; padding: 4px 8px;
   font-size: 12.5px; margin-top: 6px; white-space: pre-wrap; word-break: break-word; }
@@ -267,7 +269,7 @@ const PAGE_SCRIPT: &str = r##"(function () {
 const D = JSON.parse(document.getElementById('guirl-data').textContent);
 const T = D.trajectories;
 const SVGNS = 'http://www.w3.org/2000/svg';
-const ORDER = ['success', 'fail', 'truncated', 'invalid_action', 'env_error', 'policy_error', 'running'];
+const ORDER = ['success', 'fail', 'truncated', 'invalid_action', 'env_error', 'policy_error', 'judge_error', 'running'];
 const $ = (s) => document.querySelector(s);
 const taskSel = $('#f-task'), statusSel = $('#f-status'), search = $('#f-search');
 const countEl = $('#count'), list = $('#list'), detail = $('#detail');
@@ -449,11 +451,21 @@ function renderDetail(i) {
     h('div', { class: 'outcome' }, h('span', null, 'Outcome ', badge(t.status)), h('span', null, 'reward ', h('b', null, fmtR(t.reward))),
       h('span', null, h('b', null, String(t.nsteps)), t.nsteps === 1 ? ' step' : ' steps')),
     t.error ? h('div', { class: 'error' }, t.error) : null,
+    t.judge ? judgeBox(t.judge) : null,
     h('div', { class: 'navbar' }, h('span', null, h('span', { class: 'which' }, t.task + ' · seed ' + t.seed), h('span', { id: 'stepno' })),
       h('span', { class: 'keys' }, h('kbd', null, '←'), ' ', h('kbd', null, '→'), ' step   ', h('kbd', null, '↑'), ' ', h('kbd', null, '↓'),
         ' or ', h('kbd', null, 'k'), ' ', h('kbd', null, 'j'), ' trajectory   ', h('kbd', null, '/'), ' search')),
     h('div', { class: 'steps' }, cards)].filter((x) => x));
   detail.scrollTop = 0;
+}
+// The judge's verdict, votes and each vote's reasoning.
+function judgeBox(j) {
+  const said = j.error ? 'no verdict' : (j.success ? 'SUCCESS' : 'FAILURE');
+  const how = j.success_votes + '/' + j.votes + ' votes SUCCESS, threshold ' + j.threshold +
+    (j.decided ? '' : ' (second opinion; the task\'s check decided)') + (j.cached ? ' · cached' : '');
+  return h('div', { class: 'judge' }, h('span', null, 'Judge ', h('b', null, said), ' · ' + j.judge + ' · ' + how),
+    j.error ? h('div', { class: 'error' }, j.error) : null,
+    ...(j.reasoning || []).map((r, k) => h('details', { class: 'answer' }, h('summary', null, 'vote ' + (k + 1) + ' reasoning'), h('pre', null, r))));
 }
 function select(i, k) {
   if (cur >= 0 && T[cur]) T[cur].el.classList.remove('current');

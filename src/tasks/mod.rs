@@ -6,29 +6,66 @@
 pub mod builtin;
 pub mod builtin_specs;
 pub mod embedded;
+pub mod judge;
 pub mod miniwob;
 pub mod page;
 pub mod server;
 pub mod website;
 
 use async_trait::async_trait;
+pub use judge::JudgeSpec;
 pub use page::{EnvError, Page};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// A learned reward model that scores a task's episodes when they end (a website spec's
-/// `reward = "model:PATH"`). The env does not run it (it knows no models): the collector
-/// applies it to every finished episode (`rollout/collector.rs`).
+/// What scores a task's episodes when they end, in place of (or beside) a success check
+/// in the page: a website spec's `reward = "model:PATH"` or `reward = "judge:MODEL@URL"`.
+/// The env does not run it (it knows no models): the collector applies it to every
+/// finished episode (`rollout/collector.rs`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct LearnedReward {
-    /// The model folder (written by `guirl train-reward`).
-    pub model: PathBuf,
-    /// P(success) at and above which the episode counts as a success.
+    /// The model that scores.
+    pub scorer: Scorer,
+    /// The score (a reward model's P(success), a judge's fraction of SUCCESS votes) at and
+    /// above which the episode counts as a success.
     pub threshold: f64,
-    /// The model decides the episode's reward and success (the task has no success check
-    /// of its own); otherwise the check decides and the model's agreement with it is logged.
+    /// The scorer decides the episode's reward and success (the task has no success check
+    /// of its own); otherwise the check decides and the scorer's agreement with it is logged.
     pub decides: bool,
+}
+
+/// The two kinds of episode scorers.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Scorer {
+    /// A reward model folder written by `guirl train-reward`.
+    Model(PathBuf),
+    /// A vision-language model behind an OpenAI-compatible API, asked for a verdict.
+    Judge(JudgeSpec),
+}
+
+impl LearnedReward {
+    /// The reward model folder, if a reward model scores.
+    pub fn model(&self) -> Option<&Path> {
+        match &self.scorer {
+            Scorer::Model(p) => Some(p),
+            Scorer::Judge(_) => None,
+        }
+    }
+
+    /// The judge, if a judge scores.
+    pub fn judge(&self) -> Option<&JudgeSpec> {
+        match &self.scorer {
+            Scorer::Judge(j) => Some(j),
+            Scorer::Model(_) => None,
+        }
+    }
+
+    /// How many screenshots of the episode's end the scorer looks at (the final one
+    /// included): a judge's `frames`, 1 for a reward model.
+    pub fn frames(&self) -> usize {
+        self.judge().map_or(1, |j| j.frames.max(1))
+    }
 }
 
 /// Window and screenshot geometry of a task, in CSS pixels.
@@ -128,7 +165,7 @@ pub trait Task: Send + Sync + std::fmt::Debug {
     fn failure_reward(&self) -> f64 {
         -1.0
     }
-    /// The learned reward model that scores this task's episodes, if any.
+    /// The reward model or judge that scores this task's episodes, if any.
     fn learned_reward(&self) -> Option<&LearnedReward> {
         None
     }

@@ -26,7 +26,13 @@
 //! instruction is the episode's reward, and it counts as a success at P ≥ the threshold.
 //! A spec with both `[success]` and `reward` keeps the check's verdict and logs how often
 //! the model agrees with it.
+//!
+//! Or by a judge, a vision-language model behind an OpenAI-compatible API:
+//! `reward = "judge:MODEL@BASE_URL"`, tuned by an optional `[judge]` table (`votes`,
+//! `frames`, `actions`, `rubric`, `cache`, …; see [`JudgeTable`]); `reward_threshold` is
+//! then the fraction of SUCCESS votes that makes a success.
 
+use super::judge::{JudgeSpec, JudgeTable};
 use super::server::base_url;
 use super::{EnvError, Page};
 use super::{EpisodeOptions, EpisodeStart, Task, Viewport};
@@ -67,12 +73,17 @@ pub struct WebsiteSpec {
     /// Success checks (may be left out when `reward` names a model).
     #[serde(default)]
     pub success: Option<SuccessSpec>,
-    /// `"model:PATH"`: a learned reward model folder (relative paths from the spec's folder).
+    /// `"model:PATH"`: a learned reward model folder (relative paths from the spec's
+    /// folder); `"judge:MODEL@BASE_URL"`: a judge model behind an OpenAI-compatible API.
     #[serde(default)]
     pub reward: Option<String>,
-    /// P(success) at which the reward model counts an episode as a success (default 0.5).
+    /// The score at which the reward model (P(success)) or the judge (the fraction of
+    /// SUCCESS votes) counts an episode as a success (default 0.5).
     #[serde(default)]
     pub reward_threshold: Option<f64>,
+    /// How a `judge:` reward asks its model.
+    #[serde(default)]
+    pub judge: Option<JudgeTable>,
 }
 
 fn default_max_steps() -> u32 {
@@ -172,13 +183,27 @@ impl WebsiteSpec {
             );
         }
         if let Some(r) = &self.reward {
-            if r.strip_prefix("model:").is_none_or(|p| p.trim().is_empty()) {
-                bail!("reward = {r:?}: give \"model:PATH\", a folder written by `guirl train-reward`");
+            if let Some(target) = r.strip_prefix(JudgeSpec::PREFIX) {
+                JudgeSpec::parse(target).with_context(|| format!("reward = {r:?}"))?;
+            } else if r.strip_prefix("model:").is_none_or(|p| p.trim().is_empty()) {
+                bail!(
+                    "reward = {r:?}: give \"model:PATH\", a folder written by `guirl train-reward`, \
+                     or \"judge:MODEL@BASE_URL\", a model behind an OpenAI-compatible API"
+                );
             }
+        }
+        if let Some(j) = &self.judge {
+            if !self.reward.as_deref().is_some_and(|r| r.starts_with(JudgeSpec::PREFIX)) {
+                bail!("[judge] is set but reward is not a judge: add reward = \"judge:MODEL@BASE_URL\"");
+            }
+            j.validate()?;
         }
         if let Some(t) = self.reward_threshold {
             if self.reward.is_none() {
-                bail!("reward_threshold is set but reward is not: add reward = \"model:PATH\"");
+                bail!(
+                    "reward_threshold is set but reward is not: add reward = \"model:PATH\" or \
+                     reward = \"judge:MODEL@BASE_URL\""
+                );
             }
             if !(t > 0.0 && t < 1.0) {
                 bail!("reward_threshold = {t} is out of range: use a probability in (0, 1)");
@@ -195,7 +220,8 @@ impl WebsiteSpec {
             None if self.reward.is_some() => &empty,
             None => bail!(
                 "the spec has no [success] table: give one with success.js, success.url_pattern or \
-                 success.element_text, or score episodes with a learned model: reward = \"model:PATH\""
+                 success.element_text, or score episodes with a learned model: reward = \"model:PATH\", \
+                 or with a judge model: reward = \"judge:MODEL@BASE_URL\""
             ),
         };
         if let Some(p) = &s.url_pattern {
@@ -243,23 +269,37 @@ impl WebsiteSpec {
     }
 }
 
-/// The spec's reward model, its folder resolved against `base` (the spec's folder) and
-/// checked to hold a model.
+/// The spec's reward model or judge, its paths resolved against `base` (the spec's folder)
+/// and checked: a model folder must hold a model, a rubric file must be readable.
 fn learned_reward(spec: &WebsiteSpec, base: &Path) -> anyhow::Result<Option<super::LearnedReward>> {
-    let Some(path) = spec.reward.as_deref().and_then(|r| r.strip_prefix("model:")) else { return Ok(None) };
-    let p = Path::new(path.trim());
-    let model = if p.is_absolute() { p.to_path_buf() } else { base.join(p) };
-    // (The file name is the reward model's REWARD_CONFIG; tasks know nothing of policies.)
-    if !model.join("reward_model.json").is_file() {
-        bail!(
-            "reward = \"model:{path}\": {} is not a reward model folder (it has no reward_model.json); \
-             train one with `guirl train-reward DIRS... --out {}`",
-            model.display(),
-            model.display()
-        );
-    }
+    let Some(reward) = spec.reward.as_deref() else { return Ok(None) };
+    let resolve = |p: &str| {
+        let p = Path::new(p.trim());
+        if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            base.join(p)
+        }
+    };
+    let scorer = if let Some(target) = reward.strip_prefix(JudgeSpec::PREFIX) {
+        let table = spec.judge.clone().unwrap_or_default();
+        super::Scorer::Judge(table.resolve(target, &resolve)?)
+    } else {
+        let Some(path) = reward.strip_prefix("model:") else { return Ok(None) };
+        let model = resolve(path);
+        // (The file name is the reward model's REWARD_CONFIG; tasks know nothing of policies.)
+        if !model.join("reward_model.json").is_file() {
+            bail!(
+                "reward = \"model:{path}\": {} is not a reward model folder (it has no reward_model.json); \
+                 train one with `guirl train-reward DIRS... --out {}`",
+                model.display(),
+                model.display()
+            );
+        }
+        super::Scorer::Model(model)
+    };
     Ok(Some(super::LearnedReward {
-        model,
+        scorer,
         threshold: spec.reward_threshold.unwrap_or(0.5),
         decides: spec.success.is_none(),
     }))
@@ -311,6 +351,15 @@ impl WebsiteTask {
         if let Some((width, height)) = viewport {
             spec.viewport = ViewportSpec { width, height };
             spec.validate()?;
+        }
+        if spec.reward.as_deref().is_some_and(|r| r.starts_with(JudgeSpec::PREFIX)) {
+            // The spec would choose where the server sends requests (with its API key) and
+            // which files it reads as a rubric.
+            bail!(
+                "reward = {:?}: a judge is not accepted in a spec sent over the network; \
+                 score the episodes on the client's side, or use a spec file with `guirl run` / `guirl train`",
+                spec.reward.as_deref().unwrap_or_default()
+            );
         }
         if let Some(name) = spec.reward.as_deref().and_then(|r| r.strip_prefix("model:")) {
             let Some(dir) = reward_models else {
@@ -531,6 +580,9 @@ url_pattern = "done"
         std::fs::write(dir.path().join("rm/reward_model.json"), "{}").unwrap();
         let t = WebsiteTask::load(&spec).unwrap();
         let l = t.learned_reward().unwrap();
-        assert_eq!((l.model.clone(), l.threshold, l.decides), (dir.path().join("rm"), 0.5, true));
+        assert_eq!(
+            (l.model().unwrap().to_path_buf(), l.threshold, l.decides),
+            (dir.path().join("rm"), 0.5, true)
+        );
     }
 }

@@ -151,6 +151,8 @@ impl Collection {
         m.episode_len = counted.iter().map(|o| o.steps as f64).sum::<f64>() / n;
         m.episodes = self.outcomes.len() as u64;
         m.env_errors = (self.outcomes.len() - counted.len()) as u64;
+        m.judge_errors =
+            self.outcomes.iter().filter(|o| o.status == EpisodeStatus::JudgeError).count() as u64;
         m.give_ups = self.give_ups as u64;
         m.env_steps_per_sec = self.stats.steps_per_s();
         m.policy_secs = self.stats.policy_secs;
@@ -341,6 +343,7 @@ fn add_stats(total: &mut CollectStats, s: &CollectStats) {
     total.env_steps += s.env_steps;
     total.env_errors += s.env_errors;
     total.policy_errors += s.policy_errors;
+    total.judge_errors += s.judge_errors;
     total.seconds += s.seconds;
     total.policy_secs += s.policy_secs;
     total.env_action_secs += s.env_action_secs;

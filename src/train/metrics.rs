@@ -155,8 +155,11 @@ pub struct IterationMetrics {
     pub reward_model_agreement: Option<f64>,
     /// GiGPO: anchor-state step groups (two or more steps from the same screenshot).
     pub step_groups: u64,
-    /// Episodes that ended as `env_error` this iteration.
+    /// Episodes left out of training this iteration because the infrastructure failed
+    /// (`env_error`, `policy_error`, `judge_error`).
     pub env_errors: u64,
+    /// Of those, episodes whose judge gave no verdict (`judge_error`).
+    pub judge_errors: u64,
     /// Seconds spent collecting rollouts.
     pub rollout_secs: f64,
     /// Seconds spent in the update.

@@ -213,7 +213,7 @@ fn cut(s: &str) -> String {
 }
 
 /// The text of an assistant message: a string, or the text parts of a list.
-fn message_text(message: &Value) -> String {
+pub fn message_text(message: &Value) -> String {
     match message.get("content") {
         Some(Value::String(s)) => s.clone(),
         Some(Value::Array(parts)) => {

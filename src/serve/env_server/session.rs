@@ -28,27 +28,38 @@ pub struct Transition {
     pub info: Map<String, Value>,
 }
 
-/// An ending scored by the task's reward model, as `guirl run` and training score it: the
-/// model's P(success) on the final screen goes into `info.reward_model`; where the model
-/// decides (no success check of its own), it is the step's reward, and P at or above the
-/// threshold makes the episode a success.
+/// An ending scored by the task's reward model or judge, as `guirl run` and training score
+/// it: the score on the final screen goes into `info.reward_model` (and a judge's verdict
+/// into `info.judge`); where the scorer decides (no success check of its own), it is the
+/// step's reward, and a score at or above the threshold makes the episode a success. A
+/// deciding judge that gives no verdict makes the episode `judge_error`.
 fn learned_ending(
     learned: &crate::tasks::LearnedReward,
     out: &mut crate::env::StepOutcome,
     info: &mut Map<String, Value>,
 ) -> Result<(), ApiError> {
-    let (p, says_success) = crate::rollout::collector::learned_verdict(
+    let scored = crate::rollout::collector::learned_verdict(
         learned,
-        &out.obs.screenshot,
+        std::slice::from_ref(&out.obs.screenshot),
         &out.obs.instruction,
         &out.obs.history,
     )
     .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;
+    let (p, says_success) = (scored.p, scored.success);
     info.insert(
         "reward_model".into(),
         json!({ "p": p, "success": says_success, "threshold": learned.threshold, "decides": learned.decides }),
     );
+    if let Some(j) = &scored.judge {
+        info.insert("judge".into(), json!(j));
+    }
     if learned.decides {
+        if let Some(e) = scored.failed {
+            out.info.status = EpisodeStatus::JudgeError;
+            info.insert("status".into(), json!(EpisodeStatus::JudgeError.as_str()));
+            info.insert("error".into(), json!(e));
+            return Ok(());
+        }
         out.reward = p;
         if says_success {
             out.info.status = EpisodeStatus::Success;
