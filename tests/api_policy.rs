@@ -196,6 +196,7 @@ fn failing_endpoints_mark_episodes_and_the_bench_goes_on() {
     runtime().block_on(async {
         let flaky_calls = Arc::new(AtomicUsize::new(0));
         let calls = flaky_calls.clone();
+        let seen = Arc::new(std::sync::Mutex::new(std::collections::HashSet::<Vec<u8>>::new()));
         // Endpoints that misbehave the ways real ones do.
         let router = axum::Router::new()
             .route("/garbage/v1/chat/completions", post(|_: axum::body::Bytes| async { "<html>Bad Gateway</html>" }))
@@ -221,10 +222,13 @@ fn failing_endpoints_mark_episodes_and_the_bench_goes_on() {
                 "/flaky/v1/chat/completions",
                 // (Every handler reads the request body, as real servers do: answering
                 // before it is read makes the client's write fail with a broken pipe.)
-                post(move |_: axum::body::Bytes| {
-                    let n = calls.fetch_add(1, Ordering::SeqCst);
+                // 429 the first time a request is seen, an answer when it comes again: by
+                // its body, not by a call count, since the two envs' calls interleave.
+                post(move |body: axum::body::Bytes| {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    let first_time = seen.lock().unwrap().insert(body.to_vec());
                     async move {
-                        if n.is_multiple_of(2) {
+                        if first_time {
                             let headers = [("Retry-After", "0")];
                             (StatusCode::TOO_MANY_REQUESTS, headers, axum::Json(json!({"error": {"message": "slow down"}}))).into_response()
                         } else {
