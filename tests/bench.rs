@@ -256,6 +256,7 @@ fn compare_flags_disjoint_intervals() {
         step_ms: vec![1.0],
         policy_error: None,
         env_error: None,
+        judge_error: None,
         invalid_steps: 0,
         first_action_error: None,
         instruction: String::new(),

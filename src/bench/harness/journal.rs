@@ -43,6 +43,9 @@ pub struct ResultRow {
     /// The browser's error, for `env_error`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env_error: Option<String>,
+    /// The judge's error, for `judge_error` (a judge reward that could not be had).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub judge_error: Option<String>,
     /// Steps whose answer or action could not be executed, with the first such error.
     #[serde(default)]
     pub invalid_steps: u32,
@@ -63,11 +66,12 @@ impl ResultRow {
     /// The row for a recorded trajectory (attempt `attempt`, stored in `trajectory`).
     pub fn of(t: &Trajectory, attempt: u32, trajectory: &str, index: usize) -> ResultRow {
         let step_ms: Vec<f64> = t.steps.iter().map(|s| round1(s.policy_ms + s.timings.total_ms)).collect();
-        let (policy_error, env_error) = match t.outcome.status {
-            EpisodeStatus::PolicyError => (t.outcome.error.clone(), None),
-            EpisodeStatus::EnvError => (None, t.outcome.error.clone()),
-            _ => (None, None),
-        };
+        let error = |s: EpisodeStatus| (t.outcome.status == s).then(|| t.outcome.error.clone()).flatten();
+        let (policy_error, env_error, judge_error) = (
+            error(EpisodeStatus::PolicyError),
+            error(EpisodeStatus::EnvError),
+            error(EpisodeStatus::JudgeError),
+        );
         let invalid: Vec<&String> = t.steps.iter().filter_map(|s| s.action_error.as_ref()).collect();
         ResultRow {
             task: t.task_id.clone(),
@@ -80,6 +84,7 @@ impl ResultRow {
             step_ms,
             policy_error,
             env_error,
+            judge_error,
             invalid_steps: invalid.len() as u32,
             first_action_error: invalid.first().map(|s| s.to_string()),
             instruction: t.instruction.clone(),

@@ -55,6 +55,9 @@ pub struct TaskStats {
     pub env_errors_final: usize,
     /// Episodes that ended with the policy's error (left out).
     pub policy_errors: usize,
+    /// Episodes whose judge reward could not be had (`judge_error`, left out).
+    #[serde(default)]
+    pub judge_errors: usize,
     /// Successful episodes.
     pub successes: usize,
     /// successes / completed.
@@ -97,6 +100,7 @@ pub fn task_stats(task: &str, settled: &[&ResultRow], attempts: &[&ResultRow]) -
         env_errors: attempts.iter().filter(|r| r.status == EpisodeStatus::EnvError).count(),
         env_errors_final: settled.iter().filter(|r| r.status == EpisodeStatus::EnvError).count(),
         policy_errors: settled.iter().filter(|r| r.status == EpisodeStatus::PolicyError).count(),
+        judge_errors: settled.iter().filter(|r| r.status == EpisodeStatus::JudgeError).count(),
         successes,
         success_rate: if n == 0 { 0.0 } else { successes as f64 / n as f64 },
         success_ci95: wilson(successes, n, Z95),
@@ -238,6 +242,14 @@ impl Report {
             self.seconds,
             self.episodes_per_s
         ));
+        if self.all.judge_errors > 0 {
+            // Rare (judge rewards only), so a sentence rather than a column.
+            s.push_str(&format!(
+                "\n{} episodes had no judge verdict (`judge_error`: the judge was down, slow or gave no \
+                 verdict) and are left out like policy errors; see errors.md.\n",
+                self.all.judge_errors
+            ));
+        }
         for (t, why) in &self.skipped {
             s.push_str(&format!("\nSkipped {t}: {why}"));
         }
@@ -272,6 +284,7 @@ pub fn errors_markdown(rows: &[ResultRow]) -> String {
         let found = [
             ("env_error", r.env_error.as_ref()),
             ("policy_error", r.policy_error.as_ref()),
+            ("judge_error", r.judge_error.as_ref()),
             ("invalid action", r.first_action_error.as_ref()),
         ];
         for (kind, msg) in found {
@@ -306,6 +319,7 @@ pub fn errors_markdown(rows: &[ResultRow]) -> String {
             .env_error
             .as_ref()
             .or(example.policy_error.as_ref())
+            .or(example.judge_error.as_ref())
             .or(example.first_action_error.as_ref());
         if let Some(raw) = raw {
             s.push_str(&format!("\nExample ({} seed {}): {}\n\n", example.task, example.seed, raw));
@@ -363,6 +377,28 @@ mod tests {
             normalize("timed out after 3 s waiting for \"#x\" (session 0a9f3b7c22)")
         );
         assert_ne!(normalize("connection refused"), normalize("timed out after 3 s"));
+    }
+
+    #[test]
+    fn judge_errors_are_left_out_counted_and_listed() {
+        use crate::rollout::{Outcome, Trajectory};
+        let failed = Outcome {
+            reward: 0.0,
+            status: EpisodeStatus::JudgeError,
+            steps: 1,
+            error: Some("judge m: connection refused".into()),
+        };
+        let mut t = Trajectory::new("builtin/x", 4, Vec::new(), failed);
+        let judged = super::super::journal::ResultRow::of(&t, 0, "set", 0);
+        assert_eq!(judged.judge_error.as_deref(), Some("judge m: connection refused"));
+        t.seed = 5;
+        t.outcome = Outcome { reward: 1.0, status: EpisodeStatus::Success, steps: 1, error: None };
+        let ok = super::super::journal::ResultRow::of(&t, 0, "set", 1);
+        let r = Report::build(&["builtin/x".to_string()], &[judged.clone(), ok], Default::default(), 1.0);
+        assert_eq!((r.all.episodes, r.all.completed, r.all.judge_errors, r.all.successes), (2, 1, 1, 1));
+        assert!(r.markdown().contains("1 episodes had no judge verdict"), "{}", r.markdown());
+        let e = errors_markdown(&[judged]);
+        assert!(e.contains("## judge_error (1 episodes)") && e.contains("builtin/x: seeds 4"), "{e}");
     }
 
     #[test]
