@@ -104,16 +104,23 @@ pub fn choose_user() -> Result<SandboxUser, String> {
 pub fn probe(user: Option<&SandboxUser>) -> Result<(), String> {
     use std::os::unix::process::CommandExt;
     const RESTRICTED: i32 = 3;
+    const NO_SWITCH: i32 = 4;
     let mut cmd = std::process::Command::new("/bin/true");
-    if let Some(u) = user {
-        cmd.uid(u.uid).gid(u.gid);
-    }
     cmd.stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
+    let ids = user.map(|u| (u.uid, u.gid));
     // Only system calls between fork and _exit (async-signal-safe).
     unsafe {
-        cmd.pre_exec(|| {
+        cmd.pre_exec(move || {
+            if let Some((uid, gid)) = ids {
+                if libc::setgroups(0, std::ptr::null()) != 0
+                    || libc::setgid(gid) != 0
+                    || libc::setuid(uid) != 0
+                {
+                    libc::_exit(NO_SWITCH);
+                }
+            }
             if libc::unshare(libc::CLONE_NEWUSER) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
@@ -132,6 +139,13 @@ pub fn probe(user: Option<&SandboxUser>) -> Result<(), String> {
         Some(RESTRICTED) => Err("user namespaces are restricted here (one can be made, but no PID or \
                                  network namespace inside it: an AppArmor or seccomp policy)"
             .into()),
+        Some(NO_SWITCH) => {
+            let u = user.expect("only a user switch exits so");
+            Err(format!(
+                "cannot switch to user {} (uid {}): is it mapped in this user namespace?",
+                u.name, u.uid
+            ))
+        }
         _ => Err(format!("the namespace probe ended with {status}")),
     }
 }
