@@ -183,27 +183,24 @@ async fn a_file_page_the_browser_user_cannot_read_turns_the_sandbox_off_for_that
         std::fs::write(dir.join("task.toml"), toml).unwrap();
         dir.join("task.toml").display().to_string()
     };
-    // A private temporary folder (0700, root's): the browser runs unsandboxed and says why.
-    let private = tempfile::tempdir().unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(private.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
-    let mut env = env_for(&spec(private.path()), BrowserConfig::default());
-    env.reset(0).await.unwrap();
-    assert!(!env.uses_sandbox());
-    let why = env.browser_versions().unwrap().sandbox;
-    assert!(
-        why.starts_with("off: the task's page")
-            && why.contains(&format!("not readable by user {}", user.name)),
-        "{why}"
-    );
-    assert!(go_shown(&env), "the page loaded");
-    env.close().await;
-    // The same page where every user may read it: sandboxed.
+    // A page in a folder every user may read: sandboxed.
     let shared = tempfile::tempdir().unwrap();
+    use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(shared.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let mut env = env_for(&spec(shared.path()), BrowserConfig::default());
     env.reset(0).await.unwrap();
     assert!(env.uses_sandbox(), "{:?}", env.browser_versions());
+    assert!(go_shown(&env), "the page loaded");
+    // The same page in a private folder (0700, root's), switched to in the same env: its
+    // browser starts again, unsandboxed, and says why.
+    let private = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(private.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    env.set_task(guirl::tasks::load_task(&spec(private.path())).unwrap());
+    env.reset(0).await.unwrap();
+    assert!(!env.uses_sandbox());
+    let why = env.browser_versions().unwrap().sandbox;
+    let says = format!("not readable by user {}", user.name);
+    assert!(why.starts_with("off: the task's page") && why.contains(&says), "{why}");
     assert!(go_shown(&env), "the page loaded");
     env.close().await;
 }

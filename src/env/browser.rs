@@ -110,6 +110,13 @@ impl Browser {
         self.sandbox.on
     }
 
+    /// Whether this browser may read every one of `files` (a browser running as another
+    /// user reads only what that user may).
+    pub fn can_read(&self, files: &[std::path::PathBuf]) -> bool {
+        let user = self.sandbox.user.as_ref();
+        user.is_none_or(|u| files.iter().all(|f| super::sandbox::readable_by(f, u)))
+    }
+
     /// Whether the page draws only when asked (begin-frame control).
     pub fn controls_frames(&self) -> bool {
         self.frames.is_some()

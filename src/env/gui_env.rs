@@ -107,8 +107,8 @@ impl GuiEnv {
         if task.viewport() != self.task.viewport() {
             self.resize = true;
         }
-        // A sandboxed browser may not read the new task's local pages: start another.
-        if !task.local_files().is_empty() && self.browser.as_ref().is_some_and(Browser::sandboxed) {
+        // A browser running as another user may not read the new task's local pages.
+        if self.browser.as_ref().is_some_and(|b| !b.can_read(&task.local_files())) {
             self.drop_browser();
         }
         self.task = task;
