@@ -204,3 +204,25 @@ async fn a_file_page_the_browser_user_cannot_read_turns_the_sandbox_off_for_that
     assert!(go_shown(&env), "the page loaded");
     env.close().await;
 }
+
+#[test]
+fn a_temp_folder_the_browser_user_cannot_enter_keeps_the_sandbox() {
+    let Support::Available { user: Some(_) } = sandbox::support() else {
+        eprintln!("skipped: the browser switches user only as root on a machine that sandboxes");
+        return;
+    };
+    // A private $TMPDIR (as `mktemp -d` makes): the profile goes where the user can write.
+    let private = tempfile::tempdir().unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(private.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_guirl"))
+        .args(["doctor", "--json"])
+        .env("TMPDIR", private.path())
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let check = |name: &str| report["checks"].as_array().unwrap().iter().find(|c| c["name"] == name).cloned();
+    assert_eq!(check("browser").unwrap()["status"], "ok", "{report}");
+    let sandbox = check("sandbox").unwrap();
+    assert!(sandbox["detail"].as_str().unwrap().starts_with("on: the browser ran as user"), "{sandbox}");
+}

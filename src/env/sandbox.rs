@@ -231,6 +231,26 @@ pub fn describe(cfg: &BrowserConfig) -> serde_json::Value {
     serde_json::json!({ "on": p.on, "user": p.user.map(|u| u.name), "detail": p.note })
 }
 
+/// The folder to make a browser's profile folder in: the temp folder, unless the browser
+/// runs as `user` and that user cannot enter it (a private `$TMPDIR`, such as one made by
+/// `mktemp -d`); then [`SHARED_TEMP`], where the user can.
+pub fn profile_parent(user: Option<&SandboxUser>) -> std::path::PathBuf {
+    let temp = std::env::temp_dir();
+    match user {
+        Some(u) if !readable_by(&temp, u) && readable_by(Path::new(SHARED_TEMP), u) => {
+            tracing::debug!(
+                "{} is private to guirl's user: browser profiles go to {SHARED_TEMP}",
+                temp.display()
+            );
+            SHARED_TEMP.into()
+        }
+        _ => temp,
+    }
+}
+
+/// Where a browser's profile folder goes when the temp folder is closed to its user.
+pub const SHARED_TEMP: &str = "/tmp";
+
 /// Whether `user` may read `path` by its permission bits (ACLs aside): read a file (or
 /// search a folder) and search every folder above it. A path that does not exist counts
 /// as readable: loading it fails either way.

@@ -62,7 +62,7 @@ impl Browser {
         let plan = sandbox::plan(cfg);
         let profile = tempfile::Builder::new()
             .prefix(profiles::PREFIX)
-            .tempdir()
+            .tempdir_in(sandbox::profile_parent(plan.user.as_ref()))
             .map_err(|e| EnvError::Setup(format!("cannot create a browser profile folder: {e}")))?;
         if cfg.webdriver_url.is_none() {
             profiles::register(profile.path())
