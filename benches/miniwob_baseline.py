@@ -35,8 +35,9 @@ miniwob itself reads (MINIWOB_CHROME_BINARY / MINIWOB_CHROMEDRIVER); selenium
 is then given an explicit driver path and never runs selenium-manager (which
 would need the network). miniwob's SeleniumInstance hard-codes the headless
 Chrome flags `headless`, `disable-gpu`, `no-sandbox` (i.e. --headless
---disable-gpu --no-sandbox, the same flags guirl uses) and exposes no hook for
-extra flags; this script does not patch the package.
+--disable-gpu --no-sandbox; guirl's own browsers run sandboxed where the machine
+allows, unless `guirl bench-env --no-sandbox`) and exposes no hook for extra
+flags; this script does not patch the package.
 """
 from __future__ import annotations
 

@@ -20,6 +20,18 @@ if ! command -v chromedriver >/dev/null 2>&1 || ! command -v chromium >/dev/null
     xvfb xdotool >/dev/null
 fi
 
+# As root, guirl runs each browser as an unprivileged user so that Chromium's sandbox can
+# be on (src/env/sandbox.rs): a dedicated system user, guirlbrowser, that owns nothing.
+# Without it guirl uses `nobody`; GUIRL_BROWSER_USER names another.
+if [ "$(id -u)" = 0 ] && ! getent passwd guirlbrowser >/dev/null; then
+  if command -v useradd >/dev/null 2>&1; then
+    echo "setup: creating the system user guirlbrowser (browsers run as it when guirl runs as root)"
+    useradd --system --user-group --no-create-home --shell /usr/sbin/nologin guirlbrowser
+  else
+    echo "setup: no useradd here; browsers started as root will run as nobody"
+  fi
+fi
+
 MINIWOB_VERSION=1.1.0
 CACHE="${XDG_CACHE_HOME:-$HOME/.cache}"
 DEST="${GUIRL_MINIWOB_DIR:-$CACHE/guirl/miniwob/html}"

@@ -126,10 +126,13 @@ pub async fn diagnose(opts: &DoctorOptions) -> Report {
             "fix the lines above, then run guirl doctor again",
         ));
         checks.push(Check::warn("devtools", "not tried: no browser", "fix the browser first"));
+        checks.push(sandbox_check(cfg, None));
     } else {
-        let (launch, devtools) = launch_check(cfg).await;
+        let (launch, devtools, sandboxed) = launch_check(cfg).await;
+        let ran = (launch.status == Status::Ok).then_some(sandboxed);
         checks.push(launch);
         checks.push(devtools);
+        checks.push(sandbox_check(cfg, ran));
     }
     checks.push(python_check().await);
     checks.push(disk_check(&opts.runs));
@@ -240,14 +243,59 @@ fn miniwob_check() -> Check {
     Check::ok("miniwob", format!("{n} MiniWoB++ tasks in {}", dir.display()))
 }
 
+/// Whether Chromium's sandbox is on, given whether the launch check's browser ran with it
+/// (`ran`: `None` where no browser ran).
+pub fn sandbox_check(cfg: &BrowserConfig, ran: Option<bool>) -> Check {
+    use crate::env::sandbox::{self, Support};
+    let plan = sandbox::plan(cfg);
+    let who = match &plan.user {
+        Some(u) => format!("as user {} (uid {})", u.name, u.uid),
+        None => "as guirl's own user".to_string(),
+    };
+    if cfg.webdriver_url.is_some() {
+        return Check::ok("sandbox", format!("not checked: {}", plan.note));
+    }
+    if !cfg.sandbox {
+        return Check::warn(
+            "sandbox",
+            "off (--no-sandbox or GUIRL_SANDBOX=0): a page that exploits the browser gets guirl's user",
+            "drop --no-sandbox and unset GUIRL_SANDBOX",
+        );
+    }
+    if let Support::Unavailable(why) = sandbox::support() {
+        let fix = if why.contains(sandbox::USER_VAR) || why.contains("no unprivileged user") {
+            "create the browser's user with `useradd --system --no-create-home guirlbrowser` \
+             (scripts/setup.sh does), or set GUIRL_BROWSER_USER to an existing unprivileged user"
+        } else {
+            "allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1 and \
+             user.max_user_namespaces > 0; in Docker, a seccomp profile that permits them), or \
+             contain guirl itself (a VM, or a container without other secrets)"
+        };
+        let detail = format!("off: {why}; a page that exploits the browser gets guirl's user");
+        return Check::warn("sandbox", detail, fix);
+    }
+    match ran {
+        Some(true) => {
+            Check::ok("sandbox", format!("on: the browser ran {who} in Chromium's namespace sandbox"))
+        }
+        Some(false) => Check::warn("sandbox", plan.note, "see the reason above"),
+        None => Check::warn(
+            "sandbox",
+            format!("not confirmed: the machine allows it ({who}), but no browser ran"),
+            "if the browser line blames the sandbox, `guirl doctor --no-sandbox` shows whether the \
+             browser starts without it",
+        ),
+    }
+}
+
 /// Start a browser through the env, reset [`LAUNCH_TASK`] and click once; then whether
-/// that browser gave guirl a DevTools channel.
-async fn launch_check(cfg: &BrowserConfig) -> (Check, Check) {
+/// that browser gave guirl a DevTools channel, and whether it ran sandboxed.
+async fn launch_check(cfg: &BrowserConfig) -> (Check, Check, bool) {
     let task = match crate::tasks::load_task(LAUNCH_TASK) {
         Ok(t) => t,
         Err(e) => {
             let c = Check::fail("browser", format!("cannot load {LAUNCH_TASK}: {e:#}"), "rebuild guirl");
-            return (c, Check::warn("devtools", "not tried", "fix the browser first"));
+            return (c, Check::warn("devtools", "not tried", "fix the browser first"), false);
         }
     };
     let mut env = GuiEnv::new(task, EnvConfig { browser: cfg.clone(), ..Default::default() });
@@ -263,7 +311,7 @@ async fn launch_check(cfg: &BrowserConfig) -> (Check, Check) {
     })
     .await;
     let versions = env.browser_versions();
-    let (devtools, frames) = (env.uses_devtools(), env.uses_frame_control());
+    let (devtools, frames, sandboxed) = (env.uses_devtools(), env.uses_frame_control(), env.uses_sandbox());
     env.close().await;
     let launch = match result {
         Ok(Ok((reset, step, w, h))) => {
@@ -312,7 +360,7 @@ async fn launch_check(cfg: &BrowserConfig) -> (Check, Check) {
             "a remote WebDriver endpoint may hide it; locally, `GUIRL_LOG=debug` shows why it did not attach",
         )
     };
-    (launch, devtools)
+    (launch, devtools, sandboxed)
 }
 
 /// The venv scripts/setup.sh makes for the Python client imports it.

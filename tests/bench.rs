@@ -71,6 +71,9 @@ fn the_oracle_solves_every_builtin_episode_and_the_files_agree() {
         let md = std::fs::read_to_string(out.join("report.md")).unwrap();
         assert!(md.contains("| builtin/login-settings | 3 | 0 | 0 | 1.000 |"), "{md}");
         assert!(md.contains("chromedriver: 1") && md.contains("guirl "), "a reproducibility block: {md}");
+        let sandbox = &report.reproducibility.sandbox;
+        assert!(sandbox.starts_with("on") || sandbox.starts_with("off: "), "{sandbox:?}");
+        assert!(md.contains(&format!("- sandbox: {sandbox}\n")), "{md}");
         let html = std::fs::read_to_string(out.join("report.html")).unwrap();
         assert!(
             html.contains("trajectories/builtin/login-settings/view.html#t="),

@@ -28,6 +28,9 @@ fn flaky_chromedriver(dir: &Path, works: u32) -> PathBuf {
     .unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // A sandboxed browser's chromedriver runs as an unprivileged user when the tests run
+    // as root: it must reach the script and write its count and pid here.
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)).unwrap();
     script
 }
 

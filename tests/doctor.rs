@@ -31,9 +31,11 @@ fn a_set_up_machine_passes_every_check_but_cuda() {
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "{text}");
     let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with("ready")).collect();
-    for name in
-        ["chromedriver", "chromium", "versions", "miniwob", "browser", "devtools", "python client", "disk"]
-    {
+    // Chromium's sandbox is ok where the kernel allows it (a warning otherwise, not a set-up fault).
+    let sandboxed = matches!(guirl::env::sandbox::support(), guirl::env::sandbox::Support::Available { .. });
+    let names =
+        ["chromedriver", "chromium", "versions", "miniwob", "browser", "devtools", "python client", "disk"];
+    for name in names.into_iter().chain(sandboxed.then_some("sandbox")) {
         let line = lines
             .iter()
             .find(|l| l.get(6..).is_some_and(|r| r.starts_with(name)))
@@ -47,9 +49,11 @@ fn a_set_up_machine_passes_every_check_but_cuda() {
     let out = doctor(&["--json"], &[]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let checks = checks(&out);
-    assert_eq!(checks.len(), 9, "{checks:?}");
+    assert_eq!(checks.len(), 10, "{checks:?}");
     for c in &checks {
-        let expected = if c["name"] == "cuda" && !cfg!(feature = "cuda") { "warn" } else { "ok" };
+        let warns =
+            (c["name"] == "cuda" && !cfg!(feature = "cuda")) || (c["name"] == "sandbox" && !sandboxed);
+        let expected = if warns { "warn" } else { "ok" };
         assert_eq!(c["status"], expected, "{c}");
         assert!(c["detail"].as_str().is_some_and(|d| !d.is_empty()), "{c}");
         assert_eq!(c["fix"].is_string(), expected != "ok", "a fix on every problem, none otherwise: {c}");
@@ -104,4 +108,27 @@ fn a_major_version_mismatch_is_blocking_and_says_how_to_fix_it() {
     // Only the major version has to agree.
     assert_eq!(versions_check(Some("156.0.1.2"), Some("156.0.3.4")).status, Status::Ok);
     assert_eq!(versions_check(None, Some("156.0.3.4")).status, Status::Warn);
+}
+
+#[test]
+fn a_machine_that_cannot_sandbox_the_browser_is_a_warning_with_its_fix() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: guirl picks a user for the browser only when it runs as root");
+        return;
+    }
+    let out = doctor(&["--json"], &[("GUIRL_BROWSER_USER", "no-such-user-guirl")]);
+    assert!(out.status.success(), "the browser still runs: {}", String::from_utf8_lossy(&out.stderr));
+    let found = checks(&out);
+    let sandbox = named(&found, "sandbox");
+    assert_eq!(sandbox["status"], "warn");
+    let detail = sandbox["detail"].as_str().unwrap();
+    assert!(detail.starts_with("off: GUIRL_BROWSER_USER=no-such-user-guirl names no user"), "{detail}");
+    assert!(sandbox["fix"].as_str().unwrap().contains("useradd --system"), "{sandbox}");
+    assert_eq!(named(&found, "browser")["status"], "ok");
+
+    let out = doctor(&["--json", "--no-sandbox"], &[]);
+    let checks = checks(&out);
+    let sandbox = named(&checks, "sandbox");
+    assert_eq!(sandbox["status"], "warn");
+    assert!(sandbox["detail"].as_str().unwrap().starts_with("off (--no-sandbox"), "{sandbox}");
 }

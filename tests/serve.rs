@@ -57,6 +57,10 @@ async fn rest_episode_and_every_error_case() {
     let s = Server::start(ServeConfig { max_body: 16384, ..Default::default() }).await;
     let h = get(&s, "/health").await;
     assert_eq!(h.body["status"], "healthy");
+    // Whether the sessions' browsers run sandboxed, and why not where they do not.
+    let (on, detail) = (&h.body["sandbox"]["on"], h.body["sandbox"]["detail"].as_str().unwrap_or_default());
+    let expected = if on == true { "on" } else { "off: " };
+    assert!(on.is_boolean() && detail.starts_with(expected), "{}", h.body);
     let tasks = get(&s, "/v1/tasks").await;
     assert!(tasks.body["tasks"].as_array().unwrap().iter().any(|t| t["id"] == "miniwob/click-button"));
 

@@ -27,6 +27,9 @@ pub struct EnvBenchOptions {
     pub browser: BrowserConfig,
     /// Python with `miniwob` installed, to run the baseline.
     pub baseline_python: Option<PathBuf>,
+    /// Measure every task a second time with Chromium's sandbox off, right after the
+    /// sandboxed run (see [`crate::env::sandbox`]).
+    pub compare_sandbox: bool,
 }
 
 /// Figures for one task.
@@ -44,6 +47,9 @@ pub struct TaskFigures {
     /// Per-phase step medians (action, settle, screenshot), ms.
     #[serde(default)]
     pub phases_ms: BTreeMap<String, f64>,
+    /// The first reset, browser start included, ms (one sample).
+    #[serde(default)]
+    pub first_reset_ms: f64,
 }
 
 /// The whole report: guirl's figures and, if run, the baseline's.
@@ -53,6 +59,12 @@ pub struct EnvBenchReport {
     pub guirl: BTreeMap<String, TaskFigures>,
     /// MiniWoB++'s Python env, by task id.
     pub baseline: Option<BTreeMap<String, TaskFigures>>,
+    /// Whether guirl's browsers ran sandboxed (`on (as user ...)`, or `off: <why>`).
+    #[serde(default)]
+    pub sandbox: String,
+    /// guirl with the sandbox off (`--compare-sandbox`), by task id.
+    #[serde(default)]
+    pub unsandboxed: Option<BTreeMap<String, TaskFigures>>,
 }
 
 async fn measure_latency(task: &str, cfg: &EnvConfig, opts: &EnvBenchOptions) -> anyhow::Result<TaskFigures> {
@@ -61,7 +73,9 @@ async fn measure_latency(task: &str, cfg: &EnvConfig, opts: &EnvBenchOptions) ->
     let mut policy = RandomPolicy::new(7);
     policy.clicks_only = true;
     // Warm up: browser start, page load, caches.
+    let t0 = Instant::now();
     env.reset(0).await?;
+    let first_reset_ms = t0.elapsed().as_secs_f64() * 1000.0;
     for _ in 0..5 {
         let out = env.step(&policy.sample(160, 210)).await?;
         if out.terminated || out.truncated {
@@ -91,8 +105,12 @@ async fn measure_latency(task: &str, cfg: &EnvConfig, opts: &EnvBenchOptions) ->
         }
     }
     env.close().await;
-    let mut f =
-        TaskFigures { reset_ms: Latency::of(&resets), step_ms: Latency::of(&steps), ..Default::default() };
+    let mut f = TaskFigures {
+        reset_ms: Latency::of(&resets),
+        step_ms: Latency::of(&steps),
+        first_reset_ms,
+        ..Default::default()
+    };
     for (name, xs) in ["action", "settle", "screenshot"].iter().zip(phases.iter()) {
         f.phases_ms.insert(name.to_string(), Latency::of(xs).median);
     }
@@ -122,19 +140,33 @@ async fn measure_throughput(
     Ok((stats.steps_per_s(), stats.episodes_per_s()))
 }
 
+/// Every figure for `task` under `cfg`.
+async fn measure_task(task: &str, cfg: &EnvConfig, opts: &EnvBenchOptions) -> anyhow::Result<TaskFigures> {
+    let mut f = measure_latency(task, cfg, opts).await.with_context(|| format!("measuring {task}"))?;
+    for &k in &opts.envs {
+        let (sps, eps) = measure_throughput(task, cfg, k, opts.steps.div_ceil(2).max(20)).await?;
+        f.steps_per_s.insert(k.to_string(), sps);
+        f.episodes_per_s.insert(k.to_string(), eps);
+    }
+    Ok(f)
+}
+
 /// Run the benchmark.
 pub async fn run(opts: &EnvBenchOptions) -> anyhow::Result<EnvBenchReport> {
     let cfg = EnvConfig { browser: opts.browser.clone(), ..Default::default() };
-    let mut report = EnvBenchReport::default();
+    let off = EnvConfig { browser: opts.browser.clone().with_sandbox(false), ..Default::default() };
+    let mut report = EnvBenchReport {
+        sandbox: crate::env::sandbox::plan(&cfg.browser).note,
+        unsandboxed: opts.compare_sandbox.then(BTreeMap::new),
+        ..Default::default()
+    };
     for task in &opts.tasks {
-        eprintln!("guirl: measuring {task} ...");
-        let mut f = measure_latency(task, &cfg, opts).await.with_context(|| format!("measuring {task}"))?;
-        for &k in &opts.envs {
-            let (sps, eps) = measure_throughput(task, &cfg, k, opts.steps.div_ceil(2).max(20)).await?;
-            f.steps_per_s.insert(k.to_string(), sps);
-            f.episodes_per_s.insert(k.to_string(), eps);
+        eprintln!("guirl: measuring {task} (sandbox {}) ...", report.sandbox);
+        report.guirl.insert(task.clone(), measure_task(task, &cfg, opts).await?);
+        if let Some(u) = report.unsandboxed.as_mut() {
+            eprintln!("guirl: measuring {task} (sandbox off) ...");
+            u.insert(task.clone(), measure_task(task, &off, opts).await?);
         }
-        report.guirl.insert(task.clone(), f);
     }
     if let Some(py) = &opts.baseline_python {
         report.baseline = Some(run_baseline(py, opts)?);
@@ -194,6 +226,20 @@ impl EnvBenchReport {
         };
         for (task, f) in &self.guirl {
             row(&mut s, task, "guirl", f);
+            if let Some(u) = self.unsandboxed.as_ref().and_then(|u| u.get(task)) {
+                row(&mut s, task, "guirl, sandbox off", u);
+                s.push_str(&format!(
+                    "| {task} | cost of the sandbox (on / off latency, on / off steps/s) | {:.2}x | {:.2}x |",
+                    f.reset_ms.median / u.reset_ms.median,
+                    f.step_ms.median / u.step_ms.median
+                ));
+                for k in &ks {
+                    let r = f.steps_per_s.get(k).copied().unwrap_or(f64::NAN)
+                        / u.steps_per_s.get(k).copied().unwrap_or(f64::NAN);
+                    s.push_str(&format!(" {r:.2}x |"));
+                }
+                s.push('\n');
+            }
             if let Some(b) = self.baseline.as_ref().and_then(|b| b.get(task)) {
                 row(&mut s, task, "MiniWoB++ (Python)", b);
                 s.push_str(&format!(
@@ -208,6 +254,15 @@ impl EnvBenchReport {
                 }
                 s.push('\n');
             }
+        }
+        if !self.sandbox.is_empty() {
+            s.push_str(&format!("\nChromium's sandbox (guirl rows): {}\n", self.sandbox));
+        }
+        s.push_str("\nFirst reset, browser start included (ms, one sample):\n");
+        for (t, f) in &self.guirl {
+            let off = self.unsandboxed.as_ref().and_then(|u| u.get(t)).map(|u| u.first_reset_ms);
+            let off = off.map(|ms| format!(", sandbox off {ms:.0}")).unwrap_or_default();
+            s.push_str(&format!("- {t}: {:.0}{off}\n", f.first_reset_ms));
         }
         s.push_str("\nguirl collector episodes/s (random clicks, resets included):\n");
         for (t, f) in &self.guirl {

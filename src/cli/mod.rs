@@ -57,6 +57,12 @@ pub struct BrowserArgs {
     /// for now, see src/env/input.rs). Default: $GUIRL_INPUT, else webdriver.
     #[arg(long, value_name = "CHANNEL", value_parser = ["devtools", "webdriver"])]
     pub input: Option<String>,
+    /// Start Chromium with --no-sandbox. By default its sandbox is on wherever the machine
+    /// allows; when guirl runs as root the browser then runs as an unprivileged user
+    /// ($GUIRL_BROWSER_USER, else guirlbrowser, else nobody). For machines where the
+    /// sandboxed start fails; GUIRL_SANDBOX=0 does the same.
+    #[arg(long)]
+    pub no_sandbox: bool,
 }
 
 impl BrowserArgs {
@@ -71,6 +77,7 @@ impl BrowserArgs {
         }
         .with_devtools(!self.no_devtools)
         .with_frame_control(!self.free_frames)
+        .with_sandbox(!self.no_sandbox)
         .with_input(
             self.input.as_deref().and_then(|p| p.parse().ok()).unwrap_or_else(guirl_env::InputPath::from_env),
         )

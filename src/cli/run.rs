@@ -158,6 +158,10 @@ pub struct BenchEnvArgs {
     /// Write the figures as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Measure every task a second time with Chromium's sandbox off (--no-sandbox) and
+    /// print both side by side: the sandbox's cost on reset and step.
+    #[arg(long, conflicts_with = "no_sandbox")]
+    compare_sandbox: bool,
     #[command(flatten)]
     browser: BrowserArgs,
 }
@@ -171,6 +175,7 @@ pub async fn bench_env(args: BenchEnvArgs) -> anyhow::Result<()> {
         resets: args.resets,
         browser: args.browser.config(),
         baseline_python: args.baseline.then_some(args.baseline_python),
+        compare_sandbox: args.compare_sandbox,
     };
     let report = crate::bench::env_bench::run(&opts).await?;
     println!("{}", report.markdown());

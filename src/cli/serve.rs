@@ -106,6 +106,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         if cfg.token.is_some() { ", token required" } else { "" }
     );
     println!("guirl serve: {}", cfg.url_policy.describe());
+    let sandbox = crate::env::sandbox::plan(&cfg.env.browser);
+    println!("guirl serve: Chromium's sandbox is {}", sandbox.note);
     serve(listener, cfg, shutdown_signal()).await
 }
 

@@ -35,6 +35,10 @@ pub struct BrowserVersions {
     pub browser_version: String,
     /// chromedriver's version (empty for other drivers).
     pub driver_version: String,
+    /// Whether Chromium's sandbox is on: `on (as user guirlbrowser)`, or `off: <why>`
+    /// (see [`super::sandbox`]); empty in records written before it was recorded.
+    #[serde(default)]
+    pub sandbox: String,
 }
 
 /// One WebDriver session on one browser (the chromedriver it started, if any, and its
@@ -56,6 +60,8 @@ pub struct Browser {
     frames: Option<FrameControl>,
     /// Input actions go over the DevTools channel (see [`super::input`]).
     devtools_input: bool,
+    /// How it was started: sandboxed or not, as whom (see [`super::sandbox`]).
+    sandbox: super::sandbox::Plan,
 }
 
 impl std::fmt::Debug for Browser {
@@ -95,7 +101,20 @@ impl Browser {
             browser: get("browserName"),
             browser_version: get("browserVersion"),
             driver_version: driver,
+            sandbox: self.sandbox.note.clone(),
         }
+    }
+
+    /// Whether Chromium's sandbox is on in this browser (see [`super::sandbox`]).
+    pub fn sandboxed(&self) -> bool {
+        self.sandbox.on
+    }
+
+    /// Whether this browser may read every one of `files` (a browser running as another
+    /// user reads only what that user may).
+    pub fn can_read(&self, files: &[std::path::PathBuf]) -> bool {
+        let user = self.sandbox.user.as_ref();
+        user.is_none_or(|u| files.iter().all(|f| super::sandbox::readable_by(f, u)))
     }
 
     /// Whether the page draws only when asked (begin-frame control).

@@ -7,9 +7,9 @@ use super::EnvError;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// The Chromium flags every guirl browser starts with (headless runs add `--headless`).
+/// The Chromium flags every guirl browser starts with (headless runs add `--headless`;
+/// one whose sandbox is off adds `--no-sandbox`, see [`super::sandbox`]).
 pub const CHROMIUM_FLAGS: &[&str] = &[
-    "--no-sandbox",
     "--disable-gpu",
     "--disable-quic",
     "--no-first-run",
@@ -67,6 +67,16 @@ pub struct BrowserConfig {
     /// DevTools events where a browser started here runs with the DevTools channel and
     /// begin-frame control on.
     pub input: InputPath,
+    /// Run Chromium with its sandbox where the machine allows (default; as an unprivileged
+    /// user when guirl is root, see [`super::sandbox`]); false starts it with `--no-sandbox`
+    /// (`--no-sandbox` on the command line, or `GUIRL_SANDBOX=0`).
+    pub sandbox: bool,
+    /// Local files the browser's pages load from (a task's `file://` start URL; [`GuiEnv`]
+    /// fills it from the task). A sandboxed browser started by root runs as another user:
+    /// where that user cannot read one of them, the browser starts unsandboxed, with a warning.
+    ///
+    /// [`GuiEnv`]: super::GuiEnv
+    pub local_files: Vec<PathBuf>,
 }
 
 impl BrowserConfig {
@@ -79,6 +89,12 @@ impl BrowserConfig {
     /// This config with begin-frame control on (if the environment allows) or off.
     pub fn with_frame_control(mut self, on: bool) -> Self {
         self.frame_control &= on;
+        self
+    }
+
+    /// This config with Chromium's sandbox on (where the machine allows) or off.
+    pub fn with_sandbox(mut self, on: bool) -> Self {
+        self.sandbox &= on;
         self
     }
 
@@ -121,6 +137,8 @@ impl Default for BrowserConfig {
             devtools: std::env::var("GUIRL_DEVTOOLS").map_or(true, |v| v != "0"),
             frame_control: std::env::var("GUIRL_FRAME_CONTROL").map_or(true, |v| v != "0"),
             input: InputPath::from_env(),
+            sandbox: std::env::var("GUIRL_SANDBOX").map_or(true, |v| v != "0"),
+            local_files: Vec::new(),
         }
     }
 }

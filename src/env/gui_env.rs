@@ -107,6 +107,10 @@ impl GuiEnv {
         if task.viewport() != self.task.viewport() {
             self.resize = true;
         }
+        // A browser running as another user may not read the new task's local pages.
+        if self.browser.as_ref().is_some_and(|b| !b.can_read(&task.local_files())) {
+            self.drop_browser();
+        }
         self.task = task;
         self.episode = None;
     }
@@ -149,6 +153,12 @@ impl GuiEnv {
         self.browser.as_ref().is_some_and(Browser::controls_frames)
     }
 
+    /// Whether Chromium's sandbox is on (see [`super::sandbox`]); false until the browser
+    /// has started.
+    pub fn uses_sandbox(&self) -> bool {
+        self.browser.as_ref().is_some_and(Browser::sandboxed)
+    }
+
     /// Whether page time is virtual (see [`EnvConfig::virtual_time_ms`]); false until the
     /// browser has started.
     pub fn uses_page_clock(&self) -> bool {
@@ -159,7 +169,8 @@ impl GuiEnv {
     pub async fn start(&mut self) -> Result<(), EnvError> {
         if self.browser.is_none() {
             let vp = self.task.viewport();
-            let mut b = Browser::launch(&self.cfg.browser, vp.window_width, vp.window_height).await?;
+            let cfg = BrowserConfig { local_files: self.task.local_files(), ..self.cfg.browser.clone() };
+            let mut b = Browser::launch(&cfg, vp.window_width, vp.window_height).await?;
             if let Some(ms) = self.cfg.virtual_time_ms.filter(|&ms| ms > 0) {
                 if !b.use_page_clock(Duration::from_millis(ms as u64)).await? {
                     tracing::debug!("page time stays on the wall clock: no begin-frame control");

@@ -13,6 +13,7 @@ pub mod observation;
 pub mod outcome;
 pub mod page_clock;
 pub mod profiles;
+pub mod sandbox;
 pub mod url_policy;
 
 pub use action::{GuiAction, KeyCombo, Modifier, ParseActionError};

@@ -156,10 +156,14 @@ fn alive(pid: i32) -> bool {
 }
 
 /// Once per process: kill the browsers of profile folders whose owning guirl process is
-/// gone, and delete those folders. Folders without an owner file are left alone.
+/// gone, and delete those folders. Folders without an owner file are left alone. Looks in
+/// the temp folder and in the shared one sandboxed browsers use when it is private
+/// ([`super::sandbox::profile_parent`]).
 pub(crate) fn sweep_stale() {
     SWEEP.call_once(|| {
-        let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else { return };
+        let mut places = vec![std::env::temp_dir(), PathBuf::from(super::sandbox::SHARED_TEMP)];
+        places.dedup();
+        let entries = places.iter().filter_map(|p| std::fs::read_dir(p).ok()).flatten();
         for e in entries.flatten() {
             let dir = e.path();
             let named = dir.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(PREFIX));

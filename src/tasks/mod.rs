@@ -169,6 +169,11 @@ pub trait Task: Send + Sync + std::fmt::Debug {
     fn learned_reward(&self) -> Option<&LearnedReward> {
         None
     }
+    /// Files on this machine the task's pages load from (a `file://` start URL): the env
+    /// checks that a sandboxed browser's user can read them.
+    fn local_files(&self) -> Vec<std::path::PathBuf> {
+        Vec::new()
+    }
 }
 
 /// Every task id guirl knows, in order: MiniWoB++ (if its pages are installed), then built-in.

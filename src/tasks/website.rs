@@ -422,6 +422,9 @@ impl Task for WebsiteTask {
     fn learned_reward(&self) -> Option<&super::LearnedReward> {
         self.learned.as_ref()
     }
+    fn local_files(&self) -> Vec<std::path::PathBuf> {
+        file_of_url(&self.spec.start_url).into_iter().collect()
+    }
 
     async fn reset(
         &self,
@@ -501,9 +504,30 @@ impl WebsiteTask {
     }
 }
 
+/// The local file a `file://` URL names (`None` for other URLs). A URL with a template
+/// variable in its path names the folder above the first one.
+fn file_of_url(url: &str) -> Option<std::path::PathBuf> {
+    let fixed = url.split("{{").next().unwrap_or(url);
+    let parsed = url::Url::parse(fixed).ok().filter(|u| u.scheme() == "file")?;
+    let path = parsed.to_file_path().ok()?;
+    if fixed.len() < url.len() && !fixed.ends_with('/') {
+        return path.parent().map(std::path::Path::to_path_buf);
+    }
+    Some(path)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn file_urls_name_their_file_or_the_folder_above_a_variable() {
+        assert_eq!(file_of_url("file:///a/b/page.html"), Some(std::path::PathBuf::from("/a/b/page.html")));
+        assert_eq!(file_of_url("file:///a/b/{{page}}.html"), Some(std::path::PathBuf::from("/a/b")));
+        assert_eq!(file_of_url("file:///a/b-{{page}}.html"), Some(std::path::PathBuf::from("/a")));
+        assert_eq!(file_of_url("http://localhost/x"), None);
+        assert_eq!(file_of_url("/fixtures/pages/x.html"), None);
+    }
 
     const OK: &str = r#"
 start_url = "/fixtures/pages/signup.html"

@@ -116,6 +116,9 @@ def start_server(*extra: str, max_sessions: int = 10) -> Server:
     port = free_port()
     # Short: Chromium puts a unix socket under its profile, and socket paths are short.
     tmpdir = tempfile.mkdtemp(prefix="gs-", dir="/tmp")
+    # Open to other users: a guirl running as root runs its browsers as an unprivileged
+    # user (Chromium's sandbox), whose profiles go elsewhere when it cannot enter TMPDIR.
+    os.chmod(tmpdir, 0o755)
     log = Path(tmpdir) / "serve.log"
     cmd = [
         str(binary),

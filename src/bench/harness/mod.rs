@@ -295,6 +295,7 @@ fn write_reports(
         git_hash: env!("GUIRL_GIT_HASH").to_string(),
         browser: format!("{} {}", b.browser, b.browser_version).trim().to_string(),
         chromedriver: b.driver_version,
+        sandbox: b.sandbox,
         os: os_description(),
         policy: manifest.policy.clone(),
         policy_info,

@@ -133,6 +133,10 @@ pub struct Reproducibility {
     pub browser: String,
     /// chromedriver's version.
     pub chromedriver: String,
+    /// Whether Chromium's sandbox was on (`on (as user guirlbrowser)`, or `off: <why>`);
+    /// empty in reports written before it was recorded.
+    #[serde(default)]
+    pub sandbox: String,
     /// Operating system.
     pub os: String,
     /// The policy as given (`oracle`, a checkpoint path, `openai:MODEL@URL`).
@@ -256,11 +260,12 @@ impl Report {
         let r = &self.reproducibility;
         s.push_str("\n\n## Reproducibility\n\n");
         s.push_str(&format!(
-            "- guirl {} (commit {})\n- browser: {}\n- chromedriver: {}\n- OS: {}\n- policy: `{}` {}\n- observation: {}\n- seeds: {}..{} per task ({})\n- env: {}\n- started {}, written {}\n",
+            "- guirl {} (commit {})\n- browser: {}\n- chromedriver: {}\n- sandbox: {}\n- OS: {}\n- policy: `{}` {}\n- observation: {}\n- seeds: {}..{} per task ({})\n- env: {}\n- started {}, written {}\n",
             r.guirl_version,
             if r.git_hash.is_empty() { "unknown" } else { &r.git_hash },
             r.browser,
             r.chromedriver,
+            if r.sandbox.is_empty() { "not recorded" } else { &r.sandbox },
             r.os,
             r.policy,
             r.policy_info,

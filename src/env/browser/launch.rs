@@ -5,6 +5,7 @@ use super::super::browser_config::remote_chromium;
 use super::super::devtools::{self, DevTools};
 use super::super::frames::{self, FrameControl};
 use super::super::profiles;
+use super::super::sandbox::{self, Plan};
 use super::{Browser, BrowserConfig, EnvError, APT_HINT, CHROMIUM_FLAGS, FREE_FRAME_FLAGS};
 use fantoccini::wd::{Capabilities, WindowHandle};
 use fantoccini::{Client, ClientBuilder};
@@ -58,13 +59,20 @@ impl Browser {
 
     async fn launch_once(cfg: &BrowserConfig, width: u32, height: u32) -> Result<Browser, EnvError> {
         let started = Instant::now();
+        let plan = sandbox::plan(cfg);
         let profile = tempfile::Builder::new()
             .prefix(profiles::PREFIX)
-            .tempdir()
+            .tempdir_in(sandbox::profile_parent(plan.user.as_ref()))
             .map_err(|e| EnvError::Setup(format!("cannot create a browser profile folder: {e}")))?;
         if cfg.webdriver_url.is_none() {
             profiles::register(profile.path())
                 .map_err(|e| EnvError::Setup(format!("cannot write into the browser profile folder: {e}")))?;
+        }
+        if let Some(u) = &plan.user {
+            // chromedriver, running as the user, makes the browser's profile in here.
+            std::os::unix::fs::chown(profile.path(), Some(u.uid), Some(u.gid)).map_err(|e| {
+                EnvError::Setup(format!("cannot give the browser profile folder to user {}: {e}", u.name))
+            })?;
         }
         let (url, mut driver, chromium) = match &cfg.webdriver_url {
             Some(u) => (u.clone(), None, remote_chromium(cfg, u)),
@@ -76,6 +84,14 @@ impl Browser {
                 let chromium = cfg.chromium_path()?;
                 let port = free_port().map_err(|e| EnvError::Setup(format!("no free port: {e}")))?;
                 let mut cmd = tokio::process::Command::new(&driver_bin);
+                if let Some(u) = &plan.user {
+                    // The browser inherits this user and environment: a home it can write
+                    // (caches, crash reports), none of root's per-user folders.
+                    cmd.uid(u.uid).gid(u.gid).env("HOME", profile.path());
+                    for var in ["XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_RUNTIME_DIR"] {
+                        cmd.env_remove(var);
+                    }
+                }
                 // If guirl dies without cleaning up (SIGKILL), chromedriver goes with it.
                 #[cfg(target_os = "linux")]
                 unsafe {
@@ -99,21 +115,23 @@ impl Browser {
                     .process_group(0)
                     .spawn()
                     .map_err(|e| {
-                        EnvError::Setup(format!(
+                        let m = format!(
                             "could not start chromedriver {}: {e}; install it with `{APT_HINT}`",
                             driver_bin.display()
-                        ))
+                        );
+                        sandboxed_failure(&plan, EnvError::Setup(m))
                     })?;
                 (format!("http://127.0.0.1:{port}"), Some((child, driver_bin)), Some(chromium))
             }
         };
         let controlled = chromium.as_deref().is_some_and(|c| cfg.controls_frames(c));
-        let caps = capabilities(cfg, chromium, controlled, width, height);
+        let caps = capabilities(cfg, chromium, controlled, plan.on, width, height);
 
         let session = open_session(&url, &caps, cfg.command_timeout, started, driver.as_mut()).await;
         let client = match session {
             Ok(c) => c,
             Err(e) => {
+                let e = sandboxed_failure(&plan, e);
                 // Kill chromedriver (on drop) and whatever browser it had begun to start.
                 drop(driver);
                 if let Some(done) = profiles::release(profile.keep()) {
@@ -133,6 +151,7 @@ impl Browser {
             devtools: None,
             frames: None,
             devtools_input: cfg.devtools_input(),
+            sandbox: plan,
         };
         b.guard("setting timeouts", async {
             b.client
@@ -273,16 +292,40 @@ async fn open_session(
     }
 }
 
+/// A failed start of a browser that was to run sandboxed as another user, said so, with
+/// the way out.
+fn sandboxed_failure(plan: &Plan, e: EnvError) -> EnvError {
+    let Some(user) = &plan.user else { return e };
+    let say = |m: String| {
+        format!(
+            "the browser could not start sandboxed as user {}: {m}; run with --no-sandbox (or \
+             GUIRL_SANDBOX=0) to start it without Chromium's sandbox, set {} to another user, \
+             and see `guirl doctor`",
+            user.name,
+            sandbox::USER_VAR
+        )
+    };
+    match e {
+        EnvError::Launch(m) => EnvError::Launch(say(m)),
+        EnvError::Setup(m) => EnvError::Setup(say(m)),
+        e => e,
+    }
+}
+
 /// The session's capabilities: Chromium's flags and binary, and WebDriver's behaviour.
 fn capabilities(
     cfg: &BrowserConfig,
     chromium: Option<PathBuf>,
     controlled: bool,
+    sandboxed: bool,
     width: u32,
     height: u32,
 ) -> Capabilities {
     let frame_flags = if controlled { frames::FLAGS } else { FREE_FRAME_FLAGS };
     let mut args: Vec<String> = CHROMIUM_FLAGS.iter().chain(frame_flags).map(|s| s.to_string()).collect();
+    if !sandboxed {
+        args.push("--no-sandbox".into());
+    }
     if !cfg.headful {
         args.push("--headless".into());
     }

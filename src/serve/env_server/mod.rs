@@ -73,6 +73,8 @@ pub struct Shared {
     pub table: SessionTable,
     cfg: ServeConfig,
     tasks: Value,
+    /// Whether the sessions' browsers run sandboxed (see [`crate::env::sandbox::describe`]).
+    sandbox: Value,
 }
 
 /// A task named by a request: `task` (an id) or `task_spec` (a website spec's TOML text).
@@ -169,6 +171,7 @@ pub fn router(cfg: ServeConfig) -> (Router, Arc<Shared>) {
         .collect();
     let shared = Arc::new(Shared {
         table: SessionTable::new(cfg.max_sessions, cfg.env.clone(), cfg.url_policy.clone()),
+        sandbox: crate::env::sandbox::describe(&cfg.env.browser),
         cfg: cfg.clone(),
         tasks: json!({ "tasks": tasks }),
     });
@@ -209,7 +212,12 @@ pub fn router(cfg: ServeConfig) -> (Router, Arc<Shared>) {
 }
 
 async fn health(State(s): State<Arc<Shared>>) -> Json<Value> {
-    Json(json!({"status": "healthy", "sessions": s.table.len(), "max_sessions": s.table.max()}))
+    Json(json!({
+        "status": "healthy",
+        "sessions": s.table.len(),
+        "max_sessions": s.table.max(),
+        "sandbox": s.sandbox,
+    }))
 }
 
 /// Whether `given` is the server's `token`, in time that does not depend on where they
