@@ -148,6 +148,21 @@ fn bad_train_configs_name_the_key() {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_guirl")).arg("train").arg(&p).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("algo.clip_low"), "{err}");
+    // The task curriculum's keys.
+    for (line, says) in [
+        ("sampling = \"progres\"", "expected `uniform` or `progress`"),
+        ("progress_mix = 2.0", "tasks.progress_mix must be in [0, 1]"),
+    ] {
+        std::fs::write(
+            &p,
+            format!("[run]\nname = \"x\"\niterations = 1\n[tasks]\nids = [\"miniwob/click-test\"]\n{line}\n"),
+        )
+        .unwrap();
+        let out =
+            std::process::Command::new(env!("CARGO_BIN_EXE_guirl")).arg("train").arg(&p).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(says), "{line}: {err}");
+    }
 }
 
 #[tokio::test]
