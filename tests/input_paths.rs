@@ -227,8 +227,9 @@ fn only_near(a: &ScreenState, b: &ScreenState, p: (i32, i32)) -> bool {
         .all(|((x, y, q), r)| q == r || ((x as i32 - p.0).abs() <= 16 && (y as i32 - p.1).abs() <= 16))
 }
 
-/// Whether the pixels that differ between the frames fit in one `side` × `side` box.
-fn one_small_patch(a: &ScreenState, b: &ScreenState, side: u32) -> bool {
+/// The pixels that differ between the frames: how many, and their bounding box
+/// `(x0, y0, x1, y1)` (`None` when the frames are equal).
+fn pixel_diff(a: &ScreenState, b: &ScreenState) -> (usize, Option<(u32, u32, u32, u32)>) {
     let diff: Vec<(u32, u32)> = a
         .screenshot
         .enumerate_pixels()
@@ -236,9 +237,15 @@ fn one_small_patch(a: &ScreenState, b: &ScreenState, side: u32) -> bool {
         .filter(|((_, _, p), q)| p != q)
         .map(|((x, y, _), _)| (x, y))
         .collect();
-    let (x0, y0) = diff.iter().fold((u32::MAX, u32::MAX), |m, p| (m.0.min(p.0), m.1.min(p.1)));
-    let (x1, y1) = diff.iter().fold((0, 0), |m, p| (m.0.max(p.0), m.1.max(p.1)));
-    diff.is_empty() || (x1 - x0 < side && y1 - y0 < side)
+    let bbox = diff.iter().fold(None, |m: Option<(u32, u32, u32, u32)>, &(x, y)| {
+        Some(m.map_or((x, y, x, y), |(x0, y0, x1, y1)| (x0.min(x), y0.min(y), x1.max(x), y1.max(y))))
+    });
+    (diff.len(), bbox)
+}
+
+/// Whether the pixels that differ between the frames fit in one `side` × `side` box.
+fn one_small_patch(a: &ScreenState, b: &ScreenState, side: u32) -> bool {
+    pixel_diff(a, b).1.is_none_or(|(x0, y0, x1, y1)| x1 - x0 < side && y1 - y0 < side)
 }
 
 /// `pointer`: where the previous episode's last pointer action left the mouse.
@@ -281,16 +288,7 @@ fn compare(
             .collect();
         out.push(format!("{at}: elements differ ({} / {}): {diff:?}", a.elements.len(), b.elements.len()));
     }
-    if a.screenshot != b.screenshot {
-        let diff: Vec<(u32, u32)> = a
-            .screenshot
-            .enumerate_pixels()
-            .zip(b.screenshot.pixels())
-            .filter(|((_, _, p), q)| p != q)
-            .map(|((x, y, _), _)| (x, y))
-            .collect();
-        let (x0, y0) = diff.iter().fold((u32::MAX, u32::MAX), |m, p| (m.0.min(p.0), m.1.min(p.1)));
-        let (x1, y1) = diff.iter().fold((0, 0), |m, p| (m.0.max(p.0), m.1.max(p.1)));
-        out.push(format!("{at}: frames differ in {} pixels, within ({x0}, {y0})-({x1}, {y1})", diff.len()));
+    if let (n, Some((x0, y0, x1, y1))) = pixel_diff(a, b) {
+        out.push(format!("{at}: frames differ in {n} pixels, within ({x0}, {y0})-({x1}, {y1})"));
     }
 }

@@ -5,6 +5,7 @@ pub mod collector;
 pub mod play;
 pub mod replay;
 pub mod rescore;
+pub mod scoring;
 pub mod store;
 pub mod trajectory;
 pub mod viewer;

@@ -297,7 +297,7 @@ impl Play {
                 let mut shots =
                     cur.rec.frames[cur.rec.frames.len().saturating_sub(learned.frames() - 1)..].to_vec();
                 shots.push(cur.obs.screenshot.clone());
-                super::collector::apply_learned_reward(t, &shots, learned)?;
+                super::scoring::apply_learned_reward(t, &shots, learned)?;
             }
             cur.rec.frames.push(cur.obs.screenshot.clone());
         }

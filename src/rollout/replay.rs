@@ -146,7 +146,7 @@ async fn replay_one(
                 let history: Vec<String> = t.steps[..=i].iter().map(|s| s.action.clone()).collect();
                 let mut shots = recent[recent.len().saturating_sub(learned.frames() - 1)..].to_vec();
                 shots.push(out.obs.screenshot.clone());
-                let scored = super::collector::learned_verdict(learned, &shots, &t.instruction, &history)?;
+                let scored = super::scoring::learned_verdict(learned, &shots, &t.instruction, &history)?;
                 if let Some(e) = scored.failed {
                     step_status = crate::env::EpisodeStatus::JudgeError;
                     diverge(&mut report, i, format!("the judge gave no verdict: {e}"));

@@ -199,6 +199,15 @@ pub struct IterationMetrics {
 }
 
 impl IterationMetrics {
+    /// Where the iteration's time went, for the progress line: the collection split into
+    /// the policy's calls and the wait for envs, and the update.
+    pub fn time_split(&self) -> String {
+        format!(
+            "collect {:.1}s (policy {:.1}s, env wait {:.1}s) update {:.1}s",
+            self.rollout_secs, self.policy_secs, self.env_wait_secs, self.update_secs
+        )
+    }
+
     /// Copy the advantage statistics in.
     pub fn set_advantage(&mut self, a: &AdvantageStats) {
         self.baseline_mean = a.baseline_mean;

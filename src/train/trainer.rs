@@ -26,11 +26,11 @@ use super::eval::{eval_jobs, evaluate, evaluate_counts, test_jobs, EvalCounts, E
 use super::metrics::{read_metrics, IterationMetrics, MetricsWriter};
 use super::optim::AdamW;
 use super::seeds::rng_for;
-use super::update::{update, Sample};
+use super::update::update;
 use crate::env::EnvConfig;
 use crate::policy::{Sampling, TrainablePolicy};
 use crate::rollout::collector::off_runtime;
-use crate::rollout::{Collector, Recorded, TrainingBatch, TrajectorySet};
+use crate::rollout::{Collector, TrainingBatch, TrajectorySet};
 use crate::tasks::Task;
 use anyhow::{bail, Context};
 use rand::Rng;
@@ -44,43 +44,6 @@ pub const REFERENCE_DIR: &str = "reference";
 /// Behaviour cloning's AdamW state, kept in the clone's checkpoint (`iter-000000`) so that
 /// `[sft] start_epoch` can continue the cloning.
 pub const SFT_OPTIMIZER_FILE: &str = "sft_optimizer.safetensors";
-
-/// The steps of `recs` to train on: every step of every rollout that has an advantage,
-/// with the token ids it sampled. A step whose record lacks them is an error (the
-/// log-probs would belong to other tokens).
-fn samples(
-    recs: &[Recorded],
-    index: &[Vec<usize>],
-    adv: &super::advantage::StepAdvantages,
-    previous: bool,
-) -> anyhow::Result<Vec<Sample>> {
-    let mut out = Vec::new();
-    for g in 0..index.len() {
-        for (j, a) in adv[g].iter().enumerate() {
-            let Some(a) = a else { continue };
-            let rec = &recs[index[g][j]];
-            for (i, step) in rec.trajectory.steps.iter().enumerate() {
-                let Some(state) = rec.state_at(i, previous) else { continue };
-                anyhow::ensure!(
-                    step.tokens.len() == step.token_logprobs.len() && !step.tokens.is_empty(),
-                    "rollout {} step {i} (`{}`): {} token ids but {} log-probs recorded",
-                    index[g][j],
-                    step.action,
-                    step.tokens.len(),
-                    step.token_logprobs.len()
-                );
-                out.push(Sample {
-                    state,
-                    tokens: step.tokens.clone(),
-                    old_logp: step.token_logprobs.clone(),
-                    adv: a[i] as f32,
-                    traj: index[g][j],
-                });
-            }
-        }
-    }
-    Ok(out)
-}
 
 /// Everything a training run holds.
 pub struct Trainer {
@@ -249,7 +212,7 @@ impl Trainer {
                     "reward {:.2} success {:.2}{sampling} | {}",
                     m.reward_mean,
                     m.success_rate,
-                    time_split(&m)
+                    m.time_split()
                 ));
             } else {
                 // Without a terminal (a log file, CI) the same line goes to the log.
@@ -258,7 +221,7 @@ impl Trainer {
                     self.state.iteration,
                     m.reward_mean,
                     m.success_rate,
-                    time_split(&m)
+                    m.time_split()
                 );
             }
             let last = self.state.iteration == total || self.budget_spent();
@@ -345,7 +308,7 @@ impl Trainer {
             Some(p) => (p.gae.adv.clone(), p.gae.stats),
             None => super::advantage::estimate(algo, &batch, &keys),
         };
-        let samples = samples(recs, &index, &adv, self.policy.reads_previous_screenshot())?;
+        let samples = super::update::samples(recs, &index, &adv, self.policy.reads_previous_screenshot())?;
 
         // 4. μ epochs of minibatch updates of the objective (+ KL, entropy), at this
         //    iteration's β.
@@ -627,13 +590,4 @@ impl Trainer {
 /// The run folder for a config and an optional `--out`.
 pub fn run_dir(cfg: &TrainConfig, out: Option<&Path>) -> PathBuf {
     out.map(Path::to_path_buf).unwrap_or_else(|| cfg.run_dir())
-}
-
-/// Where an iteration's time went, for the progress line: the collection split into the
-/// policy's calls and the wait for envs, and the update.
-fn time_split(m: &IterationMetrics) -> String {
-    format!(
-        "collect {:.1}s (policy {:.1}s, env wait {:.1}s) update {:.1}s",
-        m.rollout_secs, m.policy_secs, m.env_wait_secs, m.update_secs
-    )
 }

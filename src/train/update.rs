@@ -35,6 +35,43 @@ use rand::seq::SliceRandom;
 /// `pass_key`'s purpose for the update's training passes.
 const PASS_PURPOSE: u64 = 0x5CA1E;
 
+/// The steps of `recs` to train on: every step of every rollout that has an advantage,
+/// with the token ids it sampled. A step whose record lacks them is an error (the
+/// log-probs would belong to other tokens).
+pub(crate) fn samples(
+    recs: &[crate::rollout::Recorded],
+    index: &[Vec<usize>],
+    adv: &super::advantage::StepAdvantages,
+    previous: bool,
+) -> anyhow::Result<Vec<Sample>> {
+    let mut out = Vec::new();
+    for g in 0..index.len() {
+        for (j, a) in adv[g].iter().enumerate() {
+            let Some(a) = a else { continue };
+            let rec = &recs[index[g][j]];
+            for (i, step) in rec.trajectory.steps.iter().enumerate() {
+                let Some(state) = rec.state_at(i, previous) else { continue };
+                anyhow::ensure!(
+                    step.tokens.len() == step.token_logprobs.len() && !step.tokens.is_empty(),
+                    "rollout {} step {i} (`{}`): {} token ids but {} log-probs recorded",
+                    index[g][j],
+                    step.action,
+                    step.tokens.len(),
+                    step.token_logprobs.len()
+                );
+                out.push(Sample {
+                    state,
+                    tokens: step.tokens.clone(),
+                    old_logp: step.token_logprobs.clone(),
+                    adv: a[i] as f32,
+                    traj: index[g][j],
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// One step to learn from: the state it was taken in, the token ids the policy sampled,
 /// their log-probs at sampling time, and the step's advantage.
 #[derive(Debug, Clone)]

@@ -38,7 +38,7 @@ fn learned_ending(
     out: &mut crate::env::StepOutcome,
     info: &mut Map<String, Value>,
 ) -> Result<(), ApiError> {
-    let scored = crate::rollout::collector::learned_verdict(
+    let scored = crate::rollout::scoring::learned_verdict(
         learned,
         std::slice::from_ref(&out.obs.screenshot),
         &out.obs.instruction,

@@ -1,0 +1,93 @@
+//! Unit tests of website specs (`website.rs`).
+
+use super::*;
+
+#[test]
+fn file_urls_name_their_file_or_the_folder_above_a_variable() {
+    assert_eq!(file_of_url("file:///a/b/page.html"), Some(std::path::PathBuf::from("/a/b/page.html")));
+    assert_eq!(file_of_url("file:///a/b/{{page}}.html"), Some(std::path::PathBuf::from("/a/b")));
+    assert_eq!(file_of_url("file:///a/b-{{page}}.html"), Some(std::path::PathBuf::from("/a")));
+    assert_eq!(file_of_url("http://localhost/x"), None);
+    assert_eq!(file_of_url("/fixtures/pages/x.html"), None);
+}
+
+const OK: &str = r#"
+start_url = "/fixtures/pages/signup.html"
+instruction = "Sign up as {name}"
+[variables]
+name = ["ann", "bo"]
+[success]
+url_pattern = "done"
+"#;
+
+#[test]
+fn valid_spec_parses_and_draws_deterministically() {
+    let s = WebsiteSpec::parse(OK).unwrap();
+    assert_eq!(s.draw(3), s.draw(3));
+    assert_eq!(s.max_steps, 20);
+}
+
+#[test]
+fn fresh_state_is_on_unless_turned_off() {
+    assert!(WebsiteSpec::parse(OK).unwrap().fresh_state);
+    assert!(!WebsiteSpec::parse(&format!("fresh_state = false\n{OK}")).unwrap().fresh_state);
+    let e = WebsiteSpec::parse(&format!("fresh_state = \"no\"\n{OK}")).unwrap_err();
+    assert!(format!("{e:#}").contains("fresh_state"), "{e:#}");
+}
+
+#[test]
+fn unknown_key_is_named() {
+    let e = WebsiteSpec::parse(&OK.replace("[success]", "max_stepz = 3\n[success]")).unwrap_err();
+    assert!(format!("{e:#}").contains("max_stepz"), "{e:#}");
+}
+
+#[test]
+fn bad_values_are_named() {
+    let e = WebsiteSpec::parse(&format!("max_steps = 0\n{OK}")).unwrap_err();
+    assert!(e.to_string().contains("max_steps"), "{e}");
+    let e = WebsiteSpec::parse(&OK.replace("\"done\"", "\"(\"")).unwrap_err();
+    assert!(e.to_string().contains("success.url_pattern"), "{e}");
+    let e = WebsiteSpec::parse(&OK.replace("{name}", "{nmae}")).unwrap_err();
+    assert!(e.to_string().contains("instruction uses {nmae}"), "{e}");
+    let e = WebsiteSpec::parse(&OK.replace("url_pattern = \"done\"", "")).unwrap_err();
+    assert!(e.to_string().contains("success has no check"), "{e}");
+    let e = WebsiteSpec::parse(
+        &OK.replace("max_steps", "").replace("instruction =", "max_steps = \"x\"\ninstruction ="),
+    )
+    .unwrap_err();
+    assert!(format!("{e:#}").contains("max_steps"), "{e:#}");
+}
+
+#[test]
+fn a_reward_model_may_replace_the_success_checks() {
+    let no_check = OK.replace("[success]\nurl_pattern = \"done\"\n", "");
+    let e = WebsiteSpec::parse(&no_check).unwrap_err();
+    assert!(e.to_string().contains("no [success] table") && e.to_string().contains("model:PATH"), "{e}");
+    let s =
+        WebsiteSpec::parse(&format!("reward = \"model:rm\"\nreward_threshold = 0.7\n{no_check}")).unwrap();
+    assert!(s.success.is_none());
+    assert_eq!(s.reward_threshold, Some(0.7));
+    for (bad, needle) in [
+        ("reward = \"rm\"", "give \"model:PATH\""),
+        ("reward = \"model:\"", "give \"model:PATH\""),
+        ("reward = \"model:rm\"\nreward_threshold = 1.5", "reward_threshold = 1.5 is out of range"),
+        ("reward_threshold = 0.5", "reward is not"),
+    ] {
+        let e = WebsiteSpec::parse(&format!("{bad}\n{OK}")).unwrap_err();
+        assert!(e.to_string().contains(needle), "{bad}: {e}");
+    }
+    // The folder must hold a model; its path is read from the spec's folder.
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("t.toml");
+    std::fs::write(&spec, format!("reward = \"model:rm\"\n{no_check}")).unwrap();
+    let e = WebsiteTask::load(&spec).unwrap_err();
+    assert!(format!("{e:#}").contains("is not a reward model folder"), "{e:#}");
+    std::fs::create_dir(dir.path().join("rm")).unwrap();
+    std::fs::write(dir.path().join("rm/reward_model.json"), "{}").unwrap();
+    let t = WebsiteTask::load(&spec).unwrap();
+    let l = t.learned_reward().unwrap();
+    assert_eq!(
+        (l.model().unwrap().to_path_buf(), l.threshold, l.decides),
+        (dir.path().join("rm"), 0.5, true)
+    );
+}
