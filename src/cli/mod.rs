@@ -53,8 +53,8 @@ pub struct BrowserArgs {
     /// How actions reach the page: `webdriver` (WebDriver input actions through
     /// chromedriver; the default, and always with --webdriver, --free-frames and
     /// --no-devtools) or `devtools` (DevTools input events, where guirl started the
-    /// browser with its DevTools channel and frame control; slower for pointer input
-    /// for now, see src/env/input.rs). Default: $GUIRL_INPUT, else webdriver.
+    /// browser with its DevTools channel and frame control; faster, opt-in for now: see
+    /// src/env/input.rs). Default: $GUIRL_INPUT, else webdriver.
     #[arg(long, value_name = "CHANNEL", value_parser = ["devtools", "webdriver"])]
     pub input: Option<String>,
     /// Start Chromium with --no-sandbox. By default its sandbox is on wherever the machine

@@ -390,7 +390,12 @@ impl Browser {
         };
         let limit = self.limit();
         let send = async {
-            for run in events.chunk_by(|a, b| a.0 == b.0 && a.0 == super::input::KEY) {
+            // Events of one kind go out together and are awaited together, as chromedriver
+            // does (the browser handles a session's commands in order), except pointer
+            // moves: each is awaited, as Chromium merges moves that reach a frame together
+            // and a drag's page would see one move instead of eight.
+            let moves = |e: &InputEvent| e.1["type"] == "mouseMoved";
+            for run in events.chunk_by(|a, b| a.0 == b.0 && !moves(a) && !moves(b)) {
                 let calls = run.iter().map(|(method, params)| dt.call(method, params.clone(), limit));
                 futures::future::try_join_all(calls).await?;
             }

@@ -66,7 +66,11 @@ pub struct DevTools {
 impl DevTools {
     /// Connect to a browser-level DevTools websocket, attached to no page yet.
     pub async fn open(ws_url: &str, limit: Duration) -> Result<DevTools, String> {
-        let (ws, _) = tokio::time::timeout(limit, tokio_tungstenite::connect_async(ws_url))
+        // Nagle's algorithm off: an input event and the frame it waits for are two small
+        // writes back to back, and with it on the frame sat in the socket until the
+        // browser's delayed ACK (~40 ms a step).
+        let connect = tokio_tungstenite::connect_async_with_config(ws_url, None, true);
+        let (ws, _) = tokio::time::timeout(limit, connect)
             .await
             .map_err(|_| format!("no answer from {ws_url}"))?
             .map_err(|e| format!("cannot open {ws_url}: {e}"))?;

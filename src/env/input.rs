@@ -21,15 +21,15 @@
 //! WebDriver input is the path for `--webdriver` endpoints (a Selenium Grid), for
 //! free-running frames (`--free-frames`) and without a DevTools channel
 //! (`--no-devtools`), and for now the default everywhere: `--input devtools` (or
-//! `GUIRL_INPUT=devtools`) turns the DevTools path on. Measured on click-test (2 shared
-//! cores): the action phase took 45-47 ms over guirl's DevTools session against 6.5-8 ms
-//! through chromedriver. The time is a frame: the first `HeadlessExperimental.beginFrame`
-//! after a pointer move sent on guirl's session takes ~40 ms (with no frames the move is
-//! answered after 5 s). Tried without change: a second session on the page for input,
-//! awaiting only the last event (as chromedriver does), chromedriver's exact parameters
-//! (integer coordinates, force, tilt), event timestamps in the past, drawn frames. The
-//! same events sent through chromedriver's own DevTools connection (`goog/cdp/execute`)
-//! took 8.8 ms. What chromedriver's session does differently is not found yet (issue 36).
+//! `GUIRL_INPUT=devtools`) turns the DevTools path on. Measured on click-test (2 cores,
+//! loaded): the action phase takes 3.3-3.5 ms here against 8-11 ms through chromedriver.
+//! It stays opt-in until one difference is understood: after a switch to a task with
+//! another viewport, the DevTools-input env was seen laying the next page out narrower
+//! than its window, the WebDriver env not (`tests/input_paths.rs`, issue 36). The events of one kind go out together and are
+//! awaited together, as chromedriver sends them; a mouse move is answered once the page
+//! has had a frame, which the frame pump gives it within ~2 ms. (This path once took
+//! ~45 ms an action: the DevTools socket had Nagle's algorithm on, so the frame request
+//! written right after an event waited for the browser's delayed ACK.)
 
 use super::browser::Browser;
 use super::frames::Draw;
@@ -47,7 +47,7 @@ pub enum InputPath {
     /// DevTools `Input.dispatch*` events where the session allows, else WebDriver.
     DevTools,
     /// WebDriver input actions (through chromedriver or a Grid) always (default: see
-    /// the module docs for why).
+    /// the module docs for why, for now).
     #[default]
     WebDriver,
 }

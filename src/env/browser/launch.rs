@@ -255,7 +255,10 @@ async fn open_session(
 ) -> Result<Client, EnvError> {
     let deadline = started + Duration::from_secs(20);
     loop {
-        let mut builder = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new());
+        // Nagle off, as on the DevTools socket: chromedriver's commands are small writes.
+        let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
+        http.set_nodelay(true);
+        let mut builder = ClientBuilder::new(http);
         builder.capabilities(caps.clone());
         let request = builder.connect(url);
         let msg = match tokio::time::timeout(limit, request).await {
