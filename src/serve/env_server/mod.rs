@@ -4,6 +4,7 @@
 //! protocol.
 
 pub mod error;
+pub mod frame;
 pub mod guard;
 pub mod limits;
 mod rest;
@@ -317,6 +318,14 @@ pub async fn serve(
                 shared.table.reap_idle(timeout).await;
             }
         })
+    });
+    // Answers go out as soon as they are written: with Nagle's algorithm on, the tail of an
+    // answer that fills more than one segment waits for the client's (delayed) ACK.
+    use axum::serve::ListenerExt;
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!("cannot set TCP_NODELAY on a connection: {e}");
+        }
     });
     let served = axum::serve(listener, app).with_graceful_shutdown(shutdown).await;
     if let Some(r) = reaper {
