@@ -131,8 +131,22 @@ fn answer(t: Transition, step: bool, binary: bool) -> Response {
         json!({"observation": observation, "info": info, "terminated": terminated, "truncated": truncated})
     };
     if binary {
-        let bytes = frame::encode(&body, image.as_deref().unwrap_or_default());
-        ([(header::CONTENT_TYPE, frame::MEDIA_TYPE)], bytes).into_response()
+        // The header and JSON, then the image as its own chunk: the pixels are not copied.
+        let head = frame::encode(&body, &[]);
+        let len = head.len() + image.as_ref().map_or(0, Vec::len);
+        let chunks = [Some(head), image]
+            .into_iter()
+            .flatten()
+            .map(|c| Ok::<_, std::convert::Infallible>(Bytes::from(c)));
+        let body = axum::body::Body::from_stream(futures::stream::iter(chunks));
+        (
+            [
+                (header::CONTENT_TYPE, frame::MEDIA_TYPE.to_string()),
+                (header::CONTENT_LENGTH, len.to_string()),
+            ],
+            body,
+        )
+            .into_response()
     } else {
         Json(body).into_response()
     }
