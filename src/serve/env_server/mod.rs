@@ -268,8 +268,10 @@ async fn schema() -> Json<Value> {
         "observation": {
             "title": "GuiObservation", "type": "object",
             "properties": {
-                "screenshot": {"type": ["string", "null"], "description": "base64 PNG or JPEG"},
-                "screenshot_format": {"type": "string", "enum": ["png", "jpeg", "none"]},
+                "screenshot": {"type": ["string", "null"], "description":
+                    "base64 of the screenshot in screenshot_format (raw: RGB8 bytes); null for none \
+                     and in binary frames, where the bytes follow the JSON (docs/serve.md)"},
+                "screenshot_format": {"type": "string", "enum": ["png", "jpeg", "raw", "none"]},
                 "width": {"type": "integer"}, "height": {"type": "integer"},
                 "instruction": {"type": "string"}, "url": {"type": "string"}, "task_id": {"type": "string"},
                 "step": {"type": "integer"}, "frame": {"type": "object"}, "elements": {"type": "array"},
