@@ -3,40 +3,36 @@
 //! `target/serve_speed.json`.
 //!
 //! ```text
-//! cargo bench --bench serve_speed -- [steps=300] [load_sessions=16] [load_steps=200]
+//! cargo bench --bench serve_speed -- [steps=300] [load_sessions=16] [load_steps=200] [--busy]
 //! ```
 //!
-//! 1. Median step latency on one task, the same random actions: in-process `GuiEnv`,
-//!    REST (keep-alive HTTP), OpenEnv WebSocket, and REST without screenshots.
-//! 2. Aggregate steps/s of 8 envs at once: in-process vs 8 REST clients of one server.
-//! 3. Load: N sessions x M random steps (half REST, half WebSocket) plus clients that
-//!    vanish mid-episode (dropped WebSockets, REST connections cut mid-request); then
+//! 1. Step latency, one env, the same seeded random actions each way, on a MiniWoB++ task
+//!    and on a website page at 1280×720: in-process `GuiEnv`, REST and the WebSocket in
+//!    JSON (base64 PNG, OpenEnv's form) and in binary frames (raw RGB, PNG, JPEG). Every
+//!    client ends with the screenshot's pixels in hand, as in-process does. The paths run
+//!    in rounds, taking turns, so a change in the machine's load falls on all of them; the
+//!    last column (latency minus the env's own `info.timings.total_ms`) is what the path
+//!    adds, free of how fast each path's own browser happened to be.
+//!    One row is the WebSocket on a server that leaves Nagle's algorithm on (as before
+//!    TCP_NODELAY was set).
+//! 2. Aggregate steps/s of 8 envs at once: in-process vs 8 sessions of one server, REST
+//!    and WebSocket, binary raw frames.
+//!    With `--busy`, 1 and 2 are measured twice: as the machine is, and beside one
+//!    thread spinning on a core.
+//! 3. Load: N sessions x M random steps (half REST, half WebSocket, JSON/PNG) plus clients
+//!    that vanish mid-episode (dropped WebSockets, REST connections cut mid-request); then
 //!    every request must have had its answer, and no session or browser may be left.
 
-use futures::{SinkExt, StreamExt};
-use guirl::env::{EnvConfig, GuiEnv};
-use guirl::serve::env_server::{serve, ServeConfig};
-use rand::{Rng, SeedableRng};
+#[path = "serve_speed/clients.rs"]
+mod clients;
+
+use clients::{Client, Path, Target};
+use guirl::serve::env_server::{router, serve, ServeConfig};
 use serde_json::{json, Value};
 use std::io::Write;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio_tungstenite::tungstenite::Message;
-
-const TASK: &str = "miniwob/click-checkboxes";
-const W: i32 = 160;
-const H: i32 = 210;
-
-/// A random action inside the screenshot (clicks mostly, some scrolls and waits).
-fn random_action(rng: &mut impl Rng) -> String {
-    let (x, y) = (rng.gen_range(0..W), rng.gen_range(0..H));
-    match rng.gen_range(0..10) {
-        0 => format!("scroll({x}, {y}, 0, 40)"),
-        1 => "wait(0)".into(),
-        _ => format!("click({x}, {y})"),
-    }
-}
 
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -50,123 +46,6 @@ fn median(v: &mut [f64]) -> f64 {
 fn p95(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     v.get((v.len() as f64 * 0.95) as usize).copied().unwrap_or(f64::NAN)
-}
-
-fn ms(t: Instant) -> f64 {
-    t.elapsed().as_secs_f64() * 1000.0
-}
-
-/// Step latencies of the in-process env.
-async fn in_process(steps: usize, seed: u64) -> Vec<f64> {
-    let cfg = EnvConfig { max_steps: Some(10_000), ..Default::default() };
-    let mut env = GuiEnv::new(guirl::tasks::load_task(TASK).unwrap(), cfg);
-    env.reset(seed).await.unwrap();
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-    let mut lat = Vec::with_capacity(steps);
-    let mut episode = 0;
-    while lat.len() < steps {
-        let a = random_action(&mut rng);
-        let t = Instant::now();
-        let out = env.step_text(&a).await.unwrap();
-        lat.push(ms(t));
-        if out.terminated || out.truncated {
-            episode += 1;
-            env.reset(seed + episode).await.unwrap();
-        }
-    }
-    env.close().await;
-    lat
-}
-
-/// Step latencies over REST (blocking client on its own thread, keep-alive).
-fn rest_client(
-    base: String,
-    steps: usize,
-    seed: u64,
-    screenshot: &'static str,
-    answered: Arc<AtomicU64>,
-) -> Vec<f64> {
-    let agent = ureq::AgentBuilder::new().timeout(Duration::from_secs(120)).build();
-    let created: Value = agent
-        .post(&format!("{base}/v1/sessions"))
-        .send_json(json!({"task": TASK, "max_steps": 10_000, "screenshot": screenshot}))
-        .unwrap()
-        .into_json()
-        .unwrap();
-    let id = created["session_id"].as_str().unwrap().to_string();
-    let reset = |s: u64| {
-        let r: Value = agent
-            .post(&format!("{base}/v1/sessions/{id}/reset"))
-            .send_json(json!({"seed": s}))
-            .unwrap()
-            .into_json()
-            .unwrap();
-        assert_eq!(r["info"]["status"], "running", "{r}");
-    };
-    reset(seed);
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-    let mut lat = Vec::with_capacity(steps);
-    let mut episode = 0;
-    while lat.len() < steps {
-        let a = random_action(&mut rng);
-        let t = Instant::now();
-        let r: Value = agent
-            .post(&format!("{base}/v1/sessions/{id}/step"))
-            .send_json(json!({"action": a}))
-            .unwrap()
-            .into_json()
-            .unwrap();
-        lat.push(ms(t));
-        answered.fetch_add(1, Ordering::Relaxed);
-        assert!(r["info"]["status"].is_string(), "{r}");
-        if r["terminated"] == true || r["truncated"] == true {
-            episode += 1;
-            reset(seed + episode);
-        }
-    }
-    agent.delete(&format!("{base}/v1/sessions/{id}")).call().unwrap();
-    lat
-}
-
-/// Step latencies over the OpenEnv WebSocket.
-async fn ws_client(base: String, steps: usize, seed: u64, answered: Arc<AtomicU64>) -> Vec<f64> {
-    let (mut ws, _) =
-        tokio_tungstenite::connect_async(base.replace("http://", "ws://") + "/ws").await.unwrap();
-    async fn ask(
-        ws: &mut (impl SinkExt<Message>
-                  + StreamExt<Item = Result<Message, tokio_tungstenite::tungstenite::Error>>
-                  + Unpin),
-        v: Value,
-    ) -> Value {
-        let _ = ws.send(Message::Text(v.to_string().into())).await;
-        loop {
-            match ws.next().await {
-                Some(Ok(Message::Text(t))) => return serde_json::from_str(&t).unwrap(),
-                Some(Ok(_)) => continue,
-                other => panic!("the connection ended: {other:?}"),
-            }
-        }
-    }
-    let r = ask(&mut ws, json!({"type": "reset", "data": {"task": TASK, "seed": seed, "max_steps": 10_000}}))
-        .await;
-    assert_eq!(r["type"], "observation", "{r}");
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-    let mut lat = Vec::with_capacity(steps);
-    let mut episode = 0;
-    while lat.len() < steps {
-        let a = random_action(&mut rng);
-        let t = Instant::now();
-        let r = ask(&mut ws, json!({"type": "step", "data": {"action": a}})).await;
-        lat.push(ms(t));
-        answered.fetch_add(1, Ordering::Relaxed);
-        assert_eq!(r["type"], "observation", "{r}");
-        if r["data"]["done"] == true {
-            episode += 1;
-            ask(&mut ws, json!({"type": "reset", "data": {"seed": seed + episode}})).await;
-        }
-    }
-    let _ = ws.send(Message::Text(json!({"type": "close"}).to_string().into())).await;
-    lat
 }
 
 /// Processes of browsers guirl started (their profile folders are guirl-chromium-*).
@@ -190,6 +69,20 @@ async fn start(
     (base, tx, h)
 }
 
+/// The server's router served as axum serves it by default (Nagle's algorithm on): what
+/// the WebSocket ran on before `serve` set TCP_NODELAY.
+async fn start_with_nagle(
+    cfg: ServeConfig,
+) -> (String, tokio::task::JoinHandle<()>, Arc<guirl::serve::env_server::Shared>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (app, shared) = router(cfg);
+    let h = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (base, h, shared)
+}
+
 async fn health(base: &str) -> Value {
     let url = format!("{base}/health");
     tokio::task::spawn_blocking(move || ureq::get(&url).call().unwrap().into_json::<Value>().unwrap())
@@ -197,59 +90,171 @@ async fn health(base: &str) -> Value {
         .unwrap()
 }
 
+/// One latency row.
+struct Row {
+    target: &'static str,
+    path: String,
+    median: f64,
+    p95: f64,
+    overhead: f64,
+    /// Median of (latency - the env's own step time): what the path adds, free of how
+    /// fast each path's browser happened to be.
+    added: f64,
+}
+
+/// Section 1 for one target: every path's step latencies, the paths taking turns.
+async fn latency(target: &Target, paths: &[Path], steps: usize, base: &str, nagle_base: &str) -> Vec<Row> {
+    const ROUNDS: usize = 6;
+    let mut clients = Vec::new();
+    for p in paths {
+        let b = if matches!(p, Path::WsNagle) { nagle_base } else { base };
+        clients.push(Client::open(p.clone(), target, b, 1).await);
+    }
+    let mut lat: Vec<Vec<f64>> = vec![Vec::with_capacity(steps); paths.len()];
+    let mut added: Vec<Vec<f64>> = vec![Vec::with_capacity(steps); paths.len()];
+    for round in 0..ROUNDS {
+        for k in 0..clients.len() {
+            let i = (k + round) % clients.len();
+            let n = steps / ROUNDS + usize::from(round < steps % ROUNDS);
+            for _ in 0..n {
+                let (ms, env_ms) = clients[i].step().await;
+                lat[i].push(ms);
+                added[i].push(ms - env_ms);
+            }
+        }
+    }
+    for c in clients {
+        c.close().await;
+    }
+    let inproc = median(&mut lat[0].clone());
+    paths
+        .iter()
+        .zip(lat.iter_mut().zip(added.iter_mut()))
+        .map(|(p, (l, a))| {
+            let m = median(l);
+            Row {
+                target: target.name,
+                path: p.label(),
+                median: m,
+                p95: p95(l),
+                overhead: m - inproc,
+                added: median(a),
+            }
+        })
+        .collect()
+}
+
+/// Section 2: steps/s of `n` clients of `path` at once, `per` steps each (sessions opened
+/// and reset before the clock starts).
+async fn throughput(target: &Target, path: Path, n: usize, per: usize, base: &str) -> f64 {
+    let mut clients = Vec::new();
+    for i in 0..n {
+        clients.push(Client::open(path.clone(), target, base, 100 + i as u64).await);
+    }
+    let t = Instant::now();
+    let handles: Vec<_> = clients
+        .into_iter()
+        .map(|mut c| {
+            tokio::spawn(async move {
+                for _ in 0..per {
+                    c.step().await;
+                }
+                c
+            })
+        })
+        .collect();
+    let mut done = Vec::new();
+    for h in handles {
+        done.push(h.await.expect("a client"));
+    }
+    let sps = (n * per) as f64 / t.elapsed().as_secs_f64();
+    for c in done {
+        c.close().await;
+    }
+    sps
+}
+
+/// A thread spinning on a core until `stop` (the "busy core" of `--busy`).
+fn spin(stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
+    std::thread::spawn(move || {
+        let mut x = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
+        x
+    })
+}
+
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> anyhow::Result<()> {
+    let busy = std::env::args().any(|a| a == "--busy");
     let args: Vec<usize> =
         std::env::args().skip(1).filter(|a| !a.starts_with("--")).map(|a| a.parse().unwrap()).collect();
     let steps = args.first().copied().unwrap_or(300);
     let load_sessions = args.get(1).copied().unwrap_or(16);
     let load_steps = args.get(2).copied().unwrap_or(200);
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    println!("# guirl serve: speed and load ({TASK}, {cores} cores, random actions)\n");
+    println!("# guirl serve: speed and load ({cores} cores, random actions)\n");
     let browsers_before = browser_processes();
-    let none = Arc::new(AtomicU64::new(0));
-    let (base, stop, server) =
-        start(ServeConfig { max_sessions: load_sessions + 8, ..Default::default() }).await;
+    let targets = [Target::miniwob(), Target::website()];
+    // A client waits unpolled while the other paths take their turn, so it cannot answer
+    // pings: a long interval keeps the server from closing it as a vanished peer.
+    let cfg = ServeConfig {
+        max_sessions: load_sessions + 16,
+        ws_ping: Duration::from_secs(3600),
+        ..Default::default()
+    };
+    let (base, stop, server) = start(cfg.clone()).await;
+    let (nagle_base, nagle_server, nagle_shared) = start_with_nagle(cfg).await;
 
-    // 1. One env at a time, the same action sequence each way.
-    let mut rows = Vec::new();
-    let mut lat = in_process(steps, 1).await;
-    rows.push(("in-process GuiEnv", median(&mut lat), p95(&mut lat)));
-    let b = base.clone();
-    let n = none.clone();
-    let mut lat = tokio::task::spawn_blocking(move || rest_client(b, steps, 1, "png", n)).await?;
-    rows.push(("REST (PNG screenshot)", median(&mut lat), p95(&mut lat)));
-    let mut lat = ws_client(base.clone(), steps, 1, none.clone()).await;
-    rows.push(("OpenEnv WebSocket (PNG screenshot)", median(&mut lat), p95(&mut lat)));
-    let b = base.clone();
-    let n = none.clone();
-    let mut lat = tokio::task::spawn_blocking(move || rest_client(b, steps, 1, "none", n)).await?;
-    rows.push(("REST (screenshot none)", median(&mut lat), p95(&mut lat)));
-    println!("## Step latency, one env, {steps} steps each\n\n| path | median ms | p95 ms |\n|---|---|---|");
-    for (name, m, p) in &rows {
-        println!("| {name} | {m:.2} | {p:.2} |");
+    let mut report = Vec::new();
+    for loaded in if busy { vec![false, true] } else { vec![false] } {
+        let spin_stop = Arc::new(AtomicBool::new(false));
+        let spinner = loaded.then(|| spin(spin_stop.clone()));
+        let load = if loaded { "beside a busy core" } else { "as the machine is" };
+        println!("## Step latency, one env, {steps} steps each, {load}\n");
+        println!("| target | path | median ms | p95 ms | median over in-process | median added to the env's step |\n|---|---|---|---|---|---|");
+        let mut rows = Vec::new();
+        for t in &targets {
+            let paths = Path::latency_rows();
+            for r in latency(t, &paths, steps, &base, &nagle_base).await {
+                println!(
+                    "| {} | {} | {:.2} | {:.2} | {:+.2} | {:.2} |",
+                    r.target, r.path, r.median, r.p95, r.overhead, r.added
+                );
+                rows.push(r);
+            }
+        }
+        let per = (steps / 2).max(8);
+        println!("\n## 8 envs at once, {per} steps each, {load}\n\n| target | path | steps/s | × in-process |\n|---|---|---|---|");
+        let mut eight = Vec::new();
+        for t in &targets {
+            // In-process first and last: the mean of the two is the reference.
+            let a = throughput(t, Path::InProcess, 8, per, &base).await;
+            let rest = throughput(t, Path::Rest { binary: true, shot: "raw" }, 8, per, &base).await;
+            let ws = throughput(t, Path::Ws { binary: true, shot: "raw" }, 8, per, &base).await;
+            let b = throughput(t, Path::InProcess, 8, per, &base).await;
+            let inproc = (a + b) / 2.0;
+            println!("| {} | in-process (before / after) | {a:.1} / {b:.1} | 1 |", t.name);
+            println!("| {} | REST, binary raw | {rest:.1} | {:.3} |", t.name, rest / inproc);
+            println!("| {} | WebSocket, binary raw | {ws:.1} | {:.3} |", t.name, ws / inproc);
+            eight.push(
+                json!({"target": t.name, "in_process": [a, b], "rest_binary_raw": rest, "ws_binary_raw": ws}),
+            );
+        }
+        println!();
+        spin_stop.store(true, Ordering::Relaxed);
+        if let Some(s) = spinner {
+            let _ = s.join();
+        }
+        report.push(json!({
+            "load": load,
+            "latency_ms": rows.iter().map(|r| json!({"target": r.target, "path": r.path, "median": r.median, "p95": r.p95, "over_in_process": r.overhead, "added_to_env_step": r.added})).collect::<Vec<_>>(),
+            "eight_envs_steps_per_s": eight,
+        }));
     }
-
-    // 2. Eight at once.
-    let per = steps / 2;
-    let t = Instant::now();
-    let lats = futures::future::join_all((0..8).map(|i| in_process(per, 100 + i))).await;
-    let inproc_sps = lats.iter().map(Vec::len).sum::<usize>() as f64 / t.elapsed().as_secs_f64();
-    let t = Instant::now();
-    let handles: Vec<_> = (0..8)
-        .map(|i| {
-            let (b, n) = (base.clone(), none.clone());
-            tokio::task::spawn_blocking(move || rest_client(b, per, 100 + i, "png", n))
-        })
-        .collect();
-    let mut total = 0;
-    for h in handles {
-        total += h.await?.len();
-    }
-    let rest_sps = total as f64 / t.elapsed().as_secs_f64();
-    println!(
-        "\n## 8 envs at once, {per} steps each\n\n| path | steps/s |\n|---|---|\n| 8 in-process GuiEnvs | {inproc_sps:.1} |\n| 8 REST sessions of one server | {rest_sps:.1} |"
-    );
+    nagle_server.abort();
+    nagle_shared.table.close_all().await;
     let _ = stop.send(());
     server.await??;
 
@@ -263,57 +268,30 @@ async fn main() -> anyhow::Result<()> {
     .await;
     let answered = Arc::new(AtomicU64::new(0));
     let t = Instant::now();
-    let mut rest = Vec::new();
-    let mut ws = Vec::new();
+    let target = Arc::new(Target::miniwob());
+    let mut load = Vec::new();
     for i in 0..load_sessions {
-        let (b, n) = (base.clone(), answered.clone());
-        if i % 2 == 0 {
-            rest.push(tokio::task::spawn_blocking(move || {
-                rest_client(b, load_steps, 1000 + i as u64, "png", n)
-            }));
+        let (b, n, tg) = (base.clone(), answered.clone(), target.clone());
+        let path = if i % 2 == 0 {
+            Path::Rest { binary: false, shot: "png" }
         } else {
-            ws.push(tokio::spawn(ws_client(b, load_steps, 1000 + i as u64, n)));
-        }
-    }
-    // Two WebSocket clients drop their connection mid-episode; two REST clients cut a
-    // step request off before it is answered.
-    let mut vanished = Vec::new();
-    for i in 0..2u64 {
-        let b = base.clone();
-        vanished.push(tokio::spawn(async move {
-            let (mut ws, _) =
-                tokio_tungstenite::connect_async(b.replace("http://", "ws://") + "/ws").await.unwrap();
-            let _ = ws
-                .send(Message::Text(
-                    json!({"type": "reset", "data": {"task": TASK, "seed": i}}).to_string().into(),
-                ))
-                .await;
-            let _ = ws.next().await;
-            let _ = ws
-                .send(Message::Text(
-                    json!({"type": "step", "data": {"action": "click(5, 5)"}}).to_string().into(),
-                ))
-                .await;
-            drop(ws);
-        }));
-        let b = base.clone();
-        vanished.push(tokio::task::spawn_blocking(move || {
-            let created: Value = ureq::post(&format!("{b}/v1/sessions")).send_json(json!({"task": TASK})).unwrap().into_json().unwrap();
-            let id = created["session_id"].as_str().unwrap().to_string();
-            ureq::post(&format!("{b}/v1/sessions/{id}/reset")).send_json(json!({"seed": i})).unwrap();
-            let addr = b.trim_start_matches("http://").to_string();
-            let mut s = std::net::TcpStream::connect(addr).unwrap();
-            let body = json!({"action": "click(5, 5)"}).to_string();
-            let _ = write!(
-                s,
-                "POST /v1/sessions/{id}/step HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-                body.len()
-            );
-            drop(s);
+            Path::Ws { binary: false, shot: "png" }
+        };
+        load.push(tokio::spawn(async move {
+            let rest = matches!(path, Path::Rest { .. });
+            let mut c = Client::open(path, &tg, &b, 1000 + i as u64).await;
+            let mut lat = Vec::with_capacity(load_steps);
+            for _ in 0..load_steps {
+                lat.push(c.step().await.0);
+                n.fetch_add(1, Ordering::Relaxed);
+            }
+            c.close().await;
+            (rest, lat)
         }));
     }
+    let vanished = clients::vanishing(&base, 2);
     // Sample the browser processes while the load runs.
-    let running = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let running = Arc::new(AtomicBool::new(true));
     let sampler = {
         let running = running.clone();
         std::thread::spawn(move || {
@@ -325,11 +303,15 @@ async fn main() -> anyhow::Result<()> {
             peak
         })
     };
-    for h in rest {
-        h.await?;
-    }
-    for h in ws {
-        h.await?;
+    // Both transports at once, so the machine's load falls on both alike.
+    let (mut rest_lat, mut ws_lat) = (Vec::new(), Vec::new());
+    for h in load {
+        let (rest, lat) = h.await?;
+        if rest {
+            rest_lat.extend(lat)
+        } else {
+            ws_lat.extend(lat)
+        }
     }
     for h in vanished {
         h.await?;
@@ -349,32 +331,35 @@ async fn main() -> anyhow::Result<()> {
     server.await??;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let browsers_after = browser_processes();
+    let got = answered.load(Ordering::Relaxed);
     println!(
-        "\n## Load: {load_sessions} sessions x {load_steps} random steps (half REST, half WebSocket) + 4 clients vanishing mid-episode\n\n\
-         | figure | value |\n|---|---|\n| wall-clock | {load_secs:.1} s |\n| steps answered / sent | {} / {expected} |\n\
-         | aggregate steps/s | {:.1} |\n| guirl browser processes at peak | {peak_browsers} |\n\
+        "## Load: {load_sessions} sessions x {load_steps} random steps (half REST, half WebSocket) + 4 clients vanishing mid-episode\n\n\
+         | figure | value |\n|---|---|\n| wall-clock | {load_secs:.1} s |\n| steps answered / sent | {got} / {expected} |\n\
+         | aggregate steps/s | {:.1} |\n| median / p95 step, REST (JSON, png) | {:.1} / {:.1} ms |\n\
+         | median / p95 step, WebSocket (JSON, png) | {:.1} / {:.1} ms |\n| guirl browser processes at peak | {peak_browsers} |\n\
          | sessions left after the reaper | {left_sessions} (after {reaped_after:.1} s) |\n\
          | browser processes before / after | {browsers_before} / {browsers_after} |",
-        answered.load(Ordering::Relaxed),
-        answered.load(Ordering::Relaxed) as f64 / load_secs,
+        got as f64 / load_secs,
+        median(&mut rest_lat),
+        p95(&mut rest_lat),
+        median(&mut ws_lat),
+        p95(&mut ws_lat),
     );
-    let report = json!({
-        "task": TASK, "cores": cores, "steps": steps,
-        "latency_ms": rows.iter().map(|(n, m, p)| json!({"path": n, "median": m, "p95": p})).collect::<Vec<_>>(),
-        "eight_envs_steps_per_s": {"in_process": inproc_sps, "rest": rest_sps},
+    let out = json!({
+        "cores": cores, "steps": steps, "phases": report,
         "load": {"sessions": load_sessions, "steps_each": load_steps, "wall_s": load_secs,
-                 "answered": answered.load(Ordering::Relaxed), "sent": expected,
+                 "answered": got, "sent": expected,
+                 "median_ms": {"rest": median(&mut rest_lat), "ws": median(&mut ws_lat)},
                  "sessions_left": left_sessions, "browsers_before": browsers_before, "browsers_after": browsers_after,
                  "peak_browser_processes": peak_browsers},
     });
-    std::fs::write("target/serve_speed.json", serde_json::to_string_pretty(&report)?)?;
-    let ok = answered.load(Ordering::Relaxed) == expected
-        && left_sessions == 0
-        && browsers_after <= browsers_before;
+    std::fs::write("target/serve_speed.json", serde_json::to_string_pretty(&out)?)?;
+    let ok = got == expected && left_sessions == 0 && browsers_after <= browsers_before;
     println!(
         "\n{}",
         if ok { "no lost answers, no leaked sessions or browsers" } else { "FAILED: see the table" }
     );
+    std::io::stdout().flush()?;
     if !ok {
         std::process::exit(1);
     }

@@ -36,21 +36,37 @@ impl Server {
     }
 }
 
-/// A response: status, `Retry-After`, the body as JSON (`Null` if not JSON) and raw.
+/// A response: status, `Retry-After`, `Content-Type`, the body as JSON (`Null` if not
+/// JSON) and raw.
 pub struct Reply {
     pub status: u16,
     pub retry_after: Option<String>,
+    pub content_type: Option<String>,
     pub body: Value,
     pub bytes: Vec<u8>,
 }
 
 /// One HTTP request (blocking ureq on a blocking thread).
 pub async fn http(method: &str, url: String, body: Option<String>, token: Option<&str>) -> Reply {
-    let (method, token) = (method.to_string(), token.map(str::to_string));
+    http_accept(method, url, body, token, None).await
+}
+
+/// One HTTP request with an `Accept` header.
+pub async fn http_accept(
+    method: &str,
+    url: String,
+    body: Option<String>,
+    token: Option<&str>,
+    accept: Option<&str>,
+) -> Reply {
+    let (method, token, accept) = (method.to_string(), token.map(str::to_string), accept.map(str::to_string));
     tokio::task::spawn_blocking(move || {
         let mut req = ureq::request(&method, &url).timeout(Duration::from_secs(60));
         if let Some(t) = token {
             req = req.set("Authorization", &format!("Bearer {t}"));
+        }
+        if let Some(a) = accept {
+            req = req.set("Accept", &a);
         }
         let res = match body {
             Some(b) => req.set("Content-Type", "application/json").send_string(&b),
@@ -63,10 +79,11 @@ pub async fn http(method: &str, url: String, body: Option<String>, token: Option
         };
         let status = resp.status();
         let retry_after = resp.header("Retry-After").map(str::to_string);
+        let content_type = resp.header("Content-Type").map(str::to_string);
         let mut bytes = Vec::new();
         std::io::Read::read_to_end(&mut resp.into_reader(), &mut bytes).unwrap();
         let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-        Reply { status, retry_after, body, bytes }
+        Reply { status, retry_after, content_type, body, bytes }
     })
     .await
     .unwrap()

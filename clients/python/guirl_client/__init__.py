@@ -18,6 +18,7 @@ from .client import (
     GuirlServerError,
     Session,
     decode_screenshot,
+    parse_frame,
     screenshot_data_url,
     screenshot_image,
 )
@@ -36,6 +37,7 @@ __all__ = [
     "Session",
     "actions",
     "decode_screenshot",
+    "parse_frame",
     "screenshot_data_url",
     "screenshot_image",
     "to_openai_messages",

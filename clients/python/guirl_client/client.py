@@ -8,6 +8,13 @@
         out = s.step("click(80, 120)")            # + reward, terminated, truncated
         image = decode_screenshot(out["observation"])   # (H, W, 3) uint8
 
+Resets and steps come as binary frames (``docs/serve.md``, "Binary frames"): the answer's
+JSON, then the screenshot's bytes, no base64. The observation's ``screenshot`` is then a
+read-only ``(H, W, 3)`` uint8 array, and the encoding is ``raw`` RGB (no compression, the
+fastest) when the server is on this machine, ``png`` otherwise.
+``GuirlClient(binary=False)`` gives the JSON form (``screenshot`` a base64 string), as
+OpenEnv clients see it.
+
 Errors the server answers with its JSON error body raise :class:`GuirlServerError`
 (``code``, ``message``, ``status``). A browser failure is not an HTTP error: it is a
 normal answer with ``info["status"] == "env_error"``; :class:`GuirlEnvError` is what the
@@ -18,14 +25,23 @@ from __future__ import annotations
 
 import base64
 import io
+import ipaddress
+import json
+import struct
 import time
 from typing import Any
+from urllib.parse import urlparse
 
 import numpy as np
 import requests
 from PIL import Image
 
 DEFAULT_URL = "http://127.0.0.1:8765"
+#: The media type of a binary frame (what ``Accept`` asks for).
+FRAME_MEDIA_TYPE = "application/octet-stream"
+#: magic "GRLF", version (1 byte), 3 reserved bytes, JSON length (u32 little-endian).
+_FRAME_HEADER = struct.Struct("<4sB3xI")
+FRAME_VERSION = 1
 
 
 class GuirlServerError(Exception):
@@ -78,6 +94,56 @@ def _retry_after(resp: requests.Response, attempt: int, cap: float) -> float:
     return max(0.0, min(wait, cap))
 
 
+def _is_loopback(base_url: str) -> bool:
+    host = urlparse(base_url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def parse_frame(data: bytes) -> dict:
+    """A binary frame (``docs/serve.md``, "Binary frames") as the answer it carries: the
+    JSON, with the observation's ``screenshot`` the image as a read-only ``(H, W, 3)``
+    uint8 array (None for ``screenshot = "none"``). The observation sits at
+    ``["observation"]`` (REST) or ``["data"]["observation"]`` (WebSocket)."""
+    if len(data) < _FRAME_HEADER.size:
+        raise ValueError(f"not a guirl binary frame: {len(data)} bytes, shorter than its header")
+    magic, version, n = _FRAME_HEADER.unpack_from(data)
+    if magic != b"GRLF":
+        raise ValueError(f"not a guirl binary frame: it starts {bytes(data[:4])!r}, not b'GRLF'")
+    if version != FRAME_VERSION:
+        raise ValueError(f"binary frame version {version}; this client reads {FRAME_VERSION}: upgrade it")
+    start = _FRAME_HEADER.size
+    if start + n > len(data):
+        raise ValueError(f"binary frame cut short: its JSON is {n} bytes, {len(data) - start} follow the header")
+    answer = json.loads(bytes(memoryview(data)[start : start + n]))
+    holder = answer if "observation" in answer else (answer.get("data") or {})
+    obs = holder.get("observation")
+    if obs is not None:
+        obs["screenshot"] = _frame_image(obs, data, start + n)
+    return answer
+
+
+def _frame_image(obs: dict, data: bytes, offset: int) -> np.ndarray | None:
+    fmt = obs.get("screenshot_format")
+    size = len(data) - offset
+    if fmt == "none" or (size == 0 and fmt != "raw"):
+        return None
+    if fmt == "raw":
+        h, w = int(obs["height"]), int(obs["width"])
+        if size != h * w * 3:
+            raise ValueError(f"a raw {w}x{h} screenshot is {h * w * 3} bytes; the frame has {size}")
+        # A view on the answer's bytes: no copy.
+        return np.frombuffer(data, dtype=np.uint8, count=size, offset=offset).reshape(h, w, 3)
+    img = Image.open(io.BytesIO(memoryview(data)[offset:]))
+    arr = np.asarray(img.convert("RGB") if img.mode != "RGB" else img, dtype=np.uint8)
+    arr.flags.writeable = False
+    return arr
+
+
 class GuirlClient:
     """Talks to one ``guirl serve``.
 
@@ -88,6 +154,11 @@ class GuirlClient:
         retries: how many times a ``503 capacity_reached`` is retried, waiting what its
             ``Retry-After`` says (capped at ``max_retry_wait``); 0 raises at once.
         max_retry_wait: the longest single wait between retries, in seconds.
+        binary: resets and steps answer in binary frames (the screenshot's bytes after the
+            JSON, no base64); False gives the JSON form.
+        screenshot: the encoding of the sessions it creates (``raw``, ``png``, ``jpeg``,
+            ``none``); by default ``raw`` when binary and the server is on loopback (no
+            encoding at all: the fastest there), else ``png`` (the server's default).
 
     Connections are kept alive (one ``requests.Session``). Only 503s are retried: a step
     that failed in transit is not repeated, since the server may have executed it.
@@ -100,8 +171,15 @@ class GuirlClient:
         timeout: float = 60.0,
         retries: int = 3,
         max_retry_wait: float = 30.0,
+        binary: bool = True,
+        screenshot: str | None = None,
     ):
         self.base_url = base_url.rstrip("/")
+        self.binary = bool(binary)
+        if screenshot is None and self.binary:
+            screenshot = "raw" if _is_loopback(self.base_url) else "png"
+        #: The encoding sessions are created with (None: the server's default, png).
+        self.screenshot = screenshot
         self.timeout = timeout
         self.retries = retries
         self.max_retry_wait = max_retry_wait
@@ -112,14 +190,24 @@ class GuirlClient:
 
     # -- plumbing -------------------------------------------------------------------
 
-    def request(self, method: str, path: str, *, json: Any = None, params: dict | None = None) -> requests.Response:
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: dict | None = None,
+        headers: dict | None = None,
+    ) -> requests.Response:
         """Send one request, retrying 503s; raise :class:`GuirlServerError` on any error
         status. Returns the (2xx) response."""
         url = self.base_url + path
         attempt = 0
         while True:
             try:
-                resp = self.http.request(method, url, json=json, params=params, timeout=self.timeout)
+                resp = self.http.request(
+                    method, url, json=json, params=params, headers=headers, timeout=self.timeout
+                )
             except requests.ConnectionError as e:
                 raise GuirlServerError(
                     "connection_failed",
@@ -141,6 +229,15 @@ class GuirlClient:
     def _json(self, method: str, path: str, **kw) -> Any:
         return self.request(method, path, **kw).json()
 
+    def _observation(self, path: str, body: dict) -> dict:
+        """A reset or step: a binary frame when ``binary``, else JSON."""
+        if not self.binary:
+            return self._json("POST", path, json=body)
+        resp = self.request("POST", path, json=body, headers={"Accept": FRAME_MEDIA_TYPE})
+        if resp.headers.get("Content-Type", "").startswith(FRAME_MEDIA_TYPE):
+            return parse_frame(resp.content)
+        return resp.json()  # a server without binary frames answers JSON
+
     # -- routes ---------------------------------------------------------------------
 
     def health(self) -> dict:
@@ -160,12 +257,15 @@ class GuirlClient:
         ``miniwob/click-button``) or ``task_spec`` (a website spec as TOML).
 
         Options (``docs/serve.md``): ``max_steps``, ``strict_actions``, ``wall_clock_ms``,
-        ``screenshot`` (``png`` | ``jpeg`` | ``none``), ``jpeg_quality``, ``elements``,
-        ``viewport`` ({"width", "height"}, website specs only). None values are left out.
+        ``screenshot`` (``raw`` | ``png`` | ``jpeg`` | ``none``; the client's
+        ``screenshot`` when not given), ``jpeg_quality``, ``elements``, ``viewport``
+        ({"width", "height"}, website specs only). None values are left out.
         """
         if (task is None) == (task_spec is None):
             raise ValueError("give exactly one of task (a task id) or task_spec (website spec TOML)")
         body: dict[str, Any] = {"task": task} if task is not None else {"task_spec": task_spec}
+        if options.get("screenshot") is None and self.screenshot is not None:
+            options["screenshot"] = self.screenshot
         body.update({k: v for k, v in options.items() if v is not None})
         info = self._json("POST", "/v1/sessions", json=body)
         return Session(self, info)
@@ -211,7 +311,7 @@ class Session:
             body["seed"] = int(seed)
         if screenshot is not None:
             body["screenshot"] = screenshot
-        return self.client._json("POST", f"/v1/sessions/{self.id}/reset", json=body)
+        return self.client._observation(f"/v1/sessions/{self.id}/reset", body)
 
     def step(self, action: str, screenshot: str | None = None) -> dict:
         """``POST /v1/sessions/{id}/step`` with action text:
@@ -219,7 +319,7 @@ class Session:
         body: dict[str, Any] = {"action": action}
         if screenshot is not None:
             body["screenshot"] = screenshot
-        return self.client._json("POST", f"/v1/sessions/{self.id}/step", json=body)
+        return self.client._observation(f"/v1/sessions/{self.id}/step", body)
 
     def state(self) -> dict:
         """``GET /v1/sessions/{id}``."""
@@ -254,23 +354,37 @@ class Session:
 def screenshot_image(observation: dict) -> Image.Image | None:
     """The observation's screenshot as an RGB PIL image (None when it has none)."""
     data = observation.get("screenshot") if observation else None
-    if not data:
+    if data is None or (isinstance(data, str) and not data):
         return None
-    img = Image.open(io.BytesIO(base64.b64decode(data)))
+    if isinstance(data, np.ndarray):  # from a binary frame
+        return Image.fromarray(data)
+    raw = base64.b64decode(data)
+    if observation.get("screenshot_format") == "raw":
+        h, w = int(observation["height"]), int(observation["width"])
+        return Image.frombytes("RGB", (w, h), raw)
+    img = Image.open(io.BytesIO(raw))
     return img.convert("RGB") if img.mode != "RGB" else img
 
 
 def decode_screenshot(observation: dict) -> np.ndarray | None:
-    """The observation's screenshot as an ``(height, width, 3)`` uint8 array (None when it
-    has none, i.e. ``screenshot = "none"``)."""
+    """The observation's screenshot as a new, writable ``(height, width, 3)`` uint8 array
+    (None when it has none, i.e. ``screenshot = "none"``)."""
+    data = observation.get("screenshot") if observation else None
+    if isinstance(data, np.ndarray):
+        return data.copy()
     img = screenshot_image(observation)
     return None if img is None else np.asarray(img, dtype=np.uint8).copy()
 
 
 def screenshot_data_url(observation: dict) -> str | None:
-    """The screenshot as a ``data:image/png;base64,...`` URL (the format the server sent)."""
+    """The screenshot as a ``data:image/...;base64,...`` URL: the server's PNG or JPEG as
+    sent; pixels that came as an array or as raw RGB are encoded as PNG here."""
     data = observation.get("screenshot") if observation else None
-    if not data:
+    if data is None or (isinstance(data, str) and not data):
         return None
     fmt = observation.get("screenshot_format") or "png"
+    if isinstance(data, np.ndarray) or fmt == "raw":
+        buf = io.BytesIO()
+        screenshot_image(observation).save(buf, format="PNG")
+        return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
     return f"data:image/{fmt};base64,{data}"

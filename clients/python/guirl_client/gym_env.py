@@ -78,8 +78,10 @@ class GuirlEnv(gym.Env):
         strict_actions: an action that cannot be executed ends the episode.
         render_mode: ``None`` or ``"rgb_array"`` (``render()`` returns the last screenshot).
         task_spec: a website spec (TOML text) instead of ``task``.
-        screenshot: ``"png"`` (exact pixels), ``"jpeg"`` (smaller, lossy) or ``"none"``
-            (the screenshot in ``obs`` is then all zeros).
+        screenshot: ``"raw"`` (exact pixels, no encoding: the fastest on loopback),
+            ``"png"`` (exact pixels, compressed), ``"jpeg"`` (smaller, lossy) or ``"none"``
+            (the screenshot in ``obs`` is then all zeros); by default the client's
+            choice (``raw`` on loopback, else ``png``: :class:`GuirlClient`).
         elements: whether the server reports the page's interactive elements (``info["elements"]``).
         wall_clock_ms: enforce the task's time limit.
         jpeg_quality, viewport: passed on to the session (see ``docs/serve.md``).
@@ -107,7 +109,7 @@ class GuirlEnv(gym.Env):
         render_mode: str | None = None,
         *,
         task_spec: str | None = None,
-        screenshot: str = "png",
+        screenshot: str | None = None,
         elements: bool = True,
         wall_clock_ms: int | None = None,
         jpeg_quality: int | None = None,
@@ -119,8 +121,8 @@ class GuirlEnv(gym.Env):
     ):
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
-        if screenshot not in ("png", "jpeg", "none"):
-            raise ValueError(f"screenshot must be 'png', 'jpeg' or 'none', got {screenshot!r}")
+        if screenshot not in (None, "raw", "png", "jpeg", "none"):
+            raise ValueError(f"screenshot must be 'raw', 'png', 'jpeg' or 'none', got {screenshot!r}")
         self.render_mode = render_mode
         self.client = client if client is not None else GuirlClient(base_url, token, timeout, retries)
         self._owns_client = client is None
@@ -149,7 +151,8 @@ class GuirlEnv(gym.Env):
         )
         self.action_space = spaces.Text(MAX_ACTION_CHARS, min_length=1, charset=ACTION_CHARSET)
 
-        #: The server's last observation, as sent (screenshot still base64).
+        #: The server's last observation, as the client gave it (screenshot a base64
+        #: string in the JSON form, a read-only array from a binary frame).
         self.last_observation: dict | None = None
         #: ``info["timings"]`` of the last reset or step (action/settle/screenshot/total ms).
         self.last_timings: dict | None = None

@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import json
+import struct
+
 import numpy as np
 import pytest
 import requests
 
 import guirl_client.client as client_module
-from guirl_client import GuirlClient, GuirlServerError, actions, decode_screenshot
+from guirl_client import (
+    GuirlClient,
+    GuirlServerError,
+    actions,
+    decode_screenshot,
+    parse_frame,
+    screenshot_data_url,
+    screenshot_image,
+)
 from guirl_client.actions import extract_action, quote
 
 from conftest import TASK, target_center
@@ -52,7 +63,7 @@ def test_session_round_trip(live):
         out = s.reset(seed=7)
         obs, info = out["observation"], out["info"]
         assert info["status"] == "running" and info["seed"] == 7 and info["step"] == 0
-        assert obs["screenshot_format"] == "png"
+        assert obs["screenshot_format"] == "raw"  # binary frames, raw on loopback: the default
         img = decode_screenshot(obs)
         assert img.shape == (s.height, s.width, 3) and img.dtype == np.uint8
         assert (obs["width"], obs["height"]) == (s.width, s.height)
@@ -154,3 +165,79 @@ def test_capacity_is_503_and_retried_as_told(small_server, monkeypatch):
         second.close()
     finally:
         first.close()
+
+
+def test_binary_and_json_forms_give_the_same_pixels(live):
+    json_client = GuirlClient(live.url, binary=False)
+    assert json_client.screenshot is None  # the JSON form is what it always was
+    with json_client.create_session(TASK) as s:
+        obs = s.reset(seed=3)["observation"]
+    assert obs["screenshot_format"] == "png" and isinstance(obs["screenshot"], str)
+    reference = decode_screenshot(obs)
+
+    fast = GuirlClient(live.url)
+    assert (fast.binary, fast.screenshot) == (True, "raw")
+    for fmt in ("raw", "png", "jpeg"):
+        with fast.create_session(TASK, screenshot=fmt, jpeg_quality=90) as s:
+            obs = s.reset(seed=3)["observation"]
+            shot = obs["screenshot"]
+            assert obs["screenshot_format"] == fmt
+            assert isinstance(shot, np.ndarray) and shot.dtype == np.uint8 and not shot.flags.writeable
+            assert shot.shape == (obs["height"], obs["width"], 3)
+            if fmt == "jpeg":
+                diff = np.abs(shot.astype(int) - reference.astype(int)).mean()
+                assert 0 < diff < 4, diff
+            else:
+                np.testing.assert_array_equal(shot, reference)
+            # The helpers take either form.
+            img = decode_screenshot(obs)
+            assert img.flags.writeable and img is not shot
+            np.testing.assert_array_equal(np.asarray(screenshot_image(obs)), shot)
+            assert screenshot_data_url(obs).startswith("data:image/png;base64,")
+            out = s.step("wait(0)")
+            assert out["info"]["status"] == "running" and out["observation"]["screenshot"].shape == shot.shape
+            # A request may ask for another encoding for its own answer, or none.
+            out = s.step("wait(0)", screenshot="png")
+            assert out["observation"]["screenshot_format"] == "png"
+            np.testing.assert_array_equal(out["observation"]["screenshot"], reference)
+            out = s.step("wait(0)", screenshot="none")
+            assert out["observation"]["screenshot"] is None and decode_screenshot(out["observation"]) is None
+
+    # raw in the JSON form: base64 of the RGB bytes, read back by the same helpers.
+    with json_client.create_session(TASK, screenshot="raw") as s:
+        obs = s.reset(seed=3)["observation"]
+    assert isinstance(obs["screenshot"], str)
+    np.testing.assert_array_equal(decode_screenshot(obs), reference)
+
+
+def test_bad_encodings_are_refused_with_what_is_accepted(live):
+    c = GuirlClient(live.url)
+    with pytest.raises(GuirlServerError) as e:
+        c.create_session(TASK, screenshot="webp")
+    assert (e.value.code, e.value.status) == ("bad_option", 400)
+    assert '"raw"' in e.value.message and '"png"' in e.value.message
+    with c.create_session(TASK) as s:
+        s.reset(seed=0)
+        with pytest.raises(GuirlServerError) as e:
+            c.request("POST", f"/v1/sessions/{s.id}/step", json={"action": "wait(0)", "jpeg_quality": 0})
+        assert e.value.code == "bad_option" and "1 to 100" in e.value.message
+
+
+def test_parse_frame_reads_the_layout_and_refuses_broken_frames():
+    head = {"observation": {"screenshot": None, "screenshot_format": "raw", "width": 2, "height": 1}, "reward": 0.5}
+    text = json.dumps(head).encode()
+    pixels = bytes([1, 2, 3, 4, 5, 6])
+    frame = b"GRLF\x01\x00\x00\x00" + struct.pack("<I", len(text)) + text + pixels
+    out = parse_frame(frame)
+    assert out["reward"] == 0.5
+    np.testing.assert_array_equal(out["observation"]["screenshot"], [[[1, 2, 3], [4, 5, 6]]])
+    ws = b"GRLF\x01\x00\x00\x00" + struct.pack("<I", 2) + b"{}"
+    assert parse_frame(ws) == {}
+    with pytest.raises(ValueError, match="GRLF"):
+        parse_frame(b"{" + frame[1:])
+    with pytest.raises(ValueError, match="version 2"):
+        parse_frame(frame[:4] + b"\x02" + frame[5:])
+    with pytest.raises(ValueError, match="is 6 bytes; the frame has 5"):
+        parse_frame(frame[:-1])
+    with pytest.raises(ValueError, match="cut short"):
+        parse_frame(frame[:20])

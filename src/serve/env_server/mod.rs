@@ -4,6 +4,7 @@
 //! protocol.
 
 pub mod error;
+pub mod frame;
 pub mod guard;
 pub mod limits;
 mod rest;
@@ -267,8 +268,10 @@ async fn schema() -> Json<Value> {
         "observation": {
             "title": "GuiObservation", "type": "object",
             "properties": {
-                "screenshot": {"type": ["string", "null"], "description": "base64 PNG or JPEG"},
-                "screenshot_format": {"type": "string", "enum": ["png", "jpeg", "none"]},
+                "screenshot": {"type": ["string", "null"], "description":
+                    "base64 of the screenshot in screenshot_format (raw: RGB8 bytes); null for none \
+                     and in binary frames, where the bytes follow the JSON (docs/serve.md)"},
+                "screenshot_format": {"type": "string", "enum": ["png", "jpeg", "raw", "none"]},
                 "width": {"type": "integer"}, "height": {"type": "integer"},
                 "instruction": {"type": "string"}, "url": {"type": "string"}, "task_id": {"type": "string"},
                 "step": {"type": "integer"}, "frame": {"type": "object"}, "elements": {"type": "array"},
@@ -317,6 +320,14 @@ pub async fn serve(
                 shared.table.reap_idle(timeout).await;
             }
         })
+    });
+    // Answers go out as soon as they are written: with Nagle's algorithm on, the tail of an
+    // answer that fills more than one segment waits for the client's (delayed) ACK.
+    use axum::serve::ListenerExt;
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!("cannot set TCP_NODELAY on a connection: {e}");
+        }
     });
     let served = axum::serve(listener, app).with_graceful_shutdown(shutdown).await;
     if let Some(r) = reaper {

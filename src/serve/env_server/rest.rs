@@ -1,13 +1,14 @@
 //! The REST transport: `/v1/sessions` with explicit session ids, `/v1/tasks`.
 
 use super::error::ApiError;
+use super::frame;
 use super::session::Transition;
-use super::wire::{self, ImageFormat, SessionOptions, OPTION_FIELDS};
+use super::wire::{self, ImageFormat, ImageOverride, SessionOptions, OPTION_FIELDS, OVERRIDE_FIELDS};
 use super::{task_from_request, Shared};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, Query, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
@@ -30,11 +31,6 @@ fn object(body: Body) -> Result<serde_json::Map<String, Value>, ApiError> {
         }
     })?;
     wire::body_object(&bytes)
-}
-
-/// The screenshot override of a reset or step request.
-fn format_override(obj: &serde_json::Map<String, Value>) -> Result<Option<ImageFormat>, ApiError> {
-    obj.get("screenshot").map(ImageFormat::parse).transpose()
 }
 
 /// `POST /v1/sessions`.
@@ -88,40 +84,72 @@ pub async fn close(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> Resu
 pub async fn reset(
     State(s): State<Arc<Shared>>,
     Path(id): Path<String>,
+    headers: HeaderMap,
     body: Body,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let session = s.table.get(&id)?;
     let obj = object(body)?;
-    wire::reject_unknown(&obj, &["seed", "screenshot"], "a reset request")?;
+    let mut allowed = vec!["seed"];
+    allowed.extend(OVERRIDE_FIELDS);
+    wire::reject_unknown(&obj, &allowed, "a reset request")?;
     let seed = wire::seed(&obj)?;
-    let t = session.reset(seed, format_override(&obj)?).await?;
+    let t = session.reset(seed, ImageOverride::parse(&obj)?).await?;
     session.touch();
-    Ok(Json(
-        json!({"observation": t.observation, "info": t.info, "terminated": t.terminated, "truncated": t.truncated}),
-    ))
+    Ok(answer(t, false, frame::wants_binary(&headers)))
 }
 
 /// `POST /v1/sessions/{id}/step`.
 pub async fn step(
     State(s): State<Arc<Shared>>,
     Path(id): Path<String>,
+    headers: HeaderMap,
     body: Body,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let session = s.table.get(&id)?;
     let obj = object(body)?;
-    wire::reject_unknown(&obj, &["action", "action_str", "screenshot"], "a step request")?;
+    let mut allowed = vec!["action", "action_str"];
+    allowed.extend(OVERRIDE_FIELDS);
+    wire::reject_unknown(&obj, &allowed, "a step request")?;
     let action = wire::action(&obj)?;
-    let t = session.step(&action, format_override(&obj)?).await?;
+    let t = session.step(&action, ImageOverride::parse(&obj)?).await?;
     session.touch();
-    Ok(Json(step_json(t)))
+    Ok(answer(t, true, frame::wants_binary(&headers)))
 }
 
-/// A step as the gymnasium 5-tuple's fields.
-pub fn step_json(t: Transition) -> Value {
-    json!({
-        "observation": t.observation, "reward": t.reward,
-        "terminated": t.terminated, "truncated": t.truncated, "info": t.info,
-    })
+/// A reset's (`{"observation", "info", "terminated", "truncated"}`) or a step's
+/// (`+ "reward"`) answer: JSON with the screenshot in base64, or a binary frame (the same
+/// JSON with `"screenshot": null`, the image's bytes after it).
+fn answer(t: Transition, step: bool, binary: bool) -> Response {
+    let Transition { observation, image, reward, terminated, truncated, info } = t;
+    let observation = match binary {
+        true => observation,
+        false => observation.map(|o| wire::with_base64(o, image.as_deref())),
+    };
+    let body = if step {
+        json!({"observation": observation, "reward": reward, "terminated": terminated, "truncated": truncated, "info": info})
+    } else {
+        json!({"observation": observation, "info": info, "terminated": terminated, "truncated": truncated})
+    };
+    if binary {
+        // The header and JSON, then the image as its own chunk: the pixels are not copied.
+        let head = frame::encode(&body, &[]);
+        let len = head.len() + image.as_ref().map_or(0, Vec::len);
+        let chunks = [Some(head), image]
+            .into_iter()
+            .flatten()
+            .map(|c| Ok::<_, std::convert::Infallible>(Bytes::from(c)));
+        let body = axum::body::Body::from_stream(futures::stream::iter(chunks));
+        (
+            [
+                (header::CONTENT_TYPE, frame::MEDIA_TYPE.to_string()),
+                (header::CONTENT_LENGTH, len.to_string()),
+            ],
+            body,
+        )
+            .into_response()
+    } else {
+        Json(body).into_response()
+    }
 }
 
 /// `GET /v1/sessions/{id}/render?format=png|jpeg`.
@@ -136,7 +164,10 @@ pub async fn render(
         Some(other) => {
             return Err(ApiError::invalid(
                 "bad_option",
-                format!("format = {}: use png or jpeg", wire::short(&format!("{other:?}"))),
+                format!(
+                    "format = {}: use png or jpeg (raw pixels come with a step or reset: \"screenshot\": \"raw\")",
+                    wire::short(&format!("{other:?}"))
+                ),
             ))
         }
     };

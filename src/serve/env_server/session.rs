@@ -16,8 +16,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 /// The result of a reset or a step, before a transport formats it.
 #[derive(Debug, Clone)]
 pub struct Transition {
-    /// The observation (None when a reset failed in the browser).
+    /// The observation with `"screenshot": null` (None when a reset failed in the browser).
     pub observation: Option<Value>,
+    /// The screenshot, encoded as the observation's `screenshot_format` says (None for
+    /// `none`): base64 into the JSON, or the bytes after it in a binary frame.
+    pub image: Option<Vec<u8>>,
     /// Reward of the step (0 after reset).
     pub reward: f64,
     /// The episode ended by the task's verdict.
@@ -312,17 +315,12 @@ impl Session {
         }))
     }
 
-    /// Start an episode for `seed` (a random one when None); `fmt` overrides the
-    /// session's screenshot format for this answer.
-    pub async fn reset(
-        &self,
-        seed: Option<u64>,
-        fmt: Option<wire::ImageFormat>,
-    ) -> Result<Transition, ApiError> {
+    /// Start an episode for `seed` (a random one when None); `image` overrides the
+    /// session's screenshot encoding for this answer.
+    pub async fn reset(&self, seed: Option<u64>, image: wire::ImageOverride) -> Result<Transition, ApiError> {
         let mut g = self.lock().await?;
         let seed = seed.unwrap_or_else(|| rand::random::<u64>() >> 33);
-        let mut opts = g.opts.clone();
-        opts.screenshot = fmt.unwrap_or(opts.screenshot);
+        let opts = image.apply(g.opts.clone());
         g.episodes += 1;
         g.seed = Some(seed);
         g.steps = 0;
@@ -334,18 +332,19 @@ impl Session {
         })?;
         let started = Instant::now();
         let result = env.reset(seed).await;
-        let (observation, mut info, status) = match result {
+        let (observation, image, mut info, status) = match result {
             Ok((obs, ri)) => {
                 let mut info = reset_info(None);
                 info.insert("browser_started".into(), json!(ri.browser_started));
                 info.insert("reset_ms".into(), json!(ri.reset_ms));
-                (Some(wire::observation(&obs, &opts)), info, EpisodeStatus::Running)
+                let (observation, image) = wire::observation(obs, &opts);
+                (Some(observation), image, info, EpisodeStatus::Running)
             }
             Err(e) => {
                 tracing::warn!(session = %self.id, seed, "reset failed: {e}");
                 let mut info = reset_info(Some(e.to_string()));
                 info.insert("reset_ms".into(), json!(started.elapsed().as_secs_f64() * 1000.0));
-                (None, info, EpisodeStatus::EnvError)
+                (None, None, info, EpisodeStatus::EnvError)
             }
         };
         g.running = status == EpisodeStatus::Running;
@@ -353,11 +352,12 @@ impl Session {
         let truncated = !g.running;
         counters(&g, &mut info);
         blocked(&g, &mut info);
-        Ok(Transition { observation, reward: 0.0, terminated: false, truncated, info })
+        Ok(Transition { observation, image, reward: 0.0, terminated: false, truncated, info })
     }
 
-    /// Take one step with action text `action`.
-    pub async fn step(&self, action: &str, fmt: Option<wire::ImageFormat>) -> Result<Transition, ApiError> {
+    /// Take one step with action text `action`; `image` overrides the session's
+    /// screenshot encoding for this answer.
+    pub async fn step(&self, action: &str, image: wire::ImageOverride) -> Result<Transition, ApiError> {
         let mut g = self.lock().await?;
         if !g.running {
             let why = match g.status {
@@ -366,8 +366,7 @@ impl Session {
             };
             return Err(ApiError::no_episode(why));
         }
-        let mut opts = g.opts.clone();
-        opts.screenshot = fmt.unwrap_or(opts.screenshot);
+        let opts = image.apply(g.opts.clone());
         let env = g.env.as_mut().expect("a running episode has an env");
         let mut out = env
             .step_text(action)
@@ -385,8 +384,10 @@ impl Session {
         g.running = !ended;
         counters(&g, &mut info);
         blocked(&g, &mut info);
+        let (observation, image) = wire::observation(out.obs, &opts);
         Ok(Transition {
-            observation: Some(wire::observation(&out.obs, &opts)),
+            observation: Some(observation),
+            image,
             reward: out.reward,
             terminated: out.terminated,
             truncated: out.truncated,

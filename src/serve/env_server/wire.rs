@@ -1,5 +1,6 @@
 //! What crosses the wire: request fields read by hand (so every mistake gets a message
-//! naming the field) and observations written as JSON with base64 screenshots.
+//! naming the field), and observations as JSON with the screenshot encoded apart (base64
+//! inside the JSON, or the bytes after it in a binary frame, see [`super::frame`]).
 
 use super::error::ApiError;
 use super::limits::{self, MAX_ECHO_CHARS};
@@ -16,8 +17,11 @@ pub enum ImageFormat {
     /// Base64 PNG (lossless; the default).
     #[default]
     Png,
-    /// Base64 JPEG at the session's quality.
+    /// JPEG at the session's quality (lossy, the smallest).
     Jpeg,
+    /// Uncompressed RGB8, row by row, width × height × 3 bytes: no encoding cost, the
+    /// fastest on loopback (meant for binary frames; base64 in JSON works too).
+    Raw,
     /// No screenshot (text-only agents, or clients that call render themselves).
     None,
 }
@@ -28,10 +32,15 @@ impl ImageFormat {
         match v.as_str() {
             Some("png") => Ok(ImageFormat::Png),
             Some("jpeg") | Some("jpg") => Ok(ImageFormat::Jpeg),
+            Some("raw") => Ok(ImageFormat::Raw),
             Some("none") => Ok(ImageFormat::None),
             _ => Err(ApiError::invalid(
                 "bad_option",
-                format!("screenshot = {}: use \"png\", \"jpeg\" or \"none\"", short(&v.to_string())),
+                format!(
+                    "screenshot = {}: use \"png\", \"jpeg\", \"raw\" (RGB8 bytes) or \"none\" \
+                     (WebP is not offered: docs/serve.md says why)",
+                    short(&v.to_string())
+                ),
             )),
         }
     }
@@ -40,6 +49,7 @@ impl ImageFormat {
         match self {
             ImageFormat::Png => "png",
             ImageFormat::Jpeg => "jpeg",
+            ImageFormat::Raw => "raw",
             ImageFormat::None => "none",
         }
     }
@@ -112,13 +122,7 @@ impl SessionOptions {
                         }
                 }
                 "screenshot" => self.screenshot = ImageFormat::parse(v)?,
-                "jpeg_quality" => {
-                    self.jpeg_quality = v
-                        .as_u64()
-                        .filter(|q| (1..=100).contains(q))
-                        .ok_or_else(|| bad(k, v, "use an integer from 1 to 100"))?
-                        as u8
-                }
+                "jpeg_quality" => self.jpeg_quality = jpeg_quality(v)?,
                 "viewport" => {
                     let dim = |f: &str| v.get(f).and_then(Value::as_u64).filter(|n| (50..=4000).contains(n));
                     self.viewport = match v {
@@ -139,6 +143,45 @@ impl SessionOptions {
             }
         }
         Ok(())
+    }
+}
+
+/// A `jpeg_quality` field: an integer from 1 to 100.
+fn jpeg_quality(v: &Value) -> Result<u8, ApiError> {
+    v.as_u64().filter(|q| (1..=100).contains(q)).map(|q| q as u8).ok_or_else(|| {
+        ApiError::invalid(
+            "bad_option",
+            format!("jpeg_quality = {}: use an integer from 1 to 100", short(&v.to_string())),
+        )
+    })
+}
+
+/// A reset's or step's own choice of screenshot encoding, over the session's for that
+/// answer only (`screenshot`, `jpeg_quality`).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ImageOverride {
+    /// The encoding (`screenshot`).
+    pub format: Option<ImageFormat>,
+    /// The JPEG quality.
+    pub jpeg_quality: Option<u8>,
+}
+
+/// The request fields an [`ImageOverride`] reads.
+pub const OVERRIDE_FIELDS: [&str; 2] = ["screenshot", "jpeg_quality"];
+
+impl ImageOverride {
+    /// Read the override fields of a request.
+    pub fn parse(obj: &Map<String, Value>) -> Result<ImageOverride, ApiError> {
+        Ok(ImageOverride {
+            format: obj.get("screenshot").map(ImageFormat::parse).transpose()?,
+            jpeg_quality: obj.get("jpeg_quality").map(jpeg_quality).transpose()?,
+        })
+    }
+    /// `opts` with this override on top.
+    pub fn apply(self, mut opts: SessionOptions) -> SessionOptions {
+        opts.screenshot = self.format.unwrap_or(opts.screenshot);
+        opts.jpeg_quality = self.jpeg_quality.unwrap_or(opts.jpeg_quality);
+        opts
     }
 }
 
@@ -213,6 +256,7 @@ pub fn short(s: &str) -> String {
 pub fn encode_image(img: &image::RgbImage, fmt: ImageFormat, quality: u8) -> Option<Vec<u8>> {
     match fmt {
         ImageFormat::None => None,
+        ImageFormat::Raw => Some(img.as_raw().clone()),
         ImageFormat::Png => Some(crate::env::encode_png(img)),
         ImageFormat::Jpeg => {
             let mut out = Vec::new();
@@ -223,12 +267,13 @@ pub fn encode_image(img: &image::RgbImage, fmt: ImageFormat, quality: u8) -> Opt
     }
 }
 
-/// An observation as JSON, its screenshot in `opts`' format.
-pub fn observation(obs: &ScreenState, opts: &SessionOptions) -> Value {
-    let shot = encode_image(&obs.screenshot, opts.screenshot, opts.jpeg_quality)
-        .map(|b| base64::engine::general_purpose::STANDARD.encode(b));
-    json!({
-        "screenshot": shot,
+/// An observation: its JSON with `"screenshot": null`, and the screenshot encoded in
+/// `opts`' format (None for `none`). The transport puts the bytes in the JSON as base64
+/// ([`with_base64`]) or after it in a binary frame. `obs` is taken so that `raw` moves the
+/// pixels instead of copying them.
+pub fn observation(obs: ScreenState, opts: &SessionOptions) -> (Value, Option<Vec<u8>>) {
+    let json = json!({
+        "screenshot": Value::Null,
         "screenshot_format": opts.screenshot.as_str(),
         "width": obs.screenshot.width(),
         "height": obs.screenshot.height(),
@@ -238,7 +283,22 @@ pub fn observation(obs: &ScreenState, opts: &SessionOptions) -> Value {
         "step": obs.step,
         "frame": obs.frame,
         "elements": if opts.elements { json!(obs.elements) } else { json!([]) },
-    })
+    });
+    let image = match opts.screenshot {
+        ImageFormat::Raw => Some(obs.screenshot.into_raw()),
+        fmt => encode_image(&obs.screenshot, fmt, opts.jpeg_quality),
+    };
+    (json, image)
+}
+
+/// `observation` with the screenshot's bytes put in as base64: the JSON form (the same
+/// bytes as before binary frames existed: the keys are sorted, so where the screenshot is
+/// put in does not show).
+pub fn with_base64(mut observation: Value, image: Option<&[u8]>) -> Value {
+    if let (Some(obj), Some(bytes)) = (observation.as_object_mut(), image) {
+        obj.insert("screenshot".into(), json!(base64::engine::general_purpose::STANDARD.encode(bytes)));
+    }
+    observation
 }
 
 /// The status a client sees: `invalid_action` also for a wasted step that goes on.

@@ -1,11 +1,13 @@
 //! OpenEnv's WebSocket protocol on `/ws`: one connection is one session; JSON messages
 //! `reset`, `step`, `state`, `close` answered by `observation`, `state` or `error`.
-//! Pings catch half-open connections, whose sessions are then freed.
+//! Observations go as binary frames ([`super::frame`]) to a client that asks with
+//! `"binary": true`. Pings catch half-open connections, whose sessions are then freed.
 
 use super::error::ApiError;
+use super::frame;
 use super::limits;
 use super::session::{Session, Transition};
-use super::wire::{self, OPTION_FIELDS};
+use super::wire::{self, ImageOverride, OPTION_FIELDS, OVERRIDE_FIELDS};
 use super::{task_from_request, ServeConfig, Shared};
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
@@ -25,16 +27,27 @@ fn error_message(e: &ApiError) -> String {
         .to_string()
 }
 
-fn observation_message(t: Transition) -> String {
-    let mut obs = match t.observation {
+/// An `observation` message: JSON text with the screenshot in base64 (OpenEnv's form), or
+/// a binary frame of the same JSON with `"screenshot": null` and the image after it.
+fn observation_message(t: Transition, binary: bool) -> Message {
+    let Transition { observation, image, reward, terminated, truncated, info } = t;
+    let observation = match binary {
+        true => observation,
+        false => observation.map(|o| wire::with_base64(o, image.as_deref())),
+    };
+    let mut obs = match observation {
         Some(Value::Object(m)) => m,
         _ => Map::new(),
     };
-    obs.insert("terminated".into(), json!(t.terminated));
-    obs.insert("truncated".into(), json!(t.truncated));
-    obs.insert("info".into(), Value::Object(t.info));
-    let data = json!({"observation": obs, "reward": t.reward, "done": t.terminated || t.truncated});
-    json!({"type": "observation", "data": data}).to_string()
+    obs.insert("terminated".into(), json!(terminated));
+    obs.insert("truncated".into(), json!(truncated));
+    obs.insert("info".into(), Value::Object(info));
+    let data = json!({"observation": obs, "reward": reward, "done": terminated || truncated});
+    let msg = json!({"type": "observation", "data": data});
+    match binary {
+        true => Message::Binary(frame::encode(&msg, image.as_deref().unwrap_or_default()).into()),
+        false => Message::Text(msg.to_string().into()),
+    }
 }
 
 async fn serve(s: Arc<Shared>, mut socket: WebSocket) {
@@ -57,6 +70,9 @@ async fn serve(s: Arc<Shared>, mut socket: WebSocket) {
     ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ping.tick().await;
     let mut last_heard = Instant::now();
+    // Whether observations go as binary frames (a reset's "binary" sets it for the
+    // connection; a step's applies to its own answer).
+    let mut binary = false;
     loop {
         tokio::select! {
             msg = socket.recv() => {
@@ -71,9 +87,9 @@ async fn serve(s: Arc<Shared>, mut socket: WebSocket) {
                     }
                     Some(Ok(_)) => { last_heard = Instant::now(); continue; }
                 };
-                let (reply, close) = handle(&session, &text, &s.cfg).await;
+                let (reply, close) = handle(&session, &text, &s.cfg, &mut binary).await;
                 if let Some(reply) = reply {
-                    if socket.send(Message::Text(reply.into())).await.is_err() { break; }
+                    if socket.send(reply).await.is_err() { break; }
                 }
                 // A slow reset or step is the server's time, not the peer's silence: pongs
                 // that arrived meanwhile are still unread.
@@ -102,12 +118,18 @@ async fn serve(s: Arc<Shared>, mut socket: WebSocket) {
 }
 
 /// Answer one text message; the flag says whether to close the connection after it.
-async fn handle(session: &Arc<Session>, text: &str, cfg: &ServeConfig) -> (Option<String>, bool) {
+async fn handle(
+    session: &Arc<Session>,
+    text: &str,
+    cfg: &ServeConfig,
+    binary: &mut bool,
+) -> (Option<Message>, bool) {
+    let text_reply = |v: Value| Some(Message::Text(v.to_string().into()));
     let msg: Value = match serde_json::from_str(text) {
         Ok(v) => v,
         Err(e) => {
             let reply = json!({"type": "error", "data": {"code": "INVALID_JSON", "error": "bad_request", "message": format!("Invalid JSON: {e}")}});
-            return (Some(reply.to_string()), false);
+            return (text_reply(reply), false);
         }
     };
     let kind = msg.get("type").and_then(Value::as_str).unwrap_or("");
@@ -119,18 +141,30 @@ async fn handle(session: &Arc<Session>, text: &str, cfg: &ServeConfig) -> (Optio
                 "\"data\" must be an object, got {}",
                 wire::short(&other.to_string())
             ));
-            return (Some(error_message(&e)), false);
+            return (Some(Message::Text(error_message(&e).into())), false);
         }
     };
     let result = match kind {
-        "reset" => reset(session, &data, cfg).await.map(observation_message),
-        "step" => step(session, &data).await.map(observation_message),
-        "state" => session.state().await.map(|st| json!({"type": "state", "data": st}).to_string()),
+        "reset" => match binary_field(&data) {
+            Ok(b) => reset(session, &data, cfg).await.map(|t| {
+                *binary = b.unwrap_or(*binary);
+                observation_message(t, *binary)
+            }),
+            Err(e) => Err(e),
+        },
+        "step" => match binary_field(&data) {
+            Ok(b) => step(session, &data).await.map(|t| observation_message(t, b.unwrap_or(*binary))),
+            Err(e) => Err(e),
+        },
+        "state" => session
+            .state()
+            .await
+            .map(|st| Message::Text(json!({"type": "state", "data": st}).to_string().into())),
         "close" => return (None, true),
         other => {
             let reply = json!({"type": "error", "data": {"code": "UNKNOWN_TYPE", "error": "bad_request",
                 "message": format!("Unknown message type: {}: use reset, step, state or close", wire::short(&format!("{other:?}")))}});
-            return (Some(reply.to_string()), false);
+            return (text_reply(reply), false);
         }
     };
     session.touch();
@@ -138,8 +172,23 @@ async fn handle(session: &Arc<Session>, text: &str, cfg: &ServeConfig) -> (Optio
         Ok(reply) => (Some(reply), false),
         Err(e) => {
             let gone = e.code == "unknown_session";
-            (Some(error_message(&e)), gone)
+            (Some(Message::Text(error_message(&e).into())), gone)
         }
+    }
+}
+
+/// A message's `binary` field: whether observations come as binary frames.
+fn binary_field(data: &Map<String, Value>) -> Result<Option<bool>, ApiError> {
+    match data.get("binary") {
+        None => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(v) => Err(ApiError::invalid(
+            "bad_option",
+            format!(
+                "binary = {}: use true (observations as binary frames: docs/serve.md) or false (JSON text)",
+                wire::short(&v.to_string())
+            ),
+        )),
     }
 }
 
@@ -148,7 +197,7 @@ async fn reset(
     data: &Map<String, Value>,
     cfg: &ServeConfig,
 ) -> Result<Transition, ApiError> {
-    let mut allowed = vec!["seed", "episode_id", "task", "task_spec"];
+    let mut allowed = vec!["seed", "episode_id", "task", "task_spec", "binary"];
     allowed.extend(OPTION_FIELDS);
     wire::reject_unknown(data, &allowed, "a reset message")?;
     limits::extra("episode_id", data.get("episode_id"))?;
@@ -157,13 +206,16 @@ async fn reset(
     opts.update(data)?;
     let task = task_from_request(data, &opts, cfg).await?;
     session.configure(task, opts).await?;
-    session.reset(seed, None).await
+    session.reset(seed, ImageOverride::default()).await
 }
 
 async fn step(session: &Session, data: &Map<String, Value>) -> Result<Transition, ApiError> {
-    wire::reject_unknown(data, &["action", "action_str", "metadata", "request_id"], "a step message")?;
+    let mut allowed = vec!["action", "action_str", "metadata", "request_id", "binary"];
+    allowed.extend(OVERRIDE_FIELDS);
+    wire::reject_unknown(data, &allowed, "a step message")?;
     limits::extra("metadata", data.get("metadata"))?;
     limits::extra("request_id", data.get("request_id"))?;
     let action = wire::action(data)?;
-    session.step(&action, None).await
+    let image = ImageOverride::parse(data)?;
+    session.step(&action, image).await
 }
