@@ -224,35 +224,44 @@ impl EnvBenchReport {
             }
             s.push('\n');
         };
+        // A ratio row: latencies `lat.0 / lat.1`, throughputs `thr.0 / thr.1`.
+        let ratios = |s: &mut String,
+                      task: &str,
+                      label: &str,
+                      lat: (&TaskFigures, &TaskFigures),
+                      thr: (&TaskFigures, &TaskFigures)| {
+            s.push_str(&format!(
+                "| {task} | {label} | {:.2}x | {:.2}x |",
+                lat.0.reset_ms.median / lat.1.reset_ms.median,
+                lat.0.step_ms.median / lat.1.step_ms.median
+            ));
+            for k in &ks {
+                let per_s = |t: &TaskFigures| t.steps_per_s.get(k).copied().unwrap_or(f64::NAN);
+                s.push_str(&format!(" {:.2}x |", per_s(thr.0) / per_s(thr.1)));
+            }
+            s.push('\n');
+        };
         for (task, f) in &self.guirl {
             row(&mut s, task, "guirl", f);
             if let Some(u) = self.unsandboxed.as_ref().and_then(|u| u.get(task)) {
                 row(&mut s, task, "guirl, sandbox off", u);
-                s.push_str(&format!(
-                    "| {task} | cost of the sandbox (on / off latency, on / off steps/s) | {:.2}x | {:.2}x |",
-                    f.reset_ms.median / u.reset_ms.median,
-                    f.step_ms.median / u.step_ms.median
-                ));
-                for k in &ks {
-                    let r = f.steps_per_s.get(k).copied().unwrap_or(f64::NAN)
-                        / u.steps_per_s.get(k).copied().unwrap_or(f64::NAN);
-                    s.push_str(&format!(" {r:.2}x |"));
-                }
-                s.push('\n');
+                ratios(
+                    &mut s,
+                    task,
+                    "cost of the sandbox (on / off latency, on / off steps/s)",
+                    (f, u),
+                    (f, u),
+                );
             }
             if let Some(b) = self.baseline.as_ref().and_then(|b| b.get(task)) {
                 row(&mut s, task, "MiniWoB++ (Python)", b);
-                s.push_str(&format!(
-                    "| {task} | ratio (MiniWoB++ / guirl latency, guirl / MiniWoB++ steps/s) | {:.2}x | {:.2}x |",
-                    b.reset_ms.median / f.reset_ms.median,
-                    b.step_ms.median / f.step_ms.median
-                ));
-                for k in &ks {
-                    let r = f.steps_per_s.get(k).copied().unwrap_or(f64::NAN)
-                        / b.steps_per_s.get(k).copied().unwrap_or(f64::NAN);
-                    s.push_str(&format!(" {r:.2}x |"));
-                }
-                s.push('\n');
+                ratios(
+                    &mut s,
+                    task,
+                    "ratio (MiniWoB++ / guirl latency, guirl / MiniWoB++ steps/s)",
+                    (b, f),
+                    (f, b),
+                );
             }
         }
         if !self.sandbox.is_empty() {
