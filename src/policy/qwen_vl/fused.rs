@@ -310,8 +310,8 @@ pub fn lora_linear(
     let x0 = x.detach();
     let xd = masked(x0.clone(), mask.as_ref())?;
     let (a_, b_) = (a.detach().to_dtype(dt)?, b.detach().to_dtype(dt)?);
-    let h = super::gemm::skinny(&xd, &a_.t()?)?;
-    let mut y = x0.matmul(&w.t()?)?;
+    let h = super::gemm::product(&xd, &a_.t()?)?;
+    let mut y = super::gemm::product(&x0, &w.t()?)?;
     if let Some(bias) = bias {
         y = y.broadcast_add(bias)?;
     }
@@ -345,7 +345,7 @@ fn lora_grads(
     let dt = x.dtype();
     let (a_, b_) = (a.detach().to_dtype(dt)?, b.detach().to_dtype(dt)?);
     // ∂h = s · g B' ([N, r]); the scale goes on the small side of every product
-    let gh = (super::gemm::skinny(g, &b_)? * scale)?;
+    let gh = (super::gemm::product(g, &b_)? * scale)?;
     let gb = if b.track_op() { Some((g.t()?.matmul(h)? * scale)?.to_dtype(b.dtype())?) } else { None };
     let ga = if a.track_op() {
         Some(gh.t()?.matmul(&masked(x.detach(), mask)?)?.to_dtype(a.dtype())?)
@@ -355,10 +355,10 @@ fn lora_grads(
     let gx = if !x.track_op() {
         None
     } else if mask.is_none() {
-        let gx = g.matmul(w)?;
+        let gx = super::gemm::product(g, w)?;
         Some(if super::gemm::add_product(&gx, &gh, &a_, 1.0)? { gx } else { (gx + gh.matmul(&a_)?)? })
     } else {
-        Some((g.matmul(w)? + masked(gh.matmul(&a_)?, mask)?)?)
+        Some((super::gemm::product(g, w)? + masked(gh.matmul(&a_)?, mask)?)?)
     };
     Ok((gx, ga, gb))
 }

@@ -57,8 +57,11 @@ impl Linear {
         let dims = x.dims().to_vec();
         let flat = x.reshape(((), self.in_dim()))?;
         let w = self.weight_for(x)?;
-        let mut y =
-            if flat.track_op() && !w.track_op() { frozen_matmul(&flat, &w)? } else { flat.matmul(&w.t()?)? };
+        let mut y = if flat.track_op() && !w.track_op() {
+            frozen_matmul(&flat, &w)?
+        } else {
+            gemm::product(&flat, &w.t()?)?
+        };
         if let Some(b) = &self.bias {
             y = y.broadcast_add(b)?;
         }
@@ -118,9 +121,9 @@ impl Module for Linear {
 /// model (the Qwen-VL LoRA update's backward and memory). Here the product is computed
 /// outside the graph and attached to `x` by an op whose backward is `∂L/∂x = g W` alone.
 pub fn frozen_matmul(x: &Tensor, w: &Tensor) -> candle_core::Result<Tensor> {
-    let y = x.detach().matmul(&w.t()?)?;
+    let y = gemm::product(&x.detach(), &w.t()?)?;
     let w = w.clone();
-    attach(x, y, "frozen-matmul", move |_, _, g| Ok(Some(g.matmul(&w)?)))
+    attach(x, y, "frozen-matmul", move |_, _, g| Ok(Some(gemm::product(g, &w)?)))
 }
 
 /// RMSNorm computed in f32, as transformers does: `w · x / sqrt(mean(x²) + eps)` (by
