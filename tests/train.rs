@@ -608,3 +608,69 @@ async fn dapo_dynamic_sampling_collects_again_and_counts_every_step() {
         assert_eq!(mean, if trained > 0 { -1.0 } else { 0.0 }, "{m}");
     }
 }
+
+/// Success replay on a task no rollout can pass (its check is `false`), seeded from one
+/// successful demonstration: every group fails in every rollout, so without replay there
+/// is nothing to train on; with it each group gets the demonstration in place of a failure
+/// and the policy is updated. The buffer is in every checkpoint and comes back on resume
+/// (no new success can refill it).
+#[tokio::test]
+async fn success_replay_fills_groups_that_all_failed_and_survives_a_resume() {
+    use guirl::env::EpisodeStatus;
+    use guirl::rollout::{Outcome, Recorded, TrajStep, Trajectory, TrajectoryWriter};
+    let root = tempfile::tempdir().unwrap();
+    let spec = std::fs::read_to_string(repo("fixtures/tasks/two-buttons.toml")).unwrap();
+    let never = root.path().join("never.toml");
+    std::fs::write(&never, spec.replace("js = \"window.clicked === '{b}'\"", "js = \"false\"")).unwrap();
+    let task_id = guirl::tasks::load_task(&never.display().to_string()).unwrap().id().to_string();
+    // One successful demonstration of the task, as a recorded set holds it.
+    let demos = root.path().join("demos");
+    let step = TrajStep::new("click(40, 60)", 1.0, EpisodeStatus::Success);
+    let outcome = Outcome { reward: 1.0, status: EpisodeStatus::Success, steps: 1, error: None };
+    let mut t = Trajectory::new(task_id.clone(), 5, vec![step], outcome);
+    t.instruction = "Click A".into();
+    let shot = image::RgbImage::from_pixel(160, 110, image::Rgb([240, 240, 240]));
+    TrajectoryWriter::open(&demos)
+        .unwrap()
+        .append(&Recorded { trajectory: t, frames: vec![shot.clone(), shot] })
+        .unwrap();
+    let cfg = |replay: usize, iterations: u64| {
+        let mut cfg = config(iterations);
+        cfg.tasks.ids = vec![never.display().to_string()];
+        cfg.sft =
+            Some(toml::from_str(&format!("dir = {:?}\nepochs = 1\nlr = 1e-3", demos.display())).unwrap());
+        cfg.algo.success_replay = replay;
+        // the loss is the advantages' alone: without signal there is no optimizer step
+        (cfg.algo.beta, cfg.algo.entropy_coef) = (0.0, 0.0);
+        cfg.resolve();
+        cfg.validate().unwrap();
+        cfg
+    };
+    let int = |m: &serde_json::Value, k: &str| m[k].as_u64().unwrap_or_else(|| panic!("{k}: {m}"));
+
+    let off = root.path().join("off");
+    train(cfg(0, 1), &off, false).await;
+    let m = metrics_lines(&off).pop().unwrap();
+    assert_eq!(
+        (int(&m, "replayed"), int(&m, "optimizer_steps")),
+        (0, 0),
+        "all failed, nothing to learn: {m}"
+    );
+
+    let on = root.path().join("on");
+    train(cfg(4, 2), &on, false).await;
+    assert!(on.join("checkpoints/iter-000000/success_replay/trajectories.jsonl").is_file());
+    train(cfg(4, 4), &on, true).await;
+    let ms = metrics_lines(&on);
+    assert_eq!(ms.len(), 4);
+    for m in &ms {
+        assert_eq!(m["success_rate"].as_f64(), Some(0.0), "the rollout figures are the real ones: {m}");
+        assert_eq!(int(m, "replayed"), 2, "one per group (B = 2): {m}");
+        assert_eq!(int(m, "iteration_env_steps"), 4, "replays cost no env steps: {m}");
+        assert!(int(m, "optimizer_steps") > 0, "{m}");
+    }
+    let kept = guirl::rollout::TrajectorySet::read(&on.join("checkpoints/latest/success_replay")).unwrap();
+    assert_eq!(kept.trajectories.len(), 1);
+    let step = &kept.trajectories[0].trajectory.steps[0];
+    assert!(!step.tokens.is_empty() && step.tokens.len() == step.token_logprobs.len(), "scored by the clone");
+}

@@ -199,6 +199,10 @@ pub struct AlgoConfig {
     pub dynamic_sampling: Option<bool>,
     /// N: extra collections per iteration that dynamic sampling may make.
     pub dynamic_sampling_max_extra: usize,
+    /// Success replay: per task, keep the last N successful trajectories and replay one in
+    /// place of a failure into each group whose rollouts all failed (0: off; see
+    /// [`super::success_replay`]).
+    pub success_replay: usize,
     /// DAPO's soft overlong penalty on the episode reward, by steps taken (see
     /// [`super::rewards::overlong_penalty`]; default: true for dapo).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -271,6 +275,7 @@ impl Default for AlgoConfig {
             drop_all_equal_groups: None,
             dynamic_sampling: None,
             dynamic_sampling_max_extra: 3,
+            success_replay: 0,
             overlong_penalty: None,
             overlong_window: None,
             overlong_weight: 1.0,
@@ -547,6 +552,14 @@ impl AlgoConfig {
                 "algo.dynamic_sampling_max_extra must be at most 100 (each is a full collection of \
                  batch_seeds groups), got {}",
                 a.dynamic_sampling_max_extra
+            ),
+        );
+        check(
+            a.success_replay <= 1000,
+            format!(
+                "algo.success_replay must be at most 1000 trajectories per task (each is held in \
+                 memory with its screenshots), got {}",
+                a.success_replay
             ),
         );
         check(

@@ -277,6 +277,7 @@ fn bad_values_are_named() {
             "algo.dynamic_sampling = true needs algo.drop_all_equal_groups = true",
         ),
         ("algo", "dynamic_sampling_max_extra = 101", "algo.dynamic_sampling_max_extra must be at most 100"),
+        ("algo", "success_replay = 1001", "algo.success_replay must be at most 1000"),
         ("algo", "overlong_weight = -0.5", "algo.overlong_weight must be >= 0"),
         ("algo", "overlong_window = 0", "algo.overlong_window must be in [1, rollout.max_steps = 10], got 0"),
         (

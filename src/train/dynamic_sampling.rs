@@ -32,6 +32,7 @@ use super::config::{AlgoKind, TrainConfig};
 use super::metrics::IterationMetrics;
 use super::rewards;
 use super::seeds::rng_for;
+use super::success_replay::SuccessReplay;
 use crate::env::EpisodeStatus;
 use crate::policy::{Sampling, TrainablePolicy};
 use crate::rollout::{CollectStats, Collector, Job, Outcome, Recorded, TrainingBatch};
@@ -135,6 +136,8 @@ pub struct Collection {
     /// Every collected rollout's task: counted episodes and successes, by task id
     /// (dropped groups included; what the curriculum and per-task metrics use).
     pub task_counts: BTreeMap<String, (usize, usize)>,
+    /// Successes replayed into all-failed groups ([`super::success_replay`]), kept or not.
+    pub replayed: usize,
 }
 
 impl Collection {
@@ -167,6 +170,7 @@ impl Collection {
         m.pass_rate = r.pass_rate();
         m.extra_collections = r.extra() as u64;
         m.iteration_env_steps = self.stats.env_steps as u64;
+        m.replayed = self.replayed as u64;
         m.extra_env_steps = self.extra_env_steps as u64;
         let compared = self.stats.reward_model_agree + self.stats.reward_model_disagree;
         m.reward_model_agreement =
@@ -239,7 +243,9 @@ pub fn task_counts(recs: &[Recorded]) -> BTreeMap<String, (usize, usize)> {
 /// Collect iteration `it`'s groups: B task seeds × G rollouts, with the training rewards;
 /// with dynamic sampling, B more groups at a time until B are informative ([`GroupFilter`]).
 /// Collection 0 samples with `sampling`; each extra collection with a seed of its own
-/// (the policy's sampling is left at the last one).
+/// (the policy's sampling is left at the last one). With success replay, each collection's
+/// successes go into `replay` and all-failed groups get one of them before the filter.
+#[allow(clippy::too_many_arguments)] // the iteration's inputs, each used once
 pub async fn collect_groups(
     collector: &mut Collector,
     policy: &mut dyn TrainablePolicy,
@@ -248,6 +254,7 @@ pub async fn collect_groups(
     it: u64,
     sampling: Sampling,
     task_weights: Option<&[f64]>,
+    replay: &mut SuccessReplay,
 ) -> anyhow::Result<Collection> {
     let algo = &cfg.algo;
     let b = algo.batch_seeds;
@@ -258,6 +265,7 @@ pub async fn collect_groups(
         seeds = seeds.weighted(w)?;
     }
     let mut extra_seeds = rng_for(cfg.run.seed, it, 3);
+    let mut replay_draws = rng_for(cfg.run.seed, it, 4);
     let mut out = Collection {
         recs: Vec::new(),
         outcomes: Vec::new(),
@@ -267,6 +275,7 @@ pub async fn collect_groups(
         report: SamplingReport::default(),
         overlong: (0, 0.0),
         task_counts: BTreeMap::new(),
+        replayed: 0,
     };
     for k in 0.. {
         let seed = if k == 0 { sampling.seed } else { extra_seeds.gen() };
@@ -286,6 +295,8 @@ pub async fn collect_groups(
             c.0 += n;
             c.1 += k;
         }
+        replay.remember(&recs);
+        out.replayed += replay.fill(&mut recs, &mut replay_draws);
         let (batch, index) = TrainingBatch::group(recs.iter().map(|r| &r.trajectory));
         let keys = match algo.kind {
             AlgoKind::Gigpo => anchor_keys(&recs, &index),

@@ -144,6 +144,9 @@ pub struct IterationMetrics {
     pub iteration_env_steps: u64,
     /// Of those, the extra collections' steps.
     pub extra_env_steps: u64,
+    /// Successes replayed into groups whose rollouts all failed (`algo.success_replay`);
+    /// they cost no env steps and are not in the rollout figures above.
+    pub replayed: u64,
     /// Rollouts trained on that the overlong penalty reached.
     pub overlong_penalized: u64,
     /// Mean overlong penalty (weighted) over the rollouts trained on (≤ 0).

@@ -38,6 +38,7 @@ pub mod rewards;
 pub mod run_folder;
 pub mod seeds;
 pub mod sft;
+pub mod success_replay;
 pub mod tensorboard;
 pub mod trainer;
 pub mod update;

@@ -26,6 +26,7 @@ use super::eval::{eval_jobs, evaluate, evaluate_counts, test_jobs, EvalCounts, E
 use super::metrics::{read_metrics, IterationMetrics, MetricsWriter};
 use super::optim::AdamW;
 use super::seeds::rng_for;
+use super::success_replay::SuccessReplay;
 use super::update::update;
 use crate::env::EnvConfig;
 use crate::policy::{Sampling, TrainablePolicy};
@@ -65,6 +66,8 @@ pub struct Trainer {
     consistent: bool,
     /// Behaviour cloning's optimizer, until the clone's checkpoint holds it.
     sft_opt: Option<AdamW>,
+    /// `algo.success_replay`'s buffer (empty when off).
+    replay: SuccessReplay,
 }
 
 impl Trainer {
@@ -99,6 +102,10 @@ impl Trainer {
             None => TrainerState::default(),
         };
         let critic = super::value::Critic::for_run(&cfg, &device, latest.as_deref())?;
+        let replay = match &latest {
+            Some(dir) => SuccessReplay::load(cfg.algo.success_replay, dir)?,
+            None => SuccessReplay::new(cfg.algo.success_replay),
+        };
         // A resumed run finds its KL reference on disk; a new one makes it when RL starts.
         let ref_dir = run_dir.join(REFERENCE_DIR);
         let reference = if cfg.algo.beta > 0.0 && latest.is_some() && ref_dir.is_dir() {
@@ -137,6 +144,7 @@ impl Trainer {
             progress: false,
             consistent: true,
             sft_opt: None,
+            replay,
         })
     }
 
@@ -278,6 +286,7 @@ impl Trainer {
             it,
             sampling,
             weights.as_deref(),
+            &mut self.replay,
         )
         .await?;
         let (recs, cstats) = (&collected.recs, &collected.stats);
@@ -433,6 +442,7 @@ impl Trainer {
                 std::fs::copy(&before, dir.join(SFT_OPTIMIZER_FILE))
                     .with_context(|| format!("cannot copy {}", before.display()))?;
             }
+            self.replay.save(dir)?;
             self.critic.as_ref().map_or(Ok(()), |c| c.save(dir))
         })
     }
@@ -550,6 +560,12 @@ impl Trainer {
         let report =
             off_runtime(|| super::sft::clone_demonstrations(policy, &set, how, &mut opt, &log, stop))?;
         self.sft_opt = Some(opt);
+        if report.finished && self.replay.is_on() {
+            // The clone's own scores of the demonstrations: a replayed one starts at ratio 1.
+            let (policy, replay) = (self.policy.as_ref(), &mut self.replay);
+            let n = off_runtime(|| replay.seed_from_demos(policy, &set))?;
+            tracing::info!("success replay: {n} demonstration(s) of {} kept", dir.display());
+        }
         Ok(report.finished)
     }
 
