@@ -322,6 +322,19 @@ fn judge_errors_a_user_can_cause_say_what_to_do() {
         &guirl(&["judge", set.to_str().unwrap(), "--judge", "m@http://127.0.0.1:1/v1"]),
         &["cannot reach the judge at http://127.0.0.1:1/v1", "start its server"],
     );
+    // Training against a judge nobody runs: said before any browser starts.
+    let down = tmp.path().join("down.toml");
+    std::fs::write(&down, two_buttons("judge:qwen@http://127.0.0.1:1/v1", "")).unwrap();
+    let cfg = tmp.path().join("train.toml");
+    let ids = format!("[tasks]\nids = [{:?}]\n", down.display().to_string());
+    std::fs::write(
+        &cfg,
+        format!("[run]\nname = \"down\"\niterations = 1\n{ids}[model]\npreset = \"tiny\"\n"),
+    )
+    .unwrap();
+    let out = guirl(&["train", cfg.to_str().unwrap(), "--out", tmp.path().join("run").to_str().unwrap()]);
+    fails_with(&out, &["cannot reach the judge at http://127.0.0.1:1/v1", "start its server", "down.toml"]);
+    assert!(!tmp.path().join("run").exists(), "no run folder made for a run that cannot start");
     for (reward, table, needles) in [
         ("judge:qwen@localhost:8000/v1", "", vec!["is not a base URL", "judge:MODEL@http://HOST:PORT/v1"]),
         (

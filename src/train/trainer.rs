@@ -77,6 +77,7 @@ impl Trainer {
         let device = cfg.candle_device()?;
         let tasks =
             cfg.tasks.ids.iter().map(|id| crate::tasks::load_task(id)).collect::<anyhow::Result<Vec<_>>>()?;
+        crate::policy::judge::Judge::check_tasks(&tasks)?;
         let latest = super::run_folder::prepare(&run_dir, &cfg, resume, force)?;
         let worst_failure = tasks.iter().map(|t| t.failure_reward()).fold(0.0, f64::min);
         if let Some(w) = cfg.algo.stalling_warning(worst_failure) {

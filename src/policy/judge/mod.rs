@@ -161,6 +161,22 @@ impl Judge {
         }
     }
 
+    /// Check the judge of every task in `tasks` whose reward a judge gives (each endpoint
+    /// once), as [`Judge::check_reachable`] does: a run whose judge nobody runs would end
+    /// every episode in `judge_error`, after retries, and learn nothing.
+    pub fn check_tasks(tasks: &[Arc<dyn crate::tasks::Task>]) -> anyhow::Result<()> {
+        let mut seen = std::collections::HashSet::new();
+        for t in tasks {
+            let Some(spec) = t.learned_reward().and_then(|l| l.judge()) else { continue };
+            if seen.insert((spec.base_url.clone(), spec.model.clone())) {
+                Judge::shared(spec)?
+                    .check_reachable()
+                    .map_err(|e| anyhow::anyhow!("task {}: {e}", t.id()))?;
+            }
+        }
+        Ok(())
+    }
+
     /// Its settings.
     pub fn spec(&self) -> &JudgeSpec {
         &self.spec
