@@ -45,6 +45,29 @@ async fn switching_to_a_task_with_another_viewport_keeps_the_browser() {
     env.close().await;
 }
 
+/// A task's page is laid out at its own viewport whatever ran in the browser before:
+/// after a wider task the window shrinks back (it once only grew, so a 240-px task was laid
+/// out 320 px wide after click-test, and its frames depended on the task before it).
+#[tokio::test]
+async fn a_task_looks_the_same_whatever_task_the_browser_ran_before() {
+    let probe = "return [innerWidth, innerHeight];";
+    let mut fresh = env_for("builtin/fill-form");
+    let (want, _) = fresh.reset(0).await.unwrap();
+    let want_inner = eval(&fresh, probe).await.unwrap();
+    fresh.close().await;
+    let mut env = env_for("builtin/counter");
+    env.reset(0).await.unwrap();
+    for task in ["miniwob/click-test", "builtin/counter", "builtin/fill-form"] {
+        env.set_task(guirl::tasks::load_task(task).unwrap());
+        env.reset(0).await.unwrap();
+    }
+    let (got, _) = env.reset(0).await.unwrap();
+    assert_eq!(eval(&env, probe).await.unwrap(), want_inner, "the viewport of a fresh browser");
+    assert_eq!(got.elements, want.elements, "the same layout");
+    assert_eq!(got.screenshot, want.screenshot, "the same frame");
+    env.close().await;
+}
+
 #[tokio::test]
 async fn builtin_and_website_tasks_are_seeded_too() {
     for task in ["builtin/login-settings", repo("environments/websites/newsletter.toml").to_str().unwrap()] {

@@ -207,6 +207,21 @@ impl Browser {
             .map_err(|e| EnvError::Browser(format!("turning on request checks: {e}")))
     }
 
+    /// The page's navigations so far over DevTools (see [`DevTools::navigations`]); `None`
+    /// without a DevTools channel.
+    pub fn navigation_mark(&self) -> Option<(u64, u64)> {
+        self.devtools.as_ref().map(DevTools::navigations)
+    }
+
+    /// Wait for a navigation the page requested after `mark` to end (see
+    /// [`DevTools::wait_navigation_after`]); whether one was pending.
+    pub async fn wait_navigation_after(&self, mark: (u64, u64)) -> bool {
+        match &self.devtools {
+            Some(dt) => dt.wait_navigation_after(mark, self.limit()).await,
+            None => false,
+        }
+    }
+
     /// Whether scripts and screenshots go over the direct DevTools channel.
     pub fn has_devtools(&self) -> bool {
         self.devtools.is_some()
@@ -214,14 +229,17 @@ impl Browser {
 
     /// Make the viewport `width`×`height`: the window size includes the browser's own
     /// chrome (143 px high in headless Chromium 156), so resize by the difference until the
-    /// inner size matches. Chromium keeps windows at least 500 px wide; a narrower task
-    /// gets a wider viewport and its screenshot is cropped from the top-left.
+    /// inner size matches, narrower as well as wider: a page laid out in a wider window
+    /// than its task's would look different after a wider task ran in the same browser.
+    /// Where a browser keeps windows wider than asked (headful Chromium keeps them at least
+    /// 500 px wide), the viewport stays wider and the screenshot is cropped from the
+    /// top-left.
     pub async fn fit_viewport(&self, width: u32, height: u32) -> Result<(), EnvError> {
         let mut inner = (0, 0);
         for _ in 0..4 {
             let v = self.execute("return [window.innerWidth, window.innerHeight];", vec![]).await?;
             inner = (v[0].as_i64().unwrap_or(0), v[1].as_i64().unwrap_or(0));
-            let (dw, dh) = ((width as i64 - inner.0).max(0), height as i64 - inner.1);
+            let (dw, dh) = (width as i64 - inner.0, height as i64 - inner.1);
             if dw == 0 && dh == 0 {
                 return Ok(());
             }

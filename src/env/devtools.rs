@@ -59,6 +59,10 @@ pub struct DevTools {
     budget_expired: tokio::sync::watch::Receiver<u64>,
     /// Counts new documents in the page's main frame (`Page.frameNavigated`).
     commits: tokio::sync::watch::Receiver<u64>,
+    /// Counts the main frame's navigations: (requested, ended). Requested: the page asked
+    /// to navigate in its own tab (`Page.frameRequestedNavigation`: a link, a form, a
+    /// script); ended: a new document or a move within the document.
+    navigations: tokio::sync::watch::Receiver<(u64, u64)>,
     /// Decides the requests paused by `Fetch.enable`.
     filter: Filter,
 }
@@ -87,6 +91,9 @@ impl DevTools {
         let (p, dialogs) = (pending.clone(), out.clone());
         let (expired_tx, budget_expired) = tokio::sync::watch::channel(0u64);
         let (commits_tx, commits) = tokio::sync::watch::channel(0u64);
+        let (nav_tx, navigations) = tokio::sync::watch::channel((0u64, 0u64));
+        // The main frame's id, from its first commit (events of other frames are not counted).
+        let mut main_frame: Option<String> = None;
         let filter = Filter::default();
         let f = filter.clone();
         let reader = tokio::spawn(async move {
@@ -142,7 +149,20 @@ impl DevTools {
                     None if v["method"] == "Page.frameNavigated"
                         && v["params"]["frame"]["parentId"].is_null() =>
                     {
+                        main_frame = v["params"]["frame"]["id"].as_str().map(str::to_string);
                         commits_tx.send_modify(|n| *n += 1);
+                        nav_tx.send_modify(|n| n.1 += 1);
+                    }
+                    None if v["method"] == "Page.frameRequestedNavigation"
+                        && v["params"]["disposition"] == "currentTab"
+                        && main_frame.as_deref().is_none_or(|m| v["params"]["frameId"] == m) =>
+                    {
+                        nav_tx.send_modify(|n| n.0 += 1);
+                    }
+                    None if v["method"] == "Page.navigatedWithinDocument"
+                        && main_frame.as_deref().is_some_and(|m| v["params"]["frameId"] == m) =>
+                    {
+                        nav_tx.send_modify(|n| n.1 += 1);
                     }
                     None => {}
                 }
@@ -159,6 +179,7 @@ impl DevTools {
             tasks: vec![writer, reader],
             budget_expired,
             commits,
+            navigations,
             filter,
         })
     }
@@ -188,6 +209,32 @@ impl DevTools {
         let mut rx = self.budget_expired.clone();
         rx.borrow_and_update();
         rx
+    }
+
+    /// The main frame's navigations so far: (requested, ended); see
+    /// [`DevTools::navigation_pending`].
+    pub fn navigations(&self) -> (u64, u64) {
+        *self.navigations.borrow()
+    }
+
+    /// Whether a navigation the page requested after `mark` (an earlier
+    /// [`DevTools::navigations`]) has not ended yet: then wait at most `limit` for it to
+    /// end. Returns whether one was pending. Input over DevTools returns once the page has
+    /// handled the event; a link it followed is then requested but may not have replaced
+    /// the page, and the page's `beforeunload` may not have run either (chromedriver's
+    /// input actions wait for such navigations themselves).
+    pub async fn wait_navigation_after(&self, mark: (u64, u64), limit: Duration) -> bool {
+        let mut rx = self.navigations.clone();
+        let pending = |n: &(u64, u64)| n.0 > mark.0 && n.1 - mark.1 < n.0 - mark.0;
+        if !pending(&rx.borrow_and_update()) {
+            return false;
+        }
+        let ended = tokio::time::timeout(limit, rx.wait_for(|n| !pending(n))).await;
+        if ended.is_err() {
+            // A navigation that never commits (a download, a 204): the old page stays.
+            tracing::debug!("a requested navigation did not end within {limit:?}");
+        }
+        true
     }
 
     /// A receiver that changes each time a new document replaces the page's main one.

@@ -279,13 +279,18 @@ impl GuiEnv {
                 previous_screenshot: None,
             },
         };
-        let (obs, _, _, _) = self.observe(&ep).await?;
+        let (obs, _, _, _) = self.observe(&ep, None).await?;
         ep.last = obs;
         Ok(ep)
     }
 
-    /// Read the page (waiting for it to settle), then screenshot it.
-    async fn observe(&self, ep: &Episode) -> Result<(ScreenState, TaskStatus, f64, f64), EnvError> {
+    /// Read the page (waiting for it to settle), then screenshot it. `nav_mark`: the page's
+    /// navigations before the step's action, to wait for one it requested.
+    async fn observe(
+        &self,
+        ep: &Episode,
+        nav_mark: Option<(u64, u64)>,
+    ) -> Result<(ScreenState, TaskStatus, f64, f64), EnvError> {
         let browser = self.browser.as_ref().expect("browser started");
         let vp = self.task.viewport();
         let t0 = Instant::now();
@@ -325,6 +330,14 @@ impl GuiEnv {
                         via_webdriver = true;
                         early = None;
                         continue;
+                    }
+                    // The read's answer comes after the page's events of the action (one
+                    // channel): a link it followed is known by now, if not yet left.
+                    if let Some(mark) = nav_mark.filter(|_| !via_webdriver && !clocked) {
+                        if browser.wait_navigation_after(mark).await {
+                            early = None;
+                            continue;
+                        }
                     }
                     // Wait out short script animations too, so the frame shows where things
                     // end up (and replays see the same frame); never longer than a second.
@@ -469,6 +482,7 @@ impl GuiEnv {
         let frame = ep.last.frame;
         let mut timings = StepTimings::default();
         let browser = self.browser.as_ref().expect("browser");
+        let nav_mark = browser.navigation_mark();
         let exec = match action.filter(|_| run) {
             Some(a) => {
                 let r = super::input::execute(browser, a, &frame).await;
@@ -484,7 +498,7 @@ impl GuiEnv {
         };
         let ep = self.episode.take().expect("episode");
         let observed = match exec {
-            Ok(()) => self.observe(&ep).await,
+            Ok(()) => self.observe(&ep, nav_mark).await,
             Err(e) => Err(e),
         };
         let mut ep = ep;

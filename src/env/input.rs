@@ -23,10 +23,15 @@
 //! (`--no-devtools`), and for now the default everywhere: `--input devtools` (or
 //! `GUIRL_INPUT=devtools`) turns the DevTools path on. Measured on click-test (2 cores,
 //! loaded): the action phase takes 3.3-3.5 ms here against 8-11 ms through chromedriver.
-//! It stays opt-in until one difference is understood: after a switch to a task with
-//! another viewport, the DevTools-input env was seen laying the next page out narrower
-//! than its window, the WebDriver env not (`tests/input_paths.rs`, issue 36). The events of one kind go out together and are
-//! awaited together, as chromedriver sends them; a mouse move is answered once the page
+//! It is still opt-in. Two differences from WebDriver input were found and fixed: the
+//! window only ever grew at a task switch, so after a wider task one env could be laid out
+//! at the task's width and the other at the wider one's (`Browser::fit_viewport` now sizes
+//! it exactly); and a link followed by a DevTools click could be observed before it left
+//! the page, where chromedriver waits for it (the observation now waits for a navigation
+//! the page requested during the action, `DevTools::wait_navigation_after`). The default
+//! flips once the whole suite has run on this path (issue 36).
+//!
+//! The events of one kind go out together and are awaited together, as chromedriver sends them; a mouse move is answered once the page
 //! has had a frame, which the frame pump gives it within ~2 ms. (This path once took
 //! ~45 ms an action: the DevTools socket had Nagle's algorithm on, so the frame request
 //! written right after an event waited for the browser's delayed ACK.)
