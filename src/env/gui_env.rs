@@ -14,6 +14,8 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod observe;
+
 /// A suggested page time per step for [`EnvConfig::virtual_time_ms`] (what the page-clock
 /// tests and the measured figures use).
 pub const DEFAULT_VIRTUAL_TIME_MS: u32 = 100;
@@ -282,116 +284,6 @@ impl GuiEnv {
         let (obs, _, _, _) = self.observe(&ep, None).await?;
         ep.last = obs;
         Ok(ep)
-    }
-
-    /// Read the page (waiting for it to settle), then screenshot it. `nav_mark`: the page's
-    /// navigations before the step's action, to wait for one it requested.
-    async fn observe(
-        &self,
-        ep: &Episode,
-        nav_mark: Option<(u64, u64)>,
-    ) -> Result<(ScreenState, TaskStatus, f64, f64), EnvError> {
-        let browser = self.browser.as_ref().expect("browser started");
-        let vp = self.task.viewport();
-        let t0 = Instant::now();
-        let deadline = t0 + self.cfg.browser.page_load_timeout;
-        let args = vec![json!([vp.crop_x, vp.crop_y, vp.width, vp.height])];
-        let (mut retried, mut via_webdriver) = (false, false);
-        // Under virtual time the page changes only while it is granted time: the waits
-        // below grant it (a step budget at a time) instead of sleeping.
-        let step = browser.page_time_step();
-        let clocked = step.is_some();
-        let mut extra = Duration::ZERO;
-        let shoot = || browser.screenshot(vp.crop_x, vp.crop_y, vp.width, vp.height);
-        // Over DevTools the first read goes out together with the screenshot: the capture
-        // waits for the next frame anyway, and the read usually finds the page settled,
-        // so that frame is the one we want (otherwise it is dropped and taken again).
-        let mut early: Option<(Result<RgbImage, EnvError>, f64)> = None;
-        let mut first = browser.has_devtools();
-        let state: PageState = loop {
-            let read = if via_webdriver {
-                browser.execute_webdriver(&ep.script, args.clone()).await
-            } else if std::mem::take(&mut first) {
-                let read = async {
-                    let r = browser.execute(&ep.script, args.clone()).await;
-                    (r, ms(t0))
-                };
-                let ((read, read_ms), shot) = tokio::join!(read, shoot());
-                early = Some((shot, read_ms));
-                read
-            } else {
-                browser.execute(&ep.script, args.clone()).await
-            };
-            match read {
-                Ok(v) => {
-                    let s: PageState = serde_json::from_value(v)
-                        .map_err(|e| EnvError::Task(format!("unexpected page state: {e}")))?;
-                    if s.leaving && !via_webdriver && browser.has_devtools() && !clocked {
-                        via_webdriver = true;
-                        early = None;
-                        continue;
-                    }
-                    // The read's answer comes after the page's events of the action (one
-                    // channel): a link it followed is known by now, if not yet left.
-                    if let Some(mark) = nav_mark.filter(|_| !via_webdriver && !clocked) {
-                        if browser.wait_navigation_after(mark).await {
-                            early = None;
-                            continue;
-                        }
-                    }
-                    // Wait out short script animations too, so the frame shows where things
-                    // end up (and replays see the same frame); never longer than a second.
-                    let animating = s.animating
-                        && if clocked {
-                            extra < Duration::from_secs(1)
-                        } else {
-                            t0.elapsed() < Duration::from_secs(1)
-                        };
-                    let ready = s.ready && !(clocked && s.leaving);
-                    if (ready && !animating) || Instant::now() > deadline {
-                        break s;
-                    }
-                    early = None;
-                }
-                // A navigation in flight can swallow one script call; a dead browser fails twice.
-                Err(e) if !retried && !e.to_string().contains("did not answer") => {
-                    retried = true;
-                    early = None;
-                    tracing::debug!("page state read failed once ({e}); retrying");
-                }
-                Err(e) => return Err(e),
-            }
-            if let Some(step) = step {
-                browser.pass_time(None).await?;
-                extra += step;
-            } else {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        };
-        let (screenshot, settle_ms, screenshot_ms) = match early {
-            Some((shot, read_ms)) => (shot?, read_ms, ms(t0) - read_ms),
-            None => {
-                let settle_ms = ms(t0);
-                let t1 = Instant::now();
-                (shoot().await?, settle_ms, ms(t1))
-            }
-        };
-        let mut status = state.status.unwrap_or_default();
-        if let Some(err) = status.error.take() {
-            tracing::debug!(task = self.task.id(), "task status expression failed: {err}");
-        }
-        let obs = ScreenState {
-            task_id: self.task.id().to_string(),
-            instruction: ep.instruction.clone(),
-            url: state.url,
-            step: ep.step,
-            frame: self.frame(state.scroll),
-            elements: state.elements,
-            screenshot,
-            history: ep.history.clone(),
-            previous_screenshot: (ep.step > 0).then(|| ep.last.screenshot.clone()),
-        };
-        Ok((obs, status, settle_ms, screenshot_ms))
     }
 
     /// Parse `text` as an action and step with it; malformed text is an invalid action.
