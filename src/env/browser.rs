@@ -169,10 +169,11 @@ impl Browser {
     }
 
     /// Let the step budget of page time pass after an action (a no-op on the wall clock),
-    /// first waiting for the new document if the action started a navigation.
-    pub async fn pass_time_after_input(&self) -> Result<(), EnvError> {
+    /// first waiting for the new document if the action started a navigation (`mark`: the
+    /// page's navigations before the action, [`Browser::navigation_mark`]).
+    pub async fn pass_time_after_input(&self, mark: Option<(u64, u64)>) -> Result<(), EnvError> {
         if let Some((clock, dt)) = self.page_clock() {
-            clock.advance_after_input(dt, self.limit()).await.map_err(|e| self.clock_error(e))?;
+            clock.advance_after_input(dt, mark, self.limit()).await.map_err(|e| self.clock_error(e))?;
         }
         Ok(())
     }

@@ -385,7 +385,7 @@ impl GuiEnv {
         };
         // Page time moves on by the step's budget, whatever the action (none included).
         let exec = match exec {
-            Ok(()) => browser.pass_time_after_input().await,
+            Ok(()) => browser.pass_time_after_input(nav_mark).await,
             e => e,
         };
         let ep = self.episode.take().expect("episode");

@@ -152,10 +152,17 @@ impl PageClock {
 
     /// After an action, grant the step budget; if the action started a navigation that
     /// has not replaced the page yet (the page being left has seen `beforeunload`, see
-    /// `observe.js`), wait for the new document first, clock paused, for the reason given
-    /// at [`PageClock::through`].
-    pub async fn advance_after_input(&self, dt: &DevTools, limit: Duration) -> Result<(), CdpError> {
+    /// `observe.js`, or the page requested one since `mark`, see
+    /// [`DevTools::wait_navigation_after`]), wait for the new document first, clock
+    /// paused, for the reason given at [`PageClock::through`].
+    pub async fn advance_after_input(
+        &self,
+        dt: &DevTools,
+        mark: Option<(u64, u64)>,
+        limit: Duration,
+    ) -> Result<(), CdpError> {
         let mut commits = dt.commits();
+        // The script's answer comes after the page's events of the action (one channel).
         if dt.run_script(LEAVING, &[], false, limit).await == Ok(serde_json::Value::Bool(true)) {
             match tokio::time::timeout(limit, commits.changed()).await {
                 Ok(Ok(())) => {}
@@ -163,6 +170,8 @@ impl PageClock {
                 // A navigation that never commits (a download, a 204): the old page stays.
                 Err(_) => tracing::debug!("no new document within {limit:?} after beforeunload"),
             }
+        } else if let Some(mark) = mark {
+            dt.wait_navigation_after(mark, limit).await;
         }
         self.advance_step(dt, limit).await
     }
