@@ -26,10 +26,13 @@
 //! It is still opt-in. Two differences from WebDriver input were found and fixed: the
 //! window only ever grew at a task switch, so after a wider task one env could be laid out
 //! at the task's width and the other at the wider one's (`Browser::fit_viewport` now sizes
-//! it exactly); and a link followed by a DevTools click could be observed before it left
-//! the page, where chromedriver waits for it (the observation now waits for a navigation
-//! the page requested during the action, `DevTools::wait_navigation_after`). The default
-//! flips once the whole suite has run on this path (issue 36).
+//! it exactly); and the observation did not wait for a navigation the page requested
+//! during a DevTools action, where chromedriver waits for it
+//! (`DevTools::wait_navigation_after`). One remains: beside a busy core, after
+//! builtin/login-settings' sign-in, the DevTools env can show another frame than the
+//! WebDriver env one step before the Settings click, and then misses that click
+//! (`tests/input_paths.rs`, 3 of 8 runs; cause not found). The default flips once that is
+//! found and the whole suite has run on this path (issue 36).
 //!
 //! The events of one kind go out together and are awaited together, as chromedriver sends them; a mouse move is answered once the page
 //! has had a frame, which the frame pump gives it within ~2 ms. (This path once took
