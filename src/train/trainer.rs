@@ -40,6 +40,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+mod cloning;
+
 /// The KL reference's folder inside a run folder.
 pub const REFERENCE_DIR: &str = "reference";
 /// Behaviour cloning's AdamW state, kept in the clone's checkpoint (`iter-000000`) so that
@@ -512,81 +514,6 @@ impl Trainer {
         let c = evaluate_counts(&mut self.collector, self.policy.as_mut(), jobs).await;
         self.collector.close().await;
         c
-    }
-
-    /// Behaviour cloning on `[sft] dir` or on oracle demonstrations recorded first.
-    /// Returns false when `stop` was raised (checked between epochs).
-    async fn sft(&mut self, stop: &AtomicBool) -> anyhow::Result<bool> {
-        let sft = self.cfg.sft.clone().expect("sft configured");
-        // Validation guarantees exactly one of the two.
-        let dir = match (&sft.dir, sft.oracle_episodes) {
-            (Some(d), _) => d.clone(),
-            (None, Some(n)) => {
-                let tr = self.cfg.tasks.train_seeds;
-                let mut rng = rng_for(self.cfg.run.seed, 0, 11);
-                let dir = self.run_dir.join("demos");
-                // `self.tasks` is built from `[tasks] ids`, in order.
-                let counts: Vec<usize> = self
-                    .cfg
-                    .tasks
-                    .ids
-                    .iter()
-                    .map(|id| sft.oracle_episodes_for.get(id).copied().unwrap_or(n))
-                    .collect();
-                super::demos::record_oracle_demos(
-                    &mut self.collector,
-                    &self.tasks,
-                    &counts,
-                    tr.start..tr.end,
-                    &mut rng,
-                    &dir,
-                )
-                .await?
-            }
-            (None, None) => bail!("[sft] needs sft.dir or sft.oracle_episodes"),
-        };
-        let set = TrajectorySet::read(&dir)?;
-        let how = super::sft::SftSettings {
-            sft: &sft,
-            opt: self.cfg.algo.adamw_config(),
-            max_grad_norm: self.cfg.algo.max_grad_norm,
-            seed: self.cfg.run.seed,
-        };
-        let mut opt = super::sft::sft_optimizer(self.policy.as_ref(), &how)?;
-        if sft.start_epoch > 0 {
-            self.continue_sft_optimizer(&mut opt)?;
-        }
-        let policy = self.policy.as_mut();
-        let log = self.run_dir.join("sft.jsonl");
-        let report =
-            off_runtime(|| super::sft::clone_demonstrations(policy, &set, how, &mut opt, &log, stop))?;
-        self.sft_opt = Some(opt);
-        if report.finished && self.replay.is_on() {
-            // The clone's own scores of the demonstrations: a replayed one starts at ratio 1.
-            let (policy, replay) = (self.policy.as_ref(), &mut self.replay);
-            let n = off_runtime(|| replay.seed_from_demos(policy, &set))?;
-            tracing::info!("success replay: {n} demonstration(s) of {} kept", dir.display());
-        }
-        Ok(report.finished)
-    }
-
-    /// `[sft] start_epoch`: cloning's AdamW moments from the `[model] init` checkpoint. A
-    /// clone saved before they were kept continues with fresh ones, and says so.
-    fn continue_sft_optimizer(&self, opt: &mut AdamW) -> anyhow::Result<()> {
-        let init = self.cfg.model.init.as_deref().expect("validated: start_epoch needs model.init");
-        let dir = checkpoint::resolve_policy_dir(init).map_or_else(|_| init.to_path_buf(), |p| p.dir);
-        let file = dir.join(SFT_OPTIMIZER_FILE);
-        if file.is_file() {
-            return opt
-                .load(&file)
-                .with_context(|| format!("sft.start_epoch: continuing from {}", dir.display()));
-        }
-        tracing::warn!(
-            "sft.start_epoch: {} holds no {SFT_OPTIMIZER_FILE} (a clone saved before it was kept); \
-             cloning continues with fresh AdamW moments",
-            dir.display()
-        );
-        Ok(())
     }
 
     /// Run the rollouts with `env`'s browsers (a WebDriver URL such as a Selenium Grid,
