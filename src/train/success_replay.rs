@@ -31,7 +31,7 @@
 use crate::env::EpisodeStatus;
 use crate::env::GuiAction;
 use crate::policy::TrainablePolicy;
-use crate::rollout::{Recorded, TrajectorySet, TrajectoryWriter};
+use crate::rollout::{Recorded, TrainingBatch, TrajectorySet, TrajectoryWriter};
 use anyhow::Context;
 use rand::Rng;
 use std::collections::{BTreeMap, VecDeque};
@@ -99,16 +99,10 @@ impl SuccessReplay {
         if self.is_empty() {
             return 0;
         }
-        let mut groups: Vec<(GroupKey, Vec<usize>)> = Vec::new();
-        for (i, r) in recs.iter().enumerate() {
-            let key = GroupKey::of(r);
-            match groups.iter_mut().find(|(k, _)| *k == key) {
-                Some((_, members)) => members.push(i),
-                None => groups.push((key, vec![i])),
-            }
-        }
+        // Groups as training forms them (by group id, else task and seed).
+        let (_, groups) = TrainingBatch::group(recs.iter().map(|r| &r.trajectory));
         let mut replayed = 0;
-        for (_, members) in groups {
+        for members in groups {
             let counted: Vec<usize> = members
                 .into_iter()
                 .filter(|&i| !recs[i].trajectory.outcome.status.is_infrastructure_failure())
@@ -206,22 +200,6 @@ impl SuccessReplay {
             }
         }
         Ok(out)
-    }
-}
-
-/// A group's identity, as [`crate::rollout::TrainingBatch::group`] forms groups.
-#[derive(PartialEq)]
-enum GroupKey {
-    Id(u64),
-    Instance(String, u64),
-}
-
-impl GroupKey {
-    fn of(r: &Recorded) -> GroupKey {
-        match r.trajectory.group {
-            Some(g) => GroupKey::Id(g),
-            None => GroupKey::Instance(r.trajectory.task_id.clone(), r.trajectory.seed),
-        }
     }
 }
 
@@ -332,7 +310,7 @@ mod tests {
         assert_eq!((recs[9].trajectory.group, recs[9].trajectory.seed), (None, 14));
         assert_eq!(recs[1].trajectory.outcome.status, Success);
         assert_eq!(recs[1].trajectory.steps[0].token_logprobs, [-0.5, -0.25, -0.125], "stored log-probs");
-        let (batch, _) = crate::rollout::TrainingBatch::group(recs.iter().map(|r| &r.trajectory));
+        let (batch, _) = TrainingBatch::group(recs.iter().map(|r| &r.trajectory));
         assert_eq!(batch.groups.len(), 5, "no group split or added");
         assert!(!batch.groups[0].stats().all_equal, "group 0 now carries signal");
         // an empty buffer replays nothing
