@@ -91,8 +91,13 @@ impl InplaceOp3 for AddProduct {
 }
 
 /// `lhs · rhs` (rank 2, any strides), split over rayon's threads on the CPU in f32;
-/// candle's matmul elsewhere.
+/// candle's matmul elsewhere, and wherever an operand is part of the autograd graph: the
+/// product computed here is a new tensor outside the graph, so a trainable weight (a tied
+/// `lm_head` over trained embeddings) would silently get no gradient through it.
 pub fn product(lhs: &Tensor, rhs: &Tensor) -> Result<Tensor> {
+    if lhs.track_op() || rhs.track_op() {
+        return lhs.matmul(rhs);
+    }
     if !(cpu_f32(lhs) && cpu_f32(rhs)) || lhs.rank() != 2 || rhs.rank() != 2 {
         return lhs.matmul(rhs);
     }
@@ -266,5 +271,20 @@ mod tests {
                 assert!(max_diff(&acc, &want) < 1e-3);
             }
         });
+    }
+
+    /// A product with a trainable operand stays in the graph: its gradient arrives.
+    #[test]
+    fn a_trainable_operand_keeps_its_gradient() {
+        let dev = Device::Cpu;
+        let x = Tensor::randn(0f32, 1.0, (4, 6), &dev).unwrap();
+        let w = candle_core::Var::randn(0f32, 1.0, (5, 6), &dev).unwrap();
+        let y = product(&x, &w.as_tensor().t().unwrap()).unwrap();
+        let grads = y.sum_all().unwrap().backward().unwrap();
+        let g = grads.get(w.as_tensor()).expect("the weight's gradient");
+        // ∂Σ(x Wᵀ)/∂W = 1ᵀ x for every row of W
+        let want = x.sum_keepdim(0).unwrap().broadcast_as((5, 6)).unwrap();
+        let d = (g - want).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap();
+        assert!(d.to_scalar::<f32>().unwrap() < 1e-5);
     }
 }
