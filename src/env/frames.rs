@@ -93,9 +93,14 @@ impl FrameControl {
             Draw::Screenshot => json!({ "screenshot": { "format": "png", "optimizeForSpeed": true } }),
         };
         let _one = self.busy.lock().await;
-        if let Some(c) = &self.clock {
-            params["frameTimeTicks"] = json!(c.next_frame_time());
-        }
+        let _turn = match &self.clock {
+            Some(c) => {
+                let turn = c.gate().await;
+                params["frameTimeTicks"] = json!(c.next_frame_time());
+                Some(turn)
+            }
+            None => None,
+        };
         // The compositor can still be finishing the previous frame (an image decoding, a
         // loaded machine: seen under CPU contention), and then refuses a new one with
         // "Another frame is pending". That frame ends by itself: ask again shortly, within
