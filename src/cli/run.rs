@@ -81,12 +81,17 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     if let Some(e) = write_error {
         return Err(e.context("recording trajectories"));
     }
-    let n = results.len().max(1) as f64;
+    // Episodes the browser, the policy's endpoint or the judge failed are not the agent's:
+    // the rates leave them out (as `guirl bench` does) and the summary counts them.
+    let scored: Vec<_> =
+        results.iter().filter(|r| !r.trajectory.outcome.status.is_infrastructure_failure()).collect();
+    let infra = results.len() - scored.len();
+    let n = scored.len().max(1) as f64;
     let success =
-        results.iter().filter(|r| r.trajectory.outcome.status == crate::env::EpisodeStatus::Success).count()
+        scored.iter().filter(|r| r.trajectory.outcome.status == crate::env::EpisodeStatus::Success).count()
             as f64
             / n;
-    let mean_reward = results.iter().map(|r| r.trajectory.outcome.reward).sum::<f64>() / n;
+    let mean_reward = scored.iter().map(|r| r.trajectory.outcome.reward).sum::<f64>() / n;
     let steps: u64 = results.iter().map(|r| r.trajectory.outcome.steps as u64).sum();
     let secs = t0.elapsed().as_secs_f64();
     // Episodes of a task with both a success check and a reward model.
@@ -110,6 +115,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         if stats.judge_errors > 0 {
             out["judge_errors"] = json!(stats.judge_errors);
         }
+        if infra > 0 {
+            out["infrastructure_errors"] = json!(infra);
+        }
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
         let agreement = if compared > 0 {
@@ -121,8 +129,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             0 => String::new(),
             n => format!(" judge_errors={n}"),
         };
+        let infra = match infra {
+            0 => String::new(),
+            n => format!(" infrastructure_errors={n} (left out of the rates)"),
+        };
         println!(
-            "episodes={} success_rate={success:.3} mean_reward={mean_reward:.3}{agreement}{judge_errors}",
+            "episodes={} success_rate={success:.3} mean_reward={mean_reward:.3}{agreement}{judge_errors}{infra}",
             results.len()
         );
     }
