@@ -57,9 +57,9 @@ pub struct DevTools {
     tasks: Vec<tokio::task::JoinHandle<()>>,
     /// Counts `Emulation.virtualTimeBudgetExpired` events (see [`super::page_clock`]).
     budget_expired: tokio::sync::watch::Receiver<u64>,
-    /// Counts new documents in the page's main frame (`Page.frameNavigated`), with
-    /// whether the latest is `about:blank`.
-    commits: tokio::sync::watch::Receiver<(u64, bool)>,
+    /// Changes with each new document in the page's main frame (`Page.frameNavigated`);
+    /// holds whether the latest is `about:blank`.
+    commits: tokio::sync::watch::Receiver<bool>,
     /// Counts the main frame's navigations: (requested, ended). Requested: the page asked
     /// to navigate in its own tab (`Page.frameRequestedNavigation`: a link, a form, a
     /// script); ended: a new document or a move within the document.
@@ -91,7 +91,7 @@ impl DevTools {
         let pending = Pending::default();
         let (p, dialogs) = (pending.clone(), out.clone());
         let (expired_tx, budget_expired) = tokio::sync::watch::channel(0u64);
-        let (commits_tx, commits) = tokio::sync::watch::channel((0u64, false));
+        let (commits_tx, commits) = tokio::sync::watch::channel(false);
         let (nav_tx, navigations) = tokio::sync::watch::channel((0u64, 0u64));
         // The main frame's id, from its first commit (events of other frames are not counted).
         let mut main_frame: Option<String> = None;
@@ -151,8 +151,7 @@ impl DevTools {
                         && v["params"]["frame"]["parentId"].is_null() =>
                     {
                         main_frame = v["params"]["frame"]["id"].as_str().map(str::to_string);
-                        let blank = v["params"]["frame"]["url"] == "about:blank";
-                        commits_tx.send_modify(|c| *c = (c.0 + 1, blank));
+                        commits_tx.send_replace(v["params"]["frame"]["url"] == "about:blank");
                         nav_tx.send_modify(|n| n.1 += 1);
                     }
                     None if v["method"] == "Page.frameRequestedNavigation"
@@ -240,8 +239,8 @@ impl DevTools {
     }
 
     /// A receiver that changes each time a new document replaces the page's main one; it
-    /// holds the count so far and whether the new document is `about:blank`.
-    pub fn commits(&self) -> tokio::sync::watch::Receiver<(u64, bool)> {
+    /// holds whether the new document is `about:blank`.
+    pub fn commits(&self) -> tokio::sync::watch::Receiver<bool> {
         let mut rx = self.commits.clone();
         rx.borrow_and_update();
         rx

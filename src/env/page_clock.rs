@@ -167,7 +167,7 @@ impl PageClock {
                     // `about:blank` has nothing to load; a fresh page's own first commit
                     // of it can arrive late, during the first navigation (seen under load:
                     // the task page then started 100 ms later on the page clock).
-                    if commits.borrow_and_update().1 {
+                    if *commits.borrow_and_update() {
                         continue;
                     }
                     if let Err(e) = self.load(dt, deadline).await {

@@ -95,10 +95,8 @@ impl InplaceOp3 for AddProduct {
 /// product computed here is a new tensor outside the graph, so a trainable weight (a tied
 /// `lm_head` over trained embeddings) would silently get no gradient through it.
 pub fn product(lhs: &Tensor, rhs: &Tensor) -> Result<Tensor> {
-    if lhs.track_op() || rhs.track_op() {
-        return lhs.matmul(rhs);
-    }
-    if !(cpu_f32(lhs) && cpu_f32(rhs)) || lhs.rank() != 2 || rhs.rank() != 2 {
+    let graph = lhs.track_op() || rhs.track_op();
+    if graph || !(cpu_f32(lhs) && cpu_f32(rhs)) || lhs.rank() != 2 || rhs.rank() != 2 {
         return lhs.matmul(rhs);
     }
     let (m, k) = lhs.dims2()?;
