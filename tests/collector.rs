@@ -93,3 +93,53 @@ async fn groups_batching_and_a_killed_browser() {
     assert!(buffer.groups().any(|g| g.stats().env_errors >= 1));
     collector.close().await;
 }
+
+/// Rollout trees: rollouts started from a recorded episode's mid-episode state (its seed and
+/// first steps replayed, every screen checked) are in exactly that state at the branch
+/// point, keep the replayed steps marked, and count them as env steps; a prefix whose
+/// screen is not the recorded one ends the rollout as `env_error` naming the step.
+#[tokio::test]
+async fn branched_rollouts_start_from_the_exact_recorded_state() {
+    use guirl::rollout::Prefix;
+    use guirl::train::advantage::gigpo::screenshot_key;
+    let task = guirl::tasks::load_task("miniwob/click-checkboxes").unwrap();
+    let mut collector = Collector::new(2, EnvConfig::default());
+    collector.keep_frames = true;
+    let mut policy = OraclePolicy;
+    let jobs: Vec<Job> =
+        (0..4).map(|seed| Job { task: task.clone(), seed, group: None, prefix: None }).collect();
+    let (recs, _) = collector.collect(&mut policy, jobs, |_, _| {}).await.unwrap();
+    let src = recs.iter().max_by_key(|r| r.trajectory.steps.len()).unwrap();
+    let n = src.trajectory.steps.len();
+    assert!(n >= 3, "an oracle episode of several steps: {n}");
+    let t = n - 1;
+    let prefix = Arc::new(Prefix::of(src, t).unwrap());
+    let job =
+        Job { task: task.clone(), seed: src.trajectory.seed, group: Some(7), prefix: Some(prefix.clone()) };
+    let (branches, stats) = collector.collect(&mut policy, vec![job.clone(), job], |_, _| {}).await.unwrap();
+    assert_eq!(stats.env_steps, 2 * n, "the replayed steps are env steps");
+    for b in &branches {
+        let bt = &b.trajectory;
+        assert_eq!((bt.branch_point(), bt.group, bt.outcome.status), (t, Some(7), EpisodeStatus::Success));
+        let actions = |r: &guirl::rollout::Recorded| {
+            r.trajectory.steps.iter().map(|s| s.action.clone()).collect::<Vec<_>>()
+        };
+        assert_eq!(actions(b), actions(src), "the deterministic oracle takes the source's last step too");
+        assert!(bt.steps[..t].iter().all(|s| s.prefix) && !bt.steps[t].prefix);
+        assert_eq!(b.frames.len(), src.frames.len());
+        assert_eq!(
+            screenshot_key(&b.frames[t]),
+            screenshot_key(&src.frames[t]),
+            "the branch point is the same state, pixel for pixel (a GiGPO anchor)"
+        );
+    }
+
+    let mut wrong = (*prefix).clone();
+    wrong.frames[1].pixels_mut().for_each(|p| p.0 = [0, 0, 0]);
+    let job = Job { task, seed: src.trajectory.seed, group: None, prefix: Some(Arc::new(wrong)) };
+    let (bad, stats) = collector.collect(&mut policy, vec![job], |_, _| {}).await.unwrap();
+    let o = &bad[0].trajectory.outcome;
+    assert_eq!((o.status, stats.env_errors), (EpisodeStatus::EnvError, 1));
+    assert!(o.error.as_deref().unwrap_or("").contains("diverged at step 1"), "{o:?}");
+    collector.close().await;
+}

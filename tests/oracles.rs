@@ -28,7 +28,7 @@ async fn solve_all(suite: &str, tasks: &[&str], min_solved: usize) {
     for name in tasks {
         let task = guirl::tasks::load_task(&format!("{suite}/{name}"))
             .unwrap_or_else(|e| panic!("loading {suite}/{name}: {e:#}"));
-        jobs.extend((0..SEEDS).map(|seed| Job { task: task.clone(), seed, group: None }));
+        jobs.extend((0..SEEDS).map(|seed| Job { task: task.clone(), seed, group: None, prefix: None }));
     }
     let mut collector = Collector::new(2, EnvConfig::default());
     let collected = collector.collect(&mut OraclePolicy, jobs, |_, _| {}).await;

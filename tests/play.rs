@@ -156,3 +156,90 @@ fn unknown_task_exits_2_with_the_closest_ids() {
         "{err}"
     );
 }
+
+/// `--from SET:LINE:STEP` opens a recorded episode after its first steps (replayed, every
+/// screen checked against the recording) for a person to continue; the recorded
+/// continuation keeps the replayed steps, marked, and replays as a whole. A recording
+/// whose screen no longer matches, and every malformed or out-of-range `--from`, is an
+/// error that says what to give.
+#[test]
+fn from_opens_a_recorded_episode_at_a_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let (first, second) = (dir.path().join("first"), dir.path().join("second"));
+    let rec_args = ["--task", "miniwob/click-test", "--seed", "5", "--record", first.to_str().unwrap()];
+    let mut s = Session::start(&rec_args, dir.path());
+    s.read_until("screenshot: ");
+    s.send(":elements");
+    let (x, y) = centre_of(&s.read_until("centre=("), "Click Me!");
+    for (i, a) in ["hover(2, 2)", "wait(50)"].iter().enumerate() {
+        s.send(a);
+        s.read_until(&format!("step={} status=running", i + 1));
+    }
+    s.send(&format!("click({x}, {y})"));
+    s.read_until("episode over");
+    s.send(":quit");
+    s.read_until("quit: 1 episode(s) recorded");
+    drop(s.stdin.take());
+    assert!(s.child.wait().unwrap().success());
+
+    let from = format!("{}:1:2", first.display());
+    let mut s = Session::start(&["--from", &from, "--record", second.to_str().unwrap()], dir.path());
+    let head = s.read_until("screenshot: ");
+    assert!(head.contains("task=miniwob/click-test seed=5"), "task and seed are the recording's: {head}");
+    assert!(head.contains("replayed 2 recorded step(s)") && head.contains("step=2 status=running"), "{head}");
+    s.send(&format!("click({x}, {y})"));
+    let step = s.read_until("episode over");
+    assert!(step.contains("step=3 status=success"), "{step}");
+    s.send(":quit");
+    s.read_until("quit: 1 episode(s) recorded");
+    drop(s.stdin.take());
+    assert!(s.child.wait().unwrap().success());
+    let set = guirl::rollout::TrajectorySet::read(&second).unwrap();
+    let t = &set.trajectories[0].trajectory;
+    let marks: Vec<bool> = t.steps.iter().map(|s| s.prefix).collect();
+    assert_eq!(marks, [true, true, false], "the replayed steps are marked");
+    assert_eq!((t.seed, t.branch_point(), t.outcome.status), (5, 2, guirl::env::EpisodeStatus::Success));
+    let replay = Command::new(env!("CARGO_BIN_EXE_guirl"))
+        .arg("replay")
+        .arg(&second)
+        .arg("--verify")
+        .output()
+        .unwrap();
+    assert!(replay.status.success(), "replay --verify: {}", String::from_utf8_lossy(&replay.stdout));
+
+    let play = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_guirl"))
+            .arg("play")
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let set_dir = first.display().to_string();
+    for (from, says) in [
+        (format!("{set_dir}:4:1"), "has no trajectory on line 4 (its lines: 1)"),
+        (format!("{set_dir}:1:3"), "has 3 step(s), so the step must be 0 to 2"),
+        (set_dir.clone(), "--from takes SET:LINE:STEP"),
+        (format!("{set_dir}:0:1"), "is not a line number"),
+    ] {
+        let out = play(&["--from", &from]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{from}: {err}");
+        assert!(err.contains(says), "{from}: {err}");
+    }
+    let out = play(&["--from", &from, "--task", "miniwob/click-test"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot be used with"));
+
+    // A recording whose screens are not what the page shows: refused (the frame file is
+    // shared by the identical screens before steps 0 and 1, so step 0 is the first to differ).
+    let recorded = guirl::rollout::TrajectorySet::read(&first).unwrap();
+    let name = recorded.trajectories[0].trajectory.steps[1].frame.clone().unwrap();
+    let mut img = recorded.load_frame(&name).unwrap();
+    img.pixels_mut().for_each(|p| p.0 = [255 - p.0[0], 255 - p.0[1], 255 - p.0[2]]);
+    img.save(recorded.frame_path(&name)).unwrap();
+    let out = play(&["--from", &from]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("diverged at step 0") && err.contains("differs from the recording"), "{err}");
+}

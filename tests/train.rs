@@ -674,3 +674,32 @@ async fn success_replay_fills_groups_that_all_failed_and_survives_a_resume() {
     let step = &kept.trajectories[0].trajectory.steps[0];
     assert!(!step.tokens.is_empty() && step.tokens.len() == step.token_logprobs.len(), "scored by the clone");
 }
+
+/// Rollout trees (`algo.branch`): each group gets K rollouts branched from one of its
+/// rollouts' mid-episode states; they join the group (GiGPO's step groups see them),
+/// their replayed steps are env steps, and the rollout figures stay the flat groups'.
+#[tokio::test]
+async fn branched_rollouts_join_their_groups_and_count_their_replayed_steps() {
+    use guirl::train::branch::{BranchAt, BranchConfig};
+    let root = tempfile::tempdir().unwrap();
+    let mut cfg = config(1);
+    // A wrong click does not end the episode: failures run to the step limit.
+    cfg.rollout.max_steps = 3;
+    cfg.algo.group_size = 4;
+    cfg.algo.kind = guirl::train::config::AlgoKind::Gigpo;
+    cfg.algo.branch = Some(BranchConfig { at: BranchAt::Random, k: 2 });
+    cfg.resolve();
+    cfg.validate().unwrap();
+    train(cfg, root.path(), false).await;
+    let m = metrics_lines(root.path()).pop().unwrap();
+    let int = |k: &str| m[k].as_u64().unwrap_or_else(|| panic!("{k}: {m}"));
+    let branched = int("branched");
+    assert_eq!(branched + 2 * int("unbranched_groups"), 4, "K = 2 per group that has a branch point: {m}");
+    assert!(branched > 0, "{m}");
+    assert_eq!(int("episodes"), 8, "the rollout figures are the flat groups': {m}");
+    let flat_steps = (m["episode_len"].as_f64().unwrap() * 8.0).round() as u64;
+    let branch_steps = int("iteration_env_steps") - flat_steps;
+    assert!(int("branch_replayed_steps") >= branched, "each branch replays at least one step: {m}");
+    assert!(branch_steps > int("branch_replayed_steps"), "replayed and own steps are env steps: {m}");
+    assert_eq!(int("branch_failures"), 0, "every prefix reached its recorded state: {m}");
+}

@@ -11,11 +11,17 @@ use tokio::io::AsyncBufReadExt;
 #[derive(Debug, clap::Args)]
 pub struct PlayArgs {
     /// Task id (`miniwob/click-test`, `builtin/NAME`) or path to a website spec (.toml).
-    #[arg(long)]
-    task: String,
+    #[arg(long, required_unless_present = "from")]
+    task: Option<String>,
     /// Seed of the first episode; `:reset` without a seed takes the next one.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, conflicts_with = "from")]
     seed: u64,
+    /// Open a recorded episode at a step and continue it by hand: SET is a trajectory set
+    /// folder, LINE its line in trajectories.jsonl (from 1), STEP how many of its steps to
+    /// replay (the screens are checked against the recording). Task and seed are the
+    /// episode's.
+    #[arg(long, value_name = "SET:LINE:STEP", conflicts_with = "task")]
+    from: Option<String>,
     /// Record every finished episode as a trajectory set in this folder (appends if it
     /// exists; an episode left unfinished by `:reset` or `:quit` is not recorded).
     #[arg(long, value_name = "DIR")]
@@ -49,7 +55,15 @@ pub async fn play(args: PlayArgs) -> anyhow::Result<()> {
              has none: add --headful (without a desktop: `xvfb-run -a guirl play --headful --capture ...`)"
         );
     }
-    let task = crate::tasks::load_task(&args.task)?;
+    let (task, seed, from) = match &args.from {
+        Some(spec) => {
+            let (set, line, step) = parse_from(spec)?;
+            let set = crate::rollout::TrajectorySet::read(&set)?;
+            let (id, prefix) = crate::rollout::Prefix::from_set(&set, line, step)?;
+            (crate::tasks::load_task(&id)?, prefix.seed, Some(prefix))
+        }
+        None => (crate::tasks::load_task(args.task.as_deref().unwrap_or_default())?, args.seed, None),
+    };
     let cfg = crate::env::EnvConfig {
         browser: args.browser.config(),
         max_steps: args.max_steps,
@@ -57,7 +71,7 @@ pub async fn play(args: PlayArgs) -> anyhow::Result<()> {
     };
     let writer = args.record.as_deref().map(crate::rollout::TrajectoryWriter::open).transpose()?;
     let opts =
-        PlayOptions { seed: args.seed, screenshot: args.screenshot, json: args.json, capture: args.capture };
+        PlayOptions { seed, screenshot: args.screenshot, json: args.json, capture: args.capture, from };
     let mut session = Play::new(task, cfg, opts, writer);
     let mut out = std::io::stdout();
     let started = session.start(&mut out).await;
@@ -105,4 +119,37 @@ pub async fn play(args: PlayArgs) -> anyhow::Result<()> {
         }
     }
     session.finish(&mut out).await
+}
+
+/// `SET:LINE:STEP` (the set's path may itself hold colons).
+fn parse_from(spec: &str) -> anyhow::Result<(PathBuf, usize, usize)> {
+    let usage = "--from takes SET:LINE:STEP, e.g. runs/demo:3:2 (line 3 of runs/demo/trajectories.jsonl, \
+                 opened after its first 2 steps)";
+    let mut parts = spec.rsplitn(3, ':');
+    let (step, line, set) = match (parts.next(), parts.next(), parts.next()) {
+        (Some(s), Some(l), Some(d)) if !d.is_empty() => (s, l, d),
+        _ => anyhow::bail!("--from {spec:?}: {usage}"),
+    };
+    let line: usize = line.parse().ok().filter(|&l| l >= 1).ok_or_else(|| {
+        anyhow::anyhow!("--from {spec:?}: LINE {line:?} is not a line number (from 1); {usage}")
+    })?;
+    let step: usize = step.parse().map_err(|_| {
+        anyhow::anyhow!("--from {spec:?}: STEP {step:?} is not a whole number of steps; {usage}")
+    })?;
+    Ok((PathBuf::from(set), line, step))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_from;
+
+    #[test]
+    fn from_takes_set_line_and_step() {
+        let (set, line, step) = parse_from("C:/runs/demo:3:2").unwrap();
+        assert_eq!((set.to_str().unwrap(), line, step), ("C:/runs/demo", 3, 2));
+        for bad in ["runs/demo:3", "runs/demo:0:1", "runs/demo:x:1", "runs/demo:1:-1", ":1:1"] {
+            let e = parse_from(bad).unwrap_err().to_string();
+            assert!(e.contains("SET:LINE:STEP"), "{bad}: {e}");
+        }
+    }
 }

@@ -49,8 +49,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let cfg = args.episode.env_config(&args.browser)?;
     let task = crate::tasks::load_task(&args.task)?;
     let mut policy = make_policy(&args.policy, &[task.id()], args.seed, args.episode.temperature, &args.api)?;
-    let jobs: Vec<Job> =
-        (0..args.episodes).map(|i| Job { task: task.clone(), seed: args.seed + i, group: None }).collect();
+    let jobs: Vec<Job> = (0..args.episodes)
+        .map(|i| Job { task: task.clone(), seed: args.seed + i, group: None, prefix: None })
+        .collect();
     let mut collector = Collector::new(args.envs, cfg);
     collector.keep_frames = args.record.is_some();
     collector.progress = !args.json && std::io::IsTerminal::is_terminal(&std::io::stderr());

@@ -6,6 +6,7 @@
 //! ends as `env_error`, the env starts a fresh browser at its next reset, and the
 //! trajectory carries the status so a trainer can leave it out of its group's statistics.
 
+use super::prefix::{Prefix, PrefixError, Reached};
 use super::trajectory::{Outcome, Recorded, TrajStep, Trajectory, FORMAT_VERSION};
 use crate::env::{EnvConfig, EnvError, EpisodeStatus, GuiEnv, ScreenState};
 use crate::policy::{stream_key, Decision, Policy, PolicyFailure};
@@ -25,6 +26,10 @@ pub struct Job {
     pub seed: u64,
     /// Group id (rollouts of the same task and seed share it).
     pub group: Option<u64>,
+    /// Start from a recorded mid-episode state instead of the reset screen: the prefix's
+    /// steps are replayed (and checked screen by screen) before the policy acts, and are
+    /// kept in the trajectory marked [`TrajStep::prefix`]. Its seed is `seed`.
+    pub prefix: Option<Arc<Prefix>>,
 }
 
 impl Job {
@@ -33,7 +38,12 @@ impl Job {
         let mut jobs = Vec::new();
         for (g, (task, seed)) in instances.iter().enumerate() {
             for _ in 0..group_size.max(1) {
-                jobs.push(Job { task: task.clone(), seed: *seed, group: Some(first_group + g as u64) });
+                jobs.push(Job {
+                    task: task.clone(),
+                    seed: *seed,
+                    group: Some(first_group + g as u64),
+                    prefix: None,
+                });
             }
         }
         jobs
@@ -389,14 +399,32 @@ async fn episode(
         outcome: Outcome { reward: 0.0, status: EpisodeStatus::Running, steps: 0, error: None },
         judge: None,
     };
-    let mut obs = match env.reset(job.seed).await {
-        Ok((obs, _)) => {
+    let mut frames = Vec::new();
+    let started = match &job.prefix {
+        None => env
+            .reset(job.seed)
+            .await
+            .map(|(obs, _)| Reached { obs, steps: Vec::new() })
+            .map_err(PrefixError::Env),
+        Some(p) => p.replay(env).await,
+    };
+    let mut obs = match started {
+        Ok(reached) => {
             worked.store(true, Ordering::SeqCst);
-            obs
+            if let Some(p) = &job.prefix {
+                traj.steps = reached.trajectory_steps(&p.steps);
+                traj.outcome.reward = traj.steps.iter().map(|s| s.reward).sum();
+                if keep_frames {
+                    frames.extend(reached.steps.iter().map(|(seen, _)| seen.screenshot.clone()));
+                }
+            }
+            reached.obs
         }
         // A browser that cannot start at all is the user's to fix until one has worked;
         // afterwards (a Grid refusing a session, a crashed relaunch) it costs one rollout.
-        Err(e @ (EnvError::Setup(_) | EnvError::Launch(_))) if !worked.load(Ordering::SeqCst) => {
+        Err(PrefixError::Env(e @ (EnvError::Setup(_) | EnvError::Launch(_))))
+            if !worked.load(Ordering::SeqCst) =>
+        {
             return Err(e)
         }
         Err(e) => {
@@ -407,7 +435,6 @@ async fn episode(
     };
     traj.instruction = obs.instruction.clone();
     traj.frame = obs.frame;
-    let mut frames = Vec::new();
     // The screenshots before the final one that the task's judge looks at.
     let earlier = job.task.learned_reward().map_or(0, |l| l.frames() - 1);
     let mut recent: VecDeque<image::RgbImage> = VecDeque::new();
@@ -458,6 +485,7 @@ async fn episode(
             elements: std::mem::take(&mut obs.elements),
             policy_ms,
             answer: d.answer,
+            prefix: false,
         });
         obs = out.obs;
         if out.terminated || out.truncated {

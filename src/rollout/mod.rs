@@ -3,6 +3,7 @@
 pub mod buffer;
 pub mod collector;
 pub mod play;
+pub mod prefix;
 pub mod replay;
 pub mod rescore;
 pub mod scoring;
@@ -12,5 +13,6 @@ pub mod viewer;
 
 pub use buffer::{Group, GroupStats, TrainingBatch, TrajectoryBuffer};
 pub use collector::{CollectStats, Collector, Job};
+pub use prefix::Prefix;
 pub use store::{TrajectorySet, TrajectoryWriter};
 pub use trajectory::{JudgeRecord, Outcome, Recorded, TrajStep, Trajectory, FORMAT_VERSION};

@@ -62,6 +62,10 @@ pub struct PlayOptions {
     /// Record what a person does in the (visible) browser window instead of reading
     /// actions from lines.
     pub capture: bool,
+    /// Open the first episode at a recorded episode's mid-episode state (its seed is the
+    /// session's first seed): its steps are replayed and checked screen by screen, and a
+    /// recorded episode keeps them, marked as replayed.
+    pub from: Option<super::prefix::Prefix>,
 }
 
 /// Whether to go on reading lines.
@@ -110,7 +114,10 @@ impl Play {
     /// Open the first episode (seed `opts.seed`). A browser or page that cannot start is
     /// an error here (the user's to fix).
     pub async fn start(&mut self, out: &mut dyn Write) -> anyhow::Result<()> {
-        self.reset(self.seed, out).await
+        match self.opts.from.take() {
+            Some(p) => self.reset_to(p.seed, Some(&p), out).await,
+            None => self.reset(self.seed, out).await,
+        }
     }
 
     /// Handle one input line.
@@ -178,14 +185,33 @@ impl Play {
     }
 
     async fn reset(&mut self, seed: u64, out: &mut dyn Write) -> anyhow::Result<()> {
+        self.reset_to(seed, None, out).await
+    }
+
+    /// A new episode on `seed`, at the reset screen or, with `prefix`, after its steps.
+    async fn reset_to(
+        &mut self,
+        seed: u64,
+        prefix: Option<&super::prefix::Prefix>,
+        out: &mut dyn Write,
+    ) -> anyhow::Result<()> {
         self.drop_unfinished(out)?;
-        let (obs, _) = self.env.reset(seed).await?;
+        let (obs, steps, frames) = match prefix {
+            None => (self.env.reset(seed).await?.0, Vec::new(), Vec::new()),
+            Some(p) => {
+                let reached = p.replay(&mut self.env).await?;
+                let frames = reached.steps.iter().map(|(seen, _)| seen.screenshot.clone()).collect();
+                (reached.obs.clone(), reached.trajectory_steps(&p.steps), frames)
+            }
+        };
         self.seed = seed;
+        let reward: f64 = steps.iter().map(|s| s.reward).sum();
+        let n = steps.len();
         let mut traj = Trajectory::new(
             self.env.task().id(),
             seed,
-            vec![],
-            Outcome { reward: 0.0, status: EpisodeStatus::Running, steps: 0, error: None },
+            steps,
+            Outcome { reward, status: EpisodeStatus::Running, steps: n as u32, error: None },
         );
         traj.instruction = obs.instruction.clone();
         traj.frame = obs.frame;
@@ -195,15 +221,16 @@ impl Play {
         self.emit(
             out,
             json!({"event": "reset", "task": self.env.task().id(), "seed": seed, "instruction": obs.instruction,
-                   "max_steps": self.env.max_steps(), "screenshot": shot}),
+                   "max_steps": self.env.max_steps(), "screenshot": shot, "step": n, "total": reward}),
             format!(
-                "task={} seed={seed} max_steps={}\ninstruction: {}\nstep=0 status=running reward=0.000 total=0.000\nscreenshot: {shot}",
+                "task={} seed={seed} max_steps={}\ninstruction: {}\n{}step={n} status=running reward=0.000 total={reward:.3}\nscreenshot: {shot}",
                 self.env.task().id(),
                 self.env.max_steps(),
-                obs.instruction
+                obs.instruction,
+                if n > 0 { format!("replayed {n} recorded step(s); every screen matched the recording\n") } else { String::new() },
             ),
         )?;
-        let rec = Recorded { trajectory: traj, frames: vec![] };
+        let rec = Recorded { trajectory: traj, frames };
         self.current = Some(Current { rec, obs, shown: Instant::now(), over: false });
         if self.opts.capture {
             self.start_capture(out).await?;
@@ -284,6 +311,7 @@ impl Play {
             elements: std::mem::take(&mut cur.obs.elements),
             policy_ms,
             answer: None,
+            prefix: false,
         });
         t.outcome.steps = t.steps.len() as u32;
         cur.obs = out_step.obs;

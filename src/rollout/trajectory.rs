@@ -42,6 +42,10 @@ pub struct TrajStep {
     /// The model's whole answer (API policies), e.g. its reasoning around the action.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answer: Option<String>,
+    /// Replayed from another rollout to reach a branch point (a rollout tree, see
+    /// [`super::prefix`]): not sampled in this episode, so never trained on here.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub prefix: bool,
 }
 
 fn is_zero(x: &f64) -> bool {
@@ -64,6 +68,7 @@ impl TrajStep {
             elements: Vec::new(),
             policy_ms: 0.0,
             answer: None,
+            prefix: false,
         }
     }
 }
@@ -163,6 +168,12 @@ impl Trajectory {
             outcome,
             judge: None,
         }
+    }
+
+    /// Steps replayed from another rollout before this one's own began (0 unless the
+    /// episode was branched from a mid-episode state).
+    pub fn branch_point(&self) -> usize {
+        self.steps.iter().take_while(|s| s.prefix).count()
     }
 
     /// The actions before step `i`, as the env's `ScreenState.history` had them (text that

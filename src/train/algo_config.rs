@@ -203,6 +203,10 @@ pub struct AlgoConfig {
     /// place of a failure into each group whose rollouts all failed (0: off; see
     /// [`super::success_replay`]).
     pub success_replay: usize,
+    /// Rollout trees: after each collection, K more rollouts of every group branched from
+    /// one exact mid-episode state (see [`super::branch`]); `None`: flat groups only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub branch: Option<super::branch::BranchConfig>,
     /// DAPO's soft overlong penalty on the episode reward, by steps taken (see
     /// [`super::rewards::overlong_penalty`]; default: true for dapo).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -276,6 +280,7 @@ impl Default for AlgoConfig {
             dynamic_sampling: None,
             dynamic_sampling_max_extra: 3,
             success_replay: 0,
+            branch: None,
             overlong_penalty: None,
             overlong_window: None,
             overlong_weight: 1.0,
@@ -562,6 +567,9 @@ impl AlgoConfig {
                 a.success_replay
             ),
         );
+        if let Some(b) = &a.branch {
+            b.check(check);
+        }
         check(
             a.overlong_weight >= 0.0 && a.overlong_weight.is_finite(),
             format!("algo.overlong_weight must be >= 0, got {}", a.overlong_weight),

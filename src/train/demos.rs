@@ -38,7 +38,7 @@ pub async fn record_oracle_demos(
         .iter()
         .zip(counts)
         .flat_map(|(t, &n)| std::iter::repeat_n(t, n))
-        .map(|t| Job { task: t.clone(), seed: rng.gen_range(seeds.clone()), group: None })
+        .map(|t| Job { task: t.clone(), seed: rng.gen_range(seeds.clone()), group: None, prefix: None })
         .collect();
     let mut writer = TrajectoryWriter::open(dir)?;
     let mut failed = None;

@@ -138,6 +138,42 @@ pub struct Collection {
     pub task_counts: BTreeMap<String, (usize, usize)>,
     /// Successes replayed into all-failed groups ([`super::success_replay`]), kept or not.
     pub replayed: usize,
+    /// Rollouts branched from mid-episode states ([`super::branch`]).
+    pub branch: BranchReport,
+}
+
+/// What rollout trees added to an iteration's collections.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BranchReport {
+    /// Branched rollouts.
+    pub rollouts: usize,
+    /// Steps replayed to reach their branch points (env steps, counted in `env_steps`).
+    pub replayed_steps: usize,
+    /// Branched rollouts that ended as an infrastructure failure (a prefix that diverged
+    /// from its recording is one).
+    pub failed: usize,
+    /// Counted branched rollouts (not infrastructure failures).
+    pub counted: usize,
+    /// Of those, the ones that succeeded.
+    pub successes: usize,
+    /// Groups with no branch point.
+    pub unbranched_groups: usize,
+}
+
+impl BranchReport {
+    fn add(&mut self, recs: &[Recorded]) {
+        for r in recs {
+            let t = &r.trajectory;
+            self.rollouts += 1;
+            self.replayed_steps += t.branch_point();
+            if t.outcome.status.is_infrastructure_failure() {
+                self.failed += 1;
+            } else {
+                self.counted += 1;
+                self.successes += usize::from(t.outcome.status == EpisodeStatus::Success);
+            }
+        }
+    }
 }
 
 impl Collection {
@@ -171,6 +207,12 @@ impl Collection {
         m.extra_collections = r.extra() as u64;
         m.iteration_env_steps = self.stats.env_steps as u64;
         m.replayed = self.replayed as u64;
+        let br = &self.branch;
+        m.branched = br.rollouts as u64;
+        m.branch_replayed_steps = br.replayed_steps as u64;
+        m.branch_failures = br.failed as u64;
+        m.unbranched_groups = br.unbranched_groups as u64;
+        m.branch_success_rate = (br.counted > 0).then(|| br.successes as f64 / br.counted as f64);
         m.extra_env_steps = self.extra_env_steps as u64;
         let compared = self.stats.reward_model_agree + self.stats.reward_model_disagree;
         m.reward_model_agreement =
@@ -266,6 +308,7 @@ pub async fn collect_groups(
     }
     let mut extra_seeds = rng_for(cfg.run.seed, it, 3);
     let mut replay_draws = rng_for(cfg.run.seed, it, 4);
+    let mut branch_draws = rng_for(cfg.run.seed, it, 5);
     let mut out = Collection {
         recs: Vec::new(),
         outcomes: Vec::new(),
@@ -276,6 +319,7 @@ pub async fn collect_groups(
         overlong: (0, 0.0),
         task_counts: BTreeMap::new(),
         replayed: 0,
+        branch: BranchReport::default(),
     };
     for k in 0.. {
         let seed = if k == 0 { sampling.seed } else { extra_seeds.gen() };
@@ -283,17 +327,29 @@ pub async fn collect_groups(
         // Group ids are unique within the run: (iteration · (1 + N) + collection) · B + g.
         let first_group = (it * (1 + max_extra as u64) + k) * b as u64;
         let jobs = Job::groups(&seeds.next_batch(b), algo.group_size, first_group);
-        let (mut recs, st) = collector.collect(policy, jobs, |_, _| {}).await?;
-        out.give_ups += rewards::shape(&mut recs, tasks, algo.reward_overrides());
-        add_stats(&mut out.stats, &st);
-        if k > 0 {
-            out.extra_env_steps += st.env_steps;
-        }
+        let (mut recs, mut st) = collector.collect(policy, jobs, |_, _| {}).await?;
+        // The rollout figures and the curriculum describe the flat groups.
         out.outcomes.extend(recs.iter().map(|r| r.trajectory.outcome.clone()));
         for (id, (n, k)) in task_counts(&recs) {
             let c = out.task_counts.entry(id).or_default();
             c.0 += n;
             c.1 += k;
+        }
+        if let Some(bc) = algo.branch {
+            let (jobs, unbranched) = super::branch::jobs(bc, &recs, tasks, &mut branch_draws)?;
+            out.branch.unbranched_groups += unbranched;
+            if !jobs.is_empty() {
+                policy.set_sampling(Sampling { seed: branch_draws.gen(), ..sampling });
+                let (more, bst) = collector.collect(policy, jobs, |_, _| {}).await?;
+                out.branch.add(&more);
+                add_stats(&mut st, &bst);
+                recs.extend(more);
+            }
+        }
+        out.give_ups += rewards::shape(&mut recs, tasks, algo.reward_overrides());
+        add_stats(&mut out.stats, &st);
+        if k > 0 {
+            out.extra_env_steps += st.env_steps;
         }
         replay.remember(&recs);
         out.replayed += replay.fill(&mut recs, &mut replay_draws);

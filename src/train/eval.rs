@@ -46,6 +46,7 @@ pub fn eval_jobs(tasks: &[Arc<dyn Task>], cfg: &TasksConfig, episodes: usize) ->
             task: tasks[(i % t) as usize].clone(),
             seed: e.start + i % e.count.max(1),
             group: None,
+            prefix: None,
         })
         .collect()
 }
@@ -56,7 +57,12 @@ pub fn test_jobs(tasks: &[Arc<dyn Task>], per_task: usize) -> Vec<Job> {
     tasks
         .iter()
         .flat_map(|t| {
-            (0..per_task as u64).map(|i| Job { task: t.clone(), seed: TEST_SEEDS + i, group: None })
+            (0..per_task as u64).map(|i| Job {
+                task: t.clone(),
+                seed: TEST_SEEDS + i,
+                group: None,
+                prefix: None,
+            })
         })
         .collect()
 }

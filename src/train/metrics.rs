@@ -147,6 +147,19 @@ pub struct IterationMetrics {
     /// Successes replayed into groups whose rollouts all failed (`algo.success_replay`);
     /// they cost no env steps and are not in the rollout figures above.
     pub replayed: u64,
+    /// Rollouts branched from mid-episode states (`algo.branch`); not in the rollout
+    /// figures above. Their replayed steps are env steps (in `iteration_env_steps`).
+    pub branched: u64,
+    /// Steps replayed to bring branched rollouts to their branch points.
+    pub branch_replayed_steps: u64,
+    /// Branched rollouts that ended as an infrastructure failure (a replayed prefix that
+    /// diverged from its recording among them).
+    pub branch_failures: u64,
+    /// Groups that had no branch point (e.g. rollouts that parted at the first step).
+    pub unbranched_groups: u64,
+    /// Success rate of the counted branched rollouts (`None` without any).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub branch_success_rate: Option<f64>,
     /// Rollouts trained on that the overlong penalty reached.
     pub overlong_penalized: u64,
     /// Mean overlong penalty (weighted) over the rollouts trained on (≤ 0).

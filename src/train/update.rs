@@ -36,7 +36,7 @@ use rand::seq::SliceRandom;
 const PASS_PURPOSE: u64 = 0x5CA1E;
 
 /// The steps of `recs` to train on: every step of every rollout that has an advantage,
-/// with the token ids it sampled. A step whose record lacks them is an error (the
+/// with the token ids it sampled, less the replayed prefix of a branched rollout. A step whose record lacks them is an error (the
 /// log-probs would belong to other tokens).
 pub(crate) fn samples(
     recs: &[crate::rollout::Recorded],
@@ -49,7 +49,8 @@ pub(crate) fn samples(
         for (j, a) in adv[g].iter().enumerate() {
             let Some(a) = a else { continue };
             let rec = &recs[index[g][j]];
-            for (i, step) in rec.trajectory.steps.iter().enumerate() {
+            // A branched rollout's replayed steps were sampled in another rollout.
+            for (i, step) in rec.trajectory.steps.iter().enumerate().filter(|(_, s)| !s.prefix) {
                 let Some(state) = rec.state_at(i, previous) else { continue };
                 anyhow::ensure!(
                     step.tokens.len() == step.token_logprobs.len() && !step.tokens.is_empty(),

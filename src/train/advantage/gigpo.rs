@@ -54,7 +54,8 @@ pub fn screenshot_key(img: &image::RgbImage) -> u64 {
 
 /// The anchor-state keys of the rollouts `recs`, laid out like the batch that
 /// `TrainingBatch::group` made of them (`index[g][j]`: the rollout behind member j of
-/// group g). Step i's state is `frames[i]`, the screenshot before it.
+/// group g). Step i's state is `frames[i]`, the screenshot before it; a branched rollout's
+/// replayed steps have none.
 pub fn anchor_keys(recs: &[Recorded], index: &[Vec<usize>]) -> StateKeys {
     index
         .iter()
@@ -63,7 +64,10 @@ pub fn anchor_keys(recs: &[Recorded], index: &[Vec<usize>]) -> StateKeys {
                 .iter()
                 .map(|&k| {
                     let r = &recs[k];
-                    (0..r.trajectory.steps.len()).map(|i| r.frames.get(i).map(screenshot_key)).collect()
+                    // A branched rollout's replayed steps repeat another rollout's action in
+                    // its state: counted there, they would pull the state's mean towards it.
+                    let steps = r.trajectory.steps.iter().enumerate();
+                    steps.map(|(i, s)| r.frames.get(i).filter(|_| !s.prefix).map(screenshot_key)).collect()
                 })
                 .collect()
         })
