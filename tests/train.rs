@@ -625,6 +625,7 @@ async fn success_replay_fills_groups_that_all_failed_and_survives_a_resume() {
     let task_id = guirl::tasks::load_task(&never.display().to_string()).unwrap().id().to_string();
     // One successful demonstration of the task, as a recorded set holds it.
     let demos = root.path().join("demos");
+    let demos_dir = demos.clone();
     let step = TrajStep::new("click(40, 60)", 1.0, EpisodeStatus::Success);
     let outcome = Outcome { reward: 1.0, status: EpisodeStatus::Success, steps: 1, error: None };
     let mut t = Trajectory::new(task_id.clone(), 5, vec![step], outcome);
@@ -671,6 +672,23 @@ async fn success_replay_fills_groups_that_all_failed_and_survives_a_resume() {
     }
     let kept = guirl::rollout::TrajectorySet::read(&on.join("checkpoints/latest/success_replay")).unwrap();
     assert_eq!(kept.trajectories.len(), 1);
+
+    // A run that starts from the clone (no [sft]) seeds its buffer from the demonstrations
+    // named by algo.success_replay_demos.
+    let from_clone = |demos: bool| {
+        let mut c = cfg(4, 1);
+        c.sft = None;
+        c.model.init = Some(on.join("checkpoints/iter-000000"));
+        c.algo.success_replay_demos = demos.then(|| demos_dir.clone());
+        c.validate().unwrap();
+        c
+    };
+    let seeded = root.path().join("seeded");
+    train(from_clone(true), &seeded, false).await;
+    assert_eq!(int(&metrics_lines(&seeded).pop().unwrap(), "replayed"), 2, "seeded from the demonstrations");
+    let unseeded = root.path().join("unseeded");
+    train(from_clone(false), &unseeded, false).await;
+    assert_eq!(int(&metrics_lines(&unseeded).pop().unwrap(), "replayed"), 0, "nothing to replay");
     let step = &kept.trajectories[0].trajectory.steps[0];
     assert!(!step.tokens.is_empty() && step.tokens.len() == step.token_logprobs.len(), "scored by the clone");
 }

@@ -203,6 +203,12 @@ pub struct AlgoConfig {
     /// place of a failure into each group whose rollouts all failed (0: off; see
     /// [`super::success_replay`]).
     pub success_replay: usize,
+    /// Seed the success-replay buffer from this trajectory set's successful episodes
+    /// before the first iteration (scored by the starting policy): for a run that starts
+    /// from a clone through `[model] init`. A run with `[sft]` seeds it from the
+    /// demonstrations it clones.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub success_replay_demos: Option<std::path::PathBuf>,
     /// Rollout trees: after each collection, K more rollouts of every group branched from
     /// one exact mid-episode state (see [`super::branch`]); `None`: flat groups only.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -280,6 +286,7 @@ impl Default for AlgoConfig {
             dynamic_sampling: None,
             dynamic_sampling_max_extra: 3,
             success_replay: 0,
+            success_replay_demos: None,
             branch: None,
             overlong_penalty: None,
             overlong_window: None,
@@ -566,6 +573,12 @@ impl AlgoConfig {
                  memory with its screenshots), got {}",
                 a.success_replay
             ),
+        );
+        check(
+            a.success_replay_demos.is_none() || a.success_replay > 0,
+            "algo.success_replay_demos seeds the success replay buffer, which is off: set \
+             algo.success_replay = N (successes kept per task) too"
+                .into(),
         );
         if let Some(b) = &a.branch {
             b.check(check);

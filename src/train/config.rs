@@ -334,6 +334,12 @@ impl TrainConfig {
             "run.iterations must be at least 1 (0 only with [sft]: behaviour cloning alone)".into(),
         );
         check(
+            self.sft.is_none() || self.algo.success_replay_demos.is_none(),
+            "algo.success_replay_demos is for runs that start from a clone through [model] init; \
+             with [sft] the buffer is seeded from the demonstrations being cloned: leave it out"
+                .into(),
+        );
+        check(
             r.max_env_steps != Some(0),
             "run.max_env_steps must be at least 1 (leave it out for no budget)".into(),
         );

@@ -183,6 +183,9 @@ impl Trainer {
             self.sft_opt = None;
         }
         self.ensure_reference()?;
+        if self.state.iteration == 0 && self.replay.is_empty() {
+            self.seed_replay_from_demos()?;
+        }
         if self.state.iteration == 0 && self.cfg.eval.interval > 0 && !self.has_baseline() {
             // The starting policy on the held-out seeds: the first point of the success
             // curves, what training is measured against, and the first `best` candidate.

@@ -180,3 +180,18 @@ fn plan_errors_say_what_to_do() {
         "{e}"
     );
 }
+
+#[test]
+fn success_replay_cells_start_from_the_clones_demonstrations() {
+    let plan: Plan = toml::from_str(
+        &PLAN.replace("config = \"t.toml\"", "config = \"t.toml\"\nalgo = { success_replay = 8 }"),
+    )
+    .unwrap();
+    let written = TrainConfig::parse(TASK).unwrap();
+    let init = Path::new("out/t/clone-c1/checkpoints/iter-000000");
+    let cfg = cell_config(&plan, &plan.tasks[0], &written, "grpo", 1, init).unwrap();
+    assert_eq!(cfg.algo.success_replay_demos.as_deref(), Some(Path::new("out/t/clone-c1/demos")));
+    cfg.validate().unwrap();
+    // without replay there is nothing to seed
+    assert_eq!(cell(TASK, "grpo").algo.success_replay_demos, None);
+}

@@ -243,6 +243,16 @@ fn cell_config(
     for o in [plan.overrides.get(algo), Some(&task.algo), task.overrides.get(algo)].into_iter().flatten() {
         a.extend(o.clone());
     }
+    // Success replay starts from the clone's demonstrations, as in a run that clones.
+    let replays = a.get("success_replay").and_then(toml::Value::as_integer).is_some_and(|n| n > 0);
+    if replays && !a.contains_key("success_replay_demos") {
+        if let Some(sft) = &written.sft {
+            let clone_dir =
+                init.parent().and_then(Path::parent).context("the clone checkpoint's run folder")?;
+            let demos = sft.dir.clone().unwrap_or_else(|| clone_dir.join("demos"));
+            a.insert("success_replay_demos".into(), demos.display().to_string().into());
+        }
+    }
     v.insert("algo".into(), a.into());
     let mut cfg = TrainConfig::parse(&toml::to_string(&v)?)
         .with_context(|| format!("task {:?} with {algo}", task.name))?;

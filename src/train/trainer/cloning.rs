@@ -61,6 +61,24 @@ impl Trainer {
         Ok(report.finished)
     }
 
+    /// `algo.success_replay_demos`: the buffer of a run that starts from a clone, seeded
+    /// from the clone's demonstrations as a cloning run seeds its own.
+    pub(super) fn seed_replay_from_demos(&mut self) -> anyhow::Result<()> {
+        let Some(dir) = self.cfg.algo.success_replay_demos.clone() else { return Ok(()) };
+        let set = TrajectorySet::read(&dir).context("algo.success_replay_demos")?;
+        let (policy, replay) = (self.policy.as_ref(), &mut self.replay);
+        let n = off_runtime(|| replay.seed_from_demos(policy, &set))?;
+        if n == 0 {
+            tracing::warn!(
+                "success replay: {} holds no successful episode the policy can score; the buffer \
+                 fills from the run's own successes",
+                dir.display()
+            );
+        }
+        tracing::info!("success replay: {n} demonstration(s) of {} kept", dir.display());
+        Ok(())
+    }
+
     /// `[sft] start_epoch`: cloning's AdamW moments from the `[model] init` checkpoint. A
     /// clone saved before they were kept continues with fresh ones, and says so.
     fn continue_sft_optimizer(&self, opt: &mut AdamW) -> anyhow::Result<()> {
