@@ -28,13 +28,16 @@ use std::time::Duration;
 /// stage run before draw, a frame that shows a freshly decoded large image (the `guirl
 /// view` page) could stay pending for good on a loaded machine, and every later frame was
 /// refused ("Another frame is pending"). The new-content timeout is wall-clock based and
-/// belongs to free-running frames.
+/// belongs to free-running frames. Paint holding (the old page kept on screen after a
+/// navigation until the new one paints) is off: under frame control a screenshot could
+/// show the page a followed link left while the new page's elements were already read.
 pub const FLAGS: &[&str] = &[
     "--enable-begin-frame-control",
     "--run-all-compositor-stages-before-draw",
     "--in-process-gpu",
     "--disable-checker-imaging",
     "--disable-new-content-rendering-timeout",
+    "--disable-features=PaintHolding",
 ];
 
 /// Time between frames while a WebDriver command waits: shorter answers input sooner,

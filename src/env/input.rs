@@ -20,19 +20,19 @@
 //!
 //! WebDriver input is the path for `--webdriver` endpoints (a Selenium Grid), for
 //! free-running frames (`--free-frames`) and without a DevTools channel
-//! (`--no-devtools`), and for now the default everywhere: `--input devtools` (or
-//! `GUIRL_INPUT=devtools`) turns the DevTools path on. Measured on click-test (2 cores,
-//! loaded): the action phase takes 3.3-3.5 ms here against 8-11 ms through chromedriver.
-//! It is still opt-in. Two differences from WebDriver input were found and fixed: the
-//! window only ever grew at a task switch, so after a wider task one env could be laid out
-//! at the task's width and the other at the wider one's (`Browser::fit_viewport` now sizes
-//! it exactly); and the observation did not wait for a navigation the page requested
-//! during a DevTools action, where chromedriver waits for it
-//! (`DevTools::wait_navigation_after`). One remains: beside a busy core, after
-//! builtin/login-settings' sign-in, the DevTools env can show another frame than the
-//! WebDriver env one step before the Settings click, and then misses that click
-//! (`tests/input_paths.rs`, 3 of 8 runs; cause not found). The default flips once that is
-//! found and the whole suite has run on this path (issue 36).
+//! (`--no-devtools`), and with `--input webdriver` (`GUIRL_INPUT=webdriver`); elsewhere
+//! DevTools input is the default. Measured on click-test (2 cores, loaded): the action
+//! phase takes 3.3-3.5 ms here against 8-11 ms through chromedriver. Three differences from
+//! WebDriver input were found and fixed before it became the default: the window only ever
+//! grew at a task switch, so after a wider task one env could be laid out at the task's
+//! width and the other at the wider one's (`Browser::fit_viewport` now sizes it exactly);
+//! the observation did not wait for a navigation the page requested during a DevTools
+//! action, where chromedriver waits for it (`DevTools::wait_navigation_after`); and after a
+//! followed link the new document could be read (its elements) while the screenshot still
+//! showed the old one, because Chromium's paint holding kept the old page on screen until
+//! the new one's first paint, and the next click was then lost (builtin/login-settings
+//! beside a busy core, 3 of 8 runs of `tests/input_paths.rs`): paint holding is off under
+//! frame control (`frames::FLAGS`), and 8 of 8 runs pass.
 //!
 //! The events of one kind go out together and are awaited together, as chromedriver sends them; a mouse move is answered once the page
 //! has had a frame, which the frame pump gives it within ~2 ms. (This path once took
@@ -52,11 +52,11 @@ use std::time::Duration;
 /// Which channel carries input actions (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum InputPath {
-    /// DevTools `Input.dispatch*` events where the session allows, else WebDriver.
-    DevTools,
-    /// WebDriver input actions (through chromedriver or a Grid) always (default: see
-    /// the module docs for why, for now).
+    /// DevTools `Input.dispatch*` events where the session allows, else WebDriver
+    /// (default).
     #[default]
+    DevTools,
+    /// WebDriver input actions (through chromedriver or a Grid) always.
     WebDriver,
 }
 
@@ -69,12 +69,12 @@ impl InputPath {
         }
     }
 
-    /// `GUIRL_INPUT` if set to a known path, else WebDriver (an unknown value is
-    /// named in a warning rather than silently ignored).
+    /// `GUIRL_INPUT` if set to a known path, else DevTools (an unknown value is named in
+    /// a warning rather than silently ignored).
     pub fn from_env() -> InputPath {
         match std::env::var("GUIRL_INPUT") {
             Ok(v) => v.parse().unwrap_or_else(|e: String| {
-                tracing::warn!("GUIRL_INPUT: {e}; using webdriver input");
+                tracing::warn!("GUIRL_INPUT: {e}; using devtools input");
                 InputPath::default()
             }),
             Err(_) => InputPath::default(),
