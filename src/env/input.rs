@@ -20,19 +20,21 @@
 //!
 //! WebDriver input is the path for `--webdriver` endpoints (a Selenium Grid), for
 //! free-running frames (`--free-frames`) and without a DevTools channel
-//! (`--no-devtools`), and with `--input webdriver` (`GUIRL_INPUT=webdriver`); elsewhere
-//! DevTools input is the default. Measured on click-test (2 cores, loaded): the action
-//! phase takes 3.3-3.5 ms here against 8-11 ms through chromedriver. Three differences from
-//! WebDriver input were found and fixed before it became the default: the window only ever
-//! grew at a task switch, so after a wider task one env could be laid out at the task's
-//! width and the other at the wider one's (`Browser::fit_viewport` now sizes it exactly);
-//! the observation did not wait for a navigation the page requested during a DevTools
-//! action, where chromedriver waits for it (`DevTools::wait_navigation_after`); and after a
-//! followed link the new document could be read (its elements) while the screenshot still
-//! showed the old one, because Chromium's paint holding kept the old page on screen until
-//! the new one's first paint, and the next click was then lost (builtin/login-settings
-//! beside a busy core, 3 of 8 runs of `tests/input_paths.rs`): paint holding is off under
-//! frame control (`frames::FLAGS`), and 8 of 8 runs pass.
+//! (`--no-devtools`), and for now the default everywhere: `--input devtools` (or
+//! `GUIRL_INPUT=devtools`) turns the DevTools path on. Measured on click-test (2 cores):
+//! a step takes 11.8 ms here against 18.6 ms through chromedriver. Three differences from
+//! WebDriver input were found and fixed: the window only ever grew at a task switch
+//! (`Browser::fit_viewport` now sizes it exactly); the observation did not wait for a
+//! navigation the page requested during a DevTools action (`DevTools::wait_navigation_after`);
+//! and after a followed link Chromium's paint holding kept the old page on screen while the
+//! new page's elements were read (paint holding is off under frame control,
+//! `frames::FLAGS`). One remains: beside a busy core, after builtin/login-settings'
+//! Settings link, the DevTools env can be observed still on the page the link left (its
+//! elements and frame, 1 of 4 runs of `tests/input_paths.rs` beside `yes`): the link's
+//! navigation starts in a task queued after the click, which the observation's first read
+//! can beat. A page-side mark of a followed link (a click on `a[href]` not prevented) that
+//! the observation waits on would close it. The default flips once that is done and the
+//! whole suite has run on this path (issue 36).
 //!
 //! The events of one kind go out together and are awaited together, as chromedriver sends them; a mouse move is answered once the page
 //! has had a frame, which the frame pump gives it within ~2 ms. (This path once took
@@ -52,11 +54,11 @@ use std::time::Duration;
 /// Which channel carries input actions (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum InputPath {
-    /// DevTools `Input.dispatch*` events where the session allows, else WebDriver
-    /// (default).
-    #[default]
+    /// DevTools `Input.dispatch*` events where the session allows, else WebDriver.
     DevTools,
-    /// WebDriver input actions (through chromedriver or a Grid) always.
+    /// WebDriver input actions (through chromedriver or a Grid) always (default: see
+    /// the module docs for why, for now).
+    #[default]
     WebDriver,
 }
 
@@ -69,12 +71,12 @@ impl InputPath {
         }
     }
 
-    /// `GUIRL_INPUT` if set to a known path, else DevTools (an unknown value is named in
+    /// `GUIRL_INPUT` if set to a known path, else WebDriver (an unknown value is named in
     /// a warning rather than silently ignored).
     pub fn from_env() -> InputPath {
         match std::env::var("GUIRL_INPUT") {
             Ok(v) => v.parse().unwrap_or_else(|e: String| {
-                tracing::warn!("GUIRL_INPUT: {e}; using devtools input");
+                tracing::warn!("GUIRL_INPUT: {e}; using webdriver input");
                 InputPath::default()
             }),
             Err(_) => InputPath::default(),
