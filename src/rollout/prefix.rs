@@ -100,9 +100,9 @@ impl Prefix {
                 summarize(&lines)
             )
         })?;
-        let t_ = &st.trajectory;
+        let traj = &st.trajectory;
         let mut frames = Vec::new();
-        let names = t_.steps.iter().map(|s| s.frame.clone()).chain([t_.final_frame.clone()]);
+        let names = traj.steps.iter().map(|s| s.frame.clone()).chain([traj.final_frame.clone()]);
         for name in names.take(t + 1) {
             match name {
                 Some(n) => frames.push(set.load_frame(&n)?),
@@ -112,9 +112,9 @@ impl Prefix {
                 }
             }
         }
-        let rec = Recorded { trajectory: t_.clone(), frames };
+        let rec = Recorded { trajectory: traj.clone(), frames };
         let prefix = Prefix::of(&rec, t).with_context(|| format!("{}:{line}", set.dir.display()))?;
-        Ok((t_.task_id.clone(), prefix))
+        Ok((traj.task_id.clone(), prefix))
     }
 
     /// The branch point: steps replayed before the policy takes over.

@@ -24,6 +24,7 @@
 //!   figures (success rate, episode length), which stay those of the flat groups;
 //!   `branch_success_rate` is theirs.
 
+use crate::env::EpisodeStatus;
 use crate::rollout::{Job, Prefix, Recorded, TrainingBatch, Trajectory};
 use crate::tasks::Task;
 use rand::Rng;
@@ -136,6 +137,40 @@ pub fn jobs(
         }
     }
     Ok((out, none))
+}
+
+/// What rollout trees added to an iteration's collections.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BranchReport {
+    /// Branched rollouts.
+    pub rollouts: usize,
+    /// Steps replayed to reach their branch points (env steps, counted in `env_steps`).
+    pub replayed_steps: usize,
+    /// Branched rollouts that ended as an infrastructure failure (a prefix that diverged
+    /// from its recording is one).
+    pub failed: usize,
+    /// Counted branched rollouts (not infrastructure failures).
+    pub counted: usize,
+    /// Of those, the ones that succeeded.
+    pub successes: usize,
+    /// Groups with no branch point.
+    pub unbranched_groups: usize,
+}
+
+impl BranchReport {
+    pub(crate) fn add(&mut self, recs: &[Recorded]) {
+        for r in recs {
+            let t = &r.trajectory;
+            self.rollouts += 1;
+            self.replayed_steps += t.branch_point();
+            if t.outcome.status.is_infrastructure_failure() {
+                self.failed += 1;
+            } else {
+                self.counted += 1;
+                self.successes += usize::from(t.outcome.status == EpisodeStatus::Success);
+            }
+        }
+    }
 }
 
 #[cfg(test)]

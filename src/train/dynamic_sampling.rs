@@ -139,41 +139,7 @@ pub struct Collection {
     /// Successes replayed into all-failed groups ([`super::success_replay`]), kept or not.
     pub replayed: usize,
     /// Rollouts branched from mid-episode states ([`super::branch`]).
-    pub branch: BranchReport,
-}
-
-/// What rollout trees added to an iteration's collections.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct BranchReport {
-    /// Branched rollouts.
-    pub rollouts: usize,
-    /// Steps replayed to reach their branch points (env steps, counted in `env_steps`).
-    pub replayed_steps: usize,
-    /// Branched rollouts that ended as an infrastructure failure (a prefix that diverged
-    /// from its recording is one).
-    pub failed: usize,
-    /// Counted branched rollouts (not infrastructure failures).
-    pub counted: usize,
-    /// Of those, the ones that succeeded.
-    pub successes: usize,
-    /// Groups with no branch point.
-    pub unbranched_groups: usize,
-}
-
-impl BranchReport {
-    fn add(&mut self, recs: &[Recorded]) {
-        for r in recs {
-            let t = &r.trajectory;
-            self.rollouts += 1;
-            self.replayed_steps += t.branch_point();
-            if t.outcome.status.is_infrastructure_failure() {
-                self.failed += 1;
-            } else {
-                self.counted += 1;
-                self.successes += usize::from(t.outcome.status == EpisodeStatus::Success);
-            }
-        }
-    }
+    pub branch: super::branch::BranchReport,
 }
 
 impl Collection {
@@ -319,7 +285,7 @@ pub async fn collect_groups(
         overlong: (0, 0.0),
         task_counts: BTreeMap::new(),
         replayed: 0,
-        branch: BranchReport::default(),
+        branch: super::branch::BranchReport::default(),
     };
     for k in 0.. {
         let seed = if k == 0 { sampling.seed } else { extra_seeds.gen() };
