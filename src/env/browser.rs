@@ -431,8 +431,8 @@ impl Browser {
     }
 
     /// Perform WebDriver input actions, then release all keys and buttons. `scrolls`: the
-    /// input may scroll the page (wheel, keys), which under begin-frame control only
-    /// happens in frames that are drawn.
+    /// input is a wheel scroll, which under begin-frame control only happens in frames
+    /// that are drawn.
     pub async fn perform(&self, actions: Actions, scrolls: bool) -> Result<(), EnvError> {
         let draw = if scrolls { frames::Draw::Display } else { frames::Draw::Nothing };
         let doing = "performing input actions";

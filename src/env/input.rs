@@ -102,9 +102,14 @@ pub(crate) async fn execute(browser: &Browser, action: &GuiAction, f: &Frame) ->
         GuiAction::Done => return Ok(()),
         _ => {}
     }
-    // Wheel and key input can scroll, which under begin-frame control happens only in
-    // frames that are drawn.
-    let scrolls = matches!(action, GuiAction::Scroll { .. } | GuiAction::Key(_) | GuiAction::Type { .. });
+    // A wheel scroll is applied by the compositor, only in frames that are drawn. Keys
+    // scroll on the page's main thread (smooth scrolling is off) and need no drawn frame;
+    // drawn frames while a key's handler changed the page (the `guirl view` page scrolling
+    // a pane from a keydown) could hang for good on a loaded machine, every later frame
+    // refused as "Another frame is pending" (5 of 52 runs of tests/viewer.rs beside two
+    // busy cores, 0 of 48 with frames that do not draw; with threaded scrolling off, 10 of
+    // 28 against 0 of 48).
+    let scrolls = matches!(action, GuiAction::Scroll { .. });
     if browser.devtools_input() {
         let draw = if scrolls { Draw::Display } else { Draw::Nothing };
         browser.dispatch(&devtools_events(action, f), draw).await?;
