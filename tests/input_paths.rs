@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{env_with, repo};
+use common::{env_with, repo, Load};
 use guirl::env::browser::BrowserConfig;
 use guirl::env::gui_env::eval;
 use guirl::env::{EnvConfig, GuiAction, GuiEnv, InputPath, ScreenState};
@@ -302,4 +302,62 @@ fn compare(
     if let (n, Some((x0, y0, x1, y1))) = pixel_diff(a, b) {
         out.push(format!("{at}: frames differ in {n} pixels, within ({x0}, {y0})-({x1}, {y1})"));
     }
+}
+
+/// The backgrounds of pages 1 and 2 of fixtures/pages/links.html.
+const BACKGROUNDS: [[u8; 3]; 2] = [[255, 255, 255], [48, 48, 48]];
+
+/// Whether `obs` is of page `page` (1 or 2) of fixtures/pages/links.html (URL, elements).
+fn on_page(obs: &ScreenState, page: u32) -> bool {
+    obs.url.contains(&format!("p={page}")) && obs.elements.iter().any(|e| e.id == format!("page{page}"))
+}
+
+/// A followed link's navigation starts in a task after the click, which can come after
+/// DevTools input has returned: on both paths, beside a busy core, every observation after
+/// a link click shows the page the link led to (its URL, elements and frame), 40 clicks
+/// back and forth; a prevented link and a fragment link keep the page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_followed_link_is_observed_on_the_page_it_led_to() {
+    let _load = Load::spin(1);
+    let task = repo("fixtures/tasks/links.toml");
+    let (mut dev, mut wd) = pair(task.to_str().unwrap());
+    for (name, env) in [("DevTools", &mut dev), ("WebDriver", &mut wd)] {
+        let (first, _) = env.reset(0).await.unwrap();
+        if name == "DevTools" && !devtools_input_possible(env) {
+            return;
+        }
+        assert!(on_page(&first, 1), "{name}: the episode starts on page 1 ({})", first.url);
+        let act = |s: &str| GuiAction::parse(s).unwrap();
+        let mut page = 1;
+        for i in 0..40 {
+            let out = env.step(&act("click(100, 16)")).await.unwrap();
+            page = 3 - page;
+            let ids: Vec<&str> = out.obs.elements.iter().map(|e| e.id.as_str()).collect();
+            assert!(
+                on_page(&out.obs, page),
+                "{name}, click {i}: not on page {page} but {} {ids:?}",
+                out.obs.url
+            );
+            // Page 1 is white, page 2 dark grey: the frame must be the page's, not the one left.
+            let background = out.obs.screenshot.get_pixel(195, 110).0;
+            assert_eq!(
+                background,
+                BACKGROUNDS[page as usize - 1],
+                "{name}, click {i}: the frame is not page {page}'s"
+            );
+            if i % 10 == 3 {
+                let url = out.obs.url.clone();
+                let kept = env.step(&act("click(100, 46)")).await.unwrap();
+                assert!(
+                    on_page(&kept.obs, page) && kept.obs.url == url,
+                    "{name}: a prevented link left the page"
+                );
+                let frag = env.step(&act("click(100, 76)")).await.unwrap();
+                assert!(on_page(&frag.obs, page), "{name}: a fragment link left the page");
+                assert!(frag.obs.url.ends_with("#part"), "{name}: {}", frag.obs.url);
+            }
+        }
+    }
+    dev.close().await;
+    wd.close().await;
 }

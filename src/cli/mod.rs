@@ -50,11 +50,11 @@ pub struct BrowserArgs {
     /// (begin-frame control; slower with several envs, for comparison).
     #[arg(long)]
     pub free_frames: bool,
-    /// How actions reach the page: `webdriver` (WebDriver input actions through
-    /// chromedriver; the default, and always with --webdriver, --free-frames and
-    /// --no-devtools) or `devtools` (DevTools input events, where guirl started the
-    /// browser with its DevTools channel and frame control; faster, opt-in for now: see
-    /// src/env/input.rs). Default: $GUIRL_INPUT, else webdriver.
+    /// How actions reach the page: `devtools` (DevTools input events, where guirl started
+    /// the browser with its DevTools channel and frame control; the default, about 1.6x
+    /// faster a step: see src/env/input.rs) or `webdriver` (WebDriver input actions
+    /// through chromedriver; always with --webdriver, --free-frames and --no-devtools).
+    /// Default: $GUIRL_INPUT, else devtools.
     #[arg(long, value_name = "CHANNEL", value_parser = ["devtools", "webdriver"])]
     pub input: Option<String>,
     /// Start Chromium with --no-sandbox. By default its sandbox is on wherever the machine

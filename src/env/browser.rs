@@ -25,7 +25,11 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-/// One browser session (and the chromedriver we started for it, if any).
+/// How long a followed link may take to start its navigation before the page it left is
+/// observed as it is (the navigation starts in a task after the click: microseconds on an
+/// idle machine; a page whose handler swallowed the navigation costs this much once).
+pub const FOLLOW_START: Duration = Duration::from_secs(2);
+
 /// What browser a session runs (see [`Browser::versions`]).
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct BrowserVersions {
@@ -218,7 +222,27 @@ impl Browser {
     /// [`DevTools::wait_navigation_after`]); whether one was pending.
     pub async fn wait_navigation_after(&self, mark: (u64, u64)) -> bool {
         match &self.devtools {
-            Some(dt) => dt.wait_navigation_after(mark, self.limit()).await,
+            Some(dt) => self.drawing_while(dt.wait_navigation_after(mark, self.limit())).await,
+            None => false,
+        }
+    }
+
+    /// Run `wait` while issuing frames that do not draw, as during a WebDriver command: a
+    /// page being loaded under begin-frame control paints its first frame only in a frame,
+    /// and until the browser has it the screen (and the routing of input) stays on the
+    /// page left behind.
+    async fn drawing_while<T>(&self, wait: impl Future<Output = T>) -> T {
+        match self.frame_control() {
+            Some((f, dt)) => f.pumped(dt, frames::Draw::Nothing, self.limit(), wait).await,
+            None => wait.await,
+        }
+    }
+
+    /// After a click that followed a link: wait (at most [`FOLLOW_START`]) for the page to
+    /// request a navigation after `mark`, then for it to end; whether one was requested.
+    pub async fn wait_navigation_start(&self, mark: (u64, u64)) -> bool {
+        match &self.devtools {
+            Some(dt) => self.drawing_while(dt.wait_navigation_start(mark, FOLLOW_START, self.limit())).await,
             None => false,
         }
     }

@@ -62,10 +62,10 @@ pub struct BrowserConfig {
     /// the browser is the headless shell started here with the DevTools channel (default;
     /// `GUIRL_FRAME_CONTROL=0` turns it off).
     pub frame_control: bool,
-    /// Which channel carries input actions (see [`super::input`]): WebDriver input
-    /// actions (default), or with [`InputPath::DevTools`] (`GUIRL_INPUT=devtools`)
-    /// DevTools events where a browser started here runs with the DevTools channel and
-    /// begin-frame control on.
+    /// Which channel carries input actions (see [`super::input`]): DevTools events where a
+    /// browser started here runs with the DevTools channel and begin-frame control on
+    /// (default), or with [`InputPath::WebDriver`] (`GUIRL_INPUT=webdriver`) WebDriver
+    /// input actions always.
     pub input: InputPath,
     /// Run Chromium with its sandbox where the machine allows (default; as an unprivileged
     /// user when guirl is root, see [`super::sandbox`]); false starts it with `--no-sandbox`

@@ -238,6 +238,20 @@ impl DevTools {
         true
     }
 
+    /// Wait at most `start` for the page to request a navigation after `mark`, then at
+    /// most `limit` for it to end (as [`DevTools::wait_navigation_after`]). Returns
+    /// whether one was requested. For a click that followed a link: the navigation starts
+    /// in a task after the click, possibly after the caller's first look at the page.
+    pub async fn wait_navigation_start(&self, mark: (u64, u64), start: Duration, limit: Duration) -> bool {
+        let mut rx = self.navigations.clone();
+        if tokio::time::timeout(start, rx.wait_for(|n| n.0 > mark.0)).await.is_err() {
+            tracing::debug!("a followed link requested no navigation within {start:?}");
+            return false;
+        }
+        self.wait_navigation_after(mark, limit).await;
+        true
+    }
+
     /// A receiver that changes each time a new document replaces the page's main one; it
     /// holds whether the new document is `about:blank`.
     pub fn commits(&self) -> tokio::sync::watch::Receiver<bool> {

@@ -78,6 +78,9 @@ struct PageState {
     animating: bool,
     #[serde(default)]
     leaving: bool,
+    /// The last click (since the previous read) followed a link (see `observe.js`).
+    #[serde(default)]
+    following: bool,
     url: String,
     scroll: [i32; 2],
     elements: Vec<Element>,

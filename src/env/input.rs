@@ -18,23 +18,26 @@
 //! same place within 500 ms as a double click even across separate `click` actions; here
 //! a `click` is always a single click (`clickCount` 1), as the action says.
 //!
-//! WebDriver input is the path for `--webdriver` endpoints (a Selenium Grid), for
-//! free-running frames (`--free-frames`) and without a DevTools channel
-//! (`--no-devtools`), and for now the default everywhere: `--input devtools` (or
-//! `GUIRL_INPUT=devtools`) turns the DevTools path on. Measured on click-test (2 cores):
-//! a step takes 11.8 ms here against 18.6 ms through chromedriver. Three differences from
-//! WebDriver input were found and fixed: the window only ever grew at a task switch
-//! (`Browser::fit_viewport` now sizes it exactly); the observation did not wait for a
-//! navigation the page requested during a DevTools action (`DevTools::wait_navigation_after`);
-//! and after a followed link Chromium's paint holding kept the old page on screen while the
-//! new page's elements were read (paint holding is off under frame control,
-//! `frames::FLAGS`). One remains: beside a busy core, after builtin/login-settings'
-//! Settings link, the DevTools env can be observed still on the page the link left (its
-//! elements and frame, 1 of 4 runs of `tests/input_paths.rs` beside `yes`): the link's
-//! navigation starts in a task queued after the click, which the observation's first read
-//! can beat. A page-side mark of a followed link (a click on `a[href]` not prevented) that
-//! the observation waits on would close it. The default flips once that is done and the
-//! whole suite has run on this path (issue 36).
+//! DevTools input is the default wherever guirl started the browser with its DevTools
+//! channel and frame control (the headless path). WebDriver input is the path for
+//! `--webdriver` endpoints (a Selenium Grid), for free-running frames (`--free-frames`),
+//! without a DevTools channel (`--no-devtools`), and on request (`--input webdriver` or
+//! `GUIRL_INPUT=webdriver`). Measured on click-test (2 cores): a step takes 11.8 ms here
+//! against 18.6 ms through chromedriver. Five differences from WebDriver input were found
+//! and fixed: the window only ever grew at a task switch (`Browser::fit_viewport` now
+//! sizes it exactly); the observation did not wait for a navigation the page requested
+//! during a DevTools action (`DevTools::wait_navigation_after`); after a followed link
+//! Chromium's paint holding kept the old page on screen while the new page's elements
+//! were read (paint holding is off under frame control, `frames::FLAGS`); and a followed
+//! link's navigation starts in a task queued after the click, which the observation's
+//! first read could beat (beside a busy core, 1 of 4 runs of `tests/input_paths.rs` saw
+//! builtin/login-settings still on the page its Settings link left): `observe.js` now
+//! reports a click that followed a link, and the observation waits for its navigation
+//! to start ([`super::browser::FOLLOW_START`]) and end, issuing frames meanwhile as a
+//! WebDriver command does; and the screenshot sent together with the first page read
+//! could show the page a link left when the new document replaced it during the read
+//! (it is taken again after any navigation in the step). `tests/input_paths.rs` follows
+//! 40 links on each path beside a busy core and checks every frame.
 //!
 //! The events of one kind go out together and are awaited together, as chromedriver sends them; a mouse move is answered once the page
 //! has had a frame, which the frame pump gives it within ~2 ms. (This path once took
@@ -54,11 +57,10 @@ use std::time::Duration;
 /// Which channel carries input actions (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum InputPath {
-    /// DevTools `Input.dispatch*` events where the session allows, else WebDriver.
-    DevTools,
-    /// WebDriver input actions (through chromedriver or a Grid) always (default: see
-    /// the module docs for why, for now).
+    /// DevTools `Input.dispatch*` events where the session allows, else WebDriver (default).
     #[default]
+    DevTools,
+    /// WebDriver input actions (through chromedriver or a Grid) always.
     WebDriver,
 }
 
@@ -71,12 +73,12 @@ impl InputPath {
         }
     }
 
-    /// `GUIRL_INPUT` if set to a known path, else WebDriver (an unknown value is named in
+    /// `GUIRL_INPUT` if set to a known path, else DevTools (an unknown value is named in
     /// a warning rather than silently ignored).
     pub fn from_env() -> InputPath {
         match std::env::var("GUIRL_INPUT") {
             Ok(v) => v.parse().unwrap_or_else(|e: String| {
-                tracing::warn!("GUIRL_INPUT: {e}; using webdriver input");
+                tracing::warn!("GUIRL_INPUT: {e}; using devtools input");
                 InputPath::default()
             }),
             Err(_) => InputPath::default(),

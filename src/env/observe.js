@@ -5,10 +5,30 @@
 var o = arguments[0];
 // A navigation started by the last action fires beforeunload before the next page
 // commits; the caller then re-reads over WebDriver, which waits for the navigation.
+// A followed link's navigation can start in a task after the click (after input over
+// DevTools has returned): the last click is kept, and the read reports once whether it
+// followed a link, so that the caller waits for the navigation to start.
 if (!window.__guirlWatch) {
   window.__guirlWatch = true;
   addEventListener('beforeunload', function () { window.__guirlLeaving = true; });
+  addEventListener('click', function (e) { window.__guirlClick = e; }, true);
 }
+function follows(e) {
+  // Whether the default action of click `e` (its handlers have all run) leaves this
+  // document: a link not prevented, not a download, not another window, not a fragment.
+  var a = e && e.target && e.target.closest ? e.target.closest('a[href]') : null;
+  if (!a || e.defaultPrevented || e.ctrlKey || e.shiftKey || e.metaKey || e.altKey) return false;
+  if (a.hasAttribute('download')) return false;
+  var t = (a.getAttribute('target') || '').toLowerCase();
+  if (t && t !== '_self' && t !== '_top' && t !== '_parent') return false;
+  var u;
+  try { u = new URL(a.getAttribute('href'), document.baseURI); } catch (err) { return false; }
+  if (u.protocol === 'javascript:') return false;
+  var here = new URL(location.href);
+  return !(u.hash && u.href.split('#')[0] === here.href.split('#')[0]);
+}
+var following = follows(window.__guirlClick);
+window.__guirlClick = null;
 var ready = document.readyState === 'complete';
 var status = null;
 try { status = (__STATUS__); } catch (e) { status = { error: String(e) }; }
@@ -62,7 +82,7 @@ if (document.body) {
   cands.forEach(add);
 }
 return {
-  ready: ready, url: location.href, leaving: !!window.__guirlLeaving,
+  ready: ready, url: location.href, leaving: !!window.__guirlLeaving, following: following,
   // jQuery animations (MiniWoB++ accordions, dialogs) run on timers for a few hundred ms.
   animating: !!(window.jQuery && jQuery.timers && jQuery.timers.length > 0),
   scroll: [Math.round(window.scrollX), Math.round(window.scrollY)],

@@ -59,6 +59,12 @@ impl GuiEnv {
                             early = None;
                             continue;
                         }
+                        // A followed link whose navigation has not started yet (it starts
+                        // in a task queued after the click, which this read can beat).
+                        if s.following && browser.wait_navigation_start(mark).await {
+                            early = None;
+                            continue;
+                        }
                     }
                     // Wait out short script animations too, so the frame shows where things
                     // end up (and replays see the same frame); never longer than a second.
@@ -89,6 +95,11 @@ impl GuiEnv {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         };
+        // The first read can find a document that replaced the page after the screenshot
+        // sent with it was drawn (a followed link over DevTools input): take it again.
+        if nav_mark.is_some() && browser.navigation_mark() != nav_mark {
+            early = None;
+        }
         let (screenshot, settle_ms, screenshot_ms) = match early {
             Some((shot, read_ms)) => (shot?, read_ms, ms(t0) - read_ms),
             None => {
