@@ -23,7 +23,8 @@ function follows(e) {
   if (t && t !== '_self' && t !== '_top' && t !== '_parent') return false;
   var u;
   try { u = new URL(a.getAttribute('href'), document.baseURI); } catch (err) { return false; }
-  if (u.protocol === 'javascript:') return false;
+  // mailto:, tel:, javascript: and the like open no document here.
+  if (['http:', 'https:', 'file:'].indexOf(u.protocol) < 0) return false;
   var here = new URL(location.href);
   return !(u.hash && u.href.split('#')[0] === here.href.split('#')[0]);
 }
