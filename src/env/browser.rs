@@ -227,10 +227,10 @@ impl Browser {
         }
     }
 
-    /// Run `wait` while issuing frames that do not draw, as during a WebDriver command: a
-    /// page being loaded under begin-frame control paints its first frame only in a frame,
-    /// and until the browser has it the screen (and the routing of input) stays on the
-    /// page left behind.
+    /// Run `wait` while issuing frames that do not draw, as during a WebDriver command
+    /// (chromedriver waits for a navigation inside the command, with frames pumped): under
+    /// begin-frame control a page being loaded runs its frame work (layout, paint,
+    /// `requestAnimationFrame`) only in frames.
     async fn drawing_while<T>(&self, wait: impl Future<Output = T>) -> T {
         match self.frame_control() {
             Some((f, dt)) => f.pumped(dt, frames::Draw::Nothing, self.limit(), wait).await,
