@@ -222,19 +222,8 @@ impl Browser {
     /// [`DevTools::wait_navigation_after`]); whether one was pending.
     pub async fn wait_navigation_after(&self, mark: (u64, u64)) -> bool {
         match &self.devtools {
-            Some(dt) => self.drawing_while(dt.wait_navigation_after(mark, self.limit())).await,
+            Some(dt) => dt.wait_navigation_after(mark, self.limit()).await,
             None => false,
-        }
-    }
-
-    /// Run `wait` while issuing frames that do not draw, as during a WebDriver command
-    /// (chromedriver waits for a navigation inside the command, with frames pumped): under
-    /// begin-frame control a page being loaded runs its frame work (layout, paint,
-    /// `requestAnimationFrame`) only in frames.
-    async fn drawing_while<T>(&self, wait: impl Future<Output = T>) -> T {
-        match self.frame_control() {
-            Some((f, dt)) => f.pumped(dt, frames::Draw::Nothing, self.limit(), wait).await,
-            None => wait.await,
         }
     }
 
@@ -242,7 +231,7 @@ impl Browser {
     /// request a navigation after `mark`, then for it to end; whether one was requested.
     pub async fn wait_navigation_start(&self, mark: (u64, u64)) -> bool {
         match &self.devtools {
-            Some(dt) => self.drawing_while(dt.wait_navigation_start(mark, FOLLOW_START, self.limit())).await,
+            Some(dt) => dt.wait_navigation_start(mark, FOLLOW_START, self.limit()).await,
             None => false,
         }
     }

@@ -213,7 +213,7 @@ impl DevTools {
     }
 
     /// The main frame's navigations so far: (requested, ended); see
-    /// [`DevTools::navigation_pending`].
+    /// [`DevTools::wait_navigation_after`].
     pub fn navigations(&self) -> (u64, u64) {
         *self.navigations.borrow()
     }

@@ -24,20 +24,25 @@
 //! without a DevTools channel (`--no-devtools`), and on request (`--input webdriver` or
 //! `GUIRL_INPUT=webdriver`). Measured on click-test (2 cores): a step takes 11.8 ms here
 //! against 18.6 ms through chromedriver. Five differences from WebDriver input were found
-//! and fixed: the window only ever grew at a task switch (`Browser::fit_viewport` now
-//! sizes it exactly); the observation did not wait for a navigation the page requested
-//! during a DevTools action (`DevTools::wait_navigation_after`); after a followed link
-//! Chromium's paint holding kept the old page on screen while the new page's elements
-//! were read (paint holding is off under frame control, `frames::FLAGS`); and a followed
-//! link's navigation starts in a task queued after the click, which the observation's
-//! first read could beat (beside a busy core, 1 of 4 runs of `tests/input_paths.rs` saw
-//! builtin/login-settings still on the page its Settings link left): `observe.js` now
-//! reports a click that followed a link, and the observation waits for its navigation
-//! to start ([`super::browser::FOLLOW_START`]) and end, issuing frames meanwhile as a
-//! WebDriver command does; and the screenshot sent together with the first page read
-//! could show the page a link left when the new document replaced it during the read
-//! (it is taken again after any navigation in the step). `tests/input_paths.rs` follows
-//! 40 links on each path beside a busy core and checks every frame.
+//! and fixed:
+//! - the window only ever grew at a task switch (`Browser::fit_viewport` now sizes it
+//!   exactly);
+//! - the observation did not wait for a navigation the page requested during a DevTools
+//!   action (`DevTools::wait_navigation_after`);
+//! - after a followed link Chromium's paint holding kept the old page on screen while the
+//!   new page's elements were read (paint holding is off under frame control,
+//!   `frames::FLAGS`);
+//! - a followed link's navigation starts in a task queued after the click, which the
+//!   observation's first read could beat (beside a busy core, 1 of 4 runs of
+//!   `tests/input_paths.rs` saw builtin/login-settings still on the page its Settings link
+//!   left): `observe.js` reports a click that followed a link, and the observation waits
+//!   for its navigation to start ([`super::browser::FOLLOW_START`]) and end;
+//! - the screenshot sent together with the first page read could show the page a link
+//!   left when the new document replaced it during the read: it is taken again after any
+//!   navigation in the step.
+//!
+//! `tests/input_paths.rs` follows 40 links on each path beside a busy core and checks
+//! every frame.
 //!
 //! The events of one kind go out together and are awaited together, as chromedriver sends them; a mouse move is answered once the page
 //! has had a frame, which the frame pump gives it within ~2 ms. (This path once took
