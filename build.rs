@@ -44,6 +44,9 @@ fn walk(root: &Path, dir: &Path, files: &mut Vec<(String, String)>) {
 fn embed_git_hash() {
     let git = |args: &[&str]| {
         std::process::Command::new("git")
+            // `git status` would otherwise refresh and rewrite .git/index, which this
+            // script watches: every build would then find the library dirty again.
+            .arg("--no-optional-locks")
             .args(args)
             .output()
             .ok()
