@@ -195,3 +195,19 @@ fn success_replay_cells_start_from_the_clones_demonstrations() {
     // without replay there is nothing to seed
     assert_eq!(cell(TASK, "grpo").algo.success_replay_demos, None);
 }
+
+#[test]
+fn a_plan_task_sets_the_rl_cells_task_sampling() {
+    use crate::train::curriculum::TaskSampling;
+    let progress = PLAN.replace("config = \"t.toml\"", "config = \"t.toml\"\nsampling = \"progress\"");
+    assert_eq!(cell_in(&progress, TASK, "grpo").tasks.sampling, TaskSampling::Progress);
+    // the config's own setting stays where the plan task names none
+    let written = TASK.replace("[tasks]", "[tasks]\nsampling = \"progress\"");
+    assert_eq!(cell(&written, "grpo").tasks.sampling, TaskSampling::Progress);
+    assert_eq!(cell(TASK, "grpo").tasks.sampling, TaskSampling::Uniform);
+    let e =
+        toml::from_str::<Plan>(&PLAN.replace("config = \"t.toml\"", "config = \"t.toml\"\nsampling = \"x\""))
+            .unwrap_err()
+            .to_string();
+    assert!(e.contains("uniform") && e.contains("progress"), "{e}");
+}

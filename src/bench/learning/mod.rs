@@ -235,6 +235,11 @@ fn cell_config(
     let per_iter = (written.algo.batch_seeds * written.algo.group_size).max(1) as u64;
     run.insert("iterations".into(), (plan.env_steps.div_ceil(per_iter) as i64).into());
     v.insert("run".into(), run.into());
+    if let Some(sampling) = task.sampling {
+        let mut tasks = table(&mut v, "tasks")?;
+        tasks.insert("sampling".into(), toml::Value::try_from(sampling)?);
+        v.insert("tasks".into(), tasks.into());
+    }
     let mut model = table(&mut v, "model")?;
     model.insert("init".into(), init.display().to_string().into());
     v.insert("model".into(), model.into());

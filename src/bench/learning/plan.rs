@@ -84,6 +84,11 @@ pub struct PlanTask {
     /// `[algo]` keys per algorithm for this task (over the plan's and `algo`).
     #[serde(default)]
     pub overrides: BTreeMap<String, toml::Table>,
+    /// `[tasks] sampling` of this task's RL cells, over the config's (`"uniform"` or
+    /// `"progress"`): two plan tasks on one config compare the curricula from the same
+    /// clones. The clone and the baseline do not sample tasks.
+    #[serde(default)]
+    pub sampling: Option<crate::train::curriculum::TaskSampling>,
 }
 
 /// One clone of a task: its `run.seed`, and its tag in cell names (`None` without
