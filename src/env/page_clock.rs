@@ -39,7 +39,7 @@ const FRAME_EPSILON_MS: f64 = 0.01;
 /// (a 50 ms interval started at a budget's start) was otherwise left queued when the clock
 /// paused, and ran at some point after: a frame drawn meanwhile showed the page without
 /// it while a read after it saw it (seen under load; once in three runs of
-/// tests/page_clock.rs). Past the end, every timer due at it runs within the budget. The
+/// tests/integration/page_clock.rs). Past the end, every timer due at it runs within the budget. The
 /// page's clock thus gains 10 µs a step (1 ms of `Date.now()` in 100 steps), the same in
 /// every run.
 const OVERRUN_MS: f64 = 0.01;

@@ -106,3 +106,13 @@ impl Drop for Load {
         }
     }
 }
+
+/// The name libtest gives test `name` of the module at `module_path` (pass
+/// `module_path!()`), for `--exact` when a test runs itself in a child process: the path
+/// without the crate's segment (`integration::checkpoints` → `checkpoints::name`).
+pub fn test_name(module_path: &str, name: &str) -> String {
+    match module_path.split_once("::") {
+        Some((_, module)) => format!("{module}::{name}"),
+        None => name.to_string(),
+    }
+}

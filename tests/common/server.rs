@@ -1,5 +1,5 @@
 //! `guirl serve` started in-process on a free loopback port, and one HTTP request helper:
-//! shared by tests/serve.rs and tests/serve_security.rs.
+//! shared by tests/integration/serve.rs and tests/integration/serve_security.rs.
 #![allow(dead_code)]
 
 use guirl::serve::env_server::{serve, ServeConfig};

@@ -10,7 +10,7 @@
 //!   with no action is an `invalid_action` step, its text and tokens kept.
 //! - Behaviour cloning writes a demonstrated action as guirl text in that frame, then the
 //!   end-of-turn token.
-//! - Rollouts decode the states of a call together with KV caches ([`decode`]): each
+//! - Rollouts decode the states of a call together with KV caches (`decode.rs`): each
 //!   prompt runs alone (identical ones once), the answers advance together in chunks of a
 //!   fixed row count, so a result never depends on what shared its batch. Training scores
 //!   the prompt and the answer in one differentiable pass, the LM head only at the

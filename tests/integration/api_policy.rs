@@ -1,0 +1,289 @@
+//! The `openai:` API policy and `guirl serve-policy`, with real HTTP at both ends and real
+//! browsers: a checkpoint through the API acts as it does directly (same seeds, greedy),
+//! the server honours `n`, `seed`, `temperature` and `logprobs`, and endpoints that are
+//! down, slow, answer garbage, an error or prose mark episodes without stopping a bench.
+
+use crate::common;
+
+use guirl::bench::harness::{self, journal};
+use guirl::env::{EnvConfig, EpisodeStatus};
+use guirl::policy::api::client::Endpoint;
+use guirl::policy::api::coords::CoordMode;
+use guirl::policy::api::{ApiConfig, ApiPolicy};
+use guirl::policy::vlm::{VlmConfig, VlmPolicy};
+use guirl::policy::{Policy, TrainablePolicy};
+use serde_json::{json, Value};
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(3).enable_all().build().unwrap()
+}
+
+/// A small random-weight checkpoint that reads the screen's text (so the elements sent
+/// as text must arrive intact), saved in `dir`.
+fn checkpoint(dir: &Path) -> VlmPolicy {
+    let cfg = VlmConfig { word_buckets: 64, screen_text: true, ..VlmConfig::tiny() };
+    let p = VlmPolicy::new(cfg, &candle_core::Device::Cpu, 3).unwrap();
+    TrainablePolicy::save(&p, dir).unwrap();
+    p
+}
+
+fn api(model: &str, base: &str, timeout_ms: u64, retries: u32) -> ApiPolicy {
+    ApiPolicy::new(ApiConfig {
+        model: model.into(),
+        endpoint: Endpoint {
+            base_url: base.into(),
+            api_key: None,
+            timeout: Duration::from_millis(timeout_ms),
+            retries,
+            backoff: Duration::from_millis(50),
+        },
+        prompt_file: None,
+        images: 1,
+        coords: CoordMode::Px,
+        temperature: 0.0,
+        max_tokens: 64,
+        seed: 0,
+        extra_body: None,
+        elements: true,
+        concurrency: 4,
+    })
+    .unwrap()
+}
+
+fn options(tasks: &[&str], n: u64, out: &Path, max_steps: u32) -> guirl::bench::harness::BenchOptions {
+    common::bench_options(tasks, n, 2, out, EnvConfig { max_steps: Some(max_steps), ..EnvConfig::default() })
+}
+
+/// (task, seed, status, reward, action texts) of every episode of a bench folder.
+fn episodes(out: &Path) -> Vec<(String, u64, EpisodeStatus, String, Vec<String>)> {
+    let rows = journal::read_rows(&out.join(journal::RESULTS_FILE)).unwrap();
+    let mut v: Vec<_> = rows
+        .iter()
+        .map(|r| {
+            let set = guirl::rollout::TrajectorySet::read(&out.join(&r.trajectory)).unwrap();
+            let t = &set.trajectories[r.index].trajectory;
+            let actions = t.steps.iter().map(|s| s.action.clone()).collect();
+            (r.task.clone(), r.seed, r.status, format!("{:.6}", r.reward), actions)
+        })
+        .collect();
+    v.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+    v
+}
+
+async fn serve(router: axum::Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    format!("http://{addr}")
+}
+
+#[test]
+fn a_checkpoint_through_the_api_acts_as_it_does_directly() {
+    runtime().block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let ckpt = dir.path().join("ckpt");
+        let direct_policy = checkpoint(&ckpt);
+        let served = VlmPolicy::load(&ckpt, &candle_core::Device::Cpu).unwrap();
+        let base = serve(guirl::serve::policy_server::router(Box::new(served), "tiny".into())).await;
+        let tasks = ["builtin/login-settings", "miniwob/enter-text"];
+
+        let mut direct = VlmPolicy::load(&ckpt, &candle_core::Device::Cpu).unwrap();
+        direct.greedy = true;
+        harness::run(&options(&tasks, 3, &dir.path().join("direct"), 4), &mut direct).await.unwrap();
+        let mut through = api("tiny", &format!("{base}/v1"), 30_000, 0);
+        let report =
+            harness::run(&options(&tasks, 3, &dir.path().join("api"), 4), &mut through).await.unwrap();
+
+        let (a, b) = (episodes(&dir.path().join("direct")), episodes(&dir.path().join("api")));
+        assert_eq!(a.len(), 6);
+        assert!(a.iter().map(|e| e.4.len()).sum::<usize>() > 6, "several steps per episode: {a:?}");
+        assert_eq!(a, b, "the same outcomes and actions, episode by episode");
+        assert_eq!(report.all.policy_errors, 0);
+        let info = &report.reproducibility.policy_info;
+        assert_eq!(info["served_models"], json!(["tiny"]));
+        assert_eq!(info["prompt_sha256"].as_str().unwrap().len(), 64);
+        drop(direct_policy);
+    });
+}
+
+#[test]
+fn serve_policy_honours_n_seed_temperature_and_logprobs() {
+    runtime().block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let mut direct = checkpoint(&dir.path().join("ckpt"));
+        let served = VlmPolicy::load(&dir.path().join("ckpt"), &candle_core::Device::Cpu).unwrap();
+        let base = serve(guirl::serve::policy_server::router(Box::new(served), "tiny".into())).await;
+        // A real observation to send.
+        let mut env = guirl::env::GuiEnv::new(
+            guirl::tasks::load_task("miniwob/click-button").unwrap(),
+            EnvConfig::default(),
+        );
+        let (state, _) = env.reset(4).await.unwrap();
+        env.close().await;
+
+        let png = guirl::env::encode_png(&state.screenshot);
+        use base64::Engine;
+        let url = format!("data:image/png;base64,{}", base64::engine::general_purpose::STANDARD.encode(png));
+        let text = guirl::policy::api::prompt::user_text(&state, &[], true);
+        let body = |extra: Value| {
+            let mut b = json!({"model": "tiny", "messages": [{"role": "user", "content": [
+                {"type": "text", "text": text}, {"type": "image_url", "image_url": {"url": url}}]}]});
+            for (k, v) in extra.as_object().unwrap() {
+                b[k] = v.clone();
+            }
+            b
+        };
+        let ep = Endpoint {
+            base_url: format!("{base}/v1"),
+            api_key: None,
+            timeout: Duration::from_secs(30),
+            retries: 0,
+            backoff: Duration::from_millis(10),
+        };
+        let ask = |extra: Value| {
+            let ep = ep.clone();
+            let b = body(extra);
+            std::thread::spawn(move || ep.call("chat/completions", Some(&b))).join().unwrap()
+        };
+
+        // Greedy with log-probs: the same action and per-token log-probs as the policy itself.
+        direct.greedy = true;
+        let d = direct.act(std::slice::from_ref(&state)).unwrap().remove(0);
+        let v = ask(json!({"temperature": 0, "logprobs": true})).unwrap();
+        assert_eq!(v["object"], "chat.completion");
+        assert_eq!(v["choices"][0]["message"]["content"], d.action.to_string());
+        let lps = v["choices"][0]["logprobs"]["content"].as_array().unwrap();
+        assert_eq!(lps.len(), d.token_logprobs.len());
+        for (got, want) in lps.iter().zip(&d.token_logprobs) {
+            assert!((got["logprob"].as_f64().unwrap() - f64::from(*want)).abs() < 1e-5, "{got} vs {want}");
+            assert!(!got["token"].as_str().unwrap().is_empty());
+        }
+        // n samples; the same seed gives the same samples.
+        let x = ask(json!({"temperature": 1.5, "n": 4, "seed": 11})).unwrap();
+        let y = ask(json!({"temperature": 1.5, "n": 4, "seed": 11})).unwrap();
+        assert_eq!(x["choices"].as_array().unwrap().len(), 4);
+        assert_eq!(x["choices"], y["choices"]);
+        assert_eq!(x["usage"]["completion_tokens"], y["usage"]["completion_tokens"]);
+
+        // OpenAI-shaped errors.
+        let e = ask(json!({"model": "other"})).unwrap_err();
+        assert_eq!(e.status, Some(404));
+        assert!(e.message.contains("does not exist"), "{e}");
+        let e = ask(json!({"n": 0})).unwrap_err();
+        assert_eq!(e.status, Some(400));
+        let e = ask(json!({"messages": [{"role": "user", "content": "Instruction: x"}]})).unwrap_err();
+        assert!(e.message.contains("image_url"), "{e}");
+        let health = Endpoint { base_url: base.clone(), ..ep.clone() };
+        let h = std::thread::spawn(move || health.call("health", None)).join().unwrap().unwrap();
+        assert_eq!(h["status"], "healthy");
+    });
+}
+
+/// Answers in the OpenAI response shape.
+fn answer(content: Value) -> Value {
+    json!({"id": "x", "object": "chat.completion", "choices": [{"index": 0, "message": content, "finish_reason": "stop"}]})
+}
+
+#[test]
+fn failing_endpoints_mark_episodes_and_the_bench_goes_on() {
+    use axum::http::StatusCode;
+    use axum::response::IntoResponse;
+    use axum::routing::post;
+    runtime().block_on(async {
+        let flaky_calls = Arc::new(AtomicUsize::new(0));
+        let calls = flaky_calls.clone();
+        let seen = Arc::new(std::sync::Mutex::new(std::collections::HashSet::<Vec<u8>>::new()));
+        // Endpoints that misbehave the ways real ones do.
+        let router = axum::Router::new()
+            .route("/garbage/v1/chat/completions", post(|_: axum::body::Bytes| async { "<html>Bad Gateway</html>" }))
+            .route(
+                "/slow/v1/chat/completions",
+                post(|_: axum::body::Bytes| async {
+                    tokio::time::sleep(Duration::from_secs(3)).await;
+                    axum::Json(answer(json!({"role": "assistant", "content": "done()"})))
+                }),
+            )
+            .route(
+                "/old-error/v1/chat/completions",
+                post(|_: axum::body::Bytes| async {
+                    let body = json!({"object": "error", "message": "At most 1 image(s) may be provided in one request.", "type": "BadRequestError", "param": null, "code": 400});
+                    (StatusCode::BAD_REQUEST, axum::Json(body))
+                }),
+            )
+            .route(
+                "/prose/v1/chat/completions",
+                post(|_: axum::body::Bytes| async { axum::Json(answer(json!({"role": "assistant", "content": "I am not sure which button to press."}))) }),
+            )
+            .route(
+                "/flaky/v1/chat/completions",
+                // (Every handler reads the request body, as real servers do: answering
+                // before it is read makes the client's write fail with a broken pipe.)
+                // 429 the first time a request is seen, an answer when it comes again: by
+                // its body, not by a call count, since the two envs' calls interleave.
+                post(move |body: axum::body::Bytes| {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    let first_time = seen.lock().unwrap().insert(body.to_vec());
+                    async move {
+                        if first_time {
+                            let headers = [("Retry-After", "0")];
+                            (StatusCode::TOO_MANY_REQUESTS, headers, axum::Json(json!({"error": {"message": "slow down"}}))).into_response()
+                        } else {
+                            let tool = json!({"role": "assistant", "content": null, "tool_calls": [{"id": "c", "type": "function", "function": {"name": "computer_use", "arguments": "{\"action\": \"left_click\", \"coordinate\": [3, 4]}"}}]});
+                            (StatusCode::OK, [("Retry-After", "0")], axum::Json(answer(tool))).into_response()
+                        }
+                    }
+                }),
+            );
+        let base = serve(router).await;
+        let dir = tempfile::tempdir().unwrap();
+        let mut results = std::collections::HashMap::new();
+        for (name, url, timeout_ms) in [
+            ("down", "http://127.0.0.1:1/v1".to_string(), 2000),
+            ("garbage", format!("{base}/garbage/v1"), 2000),
+            ("slow", format!("{base}/slow/v1"), 300),
+            ("old-error", format!("{base}/old-error/v1"), 2000),
+            ("prose", format!("{base}/prose/v1"), 2000),
+            ("flaky", format!("{base}/flaky/v1"), 2000),
+        ] {
+            let out = dir.path().join(name);
+            let mut p = api("m", &url, timeout_ms, 1);
+            let report = harness::run(&options(&["miniwob/click-test"], 2, &out, 2), &mut p).await.unwrap();
+            let rows = journal::read_rows(&out.join(journal::RESULTS_FILE)).unwrap();
+            assert!(out.join("report.md").is_file(), "{name}: the bench finished");
+            results.insert(name, (report, rows, out));
+        }
+        for name in ["down", "garbage", "slow", "old-error"] {
+            let (report, rows, out) = &results[name];
+            assert_eq!(report.all.policy_errors, 2, "{name}: {rows:?}");
+            assert_eq!((report.all.completed, report.all.env_errors), (0, 0), "{name}: not the agent's, not the env's");
+            assert!(rows.iter().all(|r| r.status == EpisodeStatus::PolicyError && r.steps == 0), "{name}");
+            let errors = std::fs::read_to_string(out.join("errors.md")).unwrap();
+            assert!(errors.contains("## policy_error (2 episodes)"), "{name}: {errors}");
+        }
+        let msg = |name: &str| results[name].1[0].policy_error.clone().unwrap();
+        assert!(msg("down").contains("Connection refused") || msg("down").contains("onnect"), "{}", msg("down"));
+        assert!(msg("garbage").contains("not JSON") && msg("garbage").contains("Bad Gateway"), "{}", msg("garbage"));
+        assert!(msg("slow").contains("timed out") || msg("slow").contains("imeout"), "{}", msg("slow"));
+        assert!(msg("old-error").contains("HTTP 400") && msg("old-error").contains("At most 1 image"), "{}", msg("old-error"));
+
+        // Prose: invalid steps, the episode goes on to its limit, the answer is kept.
+        let (report, rows, out) = &results["prose"];
+        assert_eq!(report.all.policy_errors, 0);
+        assert!(rows.iter().all(|r| r.status == EpisodeStatus::Truncated && r.invalid_steps == 2), "{rows:?}");
+        let set = guirl::rollout::TrajectorySet::read(&out.join(&rows[0].trajectory)).unwrap();
+        let step = &set.trajectories[0].trajectory.steps[0];
+        assert_eq!(step.answer.as_deref(), Some("I am not sure which button to press."));
+        assert!(step.action_error.as_deref().unwrap().contains("mouse_click"), "the error lists the accepted forms");
+
+        // 429 then an answer: retried; the tool call is read.
+        let (report, rows, out) = &results["flaky"];
+        assert_eq!(report.all.policy_errors, 0, "{rows:?}");
+        assert!(flaky_calls.load(Ordering::SeqCst) >= 8, "each step was retried once");
+        let set = guirl::rollout::TrajectorySet::read(&out.join(&rows[0].trajectory)).unwrap();
+        assert_eq!(set.trajectories[0].trajectory.steps[0].action, "click(3, 4)");
+    });
+}

@@ -1,0 +1,204 @@
+//! Errors a user can cause get a clear message and a non-zero exit code.
+
+use crate::common;
+
+use common::{fails_with, guirl, repo};
+use std::process::Command;
+
+#[test]
+fn unknown_task_lists_the_closest_ids() {
+    let out = guirl(&["run", "--task", "miniwob/click-tset", "--episodes", "1"]);
+    fails_with(&out, &["unknown task \"miniwob/click-tset\"", "miniwob/click-test", "guirl tasks"]);
+}
+
+#[test]
+fn missing_chromedriver_names_the_apt_get_command() {
+    let out = guirl(&[
+        "run",
+        "--task",
+        "miniwob/click-test",
+        "--episodes",
+        "1",
+        "--chromedriver",
+        "/nonexistent/chromedriver",
+    ]);
+    fails_with(
+        &out,
+        &[
+            "chromedriver not found at /nonexistent/chromedriver",
+            "apt-get install -y chromium chromium-driver",
+        ],
+    );
+}
+
+#[test]
+fn missing_chromium_names_the_apt_get_command() {
+    let out = Command::new(env!("CARGO_BIN_EXE_guirl"))
+        .args(["run", "--task", "miniwob/click-test", "--episodes", "1"])
+        .env("GUIRL_CHROMIUM", "/nonexistent/chromium")
+        .output()
+        .unwrap();
+    fails_with(&out, &["chromium not found", "apt-get install"]);
+}
+
+#[test]
+fn page_that_does_not_load_names_the_url() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("dead.toml");
+    std::fs::write(&spec, "start_url = \"http://127.0.0.1:9/nothing.html\"\ninstruction = \"x\"\n[success]\nurl_pattern = \"y\"\n").unwrap();
+    let out = guirl(&["run", "--task", spec.to_str().unwrap(), "--episodes", "1"]);
+    fails_with(&out, &["http://127.0.0.1:9/nothing.html", "did not load"]);
+
+    let spec404 = dir.path().join("missing.toml");
+    std::fs::write(&spec404, "start_url = \"/fixtures/pages/no-such-page.html\"\ninstruction = \"x\"\n[success]\nurl_pattern = \"y\"\n").unwrap();
+    let out = guirl(&["run", "--task", spec404.to_str().unwrap(), "--episodes", "1"]);
+    fails_with(&out, &["/fixtures/pages/no-such-page.html", "did not load"]);
+}
+
+#[test]
+fn bad_task_specs_are_rejected_with_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        ("unknown.toml", "start_url = \"/x\"\ninstruction = \"x\"\nmax_stepz = 3\n[success]\nurl_pattern = \"y\"\n", "max_stepz"),
+        ("syntax.toml", "start_url = \"/x\n", "syntax.toml"),
+        ("range.toml", "start_url = \"/x\"\ninstruction = \"x\"\n[viewport]\nwidth = 5\nheight = 100\n[success]\nurl_pattern = \"y\"\n", "viewport.width"),
+        ("type.toml", "start_url = \"/x\"\ninstruction = \"x\"\nmax_steps = \"ten\"\n[success]\nurl_pattern = \"y\"\n", "max_steps"),
+    ];
+    for (name, text, needle) in cases {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        let out = guirl(&["run", "--task", p.to_str().unwrap(), "--episodes", "1"]);
+        fails_with(&out, &[needle, "invalid task spec"]);
+    }
+}
+
+#[test]
+fn bad_arguments_are_explained() {
+    fails_with(
+        &guirl(&["run", "--task", "miniwob/click-test", "--policy", "smart"]),
+        &["unknown policy \"smart\""],
+    );
+    fails_with(
+        &guirl(&["run", "--task", "miniwob/click-test", "--envs", "0"]),
+        &["--envs must be at least 1"],
+    );
+    fails_with(
+        &guirl(&["run", "--task", "miniwob/terminal", "--policy", "oracle"]),
+        &["no oracle for task miniwob/terminal"],
+    );
+    fails_with(&guirl(&["tasks", "--suite", "nope"]), &["invalid value 'nope'"]);
+    fails_with(
+        &guirl(&["run", "--task", "miniwob/click-test", "--temperature=-1"]),
+        &["--temperature must be 0 (greedy) or positive"],
+    );
+}
+
+#[test]
+fn run_prints_episodes_and_summary_and_json() {
+    let out = guirl(&[
+        "run",
+        "--task",
+        "miniwob/click-test",
+        "--policy",
+        "oracle",
+        "--episodes",
+        "3",
+        "--seed",
+        "7",
+        "--envs",
+        "2",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 4, "{text}");
+    assert!(text.contains("seed=7 ") && text.contains("seed=9 "), "{text}");
+    assert_eq!(*lines.last().unwrap(), "episodes=3 success_rate=1.000 mean_reward=1.000");
+
+    let out = guirl(&[
+        "run",
+        "--task",
+        repo("environments/websites/newsletter.toml").to_str().unwrap(),
+        "--episodes",
+        "2",
+        "--json",
+        "--max-steps",
+        "2",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["episodes"], 2);
+    assert_eq!(v["per_episode"][1]["seed"], 1);
+    assert_eq!(v["per_episode"][0]["status"], "truncated");
+    assert!(v["success_rate"].is_number() && v["mean_reward"].is_number());
+}
+
+#[test]
+fn tasks_lists_both_suites() {
+    let out = guirl(&["tasks", "--suite", "builtin"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.lines().count() >= 8 && text.lines().all(|l| l.starts_with("builtin/")), "{text}");
+    let out = guirl(&["tasks", "--suite", "miniwob"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.lines().any(|l| l == "miniwob/click-test"), "{text}");
+    assert!(text.lines().count() > 100);
+}
+
+#[test]
+fn a_policy_path_that_is_no_checkpoint_lists_the_forms() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = guirl(&["run", "--task", "miniwob/click-test", "--policy", dir.path().to_str().unwrap()]);
+    fails_with(&out, &["is not a policy checkpoint", "a run folder", "RUN/checkpoints/latest"]);
+}
+
+#[test]
+fn train_keeps_one_run_per_folder() {
+    let root = tempfile::tempdir().unwrap();
+    let run = root.path().join("run");
+    let write_config = |name: &str, lr: &str| {
+        let p = root.path().join(name);
+        let task = repo("fixtures/tasks/two-buttons.toml");
+        let text = format!(
+            "[run]\nname = \"x\"\niterations = 2\n[tasks]\nids = [\"{}\"]\n[model]\npreset = \"tiny\"\n[algo]\nlr = {lr}\n",
+            task.display()
+        );
+        std::fs::write(&p, text).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let (a, b) = (write_config("a.toml", "1e-3"), write_config("b.toml", "1e-2"));
+    let out_dir = run.to_str().unwrap();
+    // Metrics of an earlier run that never reached a checkpoint: not merged into a new one.
+    std::fs::create_dir_all(&run).unwrap();
+    std::fs::write(run.join("metrics.jsonl"), "{\"iteration\": 0}\n").unwrap();
+    fails_with(
+        &guirl(&["train", &a, "--out", out_dir]),
+        &["holds metrics.jsonl of an earlier run", "choose another --out"],
+    );
+    // A run with a checkpoint, resumed with another config: the differences are listed.
+    let cfg = guirl::train::TrainConfig::load(std::path::Path::new(&a)).unwrap();
+    let r2 = root.path().join("r2");
+    guirl::train::run_folder::prepare(&r2, &cfg, false, false).unwrap();
+    let policy = cfg.model.build(&candle_core::Device::Cpu, 0).unwrap();
+    let opt = guirl::train::AdamW::new(policy.trainable_vars(), cfg.algo.adamw_config()).unwrap();
+    guirl::train::checkpoint::save(&r2, policy.as_ref(), &opt, &Default::default()).unwrap();
+    fails_with(
+        &guirl(&["train", &b, "--out", r2.to_str().unwrap(), "--resume"]),
+        &["differs from the one the run", "algo.lr: 0.001 → 0.01", "--force"],
+    );
+    fails_with(&guirl(&["train", &b, "--out", r2.to_str().unwrap(), "--force"]), &["--resume"]);
+}
+
+/// `guirl train --example-config` prints the documented example, which parses as a
+/// config; `guirl train` with neither a config nor the flag says what it needs.
+#[test]
+fn train_prints_its_example_config() {
+    let out = guirl(&["train", "--example-config"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("[algo]") && text.contains("give_up_reward"), "{text}");
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("example.toml");
+    std::fs::write(&p, &text).unwrap();
+    guirl::train::TrainConfig::load(&p).expect("the printed example is a valid config");
+    fails_with(&guirl(&["train"]), &["<CONFIG>"]);
+}

@@ -1,0 +1,169 @@
+//! Recording, crash safety, replay with verification, and bad trajectory sets.
+
+use crate::common;
+
+use common::repo;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn guirl(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_guirl")).args(args).output().expect("running guirl")
+}
+
+fn lines(dir: &Path) -> usize {
+    std::fs::read_to_string(dir.join("trajectories.jsonl")).map(|s| s.lines().count()).unwrap_or(0)
+}
+
+#[test]
+fn sigkill_while_recording_keeps_every_finished_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("rec");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_guirl"))
+        .args([
+            "run",
+            "--task",
+            "miniwob/click-test",
+            "--policy",
+            "random",
+            "--episodes",
+            "500",
+            "--envs",
+            "2",
+        ])
+        .arg("--record")
+        .arg(&rec)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while lines(&rec) < 4 {
+        assert!(t0.elapsed() < Duration::from_secs(90), "the recording never got going");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let set = guirl::rollout::TrajectorySet::read(&rec).expect("a killed run leaves a readable set");
+    assert!(set.trajectories.len() >= 4);
+    for st in &set.trajectories {
+        for step in &st.trajectory.steps {
+            let f = step.frame.as_ref().expect("frame name");
+            assert!(set.frame_path(f).is_file(), "line {} names a frame that exists", st.line);
+        }
+    }
+    // A torn last line, as a kill in the middle of a write would leave it, is skipped.
+    let file = rec.join("trajectories.jsonl");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let first = text.lines().next().unwrap();
+    std::fs::write(&file, format!("{text}{}", &first[..first.len() / 2])).unwrap();
+    let set2 = guirl::rollout::TrajectorySet::read(&rec).unwrap();
+    assert_eq!(set2.trajectories.len(), set.trajectories.len());
+    assert_eq!(set2.torn_line, Some(set.trajectories.len() + 1));
+    let out = guirl(&["replay", rec.to_str().unwrap()]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("torn"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn fixture_recordings_replay_exactly() {
+    let out =
+        guirl(&["replay", repo("fixtures/trajectories/oracle").to_str().unwrap(), "--verify", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert!(out.status.success(), "{}", serde_json::to_string_pretty(&v).unwrap());
+    assert_eq!(v["replayed"], v["reproduced"]);
+    assert!(v["replayed"].as_u64().unwrap() >= 20);
+}
+
+#[test]
+fn a_changed_page_diverges_at_the_first_differing_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let page = dir.path().join("page.html");
+    std::fs::copy(repo("fixtures/pages/actions.html"), &page).unwrap();
+    let spec = dir.path().join("task.toml");
+    let text = std::fs::read_to_string(repo("fixtures/tasks/actions.toml")).unwrap();
+    std::fs::write(
+        &spec,
+        text.replace("/fixtures/pages/actions.html", &format!("file://{}", page.display())),
+    )
+    .unwrap();
+    let rec = dir.path().join("rec");
+    // Four clicks (on buttons and beside them), so the episode's frames depend on the page
+    // alone, not on a key's smooth scroll or a caret's blink.
+    let mut play = std::process::Command::new(env!("CARGO_BIN_EXE_guirl"))
+        .args([
+            "play",
+            "--task",
+            spec.to_str().unwrap(),
+            "--max-steps",
+            "4",
+            "--record",
+            rec.to_str().unwrap(),
+        ])
+        .arg("--screenshot")
+        .arg(dir.path().join("play.png"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    play.stdin
+        .take()
+        .unwrap()
+        .write_all(b"click(30, 25)\nclick(300, 200)\nclick(180, 25)\nclick(130, 75)\n:quit\n")
+        .unwrap();
+    let out = play.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("quit: 1 episode(s) recorded"));
+    let out = guirl(&["replay", rec.to_str().unwrap(), "--verify"]);
+    assert!(out.status.success(), "unchanged page reproduces: {}", String::from_utf8_lossy(&out.stdout));
+    // Move the blue square: the very first screen differs.
+    let html =
+        std::fs::read_to_string(&page).unwrap().replace("left: 260px; top: 20px", "left: 200px; top: 60px");
+    std::fs::write(&page, html).unwrap();
+    let out = guirl(&["replay", rec.to_str().unwrap(), "--verify"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("reproduced=false") && text.contains("diverged_at_step=0"), "{text}");
+    assert!(text.contains("replayed=1 reproduced=0"), "{text}");
+}
+
+#[test]
+fn bad_trajectory_sets_are_named_with_file_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = guirl(&["replay", dir.path().to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is not a trajectory set"));
+
+    let src = std::fs::read_to_string(repo("fixtures/trajectories/oracle/trajectories.jsonl")).unwrap();
+    let first = src.lines().next().unwrap();
+    let cases = [
+        (
+            "newer",
+            first.replacen("\"version\":1", "\"version\":99", 1),
+            "trajectories.jsonl:2: written in trajectory format v99",
+        ),
+        (
+            "gone",
+            first.replacen("\"task_id\":\"", "\"task_id\":\"miniwob/no-such-", 1),
+            "trajectories.jsonl:2: task miniwob/no-such-",
+        ),
+        (
+            "garbage",
+            "{\"version\": 1, \"oops\": true}".to_string(),
+            "trajectories.jsonl:2: not a valid trajectory",
+        ),
+    ];
+    for (name, bad, needle) in cases {
+        let d = dir.path().join(name);
+        std::fs::create_dir_all(d.join("frames")).unwrap();
+        std::fs::write(d.join("trajectories.jsonl"), format!("{first}\n{bad}\n")).unwrap();
+        let out = guirl(&["replay", d.to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(needle), "{name}: {err}");
+    }
+}
