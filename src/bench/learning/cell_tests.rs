@@ -211,3 +211,18 @@ fn a_plan_task_sets_the_rl_cells_task_sampling() {
             .to_string();
     assert!(e.contains("uniform") && e.contains("progress"), "{e}");
 }
+
+#[test]
+fn every_plan_in_benches_learning_loads() {
+    // A plan whose config moved or whose keys went stale fails here, not hours into a run.
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/learning");
+    let mut n = 0;
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let path = e.unwrap().path();
+        if path.extension().is_some_and(|x| x == "toml") {
+            Plan::load(&path).unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
+            n += 1;
+        }
+    }
+    assert!(n >= 7, "found {n} plans in {}", dir.display());
+}
