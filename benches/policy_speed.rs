@@ -25,7 +25,7 @@ fn main() -> anyhow::Result<()> {
     // only asks whether the feature is compiled in, so an empty CUDA_VISIBLE_DEVICES fails).
     let device = match args.get(2).map(|a| a.as_str()) {
         Some("cpu") => Device::Cpu,
-        Some("cuda") | None if cfg!(feature = "cuda") => Device::new_cuda(0)?,
+        Some("cuda") | None if cfg!(feature = "cuda") => guirl::policy::device::cuda(0)?,
         None => Device::Cpu,
         Some(other) => anyhow::bail!("device `{other}`: expected `cpu` or `cuda` (a --features cuda build)"),
     };

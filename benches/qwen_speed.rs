@@ -96,7 +96,8 @@ fn main() -> Result<()> {
     let mode = args.first().cloned().unwrap_or_default();
     let device = match arg(&args, "--device").unwrap_or_else(|_| "cpu".into()).as_str() {
         "cpu" => Device::Cpu,
-        "cuda" => Device::new_cuda(0).context("--device cuda needs a `--features cuda` build and a GPU")?,
+        "cuda" => guirl::policy::device::cuda(0)
+            .context("--device cuda needs a `--features cuda` build and a GPU")?,
         other => bail!("--device {other:?}: use cpu or cuda"),
     };
     let dtype = arg(&args, "--dtype").unwrap_or_else(|_| "f32".into());
@@ -112,7 +113,8 @@ fn main() -> Result<()> {
         "prepare" => prepare(&model, &inputs, &base, &out, &env),
         "time" => time(&model, &inputs, &base, &out, &env),
         "matmul" => matmul(&model, &base, &out, &env),
-        other => bail!("mode {other:?}: use `prepare`, `time` or `matmul`"),
+        "profile" => profile(&model, &inputs, &base, &out, &env),
+        other => bail!("mode {other:?}: use `prepare`, `time`, `matmul` or `profile`"),
     }
 }
 
@@ -498,19 +500,28 @@ fn time(model: &Path, inputs: &Inputs, base: &Path, out: &Path, env: &Env) -> Re
     let vision_s = t.elapsed().as_secs_f64();
     // fill the policy's vision cache, then time the forward without the vision tower
     drop(b.loss(&states, &b.answers, &inputs.advantages)?);
+    env.sync()?;
+    // Each phase is timed twice: when its call returns (the host has queued the work) and
+    // when the device has done it. On CUDA, a phase whose call returns late is bound by the
+    // host issuing kernels, not by the GPU running them.
     let t = Instant::now();
     let (loss, _) = b.loss(&states, &b.answers, &inputs.advantages)?;
+    let fwd_issue = t.elapsed().as_secs_f64();
     env.sync()?;
     let fwd_s = t.elapsed().as_secs_f64();
+    let graph_nodes = loss.sorted_nodes().len();
     let t = Instant::now();
     let grads = loss.backward()?;
+    let bwd_issue = t.elapsed().as_secs_f64();
     env.sync()?;
     let bwd_s = t.elapsed().as_secs_f64();
     let t = Instant::now();
     opt.step(&grads)?;
+    let opt_issue = t.elapsed().as_secs_f64();
     env.sync()?;
     let opt_s = t.elapsed().as_secs_f64();
     drop(grads);
+    let launch_us = launch_cost(env)?;
 
     let report = json!({
         "side": "guirl",
@@ -546,10 +557,29 @@ fn time(model: &Path, inputs: &Inputs, base: &Path, out: &Path, env: &Env) -> Re
             "backward": bwd_s,
             "optimizer": opt_s,
         },
+        "phases_issued_s": { "text_forward": fwd_issue - prompt_s, "backward": bwd_issue, "optimizer": opt_issue },
+        "graph_nodes": graph_nodes,
+        "launch_us": launch_us,
     });
     std::fs::write(out, serde_json::to_string_pretty(&report)?)?;
     println!("{}", serde_json::to_string(&report)?);
     Ok(())
+}
+
+/// What one small elementwise op costs the host to issue, in microseconds: 2 000 `x + 1`
+/// on a 1 024-element tensor, timed until the loop returns (on CUDA, before the sync).
+fn launch_cost(env: &Env) -> Result<f64> {
+    let mut x = Tensor::zeros(1024, DType::F32, &env.device)?;
+    env.sync()?;
+    let n = 2000;
+    let t = Instant::now();
+    for _ in 0..n {
+        x = (x + 1.0)?;
+    }
+    let us = t.elapsed().as_secs_f64() * 1e6 / n as f64;
+    env.sync()?;
+    anyhow::ensure!(x.max(0)?.to_scalar::<f32>()? == n as f32, "launch_cost: wrong sum");
+    Ok(us)
 }
 
 /// The group generation's figures (`null` when not measured).
@@ -560,6 +590,60 @@ fn group_json(g: &GenSpec, times: &[f64]) -> serde_json::Value {
     let s = median(times);
     json!({ "group": g.group, "new_tokens": g.new_tokens, "times_s": times, "median_s": s,
             "tokens_per_s": (g.group * g.new_tokens) as f64 / s })
+}
+
+/// One decoder layer's parts timed alone at the update's shapes (the batch, padded to its
+/// longest sequence), forward and backward (`TextModel::profile_layer`), and the whole
+/// layer, so the glue between the parts shows as the difference. Prints a table.
+fn profile(model: &Path, inputs: &Inputs, base: &Path, out: &Path, env: &Env) -> Result<()> {
+    let b = load(model, inputs, base, env)?;
+    let tokens = b
+        .states
+        .iter()
+        .zip(&b.answers)
+        .map(|(s, a)| b.prompt(s).map(|(ids, _)| ids.len() + a.len()))
+        .collect::<Result<Vec<_>>>()?
+        .into_iter()
+        .max()
+        .unwrap_or(1);
+    let text = &b.policy.model().text;
+    let layers = text.config().num_hidden_layers;
+    let parts = text.profile_layer(0, b.states.len(), tokens, 5, &|| env.sync())?;
+    println!(
+        "one decoder layer of {layers}, batch {} x {tokens} tokens, ms per call (x calls per layer):",
+        b.states.len()
+    );
+    println!(
+        "{:<40} {:>4} {:>9} {:>9} {:>13} {:>6}",
+        "part", "x", "forward", "backward", "bwd issued", "nodes"
+    );
+    for p in &parts {
+        println!(
+            "{:<40} {:>4} {:>9.3} {:>9.3} {:>13.3} {:>6}",
+            p.part,
+            p.per_layer,
+            p.forward_s * 1e3,
+            p.backward_s * 1e3,
+            p.backward_issued_s * 1e3,
+            p.nodes
+        );
+    }
+    let parts_sum = |f: fn(&guirl::policy::qwen_vl::text::profile::PartTime) -> f64| -> f64 {
+        parts.iter().filter(|p| p.part != "whole layer").map(|p| f(p) * p.per_layer as f64).sum()
+    };
+    println!(
+        "parts x calls: forward {:.3} ms, backward {:.3} ms; times {layers} layers: backward {:.1} ms",
+        parts_sum(|p| p.forward_s) * 1e3,
+        parts_sum(|p| p.backward_s) * 1e3,
+        parts.last().map(|p| p.backward_s).unwrap_or(0.0) * layers as f64 * 1e3
+    );
+    std::fs::write(
+        out,
+        serde_json::to_string_pretty(
+            &json!({ "layers": layers, "batch": b.states.len(), "tokens": tokens, "parts": parts }),
+        )?,
+    )?;
+    Ok(())
 }
 
 /// The decoder's linear layers in isolation, at one sample's shapes (T tokens from the

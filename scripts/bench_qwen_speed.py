@@ -607,18 +607,24 @@ def torch_time(args):
     side.sync()
     vision_s = time.perf_counter() - t
     opt.zero_grad(set_to_none=True)
+    side.sync()
+    # each phase timed when its call returns and when the device is done (as guirl's side)
     t = time.perf_counter()
     loss, _ = side.loss()
+    fwd_issue = time.perf_counter() - t
     side.sync()
     fwd_s = time.perf_counter() - t
     t = time.perf_counter()
     loss.backward()
+    bwd_issue = time.perf_counter() - t
     side.sync()
     bwd_s = time.perf_counter() - t
     t = time.perf_counter()
     opt.step()
+    opt_issue = time.perf_counter() - t
     side.sync()
     opt_s = time.perf_counter() - t
+    launch_us = torch_launch_cost(side.device)
 
     n = len(side.prompts)
     seq_tokens = sum(len(a) + len(b) for a, b in zip(side.prompts, side.answers))
@@ -634,7 +640,26 @@ def torch_time(args):
         group_gen=group_gen(g, group_times),
         phases_s=dict(prompt_and_preprocess=0.0, vision=vision_s, text_forward=fwd_s - vision_s, backward=bwd_s,
                       optimizer=opt_s),
+        phases_issued_s=dict(text_forward=fwd_issue - vision_s, backward=bwd_issue, optimizer=opt_issue),
+        launch_us=launch_us,
     )
+
+
+def torch_launch_cost(device):
+    """Host microseconds to issue one small elementwise op (as guirl's `launch_cost`)."""
+    import torch
+
+    x = torch.zeros(1024, device=device)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    sync()
+    n = 2000
+    t = time.perf_counter()
+    for _ in range(n):
+        x = x + 1.0
+    us = (time.perf_counter() - t) * 1e6 / n
+    sync()
+    assert float(x.max()) == n
+    return us
 
 
 def torch_matmul(args):
@@ -746,6 +771,24 @@ def table(ctx, results, checks):
             phases.append(
                 f"| {size} | {threads} | {name} | {p['prompt_and_preprocess']:.3f} | {p['vision']:.3f} | "
                 f"{p['text_forward']:.3f} | {p['backward']:.3f} | {p['optimizer']:.3f} |"
+            )
+    phases += [
+        "",
+        "The same phases timed when the call returned (the host had queued the work), before waiting for the "
+        "device; where this is close to the figure above, the host issuing kernels is the bound, not the device. "
+        "Launch: host microseconds to issue one small elementwise op.",
+        "",
+        "| size | threads | side | text forward | backward | optimizer | graph nodes | launch µs |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for (size, threads), r in results.items():
+        for name in ["guirl", "pytorch"]:
+            p = r[name].get("phases_issued_s")
+            if p is None:
+                continue
+            phases.append(
+                f"| {size} | {threads} | {name} | {p['text_forward']:.3f} | {p['backward']:.3f} | "
+                f"{p['optimizer']:.3f} | {r[name].get('graph_nodes', '')} | {r[name].get('launch_us', 0):.1f} |"
             )
     groups = [
         "",

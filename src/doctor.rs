@@ -439,7 +439,7 @@ fn cuda_check() -> Check {
              benches/gpu/build.sh makes that build without a GPU)",
         );
     }
-    match candle_core::Device::new_cuda(0) {
+    match crate::policy::device::cuda(0) {
         Ok(_) => Check::ok("cuda", "CUDA device 0 is available (device = \"cuda\" in a config uses it)"),
         Err(e) => Check::warn(
             "cuda",

@@ -25,7 +25,7 @@ fn reference(arch: &str) -> HashMap<String, Tensor> {
 /// `GUIRL_TEST_DTYPE=bf16` say otherwise (benches/gpu/run.sh runs this file on a GPU).
 fn device() -> Device {
     match std::env::var("GUIRL_TEST_DEVICE").as_deref() {
-        Ok("cuda") => Device::new_cuda(0)
+        Ok("cuda") => guirl::policy::device::cuda(0)
             .expect("GUIRL_TEST_DEVICE=cuda: no CUDA device (or not a --features cuda build)"),
         _ => Device::Cpu,
     }
@@ -417,4 +417,42 @@ fn a_vision_target_that_matches_nothing_names_the_towers_layers() {
         err.contains("lora_vision_targets") && err.contains("linear_fc1") && err.contains("qkv"),
         "{err}"
     );
+}
+
+/// The layer profile the GPU speed bench prints (`qwen_speed profile`): every part is in
+/// the graph (it adds nodes to the loss's) and the whole layer walks more nodes than any part.
+#[test]
+fn the_decoder_layer_profile_times_every_part_in_the_graph() {
+    for arch in ARCHS {
+        let mut m = load(arch);
+        m.attach_lora(&LoraSettings { rank: 2, alpha: 4.0, ..LoraSettings::default() }, 0).unwrap();
+        let dev = device();
+        let parts = m.text.profile_layer(0, 2, 9, 1, &|| Ok(dev.synchronize()?)).unwrap();
+        let loss = parts[0].nodes;
+        let whole = parts.iter().find(|p| p.part == "whole layer").expect("the whole layer is timed");
+        let names: Vec<&str> = parts.iter().map(|p| p.part.as_str()).collect();
+        for want in ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "attention"]
+        {
+            assert!(names.contains(&want), "{arch}: {want} not in {names:?}");
+        }
+        assert_eq!(names.contains(&"q/k rms_norm (per head)"), arch == "qwen3_vl", "{arch}: {names:?}");
+        for p in &parts[1..] {
+            assert!(
+                p.nodes > loss,
+                "{arch}: {} adds no graph node ({} vs the loss's {loss})",
+                p.part,
+                p.nodes
+            );
+            assert!(p.forward_s.is_finite() && p.backward_s.is_finite(), "{arch}: {p:?}");
+            if p.part != "whole layer" {
+                assert!(
+                    whole.nodes > p.nodes,
+                    "{arch}: the whole layer has {} nodes, {} has {}",
+                    whole.nodes,
+                    p.part,
+                    p.nodes
+                );
+            }
+        }
+    }
 }

@@ -17,7 +17,7 @@
 #     model in PyTorch (scripts/small_policy_torch.py) where it exists;
 #  4. Qwen-VL speed on CUDA, guirl against PyTorch + peft on the same GPU in one run
 #     (scripts/bench_qwen_speed.py), bf16: a Qwen3-VL-2B-shaped random-weight model, then
-#     the tiny fixture.
+#     the tiny fixture; then one decoder layer of the 2B shape, part by part.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 BUDGET=${1:-540}
@@ -92,5 +92,23 @@ want 4 && for size in ${GPU_SIZES:-2b tiny}; do
     --work /tmp/qwen-speed --guirl-bench $BIN/qwen_speed || echo "speed bench $size failed (rc $?)"
   [ -f /tmp/qwen-speed/guirl.log ] && { echo "guirl side's log (tail):"; tail -5 /tmp/qwen-speed/guirl.log; }
   [ -n "${OUT:-}" ] && mv /tmp/qwen-speed/results.json "$OUT/qwen-speed-$size.json" 2>/dev/null
+  # where one decoder layer's time goes: its parts alone against the whole (benches/qwen_speed.rs `profile`)
+  if [ "$size" != tiny ] && [ -f /tmp/qwen-speed/$size/inputs.json ]; then
+    echo "### $size: one decoder layer, part by part"
+    timeout "$(cap 60)" $BIN/qwen_speed profile --device cuda --dtype bf16 --model /tmp/qwen-speed/qwen3_vl_${size}_bf16 \
+      --inputs /tmp/qwen-speed/$size/inputs.json --out "${OUT:-/tmp}/qwen-profile-$size.json" || echo "profile $size failed (rc $?)"
+    # the same with cudarc's and the driver's defaults (per-buffer events, pool trimmed at
+    # every sync; src/policy/device.rs), for the difference in one run
+    echo "### $size: the same, GUIRL_CUDA_DEFAULTS=1"
+    GUIRL_CUDA_DEFAULTS=1 timeout "$(cap 60)" $BIN/qwen_speed profile --device cuda --dtype bf16 --model /tmp/qwen-speed/qwen3_vl_${size}_bf16 \
+      --inputs /tmp/qwen-speed/$size/inputs.json --out "${OUT:-/tmp}/qwen-profile-$size-defaults.json" || echo "profile $size failed (rc $?)"
+    if [ -n "${GPU_DEFAULTS_TIME:-}" ]; then
+      echo "### $size: guirl's update and generation with GUIRL_CUDA_DEFAULTS=1"
+      GUIRL_CUDA_DEFAULTS=1 RAYON_NUM_THREADS=$(nproc) timeout "$(cap 120)" $BIN/qwen_speed time --device cuda --dtype bf16 \
+        --model /tmp/qwen-speed/qwen3_vl_${size}_bf16 --inputs /tmp/qwen-speed/$size/inputs.json \
+        --out "${OUT:-/tmp}/qwen-time-$size-defaults.json" 2>&1 | grep -E "update rep|generate rep|^\{" | cut -c1-400 \
+        || echo "time $size (defaults) failed"
+    fi
+  fi
 done
 section "done"

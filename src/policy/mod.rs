@@ -2,6 +2,7 @@
 //! of policies; a policy knows nothing of browsers (it sees only `ScreenState`).
 
 pub mod api;
+pub mod device;
 pub mod judge;
 pub mod observation;
 pub mod oracle;

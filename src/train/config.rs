@@ -302,7 +302,7 @@ impl TrainConfig {
     pub fn candle_device(&self) -> anyhow::Result<candle_core::Device> {
         match parse_device(&self.device)? {
             None => Ok(candle_core::Device::Cpu),
-            Some(n) => candle_core::Device::new_cuda(n).with_context(|| {
+            Some(n) => crate::policy::device::cuda(n).with_context(|| {
                 format!(
                     "device = \"{}\": no CUDA device (was guirl built with --features cuda?)",
                     self.device

@@ -114,6 +114,55 @@ impl QwenVl {
         Ok(h.squeeze(0)?)
     }
 
+    /// Final hidden states `[B, T, H]` of several prompts in one pass, right-padded to the
+    /// longest (`T`): row `b`'s first `prompts[b].ids.len()` positions are what
+    /// [`QwenVl::hidden`] gives for it alone, since the causal mask keeps each token from the
+    /// padding after it. One pass instead of `B`: on a GPU the training pass's time is the
+    /// host issuing kernels (docs/gpu.md), so `B` sequences cost about what one does.
+    pub fn hidden_batch(&self, prompts: &[Prompt], visions: &[Option<&VisionOutput>]) -> Result<Tensor> {
+        if prompts.len() != visions.len() {
+            bail!("{} prompts with {} vision outputs", prompts.len(), visions.len());
+        }
+        let device = self.text_device();
+        let dtype = self.text_dtype();
+        let t = prompts.iter().map(|p| p.ids.len()).max().unwrap_or(0);
+        let image = self.config.image_token_id;
+        // padding: any text token (never the image placeholder), at positions continuing the prompt's
+        let pad = if image == 0 { 1 } else { 0 };
+        let (mut ids, mut cos, mut sin, mut rows) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut embeds, mut deepstack) = (Vec::new(), Vec::<Vec<Tensor>>::new());
+        for (b, (p, v)) in prompts.iter().zip(visions).enumerate() {
+            if let Some(v) = v {
+                rows.extend(
+                    p.ids.iter().enumerate().filter(|(_, &id)| id == image).map(|(i, _)| (b * t + i) as u32),
+                );
+                embeds.push(v.embeds.clone());
+                deepstack.resize(v.deepstack.len().max(deepstack.len()), Vec::new());
+                for (level, f) in v.deepstack.iter().enumerate() {
+                    deepstack[level].push(f.clone());
+                }
+            }
+            let mut padded = Prompt { ids: p.ids.clone(), positions: p.positions.clone(), delta: p.delta };
+            padded.extend(&vec![pad; t - p.ids.len()]);
+            let (c, s) = text_cos_sin(&self.config.text, &padded.positions, dtype, &device)?;
+            cos.push(c);
+            sin.push(s);
+            ids.extend(padded.ids);
+        }
+        let ids = Tensor::from_vec(ids, (prompts.len(), t), &device)?;
+        let (cos, sin) = (Tensor::stack(&cos, 0)?, Tensor::stack(&sin, 0)?);
+        let rows = Tensor::new(rows.as_slice(), &device)?;
+        let (embeds, deepstack) = if embeds.is_empty() {
+            (None, Vec::new())
+        } else {
+            let levels =
+                deepstack.iter().map(|l| Tensor::cat(l, 0)).collect::<candle_core::Result<Vec<_>>>()?;
+            (Some(Tensor::cat(&embeds, 0)?), levels)
+        };
+        let visual = embeds.as_ref().map(|e| VisualRows { rows: &rows, embeds: e, deepstack: &deepstack });
+        self.text.forward(&ids, &cos, &sin, visual, None)
+    }
+
     /// Hidden state `[1, H]` of one more token at sequence index `index` (decoding).
     pub fn step(&self, token: u32, index: usize, delta: i64, cache: &mut KvCache) -> Result<Tensor> {
         let device = self.text_device();

@@ -24,7 +24,6 @@ use super::hub;
 use super::lora::AdapterUse;
 use super::model::QwenVl;
 pub use super::settings::QwenPolicySettings;
-use super::train_pass::{sample_key, PassState};
 use super::vision::VisionOutput;
 use super::{text::KvCache, Arch};
 use crate::env::{GuiAction, ScreenState};
@@ -63,6 +62,9 @@ pub struct QwenVlPolicy {
     /// 0, or −∞ at the vision tokens an answer may not contain (`[V]`).
     banned: Tensor,
 }
+
+#[path = "policy_score.rs"]
+mod score;
 
 /// Vision outputs kept at most (screenshots of one iteration's update).
 const VISION_CACHE: usize = 4096;
@@ -300,27 +302,6 @@ impl QwenVlPolicy {
         d.answer = Some(text);
         Ok(d)
     }
-
-    /// Per-token log-probs and entropies `[n]` of `tokens` after `state`'s prompt.
-    fn score_one(&self, state: &ScreenState, tokens: &[u32]) -> Result<(Tensor, Tensor)> {
-        let (ids, img) = self.prompt(state)?;
-        let vision = self.vision(&img)?;
-        let n = ids.len();
-        let mut prompt = self.model.prompt(ids, &[img.grid])?;
-        prompt.extend(tokens);
-        let h = self.model.hidden(&prompt, Some(&vision), None)?;
-        // the answer's tokens are predicted from the positions just before them
-        let rows = h.narrow(0, n - 1, tokens.len())?;
-        let logits = (self.model.logits(&rows)?.to_dtype(DType::F32)? / self.sampling.temperature)?
-            .broadcast_add(&self.banned)?;
-        let lp = candle_nn::ops::log_softmax(&logits, D::Minus1)?;
-        let idx = Tensor::new(tokens, &self.device)?.unsqueeze(1)?;
-        let chosen = lp.gather(&idx, 1)?.squeeze(1)?;
-        // banned tokens have log-prob −∞: 0 · (−∞) would be NaN, so they count as −1e9 (p = 0)
-        let finite = lp.clamp(-1e9f32, 0f32)?;
-        let entropy = (finite.exp()? * &finite)?.sum(D::Minus1)?.neg()?;
-        Ok((chosen, entropy))
-    }
 }
 
 fn argmax(v: &[f32]) -> u32 {
@@ -513,51 +494,5 @@ impl TrainablePolicy for QwenVlPolicy {
 
     fn token_text(&self, token: u32) -> String {
         self.model.chat.token_text(token)
-    }
-}
-
-impl QwenVlPolicy {
-    /// Score `tokens` after `states`; `pass` makes it a training pass with that key (LoRA
-    /// dropout, gradient checkpointing, as the settings ask).
-    fn score_pass(
-        &self,
-        states: &[ScreenState],
-        tokens: &[Vec<u32>],
-        pass: Option<u64>,
-    ) -> Result<TokenScores> {
-        if states.len() != tokens.len() {
-            bail!("{} states for {} token sequences", states.len(), tokens.len());
-        }
-        let longest = tokens.iter().map(Vec::len).max().unwrap_or(0).max(1);
-        let (mut lps, mut ents, mut masks) = (Vec::new(), Vec::new(), Vec::new());
-        self.with_adapters(|| {
-            for (i, (s, t)) in states.iter().zip(tokens).enumerate() {
-                // each state its own dropout masks (keyed by its place in the minibatch)
-                let _train = pass.map(|k| {
-                    self.model.text.pass().enter(PassState {
-                        dropout_key: (self.settings.lora_dropout > 0.0).then(|| sample_key(k, i)),
-                        checkpoint: self.settings.gradient_checkpointing,
-                        no_grad: false,
-                    })
-                });
-                let pad = longest - t.len();
-                let (lp, ent) = if t.is_empty() {
-                    (Tensor::zeros(0, DType::F32, &self.device)?, Tensor::zeros(0, DType::F32, &self.device)?)
-                } else {
-                    self.score_one(s, t)?
-                };
-                let zeros = Tensor::zeros(pad, DType::F32, &self.device)?;
-                lps.push(Tensor::cat(&[&lp, &zeros], 0)?);
-                ents.push(Tensor::cat(&[&ent, &zeros], 0)?);
-                let m: Vec<f32> = (0..longest).map(|i| if i < t.len() { 1.0 } else { 0.0 }).collect();
-                masks.push(Tensor::new(m, &self.device)?);
-            }
-            Ok(())
-        })?;
-        Ok(TokenScores {
-            logp: Tensor::stack(&lps, 0)?,
-            mask: Tensor::stack(&masks, 0)?,
-            entropy: Tensor::stack(&ents, 0)?,
-        })
     }
 }

@@ -16,6 +16,9 @@ use anyhow::{bail, Result};
 use candle_core::{DType, Module, Tensor, Var, D};
 use std::sync::Arc;
 
+#[path = "text_profile.rs"]
+pub mod profile;
+
 /// One decoder layer (shared with the checkpointed layers' backward, hence `Arc`ed).
 pub(crate) struct Layer {
     input_norm: RmsNorm,

@@ -1,0 +1,52 @@
+//! The CUDA device every guirl model runs on, opened for one stream.
+//!
+//! candle runs a device's work on one stream, but cudarc, under it, starts in its
+//! multi-stream mode: every buffer gets two CUDA events, and every kernel argument waits on
+//! one and records the other, so each op costs several driver calls on the host. And the
+//! driver's memory pool gives freed memory back at every synchronisation, so the next pass
+//! maps it again. A training pass is thousands of small ops: measured on an H100 (docs/gpu.md),
+//! the host issuing them was the whole Qwen-VL update's time, the GPU waiting. guirl keeps
+//! each tensor on its device's one stream, so it turns the events off and keeps freed
+//! memory in the pool (as PyTorch's caching allocator does).
+
+use anyhow::Result;
+use candle_core::Device;
+
+/// CUDA device `ordinal`, set up as above; `GUIRL_CUDA_DEFAULTS=1` keeps cudarc's and the
+/// driver's defaults (to measure the difference).
+pub fn cuda(ordinal: usize) -> Result<Device> {
+    let dev = Device::new_cuda(ordinal)?;
+    if std::env::var_os("GUIRL_CUDA_DEFAULTS").is_none_or(|v| v == "0") {
+        one_stream(&dev)?;
+    }
+    Ok(dev)
+}
+
+#[cfg(feature = "cuda")]
+fn one_stream(dev: &Device) -> Result<()> {
+    use candle_core::cuda_backend::cudarc::driver::{result, sys};
+    let Device::Cuda(cuda) = dev else { return Ok(()) };
+    // SAFETY: guirl never hands a tensor to another stream: candle queues all of a device's
+    // work on its one stream, so the per-buffer events order nothing that the stream does
+    // not already order. Buffers made before this call keep their events, harmlessly.
+    unsafe { cuda.disable_event_tracking() };
+    let ctx = cuda.cuda_stream().context().clone();
+    ctx.bind_to_thread()?;
+    // SAFETY: the device comes from a live context; the attribute is a u64, as the driver
+    // documents for the release threshold.
+    unsafe {
+        let pool = result::device::get_default_mem_pool(ctx.cu_device())?;
+        let mut keep = u64::MAX;
+        result::mem_pool::set_attribute(
+            pool,
+            sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+            (&mut keep as *mut u64).cast(),
+        )?;
+    }
+    Ok(())
+}
+
+#[cfg(not(feature = "cuda"))]
+fn one_stream(_dev: &Device) -> Result<()> {
+    Ok(())
+}

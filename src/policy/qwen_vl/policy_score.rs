@@ -1,0 +1,149 @@
+//! Scoring answers: per-token log-probs and entropies of given tokens after each state's
+//! prompt, the training pass's forward (`TrainablePolicy::score`/`score_train`).
+
+use super::super::train_pass::{sample_key, PassState};
+use super::*;
+
+impl QwenVlPolicy {
+    /// Score `tokens` after `states`; `pass` makes it a training pass with that key (LoRA
+    /// dropout, gradient checkpointing, as the settings ask).
+    pub(super) fn score_pass(
+        &self,
+        states: &[ScreenState],
+        tokens: &[Vec<u32>],
+        pass: Option<u64>,
+    ) -> Result<TokenScores> {
+        if states.len() != tokens.len() {
+            bail!("{} states for {} token sequences", states.len(), tokens.len());
+        }
+        let longest = tokens.iter().map(Vec::len).max().unwrap_or(0).max(1);
+        let (mut lps, mut ents, mut masks) = (Vec::new(), Vec::new(), Vec::new());
+        let pad_row = |t: &[u32], lp: &Tensor, ent: &Tensor| -> Result<(Tensor, Tensor, Tensor)> {
+            let zeros = Tensor::zeros(longest - t.len(), DType::F32, &self.device)?;
+            let m: Vec<f32> = (0..longest).map(|i| if i < t.len() { 1.0 } else { 0.0 }).collect();
+            Ok((
+                Tensor::cat(&[lp, &zeros], 0)?,
+                Tensor::cat(&[ent, &zeros], 0)?,
+                Tensor::new(m, &self.device)?,
+            ))
+        };
+        // Without LoRA dropout (each state's masks are keyed by its place in the minibatch)
+        // the states run as one padded batch: one pass, not one per state.
+        let dropout = pass.is_some() && self.settings.lora_dropout > 0.0;
+        if !dropout && states.len() > 1 {
+            self.with_adapters(|| {
+                let _train = pass.map(|_| {
+                    self.model.text.pass().enter(PassState {
+                        dropout_key: None,
+                        checkpoint: self.settings.gradient_checkpointing,
+                        no_grad: false,
+                    })
+                });
+                for (t, (lp, ent)) in tokens.iter().zip(self.score_batch(states, tokens)?) {
+                    let (lp, ent, m) = pad_row(t, &lp, &ent)?;
+                    lps.push(lp);
+                    ents.push(ent);
+                    masks.push(m);
+                }
+                Ok(())
+            })?;
+            return Ok(TokenScores {
+                logp: Tensor::stack(&lps, 0)?,
+                mask: Tensor::stack(&masks, 0)?,
+                entropy: Tensor::stack(&ents, 0)?,
+            });
+        }
+        self.with_adapters(|| {
+            for (i, (s, t)) in states.iter().zip(tokens).enumerate() {
+                // each state its own dropout masks (keyed by its place in the minibatch)
+                let _train = pass.map(|k| {
+                    self.model.text.pass().enter(PassState {
+                        dropout_key: (self.settings.lora_dropout > 0.0).then(|| sample_key(k, i)),
+                        checkpoint: self.settings.gradient_checkpointing,
+                        no_grad: false,
+                    })
+                });
+                let (lp, ent) = if t.is_empty() {
+                    (Tensor::zeros(0, DType::F32, &self.device)?, Tensor::zeros(0, DType::F32, &self.device)?)
+                } else {
+                    self.score_one(s, t)?
+                };
+                let (lp, ent, m) = pad_row(t, &lp, &ent)?;
+                lps.push(lp);
+                ents.push(ent);
+                masks.push(m);
+            }
+            Ok(())
+        })?;
+        Ok(TokenScores {
+            logp: Tensor::stack(&lps, 0)?,
+            mask: Tensor::stack(&masks, 0)?,
+            entropy: Tensor::stack(&ents, 0)?,
+        })
+    }
+
+    /// Per-token log-probs and entropies `[n]` of `tokens` after `state`'s prompt.
+    fn score_one(&self, state: &ScreenState, tokens: &[u32]) -> Result<(Tensor, Tensor)> {
+        let (ids, img) = self.prompt(state)?;
+        let vision = self.vision(&img)?;
+        let n = ids.len();
+        let mut prompt = self.model.prompt(ids, &[img.grid])?;
+        prompt.extend(tokens);
+        let h = self.model.hidden(&prompt, Some(&vision), None)?;
+        // the answer's tokens are predicted from the positions just before them
+        self.token_scores(&h.narrow(0, n - 1, tokens.len())?, tokens)
+    }
+
+    /// [`Self::score_one`] for every state in one padded pass ([`QwenVl::hidden_batch`]);
+    /// the LM head runs once over all the answers' rows.
+    fn score_batch(&self, states: &[ScreenState], tokens: &[Vec<u32>]) -> Result<Vec<(Tensor, Tensor)>> {
+        let (mut prompts, mut visions, mut starts) = (Vec::new(), Vec::new(), Vec::new());
+        for (state, t) in states.iter().zip(tokens).filter(|(_, t)| !t.is_empty()) {
+            let (ids, img) = self.prompt(state)?;
+            visions.push(self.vision(&img)?);
+            starts.push(ids.len() - 1);
+            let mut prompt = self.model.prompt(ids, &[img.grid])?;
+            prompt.extend(t);
+            prompts.push(prompt);
+        }
+        let empty = || -> Result<(Tensor, Tensor)> {
+            Ok((Tensor::zeros(0, DType::F32, &self.device)?, Tensor::zeros(0, DType::F32, &self.device)?))
+        };
+        if prompts.is_empty() {
+            return tokens.iter().map(|_| empty()).collect();
+        }
+        let vis: Vec<Option<&VisionOutput>> = visions.iter().map(|v| Some(v.as_ref())).collect();
+        let h = self.model.hidden_batch(&prompts, &vis)?;
+        let answers: Vec<&Vec<u32>> = tokens.iter().filter(|t| !t.is_empty()).collect();
+        let mut rows = Vec::new();
+        for (b, (start, t)) in starts.iter().zip(&answers).enumerate() {
+            rows.push(h.get(b)?.narrow(0, *start, t.len())?);
+        }
+        let all: Vec<u32> = answers.iter().flat_map(|t| t.iter().copied()).collect();
+        let (lp, ent) = self.token_scores(&Tensor::cat(&rows, 0)?, &all)?;
+        let mut out = Vec::new();
+        let mut at = 0;
+        for t in tokens {
+            if t.is_empty() {
+                out.push(empty()?);
+            } else {
+                out.push((lp.narrow(0, at, t.len())?, ent.narrow(0, at, t.len())?));
+                at += t.len();
+            }
+        }
+        Ok(out)
+    }
+
+    /// Log-probs of `tokens` and the entropies at hidden rows `[n, H]`, one row per token.
+    fn token_scores(&self, rows: &Tensor, tokens: &[u32]) -> Result<(Tensor, Tensor)> {
+        let logits = (self.model.logits(rows)?.to_dtype(DType::F32)? / self.sampling.temperature)?
+            .broadcast_add(&self.banned)?;
+        let lp = candle_nn::ops::log_softmax(&logits, D::Minus1)?;
+        let idx = Tensor::new(tokens, &self.device)?.unsqueeze(1)?;
+        let chosen = lp.gather(&idx, 1)?.squeeze(1)?;
+        // banned tokens have log-prob −∞: 0 · (−∞) would be NaN, so they count as −1e9 (p = 0)
+        let finite = lp.clamp(-1e9f32, 0f32)?;
+        let entropy = (finite.exp()? * &finite)?.sum(D::Minus1)?.neg()?;
+        Ok((chosen, entropy))
+    }
+}
