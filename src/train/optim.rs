@@ -41,12 +41,20 @@ impl Default for AdamWConfig {
 ///
 /// A variable with no gradient in a step is left alone (moments too); the step count
 /// (bias correction) is shared by all variables.
+///
+/// On a GPU the moments of all variables are one flat tensor each ([`AdamW::set_flat`]):
+/// a step is then a copy per variable in and out and a dozen kernels over all of them,
+/// where per variable it is about sixteen kernels each. A LoRA model has hundreds of small
+/// adapters, and on a GPU each kernel's launch, not its work, is the cost (docs/gpu.md).
+/// The results are the same, bit for bit.
 pub struct AdamW {
     cfg: AdamWConfig,
     names: Vec<String>,
     vars: Vec<Var>,
+    /// Per variable, or (flat) one entry holding every variable's moments end to end.
     m: Vec<Tensor>,
     v: Vec<Tensor>,
+    flat: bool,
     step: u64,
 }
 
@@ -58,7 +66,48 @@ impl AdamW {
         let (names, vars): (Vec<String>, Vec<Var>) = vars.into_iter().unzip();
         let m = vars.iter().map(|v| v.as_tensor().zeros_like()).collect::<Result<Vec<_>>>()?;
         let v = m.clone();
-        Ok(AdamW { cfg, names, vars, m, v, step: 0 })
+        let cuda = vars.first().is_some_and(|v| v.device().is_cuda());
+        let mut opt = AdamW { cfg, names, vars, m, v, flat: false, step: 0 };
+        opt.set_flat(cuda)?;
+        Ok(opt)
+    }
+
+    /// Keep the moments as one flat tensor (the default on a GPU) or per variable (the
+    /// default on the CPU, where a step's extra copies would cost more than its kernel
+    /// launches save). Flat needs every variable on one device in one dtype; otherwise
+    /// the moments stay per variable.
+    pub fn set_flat(&mut self, flat: bool) -> Result<()> {
+        let uniform = self.vars.first().is_some_and(|first| {
+            self.vars.iter().all(|v| v.dtype() == first.dtype() && v.device().same_device(first.device()))
+        });
+        let flat = flat && uniform;
+        if flat == self.flat {
+            return Ok(());
+        }
+        (self.m, self.v) = if flat {
+            (vec![flatten(&self.m)?], vec![flatten(&self.v)?])
+        } else {
+            (self.split(&self.m[0])?, self.split(&self.v[0])?)
+        };
+        self.flat = flat;
+        Ok(())
+    }
+
+    /// Whether the moments are one flat tensor.
+    pub fn is_flat(&self) -> bool {
+        self.flat
+    }
+
+    /// A flat tensor cut back into one tensor per variable, shaped as it.
+    fn split(&self, flat: &Tensor) -> Result<Vec<Tensor>> {
+        let mut at = 0;
+        let mut out = Vec::with_capacity(self.vars.len());
+        for var in &self.vars {
+            let n = var.elem_count();
+            out.push(flat.narrow(0, at, n)?.reshape(var.shape())?);
+            at += n;
+        }
+        Ok(out)
     }
 
     /// An optimizer over every variable of a `VarMap`, in name order.
@@ -98,30 +147,63 @@ impl AdamW {
     /// θ ← θ (1 − lr λ) − lr m̂ / (sqrt(v̂) + ε)
     /// ```
     pub fn step(&mut self, grads: &GradStore) -> Result<()> {
-        let AdamWConfig { lr, beta1: b1, beta2: b2, eps, weight_decay: wd } = self.cfg;
         self.step += 1;
-        let t = self.step as i32;
-        let (c1, c2) = (1.0 - b1.powi(t), 1.0 - b2.powi(t));
+        if self.flat {
+            let gs: Option<Vec<Tensor>> =
+                self.vars.iter().map(|v| grads.get(v.as_tensor()).cloned()).collect();
+            let Some(gs) = gs else {
+                // a variable without a gradient is left alone: that needs its own moments
+                self.set_flat(false)?;
+                return self.step_per_var(grads);
+            };
+            let dt = self.vars[0].dtype();
+            let g = flatten(&gs.iter().map(|g| g.detach().to_dtype(dt)).collect::<Result<Vec<_>>>()?)?;
+            let theta = flatten(&self.vars.iter().map(|v| v.as_detached_tensor()).collect::<Vec<_>>())?;
+            let (theta, m, v) = self.update(&theta, &g, &self.m[0], &self.v[0])?;
+            for (var, new) in self.vars.iter().zip(self.split(&theta)?) {
+                var.set(&new)?;
+            }
+            (self.m[0], self.v[0]) = (m, v);
+            return Ok(());
+        }
+        self.step_per_var(grads)
+    }
+
+    /// [`AdamW::step`] one variable at a time (the step count already advanced).
+    fn step_per_var(&mut self, grads: &GradStore) -> Result<()> {
         for (i, var) in self.vars.iter().enumerate() {
             let Some(g) = grads.get(var.as_tensor()) else { continue };
             let g = g.detach().to_dtype(var.dtype())?;
-            let m = ((&self.m[i] * b1)? + (&g * (1.0 - b1))?)?;
-            let v = ((&self.v[i] * b2)? + (g.sqr()? * (1.0 - b2))?)?;
-            let update = ((&m / c1)? / ((&v / c2)?.sqrt()? + eps)?)?;
-            let theta = var.as_detached_tensor();
-            var.set(&((theta * (1.0 - lr * wd))? - (update * lr)?)?)?;
+            let (theta, m, v) = self.update(&var.as_detached_tensor(), &g, &self.m[i], &self.v[i])?;
+            var.set(&theta)?;
             (self.m[i], self.v[i]) = (m, v);
         }
         Ok(())
+    }
+
+    /// New `(θ, m, v)` from `θ`, the gradient and the moments, at the current step count.
+    fn update(&self, theta: &Tensor, g: &Tensor, m: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
+        let AdamWConfig { lr, beta1: b1, beta2: b2, eps, weight_decay: wd } = self.cfg;
+        let t = self.step as i32;
+        let (c1, c2) = (1.0 - b1.powi(t), 1.0 - b2.powi(t));
+        let m = ((m * b1)? + (g * (1.0 - b1))?)?;
+        let v = ((v * b2)? + (g.sqr()? * (1.0 - b2))?)?;
+        let update = ((&m / c1)? / ((&v / c2)?.sqrt()? + eps)?)?;
+        Ok((((theta * (1.0 - lr * wd))? - (update * lr)?)?, m, v))
     }
 
     /// The state to save: `m.<name>`, `v.<name>` for every variable and `adamw.step`
     /// (an i64 of shape `[1]`).
     pub fn state_tensors(&self) -> Result<HashMap<String, Tensor>> {
         let mut s = HashMap::new();
+        let (m, v) = if self.flat {
+            (self.split(&self.m[0])?, self.split(&self.v[0])?)
+        } else {
+            (self.m.clone(), self.v.clone())
+        };
         for (i, n) in self.names.iter().enumerate() {
-            s.insert(format!("m.{n}"), self.m[i].clone());
-            s.insert(format!("v.{n}"), self.v[i].clone());
+            s.insert(format!("m.{n}"), m[i].clone());
+            s.insert(format!("v.{n}"), v[i].clone());
         }
         let dev = self.vars.first().map(|v| v.device().clone()).unwrap_or(Device::Cpu);
         s.insert(STEP_KEY.to_string(), Tensor::new(&[self.step as i64], &dev)?);
@@ -158,7 +240,11 @@ impl AdamW {
             extra.sort();
             bail!("optimizer state has moments for variables this model lacks: {extra:?}");
         }
-        (self.m, self.v, self.step) = (m, v, step.first().copied().unwrap_or(0).max(0) as u64);
+        (self.m, self.v, self.step) = if self.flat {
+            (vec![flatten(&m)?], vec![flatten(&v)?], step.first().copied().unwrap_or(0).max(0) as u64)
+        } else {
+            (m, v, step.first().copied().unwrap_or(0).max(0) as u64)
+        };
         Ok(())
     }
 
@@ -175,6 +261,11 @@ impl AdamW {
             .with_context(|| format!("reading optimizer state {}", path.display()))?;
         self.load_state(&state).with_context(|| format!("optimizer state {}", path.display()))
     }
+}
+
+/// The tensors end to end, as one 1-D tensor.
+fn flatten(ts: &[Tensor]) -> Result<Tensor> {
+    Tensor::cat(&ts.iter().map(|t| t.flatten_all()).collect::<Result<Vec<_>>>()?, 0)
 }
 
 /// Scale all gradients of `vars` together so that their global L2 norm is at most
@@ -350,6 +441,51 @@ mod tests {
         let mut fewer = AdamW::new(vec![("a".into(), var(&[0.0, 0.0, 0.0]))], cfg).unwrap();
         let err = format!("{:#}", fewer.load(&path).unwrap_err());
         assert!(err.contains("b.w"), "{err}");
+    }
+
+    /// Flat moments (a GPU's default) give the same weights and state as per-variable ones,
+    /// bit for bit, through steps, a variable without a gradient, and a save and load.
+    #[test]
+    fn flat_moments_step_as_per_variable_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = AdamWConfig { lr: 0.02, ..Default::default() };
+        let make = |flat: bool| {
+            let (a, b) = (var(&[0.3, -0.7, 1.1]), var(&[2.0, 0.5]));
+            let mut opt = AdamW::new(vec![("a".into(), a.clone()), ("b".into(), b.clone())], cfg).unwrap();
+            opt.set_flat(flat).unwrap();
+            assert_eq!(opt.is_flat(), flat);
+            (opt, a, b)
+        };
+        let ((mut flat, fa, fb), (mut per, pa, pb)) = (make(true), make(false));
+        for s in 0..3 {
+            let s = s as f32;
+            let (ga, gb): (&[f32], &[f32]) = (&[0.1 + s, -0.2, 0.05 * s], &[1.0 - s, s]);
+            flat.step(&grads_of(&[(&fa, ga), (&fb, gb)])).unwrap();
+            per.step(&grads_of(&[(&pa, ga), (&pb, gb)])).unwrap();
+            assert_eq!((vals(&fa), vals(&fb)), (vals(&pa), vals(&pb)), "step {s}");
+        }
+        assert!(flat.is_flat());
+        let path = dir.path().join("flat.safetensors");
+        flat.save(&path).unwrap();
+        let (mut loaded, la, lb) = make(false);
+        for (x, y) in [(&la, &fa), (&lb, &fb)] {
+            x.set(y.as_tensor()).unwrap();
+        }
+        loaded.load(&path).unwrap();
+        // b has no gradient: flat falls back to per-variable moments, b stays as it was
+        let before_b = vals(&fb);
+        flat.step(&grads_of(&[(&fa, &[0.3, 0.3, -0.3])])).unwrap();
+        per.step(&grads_of(&[(&pa, &[0.3, 0.3, -0.3])])).unwrap();
+        loaded.step(&grads_of(&[(&la, &[0.3, 0.3, -0.3])])).unwrap();
+        assert!(!flat.is_flat());
+        assert_eq!(vals(&fb), before_b);
+        assert_eq!(vals(&fa), vals(&pa));
+        assert_eq!(vals(&la), vals(&pa), "flat state saved, loaded per variable");
+        let (fs, ps) = (flat.state_tensors().unwrap(), per.state_tensors().unwrap());
+        for (k, t) in &ps {
+            let d = (t.to_dtype(DType::F64).unwrap() - fs[k].to_dtype(DType::F64).unwrap()).unwrap();
+            assert_eq!(d.abs().unwrap().sum_all().unwrap().to_scalar::<f64>().unwrap(), 0.0, "{k}");
+        }
     }
 
     #[test]
