@@ -149,7 +149,7 @@ fn load(model: &Path, inputs: &Inputs, base: &Path, env: &Env) -> Result<Bench> 
     s.lora_rank = inputs.lora_rank;
     s.lora_alpha = inputs.lora_alpha;
     s.dtype = env.dtype.clone();
-    let rows = s.decode_rows;
+    let rows = s.decode_rows_on(&device);
     let mut policy = QwenVlPolicy::new(s, &device, 0)?;
     std::fs::remove_file(&tmp).ok();
     // start from the same adapter values as the PyTorch side

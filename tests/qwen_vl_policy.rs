@@ -88,7 +88,7 @@ fn answers_decoded_together_are_bit_for_bit_those_decoded_alone() {
         let tmp = tempfile::tempdir().unwrap();
         let mut s = settings(arch, tmp.path());
         s.max_new_tokens = 12;
-        s.decode_rows = 3;
+        s.decode_rows = Some(3);
         let mut p = QwenVlPolicy::new(s, &Device::Cpu, 0).unwrap();
         perturb_b(&p);
         p.set_sampling(Sampling { temperature: 1.5, greedy: false, seed: 11 });

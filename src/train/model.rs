@@ -313,7 +313,7 @@ impl ModelConfig {
             s.max_new_tokens = v;
         }
         if let Some(v) = self.decode_rows {
-            s.decode_rows = v;
+            s.decode_rows = Some(v);
         }
         if let Some(v) = &self.dtype {
             s.dtype = v.clone();

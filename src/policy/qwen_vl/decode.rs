@@ -64,7 +64,7 @@ impl QwenVlPolicy {
             });
         }
         drop(prefills);
-        let rows = self.settings.decode_rows;
+        let rows = self.settings.decode_rows_on(&self.device);
         loop {
             let mut live = Vec::new();
             for (i, a) in answers.iter_mut().enumerate().filter(|(_, a)| !a.done) {

@@ -46,10 +46,10 @@ pub struct QwenPolicySettings {
     pub max_new_tokens: usize,
     /// Rows each decoding step computes: the states of a rollout batch advance together
     /// in chunks of exactly this many rows (padded), so a state's answer is the same
-    /// whichever states share its batch. 1 (the default) decodes every answer alone;
-    /// identical prompts still run once.
-    #[serde(default = "default_decode_rows")]
-    pub decode_rows: usize,
+    /// whichever states share its batch. 1 decodes every answer alone; identical prompts
+    /// still run once. Unset: [`QwenPolicySettings::decode_rows_on`] the device.
+    #[serde(default)]
+    pub decode_rows: Option<usize>,
     /// `f32` or `bf16` (weights and activations; adapters and their optimizer stay f32).
     #[serde(default = "default_dtype")]
     pub dtype: String,
@@ -73,17 +73,19 @@ fn default_targets() -> Vec<String> {
 fn default_max_new() -> usize {
     32
 }
-fn default_decode_rows() -> usize {
-    // chunks of 8 rows made one 0.5B answer 2.5x slower to decode on one CPU core (the
-    // padding rows cost compute there); a group of 8 answers decoded 1.7x faster than
-    // PyTorch with 8. Users raise it on a GPU or where many states wait.
-    1
-}
 fn default_dtype() -> String {
     "f32".into()
 }
 
 impl QwenPolicySettings {
+    /// The decoding rows on `device`: as set, else 1 on the CPU (padding rows cost compute
+    /// there: chunks of 8 made one 0.5B answer 2.5× slower on a core, while a group of 8
+    /// answers decoded 1.7× faster than PyTorch) and 8 on a GPU (where a step's time is the
+    /// host issuing its kernels, whatever the rows: docs/gpu.md).
+    pub fn decode_rows_on(&self, device: &candle_core::Device) -> usize {
+        self.decode_rows.unwrap_or(if device.is_cuda() { 8 } else { 1 })
+    }
+
     /// Settings for `backbone` at `path` with every default.
     pub fn new(backbone: &str, path: &str) -> Self {
         QwenPolicySettings {
@@ -98,7 +100,7 @@ impl QwenPolicySettings {
             coords: None,
             prompt: None,
             max_new_tokens: default_max_new(),
-            decode_rows: default_decode_rows(),
+            decode_rows: None,
             dtype: default_dtype(),
             train_modules: Vec::new(),
         }
@@ -132,15 +134,28 @@ impl QwenPolicySettings {
         if self.max_new_tokens == 0 {
             bail!("model.max_new_tokens must be at least 1");
         }
-        if !(1..=256).contains(&self.decode_rows) {
-            bail!(
-                "model.decode_rows = {}: use 1 to 256 (rows each decoding step computes)",
-                self.decode_rows
-            );
+        if let Some(rows) = self.decode_rows.filter(|r| !(1..=256).contains(r)) {
+            bail!("model.decode_rows = {rows}: use 1 to 256 (rows each decoding step computes)");
         }
         if !matches!(self.dtype.as_str(), "f32" | "bf16") {
             bail!("model.dtype = {:?}: use \"f32\" or \"bf16\"", self.dtype);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decode_rows_default_to_one_on_the_cpu_and_keep_what_was_set() {
+        let mut s = QwenPolicySettings::new("qwen3_vl", "fixtures/qwen_vl/qwen3_vl");
+        assert_eq!(s.decode_rows, None);
+        assert_eq!(s.decode_rows_on(&candle_core::Device::Cpu), 1);
+        s.decode_rows = Some(5);
+        assert_eq!(s.decode_rows_on(&candle_core::Device::Cpu), 5);
+        s.decode_rows = Some(0);
+        assert!(s.check().unwrap_err().to_string().contains("model.decode_rows = 0"));
     }
 }
