@@ -240,11 +240,8 @@ impl AdamW {
             extra.sort();
             bail!("optimizer state has moments for variables this model lacks: {extra:?}");
         }
-        (self.m, self.v, self.step) = if self.flat {
-            (vec![flatten(&m)?], vec![flatten(&v)?], step.first().copied().unwrap_or(0).max(0) as u64)
-        } else {
-            (m, v, step.first().copied().unwrap_or(0).max(0) as u64)
-        };
+        (self.m, self.v) = if self.flat { (vec![flatten(&m)?], vec![flatten(&v)?]) } else { (m, v) };
+        self.step = step.first().copied().unwrap_or(0).max(0) as u64;
         Ok(())
     }
 

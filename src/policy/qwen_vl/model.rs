@@ -34,6 +34,7 @@ pub struct QwenVl {
 }
 
 /// A prompt ready to run: its ids and M-RoPE positions.
+#[derive(Clone)]
 pub struct Prompt {
     /// Token ids, image placeholders included.
     pub ids: Vec<u32>,
@@ -142,7 +143,7 @@ impl QwenVl {
                     deepstack[level].push(f.clone());
                 }
             }
-            let mut padded = Prompt { ids: p.ids.clone(), positions: p.positions.clone(), delta: p.delta };
+            let mut padded = p.clone();
             padded.extend(&vec![pad; t - p.ids.len()]);
             let (c, s) = text_cos_sin(&self.config.text, &padded.positions, dtype, &device)?;
             cos.push(c);

@@ -16,70 +16,47 @@ impl QwenVlPolicy {
         if states.len() != tokens.len() {
             bail!("{} states for {} token sequences", states.len(), tokens.len());
         }
-        let longest = tokens.iter().map(Vec::len).max().unwrap_or(0).max(1);
-        let (mut lps, mut ents, mut masks) = (Vec::new(), Vec::new(), Vec::new());
-        let pad_row = |t: &[u32], lp: &Tensor, ent: &Tensor| -> Result<(Tensor, Tensor, Tensor)> {
-            let zeros = Tensor::zeros(longest - t.len(), DType::F32, &self.device)?;
-            let m: Vec<f32> = (0..longest).map(|i| if i < t.len() { 1.0 } else { 0.0 }).collect();
-            Ok((
-                Tensor::cat(&[lp, &zeros], 0)?,
-                Tensor::cat(&[ent, &zeros], 0)?,
-                Tensor::new(m, &self.device)?,
-            ))
-        };
-        // Without LoRA dropout (each state's masks are keyed by its place in the minibatch)
-        // the states run as one padded batch: one pass, not one per state.
         let dropout = pass.is_some() && self.settings.lora_dropout > 0.0;
-        if !dropout && states.len() > 1 {
-            self.with_adapters(|| {
-                let _train = pass.map(|_| {
-                    self.model.text.pass().enter(PassState {
-                        dropout_key: None,
-                        checkpoint: self.settings.gradient_checkpointing,
-                        no_grad: false,
-                    })
-                });
-                for (t, (lp, ent)) in tokens.iter().zip(self.score_batch(states, tokens)?) {
-                    let (lp, ent, m) = pad_row(t, &lp, &ent)?;
-                    lps.push(lp);
-                    ents.push(ent);
-                    masks.push(m);
-                }
-                Ok(())
-            })?;
-            return Ok(TokenScores {
-                logp: Tensor::stack(&lps, 0)?,
-                mask: Tensor::stack(&masks, 0)?,
-                entropy: Tensor::stack(&ents, 0)?,
-            });
-        }
-        self.with_adapters(|| {
+        let enter = |dropout_key| {
+            self.model.text.pass().enter(PassState {
+                dropout_key,
+                checkpoint: self.settings.gradient_checkpointing,
+                no_grad: false,
+            })
+        };
+        let scored = self.with_adapters(|| {
+            // Without LoRA dropout the states run as one padded batch: one pass, not one per state.
+            if !dropout && states.len() > 1 {
+                let _train = pass.map(|_| enter(None));
+                return self.score_batch(states, tokens);
+            }
+            let mut out = Vec::with_capacity(states.len());
             for (i, (s, t)) in states.iter().zip(tokens).enumerate() {
                 // each state its own dropout masks (keyed by its place in the minibatch)
-                let _train = pass.map(|k| {
-                    self.model.text.pass().enter(PassState {
-                        dropout_key: (self.settings.lora_dropout > 0.0).then(|| sample_key(k, i)),
-                        checkpoint: self.settings.gradient_checkpointing,
-                        no_grad: false,
-                    })
-                });
-                let (lp, ent) = if t.is_empty() {
-                    (Tensor::zeros(0, DType::F32, &self.device)?, Tensor::zeros(0, DType::F32, &self.device)?)
-                } else {
-                    self.score_one(s, t)?
-                };
-                let (lp, ent, m) = pad_row(t, &lp, &ent)?;
-                lps.push(lp);
-                ents.push(ent);
-                masks.push(m);
+                let _train = pass.map(|k| enter(dropout.then(|| sample_key(k, i))));
+                out.push(if t.is_empty() { self.no_scores()? } else { self.score_one(s, t)? });
             }
-            Ok(())
+            Ok(out)
         })?;
+        let longest = tokens.iter().map(Vec::len).max().unwrap_or(0).max(1);
+        let (mut lps, mut ents, mut masks) = (Vec::new(), Vec::new(), Vec::new());
+        for (t, (lp, ent)) in tokens.iter().zip(scored) {
+            let zeros = Tensor::zeros(longest - t.len(), DType::F32, &self.device)?;
+            let m: Vec<f32> = (0..longest).map(|i| if i < t.len() { 1.0 } else { 0.0 }).collect();
+            lps.push(Tensor::cat(&[&lp, &zeros], 0)?);
+            ents.push(Tensor::cat(&[&ent, &zeros], 0)?);
+            masks.push(Tensor::new(m, &self.device)?);
+        }
         Ok(TokenScores {
             logp: Tensor::stack(&lps, 0)?,
             mask: Tensor::stack(&masks, 0)?,
             entropy: Tensor::stack(&ents, 0)?,
         })
+    }
+
+    /// The scores of an empty answer.
+    fn no_scores(&self) -> Result<(Tensor, Tensor)> {
+        Ok((Tensor::zeros(0, DType::F32, &self.device)?, Tensor::zeros(0, DType::F32, &self.device)?))
     }
 
     /// Per-token log-probs and entropies `[n]` of `tokens` after `state`'s prompt.
@@ -106,11 +83,8 @@ impl QwenVlPolicy {
             prompt.extend(t);
             prompts.push(prompt);
         }
-        let empty = || -> Result<(Tensor, Tensor)> {
-            Ok((Tensor::zeros(0, DType::F32, &self.device)?, Tensor::zeros(0, DType::F32, &self.device)?))
-        };
         if prompts.is_empty() {
-            return tokens.iter().map(|_| empty()).collect();
+            return tokens.iter().map(|_| self.no_scores()).collect();
         }
         let vis: Vec<Option<&VisionOutput>> = visions.iter().map(|v| Some(v.as_ref())).collect();
         let h = self.model.hidden_batch(&prompts, &vis)?;
@@ -125,7 +99,7 @@ impl QwenVlPolicy {
         let mut at = 0;
         for t in tokens {
             if t.is_empty() {
-                out.push(empty()?);
+                out.push(self.no_scores()?);
             } else {
                 out.push((lp.narrow(0, at, t.len())?, ent.narrow(0, at, t.len())?));
                 at += t.len();

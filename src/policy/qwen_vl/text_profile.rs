@@ -4,7 +4,7 @@
 //! layer shows what the glue between them (reshapes, transposes, residual adds, and
 //! candle's zero-filled gradient sums) costs.
 
-use super::{activation, apply_rope, attention, causal_mask, Layer, LayerDims, TextModel};
+use super::{activation, apply_rope, attention, causal_mask, TextModel};
 use anyhow::Result;
 use candle_core::{DType, Module, Tensor, Var};
 use std::time::Instant;
@@ -93,7 +93,7 @@ impl TextModel {
             })?);
         }
         out.push(time("whole layer", 1, &[&bth], &|v| {
-            layer_once(d, l, v[0].as_tensor(), &cos, &sin, &mask)
+            super::layer_forward(d, l, v[0].as_tensor(), &cos, &sin, Some(&mask), None)
         })?);
         let loss = (out[0].forward_s, out[0].backward_s, out[0].backward_issued_s);
         for p in out.iter_mut().skip(1) {
@@ -107,17 +107,6 @@ impl TextModel {
 
 fn lin(l: &super::Linear, v: &[Var]) -> Result<Tensor> {
     Ok(l.forward(v[0].as_tensor())?)
-}
-
-fn layer_once(
-    d: LayerDims,
-    l: &Layer,
-    x: &Tensor,
-    cos: &Tensor,
-    sin: &Tensor,
-    mask: &Tensor,
-) -> Result<Tensor> {
-    super::layer_forward(d, l, x, cos, sin, Some(mask), None)
 }
 
 /// Times `f` over fresh inputs: forward, then the backward of `Σ f(v) ⊙ r` (a fixed random
