@@ -32,6 +32,9 @@
 //!   objectives, behaviour cloning, evaluation, checkpoints, metrics, plots, TensorBoard.
 //! - [`bench`](mod@bench): environment speed (`guirl bench-env`), the benchmark harness (`guirl
 //!   bench`) and the learning benchmark (`guirl bench-learn`).
+//! - [`dist`]: data-parallel training over several processes (one per GPU, or CPU hosts):
+//!   the ranks' rendezvous, gathers and gradient sums over TCP. It sits below `rollout`,
+//!   whose collector splits its jobs over the ranks.
 //! - [`serve`]: environments over REST and WebSocket for Python trainers (`guirl serve`),
 //!   and a checkpoint behind an OpenAI-compatible API (`guirl serve-policy`).
 //! - [`export`]: trajectory sets as parquet / JSON lines for veRL, TRL and `datasets`.
@@ -84,6 +87,7 @@
 
 pub mod bench;
 pub mod cli;
+pub mod dist;
 pub mod doctor;
 pub mod env;
 pub mod export;

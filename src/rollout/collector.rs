@@ -51,7 +51,8 @@ impl Job {
 }
 
 /// What a collection round measured.
-#[derive(Debug, Clone, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct CollectStats {
     /// Episodes finished.
     pub episodes: usize,
@@ -133,6 +134,9 @@ pub struct Collector {
     /// Set once any env of this collector has started an episode: from then on a browser
     /// that cannot be (re)started is bad luck (an `env_error` rollout), not a setup error.
     worked: Arc<AtomicBool>,
+    /// The ranks of a data-parallel run ([`crate::dist`]): each runs its share of every
+    /// collection. `None`: this process runs every job.
+    pub group: Option<Arc<crate::dist::ProcessGroup>>,
 }
 
 enum Msg {
@@ -146,6 +150,32 @@ enum Msg {
     Flush,
 }
 
+impl CollectStats {
+    /// Add the figures of a later collection round (`seconds` add up: rounds run one
+    /// after the other).
+    pub fn add(&mut self, s: &CollectStats) {
+        let calls = self.policy_calls + s.policy_calls;
+        if calls > 0 {
+            self.mean_batch = (self.mean_batch * self.policy_calls as f64
+                + s.mean_batch * s.policy_calls as f64)
+                / calls as f64;
+        }
+        self.policy_calls = calls;
+        self.episodes += s.episodes;
+        self.env_steps += s.env_steps;
+        self.env_errors += s.env_errors;
+        self.policy_errors += s.policy_errors;
+        self.judge_errors += s.judge_errors;
+        self.seconds += s.seconds;
+        self.policy_secs += s.policy_secs;
+        self.env_action_secs += s.env_action_secs;
+        self.env_settle_secs += s.env_settle_secs;
+        self.env_screenshot_secs += s.env_screenshot_secs;
+        self.reward_model_agree += s.reward_model_agree;
+        self.reward_model_disagree += s.reward_model_disagree;
+    }
+}
+
 impl Collector {
     /// A collector with `k` envs (browsers start at their first episode).
     pub fn new(k: usize, cfg: EnvConfig) -> Collector {
@@ -157,6 +187,7 @@ impl Collector {
             batch_wait: std::time::Duration::ZERO,
             one_state_per_call: false,
             worked: Arc::new(AtomicBool::new(false)),
+            group: None,
         }
     }
 
@@ -169,15 +200,37 @@ impl Collector {
     /// Returns the episodes in job order. Only setup errors before any episode has started
     /// (no chromedriver, a browser that cannot start, a first page that never loads) abort;
     /// afterwards browser failures, failed relaunches included, become `env_error` episodes.
+    ///
+    /// With a process group ([`Collector::group`]), this rank runs its share of the jobs
+    /// (`r, r + W, …`) and the ranks then exchange their episodes: every rank returns all
+    /// of them, in job order, and `on_done` sees them all after the exchange.
     pub async fn collect(
         &mut self,
         policy: &mut dyn Policy,
         jobs: Vec<Job>,
         mut on_done: impl FnMut(usize, &Recorded),
     ) -> anyhow::Result<(Vec<Recorded>, CollectStats)> {
+        if let Some(pg) = self.group.clone().filter(|g| g.world() > 1) {
+            return super::shard::collect_sharded(self, &pg, policy, jobs, on_done).await;
+        }
+        let n = jobs.len();
+        let (recs, stats) =
+            self.collect_jobs(policy, jobs.into_iter().enumerate().collect(), n, &mut on_done).await?;
+        Ok((recs.into_iter().map(|(_, r)| r).collect(), stats))
+    }
+
+    /// Run `jobs`, each with its index among the `n` jobs of the whole collection (its
+    /// sampling streams are keyed by it); returns the episodes with their indices, in order.
+    pub(super) async fn collect_jobs(
+        &mut self,
+        policy: &mut dyn Policy,
+        jobs: Vec<(usize, Job)>,
+        n_all: usize,
+        on_done: &mut impl FnMut(usize, &Recorded),
+    ) -> anyhow::Result<(Vec<(usize, Recorded)>, CollectStats)> {
         let t0 = Instant::now();
         let n = jobs.len();
-        let queue = Arc::new(Mutex::new(jobs.into_iter().enumerate().collect::<VecDeque<_>>()));
+        let queue = Arc::new(Mutex::new(jobs.into_iter().collect::<VecDeque<_>>()));
         let (tx, mut rx) = mpsc::unbounded_channel::<Msg>();
         let mut handles = Vec::new();
         let policy_name = policy.name();
@@ -195,7 +248,7 @@ impl Collector {
         }
         drop(tx);
         let bar = self.progress_bar(n);
-        let mut results: Vec<Option<Recorded>> = vec![None; n];
+        let mut results: Vec<Option<Recorded>> = vec![None; n_all];
         let mut stats = CollectStats::default();
         let mut fatal: Option<EnvError> = None;
         let mut pending: Vec<(ScreenState, u64, oneshot::Sender<Decision>)> = Vec::new();
@@ -301,7 +354,7 @@ impl Collector {
         if let Some(e) = fatal {
             return Err(anyhow::anyhow!(e));
         }
-        Ok((results.into_iter().flatten().collect(), stats))
+        Ok((results.into_iter().enumerate().filter_map(|(i, r)| Some((i, r?))).collect(), stats))
     }
 
     fn progress_bar(&self, n: usize) -> Option<indicatif::ProgressBar> {

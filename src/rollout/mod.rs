@@ -7,6 +7,7 @@ pub mod prefix;
 pub mod replay;
 pub mod rescore;
 pub mod scoring;
+mod shard;
 pub mod store;
 pub mod trajectory;
 pub mod viewer;

@@ -308,12 +308,12 @@ pub async fn collect_groups(
                 policy.set_sampling(Sampling { seed: branch_draws.gen(), ..sampling });
                 let (more, bst) = collector.collect(policy, jobs, |_, _| {}).await?;
                 out.branch.add(&more);
-                add_stats(&mut st, &bst);
+                st.add(&bst);
                 recs.extend(more);
             }
         }
         out.give_ups += rewards::shape(&mut recs, tasks, algo.reward_overrides());
-        add_stats(&mut out.stats, &st);
+        out.stats.add(&st);
         if k > 0 {
             out.extra_env_steps += st.env_steps;
         }
@@ -364,28 +364,6 @@ pub async fn collect_groups(
 }
 
 /// Add one collection's figures to the iteration's.
-fn add_stats(total: &mut CollectStats, s: &CollectStats) {
-    let calls = total.policy_calls + s.policy_calls;
-    if calls > 0 {
-        total.mean_batch = (total.mean_batch * total.policy_calls as f64
-            + s.mean_batch * s.policy_calls as f64)
-            / calls as f64;
-    }
-    total.policy_calls = calls;
-    total.episodes += s.episodes;
-    total.env_steps += s.env_steps;
-    total.env_errors += s.env_errors;
-    total.policy_errors += s.policy_errors;
-    total.judge_errors += s.judge_errors;
-    total.seconds += s.seconds;
-    total.policy_secs += s.policy_secs;
-    total.env_action_secs += s.env_action_secs;
-    total.env_settle_secs += s.env_settle_secs;
-    total.env_screenshot_secs += s.env_screenshot_secs;
-    total.reward_model_agree += s.reward_model_agree;
-    total.reward_model_disagree += s.reward_model_disagree;
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

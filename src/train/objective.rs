@@ -131,6 +131,23 @@ pub struct LossInputs<'a> {
     /// `[K, B]` 0/1 membership of the B actions in K trajectories: GSPO's ratio is then
     /// taken over each trajectory's tokens (`None`: over each action's).
     pub segments: Option<&'a Tensor>,
+    /// These rows are one part of a larger minibatch (data parallel, [`crate::dist`]):
+    /// the means divide by the whole minibatch's counts, so the loss, its gradient and
+    /// every statistic but `tokens` are this part's share, and the parts' shares add up
+    /// to the whole minibatch's values. `None`: the rows are the whole minibatch.
+    pub whole: Option<Whole>,
+}
+
+/// The counts of a whole minibatch that its parts' means divide by (see
+/// [`LossInputs::whole`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Whole {
+    /// Tokens under the mask.
+    pub tokens: f64,
+    /// Actions with at least one token.
+    pub actions: f64,
+    /// The padded length T (N of `seq-mean-token-sum-norm` when `agg_norm ≤ 0`).
+    pub padded_len: usize,
 }
 
 /// What the loss saw, for the metrics (all token-means over the mask unless said).
@@ -167,7 +184,8 @@ fn scalar(t: &Tensor) -> Result<f64> {
 }
 
 /// Aggregate per-token losses `l` (`[B, T]`, 0 on padding) over the mask `m` (see [`LossAgg`];
-/// B counts the actions with at least one token).
+/// B counts the actions with at least one token; with `whole`, the counts are the whole
+/// minibatch's).
 ///
 /// ```text
 /// token-mean               Σ_{b,t} m l / Σ m
@@ -175,18 +193,25 @@ fn scalar(t: &Tensor) -> Result<f64> {
 /// seq-mean-token-sum       (1/B) Σ_{b,t} m l
 /// seq-mean-token-sum-norm  Σ_{b,t} m l / (B · N)
 /// ```
-pub fn aggregate(agg: LossAgg, l: &Tensor, m: &Tensor, norm: f64) -> Result<Tensor> {
+pub fn aggregate(agg: LossAgg, l: &Tensor, m: &Tensor, norm: f64, whole: Option<Whole>) -> Result<Tensor> {
     let len = m.sum_keepdim(1)?; // [B, 1]
-    let n_seq = scalar(&len.gt(0.0)?.to_dtype(DType::F64)?.sum_all()?)?.max(1.0);
+    let n_seq = match whole {
+        Some(w) => w.actions.max(1.0),
+        None => scalar(&len.gt(0.0)?.to_dtype(DType::F64)?.sum_all()?)?.max(1.0),
+    };
     let sum = (l * m)?.sum_all()?;
     match agg {
-        LossAgg::TokenMean => sum / scalar(&m.sum_all()?)?.max(1.0),
+        LossAgg::TokenMean => match whole {
+            Some(w) => sum / w.tokens.max(1.0),
+            None => sum / scalar(&m.sum_all()?)?.max(1.0),
+        },
         LossAgg::SeqMeanTokenMean => {
             ((l * m)?.sum_keepdim(1)? / len.clamp(1.0, f64::INFINITY)?)?.sum_all()? / n_seq
         }
         LossAgg::SeqMeanTokenSum => sum / n_seq,
         LossAgg::SeqMeanTokenSumNorm => {
-            let norm = if norm > 0.0 { norm } else { l.dim(1)? as f64 };
+            let padded = whole.map_or(l.dim(1)?, |w| w.padded_len);
+            let norm = if norm > 0.0 { norm } else { padded as f64 };
             sum / (n_seq * norm)
         }
     }
@@ -211,7 +236,8 @@ pub fn policy_loss(cfg: &LossConfig, x: &LossInputs) -> Result<(Tensor, LossStat
     let m = keep.to_dtype(dt)?;
     let masked = |v: &Tensor| keep.where_cond(&v.to_dtype(dt)?, &zeros); // 0 on padding
     let tokens = scalar(&m.sum_all()?)?;
-    let token_mean = |v: &Tensor| -> Result<Tensor> { (v * &m)?.sum_all()? / tokens.max(1.0) };
+    let denominator = x.whole.map_or(tokens, |w| w.tokens);
+    let token_mean = |v: &Tensor| -> Result<Tensor> { (v * &m)?.sum_all()? / denominator.max(1.0) };
     let logp = masked(x.logp)?;
     // Log-ratios are clamped to ±LOG_RATIO_CLAMP (veRL's ±20) so that one token whose
     // log-prob collapsed cannot make exp() overflow into an infinite loss.
@@ -264,13 +290,16 @@ pub fn policy_loss(cfg: &LossConfig, x: &LossInputs) -> Result<(Tensor, LossStat
             };
             let (surr, clipped, dual) = surrogate(&ratio)?;
             let seq = len.gt(0.0)?.to_dtype(dt)?;
-            let n_seq = scalar(&seq.sum_all()?)?.max(1.0);
+            let n_seq = match x.whole {
+                Some(w) => w.actions.max(1.0),
+                None => scalar(&seq.sum_all()?)?.max(1.0),
+            };
             let seq_mean = |v: &Tensor| -> Result<Tensor> { (v * &seq)?.sum_all()? / n_seq };
             let per_token = surr.neg()?.broadcast_as((b, t))?.contiguous()?;
             (per_token, seq_mean(&clipped)?, seq_mean(&dual)?, seq_mean(&ratio)?)
         }
     };
-    let policy = aggregate(cfg.agg, &per_token, &m, cfg.agg_norm)?;
+    let policy = aggregate(cfg.agg, &per_token, &m, cfg.agg_norm, x.whole)?;
     let mut loss = policy.clone();
     let mut stats = LossStats {
         policy_loss: scalar(&policy)?,

@@ -112,6 +112,7 @@ fn grpo_loss_matches_hand_values() {
         mask: &mask,
         entropy: Some(ent.as_tensor()),
         segments: None,
+        whole: None,
     };
     let (loss, st) = policy_loss(&cfg(PolicyLossKind::Token, beta, c_ent), &x).unwrap();
     let h = hand();
@@ -152,6 +153,7 @@ fn without_reference_or_entropy_only_the_surrogate_remains() {
         mask: &mask,
         entropy: None,
         segments: None,
+        whole: None,
     };
     let (loss, st) = policy_loss(&cfg(PolicyLossKind::Token, 0.1, 0.1), &x).unwrap();
     assert!(close(st.loss, hand().policy) && st.kl == 0.0 && st.entropy == 0.0);
@@ -174,6 +176,7 @@ fn ratio_one_gives_the_plain_policy_gradient() {
         mask: &mask,
         entropy: None,
         segments: None,
+        whole: None,
     };
     let (loss, st) = policy_loss(&cfg(PolicyLossKind::Token, 0.0, 0.0), &x).unwrap();
     // −(3·1.0 + 2·(−0.5)) / 5 = −0.4
@@ -193,6 +196,7 @@ fn gspo_sequence_ratio() {
         mask: &mask,
         entropy: None,
         segments: None,
+        whole: None,
     };
     let c = LossConfig { clip_low: 0.05, clip_high: 0.05, ..cfg(PolicyLossKind::Sequence, 0.0, 0.0) };
     let (loss, st) = policy_loss(&c, &x).unwrap();
@@ -223,6 +227,7 @@ fn no_ref<'a>(logp: &'a Var, old: &'a Tensor, adv: &'a Tensor, mask: &'a Tensor)
         mask,
         entropy: None,
         segments: None,
+        whole: None,
     }
 }
 
@@ -349,4 +354,97 @@ fn gspo_ratio_over_a_whole_trajectory() {
     let (_, per_traj) = policy_loss(&c, &x).unwrap();
     let (_, per_action) = policy_loss(&c, &no_ref(&logp, &old, &adv, &mask)).unwrap();
     assert!(close(per_traj.policy_loss, per_action.policy_loss));
+}
+
+#[test]
+fn parts_of_a_minibatch_with_its_counts_add_up_to_the_whole() {
+    // 5 actions of 1 to 4 tokens, split as data parallel splits them: rows 0..2 and 2..5,
+    // each part padded only to its own longest action.
+    let lens = [4usize, 1, 3, 2, 4];
+    let (b, t) = (5, 4);
+    let val = |i: usize, j: usize, k: f32| ((i * 7 + j * 3) as f32 * 0.37 + k).sin() * 0.6 - 1.0;
+    let grid = |k: f32| -> Vec<f32> { (0..b * t).map(|n| val(n / t, n % t, k)).collect() };
+    let mask: Vec<f32> = (0..b * t).map(|n| f32::from(u8::from(n % t < lens[n / t]))).collect();
+    let adv = [1.0f32, -0.5, 0.8, -1.2, 0.3];
+    let dev = Device::Cpu;
+    let rows = |v: &[f32], r: std::ops::Range<usize>, w: usize| -> Tensor {
+        let flat: Vec<f32> = r.clone().flat_map(|i| v[i * t..i * t + w].to_vec()).collect();
+        Tensor::from_vec(flat, (r.len(), w), &dev).unwrap()
+    };
+    let (logp, old, refp, ent) =
+        (grid(0.0), grid(0.2), grid(-0.3), grid(1.0).iter().map(|x| x.abs()).collect::<Vec<_>>());
+    // Returns the loss's statistics and ∂L/∂logπ, laid out [5, 4].
+    let run =
+        |c: &LossConfig, r: std::ops::Range<usize>, whole: Option<Whole>| -> (LossStats, Vec<Vec<f32>>) {
+            let w = r.clone().map(|i| lens[i]).max().unwrap();
+            let lp = Var::from_tensor(&rows(&logp, r.clone(), w)).unwrap();
+            let (o, rf, m, e) = (
+                rows(&old, r.clone(), w),
+                rows(&refp, r.clone(), w),
+                rows(&mask, r.clone(), w),
+                rows(&ent, r.clone(), w),
+            );
+            let a = Tensor::new(&adv[r.clone()], &dev).unwrap();
+            let x = LossInputs {
+                logp: lp.as_tensor(),
+                old_logp: &o,
+                ref_logp: Some(&rf),
+                adv: &a,
+                mask: &m,
+                entropy: Some(&e),
+                segments: None,
+                whole,
+            };
+            let (loss, st) = policy_loss(c, &x).unwrap();
+            let g = loss.backward().unwrap().get(lp.as_tensor()).unwrap().to_vec2::<f32>().unwrap();
+            let mut full = vec![vec![0f32; t]; b];
+            for (k, i) in r.enumerate() {
+                full[i][..w].copy_from_slice(&g[k]);
+            }
+            (st, full)
+        };
+    let whole = Whole { tokens: lens.iter().sum::<usize>() as f64, actions: 5.0, padded_len: t };
+    for kind in [PolicyLossKind::Token, PolicyLossKind::Sequence] {
+        for agg in [
+            LossAgg::TokenMean,
+            LossAgg::SeqMeanTokenMean,
+            LossAgg::SeqMeanTokenSum,
+            LossAgg::SeqMeanTokenSumNorm,
+        ] {
+            let c = LossConfig { agg, dual_clip: Some(3.0), ..cfg(kind, 0.04, 0.01) };
+            let (all, g_all) = run(&c, 0..5, None);
+            let (p0, g0) = run(&c, 0..2, Some(whole));
+            let (p1, g1) = run(&c, 2..5, Some(whole));
+            let sum = |f: fn(&LossStats) -> f64| f(&p0) + f(&p1);
+            for (name, f) in [
+                ("loss", (|s: &LossStats| s.loss) as fn(&LossStats) -> f64),
+                ("policy_loss", |s| s.policy_loss),
+                ("kl", |s| s.kl),
+                ("entropy", |s| s.entropy),
+                ("clip_frac", |s| s.clip_frac),
+                ("dual_clip_frac", |s| s.dual_clip_frac),
+                ("ratio_mean", |s| s.ratio_mean),
+                ("approx_kl_old", |s| s.approx_kl_old),
+            ] {
+                assert!(
+                    close(sum(f), f(&all)),
+                    "{kind:?} {agg:?} {name}: {} + {} vs {}",
+                    f(&p0),
+                    f(&p1),
+                    f(&all)
+                );
+            }
+            assert_eq!(p0.tokens + p1.tokens, all.tokens);
+            for i in 0..b {
+                for j in 0..t {
+                    let g = g0[i][j] + g1[i][j];
+                    assert!(
+                        close(g as f64, g_all[i][j] as f64),
+                        "{kind:?} {agg:?} ∂L/∂logπ[{i}][{j}]: {g} vs {}",
+                        g_all[i][j]
+                    );
+                }
+            }
+        }
+    }
 }

@@ -23,9 +23,10 @@
 
 use super::config::{AlgoConfig, AlgoKind, GspoLevel};
 use super::metrics::mean_loss_stats;
-use super::objective::{policy_loss, LossInputs, LossStats};
+use super::objective::{policy_loss, LossInputs, LossStats, Whole};
 use super::optim::{clip_grad_norm, AdamW};
 use super::seeds::{pass_key, rng_for};
+use crate::dist::ProcessGroup;
 use crate::env::ScreenState;
 use crate::policy::TrainablePolicy;
 use anyhow::ensure;
@@ -177,6 +178,50 @@ fn segments(samples: &[Sample], chunk: &[usize], device: &Device) -> candle_core
     Tensor::from_vec(flat, (ids.len(), b), device)
 }
 
+/// This rank's part of a minibatch: its share of the chunk's samples, or, `by_traj`, of
+/// its trajectories (a chunk lists each trajectory's samples together).
+fn part_of(samples: &[Sample], chunk: &[usize], by_traj: bool, pg: &ProcessGroup) -> Vec<usize> {
+    if !by_traj {
+        return chunk[pg.share(chunk.len())].to_vec();
+    }
+    let mut units: Vec<Vec<usize>> = Vec::new();
+    for &k in chunk {
+        match units.last_mut() {
+            Some(u) if samples[u[0]].traj == samples[k].traj => u.push(k),
+            _ => units.push(vec![k]),
+        }
+    }
+    units[pg.share(units.len())].concat()
+}
+
+/// The statistics of every rank's part summed: with [`Whole`] counts, the minibatch's.
+fn sum_over_ranks(pg: &ProcessGroup, s: LossStats) -> anyhow::Result<LossStats> {
+    let mut v = [
+        s.loss,
+        s.policy_loss,
+        s.kl,
+        s.entropy,
+        s.clip_frac,
+        s.dual_clip_frac,
+        s.ratio_mean,
+        s.approx_kl_old,
+        s.tokens as f64,
+    ];
+    pg.all_reduce_f64(&mut v)?;
+    let [loss, policy_loss, kl, entropy, clip_frac, dual_clip_frac, ratio_mean, approx_kl_old, tokens] = v;
+    Ok(LossStats {
+        loss,
+        policy_loss,
+        kl,
+        entropy,
+        clip_frac,
+        dual_clip_frac,
+        ratio_mean,
+        approx_kl_old,
+        tokens: tokens as usize,
+    })
+}
+
 /// Run the update on `samples` (see the module docs).
 pub fn update(
     policy: &dyn TrainablePolicy,
@@ -186,6 +231,24 @@ pub fn update(
     algo: &AlgoConfig,
     seed: u64,
     iteration: u64,
+) -> anyhow::Result<UpdateStats> {
+    update_parallel(policy, reference, opt, samples, algo, seed, iteration, None)
+}
+
+/// [`update`] on one rank of a data-parallel run: every rank holds all of `samples`, scores
+/// its part of each minibatch with the whole minibatch's counts ([`Whole`]), and the
+/// gradients and statistics are summed over the ranks before anything is decided, so every
+/// rank takes the same steps (see [`crate::dist`]). `None`: one process.
+#[allow(clippy::too_many_arguments)]
+pub fn update_parallel(
+    policy: &dyn TrainablePolicy,
+    reference: Option<&dyn TrainablePolicy>,
+    opt: &mut AdamW,
+    samples: &[Sample],
+    algo: &AlgoConfig,
+    seed: u64,
+    iteration: u64,
+    pg: Option<&ProcessGroup>,
 ) -> anyhow::Result<UpdateStats> {
     for (k, s) in samples.iter().enumerate() {
         ensure!(
@@ -205,33 +268,30 @@ pub fn update(
         for (mb, chunk) in
             minibatches(samples, &order, algo.minibatch.max(1), by_traj).into_iter().enumerate()
         {
-            let chunk = chunk.as_slice();
-            let states: Vec<ScreenState> = chunk.iter().map(|&k| samples[k].state.clone()).collect();
-            let tokens: Vec<Vec<u32>> = chunk.iter().map(|&k| samples[k].tokens.clone()).collect();
+            // Data parallel: this rank's part, with the whole minibatch's counts.
+            let (part, whole) = match pg {
+                None => (chunk, None),
+                Some(g) => {
+                    let tokens = chunk.iter().map(|&k| samples[k].tokens.len()).sum::<usize>() as f64;
+                    let longest = chunk.iter().map(|&k| samples[k].tokens.len()).max().unwrap_or(0);
+                    let whole = Whole { tokens, actions: chunk.len() as f64, padded_len: longest };
+                    (part_of(samples, &chunk, by_traj, g), Some(whole))
+                }
+            };
             let pass = pass_key(seed, iteration, PASS_PURPOSE, epoch as u64, mb as u64);
-            let scores = policy.score_train(&states, &tokens, pass)?;
-            let (b, t) = scores.logp.dims2()?;
-            let dev = scores.logp.device().clone();
-            let longest = tokens.iter().map(Vec::len).max().unwrap_or(0);
-            ensure!(t == longest, "the policy scored {t} positions for sequences of up to {longest} tokens");
-            let old_rows: Vec<&[f32]> = chunk.iter().map(|&k| samples[k].old_logp.as_slice()).collect();
-            let old = padded(&old_rows, t, &dev)?;
-            let advs = Tensor::from_vec(chunk.iter().map(|&k| samples[k].adv).collect::<Vec<_>>(), b, &dev)?;
-            let ref_logp = match reference {
-                Some(r) => Some(r.score(&states, &tokens)?.logp.detach()),
-                None => None,
+            let (loss, ls) = match part.is_empty() {
+                // A minibatch smaller than the ranks leaves some of them without rows.
+                true => (None, LossStats::default()),
+                false => {
+                    let (loss, ls) =
+                        part_loss(policy, reference, samples, &part, &loss_cfg, by_traj, whole, pass)?;
+                    (Some(loss), ls)
+                }
             };
-            let segs = if by_traj { Some(segments(samples, chunk, &dev)?) } else { None };
-            let inputs = LossInputs {
-                logp: &scores.logp,
-                old_logp: &old,
-                ref_logp: ref_logp.as_ref(),
-                adv: &advs,
-                mask: &scores.mask,
-                entropy: Some(&scores.entropy),
-                segments: segs.as_ref(),
+            let ls = match pg {
+                Some(g) => sum_over_ranks(g, ls)?,
+                None => ls,
             };
-            let (loss, ls) = policy_loss(&loss_cfg, &inputs)?;
             out.first.get_or_insert(ls);
             // target_kl (SB3's rule, see the module docs): the policy has moved too far
             // from the one that collected the rollouts; stop before this minibatch's step.
@@ -254,7 +314,13 @@ pub fn update(
                 out.skipped_steps += 1;
                 continue;
             }
-            let mut grads = policy.gradients(&loss)?;
+            let mut grads = match &loss {
+                Some(l) => policy.gradients(l)?,
+                None => Tensor::zeros((), candle_core::DType::F32, &Device::Cpu)?.backward()?,
+            };
+            if let Some(g) = pg {
+                crate::dist::tensors::all_reduce_grads(g, &mut grads, opt.vars())?;
+            }
             let norm = clip_grad_norm(&mut grads, opt.vars(), algo.max_grad_norm)?;
             if !norm.is_finite() {
                 out.skipped_steps += 1;
@@ -280,6 +346,46 @@ pub fn update(
     out.grad_norm = norms.iter().sum::<f64>() / norms.len().max(1) as f64;
     out.loss = mean_loss_stats(&all);
     Ok(out)
+}
+
+/// Score `part` (sample indices) and return its loss with its statistics.
+#[allow(clippy::too_many_arguments)]
+fn part_loss(
+    policy: &dyn TrainablePolicy,
+    reference: Option<&dyn TrainablePolicy>,
+    samples: &[Sample],
+    part: &[usize],
+    loss_cfg: &super::objective::LossConfig,
+    by_traj: bool,
+    whole: Option<Whole>,
+    pass: u64,
+) -> anyhow::Result<(Tensor, LossStats)> {
+    let states: Vec<ScreenState> = part.iter().map(|&k| samples[k].state.clone()).collect();
+    let tokens: Vec<Vec<u32>> = part.iter().map(|&k| samples[k].tokens.clone()).collect();
+    let scores = policy.score_train(&states, &tokens, pass)?;
+    let (b, t) = scores.logp.dims2()?;
+    let dev = scores.logp.device().clone();
+    let longest = tokens.iter().map(Vec::len).max().unwrap_or(0);
+    ensure!(t == longest, "the policy scored {t} positions for sequences of up to {longest} tokens");
+    let old_rows: Vec<&[f32]> = part.iter().map(|&k| samples[k].old_logp.as_slice()).collect();
+    let old = padded(&old_rows, t, &dev)?;
+    let advs = Tensor::from_vec(part.iter().map(|&k| samples[k].adv).collect::<Vec<_>>(), b, &dev)?;
+    let ref_logp = match reference {
+        Some(r) => Some(r.score(&states, &tokens)?.logp.detach()),
+        None => None,
+    };
+    let segs = if by_traj { Some(segments(samples, part, &dev)?) } else { None };
+    let inputs = LossInputs {
+        logp: &scores.logp,
+        old_logp: &old,
+        ref_logp: ref_logp.as_ref(),
+        adv: &advs,
+        mask: &scores.mask,
+        entropy: Some(&scores.entropy),
+        segments: segs.as_ref(),
+        whole,
+    };
+    Ok(policy_loss(loss_cfg, &inputs)?)
 }
 
 #[cfg(test)]
@@ -418,5 +524,80 @@ mod tests {
         let up = update(&p, None, &mut opt, &samples, &algo, 0, 0).unwrap();
         assert!((up.first.unwrap().ratio_mean - 1.0).abs() < 1e-5);
         assert!(up.optimizer_steps >= 2 && up.skipped_steps == 0, "{up:?}");
+    }
+
+    /// Two ranks, each scoring its part of every minibatch, take the steps one process
+    /// takes on the whole minibatches: token- and trajectory-level ratios, and minibatches
+    /// of one sample (one rank then has no rows).
+    #[test]
+    fn two_ranks_train_as_one_process() {
+        let weights = |p: &VlmPolicy| -> Vec<f32> {
+            p.named_vars()
+                .iter()
+                .flat_map(|(_, v)| v.flatten_all().unwrap().to_vec1::<f32>().unwrap())
+                .collect()
+        };
+        let cases = [
+            AlgoConfig { minibatch: 4, epochs: 2, lr: 1e-3, ..Default::default() },
+            AlgoConfig { minibatch: 1, epochs: 1, lr: 1e-3, ..Default::default() },
+            AlgoConfig {
+                kind: AlgoKind::Gspo,
+                gspo_level: GspoLevel::Trajectory,
+                minibatch: 4,
+                lr: 1e-3,
+                ..Default::default()
+            },
+        ];
+        for algo in cases {
+            fn train(algo: &AlgoConfig, pg: Option<&ProcessGroup>) -> (Vec<f32>, UpdateStats) {
+                let weights = |p: &VlmPolicy| -> Vec<f32> {
+                    p.named_vars()
+                        .iter()
+                        .flat_map(|(_, v)| v.flatten_all().unwrap().to_vec1::<f32>().unwrap())
+                        .collect()
+                };
+                let mut p = VlmPolicy::new(VlmConfig::tiny(), &Device::Cpu, 2).unwrap();
+                let samples = rollout(&mut p, 8);
+                let mut opt = AdamW::new(p.named_vars(), algo.adamw_config()).unwrap();
+                let up = update_parallel(&p, None, &mut opt, &samples, algo, 0, 0, pg).unwrap();
+                (weights(&p), up)
+            }
+            let (alone, up1) = train(&algo, None);
+            let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+            let ranks: Vec<_> = (0..2)
+                .map(|rank| {
+                    let algo = algo.clone();
+                    std::thread::spawn(move || {
+                        let rv = crate::dist::Rendezvous {
+                            rank,
+                            world: 2,
+                            local_rank: rank,
+                            addr: format!("127.0.0.1:{port}"),
+                            timeout: std::time::Duration::from_secs(30),
+                        };
+                        let pg = ProcessGroup::connect(&rv, "test").unwrap();
+                        train(&algo, Some(&pg))
+                    })
+                })
+                .collect();
+            let out: Vec<_> = ranks.into_iter().map(|h| h.join().unwrap()).collect();
+            assert!(out[0].0 == out[1].0, "the ranks' weights differ");
+            let moved = alone
+                .iter()
+                .zip(&weights(&VlmPolicy::new(VlmConfig::tiny(), &Device::Cpu, 2).unwrap()))
+                .any(|(a, b)| a != b);
+            assert!(moved, "the update did not move the weights");
+            let worst = alone.iter().zip(&out[0].0).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+            assert!(worst < 1e-5, "{:?}: the ranks' weights are up to {worst} from one process's", algo.kind);
+            let up2 = &out[0].1;
+            assert_eq!((up2.optimizer_steps, up2.tokens), (up1.optimizer_steps, up1.tokens));
+            assert!((up2.loss.loss - up1.loss.loss).abs() < 1e-5, "{} vs {}", up2.loss.loss, up1.loss.loss);
+            assert!(
+                (up2.grad_norm - up1.grad_norm).abs() < 1e-4 * up1.grad_norm,
+                "{} vs {}",
+                up2.grad_norm,
+                up1.grad_norm
+            );
+        }
     }
 }
