@@ -5,6 +5,7 @@ mod bench_learn;
 mod doctor;
 mod export;
 mod judge;
+mod launch;
 mod play;
 mod policy;
 mod replay;

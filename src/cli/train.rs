@@ -25,6 +25,11 @@ pub struct TrainArgs {
     /// (the differences are listed without it; raising run.iterations needs no --force).
     #[arg(long, requires = "resume")]
     force: bool,
+    /// Train data parallel over N processes on this machine (one per GPU with a CUDA
+    /// device: rank r uses cuda:(N + r)); they split the rollouts and sum their gradients.
+    /// Across machines, start each process yourself with torchrun's variables (docs/scaling.md).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
+    nproc: Option<u16>,
     #[command(flatten)]
     browser: super::BrowserArgs,
 }
@@ -36,14 +41,37 @@ pub async fn train(args: TrainArgs) -> anyhow::Result<()> {
         return Ok(());
     };
     let cfg = TrainConfig::load(path)?;
+    let rendezvous = crate::dist::Rendezvous::from_env()?;
+    if let Some(n) = args.nproc.filter(|&n| n > 1) {
+        anyhow::ensure!(
+            rendezvous.is_none(),
+            "--nproc {n} in a process that already is one rank of a run (WORLD_SIZE is set): \
+             either let --nproc start the ranks, or start them yourself without it"
+        );
+        return super::launch::ranks(n.into()).await;
+    }
     let dir = run_dir(&cfg, args.out.as_deref());
-    let mut trainer = Trainer::new(cfg, dir.clone(), args.resume, args.force)?;
+    let group = match rendezvous {
+        Some(rv) => {
+            let fingerprint = fingerprint(&cfg, &dir, args.resume)?;
+            let pg =
+                tokio::task::spawn_blocking(move || crate::dist::ProcessGroup::connect(&rv, &fingerprint))
+                    .await??;
+            Some(Arc::new(pg))
+        }
+        None => None,
+    };
+    let root = group.as_ref().is_none_or(|g| g.is_root());
+    let mut trainer = Trainer::new_in_group(cfg, dir.clone(), args.resume, args.force, group)?;
     trainer.set_env_config(crate::env::EnvConfig { browser: args.browser.config(), ..Default::default() });
-    trainer.progress = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    trainer.progress = root && std::io::IsTerminal::is_terminal(&std::io::stderr());
     // Ctrl-C / SIGTERM: finish the iteration, save a checkpoint, exit.
     let stop = Arc::new(AtomicBool::new(false));
     super::watch_signals(Some(stop.clone()));
     let state = trainer.run(stop).await?;
+    if !root {
+        return Ok(());
+    }
     let best = state.best_eval.as_ref().filter(|(s, _)| *s >= 0.0);
     println!(
         "run={} iterations={} env_steps={} wall_secs={:.0}{}",
@@ -54,4 +82,16 @@ pub async fn train(args: TrainArgs) -> anyhow::Result<()> {
         best.map(|(s, p)| format!(" best_eval_success={s:.3} best={p}")).unwrap_or_default()
     );
     Ok(())
+}
+
+/// What every rank of a run must agree on: the config, the run folder, `--resume` and
+/// the build.
+fn fingerprint(cfg: &TrainConfig, dir: &std::path::Path, resume: bool) -> anyhow::Result<String> {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    h.update(serde_json::to_vec(cfg)?);
+    h.update(dir.as_os_str().as_encoded_bytes());
+    h.update([u8::from(resume)]);
+    h.update(env!("CARGO_PKG_VERSION"));
+    Ok(format!("{:x}", h.finalize())[..12].to_string())
 }

@@ -45,6 +45,12 @@ pub struct ProcessGroup {
     peers: Mutex<Peers>,
 }
 
+impl std::fmt::Debug for ProcessGroup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ProcessGroup(rank {} of {})", self.rank, self.world)
+    }
+}
+
 enum Peers {
     /// Rank 0: a stream to each other rank, in rank order (rank 1 first).
     Root(Vec<TcpStream>),

@@ -300,11 +300,21 @@ impl TrainConfig {
 
     /// The candle device named by `device`.
     pub fn candle_device(&self) -> anyhow::Result<candle_core::Device> {
+        self.candle_device_for_rank(0)
+    }
+
+    /// The device of the process with this `LOCAL_RANK` in a data-parallel run: `cuda:N`
+    /// becomes `cuda:(N + local_rank)`, one GPU per process; `cpu` stays the CPU.
+    pub fn candle_device_for_rank(&self, local_rank: usize) -> anyhow::Result<candle_core::Device> {
         match parse_device(&self.device)? {
             None => Ok(candle_core::Device::Cpu),
-            Some(n) => crate::policy::device::cuda(n).with_context(|| {
+            Some(n) => crate::policy::device::cuda(n + local_rank).with_context(|| {
+                let rank = match local_rank {
+                    0 => String::new(),
+                    r => format!(" (GPU {} for LOCAL_RANK {r}: one GPU per process)", n + r),
+                };
                 format!(
-                    "device = \"{}\": no CUDA device (was guirl built with --features cuda?)",
+                    "device = \"{}\"{rank}: no CUDA device (was guirl built with --features cuda?)",
                     self.device
                 )
             }),

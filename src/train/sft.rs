@@ -22,6 +22,7 @@
 use super::config::SftConfig;
 use super::optim::{clip_grad_norm, AdamW, AdamWConfig};
 use super::seeds::{pass_key, rng_for};
+use crate::dist::ProcessGroup;
 use crate::env::{GuiAction, ScreenState};
 use crate::policy::{Sampling, TrainablePolicy};
 use crate::rollout::store::StoredTrajectory;
@@ -61,6 +62,9 @@ pub struct SftSettings<'a> {
     pub max_grad_norm: f64,
     /// Seed of the per-epoch shuffles.
     pub seed: u64,
+    /// Data parallel ([`crate::dist`]): each rank scores its share of every minibatch and
+    /// the gradients are summed; only rank 0 writes the log. `None`: one process.
+    pub group: Option<&'a ProcessGroup>,
 }
 
 /// The episodes of `set` in the order behaviour cloning reads them: by task id, then seed,
@@ -133,7 +137,7 @@ pub fn clone_demonstrations(
     log: &Path,
     stop: &AtomicBool,
 ) -> anyhow::Result<SftReport> {
-    let SftSettings { sft, max_grad_norm, seed, .. } = how;
+    let SftSettings { sft, max_grad_norm, seed, group, .. } = how;
     let mut report = SftReport::default();
     let samples = demo_samples(policy, set, &mut report)?;
     if report.skipped > 0 {
@@ -153,7 +157,10 @@ pub fn clone_demonstrations(
         );
     }
     report.samples = samples.len();
-    let mut log = std::fs::File::create(log)?;
+    let mut log = match group.is_none_or(ProcessGroup::is_root) {
+        true => Some(std::fs::File::create(log)?),
+        false => None,
+    };
     let sampling = policy.sampling();
     policy.set_sampling(Sampling { temperature: 1.0, ..sampling });
     report.finished = true;
@@ -161,7 +168,8 @@ pub fn clone_demonstrations(
     // Epochs are numbered from the clone's start, so a continued run draws what one
     // longer run would have.
     for epoch in sft.start_epoch..sft.start_epoch + sft.epochs {
-        if stop.load(Ordering::SeqCst) {
+        let stopping = stop.load(Ordering::SeqCst);
+        if group.map_or(Ok(stopping), |g| g.any(stopping))? {
             report.finished = false;
             break;
         }
@@ -170,28 +178,47 @@ pub fn clone_demonstrations(
         order.shuffle(&mut rng_for(seed, epoch as u64, 7));
         let (mut total, mut count) = (0.0, 0);
         for (mb, chunk) in order.chunks(sft.minibatch.max(1)).enumerate() {
-            let states: Vec<ScreenState> = chunk.iter().map(|&k| samples[k].0.clone()).collect();
-            let tokens: Vec<Vec<u32>> = chunk.iter().map(|&k| samples[k].1.clone()).collect();
+            // Data parallel: this rank's share of the minibatch; the mean still divides by
+            // the whole minibatch's tokens, so the ranks' losses add up to its loss.
+            let part = group.map_or(chunk, |g| &chunk[g.share(chunk.len())]);
+            let tokens_all = chunk.iter().map(|&k| samples[k].1.len()).sum::<usize>().max(1) as f64;
+            let states: Vec<ScreenState> = part.iter().map(|&k| samples[k].0.clone()).collect();
+            let tokens: Vec<Vec<u32>> = part.iter().map(|&k| samples[k].1.clone()).collect();
             // behaviour cloning's purpose for its passes' keys
             let pass = pass_key(seed, 0, 0xB0C, epoch as u64, mb as u64);
-            let s = policy.score_train(&states, &tokens, pass)?;
-            // Token-mean negative log-likelihood over the real action tokens.
-            let loss = (s.logp.sum_all()?.neg()? / s.mask.sum_all()?.to_scalar::<f32>()? as f64)?;
-            let mut grads = policy.gradients(&loss)?;
+            let (mut grads, mut nll) = match part.is_empty() {
+                true => (
+                    candle_core::Tensor::zeros((), candle_core::DType::F32, &candle_core::Device::Cpu)?
+                        .backward()?,
+                    [0.0],
+                ),
+                false => {
+                    let s = policy.score_train(&states, &tokens, pass)?;
+                    // Token-mean negative log-likelihood over the real action tokens.
+                    let loss = (s.logp.sum_all()?.neg()? / tokens_all)?;
+                    (policy.gradients(&loss)?, [loss.to_scalar::<f32>()? as f64])
+                }
+            };
+            if let Some(g) = group {
+                crate::dist::tensors::all_reduce_grads(g, &mut grads, opt.vars())?;
+                g.all_reduce_f64(&mut nll)?;
+            }
             let norm = clip_grad_norm(&mut grads, opt.vars(), max_grad_norm)?;
             if norm.is_finite() {
                 opt.step(&grads)?;
             }
-            total += loss.to_scalar::<f32>()? as f64;
+            total += nll[0];
             count += 1;
         }
         report.final_nll = total / count.max(1) as f64;
         let secs = t0.elapsed().as_secs_f64();
-        writeln!(
-            log,
-            "{}",
-            serde_json::json!({"epoch": epoch + 1, "nll": report.final_nll, "samples": samples.len(), "skipped": report.skipped, "secs": secs})
-        )?;
+        if let Some(log) = log.as_mut() {
+            writeln!(
+                log,
+                "{}",
+                serde_json::json!({"epoch": epoch + 1, "nll": report.final_nll, "samples": samples.len(), "skipped": report.skipped, "secs": secs})
+            )?;
+        }
         ran += 1;
     }
     report.secs_per_epoch = started.elapsed().as_secs_f64() / f64::from(ran.max(1));
@@ -233,7 +260,8 @@ mod tests {
         let mut vlm = VlmConfig::tiny();
         vlm.actions.kinds = vec!["click".into()];
         let mut p = VlmPolicy::new(vlm, &Device::Cpu, 0).unwrap();
-        let how = SftSettings { sft: &cfg, opt: AdamWConfig::default(), max_grad_norm: 1.0, seed: 0 };
+        let how =
+            SftSettings { sft: &cfg, opt: AdamWConfig::default(), max_grad_norm: 1.0, seed: 0, group: None };
         let mut opt = sft_optimizer(&p, &how).unwrap();
         let r = clone_demonstrations(&mut p, &set, how, &mut opt, &log, &stop).unwrap();
         assert_eq!((r.samples, r.skipped, r.finished), (1, 1, true), "{r:?}");
@@ -298,7 +326,8 @@ mod tests {
         // (the shuffles permute positions: in file order the minibatches would differ).
         let cfg: SftConfig = toml::from_str("dir = \"x\"\nepochs = 2\nlr = 1e-3\nminibatch = 2").unwrap();
         let stop = AtomicBool::new(false);
-        let how = SftSettings { sft: &cfg, opt: AdamWConfig::default(), max_grad_norm: 1.0, seed: 3 };
+        let how =
+            SftSettings { sft: &cfg, opt: AdamWConfig::default(), max_grad_norm: 1.0, seed: 3, group: None };
         let clone = |set: &TrajectorySet| {
             let mut p = VlmPolicy::new(VlmConfig::tiny(), &Device::Cpu, 0).unwrap();
             let mut opt = sft_optimizer(&p, &how).unwrap();
@@ -330,7 +359,8 @@ mod tests {
         );
         let stop = AtomicBool::new(false);
         let log = dir.path().join("sft.jsonl");
-        let settings = |sft| SftSettings { sft, opt: AdamWConfig::default(), max_grad_norm: 1.0, seed: 5 };
+        let settings =
+            |sft| SftSettings { sft, opt: AdamWConfig::default(), max_grad_norm: 1.0, seed: 5, group: None };
         let cfg = |epochs: usize, start_epoch: usize| SftConfig {
             epochs,
             start_epoch,

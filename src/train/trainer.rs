@@ -27,7 +27,8 @@ use super::metrics::{read_metrics, IterationMetrics, MetricsWriter};
 use super::optim::AdamW;
 use super::seeds::rng_for;
 use super::success_replay::SuccessReplay;
-use super::update::update;
+use super::update::update_parallel;
+use crate::dist::ProcessGroup;
 use crate::env::EnvConfig;
 use crate::policy::{Sampling, TrainablePolicy};
 use crate::rollout::collector::off_runtime;
@@ -60,7 +61,8 @@ pub struct Trainer {
     tasks: Vec<Arc<dyn Task>>,
     collector: Collector,
     state: TrainerState,
-    metrics: MetricsWriter,
+    /// `None` on the ranks other than 0 (only rank 0 writes the run folder).
+    metrics: Option<MetricsWriter>,
     /// Show progress bars.
     pub progress: bool,
     /// False while an update is under way: the weights then belong to no iteration, and
@@ -70,17 +72,44 @@ pub struct Trainer {
     sft_opt: Option<AdamW>,
     /// `algo.success_replay`'s buffer (empty when off).
     replay: SuccessReplay,
+    /// The ranks of a data-parallel run ([`crate::dist`]); `None`: this process alone.
+    group: Option<Arc<ProcessGroup>>,
 }
 
 impl Trainer {
     /// Set up a run in `run_dir` (resuming from its latest checkpoint if asked; `force`
     /// resumes with a config that differs from the run's, see [`super::run_folder`]).
     pub fn new(cfg: TrainConfig, run_dir: PathBuf, resume: bool, force: bool) -> anyhow::Result<Trainer> {
-        let device = cfg.candle_device()?;
+        Trainer::new_in_group(cfg, run_dir, resume, force, None)
+    }
+
+    /// [`Trainer::new`] as one rank of a data-parallel run (see [`crate::dist`]): rank 0
+    /// prepares and writes the run folder, every rank reads it, and each uses the GPU
+    /// `cuda:(N + LOCAL_RANK)` for a config's `cuda:N`.
+    pub fn new_in_group(
+        cfg: TrainConfig,
+        run_dir: PathBuf,
+        resume: bool,
+        force: bool,
+        group: Option<Arc<ProcessGroup>>,
+    ) -> anyhow::Result<Trainer> {
+        let device = cfg.candle_device_for_rank(group.as_ref().map_or(0, |g| g.local_rank()))?;
         let tasks =
             cfg.tasks.ids.iter().map(|id| crate::tasks::load_task(id)).collect::<anyhow::Result<Vec<_>>>()?;
         crate::policy::judge::Judge::check_tasks(&tasks)?;
-        let latest = super::run_folder::prepare(&run_dir, &cfg, resume, force)?;
+        let latest = match &group {
+            None => super::run_folder::prepare(&run_dir, &cfg, resume, force)?,
+            Some(g) => {
+                // Rank 0 prepares the folder (its refusals stop every rank); then all read it.
+                let prepared = match g.is_root() {
+                    true => super::run_folder::prepare(&run_dir, &cfg, resume, force).map(|_| Vec::new()),
+                    false => Ok(Vec::new()),
+                };
+                g.all_gather(prepared.map_err(|e| format!("{e:#}")))?;
+                checkpoint::latest(&run_dir)?
+            }
+        };
+        let writes = group.as_ref().is_none_or(|g| g.is_root());
         let worst_failure = tasks.iter().map(|t| t.failure_reward()).fold(0.0, f64::min);
         if let Some(w) = cfg.algo.stalling_warning(worst_failure) {
             tracing::warn!("{w}");
@@ -119,13 +148,24 @@ impl Trainer {
             None
         };
         let metrics_path = run_dir.join("metrics.jsonl");
-        let mut metrics = if resume {
-            MetricsWriter::resume(&metrics_path, state.iteration)?
-        } else {
-            MetricsWriter::open(&metrics_path)?
+        let metrics = match writes {
+            false => None,
+            true => {
+                let mut metrics = if resume {
+                    MetricsWriter::resume(&metrics_path, state.iteration)?
+                } else {
+                    MetricsWriter::open(&metrics_path)?
+                };
+                if cfg.run.tensorboard {
+                    metrics.log_to_tensorboard(&run_dir.join(super::tensorboard::TENSORBOARD_DIR))?;
+                }
+                Some(metrics)
+            }
         };
-        if cfg.run.tensorboard {
-            metrics.log_to_tensorboard(&run_dir.join(super::tensorboard::TENSORBOARD_DIR))?;
+        if let Some(g) = &group {
+            // Fresh adapters drawn on different GPUs need not agree: every rank starts from
+            // rank 0's weights.
+            crate::dist::tensors::keep_in_step(g, &policy.trainable_vars())?;
         }
         let env = EnvConfig { max_steps: Some(cfg.rollout.max_steps), ..Default::default() };
         let mut collector = Collector::new(cfg.rollout.envs, env);
@@ -133,6 +173,7 @@ impl Trainer {
         // Bit-exact runs whatever the timing and the number of browsers: each state has a
         // forward pass of its own, never shaped by whichever other envs were waiting.
         collector.one_state_per_call = true;
+        collector.group = group.clone();
         Ok(Trainer {
             cfg,
             run_dir,
@@ -148,6 +189,7 @@ impl Trainer {
             consistent: true,
             sft_opt: None,
             replay,
+            group,
         })
     }
 
@@ -192,12 +234,14 @@ impl Trainer {
             let e = self.evaluate().await?;
             self.state.wall_secs = elapsed(wall0);
             self.consider_best(e)?;
-            self.metrics.append(&IterationMetrics {
-                eval_success: Some(e.success),
-                eval_reward: Some(e.reward),
-                wall_secs: self.state.wall_secs,
-                ..Default::default()
-            })?;
+            if let Some(metrics) = self.metrics.as_mut() {
+                metrics.append(&IterationMetrics {
+                    eval_success: Some(e.success),
+                    eval_reward: Some(e.reward),
+                    wall_secs: self.state.wall_secs,
+                    ..Default::default()
+                })?;
+            }
         }
         let total = self.cfg.run.iterations;
         let bar = self.progress.then(|| {
@@ -228,7 +272,7 @@ impl Trainer {
                     m.success_rate,
                     m.time_split()
                 ));
-            } else {
+            } else if self.writes() {
                 // Without a terminal (a log file, CI) the same line goes to the log.
                 tracing::info!(
                     "iteration {}/{total}: reward {:.2} success {:.2} | {}",
@@ -240,7 +284,12 @@ impl Trainer {
             }
             let last = self.state.iteration == total || self.budget_spent();
             let interval = self.cfg.checkpoint.interval;
+            // Every rank stops at the same iteration, whichever was signalled.
             let stopping = stop.load(Ordering::SeqCst);
+            let stopping = match &self.group {
+                Some(g) => g.any(stopping)?,
+                None => stopping,
+            };
             if let (Some(success), Some(reward)) = (m.eval_success, m.eval_reward) {
                 self.consider_best(EvalResult { success, reward })?;
             } else if last || stopping || (interval > 0 && self.state.iteration.is_multiple_of(interval)) {
@@ -338,10 +387,26 @@ impl Trainer {
         let (policy, opt) = (self.policy.as_ref(), &mut self.opt);
         let reference = self.reference.as_deref().filter(|_| in_loss);
         let trains_policy = super::value::trains_policy(algo, it);
+        let group = self.group.as_deref();
         let up = match trains_policy {
-            true => off_runtime(|| update(policy, reference, opt, &samples, &step_algo, cfg.run.seed, it))?,
+            true => off_runtime(|| {
+                update_parallel(policy, reference, opt, &samples, &step_algo, cfg.run.seed, it, group)
+            })?,
             false => Default::default(),
         };
+        if let Some(g) = group {
+            // The ranks took the same steps from the same sums; a difference means a
+            // kernel that is not deterministic. Rank 0's weights then become everyone's.
+            let differing =
+                off_runtime(|| crate::dist::tensors::keep_in_step(g, &self.policy.trainable_vars()))?;
+            if !differing.is_empty() {
+                tracing::warn!(
+                    "iteration {}: rank(s) {differing:?} held other weights than rank 0 after the update; \
+                     they now hold rank 0's",
+                    it + 1
+                );
+            }
+        }
         let value = match (self.critic.as_mut(), &ppo) {
             (Some(c), Some(p)) => Some(off_runtime(|| c.train(p, algo, cfg.run.seed, it))?),
             _ => None,
@@ -406,9 +471,11 @@ impl Trainer {
             m.eval_success = Some(e.success);
             m.eval_reward = Some(e.reward);
         }
-        self.metrics.append_with_frames(&m, recs)?;
-        if let Err(e) = super::plots::plot_run(&self.run_dir) {
-            tracing::warn!("plots not written: {e:#}");
+        if let Some(metrics) = self.metrics.as_mut() {
+            metrics.append_with_frames(&m, recs)?;
+            if let Err(e) = super::plots::plot_run(&self.run_dir) {
+                tracing::warn!("plots not written: {e:#}");
+            }
         }
         Ok(m)
     }
@@ -422,7 +489,7 @@ impl Trainer {
     /// struck mid-update), so `--resume` continues from the last finished iteration.
     async fn stop_with(&mut self, e: anyhow::Error) -> anyhow::Error {
         self.collector.close().await;
-        if !self.consistent {
+        if !self.consistent || !self.writes() {
             return e;
         }
         match self.save_checkpoint() {
@@ -438,6 +505,11 @@ impl Trainer {
     /// Save a checkpoint of the current iteration (the clone's with cloning's optimizer);
     /// returns its folder.
     fn save_checkpoint(&self) -> anyhow::Result<PathBuf> {
+        if !self.writes() {
+            return Ok(
+                checkpoint::checkpoints_dir(&self.run_dir).join(checkpoint::name(self.state.iteration))
+            );
+        }
         let before =
             checkpoint::checkpoints_dir(&self.run_dir).join(checkpoint::name(0)).join(SFT_OPTIMIZER_FILE);
         checkpoint::save_with(&self.run_dir, self.policy.as_ref(), &self.opt, &self.state, |dir| {
@@ -469,7 +541,7 @@ impl Trainer {
             self.state.best_reward = e.reward;
         }
         let dir = self.save_checkpoint()?;
-        if better {
+        if better && self.writes() {
             checkpoint::mark_best(&self.run_dir, &dir)?;
         }
         Ok(())
@@ -491,7 +563,9 @@ impl Trainer {
             );
         }
         let reference = self.policy.reference()?;
-        checkpoint::write_dir_atomically(&dir, |tmp| reference.save(tmp))?;
+        if self.writes() {
+            checkpoint::write_dir_atomically(&dir, |tmp| reference.save(tmp))?;
+        }
         self.reference = Some(reference);
         Ok(())
     }
@@ -499,7 +573,12 @@ impl Trainer {
     /// Whether `metrics.jsonl` already holds the starting policy's evaluation (a run
     /// stopped after behaviour cloning and started again).
     fn has_baseline(&self) -> bool {
-        read_metrics(self.metrics.path()).is_ok_and(|ms| ms.iter().any(|m| m.iteration == 0))
+        read_metrics(&self.run_dir.join("metrics.jsonl")).is_ok_and(|ms| ms.iter().any(|m| m.iteration == 0))
+    }
+
+    /// Whether this process writes the run folder (rank 0, or a run of one process).
+    pub fn writes(&self) -> bool {
+        self.group.as_ref().is_none_or(|g| g.is_root())
     }
 
     /// Greedy success rate and mean reward on the held-out seeds.

@@ -42,6 +42,7 @@ impl Trainer {
             opt: self.cfg.algo.adamw_config(),
             max_grad_norm: self.cfg.algo.max_grad_norm,
             seed: self.cfg.run.seed,
+            group: self.group.as_deref(),
         };
         let mut opt = crate::train::sft::sft_optimizer(self.policy.as_ref(), &how)?;
         if sft.start_epoch > 0 {
