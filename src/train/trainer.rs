@@ -42,6 +42,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 mod cloning;
+mod folder;
 
 /// The KL reference's folder inside a run folder.
 pub const REFERENCE_DIR: &str = "reference";
@@ -485,102 +486,6 @@ impl Trainer {
         self.cfg.run.max_env_steps.is_some_and(|b| self.state.env_steps >= b)
     }
 
-    /// A run that must stop on an error first checkpoints what it has (unless the error
-    /// struck mid-update), so `--resume` continues from the last finished iteration.
-    async fn stop_with(&mut self, e: anyhow::Error) -> anyhow::Error {
-        self.collector.close().await;
-        if !self.consistent || !self.writes() {
-            return e;
-        }
-        match self.save_checkpoint() {
-            Ok(dir) => {
-                e.context(format!("training stopped; {} saved, continue with --resume", dir.display()))
-            }
-            Err(save) => {
-                e.context(format!("training stopped, and its checkpoint could not be saved: {save:#}"))
-            }
-        }
-    }
-
-    /// Save a checkpoint of the current iteration (the clone's with cloning's optimizer);
-    /// returns its folder.
-    fn save_checkpoint(&self) -> anyhow::Result<PathBuf> {
-        if !self.writes() {
-            return Ok(
-                checkpoint::checkpoints_dir(&self.run_dir).join(checkpoint::name(self.state.iteration))
-            );
-        }
-        let before =
-            checkpoint::checkpoints_dir(&self.run_dir).join(checkpoint::name(0)).join(SFT_OPTIMIZER_FILE);
-        checkpoint::save_with(&self.run_dir, self.policy.as_ref(), &self.opt, &self.state, |dir| {
-            if let Some(o) = &self.sft_opt {
-                o.save(&dir.join(SFT_OPTIMIZER_FILE))?;
-            } else if self.state.iteration == 0 && before.is_file() {
-                // The clone's checkpoint saved again (its evaluation): keep what it held.
-                std::fs::copy(&before, dir.join(SFT_OPTIMIZER_FILE))
-                    .with_context(|| format!("cannot copy {}", before.display()))?;
-            }
-            self.replay.save(dir)?;
-            self.critic.as_ref().map_or(Ok(()), |c| c.save(dir))
-        })
-    }
-
-    /// An evaluation of the current policy: checkpoint it, and point `best` at it when it
-    /// beats every earlier evaluation.
-    fn consider_best(&mut self, e: EvalResult) -> anyhow::Result<()> {
-        let best = self
-            .state
-            .best_eval
-            .as_ref()
-            .filter(|(s, _)| *s >= 0.0)
-            .map(|(s, _)| (*s, self.state.best_reward));
-        let better = e.beats(best);
-        if better {
-            let dir = checkpoint::checkpoints_dir(&self.run_dir).join(checkpoint::name(self.state.iteration));
-            self.state.best_eval = Some((e.success, dir.display().to_string()));
-            self.state.best_reward = e.reward;
-        }
-        let dir = self.save_checkpoint()?;
-        if better && self.writes() {
-            checkpoint::mark_best(&self.run_dir, &dir)?;
-        }
-        Ok(())
-    }
-
-    /// With `beta > 0`, the KL reference is the policy RL starts from (the clone after
-    /// `[sft]`, else `[model] init` or the initial weights), kept in `reference/` so a
-    /// resume compares against the same policy.
-    fn ensure_reference(&mut self) -> anyhow::Result<()> {
-        if self.cfg.algo.beta <= 0.0 || self.reference.is_some() {
-            return Ok(());
-        }
-        let dir = self.run_dir.join(REFERENCE_DIR);
-        if self.state.iteration > 0 {
-            bail!(
-                "{} is missing: this run trains with [algo] beta > 0 but its KL reference was not kept; \
-                 start a new run (or set beta = 0)",
-                dir.display()
-            );
-        }
-        let reference = self.policy.reference()?;
-        if self.writes() {
-            checkpoint::write_dir_atomically(&dir, |tmp| reference.save(tmp))?;
-        }
-        self.reference = Some(reference);
-        Ok(())
-    }
-
-    /// Whether `metrics.jsonl` already holds the starting policy's evaluation (a run
-    /// stopped after behaviour cloning and started again).
-    fn has_baseline(&self) -> bool {
-        read_metrics(&self.run_dir.join("metrics.jsonl")).is_ok_and(|ms| ms.iter().any(|m| m.iteration == 0))
-    }
-
-    /// Whether this process writes the run folder (rank 0, or a run of one process).
-    pub fn writes(&self) -> bool {
-        self.group.as_ref().is_none_or(|g| g.is_root())
-    }
-
     /// Greedy success rate and mean reward on the held-out seeds.
     pub async fn evaluate(&mut self) -> anyhow::Result<EvalResult> {
         let jobs = eval_jobs(&self.tasks, &self.cfg.tasks, self.cfg.eval.episodes);
@@ -609,6 +514,7 @@ impl Trainer {
         collector.progress = self.collector.progress;
         collector.batch_wait = self.collector.batch_wait;
         collector.one_state_per_call = self.collector.one_state_per_call;
+        collector.group = self.group.clone();
         self.collector = collector;
     }
 }

@@ -20,7 +20,7 @@ fn config(iterations: u64, envs: usize) -> TrainConfig {
 }
 
 /// [`config`]'s TOML.
-fn config_text(iterations: u64, envs: usize) -> String {
+pub(crate) fn config_text(iterations: u64, envs: usize) -> String {
     format!(
         r#"
 [run]
@@ -64,7 +64,7 @@ interval = 2
     )
 }
 
-async fn train(cfg: TrainConfig, dir: &Path, resume: bool) -> f64 {
+pub(crate) async fn train(cfg: TrainConfig, dir: &Path, resume: bool) -> f64 {
     let t0 = Instant::now();
     let mut t = Trainer::new(cfg, dir.to_path_buf(), resume, false).unwrap();
     t.run(Arc::new(AtomicBool::new(false))).await.unwrap();
@@ -72,7 +72,7 @@ async fn train(cfg: TrainConfig, dir: &Path, resume: bool) -> f64 {
 }
 
 /// `metrics.jsonl` without the fields that measure wall-clock time.
-fn metrics(dir: &Path) -> Vec<serde_json::Value> {
+pub(crate) fn metrics(dir: &Path) -> Vec<serde_json::Value> {
     let text = std::fs::read_to_string(dir.join("metrics.jsonl")).unwrap();
     text.lines()
         .map(|l| {
@@ -87,7 +87,7 @@ fn metrics(dir: &Path) -> Vec<serde_json::Value> {
 
 /// The demonstrations' lines without their timings, each frame name replaced by the
 /// bytes of its PNG (names carry a per-writer prefix).
-fn demos(dir: &Path) -> Vec<String> {
+pub(crate) fn demos(dir: &Path) -> Vec<String> {
     let demos = dir.join("demos");
     let text = std::fs::read_to_string(demos.join("trajectories.jsonl")).unwrap();
     let frame = |v: &mut serde_json::Value| {
@@ -118,7 +118,7 @@ fn md5ish(bytes: &[u8]) -> (u64, usize) {
 }
 
 /// Every tensor of a checkpoint's weights, as raw bits.
-fn weights(ckpt: &Path) -> BTreeMap<String, Vec<u32>> {
+pub(crate) fn weights(ckpt: &Path) -> BTreeMap<String, Vec<u32>> {
     let map =
         candle_core::safetensors::load(ckpt.join("model.safetensors"), &candle_core::Device::Cpu).unwrap();
     map.into_iter()
@@ -128,7 +128,7 @@ fn weights(ckpt: &Path) -> BTreeMap<String, Vec<u32>> {
         .collect()
 }
 
-fn assert_same_run(a: &Path, b: &Path, what: &str, iterations: u64) {
+pub(crate) fn assert_same_run(a: &Path, b: &Path, what: &str, iterations: u64) {
     let (da, db) = (demos(a), demos(b));
     assert_eq!(da.len(), db.len(), "{what}: demonstrations");
     for (i, (x, y)) in da.iter().zip(&db).enumerate() {

@@ -17,6 +17,7 @@ mod cli_errors;
 mod cli_reference;
 mod config_reference;
 mod copy_typing;
+mod data_parallel;
 mod determinism;
 mod docs_links;
 mod doctor;

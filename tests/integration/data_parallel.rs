@@ -1,0 +1,119 @@
+//! Data-parallel training (`guirl train --nproc N`) on real browsers with the real tiny
+//! policy: ranks repeat exactly, collect what one process collects, write the run folder
+//! once, stop together when one of them dies, and resume.
+
+use crate::common;
+use crate::determinism::{assert_same_run, config_text, demos, metrics, train};
+use common::fails_with;
+use guirl::train::TrainConfig;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn guirl_train(config: &Path, out: &Path, extra: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_guirl"));
+    c.arg("train").arg(config).arg("--out").arg(out).args(extra);
+    c
+}
+
+fn write_config(dir: &Path, name: &str, iterations: u64) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, config_text(iterations, 1)).unwrap();
+    p
+}
+
+fn ok(out: Output) -> String {
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "guirl train failed:\n{err}");
+    err
+}
+
+/// Behaviour cloning on oracle demonstrations, then GRPO with an evaluation, on the
+/// multi-step counter task, over two ranks of one browser each: twice, against one
+/// process. The ranks sum their gradients in rank order, so a data-parallel run repeats
+/// bit for bit; against one process the gradients agree only up to float rounding (the
+/// update's unit test bounds that), which AdamW can amplify on near-zero gradients, so
+/// only what does not pass through an update is compared there: the demonstrations.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_ranks_repeat_exactly_and_record_what_one_process_records() {
+    let root = tempfile::tempdir().unwrap();
+    let cfg = write_config(root.path(), "c.toml", 2);
+    let (a, b, one) = (root.path().join("a"), root.path().join("b"), root.path().join("one"));
+    let log_a = ok(guirl_train(&cfg, &a, &["--nproc", "2"]).output().unwrap());
+    ok(guirl_train(&cfg, &b, &["--nproc", "2"]).output().unwrap());
+    assert_same_run(&a, &b, "two ranks, twice", 2);
+    assert!(!log_a.contains("held other weights"), "the ranks drifted apart:\n{log_a}");
+    // Rank 0 alone wrote the run folder: one line per evaluation and iteration.
+    assert_eq!(metrics(&a).len(), 3);
+    assert_eq!(std::fs::read_to_string(a.join("sft.jsonl")).unwrap().lines().count(), 2);
+    train(TrainConfig::parse(&config_text(2, 1)).unwrap(), &one, false).await;
+    assert_eq!(demos(&a), demos(&one), "the ranks' demonstrations, gathered, are one process's");
+}
+
+/// Rank 1 killed mid-run: rank 0 and the launcher say which rank stopped and how to go
+/// on, and `--resume --nproc 2` finishes the run from its last checkpoint.
+#[test]
+fn a_killed_rank_stops_the_run_and_it_resumes() {
+    let root = tempfile::tempdir().unwrap();
+    let cfg = write_config(root.path(), "c.toml", 4);
+    let text = std::fs::read_to_string(&cfg).unwrap().replace("interval = 2\n", "interval = 1\n");
+    std::fs::write(&cfg, text).unwrap();
+    let run = root.path().join("run");
+    let launcher = guirl_train(&cfg, &run, &["--nproc", "2"]).stderr(Stdio::piped()).spawn().unwrap();
+    let first = run.join("checkpoints/iter-000001");
+    let t0 = Instant::now();
+    while !first.is_dir() {
+        assert!(t0.elapsed() < Duration::from_secs(120), "no checkpoint after 2 minutes");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let rank1 =
+        children(launcher.id()).into_iter().find(|&pid| rank_of(pid) == Some(1)).expect("rank 1 runs");
+    Command::new("kill").args(["-KILL", &rank1.to_string()]).status().unwrap();
+    let out = launcher.wait_with_output().unwrap();
+    fails_with(
+        &out,
+        &["lost the connection to rank 1", "--resume", "the run stopped: rank 0", "rank 1 signal: 9"],
+    );
+    let resumed = ok(guirl_train(&cfg, &run, &["--resume", "--nproc", "2"]).output().unwrap());
+    assert!(!resumed.contains("held other weights"), "{resumed}");
+    let m = metrics(&run);
+    assert_eq!(m.last().unwrap()["iteration"], 4, "the resumed run finished");
+    assert!(run.join("checkpoints/iter-000004").is_dir());
+}
+
+/// The process ids whose parent is `pid`.
+fn children(pid: u32) -> Vec<u32> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    text.split_whitespace().filter_map(|p| p.parse().ok()).collect()
+}
+
+/// `RANK` in a process's environment.
+fn rank_of(pid: u32) -> Option<u32> {
+    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    env.split(|&b| b == 0).find_map(|kv| std::str::from_utf8(kv).ok()?.strip_prefix("RANK=")?.parse().ok())
+}
+
+#[test]
+fn launch_mistakes_get_clear_errors() {
+    let root = tempfile::tempdir().unwrap();
+    let cfg = write_config(root.path(), "c.toml", 1);
+    let out_dir = root.path().join("r");
+    let run = |envs: &[(&str, &str)], extra: &[&str]| {
+        let mut c = guirl_train(&cfg, &out_dir, extra);
+        for (k, v) in envs {
+            c.env(k, v);
+        }
+        c.output().unwrap()
+    };
+    fails_with(&run(&[], &["--nproc", "0"]), &["--nproc", "0"]);
+    fails_with(
+        &run(&[("WORLD_SIZE", "2"), ("RANK", "0")], &["--nproc", "2"]),
+        &["already is one rank", "WORLD_SIZE"],
+    );
+    fails_with(&run(&[("WORLD_SIZE", "2")], &[]), &["RANK is not set", "--nproc 2"]);
+    fails_with(&run(&[("WORLD_SIZE", "2"), ("RANK", "5")], &[]), &["ranks run from 0 to 1"]);
+    // A rank whose partner never comes: rank 0 names the missing rank.
+    let lonely =
+        run(&[("WORLD_SIZE", "2"), ("RANK", "0"), ("MASTER_PORT", "0"), ("GUIRL_DIST_TIMEOUT", "1")], &[]);
+    fails_with(&lonely, &["rank(s) 1", "GUIRL_DIST_TIMEOUT"]);
+}
