@@ -185,7 +185,8 @@ pub fn clone_demonstrations(
             let states: Vec<ScreenState> = part.iter().map(|&k| samples[k].0.clone()).collect();
             let tokens: Vec<Vec<u32>> = part.iter().map(|&k| samples[k].1.clone()).collect();
             // behaviour cloning's purpose for its passes' keys
-            let pass = pass_key(seed, 0, 0xB0C, epoch as u64, mb as u64);
+            let rank = group.map_or(0, |g| g.rank() as u64) * super::update::RANK_PURPOSE_STRIDE;
+            let pass = pass_key(seed, 0, 0xB0C + rank, epoch as u64, mb as u64);
             let (mut grads, mut nll) = match part.is_empty() {
                 true => (
                     candle_core::Tensor::zeros((), candle_core::DType::F32, &candle_core::Device::Cpu)?

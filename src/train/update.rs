@@ -35,6 +35,8 @@ use rand::seq::SliceRandom;
 
 /// `pass_key`'s purpose for the update's training passes.
 const PASS_PURPOSE: u64 = 0x5CA1E;
+/// How far apart the ranks' purposes are (rank 0's is one process's).
+pub(crate) const RANK_PURPOSE_STRIDE: u64 = 1 << 24;
 
 /// The steps of `recs` to train on: every step of every rollout that has an advantage,
 /// with the token ids it sampled, less the replayed prefix of a branched rollout. A step whose record lacks them is an error (the
@@ -278,7 +280,10 @@ pub fn update_parallel(
                     (part_of(samples, &chunk, by_traj, g), Some(whole))
                 }
             };
-            let pass = pass_key(seed, iteration, PASS_PURPOSE, epoch as u64, mb as u64);
+            // Each rank's rows draw their own LoRA dropout masks (masks are keyed by a
+            // row's place in the pass, and every rank's part starts at row 0).
+            let purpose = PASS_PURPOSE + pg.map_or(0, |g| g.rank() as u64) * RANK_PURPOSE_STRIDE;
+            let pass = pass_key(seed, iteration, purpose, epoch as u64, mb as u64);
             let (loss, ls) = match part.is_empty() {
                 // A minibatch smaller than the ranks leaves some of them without rows.
                 true => (None, LossStats::default()),
