@@ -203,9 +203,12 @@ pub(crate) fn watch_signals(graceful: Option<std::sync::Arc<std::sync::atomic::A
                 _ = term.recv() => 143,
             };
             if let Some(flag) = graceful.take() {
-                eprintln!(
+                // One line for a data-parallel run, from rank 0, not one per rank.
+                if std::env::var("RANK").map_or(true, |r| r == "0") {
+                    eprintln!(
                     "guirl: stopping after this iteration or SFT epoch (a checkpoint will be saved); signal again to stop now"
-                );
+                    );
+                }
                 flag.store(true, std::sync::atomic::Ordering::SeqCst);
                 continue;
             }

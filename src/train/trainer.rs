@@ -297,7 +297,9 @@ impl Trainer {
                 self.save_checkpoint()?;
             }
             if stopping {
-                tracing::warn!("stopped at iteration {}: checkpoint saved", self.state.iteration);
+                if self.writes() {
+                    tracing::warn!("stopped at iteration {}: checkpoint saved", self.state.iteration);
+                }
                 break;
             }
             if last {

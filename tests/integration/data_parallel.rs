@@ -59,7 +59,11 @@ fn a_killed_rank_stops_the_run_and_it_resumes() {
     let text = std::fs::read_to_string(&cfg).unwrap().replace("interval = 2\n", "interval = 1\n");
     std::fs::write(&cfg, text).unwrap();
     let run = root.path().join("run");
-    let launcher = guirl_train(&cfg, &run, &["--nproc", "2"]).stderr(Stdio::piped()).spawn().unwrap();
+    let launcher = guirl_train(&cfg, &run, &["--nproc", "2"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     let first = run.join("checkpoints/iter-000001");
     let t0 = Instant::now();
     while !first.is_dir() {
@@ -79,6 +83,35 @@ fn a_killed_rank_stops_the_run_and_it_resumes() {
     let m = metrics(&run);
     assert_eq!(m.last().unwrap()["iteration"], 4, "the resumed run finished");
     assert!(run.join("checkpoints/iter-000004").is_dir());
+}
+
+/// Ctrl-C (SIGINT to the launcher) stops both ranks at the end of the same iteration, rank 0
+/// saves that iteration's checkpoint and says so once, and the launcher exits cleanly.
+#[test]
+fn ctrl_c_stops_every_rank_at_one_iteration_with_a_checkpoint() {
+    let root = tempfile::tempdir().unwrap();
+    let cfg = write_config(root.path(), "c.toml", 40);
+    let run = root.path().join("run");
+    let launcher = guirl_train(&cfg, &run, &["--nproc", "2"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while !run.join("checkpoints/iter-000000").is_dir() {
+        assert!(t0.elapsed() < Duration::from_secs(120), "no clone checkpoint after 2 minutes");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Command::new("kill").args(["-INT", &launcher.id().to_string()]).status().unwrap();
+    let out = launcher.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(err.matches("stopping after this iteration").count(), 1, "{err}");
+    assert_eq!(err.matches("checkpoint saved").count(), 1, "{err}");
+    let m = metrics(&run);
+    let last = m.last().unwrap()["iteration"].as_u64().unwrap();
+    assert!(last < 40, "the run was not stopped early");
+    assert!(run.join(format!("checkpoints/iter-{last:06}")).is_dir(), "no checkpoint of iteration {last}");
 }
 
 /// The process ids whose parent is `pid`.
