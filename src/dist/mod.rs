@@ -219,6 +219,11 @@ impl ProcessGroup {
         self.collective(Ok(bytes), |mut parts| Ok(parts.swap_remove(0)))
     }
 
+    /// Wait until every rank has come here.
+    pub fn barrier(&self) -> anyhow::Result<()> {
+        self.collective(Ok(Vec::new()), |_| Ok(Vec::new())).map(|_| ())
+    }
+
     /// Whether `flag` is raised on any rank (a stop request, a failure).
     pub fn any(&self, flag: bool) -> anyhow::Result<bool> {
         let mut x = [f64::from(u8::from(flag))];

@@ -31,6 +31,12 @@ fn unflatten(xs: Vec<f32>, like: &[&Tensor]) -> candle_core::Result<Vec<Tensor>>
         .collect()
 }
 
+/// A gradient store with no variable's gradient: what a rank without rows in a minibatch
+/// brings to [`all_reduce_grads`].
+pub fn no_gradients() -> candle_core::Result<GradStore> {
+    Tensor::zeros((), DType::F32, &candle_core::Device::Cpu)?.backward()
+}
+
 /// Sum the gradients of `vars` over the ranks, in place. A variable that has a gradient on
 /// no rank keeps none (the optimizer leaves it alone, as it would in one process); one that
 /// has a gradient on some rank gets the sum, a missing one counting as zero.

@@ -47,6 +47,7 @@ fn collectives_give_every_rank_the_same_answer_in_rank_order() {
             let b = pg.broadcast(vec![7 + r as u8]).unwrap();
             let any = pg.any(r == 2).unwrap();
             let none = pg.any(false).unwrap();
+        pg.barrier().unwrap();
             (gathered, xs, ys, b, any, none, pg.share(10))
         },
     );

@@ -34,7 +34,7 @@ pub async fn record_oracle_demos(
     let group = collector.group.clone();
     // Every rank has looked at the folder before rank 0 changes it.
     let writes = match &group {
-        Some(g) => g.any(false).map(|_| g.is_root())?,
+        Some(g) => g.barrier().map(|_| g.is_root())?,
         None => true,
     };
     if done {

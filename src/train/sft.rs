@@ -188,11 +188,7 @@ pub fn clone_demonstrations(
             let rank = group.map_or(0, |g| g.rank() as u64) * super::update::RANK_PURPOSE_STRIDE;
             let pass = pass_key(seed, 0, 0xB0C + rank, epoch as u64, mb as u64);
             let (mut grads, mut nll) = match part.is_empty() {
-                true => (
-                    candle_core::Tensor::zeros((), candle_core::DType::F32, &candle_core::Device::Cpu)?
-                        .backward()?,
-                    [0.0],
-                ),
+                true => (crate::dist::tensors::no_gradients()?, [0.0]),
                 false => {
                     let s = policy.score_train(&states, &tokens, pass)?;
                     // Token-mean negative log-likelihood over the real action tokens.

@@ -321,7 +321,7 @@ pub fn update_parallel(
             }
             let mut grads = match &loss {
                 Some(l) => policy.gradients(l)?,
-                None => Tensor::zeros((), candle_core::DType::F32, &Device::Cpu)?.backward()?,
+                None => crate::dist::tensors::no_gradients()?,
             };
             if let Some(g) = pg {
                 crate::dist::tensors::all_reduce_grads(g, &mut grads, opt.vars())?;

@@ -64,12 +64,7 @@ fn a_killed_rank_stops_the_run_and_it_resumes() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let first = run.join("checkpoints/iter-000001");
-    let t0 = Instant::now();
-    while !first.is_dir() {
-        assert!(t0.elapsed() < Duration::from_secs(120), "no checkpoint after 2 minutes");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for(&run.join("checkpoints/iter-000001"));
     let rank1 =
         children(launcher.id()).into_iter().find(|&pid| rank_of(pid) == Some(1)).expect("rank 1 runs");
     Command::new("kill").args(["-KILL", &rank1.to_string()]).status().unwrap();
@@ -97,11 +92,7 @@ fn ctrl_c_stops_every_rank_at_one_iteration_with_a_checkpoint() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let t0 = Instant::now();
-    while !run.join("checkpoints/iter-000000").is_dir() {
-        assert!(t0.elapsed() < Duration::from_secs(120), "no clone checkpoint after 2 minutes");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for(&run.join("checkpoints/iter-000000"));
     Command::new("kill").args(["-INT", &launcher.id().to_string()]).status().unwrap();
     let out = launcher.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
@@ -112,6 +103,15 @@ fn ctrl_c_stops_every_rank_at_one_iteration_with_a_checkpoint() {
     let last = m.last().unwrap()["iteration"].as_u64().unwrap();
     assert!(last < 40, "the run was not stopped early");
     assert!(run.join(format!("checkpoints/iter-{last:06}")).is_dir(), "no checkpoint of iteration {last}");
+}
+
+/// Wait (at most 2 minutes) until the run has written the checkpoint folder `dir`.
+fn wait_for(dir: &Path) {
+    let t0 = Instant::now();
+    while !dir.is_dir() {
+        assert!(t0.elapsed() < Duration::from_secs(120), "no {} after 2 minutes", dir.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// The process ids whose parent is `pid`.
