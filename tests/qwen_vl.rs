@@ -213,6 +213,39 @@ fn placeholder_count_equals_the_vision_features_for_odd_sizes() {
     }
 }
 
+/// Images of one size go through the vision tower's attention as one batch; each image's
+/// features (and DeepStack taps) equal the tower's on that image alone, whatever shares
+/// the batch, for both architectures (Qwen2.5-VL's windows included).
+#[test]
+fn images_of_one_size_encode_together_as_each_alone() {
+    for arch in ARCHS {
+        let m = load(arch);
+        let img = |w: u32, h: u32, k: u32| {
+            image::RgbImage::from_fn(w, h, |x, y| {
+                image::Rgb([(x * k) as u8, (y * 3 + k) as u8, (x ^ y) as u8])
+            })
+        };
+        let images = [img(160, 210, 7), img(160, 210, 11), img(70, 45, 5), img(160, 210, 13)];
+        let ps: Vec<_> = images.iter().map(|i| m.processor.process(i)).collect();
+        let (px, g) = m.processor.batch(&ps, &device()).unwrap();
+        let together = m.encode_images(&px, &g).unwrap();
+        let mut at = 0;
+        for (i, p) in ps.iter().enumerate() {
+            let (px1, g1) = m.processor.batch(std::slice::from_ref(p), &device()).unwrap();
+            let alone = m.encode_images(&px1, &g1).unwrap();
+            let n = alone.embeds.dim(0).unwrap();
+            let err = rel_err(&together.embeds.narrow(0, at, n).unwrap(), &alone.embeds);
+            assert!(err <= tolerance() / 10.0, "{arch} image {i}: relative error {err:.2e}");
+            for (t, a) in together.deepstack.iter().zip(&alone.deepstack) {
+                let err = rel_err(&t.narrow(0, at, n).unwrap(), a);
+                assert!(err <= tolerance() / 10.0, "{arch} image {i} DeepStack: {err:.2e}");
+            }
+            at += n;
+        }
+        assert_eq!(at, together.embeds.dim(0).unwrap());
+    }
+}
+
 /// Rows decoded together (`step_rows`, chunks of a fixed row count) match transformers'
 /// cached decoding, and each row has exactly the bits it has when decoded alone: a
 /// result never depends on which other answers share the step. On the test device and

@@ -16,11 +16,14 @@ if [ ! -x "$VENV/bin/python" ]; then
     nvidia-cuda-runtime==13.0.96 nvidia-cuda-cccl==13.0.85 nvidia-cuda-nvrtc==13.0.88 \
     nvidia-cublas==13.0.2.14 nvidia-curand==10.4.0.35
 fi
+# NCCL, for the `nccl` feature's test (links libnccl.so.2; the GPU image has its own, torch's)
+"$VENV/bin/python" -c 'import nvidia.nccl' 2>/dev/null || "$VENV/bin/pip" install -q --no-deps nvidia-nccl-cu13==2.32.3
 export CUDA_HOME=$("$VENV/bin/python" -c 'import nvidia,os;print(os.path.join(list(nvidia.__path__)[0],"cu13"))')
 export PATH="$CUDA_HOME/bin:$PATH"
 nvcc --version | grep -q "release 13.0" || { echo "nvcc is not CUDA 13.0" >&2; exit 1; }
 ( cd "$CUDA_HOME/lib" && for l in cudart:13 cublas:13 cublasLt:13 curand:10 nvrtc:13; do
-    ln -sf "lib${l%:*}.so.${l#*:}" "lib${l%:*}.so"; done )
+    ln -sf "lib${l%:*}.so.${l#*:}" "lib${l%:*}.so"; done
+  ln -sf ../../nccl/lib/libnccl.so.2 libnccl.so )
 if [ ! -f "$CUDA_HOME/lib/stubs/libcuda.so" ]; then
   cargo fetch
   CUDARC=$(cargo metadata --format-version 1 --features cuda | python3 -c \
@@ -34,10 +37,12 @@ export CUDA_COMPUTE_CAP=90 CUDAFORGE_THREADS=2
 cargo build --release --features cuda --target-dir target-cuda --bin guirl --bench policy_speed --bench qwen_speed
 # test binaries: the Qwen-VL parity tests run on the GPU too
 cargo test --release --features cuda --target-dir target-cuda --test qwen_vl --no-run 2>&1 | tee /tmp/gpu-test-build.log
+# and NCCL's gradient sum (tests/nccl.rs), the one binary built with the `nccl` feature
+cargo test --release --features nccl --target-dir target-cuda --test nccl --no-run 2>&1 | tee -a /tmp/gpu-test-build.log
 # The device tool carries at most 64 MiB: xz the three binaries run.sh uses (the CLI itself
 # is built above to prove it links, but not carried).
 rm -rf .gpubin && mkdir -p .gpubin
-for b in qwen_vl policy_speed qwen_speed; do
+for b in qwen_vl policy_speed qwen_speed nccl; do
   f=$(ls -t target-cuda/release/deps/$b-* | grep -v '\.d$' | head -1)
   xz -T2 -6 -c "$f" > ".gpubin/$b.xz"
 done

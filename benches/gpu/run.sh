@@ -17,7 +17,9 @@
 #     model in PyTorch (scripts/small_policy_torch.py) where it exists;
 #  4. Qwen-VL speed on CUDA, guirl against PyTorch + peft on the same GPU in one run
 #     (scripts/bench_qwen_speed.py), bf16: a Qwen3-VL-2B-shaped random-weight model, then
-#     the tiny fixture; then one decoder layer of the 2B shape, part by part.
+#     the tiny fixture; then one decoder layer of the 2B shape, part by part;
+#  5. NCCL's data-parallel gradient sum (tests/nccl.rs, the `nccl` feature), one rank per
+#     GPU, against the sum through the host.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 BUDGET=${1:-540}
@@ -28,13 +30,13 @@ export PYTHONUNBUFFERED=1
 start=$(date +%s)
 section() { echo; echo "## $1 (t+$(( $(date +%s) - start ))s)"; }
 # whether section $1 is wanted (GPU_SECTIONS, default all)
-want() { [[ " ${GPU_SECTIONS:-2 3 4} " == *" $1 "* ]]; }
+want() { [[ " ${GPU_SECTIONS:-2 3 4 5} " == *" $1 "* ]]; }
 # at most $1 seconds, and never past the budget
 cap() { local left=$(( BUDGET - ($(date +%s) - start) )); (( left < $1 )) && echo $(( left > 5 ? left : 5 )) || echo "$1"; }
 
 section "1. device"
 nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total --format=csv || { echo "no GPU"; exit 1; }
-for b in qwen_vl policy_speed qwen_speed; do
+for b in qwen_vl policy_speed qwen_speed nccl; do
   if [ -f .gpubin/$b.xz ]; then
     python3 -c 'import lzma,sys; sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())' .gpubin/$b.xz > $BIN/$b && chmod +x $BIN/$b
   fi
@@ -111,4 +113,15 @@ want 4 && for size in ${GPU_SIZES:-2b tiny}; do
     fi
   fi
 done
+if want 5; then
+section "5. NCCL: gradients summed on the GPUs"
+# the GPU image's NCCL (a dependency of its torch); the binary links libnccl.so.2
+NCCL_LIB=$(python3 -c 'import nvidia.nccl,os;print(os.path.join(list(nvidia.nccl.__path__)[0],"lib"))' 2>/dev/null)
+if [ -z "$NCCL_LIB" ]; then echo "no NCCL on this machine (python3 -c 'import nvidia.nccl' fails)";
+else
+  echo "NCCL: $(ls $NCCL_LIB/libnccl.so* | head -1), $(nvidia-smi -L | wc -l) GPU(s)"
+  LD_LIBRARY_PATH=$NCCL_LIB:$LD_LIBRARY_PATH NCCL_DEBUG=WARN timeout "$(cap 60)" $BIN/nccl --nocapture 2>&1 | tail -15 \
+    || echo "NCCL test failed to run"
+fi
+fi
 section "done"

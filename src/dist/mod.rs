@@ -18,9 +18,13 @@
 //!
 //! The transport is TCP through rank 0 (a star, like gloo's): rank 0 sums or gathers in
 //! rank order and sends the same bytes back, so every rank gets a bit-identical result.
+//! In a build with the `nccl` feature, gradients on CUDA are summed with NCCL instead
+//! ([`GpuSum`]); everything else still goes over TCP.
 //! Launch W processes with the environment variables torchrun sets (`WORLD_SIZE`, `RANK`,
 //! `LOCAL_RANK`, `MASTER_ADDR`, `MASTER_PORT`), or let `guirl train --nproc W` start them.
 
+#[cfg(feature = "nccl")]
+pub mod nccl;
 pub mod tensors;
 mod wire;
 
@@ -43,6 +47,9 @@ pub struct ProcessGroup {
     world: usize,
     local_rank: usize,
     peers: Mutex<Peers>,
+    gpu_sum: GpuSum,
+    #[cfg(feature = "nccl")]
+    nccl: std::sync::OnceLock<nccl::Nccl>,
 }
 
 impl std::fmt::Debug for ProcessGroup {
@@ -71,6 +78,37 @@ pub struct Rendezvous {
     pub addr: String,
     /// How long to wait for every rank to connect.
     pub timeout: Duration,
+    /// How gradients on a GPU are summed (`GUIRL_DIST_BACKEND`).
+    pub gpu_sum: GpuSum,
+}
+
+/// How the ranks sum gradients that live on CUDA devices (`GUIRL_DIST_BACKEND`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GpuSum {
+    /// NCCL where the build has it (the `nccl` feature), else through the host.
+    #[default]
+    Auto,
+    /// NCCL, or an error where the build lacks it (`GUIRL_DIST_BACKEND=nccl`).
+    Nccl,
+    /// Through the host over TCP, like CPU gradients (`GUIRL_DIST_BACKEND=tcp`).
+    Host,
+}
+
+impl GpuSum {
+    /// Parse `GUIRL_DIST_BACKEND`'s value.
+    pub fn parse(v: &str) -> anyhow::Result<GpuSum> {
+        match v.trim() {
+            "" | "auto" => Ok(GpuSum::Auto),
+            "tcp" => Ok(GpuSum::Host),
+            "nccl" if cfg!(feature = "nccl") => Ok(GpuSum::Nccl),
+            "nccl" => bail!(
+                "GUIRL_DIST_BACKEND=nccl, but this build of guirl has no NCCL: build it with \
+                 `--features nccl` (which links libnccl.so.2), or unset the variable to sum \
+                 gradients through the host"
+            ),
+            other => bail!("GUIRL_DIST_BACKEND={other:?}: use nccl, tcp or auto"),
+        }
+    }
 }
 
 impl Rendezvous {
@@ -119,6 +157,7 @@ impl Rendezvous {
             local_rank: num("LOCAL_RANK")?.unwrap_or(rank),
             addr: format!("{host}:{port}"),
             timeout: Duration::from_secs(secs),
+            gpu_sum: var("GUIRL_DIST_BACKEND").map(|v| GpuSum::parse(&v)).transpose()?.unwrap_or_default(),
         }))
     }
 }
@@ -166,6 +205,9 @@ impl ProcessGroup {
             world: rv.world,
             local_rank: rv.local_rank,
             peers: Mutex::new(peers),
+            gpu_sum: rv.gpu_sum,
+            #[cfg(feature = "nccl")]
+            nccl: std::sync::OnceLock::new(),
         })
     }
 
@@ -229,6 +271,36 @@ impl ProcessGroup {
         let mut x = [f64::from(u8::from(flag))];
         self.all_reduce_f64(&mut x)?;
         Ok(x[0] > 0.0)
+    }
+
+    /// The sum over the ranks of `flat` (f32) computed on its GPU with NCCL, or `None` where
+    /// the sum goes through the host instead (a CPU tensor, `GUIRL_DIST_BACKEND=tcp`, or a
+    /// build without the `nccl` feature). Collective, like the others: the first call
+    /// makes the communicator.
+    pub fn sum_on_device(&self, flat: &candle_core::Tensor) -> anyhow::Result<Option<candle_core::Tensor>> {
+        if !flat.device().is_cuda() || self.gpu_sum == GpuSum::Host {
+            return Ok(None);
+        }
+        #[cfg(feature = "nccl")]
+        {
+            if self.nccl.get().is_none() {
+                let n = nccl::Nccl::connect(self, flat.device())?;
+                tracing::info!("rank {}: gradients are summed with NCCL", self.rank);
+                let _ = self.nccl.set(n);
+            }
+            let n = self.nccl.get().expect("set above");
+            n.sum_f32(flat).map(Some)
+        }
+        #[cfg(not(feature = "nccl"))]
+        Ok(None)
+    }
+
+    /// Whether this group has summed gradients with NCCL (its communicator exists).
+    pub fn sums_with_nccl(&self) -> bool {
+        #[cfg(feature = "nccl")]
+        return self.nccl.get().is_some();
+        #[cfg(not(feature = "nccl"))]
+        false
     }
 
     /// Every rank sends its part to rank 0, which combines them and sends the result back.

@@ -19,7 +19,11 @@ fn flat_host(ts: &[Tensor]) -> candle_core::Result<Vec<f32>> {
 fn unflatten(xs: Vec<f32>, like: &[&Tensor]) -> candle_core::Result<Vec<Tensor>> {
     let Some(first) = like.first() else { return Ok(Vec::new()) };
     let n = xs.len();
-    let all = Tensor::from_vec(xs, n, first.device())?;
+    split_like(&Tensor::from_vec(xs, n, first.device())?, like)
+}
+
+/// The flat tensor `all` cut into tensors shaped and typed like `like`.
+fn split_like(all: &Tensor, like: &[&Tensor]) -> candle_core::Result<Vec<Tensor>> {
     let mut at = 0;
     like.iter()
         .map(|t| {
@@ -50,12 +54,18 @@ pub fn all_reduce_grads(pg: &ProcessGroup, grads: &mut GradStore, vars: &[Var]) 
             None => v.as_tensor().zeros_like(),
         })
         .collect::<candle_core::Result<_>>()?;
-    let mut flat = flat_host(&values)?;
-    present.append(&mut flat);
-    pg.all_reduce_f32(&mut present)?;
-    let summed = present.split_off(vars.len());
     let like: Vec<&Tensor> = vars.iter().map(Var::as_tensor).collect();
-    for ((v, g), p) in vars.iter().zip(unflatten(summed, &like)?).zip(present) {
+    let (present, summed) = match sum_on_device(pg, &present, &values)? {
+        Some((present, summed)) => (present, split_like(&summed, &like)?),
+        None => {
+            let mut flat = flat_host(&values)?;
+            present.append(&mut flat);
+            pg.all_reduce_f32(&mut present)?;
+            let summed = present.split_off(vars.len());
+            (present, unflatten(summed, &like)?)
+        }
+    };
+    for ((v, g), p) in vars.iter().zip(summed).zip(present) {
         if p > 0.0 {
             grads.insert(v.as_tensor(), g);
         } else {
@@ -63,6 +73,27 @@ pub fn all_reduce_grads(pg: &ProcessGroup, grads: &mut GradStore, vars: &[Var]) 
         }
     }
     Ok(())
+}
+
+/// The presence flags and the gradients summed on their GPU (NCCL), as one flat vector with
+/// the flags first; `None` where the group sums through the host.
+fn sum_on_device(
+    pg: &ProcessGroup,
+    present: &[f32],
+    values: &[Tensor],
+) -> anyhow::Result<Option<(Vec<f32>, Tensor)>> {
+    let Some(first) = values.first() else { return Ok(None) };
+    if !first.device().is_cuda() {
+        return Ok(None);
+    }
+    let mut parts = vec![Tensor::new(present, first.device())?];
+    for v in values {
+        parts.push(v.flatten_all()?.to_dtype(DType::F32)?);
+    }
+    let Some(sum) = pg.sum_on_device(&Tensor::cat(&parts, 0)?)? else { return Ok(None) };
+    let n = present.len();
+    let flags = sum.narrow(0, 0, n)?.to_vec1::<f32>()?;
+    Ok(Some((flags, sum.narrow(0, n, sum.dim(0)? - n)?)))
 }
 
 /// Set `vars` on every rank to rank 0's values.

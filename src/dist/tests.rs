@@ -13,6 +13,7 @@ fn rendezvous(rank: usize, world: usize, port: u16) -> Rendezvous {
         local_rank: rank,
         addr: format!("127.0.0.1:{port}"),
         timeout: Duration::from_secs(20),
+        gpu_sum: Default::default(),
     }
 }
 
@@ -47,7 +48,7 @@ fn collectives_give_every_rank_the_same_answer_in_rank_order() {
             let b = pg.broadcast(vec![7 + r as u8]).unwrap();
             let any = pg.any(r == 2).unwrap();
             let none = pg.any(false).unwrap();
-        pg.barrier().unwrap();
+            pg.barrier().unwrap();
             (gathered, xs, ys, b, any, none, pg.share(10))
         },
     );
@@ -147,6 +148,20 @@ fn rendezvous_from_torchrun_variables() {
     assert!(e.contains("WORLD_SIZE=\"two\""), "{e}");
     let e = vars(&[("WORLD_SIZE", "2"), ("RANK", "0"), ("MASTER_PORT", "x")]).unwrap_err().to_string();
     assert!(e.contains("MASTER_PORT"), "{e}");
+    // how GPU gradients are summed
+    let base = [("WORLD_SIZE", "2"), ("RANK", "0")];
+    let with = |v: &'static str| vars(&[base[0], base[1], ("GUIRL_DIST_BACKEND", v)]);
+    assert_eq!(vars(&base).unwrap().unwrap().gpu_sum, GpuSum::Auto);
+    assert_eq!(with("tcp").unwrap().unwrap().gpu_sum, GpuSum::Host);
+    assert_eq!(with("auto").unwrap().unwrap().gpu_sum, GpuSum::Auto);
+    let e = with("gloo").unwrap_err().to_string();
+    assert!(e.contains("GUIRL_DIST_BACKEND=\"gloo\"") && e.contains("nccl, tcp or auto"), "{e}");
+    if cfg!(feature = "nccl") {
+        assert_eq!(with("nccl").unwrap().unwrap().gpu_sum, GpuSum::Nccl);
+    } else {
+        let e = with("nccl").unwrap_err().to_string();
+        assert!(e.contains("no NCCL") && e.contains("--features nccl"), "{e}");
+    }
 }
 
 #[test]

@@ -177,6 +177,7 @@ fn two_ranks_train_as_one_process() {
                         local_rank: rank,
                         addr: format!("127.0.0.1:{port}"),
                         timeout: std::time::Duration::from_secs(30),
+                        gpu_sum: Default::default(),
                     };
                     let pg = ProcessGroup::connect(&rv, "test").unwrap();
                     train(&algo, Some(&pg))

@@ -208,6 +208,9 @@ impl VisionTower {
             None => (cos, sin),
         };
 
+        // RoPE in f32 (as transformers does), the tables converted once for every block
+        let cos = cos.unsqueeze(1)?.to_dtype(candle_core::DType::F32)?;
+        let sin = sin.unsqueeze(1)?.to_dtype(candle_core::DType::F32)?;
         let mut deepstack = Vec::new();
         for (i, block) in self.blocks.iter().enumerate() {
             let segs = if order.is_some() && !self.cfg.fullatt_block_indexes.contains(&i) {
@@ -246,25 +249,21 @@ impl VisionTower {
         let hd = h / heads;
         let qkv = b.qkv.forward(&b.norm1.forward(x)?)?.reshape((n, 3, heads, hd))?;
         let rope = |t: Tensor| -> candle_core::Result<Tensor> {
-            let t = t.to_dtype(candle_core::DType::F32)?;
-            apply_rope(
-                &t,
-                &cos.unsqueeze(1)?.to_dtype(candle_core::DType::F32)?,
-                &sin.unsqueeze(1)?.to_dtype(candle_core::DType::F32)?,
-            )?
-            .to_dtype(x.dtype())
+            apply_rope(&t.to_dtype(candle_core::DType::F32)?, cos, sin)?.to_dtype(x.dtype())
         };
         let q = rope(qkv.narrow(1, 0, 1)?.squeeze(1)?)?;
         let k = rope(qkv.narrow(1, 1, 1)?.squeeze(1)?)?;
         let v = qkv.narrow(1, 2, 1)?.squeeze(1)?;
         let scale = (hd as f64).powf(-0.5);
-        let mut outs = Vec::with_capacity(segs.len());
-        for &(start, len) in segs {
+        let mut outs = Vec::new();
+        // Consecutive segments of one length (the images of one size, a row of full
+        // windows) attend as one batch: one attention call where there were as many as images.
+        for (start, count, len) in equal_runs(segs) {
             let part = |t: &Tensor| -> candle_core::Result<Tensor> {
-                t.narrow(0, start, len)?.transpose(0, 1)?.unsqueeze(0)
+                t.narrow(0, start, count * len)?.reshape((count, len, heads, hd))?.transpose(1, 2)
             };
             let o = attention(&part(&q)?, &part(&k)?, &part(&v)?, None, scale)?;
-            outs.push(o.squeeze(0)?.transpose(0, 1)?.reshape((len, h))?);
+            outs.push(o.transpose(1, 2)?.reshape((count * len, h))?);
         }
         let attn = b.proj.forward(&Tensor::cat(&outs, 0)?)?;
         let x = (x + attn)?;
@@ -409,6 +408,19 @@ impl VisionTower {
 }
 
 /// `(start, len)` of consecutive runs with the given lengths.
+/// `segs` (contiguous `(start, len)` spans) grouped into runs of consecutive spans of one
+/// length: `(start, count, len)`.
+fn equal_runs(segs: &[(usize, usize)]) -> Vec<(usize, usize, usize)> {
+    let mut runs: Vec<(usize, usize, usize)> = Vec::new();
+    for &(start, len) in segs {
+        match runs.last_mut() {
+            Some((s, c, l)) if *l == len && *s + *c * *l == start => *c += 1,
+            _ => runs.push((start, 1, len)),
+        }
+    }
+    runs
+}
+
 fn segments(lens: impl Iterator<Item = usize>) -> Vec<(usize, usize)> {
     let mut start = 0;
     lens.filter(|&l| l > 0)
