@@ -490,12 +490,11 @@ fn time(model: &Path, inputs: &Inputs, base: &Path, out: &Path, env: &Env) -> Re
         images.push(b.prompt(s)?.1);
     }
     let prompt_s = t.elapsed().as_secs_f64();
-    // the vision tower alone, one screenshot at a time as the policy runs it
+    // the vision tower alone, the minibatch's screenshots in one call as the policy runs
+    // the ones its cache lacks
     let t = Instant::now();
-    for img in &images {
-        let (px, grids) = m.processor.batch(std::slice::from_ref(img), &b.device)?;
-        m.encode_images(&px, &grids)?;
-    }
+    let (px, grids) = m.processor.batch(&images, &b.device)?;
+    m.encode_images(&px, &grids)?;
     env.sync()?;
     let vision_s = t.elapsed().as_secs_f64();
     // fill the policy's vision cache, then time the forward without the vision tower

@@ -392,25 +392,41 @@ fn a_padded_batch_scores_and_trains_as_each_state_alone() {
         let tmp = tempfile::tempdir().unwrap();
         let mut s = settings(arch, tmp.path());
         s.gradient_checkpointing = checkpoint;
+        let p_settings = s.clone();
         let p = QwenVlPolicy::new(s, &Device::Cpu, 0).unwrap();
         perturb_b(&p);
-        let states = vec![
+        // two screenshots of one size (states 0 and 3 share one), so the vision tower sees
+        // the batch's two distinct images together and each once
+        let mut states = vec![
             state(0, &[]),
             state(1, &["click(10, 20)", "key(Enter)", "type(\"a longer history\")"]),
             state(2, &["click(10, 20)"]),
+            state(3, &["key(Tab)"]),
         ];
+        states[2].screenshot = image::RgbImage::from_fn(70, 45, |x, y| {
+            image::Rgb([(y * 4) as u8, 200 - x as u8, (x ^ y) as u8])
+        });
         let tokens: Vec<Vec<u32>> = vec![
             p.encode(&states[0], &GuiAction::Click { x: 35, y: 20 }).unwrap(),
             Vec::new(),
             p.encode(&states[2], &GuiAction::Type { text: "hello there".into() }).unwrap(),
+            p.encode(&states[3], &GuiAction::Click { x: 5, y: 40 }).unwrap(),
         ];
         let batch = p.score_train(&states, &tokens, 3).unwrap();
         let vars = p.trainable_vars();
         let grads = p.gradients(&batch.logp.sum_all().unwrap()).unwrap();
+        // the states alone on a twin with the same weights and its own, empty vision cache:
+        // there each screenshot goes through the vision tower alone, in the batch together
+        let q = QwenVlPolicy::new(p_settings.clone(), &Device::Cpu, 0).unwrap();
+        let q_vars = q.trainable_vars();
+        for ((n, v), (m, w)) in q_vars.iter().zip(&vars) {
+            assert_eq!(n, m);
+            v.set(w.as_tensor()).unwrap();
+        }
         let mut alone_grads: Vec<Tensor> =
             vars.iter().map(|(_, v)| v.as_tensor().zeros_like().unwrap()).collect();
         for (i, (st, t)) in states.iter().zip(&tokens).enumerate() {
-            let one = p.score_train(std::slice::from_ref(st), std::slice::from_ref(t), 3).unwrap();
+            let one = q.score_train(std::slice::from_ref(st), std::slice::from_ref(t), 3).unwrap();
             let n = t.len();
             let mask: f32 = batch.mask.get(i).unwrap().sum_all().unwrap().to_scalar().unwrap();
             assert_eq!(mask as usize, n, "{arch}: state {i}'s mask");
@@ -423,8 +439,8 @@ fn a_padded_batch_scores_and_trains_as_each_state_alone() {
             assert!(d < 1e-5, "{arch} (checkpoint {checkpoint}) state {i}: log-probs differ by {d}");
             let d = max_diff(&row(&batch.entropy), &lone(&one.entropy));
             assert!(d < 1e-5, "{arch} state {i}: entropies differ by {d}");
-            let g = p.gradients(&one.logp.sum_all().unwrap()).unwrap();
-            for (acc, (name, v)) in alone_grads.iter_mut().zip(&vars) {
+            let g = q.gradients(&one.logp.sum_all().unwrap()).unwrap();
+            for (acc, (name, v)) in alone_grads.iter_mut().zip(&q_vars) {
                 let gv =
                     g.get(v).unwrap_or_else(|| panic!("{arch}: state {i} alone: no gradient for {name}"));
                 *acc = (&*acc + gv).unwrap();

@@ -69,6 +69,17 @@ mod score;
 /// Vision outputs kept at most (screenshots of one iteration's update).
 const VISION_CACHE: usize = 4096;
 
+/// The vision cache's key of a screenshot: its grid and pixels.
+fn vision_key(img: &super::processor::ProcessedImage) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    img.grid.hash(&mut hasher);
+    for v in &img.patches {
+        v.to_bits().hash(&mut hasher);
+    }
+    hasher.finish()
+}
+
 impl QwenVlPolicy {
     /// Load the checkpoint `settings.path` names and attach fresh adapters (initialised
     /// from `seed`).
@@ -231,31 +242,70 @@ impl QwenVlPolicy {
     }
 
     fn vision(&self, img: &super::processor::ProcessedImage) -> Result<Arc<VisionOutput>> {
-        let encode = || -> Result<VisionOutput> {
-            let (px, grids) = self.model.processor.batch(std::slice::from_ref(img), &self.device)?;
-            self.model.encode_images(&px, &grids)
-        };
+        Ok(self.visions(&[img])?.remove(0))
+    }
+
+    /// The vision tower's output for each of `imgs`: from the cache where it is there, the
+    /// rest encoded in one call (images of one size attend as one batch) and cached.
+    fn visions(&self, imgs: &[&super::processor::ProcessedImage]) -> Result<Vec<Arc<VisionOutput>>> {
         if self.model.vision.has_adapters() {
             // the tower's output depends on adapters that change every step, and on which
             // of them are switched on (the reference): computed fresh, in the graph
-            return Ok(Arc::new(encode()?));
+            return self.encode_split(imgs);
         }
-        use std::hash::{Hash, Hasher};
-        let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        img.grid.hash(&mut hasher);
-        for v in &img.patches {
-            v.to_bits().hash(&mut hasher);
+        let keys: Vec<u64> = imgs.iter().map(|img| vision_key(img)).collect();
+        let mut out: Vec<Option<Arc<VisionOutput>>> = {
+            let cache = self.vision_cache.lock().expect("vision cache");
+            keys.iter().map(|k| cache.get(k).cloned()).collect()
+        };
+        // each missing screenshot once, however many states show it
+        let mut missing: Vec<usize> = Vec::new();
+        for i in 0..imgs.len() {
+            if out[i].is_none() && !missing.iter().any(|&j| keys[j] == keys[i]) {
+                missing.push(i);
+            }
         }
-        let key = hasher.finish();
-        if let Some(v) = self.vision_cache.lock().expect("vision cache").get(&key) {
-            return Ok(v.clone());
+        if !missing.is_empty() {
+            let todo: Vec<&super::processor::ProcessedImage> = missing.iter().map(|&i| imgs[i]).collect();
+            let encoded = self.encode_split(&todo)?;
+            let mut cache = self.vision_cache.lock().expect("vision cache");
+            if cache.len() + encoded.len() > VISION_CACHE {
+                cache.clear();
+            }
+            for (&i, v) in missing.iter().zip(encoded) {
+                cache.insert(keys[i], v.clone());
+                for (j, slot) in out.iter_mut().enumerate() {
+                    if slot.is_none() && keys[j] == keys[i] {
+                        *slot = Some(v.clone());
+                    }
+                }
+            }
         }
-        let out = Arc::new(encode()?);
-        let mut cache = self.vision_cache.lock().expect("vision cache");
-        if cache.len() >= VISION_CACHE {
-            cache.clear();
+        Ok(out.into_iter().map(|v| v.expect("every image encoded")).collect())
+    }
+
+    /// `imgs` through the vision tower in one call, cut back into one output per image.
+    fn encode_split(&self, imgs: &[&super::processor::ProcessedImage]) -> Result<Vec<Arc<VisionOutput>>> {
+        let (px, grids) = self.model.processor.batch(imgs, &self.device)?;
+        let all = self.model.encode_images(&px, &grids)?;
+        if imgs.len() == 1 {
+            return Ok(vec![Arc::new(all)]);
         }
-        cache.insert(key, out.clone());
+        let merge = self.model.config.vision.spatial_merge_size;
+        let mut at = 0;
+        let mut out = Vec::with_capacity(imgs.len());
+        for img in imgs {
+            let n = img.tokens(merge);
+            out.push(Arc::new(VisionOutput {
+                embeds: all.embeds.narrow(0, at, n)?,
+                deepstack: all
+                    .deepstack
+                    .iter()
+                    .map(|d| d.narrow(0, at, n))
+                    .collect::<candle_core::Result<_>>()?,
+            }));
+            at += n;
+        }
         Ok(out)
     }
 

@@ -74,15 +74,17 @@ impl QwenVlPolicy {
     /// [`Self::score_one`] for every state in one padded pass ([`QwenVl::hidden_batch`]);
     /// the LM head runs once over all the answers' rows.
     fn score_batch(&self, states: &[ScreenState], tokens: &[Vec<u32>]) -> Result<Vec<(Tensor, Tensor)>> {
-        let (mut prompts, mut visions, mut starts) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut prompts, mut images, mut starts) = (Vec::new(), Vec::new(), Vec::new());
         for (state, t) in states.iter().zip(tokens).filter(|(_, t)| !t.is_empty()) {
             let (ids, img) = self.prompt(state)?;
-            visions.push(self.vision(&img)?);
             starts.push(ids.len() - 1);
             let mut prompt = self.model.prompt(ids, &[img.grid])?;
             prompt.extend(t);
             prompts.push(prompt);
+            images.push(img);
         }
+        // the screenshots the cache lacks go through the vision tower together
+        let visions = self.visions(&images.iter().collect::<Vec<_>>())?;
         if prompts.is_empty() {
             return tokens.iter().map(|_| self.no_scores()).collect();
         }

@@ -184,10 +184,14 @@ impl ImageProcessor {
     }
 
     /// Several images as one `[N, C·T·p·p]` tensor and their grids.
-    pub fn batch(&self, images: &[ProcessedImage], device: &Device) -> Result<(Tensor, Vec<[usize; 3]>)> {
+    pub fn batch<I: std::borrow::Borrow<ProcessedImage>>(
+        &self,
+        images: &[I],
+        device: &Device,
+    ) -> Result<(Tensor, Vec<[usize; 3]>)> {
         let dim = 3 * self.temporal_patch_size * self.patch_size * self.patch_size;
-        let data: Vec<f32> = images.iter().flat_map(|i| i.patches.iter().copied()).collect();
+        let data: Vec<f32> = images.iter().flat_map(|i| i.borrow().patches.iter().copied()).collect();
         let n = data.len() / dim;
-        Ok((Tensor::from_vec(data, (n, dim), device)?, images.iter().map(|i| i.grid).collect()))
+        Ok((Tensor::from_vec(data, (n, dim), device)?, images.iter().map(|i| i.borrow().grid).collect()))
     }
 }
