@@ -1,5 +1,6 @@
 //! Tensors across ranks: gradients summed, weights sent from rank 0, weights compared.
-//! Each moves as one flat f32 vector (one device-to-host copy, not one per variable).
+//! Each moves as one flat f32 vector (one device-to-host copy, not one per variable); with
+//! NCCL (the `nccl` feature), gradients on a GPU are summed there and never leave it.
 
 use super::ProcessGroup;
 use candle_core::backprop::GradStore;
