@@ -22,6 +22,10 @@ fn without_nproc(mut args: impl Iterator<Item = OsString>) -> Vec<OsString> {
 /// checkpoint and a stop at the end of the iteration, a second stops at once); on Linux a
 /// rank is also told to stop if this process dies.
 pub async fn ranks(n: usize) -> anyhow::Result<()> {
+    // a mistake every rank would make is said once, before any starts
+    if let Ok(v) = std::env::var("GUIRL_DIST_BACKEND") {
+        crate::dist::GpuSum::parse(&v)?;
+    }
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .context("no free local port for the ranks to meet on")?

@@ -145,6 +145,16 @@ fn launch_mistakes_get_clear_errors() {
     );
     fails_with(&run(&[("WORLD_SIZE", "2")], &[]), &["RANK is not set", "--nproc 2"]);
     fails_with(&run(&[("WORLD_SIZE", "2"), ("RANK", "5")], &[]), &["ranks run from 0 to 1"]);
+    // how GPU gradients are summed: said once by the launcher, before any rank starts
+    let bad = run(&[("GUIRL_DIST_BACKEND", "gloo")], &["--nproc", "2"]);
+    fails_with(&bad, &["GUIRL_DIST_BACKEND=\"gloo\"", "nccl, tcp or auto"]);
+    assert_eq!(String::from_utf8_lossy(&bad.stderr).matches("GUIRL_DIST_BACKEND").count(), 1);
+    if !cfg!(feature = "nccl") {
+        fails_with(
+            &run(&[("GUIRL_DIST_BACKEND", "nccl")], &["--nproc", "2"]),
+            &["no NCCL", "--features nccl"],
+        );
+    }
     // A rank whose partner never comes: rank 0 names the missing rank.
     let lonely =
         run(&[("WORLD_SIZE", "2"), ("RANK", "0"), ("MASTER_PORT", "0"), ("GUIRL_DIST_TIMEOUT", "1")], &[]);
