@@ -278,7 +278,7 @@ impl ProcessGroup {
     /// build without the `nccl` feature). Collective, like the others: the first call
     /// makes the communicator.
     pub fn sum_on_device(&self, flat: &candle_core::Tensor) -> anyhow::Result<Option<candle_core::Tensor>> {
-        if !flat.device().is_cuda() || self.gpu_sum == GpuSum::Host {
+        if !self.sums_on(flat.device()) {
             return Ok(None);
         }
         #[cfg(feature = "nccl")]
@@ -293,6 +293,12 @@ impl ProcessGroup {
         }
         #[cfg(not(feature = "nccl"))]
         Ok(None)
+    }
+
+    /// Whether [`Self::sum_on_device`] sums tensors on `device` there (NCCL), rather than
+    /// leaving them to the host.
+    pub fn sums_on(&self, device: &candle_core::Device) -> bool {
+        cfg!(feature = "nccl") && device.is_cuda() && self.gpu_sum != GpuSum::Host
     }
 
     /// Whether this group has summed gradients with NCCL (its communicator exists).

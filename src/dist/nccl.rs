@@ -44,17 +44,17 @@ impl Nccl {
         for (c, &b) in internal.iter_mut().zip(&ids[0]) {
             *c = b as std::ffi::c_char;
         }
+        let ordinal = dev.cuda_stream().context().ordinal();
         let comm =
             Comm::from_rank(dev.cuda_stream(), pg.rank(), pg.world(), Id::uninit(internal)).map_err(|e| {
                 anyhow::anyhow!(
-                    "NCCL could not join rank {} of {} on cuda:{} ({e:?}); two ranks on one GPU is the \
-                 usual cause (NCCL refuses it): give each rank its own GPU",
+                    "NCCL could not join rank {} of {} on cuda:{ordinal} ({e:?}); two ranks on one GPU \
+                     is the usual cause (NCCL refuses it): give each rank its own GPU",
                     pg.rank(),
                     pg.world(),
-                    dev.cuda_stream().context().ordinal()
                 )
             })?;
-        Ok(Nccl { comm: Mutex::new(comm), ordinal: dev.cuda_stream().context().ordinal() })
+        Ok(Nccl { comm: Mutex::new(comm), ordinal })
     }
 
     /// The sum over the ranks of a contiguous f32 tensor on this communicator's device.

@@ -84,7 +84,7 @@ fn sum_on_device(
     values: &[Tensor],
 ) -> anyhow::Result<Option<(Vec<f32>, Tensor)>> {
     let Some(first) = values.first() else { return Ok(None) };
-    if !first.device().is_cuda() {
+    if !pg.sums_on(first.device()) {
         return Ok(None);
     }
     let mut parts = vec![Tensor::new(present, first.device())?];

@@ -185,8 +185,7 @@ pub fn clone_demonstrations(
             let states: Vec<ScreenState> = part.iter().map(|&k| samples[k].0.clone()).collect();
             let tokens: Vec<Vec<u32>> = part.iter().map(|&k| samples[k].1.clone()).collect();
             // behaviour cloning's purpose for its passes' keys
-            let rank = group.map_or(0, |g| g.rank() as u64) * super::update::RANK_PURPOSE_STRIDE;
-            let pass = pass_key(seed, 0, 0xB0C + rank, epoch as u64, mb as u64);
+            let pass = pass_key(seed, 0, 0xB0C + super::update::rank_purpose(group), epoch as u64, mb as u64);
             let (mut grads, mut nll) = match part.is_empty() {
                 true => (crate::dist::tensors::no_gradients()?, [0.0]),
                 false => {

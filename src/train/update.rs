@@ -36,7 +36,13 @@ use rand::seq::SliceRandom;
 /// `pass_key`'s purpose for the update's training passes.
 const PASS_PURPOSE: u64 = 0x5CA1E;
 /// How far apart the ranks' purposes are (rank 0's is one process's).
-pub(crate) const RANK_PURPOSE_STRIDE: u64 = 1 << 24;
+const RANK_PURPOSE_STRIDE: u64 = 1 << 24;
+
+/// What a rank adds to a pass purpose, so each rank draws its own dropout masks (0 for rank
+/// 0 and for one process, which keep one process's keys).
+pub(crate) fn rank_purpose(pg: Option<&crate::dist::ProcessGroup>) -> u64 {
+    pg.map_or(0, |g| g.rank() as u64) * RANK_PURPOSE_STRIDE
+}
 
 /// The steps of `recs` to train on: every step of every rollout that has an advantage,
 /// with the token ids it sampled, less the replayed prefix of a branched rollout. A step whose record lacks them is an error (the
@@ -282,7 +288,7 @@ pub fn update_parallel(
             };
             // Each rank's rows draw their own LoRA dropout masks (masks are keyed by a
             // row's place in the pass, and every rank's part starts at row 0).
-            let purpose = PASS_PURPOSE + pg.map_or(0, |g| g.rank() as u64) * RANK_PURPOSE_STRIDE;
+            let purpose = PASS_PURPOSE + rank_purpose(pg);
             let pass = pass_key(seed, iteration, purpose, epoch as u64, mb as u64);
             let (loss, ls) = match part.is_empty() {
                 // A minibatch smaller than the ranks leaves some of them without rows.

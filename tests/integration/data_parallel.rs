@@ -59,11 +59,7 @@ fn a_killed_rank_stops_the_run_and_it_resumes() {
     let text = std::fs::read_to_string(&cfg).unwrap().replace("interval = 2\n", "interval = 1\n");
     std::fs::write(&cfg, text).unwrap();
     let run = root.path().join("run");
-    let launcher = guirl_train(&cfg, &run, &["--nproc", "2"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let launcher = launch_two_ranks(&cfg, &run);
     wait_for(&run.join("checkpoints/iter-000001"));
     let rank1 =
         children(launcher.id()).into_iter().find(|&pid| rank_of(pid) == Some(1)).expect("rank 1 runs");
@@ -87,11 +83,7 @@ fn ctrl_c_stops_every_rank_at_one_iteration_with_a_checkpoint() {
     let root = tempfile::tempdir().unwrap();
     let cfg = write_config(root.path(), "c.toml", 40);
     let run = root.path().join("run");
-    let launcher = guirl_train(&cfg, &run, &["--nproc", "2"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let launcher = launch_two_ranks(&cfg, &run);
     wait_for(&run.join("checkpoints/iter-000000"));
     Command::new("kill").args(["-INT", &launcher.id().to_string()]).status().unwrap();
     let out = launcher.wait_with_output().unwrap();
@@ -103,6 +95,11 @@ fn ctrl_c_stops_every_rank_at_one_iteration_with_a_checkpoint() {
     let last = m.last().unwrap()["iteration"].as_u64().unwrap();
     assert!(last < 40, "the run was not stopped early");
     assert!(run.join(format!("checkpoints/iter-{last:06}")).is_dir(), "no checkpoint of iteration {last}");
+}
+
+/// `guirl train --nproc 2` started in the background, its error output kept.
+fn launch_two_ranks(cfg: &Path, run: &Path) -> std::process::Child {
+    guirl_train(cfg, run, &["--nproc", "2"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap()
 }
 
 /// Wait (at most 2 minutes) until the run has written the checkpoint folder `dir`.

@@ -254,34 +254,29 @@ impl QwenVlPolicy {
             return self.encode_split(imgs);
         }
         let keys: Vec<u64> = imgs.iter().map(|img| vision_key(img)).collect();
-        let mut out: Vec<Option<Arc<VisionOutput>>> = {
+        let mut found: HashMap<u64, Arc<VisionOutput>> = {
             let cache = self.vision_cache.lock().expect("vision cache");
-            keys.iter().map(|k| cache.get(k).cloned()).collect()
+            keys.iter().filter_map(|k| Some((*k, cache.get(k)?.clone()))).collect()
         };
         // each missing screenshot once, however many states show it
-        let mut missing: Vec<usize> = Vec::new();
-        for i in 0..imgs.len() {
-            if out[i].is_none() && !missing.iter().any(|&j| keys[j] == keys[i]) {
-                missing.push(i);
+        let mut todo: Vec<(u64, &super::processor::ProcessedImage)> = Vec::new();
+        for (&k, &img) in keys.iter().zip(imgs) {
+            if !found.contains_key(&k) && !todo.iter().any(|(t, _)| *t == k) {
+                todo.push((k, img));
             }
         }
-        if !missing.is_empty() {
-            let todo: Vec<&super::processor::ProcessedImage> = missing.iter().map(|&i| imgs[i]).collect();
-            let encoded = self.encode_split(&todo)?;
+        if !todo.is_empty() {
+            let encoded = self.encode_split(&todo.iter().map(|(_, img)| *img).collect::<Vec<_>>())?;
             let mut cache = self.vision_cache.lock().expect("vision cache");
             if cache.len() + encoded.len() > VISION_CACHE {
                 cache.clear();
             }
-            for (&i, v) in missing.iter().zip(encoded) {
-                cache.insert(keys[i], v.clone());
-                for (j, slot) in out.iter_mut().enumerate() {
-                    if slot.is_none() && keys[j] == keys[i] {
-                        *slot = Some(v.clone());
-                    }
-                }
+            for ((k, _), v) in todo.into_iter().zip(encoded) {
+                cache.insert(k, v.clone());
+                found.insert(k, v);
             }
         }
-        Ok(out.into_iter().map(|v| v.expect("every image encoded")).collect())
+        Ok(keys.iter().map(|k| found[k].clone()).collect())
     }
 
     /// `imgs` through the vision tower in one call, cut back into one output per image.

@@ -407,7 +407,6 @@ impl VisionTower {
     }
 }
 
-/// `(start, len)` of consecutive runs with the given lengths.
 /// `segs` (contiguous `(start, len)` spans) grouped into runs of consecutive spans of one
 /// length: `(start, count, len)`.
 fn equal_runs(segs: &[(usize, usize)]) -> Vec<(usize, usize, usize)> {
@@ -421,6 +420,7 @@ fn equal_runs(segs: &[(usize, usize)]) -> Vec<(usize, usize, usize)> {
     runs
 }
 
+/// `(start, len)` of consecutive runs with the given lengths.
 fn segments(lens: impl Iterator<Item = usize>) -> Vec<(usize, usize)> {
     let mut start = 0;
     lens.filter(|&l| l > 0)
