@@ -44,8 +44,11 @@
 //! `tests/integration/input_paths.rs` follows 40 links on each path beside a busy core and checks
 //! every frame.
 //!
-//! The events of one kind go out together and are awaited together, as chromedriver sends them; a mouse move is answered once the page
-//! has had a frame, which the frame pump gives it within ~2 ms. (This path once took
+//! The events of one kind go out together and are awaited together, as chromedriver sends
+//! them, except two mouse moves in a row (a drag's): a lone move is answered once the page
+//! has had a frame, which the frame pump gives it within ~2 ms, while a move followed by a
+//! press is dispatched with the press, so a click waits for no frame (the action phase of
+//! a click-test step went from 6.4 to 2.1 ms). (This path once took
 //! ~45 ms an action: the DevTools socket had Nagle's algorithm on, so the frame request
 //! written right after an event waited for the browser's delayed ACK.)
 
