@@ -22,8 +22,9 @@
 //! channel and frame control (the headless path). WebDriver input is the path for
 //! `--webdriver` endpoints (a Selenium Grid), for free-running frames (`--free-frames`),
 //! without a DevTools channel (`--no-devtools`), and on request (`--input webdriver` or
-//! `GUIRL_INPUT=webdriver`). Measured on click-test (2 cores): a step takes 11.8 ms here
-//! against 18.6 ms through chromedriver. Five differences from WebDriver input were found
+//! `GUIRL_INPUT=webdriver`). Measured on click-test (2 cores): a step took 11.8 ms here
+//! against 18.6 ms through chromedriver, and 6.9-9.1 ms once a click's move went out with
+//! its press (`docs/results.md`). Five differences from WebDriver input were found
 //! and fixed:
 //! - the window only ever grew at a task switch (`Browser::fit_viewport` now sizes it
 //!   exactly);
