@@ -36,9 +36,16 @@ fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
 
 /// Give every LoRA B a small random value, as after a first update (B starts at 0).
 fn perturb_b(p: &QwenVlPolicy) {
+    // Seeded (candle's CPU `randn` is not), so every run tests the same adapters: with an
+    // unseeded draw the step test failed now and then (one AdamW step at lr 1e-2 can
+    // overshoot: it did for this seed; at 1e-3 it lowered the NLL for seeds 0-7).
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
     for (name, v) in p.trainable_vars() {
         if name.ends_with("lora_B") {
-            v.set(&Tensor::randn(0f32, 0.05, v.dims(), &Device::Cpu).unwrap()).unwrap();
+            // uniform with a standard deviation of 0.05
+            let vals: Vec<f32> = (0..v.elem_count()).map(|_| rng.gen_range(-0.0866..0.0866)).collect();
+            v.set(&Tensor::from_vec(vals, v.dims(), &Device::Cpu).unwrap()).unwrap();
         }
     }
 }
@@ -140,14 +147,15 @@ fn a_policy_step_moves_only_lora_and_the_reference_stays_as_it_was() {
     let vars = p.trainable_vars();
     assert!(vars.iter().all(|(n, _)| n.contains("lora_")), "only adapters by default");
     let before: Vec<Tensor> = vars.iter().map(|(_, v)| v.as_tensor().copy().unwrap()).collect();
-    let mut opt = AdamW::new(vars.clone(), AdamWConfig { lr: 1e-2, ..Default::default() }).unwrap();
+    let mut opt = AdamW::new(vars.clone(), AdamWConfig { lr: 1e-3, ..Default::default() }).unwrap();
     let nll0 = p.score(&states, &target).unwrap().logp.sum_all().unwrap().neg().unwrap();
     opt.step(&nll0.backward().unwrap()).unwrap();
     for ((name, v), b) in vars.iter().zip(&before) {
         assert!(max_diff(v.as_tensor(), b) > 0.0, "{name} did not move");
     }
     let nll1 = p.score(&states, &target).unwrap().logp.sum_all().unwrap().neg().unwrap();
-    assert!(nll1.to_scalar::<f32>().unwrap() < nll0.to_scalar::<f32>().unwrap(), "one step lowers the NLL");
+    let (n0, n1) = (nll0.to_scalar::<f32>().unwrap(), nll1.to_scalar::<f32>().unwrap());
+    assert!(n1 < n0, "one step lowers the NLL: {n0} -> {n1}");
     // the reference (base weights + a copy of the adapters when it was made) did not move
     let after_ref = reference.score(&states, &target).unwrap().logp;
     assert_eq!(max_diff(&before_ref, &after_ref), 0.0);

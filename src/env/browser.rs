@@ -410,9 +410,10 @@ impl Browser {
     }
 
     /// Send DevTools input events in order, drawing frames that do `draw` under
-    /// begin-frame control while they wait (a pointer move is handled at the next frame).
-    /// A pointer event goes once the browser has taken the one before (moves sent
-    /// together would be coalesced into one); a run of key events goes at once, as
+    /// begin-frame control while they wait (a lone pointer move is handled at the next
+    /// frame). Pointer events go out together, except that of two moves in a row the
+    /// second waits for the first (moves sent together would be coalesced into one); a
+    /// run of key events goes at once, as
     /// chromedriver's typing reaches the page: the keys arrive before the page's timers
     /// run (an autocomplete's 0 ms search fires once, after the last key).
     pub async fn dispatch(&self, events: &[InputEvent], draw: frames::Draw) -> Result<(), EnvError> {
