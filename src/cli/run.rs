@@ -152,15 +152,15 @@ pub struct BenchEnvArgs {
         default_value = "miniwob/click-test,miniwob/click-button,miniwob/enter-text"
     )]
     tasks: Vec<String>,
-    /// Concurrent env counts for the throughput runs.
-    #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
-    envs: Vec<usize>,
-    /// Timed steps per measurement.
-    #[arg(long, default_value_t = 200)]
-    steps: usize,
-    /// Timed resets per task.
-    #[arg(long, default_value_t = 50)]
-    resets: usize,
+    /// Concurrent env counts for the throughput runs (1 to 64 each).
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4", value_parser = clap::value_parser!(u16).range(1..=64))]
+    envs: Vec<u16>,
+    /// Timed steps per measurement (at least 1).
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..))]
+    steps: u32,
+    /// Timed resets per task (at least 1).
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
+    resets: u32,
     /// Also run MiniWoB++'s own Python environment on the same tasks (needs
     /// benches/setup_baseline.sh) and print the ratio.
     #[arg(long)]
@@ -183,9 +183,9 @@ pub struct BenchEnvArgs {
 pub async fn bench_env(args: BenchEnvArgs) -> anyhow::Result<()> {
     let opts = crate::bench::env_bench::EnvBenchOptions {
         tasks: args.tasks,
-        envs: args.envs,
-        steps: args.steps,
-        resets: args.resets,
+        envs: args.envs.into_iter().map(usize::from).collect(),
+        steps: args.steps as usize,
+        resets: args.resets as usize,
         browser: args.browser.config(),
         baseline_python: args.baseline.then_some(args.baseline_python),
         compare_sandbox: args.compare_sandbox,

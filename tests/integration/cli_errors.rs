@@ -87,6 +87,10 @@ fn bad_arguments_are_explained() {
         &["no oracle for task miniwob/terminal"],
     );
     fails_with(&guirl(&["tasks", "--suite", "nope"]), &["invalid value 'nope'"]);
+    // bench-env refuses counts that measure nothing before starting a browser
+    fails_with(&guirl(&["bench-env", "--envs", "1,0"]), &["invalid value '0' for '--envs", "1..=64"]);
+    fails_with(&guirl(&["bench-env", "--steps", "0"]), &["invalid value '0' for '--steps"]);
+    fails_with(&guirl(&["bench-env", "--resets", "0"]), &["invalid value '0' for '--resets"]);
     fails_with(
         &guirl(&["run", "--task", "miniwob/click-test", "--temperature=-1"]),
         &["--temperature must be 0 (greedy) or positive"],
