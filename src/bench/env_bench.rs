@@ -169,26 +169,35 @@ pub async fn run(opts: &EnvBenchOptions) -> anyhow::Result<EnvBenchReport> {
             eprintln!("guirl: measuring {task} (sandbox off) ...");
             u.insert(task.clone(), measure_task(task, &off, opts).await?);
         }
-    }
-    if let Some(py) = &opts.baseline_python {
-        report.baseline = Some(run_baseline(py, opts)?);
+        // Each task's baseline right after guirl's, so a shared machine's drift over the
+        // run falls on both sides of a ratio alike (run after all of guirl's tasks, the
+        // first task measured was often a run's slowest).
+        if let Some(py) = &opts.baseline_python {
+            let figures = run_baseline(py, opts, task)?;
+            report.baseline.get_or_insert_with(BTreeMap::new).extend(figures);
+        }
     }
     Ok(report)
 }
 
-fn run_baseline(py: &PathBuf, opts: &EnvBenchOptions) -> anyhow::Result<BTreeMap<String, TaskFigures>> {
+/// MiniWoB++'s own env on `task`.
+fn run_baseline(
+    py: &PathBuf,
+    opts: &EnvBenchOptions,
+    task: &str,
+) -> anyhow::Result<BTreeMap<String, TaskFigures>> {
     let script = crate::tasks::server::project_root().join("benches").join("miniwob_baseline.py");
     let out_json = tempfile::NamedTempFile::new()?;
-    let names: Vec<&str> = opts.tasks.iter().map(|t| t.strip_prefix("miniwob/").unwrap_or(t)).collect();
+    let name = task.strip_prefix("miniwob/").unwrap_or(task);
     let envs: Vec<String> = opts.envs.iter().map(|k| k.to_string()).collect();
     // The same browser binary on both sides.
     let chrome = opts.browser.chromium_path()?;
-    eprintln!("guirl: measuring MiniWoB++'s Python environment ({}) ...", chrome.display());
+    eprintln!("guirl: measuring MiniWoB++'s Python environment on {task} ({}) ...", chrome.display());
     let status = std::process::Command::new(py)
         .arg(&script)
         .arg("--chrome")
         .arg(&chrome)
-        .args(["--tasks", &names.join(","), "--envs", &envs.join(",")])
+        .args(["--tasks", name, "--envs", &envs.join(",")])
         .args(["--steps", &opts.steps.to_string(), "--resets", &opts.resets.to_string()])
         .arg("--json")
         .arg(out_json.path())
