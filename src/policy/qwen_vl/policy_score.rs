@@ -83,11 +83,11 @@ impl QwenVlPolicy {
             prompts.push(prompt);
             images.push(img);
         }
-        // the screenshots the cache lacks go through the vision tower together
-        let visions = self.visions(&images.iter().collect::<Vec<_>>())?;
         if prompts.is_empty() {
             return tokens.iter().map(|_| self.no_scores()).collect();
         }
+        // the screenshots the cache lacks go through the vision tower together
+        let visions = self.visions(&images.iter().collect::<Vec<_>>())?;
         let vis: Vec<Option<&VisionOutput>> = visions.iter().map(|v| Some(v.as_ref())).collect();
         let h = self.model.hidden_batch(&prompts, &vis)?;
         let answers: Vec<&Vec<u32>> = tokens.iter().filter(|t| !t.is_empty()).collect();
