@@ -8,15 +8,16 @@
 //!
 //! 1. Step latency, one env, the same seeded random actions each way, on a MiniWoB++ task
 //!    and on a website page at 1280×720: in-process `GuiEnv`, REST and the WebSocket in
-//!    JSON (base64 PNG, OpenEnv's form) and in binary frames (raw RGB, PNG, JPEG). Every
-//!    client ends with the screenshot's pixels in hand, as in-process does. The paths run
+//!    JSON (base64 PNG, OpenEnv's form), in binary frames (raw RGB, PNG, JPEG) and with
+//!    raw RGB in shared memory. Every client ends with the screenshot's pixels in hand, as
+//!    in-process does. The paths run
 //!    in rounds, taking turns, so a change in the machine's load falls on all of them; the
 //!    last column (latency minus the env's own `info.timings.total_ms`) is what the path
 //!    adds, free of how fast each path's own browser happened to be.
 //!    One row is the WebSocket on a server that leaves Nagle's algorithm on (as before
 //!    TCP_NODELAY was set).
 //! 2. Aggregate steps/s of 8 envs at once: in-process vs 8 sessions of one server, REST
-//!    and WebSocket, binary raw frames.
+//!    and WebSocket, raw pixels in binary frames and in shared memory.
 //!    With `--busy`, 1 and 2 are measured twice: as the machine is, and beside one
 //!    thread spinning on a core.
 //! 3. Load: N sessions x M random steps (half REST, half WebSocket, JSON/PNG) plus clients
@@ -78,6 +79,7 @@ async fn start_with_nagle(
     let base = format!("http://{}", listener.local_addr().unwrap());
     let (app, shared) = router(cfg);
     let h = tokio::spawn(async move {
+        let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
         let _ = axum::serve(listener, app).await;
     });
     (base, h, shared)
@@ -231,16 +233,21 @@ async fn main() -> anyhow::Result<()> {
         for t in &targets {
             // In-process first and last: the mean of the two is the reference.
             let a = throughput(t, Path::InProcess, 8, per, &base).await;
-            let rest = throughput(t, Path::Rest { binary: true, shot: "raw" }, 8, per, &base).await;
-            let ws = throughput(t, Path::Ws { binary: true, shot: "raw" }, 8, per, &base).await;
+            let mut served = Vec::new();
+            for shot in ["raw", "shm"] {
+                for path in [Path::Rest { binary: true, shot }, Path::Ws { binary: true, shot }] {
+                    served.push((path.label(), throughput(t, path, 8, per, &base).await));
+                }
+            }
             let b = throughput(t, Path::InProcess, 8, per, &base).await;
             let inproc = (a + b) / 2.0;
             println!("| {} | in-process (before / after) | {a:.1} / {b:.1} | 1 |", t.name);
-            println!("| {} | REST, binary raw | {rest:.1} | {:.3} |", t.name, rest / inproc);
-            println!("| {} | WebSocket, binary raw | {ws:.1} | {:.3} |", t.name, ws / inproc);
-            eight.push(
-                json!({"target": t.name, "in_process": [a, b], "rest_binary_raw": rest, "ws_binary_raw": ws}),
-            );
+            for (label, sps) in &served {
+                println!("| {} | {label} | {sps:.1} | {:.3} |", t.name, sps / inproc);
+            }
+            let served: serde_json::Map<String, Value> =
+                served.into_iter().map(|(label, sps)| (label, json!(sps))).collect();
+            eight.push(json!({"target": t.name, "in_process": [a, b], "served": served}));
         }
         println!();
         spin_stop.store(true, Ordering::Relaxed);

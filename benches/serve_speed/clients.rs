@@ -4,7 +4,7 @@
 
 use futures::{SinkExt, StreamExt};
 use guirl::env::{EnvConfig, GuiEnv};
-use guirl::serve::env_server::frame;
+use guirl::serve::env_server::{frame, shm};
 use guirl::tasks::Task;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
@@ -91,6 +91,8 @@ impl Path {
             Path::WsNagle,
             Path::Rest { binary: true, shot: "raw" },
             Path::Ws { binary: true, shot: "raw" },
+            Path::Rest { binary: true, shot: "shm" },
+            Path::Ws { binary: true, shot: "shm" },
             Path::Rest { binary: true, shot: "png" },
             Path::Rest { binary: true, shot: "jpeg" },
         ]
@@ -132,9 +134,10 @@ async fn post(http: &Http, url: &str, body: &Value, binary: bool) -> (String, ax
     (ct, bytes)
 }
 
-/// The answer's JSON and the screenshot's pixels' checksum, from JSON (base64) or a
-/// binary frame. Raw pixels are read in place (as the Python client's array view does);
-/// PNG and JPEG are decoded.
+/// The answer's JSON and the screenshot's pixels' checksum, from JSON (base64), a
+/// binary frame or shared memory. Raw pixels in a frame are read in place (as the Python
+/// client's array view does); shared-memory pixels are copied out (as the Python client
+/// does: the next answer overwrites them); PNG and JPEG are decoded.
 fn answer(bytes: &[u8]) -> (Value, Option<u64>) {
     let (head, image) = match frame::decode(bytes) {
         Ok((head, image)) => (head, Some(image)),
@@ -143,7 +146,13 @@ fn answer(bytes: &[u8]) -> (Value, Option<u64>) {
     let obs =
         head.get("observation").or_else(|| head["data"].get("observation")).cloned().unwrap_or(Value::Null);
     let b64;
+    let copied;
     let bytes = match (image, obs["screenshot"].as_str()) {
+        _ if obs["screenshot_format"] == "shm" => {
+            let at: shm::FrameRef = serde_json::from_value(obs["screenshot_shm"].clone()).unwrap();
+            copied = shm::read(&at).unwrap();
+            &copied[..]
+        }
         (Some(i), _) => i,
         (None, Some(s)) => {
             b64 = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, s).unwrap();
@@ -154,7 +163,7 @@ fn answer(bytes: &[u8]) -> (Value, Option<u64>) {
     let (w, h) = (obs["width"].as_u64().unwrap() as u32, obs["height"].as_u64().unwrap() as u32);
     // One pixel read back proves the image is there without another pass over it.
     let px = match obs["screenshot_format"].as_str() {
-        Some("raw") => {
+        Some("raw") | Some("shm") => {
             image::ImageBuffer::<image::Rgb<u8>, &[u8]>::from_raw(w, h, bytes)
                 .unwrap()
                 .get_pixel(w / 2, h / 2)

@@ -50,6 +50,8 @@ const FRAME_PENDING: &str = "Another frame is pending";
 
 /// Wait before asking again for a refused frame.
 const RETRY: Duration = Duration::from_millis(3);
+/// Failed frames in a row after which a pump gives up (the browser is gone).
+const PUMP_FAILURES: u32 = 20;
 
 /// Whether `chromium` is the headless shell (the only build with begin-frame control).
 pub fn supported_by(chromium: &Path) -> bool {
@@ -141,15 +143,25 @@ impl FrameControl {
             out
         };
         let pump = async {
+            let mut failed = 0;
             loop {
                 tokio::select! {
                     _ = done.notified() => break,
                     _ = tokio::time::sleep(GAP) => {}
                 }
-                // A dead browser fails `work` too; it reports the error.
-                if let Err(e) = self.frame(dt, draw, limit).await {
-                    tracing::debug!("frame during a WebDriver command failed: {e}");
-                    break;
+                match self.frame(dt, draw, limit).await {
+                    Ok(_) => failed = 0,
+                    // One refused frame must not stop the pump: `work` would then wait out
+                    // its whole limit for a frame. A dead browser fails `work` too, which
+                    // reports it; the pump stops after a run of failures.
+                    Err(e) => {
+                        tracing::debug!("frame during a WebDriver command failed: {e}");
+                        failed += 1;
+                        if failed >= PUMP_FAILURES {
+                            break;
+                        }
+                        tokio::time::sleep(RETRY).await;
+                    }
                 }
             }
         };

@@ -210,6 +210,7 @@ impl GuiEnv {
         let t0 = Instant::now();
         self.episode = None;
         let mut started = false;
+        let mut replaced_after = None;
         // A browser that died since the last episode gets one fresh replacement.
         for attempt in 0..2 {
             if self.browser.is_none() {
@@ -225,6 +226,7 @@ impl GuiEnv {
                         seed,
                         max_steps: self.max_steps(),
                         browser_started: started,
+                        replaced_after,
                         reset_ms: ms(t0),
                     };
                     return Ok((obs, info));
@@ -234,6 +236,7 @@ impl GuiEnv {
                         task = self.task.id(),
                         "browser failed at reset ({e}); starting a fresh one"
                     );
+                    replaced_after = Some(e.to_string());
                     self.drop_browser();
                 }
                 Err(e) => return Err(e),

@@ -115,6 +115,9 @@ pub struct ResetInfo {
     pub max_steps: u32,
     /// Whether a (new) browser had to be started for this reset.
     pub browser_started: bool,
+    /// Why the browser that was there was replaced, when it failed at this reset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaced_after: Option<String>,
     /// Time of the whole reset in ms (screenshot included).
     pub reset_ms: f64,
 }

@@ -37,7 +37,11 @@ async fn switching_to_a_task_with_another_viewport_keeps_the_browser() {
     for (task, size) in [("miniwob/click-test", (160, 210)), ("builtin/counter", a.screenshot.dimensions())] {
         env.set_task(guirl::tasks::load_task(task).unwrap());
         let (s, info) = env.reset(2).await.unwrap();
-        assert!(!info.browser_started, "{task}: the switch must not relaunch the browser");
+        assert!(
+            !info.browser_started,
+            "{task}: the switch must not relaunch the browser (it failed: {:?})",
+            info.replaced_after
+        );
         assert_eq!(s.screenshot.dimensions(), size, "{task}");
         let out = env.step(&GuiAction::Wait { ms: 0 }).await.unwrap();
         assert_ne!(out.info.status, EpisodeStatus::EnvError, "{task}");

@@ -2,16 +2,19 @@
 //! screen as JSON/PNG and as binary raw/PNG gives identical pixels (JPEG close), over REST
 //! (`Accept: application/octet-stream`) and the WebSocket (`"binary": true`); the JSON
 //! form is unchanged; unknown encodings and out-of-range JPEG qualities are refused with
-//! a message naming what is accepted.
+//! a message naming what is accepted. Shared-memory frames give the same pixels, stay
+//! private, go with their session and are refused to a client the server cannot see on
+//! loopback.
 
 use crate::server;
 use futures::{SinkExt, StreamExt};
 
-use guirl::serve::env_server::frame;
 use guirl::serve::env_server::ServeConfig;
+use guirl::serve::env_server::{frame, router, shm};
 use image::RgbImage;
 use serde_json::{json, Value};
 use server::{http_accept, Reply, Server};
+use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 use tokio_tungstenite::tungstenite::Message;
 
@@ -19,7 +22,11 @@ const OCTET: &str = "application/octet-stream";
 const TASK: &str = "miniwob/click-button";
 
 async fn post(s: &Server, path: &str, body: Value, accept: Option<&str>) -> Reply {
-    http_accept("POST", format!("{}{path}", s.base), Some(body.to_string()), None, accept).await
+    post_to(&s.base, path, body, accept).await
+}
+
+async fn post_to(base: &str, path: &str, body: Value, accept: Option<&str>) -> Reply {
+    http_accept("POST", format!("{base}{path}"), Some(body.to_string()), None, accept).await
 }
 
 fn error(r: &Reply) -> (u16, &str, &str) {
@@ -233,4 +240,110 @@ async fn websocket_binary_frames_when_asked() {
     assert!(ws_recv(&mut ws).await.1.is_some(), "still binary");
     ws_send(&mut ws, json!({"type": "close"})).await;
     s.stop().await;
+}
+
+/// The pixels an observation's `screenshot_shm` names.
+fn shm_pixels(obs: &Value) -> RgbImage {
+    assert_eq!((obs["screenshot_format"].as_str(), &obs["screenshot"]), (Some("shm"), &Value::Null), "{obs}");
+    let at: shm::FrameRef = serde_json::from_value(obs["screenshot_shm"].clone()).unwrap();
+    let (w, h) = (obs["width"].as_u64().unwrap() as u32, obs["height"].as_u64().unwrap() as u32);
+    RgbImage::from_raw(w, h, shm::read(&at).unwrap()).expect("width x height x 3 bytes")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn shared_memory_frames_carry_the_same_pixels_and_go_with_their_session() {
+    let s = Server::start(ServeConfig::default()).await;
+    let r = post(&s, "/v1/sessions", json!({"task": TASK, "screenshot": "shm"}), None).await;
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    let id = r.body["session_id"].as_str().unwrap().to_string();
+    // The file exists from creation, so a client can check it opens it before a frame.
+    let path = std::path::PathBuf::from(r.body["screenshot_shm"]["path"].as_str().expect("the file's path"));
+    let folder = path.parent().unwrap().to_path_buf();
+    assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600, "the owner's only");
+    assert_eq!(std::fs::metadata(&folder).unwrap().permissions().mode() & 0o777, 0o700);
+    let reset = format!("/v1/sessions/{id}/reset");
+    let png = post(&s, &reset, json!({"seed": 3, "screenshot": "png"}), None).await;
+    let reference = json_pixels(&png.body["observation"]);
+
+    // JSON and binary answers name the file; a binary frame then has no image part.
+    let r = post(&s, &reset, json!({"seed": 3}), None).await;
+    let obs = &r.body["observation"];
+    assert_eq!(obs["screenshot_shm"]["path"].as_str(), path.to_str());
+    assert!(shm_pixels(obs) == reference, "shm gives the PNG's pixels");
+    let first: shm::FrameRef = serde_json::from_value(obs["screenshot_shm"].clone()).unwrap();
+    let r = post(&s, &format!("/v1/sessions/{id}/step"), json!({"action": "wait(0)"}), Some(OCTET)).await;
+    let (head, image) = frame::decode(&r.bytes).unwrap();
+    assert!(image.is_empty(), "no pixels cross the socket");
+    assert_eq!(head["observation"]["screenshot_shm"]["seq"], first.seq + 1);
+    assert_eq!(shm_pixels(&head["observation"]).dimensions(), (160, 210));
+    let stale = shm::read(&first).unwrap_err().0;
+    assert!(stale.contains("overwritten"), "a frame read after the next answer is refused: {stale}");
+
+    // A WebSocket session has its own file.
+    let (mut ws, _) = tokio_tungstenite::connect_async(s.ws()).await.unwrap();
+    let reset_ws =
+        json!({"type": "reset", "data": {"task": TASK, "seed": 3, "screenshot": "shm", "binary": true}});
+    ws_send(&mut ws, reset_ws).await;
+    let (m, image) = ws_recv(&mut ws).await;
+    let obs = &m["data"]["observation"];
+    assert_eq!(image.map(|i| i.len()), Some(0));
+    assert!(shm_pixels(obs) == reference);
+    let ws_path = std::path::PathBuf::from(obs["screenshot_shm"]["path"].as_str().unwrap());
+    assert_ne!(ws_path, path);
+
+    // Closing a session removes its file; stopping the server, the folder.
+    let r = http_accept("DELETE", format!("{}/v1/sessions/{id}", s.base), None, None, None).await;
+    assert_eq!(r.status, 200);
+    assert!(!path.exists(), "the closed session's file is gone");
+    ws_send(&mut ws, json!({"type": "close"})).await;
+    let _ = ws_recv(&mut ws).await;
+    for _ in 0..100 {
+        if !ws_path.exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!ws_path.exists(), "the closed connection's file is gone");
+    s.stop().await;
+    assert!(!folder.exists(), "the server's frame folder is gone");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn shared_memory_frames_are_refused_to_a_client_not_seen_on_loopback() {
+    // Served without connection info, the server cannot tell where a client is: it then
+    // treats every client as remote, as it does one from another address.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (app, shared) = router(ServeConfig::default());
+    let served = tokio::spawn(async move { axum::serve(listener, app).await });
+    let refused = |r: &Reply| {
+        let (status, code, message) = error(r);
+        assert_eq!((status, code), (400, "bad_option"), "{:?}", r.body);
+        assert!(message.contains("loopback") && message.contains("\"raw\""), "{message}");
+    };
+    refused(&post_to(&base, "/v1/sessions", json!({"task": TASK, "screenshot": "shm"}), None).await);
+    let r = post_to(&base, "/v1/sessions", json!({"task": TASK, "screenshot": "raw"}), None).await;
+    let id = r.body["session_id"].as_str().unwrap().to_string();
+    let reset = format!("/v1/sessions/{id}/reset");
+    refused(&post_to(&base, &reset, json!({"seed": 1, "screenshot": "shm"}), Some(OCTET)).await);
+    let r = post_to(&base, &reset, json!({"seed": 1}), Some(OCTET)).await;
+    assert_eq!(r.status, 200, "the session goes on with raw");
+    refused(
+        &post_to(
+            &base,
+            &format!("/v1/sessions/{id}/step"),
+            json!({"action": "wait(0)", "screenshot": "shm"}),
+            None,
+        )
+        .await,
+    );
+    let (mut ws, _) =
+        tokio_tungstenite::connect_async(base.replace("http://", "ws://") + "/ws").await.unwrap();
+    ws_send(&mut ws, json!({"type": "reset", "data": {"task": TASK, "screenshot": "shm"}})).await;
+    let (m, _) = ws_recv(&mut ws).await;
+    assert_eq!(m["data"]["error"], "bad_option", "{m}");
+    assert!(m["data"]["message"].as_str().unwrap().contains("\"raw\""), "{m}");
+    ws_send(&mut ws, json!({"type": "close"})).await;
+    served.abort();
+    shared.table.close_all().await;
 }

@@ -10,10 +10,12 @@
 
 Resets and steps come as binary frames (``docs/serve.md``, "Binary frames"): the answer's
 JSON, then the screenshot's bytes, no base64. The observation's ``screenshot`` is then a
-read-only ``(H, W, 3)`` uint8 array, and the encoding is ``raw`` RGB (no compression, the
-fastest) when the server is on this machine, ``png`` otherwise.
-``GuirlClient(binary=False)`` gives the JSON form (``screenshot`` a base64 string), as
-OpenEnv clients see it.
+read-only ``(H, W, 3)`` uint8 array. When the server is on this machine the pixels do not
+cross the socket at all: they are raw RGB in shared memory (``shm``, "Shared-memory
+frames"), copied out as the answer arrives; where that file cannot be read (the server in
+another container) the client falls back to ``raw`` RGB in the frame. A remote server
+sends ``png``. ``GuirlClient(binary=False)`` gives the JSON form (``screenshot`` a base64
+string), as OpenEnv clients see it.
 
 Errors the server answers with its JSON error body raise :class:`GuirlServerError`
 (``code``, ``message``, ``status``). A browser failure is not an HTTP error: it is a
@@ -27,8 +29,10 @@ import base64
 import io
 import ipaddress
 import json
+import os
 import struct
 import time
+import warnings
 from typing import Any
 from urllib.parse import urlparse
 
@@ -42,6 +46,8 @@ FRAME_MEDIA_TYPE = "application/octet-stream"
 #: magic "GRLF", version (1 byte), 3 reserved bytes, JSON length (u32 little-endian).
 _FRAME_HEADER = struct.Struct("<4sB3xI")
 FRAME_VERSION = 1
+#: A shared-memory frame file's header: magic "GRLS", version (u32), seq (u64), bytes (u64).
+_SHM_HEADER = struct.Struct("<4sIQQ")
 
 
 class GuirlServerError(Exception):
@@ -144,6 +150,65 @@ def _frame_image(obs: dict, data: bytes, offset: int) -> np.ndarray | None:
     return arr
 
 
+class _SharedFrames:
+    """Reads shared-memory frames (``screenshot = "shm"``): one open file per session."""
+
+    def __init__(self):
+        self.fds: dict[str, int] = {}
+
+    def fd(self, path: str) -> int:
+        fd = self.fds.get(path)
+        if fd is None:
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except OSError as e:
+                raise GuirlServerError(
+                    "shm_unreadable",
+                    f"cannot open the shared-memory frame {path} ({e.strerror}): the server must run "
+                    'on this machine, in this container, as this user; otherwise use screenshot="raw"',
+                ) from e
+            self.fds[path] = fd
+        return fd
+
+    def read(self, obs: dict) -> np.ndarray:
+        """The pixels an observation's ``screenshot_shm`` names, copied out (the next
+        answer overwrites them) as a read-only ``(H, W, 3)`` uint8 array."""
+        at = obs["screenshot_shm"]
+        h, w = int(obs["height"]), int(obs["width"])
+        n, seq = int(at["bytes"]), int(at["seq"])
+        if n != h * w * 3:
+            raise ValueError(f"a {w}x{h} shm screenshot is {h * w * 3} bytes; the answer says {n}")
+        fd = self.fd(at["path"])
+
+        def check() -> None:  # before and after: a frame overwritten meanwhile is refused
+            head = os.pread(fd, _SHM_HEADER.size, 0)
+            if len(head) != _SHM_HEADER.size or head[:4] != b"GRLS":
+                raise ValueError(f"{at['path']} holds no guirl frame: was the session closed?")
+            now = _SHM_HEADER.unpack(head)[2]
+            if now != seq:
+                raise ValueError(
+                    f"shm frame {seq} was overwritten by frame {now}: read it before the session's next "
+                    "request, and send one request at a time per session"
+                )
+
+        check()
+        data = os.pread(fd, n, int(at["offset"]))
+        check()
+        if len(data) != n:
+            raise ValueError(f"{at['path']} holds {len(data)} bytes of pixels, not {n}")
+        return np.frombuffer(data, dtype=np.uint8).reshape(h, w, 3)
+
+    def forget(self, path: str | None) -> None:
+        fd = self.fds.pop(path, None) if path else None
+        if fd is not None:
+            os.close(fd)
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds.clear()
+
+
 class GuirlClient:
     """Talks to one ``guirl serve``.
 
@@ -156,9 +221,11 @@ class GuirlClient:
         max_retry_wait: the longest single wait between retries, in seconds.
         binary: resets and steps answer in binary frames (the screenshot's bytes after the
             JSON, no base64); False gives the JSON form.
-        screenshot: the encoding of the sessions it creates (``raw``, ``png``, ``jpeg``,
-            ``none``); by default ``raw`` when binary and the server is on loopback (no
-            encoding at all: the fastest there), else ``png`` (the server's default).
+        screenshot: the encoding of the sessions it creates (``shm``, ``raw``, ``png``,
+            ``jpeg``, ``none``); by default, when binary and the server is on loopback,
+            ``shm`` (pixels in shared memory: the fastest there), falling back to ``raw``
+            for a session whose frame file this process cannot open; else ``png`` (the
+            server's default).
 
     Connections are kept alive (one ``requests.Session``). Only 503s are retried: a step
     that failed in transit is not repeated, since the server may have executed it.
@@ -176,10 +243,14 @@ class GuirlClient:
     ):
         self.base_url = base_url.rstrip("/")
         self.binary = bool(binary)
+        #: Whether ``shm`` was chosen here (not asked for): a session that cannot read
+        #: its frame file then falls back to ``raw``.
+        self.auto_shm = screenshot is None and self.binary and _is_loopback(self.base_url)
         if screenshot is None and self.binary:
-            screenshot = "raw" if _is_loopback(self.base_url) else "png"
+            screenshot = "shm" if self.auto_shm else "png"
         #: The encoding sessions are created with (None: the server's default, png).
         self.screenshot = screenshot
+        self.frames = _SharedFrames()
         self.timeout = timeout
         self.retries = retries
         self.max_retry_wait = max_retry_wait
@@ -230,13 +301,20 @@ class GuirlClient:
         return self.request(method, path, **kw).json()
 
     def _observation(self, path: str, body: dict) -> dict:
-        """A reset or step: a binary frame when ``binary``, else JSON."""
+        """A reset or step: a binary frame when ``binary``, else JSON; shared-memory
+        pixels are read at once."""
         if not self.binary:
-            return self._json("POST", path, json=body)
-        resp = self.request("POST", path, json=body, headers={"Accept": FRAME_MEDIA_TYPE})
-        if resp.headers.get("Content-Type", "").startswith(FRAME_MEDIA_TYPE):
-            return parse_frame(resp.content)
-        return resp.json()  # a server without binary frames answers JSON
+            out = self._json("POST", path, json=body)
+        else:
+            resp = self.request("POST", path, json=body, headers={"Accept": FRAME_MEDIA_TYPE})
+            if resp.headers.get("Content-Type", "").startswith(FRAME_MEDIA_TYPE):
+                out = parse_frame(resp.content)
+            else:
+                out = resp.json()  # a server without binary frames answers JSON
+        obs = out.get("observation")
+        if obs and obs.get("screenshot_format") == "shm":
+            obs["screenshot"] = self.frames.read(obs)
+        return out
 
     # -- routes ---------------------------------------------------------------------
 
@@ -257,17 +335,39 @@ class GuirlClient:
         ``miniwob/click-button``) or ``task_spec`` (a website spec as TOML).
 
         Options (``docs/serve.md``): ``max_steps``, ``strict_actions``, ``wall_clock_ms``,
-        ``screenshot`` (``raw`` | ``png`` | ``jpeg`` | ``none``; the client's
+        ``screenshot`` (``shm`` | ``raw`` | ``png`` | ``jpeg`` | ``none``; the client's
         ``screenshot`` when not given), ``jpeg_quality``, ``elements``, ``viewport``
         ({"width", "height"}, website specs only). None values are left out.
         """
         if (task is None) == (task_spec is None):
             raise ValueError("give exactly one of task (a task id) or task_spec (website spec TOML)")
         body: dict[str, Any] = {"task": task} if task is not None else {"task_spec": task_spec}
+        auto = options.get("screenshot") is None and self.auto_shm
         if options.get("screenshot") is None and self.screenshot is not None:
             options["screenshot"] = self.screenshot
         body.update({k: v for k, v in options.items() if v is not None})
-        info = self._json("POST", "/v1/sessions", json=body)
+        try:
+            info = self._json("POST", "/v1/sessions", json=body)
+        except GuirlServerError as e:
+            # A loopback address that the server does not see as one (a container's
+            # published port): pixels in the frame instead.
+            if not (auto and e.code == "bad_option" and '"shm"' in e.message):
+                raise
+            body["screenshot"] = "raw"
+            info = self._json("POST", "/v1/sessions", json=body)
+        shm_path = (info.get("screenshot_shm") or {}).get("path")
+        if shm_path:
+            try:
+                self.frames.fd(shm_path)
+            except GuirlServerError as e:
+                if not auto:
+                    Session(self, info).close()
+                    raise
+                # The server is on loopback but its files are not ours to read (another
+                # container, another user): pixels in the frame instead.
+                warnings.warn(f"{e.message}; this session uses raw frames", stacklevel=2)
+                Session(self, info).close()
+                info = self._json("POST", "/v1/sessions", json={**body, "screenshot": "raw"})
         return Session(self, info)
 
     def session(self, session_id: str) -> "Session":
@@ -276,7 +376,8 @@ class GuirlClient:
         return Session(self, {"session_id": session_id, **state})
 
     def close(self) -> None:
-        """Close the HTTP connections (sessions on the server are left alone)."""
+        """Close the HTTP connections and frame files (sessions on the server are left alone)."""
+        self.frames.close()
         self.http.close()
 
     def __enter__(self) -> "GuirlClient":
@@ -300,6 +401,7 @@ class Session:
         self.max_steps: int | None = created.get("max_steps")
         self.width: int | None = created.get("width")
         self.height: int | None = created.get("height")
+        self._shm_path: str | None = (created.get("screenshot_shm") or {}).get("path")
         self.closed = False
 
     def reset(self, seed: int | None = None, screenshot: str | None = None) -> dict:
@@ -311,7 +413,7 @@ class Session:
             body["seed"] = int(seed)
         if screenshot is not None:
             body["screenshot"] = screenshot
-        return self.client._observation(f"/v1/sessions/{self.id}/reset", body)
+        return self._seen(self.client._observation(f"/v1/sessions/{self.id}/reset", body))
 
     def step(self, action: str, screenshot: str | None = None) -> dict:
         """``POST /v1/sessions/{id}/step`` with action text:
@@ -319,7 +421,14 @@ class Session:
         body: dict[str, Any] = {"action": action}
         if screenshot is not None:
             body["screenshot"] = screenshot
-        return self.client._observation(f"/v1/sessions/{self.id}/step", body)
+        return self._seen(self.client._observation(f"/v1/sessions/{self.id}/step", body))
+
+    def _seen(self, out: dict) -> dict:
+        # A step may ask for shm on a session made with another encoding: remember the
+        # file, so that closing the session closes it here too.
+        path = ((out.get("observation") or {}).get("screenshot_shm") or {}).get("path")
+        self._shm_path = path or self._shm_path
+        return out
 
     def state(self) -> dict:
         """``GET /v1/sessions/{id}``."""
@@ -335,6 +444,7 @@ class Session:
         if self.closed:
             return
         self.closed = True
+        self.client.frames.forget(self._shm_path)
         try:
             self.client.request("DELETE", f"/v1/sessions/{self.id}")
         except GuirlServerError as e:

@@ -78,10 +78,11 @@ class GuirlEnv(gym.Env):
         strict_actions: an action that cannot be executed ends the episode.
         render_mode: ``None`` or ``"rgb_array"`` (``render()`` returns the last screenshot).
         task_spec: a website spec (TOML text) instead of ``task``.
-        screenshot: ``"raw"`` (exact pixels, no encoding: the fastest on loopback),
-            ``"png"`` (exact pixels, compressed), ``"jpeg"`` (smaller, lossy) or ``"none"``
-            (the screenshot in ``obs`` is then all zeros); by default the client's
-            choice (``raw`` on loopback, else ``png``: :class:`GuirlClient`).
+        screenshot: ``"shm"`` (exact pixels in shared memory: the fastest with the server
+            on this machine), ``"raw"`` (exact pixels, no encoding), ``"png"`` (exact
+            pixels, compressed), ``"jpeg"`` (smaller, lossy) or ``"none"`` (the screenshot
+            in ``obs`` is then all zeros); by default the client's choice (``shm`` on
+            loopback, ``raw`` where its file cannot be read, else ``png``: :class:`GuirlClient`).
         elements: whether the server reports the page's interactive elements (``info["elements"]``).
         wall_clock_ms: enforce the task's time limit.
         jpeg_quality, viewport: passed on to the session (see ``docs/serve.md``).
@@ -121,8 +122,8 @@ class GuirlEnv(gym.Env):
     ):
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
-        if screenshot not in (None, "raw", "png", "jpeg", "none"):
-            raise ValueError(f"screenshot must be 'raw', 'png', 'jpeg' or 'none', got {screenshot!r}")
+        if screenshot not in (None, "shm", "raw", "png", "jpeg", "none"):
+            raise ValueError(f"screenshot must be 'shm', 'raw', 'png', 'jpeg' or 'none', got {screenshot!r}")
         self.render_mode = render_mode
         self.client = client if client is not None else GuirlClient(base_url, token, timeout, retries)
         self._owns_client = client is None
@@ -258,7 +259,10 @@ class GuirlEnv(gym.Env):
         if obs is None:
             return
         self.last_observation = obs
-        self._screen = decode_screenshot(obs)  # None with screenshot="none"
+        shot = obs.get("screenshot")
+        # An array from the client is read-only and never changes (`_obs` copies it out);
+        # base64 is decoded once here. None with screenshot="none".
+        self._screen = shot if isinstance(shot, np.ndarray) else decode_screenshot(obs)
 
     def _obs(self) -> dict:
         """The gymnasium observation: fresh arrays every call. Without a new observation

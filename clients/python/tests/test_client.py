@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import struct
 
 import numpy as np
@@ -63,7 +64,7 @@ def test_session_round_trip(live):
         out = s.reset(seed=7)
         obs, info = out["observation"], out["info"]
         assert info["status"] == "running" and info["seed"] == 7 and info["step"] == 0
-        assert obs["screenshot_format"] == "raw"  # binary frames, raw on loopback: the default
+        assert obs["screenshot_format"] == "shm"  # shared memory on loopback: the default
         img = decode_screenshot(obs)
         assert img.shape == (s.height, s.width, 3) and img.dtype == np.uint8
         assert (obs["width"], obs["height"]) == (s.width, s.height)
@@ -176,8 +177,8 @@ def test_binary_and_json_forms_give_the_same_pixels(live):
     reference = decode_screenshot(obs)
 
     fast = GuirlClient(live.url)
-    assert (fast.binary, fast.screenshot) == (True, "raw")
-    for fmt in ("raw", "png", "jpeg"):
+    assert (fast.binary, fast.screenshot) == (True, "shm")
+    for fmt in ("shm", "raw", "png", "jpeg"):
         with fast.create_session(TASK, screenshot=fmt, jpeg_quality=90) as s:
             obs = s.reset(seed=3)["observation"]
             shot = obs["screenshot"]
@@ -208,6 +209,49 @@ def test_binary_and_json_forms_give_the_same_pixels(live):
         obs = s.reset(seed=3)["observation"]
     assert isinstance(obs["screenshot"], str)
     np.testing.assert_array_equal(decode_screenshot(obs), reference)
+    # shm in the JSON form: the pixels are read from shared memory as the answer arrives.
+    with json_client.create_session(TASK, screenshot="shm") as s:
+        obs = s.reset(seed=3)["observation"]
+    np.testing.assert_array_equal(obs["screenshot"], reference)
+
+
+def test_shm_frames_are_copies_private_and_gone_with_the_session(live):
+    c = GuirlClient(live.url)
+    s = c.create_session(TASK)
+    first = s.reset(seed=3)["observation"]
+    at = first["screenshot_shm"]
+    assert os.stat(at["path"]).st_mode & 0o777 == 0o600
+    assert at["bytes"] == first["width"] * first["height"] * 3 and at["seq"] == 1
+    kept = first["screenshot"].copy()
+    x, y = target_center(first["instruction"], first["elements"])
+    out = s.step(f"click({x}, {y})")
+    assert out["observation"]["screenshot_shm"]["seq"] == 2
+    # The next answer overwrote the file, not the array an earlier answer gave.
+    np.testing.assert_array_equal(first["screenshot"], kept)
+    s.close()
+    assert not os.path.exists(at["path"]), "a closed session's frame file is removed"
+    assert c.frames.fds == {}, "and its descriptor closed"
+
+
+def test_shm_that_cannot_be_read_falls_back_to_raw_or_says_why(live, monkeypatch):
+    real_open = os.open
+
+    def other_container(path, *a, **kw):  # the server's /dev/shm is not this process's
+        if "guirl-frames-" in str(path):
+            raise FileNotFoundError(2, "No such file or directory")
+        return real_open(path, *a, **kw)
+
+    monkeypatch.setattr(client_module.os, "open", other_container)
+    c = GuirlClient(live.url)
+    before = len(c.sessions())
+    with pytest.warns(UserWarning, match="uses raw frames"):
+        s = c.create_session(TASK)
+    with s:
+        assert s.reset(seed=3)["observation"]["screenshot_format"] == "raw"
+    with pytest.raises(GuirlServerError) as e:
+        c.create_session(TASK, screenshot="shm")
+    assert e.value.code == "shm_unreadable" and 'screenshot="raw"' in e.value.message
+    assert len(c.sessions()) == before, "no session is left behind"
 
 
 def test_bad_encodings_are_refused_with_what_is_accepted(live):

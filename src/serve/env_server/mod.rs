@@ -9,13 +9,14 @@ pub mod guard;
 pub mod limits;
 mod rest;
 pub mod session;
+pub mod shm;
 pub mod wire;
 mod ws;
 
 use crate::env::url_policy::UrlPolicy;
 use crate::env::EnvConfig;
 use crate::tasks::Task;
-use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, FromRequestParts, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -65,6 +66,23 @@ impl Default for ServeConfig {
             reward_models: None,
             url_policy: UrlPolicy::default(),
         }
+    }
+}
+
+/// Whether a request came from the server's machine: its connection's peer is a loopback
+/// address. False where the server was not started with connection info ([`serve`] does).
+#[derive(Debug, Clone, Copy)]
+pub struct LocalPeer(pub bool);
+
+impl<S: Send + Sync> FromRequestParts<S> for LocalPeer {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _: &S,
+    ) -> Result<Self, Self::Rejection> {
+        let peer = parts.extensions.get::<ConnectInfo<std::net::SocketAddr>>();
+        Ok(LocalPeer(peer.is_some_and(|c| c.0.ip().to_canonical().is_loopback())))
     }
 }
 
@@ -270,8 +288,11 @@ async fn schema() -> Json<Value> {
             "properties": {
                 "screenshot": {"type": ["string", "null"], "description":
                     "base64 of the screenshot in screenshot_format (raw: RGB8 bytes); null for none \
-                     and in binary frames, where the bytes follow the JSON (docs/serve.md)"},
-                "screenshot_format": {"type": "string", "enum": ["png", "jpeg", "raw", "none"]},
+                     and shm, and in binary frames, where the bytes follow the JSON (docs/serve.md)"},
+                "screenshot_format": {"type": "string", "enum": ["png", "jpeg", "raw", "shm", "none"]},
+                "screenshot_shm": {"type": "object", "description":
+                    "for shm: where the RGB8 pixels are in shared memory (path, offset, bytes, seq; \
+                     docs/serve.md)"},
                 "width": {"type": "integer"}, "height": {"type": "integer"},
                 "instruction": {"type": "string"}, "url": {"type": "string"}, "task_id": {"type": "string"},
                 "step": {"type": "integer"}, "frame": {"type": "object"}, "elements": {"type": "array"},
@@ -329,6 +350,8 @@ pub async fn serve(
             tracing::debug!("cannot set TCP_NODELAY on a connection: {e}");
         }
     });
+    // Connection info tells loopback clients (which may take shared-memory frames) apart.
+    let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
     let served = axum::serve(listener, app).with_graceful_shutdown(shutdown).await;
     if let Some(r) = reaper {
         r.abort();
@@ -340,7 +363,27 @@ pub async fn serve(
 
 #[cfg(test)]
 mod tests {
-    use super::token_matches;
+    use super::{token_matches, LocalPeer};
+    use axum::extract::{ConnectInfo, FromRequestParts};
+
+    #[tokio::test]
+    async fn only_loopback_peers_are_local() {
+        let local = |addr: Option<&str>| {
+            let mut req = axum::http::Request::builder();
+            if let Some(a) = addr {
+                req = req.extension(ConnectInfo(a.parse::<std::net::SocketAddr>().unwrap()));
+            }
+            let (mut parts, ()) = req.body(()).unwrap().into_parts();
+            async move { LocalPeer::from_request_parts(&mut parts, &()).await.unwrap().0 }
+        };
+        for a in ["127.0.0.1:5000", "127.3.2.1:5000", "[::1]:5000", "[::ffff:127.0.0.1]:5000"] {
+            assert!(local(Some(a)).await, "{a}");
+        }
+        for a in ["192.168.1.5:5000", "172.17.0.1:5000", "[2001:db8::1]:5000", "[::ffff:10.0.0.1]:5000"] {
+            assert!(!local(Some(a)).await, "{a}");
+        }
+        assert!(!local(None).await, "no connection info: not known to be local");
+    }
 
     #[test]
     fn only_the_exact_token_matches() {

@@ -4,7 +4,7 @@ use super::error::ApiError;
 use super::frame;
 use super::session::Transition;
 use super::wire::{self, ImageFormat, ImageOverride, SessionOptions, OPTION_FIELDS, OVERRIDE_FIELDS};
-use super::{task_from_request, Shared};
+use super::{task_from_request, LocalPeer, Shared};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, Query, State};
@@ -34,13 +34,18 @@ fn object(body: Body) -> Result<serde_json::Map<String, Value>, ApiError> {
 }
 
 /// `POST /v1/sessions`.
-pub async fn create(State(s): State<Arc<Shared>>, body: Body) -> Result<Response, ApiError> {
+pub async fn create(
+    State(s): State<Arc<Shared>>,
+    LocalPeer(local): LocalPeer,
+    body: Body,
+) -> Result<Response, ApiError> {
     let obj = object(body)?;
     let mut allowed = vec!["task", "task_spec"];
     allowed.extend(OPTION_FIELDS);
     wire::reject_unknown(&obj, &allowed, "a session request")?;
     let mut opts = SessionOptions::default();
     opts.update(&obj)?;
+    ImageOverride { local, ..Default::default() }.allows(opts.screenshot)?;
     let task = task_from_request(&obj, &opts, &s.cfg).await?.ok_or_else(|| {
         ApiError::invalid(
             "unknown_task",
@@ -84,6 +89,7 @@ pub async fn close(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> Resu
 pub async fn reset(
     State(s): State<Arc<Shared>>,
     Path(id): Path<String>,
+    LocalPeer(local): LocalPeer,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
@@ -93,7 +99,7 @@ pub async fn reset(
     allowed.extend(OVERRIDE_FIELDS);
     wire::reject_unknown(&obj, &allowed, "a reset request")?;
     let seed = wire::seed(&obj)?;
-    let t = session.reset(seed, ImageOverride::parse(&obj)?).await?;
+    let t = session.reset(seed, ImageOverride::parse(&obj, local)?).await?;
     session.touch();
     Ok(answer(t, false, frame::wants_binary(&headers)))
 }
@@ -102,6 +108,7 @@ pub async fn reset(
 pub async fn step(
     State(s): State<Arc<Shared>>,
     Path(id): Path<String>,
+    LocalPeer(local): LocalPeer,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
@@ -111,7 +118,7 @@ pub async fn step(
     allowed.extend(OVERRIDE_FIELDS);
     wire::reject_unknown(&obj, &allowed, "a step request")?;
     let action = wire::action(&obj)?;
-    let t = session.step(&action, ImageOverride::parse(&obj)?).await?;
+    let t = session.step(&action, ImageOverride::parse(&obj, local)?).await?;
     session.touch();
     Ok(answer(t, true, frame::wants_binary(&headers)))
 }
@@ -165,7 +172,7 @@ pub async fn render(
             return Err(ApiError::invalid(
                 "bad_option",
                 format!(
-                    "format = {}: use png or jpeg (raw pixels come with a step or reset: \"screenshot\": \"raw\")",
+                    "format = {}: use png or jpeg (raw pixels come with a step or reset: \"screenshot\": \"raw\" or \"shm\")",
                     wire::short(&format!("{other:?}"))
                 ),
             ))

@@ -3,7 +3,8 @@
 
 use super::error::ApiError;
 use super::guard::RequestGuard;
-use super::wire::{self, SessionOptions};
+use super::shm::{FrameDir, FrameFile};
+use super::wire::{self, ImageFormat, SessionOptions};
 use crate::env::url_policy::UrlPolicy;
 use crate::env::{EnvConfig, EpisodeStatus, GuiEnv};
 use crate::tasks::Task;
@@ -19,7 +20,7 @@ pub struct Transition {
     /// The observation with `"screenshot": null` (None when a reset failed in the browser).
     pub observation: Option<Value>,
     /// The screenshot, encoded as the observation's `screenshot_format` says (None for
-    /// `none`): base64 into the JSON, or the bytes after it in a binary frame.
+    /// `none` and `shm`): base64 into the JSON, or the bytes after it in a binary frame.
     pub image: Option<Vec<u8>>,
     /// Reward of the step (0 after reset).
     pub reward: f64,
@@ -85,6 +86,8 @@ struct SessionEnv {
     status: Option<EpisodeStatus>,
     running: bool,
     closed: bool,
+    /// Where `shm` frames go (made at the first).
+    frames: Option<FrameFile>,
 }
 
 /// One client's environment.
@@ -98,6 +101,7 @@ pub struct Session {
     inner: tokio::sync::Mutex<SessionEnv>,
     base: EnvConfig,
     policy: Arc<UrlPolicy>,
+    frame_dir: Arc<FrameDir>,
 }
 
 /// All sessions of a server.
@@ -106,6 +110,7 @@ pub struct SessionTable {
     max: usize,
     base: EnvConfig,
     policy: Arc<UrlPolicy>,
+    frame_dir: Arc<FrameDir>,
 }
 
 fn random_id() -> String {
@@ -118,7 +123,13 @@ impl SessionTable {
     /// A table of at most `max` sessions whose envs start from `base` and whose browsers
     /// request only what `policy` allows.
     pub fn new(max: usize, base: EnvConfig, policy: UrlPolicy) -> SessionTable {
-        SessionTable { sessions: Mutex::new(HashMap::new()), max, base, policy: Arc::new(policy) }
+        SessionTable {
+            sessions: Mutex::new(HashMap::new()),
+            max,
+            base,
+            policy: Arc::new(policy),
+            frame_dir: Arc::new(FrameDir::default()),
+        }
     }
 
     /// Most sessions at once.
@@ -157,9 +168,11 @@ impl SessionTable {
                 status: None,
                 running: false,
                 closed: false,
+                frames: None,
             }),
             base: self.base.clone(),
             policy: self.policy.clone(),
+            frame_dir: self.frame_dir.clone(),
         });
         map.insert(s.id.clone(), s.clone());
         Ok(s)
@@ -192,6 +205,7 @@ impl SessionTable {
         let all: Vec<_> =
             self.sessions.lock().unwrap_or_else(|e| e.into_inner()).drain().map(|(_, s)| s).collect();
         futures::future::join_all(all.iter().map(|s| s.shut())).await;
+        self.frame_dir.remove();
     }
 
     /// Close the sessions idle for longer than `timeout` that no request is using;
@@ -229,6 +243,7 @@ impl Session {
         let mut inner = self.inner.lock().await;
         inner.closed = true;
         inner.running = false;
+        inner.frames = None;
         if let Some(mut env) = inner.env.take() {
             env.close().await;
         }
@@ -277,6 +292,10 @@ impl Session {
         }
         g.opts = opts;
         g.running = false;
+        // Made now, so a client can check it reads the file before its first frame.
+        if g.opts.screenshot == ImageFormat::Shm && g.frames.is_none() {
+            g.frames = Some(self.frame_dir.file().map_err(shm_failed)?);
+        }
         Ok(())
     }
 
@@ -309,10 +328,14 @@ impl Session {
         let g = self.lock().await?;
         let env = g.env.as_ref().ok_or_else(|| ApiError::no_episode("this session has no task yet"))?;
         let vp = env.task().viewport();
-        Ok(json!({
+        let mut d = json!({
             "session_id": self.id, "task_id": env.task().id(), "max_steps": env.max_steps(),
             "width": vp.width, "height": vp.height,
-        }))
+        });
+        if let Some(f) = &g.frames {
+            d["screenshot_shm"] = json!({ "path": f.path() });
+        }
+        Ok(d)
     }
 
     /// Start an episode for `seed` (a random one when None); `image` overrides the
@@ -321,6 +344,7 @@ impl Session {
         let mut g = self.lock().await?;
         let seed = seed.unwrap_or_else(|| rand::random::<u64>() >> 33);
         let opts = image.apply(g.opts.clone());
+        image.allows(opts.screenshot)?;
         g.episodes += 1;
         g.seed = Some(seed);
         g.steps = 0;
@@ -336,8 +360,12 @@ impl Session {
             Ok((obs, ri)) => {
                 let mut info = reset_info(None);
                 info.insert("browser_started".into(), json!(ri.browser_started));
+                if let Some(why) = &ri.replaced_after {
+                    info.insert("browser_replaced_after".into(), json!(why));
+                }
                 info.insert("reset_ms".into(), json!(ri.reset_ms));
                 let (observation, image) = wire::observation(obs, &opts);
+                let (observation, image) = self.shared_frame(&mut g, &opts, observation, image)?;
                 (Some(observation), image, info, EpisodeStatus::Running)
             }
             Err(e) => {
@@ -367,6 +395,7 @@ impl Session {
             return Err(ApiError::no_episode(why));
         }
         let opts = image.apply(g.opts.clone());
+        image.allows(opts.screenshot)?;
         let env = g.env.as_mut().expect("a running episode has an env");
         let mut out = env
             .step_text(action)
@@ -385,6 +414,7 @@ impl Session {
         counters(&g, &mut info);
         blocked(&g, &mut info);
         let (observation, image) = wire::observation(out.obs, &opts);
+        let (observation, image) = self.shared_frame(&mut g, &opts, observation, image)?;
         Ok(Transition {
             observation: Some(observation),
             image,
@@ -393,6 +423,28 @@ impl Session {
             truncated: out.truncated,
             info,
         })
+    }
+
+    /// For `shm`: the pixels written to the session's frame file, and the observation
+    /// naming it in `screenshot_shm`; other formats pass through.
+    fn shared_frame(
+        &self,
+        g: &mut SessionEnv,
+        opts: &SessionOptions,
+        mut observation: Value,
+        image: Option<Vec<u8>>,
+    ) -> Result<(Value, Option<Vec<u8>>), ApiError> {
+        let (ImageFormat::Shm, Some(pixels)) = (opts.screenshot, image.as_deref()) else {
+            return Ok((observation, image));
+        };
+        if g.frames.is_none() {
+            g.frames = Some(self.frame_dir.file().map_err(shm_failed)?);
+        }
+        let at = g.frames.as_mut().expect("made above").write(pixels).map_err(shm_failed)?;
+        if let Some(obj) = observation.as_object_mut() {
+            obj.insert("screenshot_shm".into(), json!(at));
+        }
+        Ok((observation, None))
     }
 
     /// A fresh screenshot of the session's page.
@@ -426,6 +478,14 @@ impl Session {
             "browser_profile_dir": env.and_then(|e| e.browser_profile_dir()),
         }))
     }
+}
+
+fn shm_failed(e: std::io::Error) -> ApiError {
+    ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "internal",
+        format!("cannot write frames to shared memory ({e}): ask for screenshot = \"raw\""),
+    )
 }
 
 /// The `info` of a reset: the same fields as a step's, with nothing done yet.

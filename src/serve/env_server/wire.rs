@@ -22,6 +22,10 @@ pub enum ImageFormat {
     /// Uncompressed RGB8, row by row, width × height × 3 bytes: no encoding cost, the
     /// fastest on loopback (meant for binary frames; base64 in JSON works too).
     Raw,
+    /// Uncompressed RGB8 in a file in shared memory that the answer names
+    /// (`screenshot_shm`): no pixels cross the socket. For clients on the server's machine
+    /// only ([`super::shm`]).
+    Shm,
     /// No screenshot (text-only agents, or clients that call render themselves).
     None,
 }
@@ -33,12 +37,14 @@ impl ImageFormat {
             Some("png") => Ok(ImageFormat::Png),
             Some("jpeg") | Some("jpg") => Ok(ImageFormat::Jpeg),
             Some("raw") => Ok(ImageFormat::Raw),
+            Some("shm") => Ok(ImageFormat::Shm),
             Some("none") => Ok(ImageFormat::None),
             _ => Err(ApiError::invalid(
                 "bad_option",
                 format!(
-                    "screenshot = {}: use \"png\", \"jpeg\", \"raw\" (RGB8 bytes) or \"none\" \
-                     (WebP is not offered: docs/serve.md says why)",
+                    "screenshot = {}: use \"png\", \"jpeg\", \"raw\" (RGB8 bytes), \"shm\" (RGB8 in \
+                     shared memory, clients on this machine) or \"none\" (WebP is not offered: \
+                     docs/serve.md says why)",
                     short(&v.to_string())
                 ),
             )),
@@ -50,6 +56,7 @@ impl ImageFormat {
             ImageFormat::Png => "png",
             ImageFormat::Jpeg => "jpeg",
             ImageFormat::Raw => "raw",
+            ImageFormat::Shm => "shm",
             ImageFormat::None => "none",
         }
     }
@@ -157,25 +164,42 @@ fn jpeg_quality(v: &Value) -> Result<u8, ApiError> {
 }
 
 /// A reset's or step's own choice of screenshot encoding, over the session's for that
-/// answer only (`screenshot`, `jpeg_quality`).
+/// answer only (`screenshot`, `jpeg_quality`), and whether the client may have it.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct ImageOverride {
     /// The encoding (`screenshot`).
     pub format: Option<ImageFormat>,
     /// The JPEG quality.
     pub jpeg_quality: Option<u8>,
+    /// Whether the request came from the server's machine (over loopback), so that
+    /// `shm` frames are readable where the client is.
+    pub local: bool,
 }
 
 /// The request fields an [`ImageOverride`] reads.
 pub const OVERRIDE_FIELDS: [&str; 2] = ["screenshot", "jpeg_quality"];
 
 impl ImageOverride {
-    /// Read the override fields of a request.
-    pub fn parse(obj: &Map<String, Value>) -> Result<ImageOverride, ApiError> {
-        Ok(ImageOverride {
+    /// Read the override fields of a request that came from this machine or not (`local`).
+    pub fn parse(obj: &Map<String, Value>, local: bool) -> Result<ImageOverride, ApiError> {
+        let o = ImageOverride {
             format: obj.get("screenshot").map(ImageFormat::parse).transpose()?,
             jpeg_quality: obj.get("jpeg_quality").map(jpeg_quality).transpose()?,
-        })
+            local,
+        };
+        o.allows(o.format.unwrap_or_default())?;
+        Ok(o)
+    }
+    /// Refuse `shm` frames to a client that is not on the server's machine.
+    pub fn allows(&self, fmt: ImageFormat) -> Result<(), ApiError> {
+        if fmt == ImageFormat::Shm && !self.local {
+            return Err(ApiError::invalid(
+                "bad_option",
+                "screenshot = \"shm\" puts frames in this machine's shared memory, and this client \
+                 did not connect over loopback: ask for \"raw\" (with binary frames) instead",
+            ));
+        }
+        Ok(())
     }
     /// `opts` with this override on top.
     pub fn apply(self, mut opts: SessionOptions) -> SessionOptions {
@@ -256,7 +280,7 @@ pub fn short(s: &str) -> String {
 pub fn encode_image(img: &image::RgbImage, fmt: ImageFormat, quality: u8) -> Option<Vec<u8>> {
     match fmt {
         ImageFormat::None => None,
-        ImageFormat::Raw => Some(img.as_raw().clone()),
+        ImageFormat::Raw | ImageFormat::Shm => Some(img.as_raw().clone()),
         ImageFormat::Png => Some(crate::env::encode_png(img)),
         ImageFormat::Jpeg => {
             let mut out = Vec::new();
@@ -269,8 +293,8 @@ pub fn encode_image(img: &image::RgbImage, fmt: ImageFormat, quality: u8) -> Opt
 
 /// An observation: its JSON with `"screenshot": null`, and the screenshot encoded in
 /// `opts`' format (None for `none`). The transport puts the bytes in the JSON as base64
-/// ([`with_base64`]) or after it in a binary frame. `obs` is taken so that `raw` moves the
-/// pixels instead of copying them.
+/// ([`with_base64`]) or after it in a binary frame; the session writes `shm`'s pixels to
+/// shared memory. `obs` is taken so that `raw` moves the pixels instead of copying them.
 pub fn observation(obs: ScreenState, opts: &SessionOptions) -> (Value, Option<Vec<u8>>) {
     let json = json!({
         "screenshot": Value::Null,
@@ -285,7 +309,7 @@ pub fn observation(obs: ScreenState, opts: &SessionOptions) -> (Value, Option<Ve
         "elements": if opts.elements { json!(obs.elements) } else { json!([]) },
     });
     let image = match opts.screenshot {
-        ImageFormat::Raw => Some(obs.screenshot.into_raw()),
+        ImageFormat::Raw | ImageFormat::Shm => Some(obs.screenshot.into_raw()),
         fmt => encode_image(&obs.screenshot, fmt, opts.jpeg_quality),
     };
     (json, image)

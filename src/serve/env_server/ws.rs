@@ -8,7 +8,7 @@ use super::frame;
 use super::limits;
 use super::session::{Session, Transition};
 use super::wire::{self, ImageOverride, OPTION_FIELDS, OVERRIDE_FIELDS};
-use super::{task_from_request, ServeConfig, Shared};
+use super::{task_from_request, LocalPeer, ServeConfig, Shared};
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
 use axum::response::Response;
@@ -17,9 +17,13 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// `GET /ws`: upgrade, then serve one session for the connection's life.
-pub async fn upgrade(State(s): State<Arc<Shared>>, ws: WebSocketUpgrade) -> Response {
+pub async fn upgrade(
+    State(s): State<Arc<Shared>>,
+    LocalPeer(local): LocalPeer,
+    ws: WebSocketUpgrade,
+) -> Response {
     let max = s.cfg.max_body;
-    ws.max_message_size(max).max_frame_size(max).on_upgrade(move |socket| serve(s, socket))
+    ws.max_message_size(max).max_frame_size(max).on_upgrade(move |socket| serve(s, socket, local))
 }
 
 fn error_message(e: &ApiError) -> String {
@@ -50,7 +54,8 @@ fn observation_message(t: Transition, binary: bool) -> Message {
     }
 }
 
-async fn serve(s: Arc<Shared>, mut socket: WebSocket) {
+/// Serve one connection's session; `local`: the peer is on this machine (may take `shm`).
+async fn serve(s: Arc<Shared>, mut socket: WebSocket, local: bool) {
     let session = match s.table.open("ws") {
         Ok(session) => session,
         Err(e) => {
@@ -87,7 +92,7 @@ async fn serve(s: Arc<Shared>, mut socket: WebSocket) {
                     }
                     Some(Ok(_)) => { last_heard = Instant::now(); continue; }
                 };
-                let (reply, close) = handle(&session, &text, &s.cfg, &mut binary).await;
+                let (reply, close) = handle(&session, &text, &s.cfg, &mut binary, local).await;
                 if let Some(reply) = reply {
                     if socket.send(reply).await.is_err() { break; }
                 }
@@ -123,6 +128,7 @@ async fn handle(
     text: &str,
     cfg: &ServeConfig,
     binary: &mut bool,
+    local: bool,
 ) -> (Option<Message>, bool) {
     let text_reply = |v: Value| Some(Message::Text(v.to_string().into()));
     let msg: Value = match serde_json::from_str(text) {
@@ -146,14 +152,14 @@ async fn handle(
     };
     let result = match kind {
         "reset" => match binary_field(&data) {
-            Ok(b) => reset(session, &data, cfg).await.map(|t| {
+            Ok(b) => reset(session, &data, cfg, local).await.map(|t| {
                 *binary = b.unwrap_or(*binary);
                 observation_message(t, *binary)
             }),
             Err(e) => Err(e),
         },
         "step" => match binary_field(&data) {
-            Ok(b) => step(session, &data).await.map(|t| observation_message(t, b.unwrap_or(*binary))),
+            Ok(b) => step(session, &data, local).await.map(|t| observation_message(t, b.unwrap_or(*binary))),
             Err(e) => Err(e),
         },
         "state" => session
@@ -196,6 +202,7 @@ async fn reset(
     session: &Session,
     data: &Map<String, Value>,
     cfg: &ServeConfig,
+    local: bool,
 ) -> Result<Transition, ApiError> {
     let mut allowed = vec!["seed", "episode_id", "task", "task_spec", "binary"];
     allowed.extend(OPTION_FIELDS);
@@ -204,18 +211,20 @@ async fn reset(
     let seed = wire::seed(data)?;
     let mut opts = session.options().await?;
     opts.update(data)?;
+    let own = ImageOverride { local, ..Default::default() };
+    own.allows(opts.screenshot)?;
     let task = task_from_request(data, &opts, cfg).await?;
     session.configure(task, opts).await?;
-    session.reset(seed, ImageOverride::default()).await
+    session.reset(seed, own).await
 }
 
-async fn step(session: &Session, data: &Map<String, Value>) -> Result<Transition, ApiError> {
+async fn step(session: &Session, data: &Map<String, Value>, local: bool) -> Result<Transition, ApiError> {
     let mut allowed = vec!["action", "action_str", "metadata", "request_id", "binary"];
     allowed.extend(OVERRIDE_FIELDS);
     wire::reject_unknown(data, &allowed, "a step message")?;
     limits::extra("metadata", data.get("metadata"))?;
     limits::extra("request_id", data.get("request_id"))?;
     let action = wire::action(data)?;
-    let image = ImageOverride::parse(data)?;
+    let image = ImageOverride::parse(data, local)?;
     session.step(&action, image).await
 }
