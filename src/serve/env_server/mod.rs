@@ -330,6 +330,7 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let idle = cfg.idle_timeout;
+    shm::sweep();
     let (app, shared) = router(cfg);
     let reaper = idle.map(|timeout| {
         let shared = shared.clone();

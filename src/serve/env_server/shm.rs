@@ -93,6 +93,12 @@ impl Drop for FrameDir {
     }
 }
 
+/// Remove the frame folders of servers that no longer run (at a server's start, so a
+/// killed one's frames do not hold memory until the next `shm` session).
+pub fn sweep() {
+    sweep_stale(&base_dir());
+}
+
 /// Remove the frame folders in `base` whose server process no longer runs.
 fn sweep_stale(base: &Path) {
     let Ok(entries) = fs::read_dir(base) else { return };
