@@ -26,7 +26,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 /// The first four bytes of a frame file.
 pub const MAGIC: &[u8; 4] = b"GRLS";
@@ -48,30 +48,27 @@ fn base_dir() -> PathBuf {
     }
 }
 
-/// A server's folder of frame files, made at the first `shm` answer.
+/// A server's folder of frame files, made at the first `shm` session.
 #[derive(Default)]
 pub struct FrameDir {
-    dir: Mutex<Option<Arc<PathBuf>>>,
+    dir: Mutex<Option<PathBuf>>,
 }
 
 impl FrameDir {
-    /// The folder, made on first use (sweeping folders of servers that are gone).
-    fn path(&self) -> io::Result<Arc<PathBuf>> {
+    /// The folder, made on first use.
+    fn path(&self) -> io::Result<PathBuf> {
         let mut g = self.dir.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(p) = g.as_ref() {
             return Ok(p.clone());
         }
-        let base = base_dir();
-        sweep_stale(&base);
         let name = format!("{PREFIX}{}-{:016x}", std::process::id(), rand::random::<u64>());
-        let path = base.join(name);
+        let path = base_dir().join(name);
         fs::DirBuilder::new().mode(0o700).create(&path)?;
-        let p = Arc::new(path);
-        *g = Some(p.clone());
-        Ok(p)
+        *g = Some(path.clone());
+        Ok(path)
     }
 
-    /// A new file for one session (made at its first frame).
+    /// A new file for one session.
     pub fn file(&self) -> io::Result<FrameFile> {
         let dir = self.path()?;
         let path = dir.join(format!("{:016x}.rgb", rand::random::<u64>()));
@@ -82,7 +79,7 @@ impl FrameDir {
     /// Remove the folder and what is left in it (at shutdown).
     pub fn remove(&self) {
         if let Some(p) = self.dir.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            let _ = fs::remove_dir_all(p.as_path());
+            let _ = fs::remove_dir_all(p);
         }
     }
 }

@@ -182,15 +182,14 @@ pub const OVERRIDE_FIELDS: [&str; 2] = ["screenshot", "jpeg_quality"];
 impl ImageOverride {
     /// Read the override fields of a request that came from this machine or not (`local`).
     pub fn parse(obj: &Map<String, Value>, local: bool) -> Result<ImageOverride, ApiError> {
-        let o = ImageOverride {
+        Ok(ImageOverride {
             format: obj.get("screenshot").map(ImageFormat::parse).transpose()?,
             jpeg_quality: obj.get("jpeg_quality").map(jpeg_quality).transpose()?,
             local,
-        };
-        o.allows(o.format.unwrap_or_default())?;
-        Ok(o)
+        })
     }
-    /// Refuse `shm` frames to a client that is not on the server's machine.
+    /// Refuse `shm` frames to a client that is not on the server's machine (the session
+    /// checks the encoding in force, its own or this override, before it acts).
     pub fn allows(&self, fmt: ImageFormat) -> Result<(), ApiError> {
         if fmt == ImageFormat::Shm && !self.local {
             return Err(ApiError::invalid(
