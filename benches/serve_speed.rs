@@ -3,8 +3,11 @@
 //! `target/serve_speed.json`.
 //!
 //! ```text
-//! cargo bench --bench serve_speed -- [steps=300] [load_sessions=16] [load_steps=200] [--busy]
+//! cargo bench --bench serve_speed -- [steps=300] [load_sessions=16] [load_steps=200] [--busy] [--latency-only]
 //! ```
+//!
+//! `--latency-only` measures section 1 alone (a quick look, or a profile of the paths) and
+//! writes no JSON.
 //!
 //! 1. Step latency, one env, the same seeded random actions each way, on a MiniWoB++ task
 //!    and on a website page at 1280×720: in-process `GuiEnv`, REST and the WebSocket in
@@ -190,6 +193,7 @@ fn spin(stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> anyhow::Result<()> {
     let busy = std::env::args().any(|a| a == "--busy");
+    let latency_only = std::env::args().any(|a| a == "--latency-only");
     let args: Vec<usize> =
         std::env::args().skip(1).filter(|a| !a.starts_with("--")).map(|a| a.parse().unwrap()).collect();
     let steps = args.first().copied().unwrap_or(300);
@@ -228,9 +232,11 @@ async fn main() -> anyhow::Result<()> {
             }
         }
         let per = (steps / 2).max(8);
-        println!("\n## 8 envs at once, {per} steps each, {load}\n\n| target | path | steps/s | × in-process |\n|---|---|---|---|");
         let mut eight = Vec::new();
-        for t in &targets {
+        for t in targets.iter().filter(|_| !latency_only) {
+            if eight.is_empty() {
+                println!("\n## 8 envs at once, {per} steps each, {load}\n\n| target | path | steps/s | × in-process |\n|---|---|---|---|");
+            }
             // In-process first and last: the mean of the two is the reference.
             let a = throughput(t, Path::InProcess, 8, per, &base).await;
             let mut served = Vec::new();
@@ -264,6 +270,9 @@ async fn main() -> anyhow::Result<()> {
     nagle_shared.table.close_all().await;
     let _ = stop.send(());
     server.await??;
+    if latency_only {
+        return Ok(());
+    }
 
     // 3. Load, with clients that vanish.
     let (base, stop, server) = start(ServeConfig {

@@ -93,6 +93,7 @@ impl Path {
             Path::Ws { binary: true, shot: "raw" },
             Path::Rest { binary: true, shot: "shm" },
             Path::Ws { binary: true, shot: "shm" },
+            Path::Rest { binary: true, shot: "shm copied" },
             Path::Rest { binary: true, shot: "png" },
             Path::Rest { binary: true, shot: "jpeg" },
         ]
@@ -111,6 +112,7 @@ enum Conn {
 /// One env, its random actions and its episode counter.
 pub struct Client {
     conn: Conn,
+    shm: ShmRead,
     rng: ChaCha8Rng,
     seed: u64,
     episode: u64,
@@ -134,11 +136,18 @@ async fn post(http: &Http, url: &str, body: &Value, binary: bool) -> (String, ax
     (ct, bytes)
 }
 
+/// How a client takes shared-memory frames: read in place through a mapping it keeps
+/// (`shm`, as the Python client's `zero_copy` arrays), or copied out (`shm copied`, the
+/// Python client's default: its arrays outlive the next answer).
+enum ShmRead {
+    Copy,
+    InPlace(Option<shm::FrameMap>),
+}
+
 /// The answer's JSON and the screenshot's pixels' checksum, from JSON (base64), a
 /// binary frame or shared memory. Raw pixels in a frame are read in place (as the Python
-/// client's array view does); shared-memory pixels are copied out (as the Python client
-/// does: the next answer overwrites them); PNG and JPEG are decoded.
-fn answer(bytes: &[u8]) -> (Value, Option<u64>) {
+/// client's array view does); shared-memory pixels as `shm` says; PNG and JPEG are decoded.
+fn answer(bytes: &[u8], shm: &mut ShmRead) -> (Value, Option<u64>) {
     let (head, image) = match frame::decode(bytes) {
         Ok((head, image)) => (head, Some(image)),
         Err(_) => (serde_json::from_slice::<Value>(bytes).unwrap(), None),
@@ -150,8 +159,23 @@ fn answer(bytes: &[u8]) -> (Value, Option<u64>) {
     let bytes = match (image, obs["screenshot"].as_str()) {
         _ if obs["screenshot_format"] == "shm" => {
             let at: shm::FrameRef = serde_json::from_value(obs["screenshot_shm"].clone()).unwrap();
-            copied = shm::read(&at).unwrap();
-            &copied[..]
+            match shm {
+                ShmRead::Copy => {
+                    copied = shm::read(&at).unwrap();
+                    &copied[..]
+                }
+                ShmRead::InPlace(map) => {
+                    let map = match map {
+                        Some(m) => m,
+                        None => map.insert(shm::FrameMap::open(&at.path).unwrap()),
+                    };
+                    let f = map.frame(&at).unwrap();
+                    let w = obs["width"].as_u64().unwrap() as usize;
+                    let i = ((obs["height"].as_u64().unwrap() as usize / 2) * w + w / 2) * 3;
+                    let px = (i..i + 3).map(|k| f.get(k).unwrap() as u64).sum();
+                    return (head, Some(px));
+                }
+            }
         }
         (Some(i), _) => i,
         (None, Some(s)) => {
@@ -174,12 +198,12 @@ fn answer(bytes: &[u8]) -> (Value, Option<u64>) {
     (head, Some(px.iter().map(|&c| c as u64).sum()))
 }
 
-async fn ws_ask(ws: &mut Ws, v: Value) -> (Value, Option<u64>) {
+async fn ws_ask(ws: &mut Ws, v: Value, shm: &mut ShmRead) -> (Value, Option<u64>) {
     ws.send(Message::Text(v.to_string().into())).await.unwrap();
     loop {
         match ws.next().await {
-            Some(Ok(Message::Text(t))) => return answer(t.as_bytes()),
-            Some(Ok(Message::Binary(b))) => return answer(&b),
+            Some(Ok(Message::Text(t))) => return answer(t.as_bytes(), shm),
+            Some(Ok(Message::Binary(b))) => return answer(&b, shm),
             Some(Ok(_)) => continue,
             other => panic!("the connection ended: {other:?}"),
         }
@@ -189,6 +213,10 @@ async fn ws_ask(ws: &mut Ws, v: Value) -> (Value, Option<u64>) {
 impl Client {
     /// Open an env on `path` for `target` and reset it to `seed`.
     pub async fn open(path: Path, target: &Target, base: &str, seed: u64) -> Client {
+        let mut shm = ShmRead::InPlace(None);
+        if let Path::Rest { shot: "shm copied", .. } | Path::Ws { shot: "shm copied", .. } = path {
+            shm = ShmRead::Copy;
+        }
         let mut opts = target.create.clone();
         opts["max_steps"] = json!(10_000);
         let conn = match path {
@@ -200,7 +228,7 @@ impl Client {
                 let mut c = HttpConnector::new();
                 c.set_nodelay(true);
                 let http = hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build(c);
-                opts["screenshot"] = json!(shot);
+                opts["screenshot"] = json!(shot.split(' ').next());
                 let (_, b) = post(&http, &format!("{base}/v1/sessions"), &opts, false).await;
                 let id =
                     serde_json::from_slice::<Value>(&b).unwrap()["session_id"].as_str().unwrap().to_string();
@@ -214,16 +242,23 @@ impl Client {
                 let url = base.replace("http://", "ws://") + "/ws";
                 let (mut ws, _) =
                     tokio_tungstenite::connect_async_with_config(url, None, true).await.unwrap();
-                opts["screenshot"] = json!(shot);
+                opts["screenshot"] = json!(shot.split(' ').next());
                 opts["binary"] = json!(binary);
                 opts["seed"] = json!(seed);
-                let (r, _) = ws_ask(&mut ws, json!({"type": "reset", "data": opts})).await;
+                let (r, _) = ws_ask(&mut ws, json!({"type": "reset", "data": opts}), &mut shm).await;
                 assert_eq!(r["type"], "observation", "{r}");
                 Conn::Ws { ws: Box::new(ws), binary }
             }
         };
-        let mut c =
-            Client { conn, rng: ChaCha8Rng::seed_from_u64(seed), seed, episode: 0, w: target.w, h: target.h };
+        let mut c = Client {
+            conn,
+            shm,
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            seed,
+            episode: 0,
+            w: target.w,
+            h: target.h,
+        };
         if !matches!(c.conn, Conn::Ws { .. }) {
             c.reset().await;
         }
@@ -240,10 +275,11 @@ impl Client {
                 let (_, b) =
                     post(http, &format!("{base}/v1/sessions/{id}/reset"), &json!({"seed": seed}), *binary)
                         .await;
-                assert_eq!(answer(&b).0["info"]["status"], "running");
+                assert_eq!(answer(&b, &mut self.shm).0["info"]["status"], "running");
             }
             Conn::Ws { ws, .. } => {
-                let (r, _) = ws_ask(ws, json!({"type": "reset", "data": {"seed": seed}})).await;
+                let (r, _) =
+                    ws_ask(ws, json!({"type": "reset", "data": {"seed": seed}}), &mut self.shm).await;
                 assert_eq!(r["type"], "observation", "{r}");
             }
         }
@@ -269,7 +305,7 @@ impl Client {
             Conn::Rest { http, base, id, binary } => {
                 let url = format!("{base}/v1/sessions/{id}/step");
                 let (_, b) = post(http, &url, &json!({"action": action}), *binary).await;
-                let (r, px) = answer(&b);
+                let (r, px) = answer(&b, &mut self.shm);
                 assert!(std::hint::black_box(px).is_some() && r["info"]["status"].is_string(), "{r}");
                 (
                     r["terminated"] == true || r["truncated"] == true,
@@ -278,7 +314,7 @@ impl Client {
             }
             Conn::Ws { ws, binary } => {
                 let msg = json!({"type": "step", "data": {"action": action}});
-                let (r, px) = ws_ask(ws, msg).await;
+                let (r, px) = ws_ask(ws, msg, &mut self.shm).await;
                 assert!(
                     r["type"] == "observation" && std::hint::black_box(px).is_some(),
                     "{r} (binary {binary})"

@@ -271,6 +271,9 @@ async fn shared_memory_frames_carry_the_same_pixels_and_go_with_their_session() 
     assert_eq!(obs["screenshot_shm"]["path"].as_str(), path.to_str());
     assert!(shm_pixels(obs) == reference, "shm gives the PNG's pixels");
     let first: shm::FrameRef = serde_json::from_value(obs["screenshot_shm"].clone()).unwrap();
+    // A client that maps the file reads the same pixels in place.
+    let mut map = shm::FrameMap::open(&first.path).unwrap();
+    assert_eq!(map.frame(&first).unwrap().to_vec(), reference.as_raw().clone(), "read in place");
     let r = post(&s, &format!("/v1/sessions/{id}/step"), json!({"action": "wait(0)"}), Some(OCTET)).await;
     let (head, image) = frame::decode(&r.bytes).unwrap();
     assert!(image.is_empty(), "no pixels cross the socket");
@@ -278,6 +281,9 @@ async fn shared_memory_frames_carry_the_same_pixels_and_go_with_their_session() 
     assert_eq!(shm_pixels(&head["observation"]).dimensions(), (160, 210));
     let stale = shm::read(&first).unwrap_err().0;
     assert!(stale.contains("overwritten"), "a frame read after the next answer is refused: {stale}");
+    assert!(map.frame(&first).is_err(), "in place too");
+    let next: shm::FrameRef = serde_json::from_value(head["observation"]["screenshot_shm"].clone()).unwrap();
+    assert_eq!(map.frame(&next).unwrap().to_vec(), shm_pixels(&head["observation"]).into_raw());
 
     // A WebSocket session has its own file.
     let (mut ws, _) = tokio_tungstenite::connect_async(s.ws()).await.unwrap();

@@ -29,6 +29,7 @@ import base64
 import io
 import ipaddress
 import json
+import mmap
 import os
 import struct
 import time
@@ -151,10 +152,13 @@ def _frame_image(obs: dict, data: bytes, offset: int) -> np.ndarray | None:
 
 
 class _SharedFrames:
-    """Reads shared-memory frames (``screenshot = "shm"``): one open file per session."""
+    """Reads shared-memory frames (``screenshot = "shm"``): one open file per session,
+    and with ``zero_copy`` one read-only mapping of it, whose arrays are views."""
 
-    def __init__(self):
+    def __init__(self, zero_copy: bool = False):
+        self.zero_copy = zero_copy
         self.fds: dict[str, int] = {}
+        self.maps: dict[str, mmap.mmap] = {}
 
     def fd(self, path: str) -> int:
         fd = self.fds.get(path)
@@ -170,18 +174,31 @@ class _SharedFrames:
             self.fds[path] = fd
         return fd
 
+    def _map(self, path: str, end: int) -> mmap.mmap:
+        """The file's mapping, made again when a frame reaches past it (the server only
+        grows the file, so an older mapping stays valid for the arrays that use it)."""
+        m = self.maps.get(path)
+        if m is None or len(m) < end:
+            m = mmap.mmap(self.fd(path), 0, access=mmap.ACCESS_READ)
+            if len(m) < end:
+                raise ValueError(f"{path} holds {len(m)} bytes, short of the frame's {end}")
+            self.maps[path] = m
+        return m
+
     def read(self, obs: dict) -> np.ndarray:
-        """The pixels an observation's ``screenshot_shm`` names, copied out (the next
-        answer overwrites them) as a read-only ``(H, W, 3)`` uint8 array."""
+        """The pixels an observation's ``screenshot_shm`` names as a read-only ``(H, W, 3)``
+        uint8 array: copied out (it outlives the next answer), or with ``zero_copy`` a view
+        of the file that the session's next request overwrites."""
         at = obs["screenshot_shm"]
         h, w = int(obs["height"]), int(obs["width"])
-        n, seq = int(at["bytes"]), int(at["seq"])
+        n, seq, offset = int(at["bytes"]), int(at["seq"]), int(at["offset"])
         if n != h * w * 3:
             raise ValueError(f"a {w}x{h} shm screenshot is {h * w * 3} bytes; the answer says {n}")
         fd = self.fd(at["path"])
+        m = self._map(at["path"], offset + n) if self.zero_copy else None
 
         def check() -> None:  # before and after: a frame overwritten meanwhile is refused
-            head = os.pread(fd, _SHM_HEADER.size, 0)
+            head = m[: _SHM_HEADER.size] if m is not None else os.pread(fd, _SHM_HEADER.size, 0)
             if len(head) != _SHM_HEADER.size or head[:4] != b"GRLS":
                 raise ValueError(f"{at['path']} holds no guirl frame: was the session closed?")
             now = _SHM_HEADER.unpack(head)[2]
@@ -192,18 +209,24 @@ class _SharedFrames:
                 )
 
         check()
-        data = os.pread(fd, n, int(at["offset"]))
+        if m is not None:
+            return np.frombuffer(m, dtype=np.uint8, count=n, offset=offset).reshape(h, w, 3)
+        data = os.pread(fd, n, offset)
         check()
         if len(data) != n:
             raise ValueError(f"{at['path']} holds {len(data)} bytes of pixels, not {n}")
         return np.frombuffer(data, dtype=np.uint8).reshape(h, w, 3)
 
     def forget(self, path: str | None) -> None:
+        # The mapping is dropped, not closed: arrays still viewing it keep it alive.
+        if path:
+            self.maps.pop(path, None)
         fd = self.fds.pop(path, None) if path else None
         if fd is not None:
             os.close(fd)
 
     def close(self) -> None:
+        self.maps.clear()
         for fd in self.fds.values():
             os.close(fd)
         self.fds.clear()
@@ -226,6 +249,11 @@ class GuirlClient:
             ``shm`` (pixels in shared memory: the fastest there), falling back to ``raw``
             for a session whose frame file this process cannot open; else ``png`` (the
             server's default).
+        zero_copy: ``shm`` screenshots are views of the frame file instead of copies: no
+            copy of the pixels at all (2.76 MB a frame at 1280x720), but the array changes
+            with the session's next reset or step. Copy what you keep
+            (``obs["screenshot"].copy()``); reading a view after the next request reads the
+            next frame.
 
     Connections are kept alive (one ``requests.Session``). Only 503s are retried: a step
     that failed in transit is not repeated, since the server may have executed it.
@@ -240,6 +268,7 @@ class GuirlClient:
         max_retry_wait: float = 30.0,
         binary: bool = True,
         screenshot: str | None = None,
+        zero_copy: bool = False,
     ):
         self.base_url = base_url.rstrip("/")
         self.binary = bool(binary)
@@ -250,7 +279,7 @@ class GuirlClient:
             screenshot = "shm" if self.auto_shm else "png"
         #: The encoding sessions are created with (None: the server's default, png).
         self.screenshot = screenshot
-        self.frames = _SharedFrames()
+        self.frames = _SharedFrames(zero_copy)
         self.timeout = timeout
         self.retries = retries
         self.max_retry_wait = max_retry_wait

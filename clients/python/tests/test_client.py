@@ -233,6 +233,28 @@ def test_shm_frames_are_copies_private_and_gone_with_the_session(live):
     assert c.frames.fds == {}, "and its descriptor closed"
 
 
+def test_zero_copy_frames_are_views_until_the_next_request(live):
+    copying = GuirlClient(live.url)
+    c = GuirlClient(live.url, zero_copy=True)
+    with copying.create_session(TASK) as ref, c.create_session(TASK) as s:
+        first = s.reset(seed=3)["observation"]
+        want = ref.reset(seed=3)["observation"]["screenshot"]
+        shot = first["screenshot"]
+        np.testing.assert_array_equal(shot, want)
+        assert not shot.flags.writeable and not shot.flags.owndata, "a read-only view, not a copy"
+        kept = shot.copy()
+        x, y = target_center(first["instruction"], first["elements"])
+        out = s.step(f"click({x}, {y})")["observation"]
+        want = ref.step(f"click({x}, {y})")["observation"]["screenshot"]
+        np.testing.assert_array_equal(out["screenshot"], want)
+        assert not np.array_equal(kept, want), "the click changed the page"
+        # The view is the file: the next request wrote over it, the copy kept the old frame.
+        np.testing.assert_array_equal(shot, want)
+        path = out["screenshot_shm"]["path"]
+    assert not os.path.exists(path) and c.frames.maps == {} and c.frames.fds == {}
+    np.testing.assert_array_equal(shot, want)  # a view outlives its session's mapping entry
+
+
 def test_shm_that_cannot_be_read_falls_back_to_raw_or_says_why(live, monkeypatch):
     real_open = os.open
 
