@@ -137,9 +137,10 @@ pub fn encode_png(img: &RgbImage) -> Vec<u8> {
     out
 }
 
-/// Decode PNG (or any format `image` knows) bytes into RGB8.
+/// Decode PNG (or any format `image` knows) bytes into RGB8 (an RGB image as decoded,
+/// with no second copy; RGBA and others converted).
 pub fn decode_png(bytes: &[u8]) -> Result<RgbImage, image::ImageError> {
-    Ok(image::load_from_memory(bytes)?.to_rgb8())
+    Ok(image::load_from_memory(bytes)?.into_rgb8())
 }
 
 use image::ImageEncoder;
