@@ -53,6 +53,11 @@ share() { # copy FIRST/CELL into every other arm
             mkdir -p "$out/$t"
             rm -rf "${out:?}/$t/$1"
             cp -r "$out/$first/$1" "$out/$t/$1"
+            # The copy is this arm's cell now: the report files cells by their "task".
+            python3 -c 'import json, sys
+cell = json.load(open(sys.argv[1]))
+cell["task"] = sys.argv[2]
+json.dump(cell, open(sys.argv[1], "w"))' "$out/$t/$1/cell.json" "$t"
         fi
     done
 }
