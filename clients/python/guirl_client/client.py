@@ -197,7 +197,7 @@ class _SharedFrames:
         fd = self.fd(at["path"])
         m = self._map(at["path"], offset + n) if self.zero_copy else None
 
-        def check() -> None:  # before and after: a frame overwritten meanwhile is refused
+        def check() -> None:  # a frame overwritten meanwhile is refused (a copy: before and after)
             head = m[: _SHM_HEADER.size] if m is not None else os.pread(fd, _SHM_HEADER.size, 0)
             if len(head) != _SHM_HEADER.size or head[:4] != b"GRLS":
                 raise ValueError(f"{at['path']} holds no guirl frame: was the session closed?")

@@ -20,9 +20,10 @@
 //! either copies the pixels and then checks that the header still holds `seq` (another
 //! request on the same session would have overwritten them: [`read`]), or maps the file
 //! and reads them in place until it sends the session's next request ([`FrameMap`]: no
-//! copy at all). The file only grows, so a mapping never reaches past its end. The folder is the owner's only (0700,
-//! files 0600), a session's file goes when the session closes, the folder when the server
-//! stops, and folders of servers that died are swept when the next one starts.
+//! copy at all). The file only grows, so a mapping never reaches past its end. The
+//! folder is the owner's only (0700, files 0600), a session's file goes when the session
+//! closes, the folder when the server stops, and folders of servers that died are swept
+//! when the next one starts.
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
@@ -260,9 +261,8 @@ impl FrameMap {
         if r.path != self.path {
             return Err(ShmError(format!("{} is another session's file than {}", r.path, self.path)));
         }
-        let end = r.offset.checked_add(r.bytes).filter(|e| *e <= usize::MAX as u64);
-        let end =
-            end.ok_or_else(|| ShmError(format!("a frame of {} bytes at {}", r.bytes, r.offset)))? as usize;
+        let end = r.offset.checked_add(r.bytes).and_then(|e| usize::try_from(e).ok());
+        let end = end.ok_or_else(|| ShmError(format!("a frame of {} bytes at {}", r.bytes, r.offset)))?;
         if end > self.map.len() {
             // The frame grew (a larger viewport): map the file again.
             self.map = Self::map(&self.file, &self.path)?;
