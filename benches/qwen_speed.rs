@@ -166,7 +166,7 @@ fn load(model: &Path, inputs: &Inputs, base: &Path, env: &Env) -> Result<Bench> 
             step: 0,
             frame: Default::default(),
             elements: vec![],
-            screenshot: img,
+            screenshot: img.into(),
             history: vec![],
             previous_screenshot: None,
         };
@@ -395,7 +395,11 @@ fn fresh(states: &[ScreenState], round: usize) -> Vec<ScreenState> {
             let c = round * 64 + i + 1;
             let w = s.screenshot.width();
             for x in 0..w {
-                s.screenshot.put_pixel(x, 0, image::Rgb([(c % 256) as u8, (c / 256 % 256) as u8, 17]));
+                std::sync::Arc::make_mut(&mut s.screenshot).put_pixel(
+                    x,
+                    0,
+                    image::Rgb([(c % 256) as u8, (c / 256 % 256) as u8, 17]),
+                );
             }
             s
         })

@@ -135,7 +135,7 @@ async fn branched_rollouts_start_from_the_exact_recorded_state() {
     }
 
     let mut wrong = (*prefix).clone();
-    wrong.frames[1].pixels_mut().for_each(|p| p.0 = [0, 0, 0]);
+    std::sync::Arc::make_mut(&mut wrong.frames[1]).pixels_mut().for_each(|p| p.0 = [0, 0, 0]);
     let job = Job { task, seed: src.trajectory.seed, group: None, prefix: Some(Arc::new(wrong)) };
     let (bad, stats) = collector.collect(&mut policy, vec![job], |_, _| {}).await.unwrap();
     let o = &bad[0].trajectory.outcome;

@@ -186,7 +186,8 @@ fn checkpointing_memory_and_time() {
     s.gradient_checkpointing = on;
     let p = QwenVlPolicy::new(s, &Device::Cpu, 0).unwrap();
     let mut st = state(0, &[]);
-    st.screenshot = image::RgbImage::from_fn(224, 224, |x, y| image::Rgb([(x * 3) as u8, (y * 5) as u8, 40]));
+    st.screenshot =
+        image::RgbImage::from_fn(224, 224, |x, y| image::Rgb([(x * 3) as u8, (y * 5) as u8, 40])).into();
     let tokens: Vec<u32> = (0..n as u32).map(|i| 100 + i % 50).collect();
     let rss = |field: &str| -> u64 {
         let status = std::fs::read_to_string("/proc/self/status").unwrap();

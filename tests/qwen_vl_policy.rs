@@ -413,7 +413,8 @@ fn a_padded_batch_scores_and_trains_as_each_state_alone() {
         ];
         states[2].screenshot = image::RgbImage::from_fn(70, 45, |x, y| {
             image::Rgb([(y * 4) as u8, 200 - x as u8, (x ^ y) as u8])
-        });
+        })
+        .into();
         let tokens: Vec<Vec<u32>> = vec![
             p.encode(&states[0], &GuiAction::Click { x: 35, y: 20 }).unwrap(),
             Vec::new(),

@@ -282,7 +282,7 @@ impl GuiEnv {
                 step: 0,
                 frame: Frame::default(),
                 elements: vec![],
-                screenshot: RgbImage::new(1, 1),
+                screenshot: Arc::new(RgbImage::new(1, 1)),
                 history: Vec::new(),
                 previous_screenshot: None,
             },
@@ -480,7 +480,7 @@ impl GuiEnv {
             None => self
                 .episode
                 .as_ref()
-                .map(|e| e.last.screenshot.clone())
+                .map(|e| RgbImage::clone(&e.last.screenshot))
                 .ok_or_else(|| EnvError::Task("render() before reset(): nothing to show".into())),
         }
     }

@@ -1,5 +1,7 @@
 //! `ScreenState`: what a policy sees after a reset or a step.
 
+use std::sync::Arc;
+
 use image::RgbImage;
 use serde::{Deserialize, Serialize};
 
@@ -103,8 +105,10 @@ pub struct ScreenState {
     /// Visible interactive elements, in document order, with boxes in screenshot pixels.
     pub elements: Vec<Element>,
     /// The screenshot, cropped to the task's viewport (RGB8). Serialized as base64 PNG.
+    /// Shared: the env keeps it as the next observation's `previous_screenshot`, and a
+    /// clone of the observation costs no copy of the pixels (2.8 MB at 1280×720).
     #[serde(with = "png_base64")]
-    pub screenshot: RgbImage,
+    pub screenshot: Arc<RgbImage>,
     /// The episode's earlier actions in text form, oldest first (the env's memory of the
     /// episode, for policies that read it; `[model] memory`). Malformed action text is
     /// not an action and is left out.
@@ -114,7 +118,7 @@ pub struct ScreenState {
     /// that read the change since then (`[model] previous_frame`). Not serialized: a
     /// recorded trajectory has it as the previous step's frame.
     #[serde(skip)]
-    pub previous_screenshot: Option<RgbImage>,
+    pub previous_screenshot: Option<Arc<RgbImage>>,
 }
 
 impl ScreenState {
@@ -146,16 +150,18 @@ pub fn decode_png(bytes: &[u8]) -> Result<RgbImage, image::ImageError> {
 use image::ImageEncoder;
 
 mod png_base64 {
+    use std::sync::Arc;
+
     use base64::Engine;
     use image::RgbImage;
     use serde::{Deserialize, Deserializer, Serializer};
 
-    pub fn serialize<S: Serializer>(img: &RgbImage, s: S) -> Result<S::Ok, S::Error> {
+    pub fn serialize<S: Serializer>(img: &Arc<RgbImage>, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(super::encode_png(img)))
     }
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<RgbImage, D::Error> {
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Arc<RgbImage>, D::Error> {
         let s = String::deserialize(d)?;
         let bytes = base64::engine::general_purpose::STANDARD.decode(s).map_err(serde::de::Error::custom)?;
-        super::decode_png(&bytes).map_err(serde::de::Error::custom)
+        super::decode_png(&bytes).map(Arc::new).map_err(serde::de::Error::custom)
     }
 }

@@ -87,7 +87,7 @@ mod tests {
             step: 0,
             frame: crate::env::Frame { width: 160, height: 210, ..Default::default() },
             elements: Vec::new(),
-            screenshot: image::RgbImage::new(1, 1),
+            screenshot: image::RgbImage::new(1, 1).into(),
             history: Vec::new(),
             previous_screenshot: None,
         }

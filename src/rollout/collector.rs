@@ -490,7 +490,7 @@ async fn episode(
     traj.frame = obs.frame;
     // The screenshots before the final one that the task's judge looks at.
     let earlier = job.task.learned_reward().map_or(0, |l| l.frames() - 1);
-    let mut recent: VecDeque<image::RgbImage> = VecDeque::new();
+    let mut recent: VecDeque<std::sync::Arc<image::RgbImage>> = VecDeque::new();
     loop {
         let (reply_tx, reply_rx) = oneshot::channel();
         if keep_frames {

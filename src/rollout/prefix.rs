@@ -26,7 +26,7 @@ pub struct Prefix {
     pub steps: Vec<TrajStep>,
     /// The screen before each of those steps and the one before step `t`: `t + 1` images,
     /// or none (then nothing is checked).
-    pub frames: Vec<RgbImage>,
+    pub frames: Vec<std::sync::Arc<RgbImage>>,
 }
 
 /// An env brought to a prefix's state.
@@ -105,7 +105,7 @@ impl Prefix {
         let names = traj.steps.iter().map(|s| s.frame.clone()).chain([traj.final_frame.clone()]);
         for name in names.take(t + 1) {
             match name {
-                Some(n) => frames.push(set.load_frame(&n)?),
+                Some(n) => frames.push(set.load_frame(&n)?.into()),
                 None => {
                     frames.clear();
                     break;
@@ -196,7 +196,8 @@ mod tests {
         let steps =
             (0..n).map(|i| TrajStep::new(format!("click({i}, 1)"), 0.0, EpisodeStatus::Running)).collect();
         let outcome = Outcome { reward: 0.0, status: EpisodeStatus::Fail, steps: n as u32, error: None };
-        let frames = (0..frames).map(|i| RgbImage::from_pixel(2, 2, image::Rgb([i as u8; 3]))).collect();
+        let frames =
+            (0..frames).map(|i| RgbImage::from_pixel(2, 2, image::Rgb([i as u8; 3])).into()).collect();
         Recorded { trajectory: Trajectory::new("t", 9, steps, outcome), frames }
     }
 

@@ -118,7 +118,7 @@ async fn replay_one(
     let mut total = 0.0;
     let mut status = crate::env::EpisodeStatus::Running;
     // The screens a judge sees besides the final one.
-    let mut recent: Vec<image::RgbImage> = Vec::new();
+    let mut recent: Vec<std::sync::Arc<image::RgbImage>> = Vec::new();
     for (i, step) in t.steps.iter().enumerate() {
         recent.push(obs.screenshot.clone());
         if let Some(d) = frame_diff(set, &step.frame, &obs)? {

@@ -23,9 +23,9 @@ use crate::env::{EnvError, EpisodeStatus};
 /// of training like `policy_error`), never a silent failure. Episodes that did not end by
 /// the agent's doing (`env_error`, `policy_error`) are left alone. A model folder that
 /// cannot be read stops the collection (a setup error).
-pub(crate) fn apply_learned_reward(
+pub(crate) fn apply_learned_reward<F: std::borrow::Borrow<image::RgbImage>>(
     traj: &mut Trajectory,
-    frames: &[image::RgbImage],
+    frames: &[F],
     learned: &crate::tasks::LearnedReward,
 ) -> Result<Option<bool>, EnvError> {
     if traj.outcome.status.is_infrastructure_failure() || traj.outcome.status == EpisodeStatus::Running {
@@ -86,9 +86,9 @@ pub(crate) struct Scored {
 /// `history`, and whether it passes the threshold. A model folder that cannot be read, or
 /// a judge whose rubric cannot, is a setup error; a judge that gives no verdict is
 /// [`Scored::failed`].
-pub(crate) fn learned_verdict(
+pub(crate) fn learned_verdict<F: std::borrow::Borrow<image::RgbImage>>(
     learned: &crate::tasks::LearnedReward,
-    frames: &[image::RgbImage],
+    frames: &[F],
     instruction: &str,
     history: &[String],
 ) -> Result<Scored, EnvError> {
@@ -100,7 +100,7 @@ pub(crate) fn learned_verdict(
     match &learned.scorer {
         crate::tasks::Scorer::Model(dir) => {
             let model = RewardModel::shared(dir).map_err(|e| EnvError::Setup(format!("{e:#}")))?;
-            let p = off_runtime(|| model.predict(final_screen, instruction, history))
+            let p = off_runtime(|| model.predict(final_screen.borrow(), instruction, history))
                 .map_err(|e| EnvError::Task(format!("reward model {}: {e:#}", dir.display())))?;
             Ok(Scored { p, success: p >= learned.threshold, judge: None, failed: None })
         }

@@ -82,7 +82,8 @@ fn decode(b: &[u8]) -> anyhow::Result<(Vec<(usize, Recorded)>, CollectStats)> {
         let frames = (0..r.u64()?)
             .map(|_| {
                 let (w, h) = (r.u64()? as u32, r.u64()? as u32);
-                RgbImage::from_raw(w, h, r.bytes()?).context("a frame's size does not match its pixels")
+                let img = RgbImage::from_raw(w, h, r.bytes()?);
+                img.map(Into::into).context("a frame's size does not match its pixels")
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
         recs.push((i, Recorded { trajectory, frames }));
@@ -116,7 +117,7 @@ mod tests {
             outcome: Outcome { reward: 0.25, status: EpisodeStatus::Success, steps: 1, error: None },
             judge: None,
         };
-        let frames = vec![RgbImage::from_fn(3, 2, |x, y| image::Rgb([x as u8, y as u8, 9])); 2];
+        let frames = vec![RgbImage::from_fn(3, 2, |x, y| image::Rgb([x as u8, y as u8, 9])).into(); 2];
         let rec = Recorded { trajectory, frames };
         let stats = CollectStats { episodes: 1, env_steps: 1, seconds: 0.5, ..Default::default() };
         let (back, s) = decode(&encode(&[(4, rec.clone())], &stats)).unwrap();

@@ -1,6 +1,8 @@
 //! `Trajectory`: one recorded episode, as kept in memory and written to disk.
 
 use crate::env::{Element, EpisodeStatus, Frame, ScreenState, StepTimings};
+use std::sync::Arc;
+
 use image::RgbImage;
 use serde::{Deserialize, Serialize};
 
@@ -190,7 +192,12 @@ impl Trajectory {
     /// The observation step `i` acted on, rebuilt from its screenshot and (for policies that
     /// read it) the one before: what a policy reads (task, instruction, frame, elements,
     /// screenshots; the URL is not kept).
-    pub fn state_at(&self, i: usize, screenshot: RgbImage, previous: Option<RgbImage>) -> ScreenState {
+    pub fn state_at(
+        &self,
+        i: usize,
+        screenshot: Arc<RgbImage>,
+        previous: Option<Arc<RgbImage>>,
+    ) -> ScreenState {
         ScreenState {
             task_id: self.task_id.clone(),
             instruction: self.instruction.clone(),
@@ -210,8 +217,9 @@ impl Trajectory {
 pub struct Recorded {
     /// The trajectory (frame names filled in when stored).
     pub trajectory: Trajectory,
-    /// Screenshot before each step, then the final one (`steps.len() + 1` images), if kept.
-    pub frames: Vec<RgbImage>,
+    /// Screenshot before each step, then the final one (`steps.len() + 1` images), if kept
+    /// (shared with the observations they came from: keeping them copies no pixels).
+    pub frames: Vec<Arc<RgbImage>>,
 }
 
 impl Recorded {

@@ -122,7 +122,7 @@ fn read_state(body: &Value) -> Result<ScreenState, String> {
     // with `previous_frame`.
     let previous_screenshot = match images.len() {
         0 | 1 => None,
-        n => Some(data_url_image(images[n - 2])?),
+        n => Some(data_url_image(images[n - 2])?.into()),
     };
     let (instruction, elements) = read_user_text(&text).ok_or_else(|| {
         "the user text has no `Instruction: ...` line (see guirl's openai: policy for the layout)".to_string()
@@ -149,7 +149,7 @@ fn read_state(body: &Value) -> Result<ScreenState, String> {
             ..Default::default()
         },
         elements,
-        screenshot,
+        screenshot: screenshot.into(),
         history,
         previous_screenshot,
     })

@@ -94,14 +94,14 @@ fn demo_samples(
     for st in demo_order(set) {
         let t = &st.trajectory;
         // The frame each step acted on is the one the next step sees as previous.
-        let mut before: Option<image::RgbImage> = None;
+        let mut before: Option<std::sync::Arc<image::RgbImage>> = None;
         for (i, step) in t.steps.iter().enumerate() {
             let Some(frame) = &step.frame else {
                 report.skipped += 1;
                 before = None;
                 continue;
             };
-            let shot = set.load_frame(frame)?;
+            let shot = std::sync::Arc::new(set.load_frame(frame)?);
             let prev = std::mem::replace(&mut before, previous.then(|| shot.clone()));
             let state = t.state_at(i, shot, prev);
             let tokens = GuiAction::parse(&step.action)

@@ -217,10 +217,10 @@ fn load_recorded(set: &TrajectorySet, t: &crate::rollout::Trajectory) -> anyhow:
     let mut frames = Vec::with_capacity(t.steps.len() + 1);
     for s in &t.steps {
         let Some(name) = &s.frame else { return Ok(None) };
-        frames.push(set.load_frame(name)?);
+        frames.push(set.load_frame(name)?.into());
     }
     if let Some(name) = &t.final_frame {
-        frames.push(set.load_frame(name)?);
+        frames.push(set.load_frame(name)?.into());
     }
     Ok(Some(Recorded { trajectory: t.clone(), frames }))
 }

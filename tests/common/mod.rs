@@ -67,7 +67,8 @@ pub fn synthetic_state(step: u32, history: &[&str]) -> guirl::env::ScreenState {
         step,
         frame: Default::default(),
         elements: vec![],
-        screenshot: image::RgbImage::from_fn(70, 45, |x, y| image::Rgb([(x * 3) as u8, (y * 5) as u8, 40])),
+        screenshot: image::RgbImage::from_fn(70, 45, |x, y| image::Rgb([(x * 3) as u8, (y * 5) as u8, 40]))
+            .into(),
         history: history.iter().map(|s| s.to_string()).collect(),
         previous_screenshot: None,
     }

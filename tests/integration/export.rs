@@ -257,8 +257,9 @@ fn hand_set(dir: &Path) {
         t.instruction = "Click <image> twice.".into();
         t.group = group;
         // A different colour per frame, so no two consecutive frames are stored once.
-        let frames =
-            (0..=n).map(|i| image::RgbImage::from_pixel(2, 2, image::Rgb([i as u8 * 40, 0, 0]))).collect();
+        let frames = (0..=n)
+            .map(|i| image::RgbImage::from_pixel(2, 2, image::Rgb([i as u8 * 40, 0, 0])).into())
+            .collect();
         w.append(&Recorded { trajectory: t, frames }).unwrap();
     };
     use EpisodeStatus::{EnvError, Fail, Running, Success};
@@ -378,7 +379,7 @@ fn bad_input_gets_a_clear_error() {
         vec![TrajStep::new("click(1, 1)", 0.0, EpisodeStatus::EnvError)],
         Outcome { reward: 0.0, status: EpisodeStatus::EnvError, steps: 1, error: None },
     );
-    let frames = vec![image::RgbImage::new(2, 2); 2];
+    let frames = vec![image::RgbImage::new(2, 2).into(); 2];
     w.append(&Recorded { trajectory: t, frames }).unwrap();
     fails_with(
         &guirl(&["export", &p(&crashed), "--layout", "sft"]),

@@ -212,7 +212,7 @@ fn episode(n: usize, name: &str, status: EpisodeStatus) -> Recorded {
         Outcome { reward: (status == EpisodeStatus::Success) as u8 as f64, status, steps: 1, error: None },
     );
     t.instruction = name.to_string();
-    Recorded { trajectory: t, frames: vec![shot(2 * n as u8), shot(2 * n as u8 + 1)] }
+    Recorded { trajectory: t, frames: vec![shot(2 * n as u8).into(), shot(2 * n as u8 + 1).into()] }
 }
 
 #[test]

@@ -259,7 +259,8 @@ fn synthetic_set(dir: &Path, success: &[bool], frames: bool) {
         let outcome = Outcome { reward: step.reward, status, steps: 1, error: None };
         let mut t = Trajectory::new("builtin/toggle-switches", i as u64, vec![step], outcome);
         t.instruction = "Turn on \"Sync\", turn off the rest, then click Apply.".into();
-        let img = image::RgbImage::from_pixel(40, 40, image::Rgb([if s { 200 } else { 20 }, 90, 90]));
+        let img: std::sync::Arc<_> =
+            image::RgbImage::from_pixel(40, 40, image::Rgb([if s { 200 } else { 20 }, 90, 90])).into();
         let rec =
             Recorded { trajectory: t.clone(), frames: if frames { vec![img.clone(), img] } else { vec![] } };
         if frames {

@@ -633,7 +633,7 @@ async fn success_replay_fills_groups_that_all_failed_and_survives_a_resume() {
     let shot = image::RgbImage::from_pixel(160, 110, image::Rgb([240, 240, 240]));
     TrajectoryWriter::open(&demos)
         .unwrap()
-        .append(&Recorded { trajectory: t, frames: vec![shot.clone(), shot] })
+        .append(&Recorded { trajectory: t, frames: vec![shot.clone().into(), shot.into()] })
         .unwrap();
     let cfg = |replay: usize, iterations: u64| {
         let mut cfg = config(iterations);

@@ -119,7 +119,7 @@ impl GuiEnv {
             step: ep.step,
             frame: self.frame(state.scroll),
             elements: state.elements,
-            screenshot,
+            screenshot: std::sync::Arc::new(screenshot),
             history: ep.history.clone(),
             previous_screenshot: (ep.step > 0).then(|| ep.last.screenshot.clone()),
         };

@@ -139,7 +139,7 @@ mod tests {
             step: 1,
             frame: Default::default(),
             elements: vec![],
-            screenshot: image::RgbImage::new(160, 210),
+            screenshot: image::RgbImage::new(160, 210).into(),
             history: Vec::new(),
             previous_screenshot: None,
         };

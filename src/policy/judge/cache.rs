@@ -19,10 +19,10 @@ pub struct VerdictCache {
 }
 
 /// The cache key of a verdict, hex.
-pub fn key(
+pub fn key<F: std::borrow::Borrow<RgbImage>>(
     spec: &JudgeSpec,
     rubric_hash: &str,
-    frames: &[RgbImage],
+    frames: &[F],
     instruction: &str,
     actions: &[String],
 ) -> String {
@@ -42,6 +42,7 @@ pub fn key(
     }
     part(b"frames");
     for f in frames {
+        let f = f.borrow();
         part(&f.width().to_le_bytes());
         part(&f.height().to_le_bytes());
         part(f.as_raw());

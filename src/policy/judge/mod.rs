@@ -24,6 +24,7 @@ use base64::Engine;
 use image::RgbImage;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+use std::borrow::Borrow;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -195,9 +196,9 @@ impl Judge {
     /// The judge's verdict on an episode that ended on the last of `frames` (the last
     /// `spec.frames` are shown, oldest first) after `actions`, and whether it came from the
     /// cache. `Err` says why there is no verdict.
-    pub fn judge(
+    pub fn judge<F: Borrow<RgbImage>>(
         &self,
-        frames: &[RgbImage],
+        frames: &[F],
         instruction: &str,
         actions: &[String],
     ) -> Result<(Verdict, bool), String> {
@@ -263,7 +264,7 @@ impl Judge {
 
     /// The chat request: the rubric as the system prompt; the instruction, the actions if
     /// shown, and the screenshots (oldest first) as the user turn.
-    fn request(&self, frames: &[RgbImage], instruction: &str, actions: &[String]) -> Value {
+    fn request<F: Borrow<RgbImage>>(&self, frames: &[F], instruction: &str, actions: &[String]) -> Value {
         let mut text = format!("Instruction: {}\n", instruction.replace(['\n', '\r'], " "));
         if !actions.is_empty() {
             text.push_str("Actions taken:\n");
@@ -277,7 +278,7 @@ impl Judge {
         });
         let mut content = vec![json!({"type": "text", "text": text})];
         for f in frames {
-            let b64 = base64::engine::general_purpose::STANDARD.encode(encode_png(f));
+            let b64 = base64::engine::general_purpose::STANDARD.encode(encode_png(f.borrow()));
             content.push(
                 json!({"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{b64}")}}),
             );

@@ -361,7 +361,7 @@ pub fn encoder_inputs(states: &[ScreenState], cfg: &VlmConfig, device: &Device) 
     let mut pixels = Vec::with_capacity(b * w * h * c);
     for s in states {
         if cfg.previous_frame {
-            frame_and_change(&s.screenshot, s.previous_screenshot.as_ref(), w, h, &mut pixels);
+            frame_and_change(&s.screenshot, s.previous_screenshot.as_deref(), w, h, &mut pixels);
         } else {
             image_values(&s.screenshot, w, h, &mut pixels);
         }

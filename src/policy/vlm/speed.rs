@@ -39,7 +39,7 @@ pub fn square_state(
         step: 0,
         frame: Frame { width: w, height: h, ..Default::default() },
         elements: Vec::new(),
-        screenshot: img,
+        screenshot: img.into(),
         history: Vec::new(),
         previous_screenshot: None,
     }

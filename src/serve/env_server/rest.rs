@@ -140,11 +140,9 @@ fn answer(t: Transition, step: bool, binary: bool) -> Response {
     if binary {
         // The header and JSON, then the image as its own chunk: the pixels are not copied.
         let head = frame::encode(&body, &[]);
-        let len = head.len() + image.as_ref().map_or(0, Vec::len);
-        let chunks = [Some(head), image]
-            .into_iter()
-            .flatten()
-            .map(|c| Ok::<_, std::convert::Infallible>(Bytes::from(c)));
+        let len = head.len() + image.as_ref().map_or(0, Bytes::len);
+        let chunks =
+            [Some(Bytes::from(head)), image].into_iter().flatten().map(Ok::<_, std::convert::Infallible>);
         let body = axum::body::Body::from_stream(futures::stream::iter(chunks));
         (
             [

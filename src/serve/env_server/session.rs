@@ -8,6 +8,7 @@ use super::wire::{self, ImageFormat, SessionOptions};
 use crate::env::url_policy::UrlPolicy;
 use crate::env::{EnvConfig, EpisodeStatus, GuiEnv};
 use crate::tasks::Task;
+use axum::body::Bytes;
 use axum::http::StatusCode;
 use serde_json::{json, Map, Value};
 use std::collections::HashMap;
@@ -21,7 +22,7 @@ pub struct Transition {
     pub observation: Option<Value>,
     /// The screenshot, encoded as the observation's `screenshot_format` says (None for
     /// `none` and `shm`): base64 into the JSON, or the bytes after it in a binary frame.
-    pub image: Option<Vec<u8>>,
+    pub image: Option<Bytes>,
     /// Reward of the step (0 after reset).
     pub reward: f64,
     /// The episode ended by the task's verdict.
@@ -432,8 +433,8 @@ impl Session {
         g: &mut SessionEnv,
         opts: &SessionOptions,
         mut observation: Value,
-        image: Option<Vec<u8>>,
-    ) -> Result<(Value, Option<Vec<u8>>), ApiError> {
+        image: Option<Bytes>,
+    ) -> Result<(Value, Option<Bytes>), ApiError> {
         let (ImageFormat::Shm, Some(pixels)) = (opts.screenshot, image.as_deref()) else {
             return Ok((observation, image));
         };

@@ -5,8 +5,10 @@
 use super::error::ApiError;
 use super::limits::{self, MAX_ECHO_CHARS};
 use crate::env::{EpisodeStatus, ScreenState, StepInfo};
+use axum::body::Bytes;
 use base64::Engine;
 use serde_json::{json, Map, Value};
+use std::sync::Arc;
 
 /// Longest action text accepted.
 pub const MAX_ACTION_CHARS: usize = 10_000;
@@ -294,7 +296,7 @@ pub fn encode_image(img: &image::RgbImage, fmt: ImageFormat, quality: u8) -> Opt
 /// `opts`' format (None for `none`). The transport puts the bytes in the JSON as base64
 /// ([`with_base64`]) or after it in a binary frame; the session writes `shm`'s pixels to
 /// shared memory. `obs` is taken so that `raw` moves the pixels instead of copying them.
-pub fn observation(obs: ScreenState, opts: &SessionOptions) -> (Value, Option<Vec<u8>>) {
+pub fn observation(obs: ScreenState, opts: &SessionOptions) -> (Value, Option<Bytes>) {
     let json = json!({
         "screenshot": Value::Null,
         "screenshot_format": opts.screenshot.as_str(),
@@ -308,10 +310,20 @@ pub fn observation(obs: ScreenState, opts: &SessionOptions) -> (Value, Option<Ve
         "elements": if opts.elements { json!(obs.elements) } else { json!([]) },
     });
     let image = match opts.screenshot {
-        ImageFormat::Raw | ImageFormat::Shm => Some(obs.screenshot.into_raw()),
-        fmt => encode_image(&obs.screenshot, fmt, opts.jpeg_quality),
+        // The env keeps the frame (the next observation's previous one): shared, not copied.
+        ImageFormat::Raw | ImageFormat::Shm => Some(Bytes::from_owner(RawPixels(obs.screenshot))),
+        fmt => encode_image(&obs.screenshot, fmt, opts.jpeg_quality).map(Bytes::from),
     };
     (json, image)
+}
+
+/// A frame's RGB bytes as the owner of a [`Bytes`].
+struct RawPixels(Arc<image::RgbImage>);
+
+impl AsRef<[u8]> for RawPixels {
+    fn as_ref(&self) -> &[u8] {
+        self.0.as_raw()
+    }
 }
 
 /// `observation` with the screenshot's bytes put in as base64: the JSON form (the same

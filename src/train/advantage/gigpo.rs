@@ -67,7 +67,9 @@ pub fn anchor_keys(recs: &[Recorded], index: &[Vec<usize>]) -> StateKeys {
                     // A branched rollout's replayed steps repeat another rollout's action in
                     // its state: counted there, they would pull the state's mean towards it.
                     let steps = r.trajectory.steps.iter().enumerate();
-                    steps.map(|(i, s)| r.frames.get(i).filter(|_| !s.prefix).map(screenshot_key)).collect()
+                    steps
+                        .map(|(i, s)| r.frames.get(i).filter(|_| !s.prefix).map(|f| screenshot_key(f)))
+                        .collect()
                 })
                 .collect()
         })
@@ -236,7 +238,7 @@ mod tests {
         let rec = |frames: Vec<image::RgbImage>| {
             let n = frames.len() - 1;
             let t = traj(&vec![0.0; n], 0.0, Fail);
-            Recorded { trajectory: t, frames }
+            Recorded { trajectory: t, frames: frames.into_iter().map(Into::into).collect() }
         };
         let recs = vec![rec(vec![img(1), img(2), img(9)]), rec(vec![img(1), img(3), img(9)])];
         let keys = anchor_keys(&recs, &[vec![1, 0]]);

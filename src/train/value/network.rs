@@ -27,7 +27,7 @@ pub type CriticInputs = ScreenInputs;
 
 /// The critic's inputs for `states`: their screenshots and instructions.
 pub fn critic_inputs(states: &[ScreenState], cfg: &CriticConfig, device: &Device) -> Result<CriticInputs> {
-    ScreenInputs::new(states.iter().map(|s| (&s.screenshot, s.instruction.as_str())), cfg, device)
+    ScreenInputs::new(states.iter().map(|s| (&*s.screenshot, s.instruction.as_str())), cfg, device)
 }
 
 /// The value network. See the module docs.

@@ -177,7 +177,7 @@ mod tests {
             step,
             frame: crate::env::Frame { width: 240, height: 240, ..Default::default() },
             elements,
-            screenshot: image::RgbImage::new(1, 1),
+            screenshot: image::RgbImage::new(1, 1).into(),
             history: Vec::new(),
             previous_screenshot: None,
         }
