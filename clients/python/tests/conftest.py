@@ -33,10 +33,22 @@ def guirl_bin() -> Path | None:
     return p if p.is_file() and os.access(p, os.X_OK) else None
 
 
-def free_port() -> int:
+def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def address_off_loopback() -> str | None:
+    """An IPv4 address of this machine that is not loopback (the one its default route
+    leaves from), or None. Connecting a UDP socket sends nothing."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("192.0.2.1", 9))
+            host = s.getsockname()[0]
+    except OSError:
+        return None
+    return None if host.startswith("127.") or host == "0.0.0.0" else host
 
 
 def _pgid(pid: int) -> int | None:
@@ -109,11 +121,11 @@ class Server:
         }
 
 
-def start_server(*extra: str, max_sessions: int = 10) -> Server:
+def start_server(*extra: str, max_sessions: int = 10, host: str = "127.0.0.1") -> Server:
     binary = guirl_bin()
     if binary is None:
         pytest.fail("no guirl binary: build it (cargo build --release) or set GUIRL_BIN")
-    port = free_port()
+    port = free_port(host)
     # Short: Chromium puts a unix socket under its profile, and socket paths are short.
     tmpdir = tempfile.mkdtemp(prefix="gs-", dir="/tmp")
     # Open to other users: a guirl running as root runs its browsers as an unprivileged
@@ -124,7 +136,7 @@ def start_server(*extra: str, max_sessions: int = 10) -> Server:
         str(binary),
         "serve",
         "--bind",
-        f"127.0.0.1:{port}",
+        f"{host}:{port}",
         "--max-sessions",
         str(max_sessions),
         *extra,
@@ -133,7 +145,7 @@ def start_server(*extra: str, max_sessions: int = 10) -> Server:
     env.pop("GUIRL_SERVE_TOKEN", None)  # tokens only where a test asks for one
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
-    server = Server(f"http://127.0.0.1:{port}", proc, tmpdir, log, max_sessions)
+    server = Server(f"http://{host}:{port}", proc, tmpdir, log, max_sessions)
     deadline = time.monotonic() + 60
     while True:
         if proc.poll() is not None:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
 import struct
+import threading
 
 import numpy as np
 import pytest
@@ -22,7 +25,7 @@ from guirl_client import (
 )
 from guirl_client.actions import extract_action, quote
 
-from conftest import TASK, target_center
+from conftest import TASK, address_off_loopback, start_server, stop_server, target_center
 
 
 def test_action_text_matches_the_grammar():
@@ -274,6 +277,73 @@ def test_shm_that_cannot_be_read_falls_back_to_raw_or_says_why(live, monkeypatch
         c.create_session(TASK, screenshot="shm")
     assert e.value.code == "shm_unreadable" and 'screenshot="raw"' in e.value.message
     assert len(c.sessions()) == before, "no session is left behind"
+
+
+@contextlib.contextmanager
+def tcp_forwarder(to_host: str, to_port: int):
+    """A loopback port whose connections are relayed to (to_host, to_port), as a
+    container's published port is: the server sees them come from to_host's side, not
+    from loopback. Yields the loopback port."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    done = threading.Event()
+
+    def pipe(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(1 << 16):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def accept() -> None:
+        while not done.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection((to_host, to_port))
+            for a, b in ((conn, upstream), (upstream, conn)):
+                threading.Thread(target=pipe, args=(a, b), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        done.set()
+        listener.close()
+
+
+def test_shm_refused_to_a_forwarded_client_falls_back_to_raw():
+    # The client's URL is loopback, so it asks for shm; the server sees the connection
+    # come from off loopback (a forwarder, as Docker's published ports are) and refuses it
+    # with bad_option; the client then creates the session with raw frames.
+    host = address_off_loopback()
+    if host is None:
+        pytest.skip("this machine has no IPv4 address off loopback to serve on")
+    server = start_server("--token", "fw", host=host, max_sessions=1)
+    try:
+        port = int(server.url.rsplit(":", 1)[1])
+        with tcp_forwarder(host, port) as local:
+            c = GuirlClient(f"http://127.0.0.1:{local}", token="fw")
+            assert c.screenshot == "shm", "a loopback URL asks for shm"
+            with c.create_session(TASK) as s:
+                obs = s.reset(seed=3)["observation"]
+                assert obs["screenshot_format"] == "raw" and "screenshot_shm" not in obs
+                assert obs["screenshot"].shape == (obs["height"], obs["width"], 3)
+                assert obs["screenshot"].any(), "the frame's pixels arrived"
+            assert c.frames.fds == {}, "no frame file was opened"
+            # Asked for by name, shm is refused with what to do instead.
+            with pytest.raises(GuirlServerError) as e:
+                c.create_session(TASK, screenshot="shm")
+            assert e.value.code == "bad_option" and '"raw"' in e.value.message
+            assert c.sessions() == [], "no session is left behind"
+    finally:
+        stop_server(server)
 
 
 def test_bad_encodings_are_refused_with_what_is_accepted(live):
