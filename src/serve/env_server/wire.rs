@@ -295,7 +295,8 @@ pub fn encode_image(img: &image::RgbImage, fmt: ImageFormat, quality: u8) -> Opt
 /// An observation: its JSON with `"screenshot": null`, and the screenshot encoded in
 /// `opts`' format (None for `none`). The transport puts the bytes in the JSON as base64
 /// ([`with_base64`]) or after it in a binary frame; the session writes `shm`'s pixels to
-/// shared memory. `obs` is taken so that `raw` moves the pixels instead of copying them.
+/// shared memory. `obs` is taken so that `raw` and `shm` hand on its shared frame instead
+/// of copying the pixels.
 pub fn observation(obs: ScreenState, opts: &SessionOptions) -> (Value, Option<Bytes>) {
     let json = json!({
         "screenshot": Value::Null,
