@@ -15,12 +15,15 @@
 //!    raw RGB in shared memory. Every client ends with the screenshot's pixels in hand, as
 //!    in-process does. The paths run
 //!    in rounds, taking turns, so a change in the machine's load falls on all of them; the
-//!    last column (latency minus the env's own `info.timings.total_ms`) is what the path
-//!    adds, free of how fast each path's own browser happened to be.
+//!    "added" column (latency minus the env's own `info.timings.total_ms`) is what the path
+//!    adds, free of how fast each path's own browser happened to be; the last column is
+//!    the server's own part of it (`timings.serve_ms`), the rest being the connection's
+//!    and the client's.
 //!    One row is the WebSocket on a server that leaves Nagle's algorithm on (as before
 //!    TCP_NODELAY was set).
 //! 2. Aggregate steps/s of 8 envs at once: in-process vs 8 sessions of one server, REST
-//!    and WebSocket, raw pixels in binary frames and in shared memory.
+//!    and WebSocket, raw pixels in binary frames and in shared memory, in 3 rounds each
+//!    against the in-process runs either side (the spread over rounds is printed).
 //!    With `--busy`, 1 and 2 are measured twice: as the machine is, and beside one
 //!    thread spinning on a core.
 //! 3. Load: N sessions x M random steps (half REST, half WebSocket, JSON/PNG) plus clients
@@ -105,6 +108,9 @@ struct Row {
     /// Median of (latency - the env's own step time): what the path adds, free of how
     /// fast each path's browser happened to be.
     added: f64,
+    /// Median of the server's own work around the env (`timings.serve_ms`): the rest of
+    /// `added` is the connection's and the client's.
+    own: f64,
 }
 
 /// Section 1 for one target: every path's step latencies, the paths taking turns.
@@ -117,14 +123,16 @@ async fn latency(target: &Target, paths: &[Path], steps: usize, base: &str, nagl
     }
     let mut lat: Vec<Vec<f64>> = vec![Vec::with_capacity(steps); paths.len()];
     let mut added: Vec<Vec<f64>> = vec![Vec::with_capacity(steps); paths.len()];
+    let mut own: Vec<Vec<f64>> = vec![Vec::with_capacity(steps); paths.len()];
     for round in 0..ROUNDS {
         for k in 0..clients.len() {
             let i = (k + round) % clients.len();
             let n = steps / ROUNDS + usize::from(round < steps % ROUNDS);
             for _ in 0..n {
-                let (ms, env_ms) = clients[i].step().await;
+                let (ms, env_ms, own_ms) = clients[i].step().await;
                 lat[i].push(ms);
                 added[i].push(ms - env_ms);
+                own[i].push(own_ms);
             }
         }
     }
@@ -134,8 +142,8 @@ async fn latency(target: &Target, paths: &[Path], steps: usize, base: &str, nagl
     let inproc = median(&mut lat[0].clone());
     paths
         .iter()
-        .zip(lat.iter_mut().zip(added.iter_mut()))
-        .map(|(p, (l, a))| {
+        .zip(lat.iter_mut().zip(added.iter_mut()).zip(own.iter_mut()))
+        .map(|(p, ((l, a), o))| {
             let m = median(l);
             Row {
                 target: target.name,
@@ -144,6 +152,7 @@ async fn latency(target: &Target, paths: &[Path], steps: usize, base: &str, nagl
                 p95: p95(l),
                 overhead: m - inproc,
                 added: median(a),
+                own: median(o),
             }
         })
         .collect()
@@ -219,41 +228,63 @@ async fn main() -> anyhow::Result<()> {
         let spinner = loaded.then(|| spin(spin_stop.clone()));
         let load = if loaded { "beside a busy core" } else { "as the machine is" };
         println!("## Step latency, one env, {steps} steps each, {load}\n");
-        println!("| target | path | median ms | p95 ms | median over in-process | median added to the env's step |\n|---|---|---|---|---|---|");
+        println!("| target | path | median ms | p95 ms | median over in-process | median added to the env's step | of which the server's own |\n|---|---|---|---|---|---|---|");
         let mut rows = Vec::new();
         for t in &targets {
             let paths = Path::latency_rows();
             for r in latency(t, &paths, steps, &base, &nagle_base).await {
                 println!(
-                    "| {} | {} | {:.2} | {:.2} | {:+.2} | {:.2} |",
-                    r.target, r.path, r.median, r.p95, r.overhead, r.added
+                    "| {} | {} | {:.2} | {:.2} | {:+.2} | {:.2} | {:.2} |",
+                    r.target, r.path, r.median, r.p95, r.overhead, r.added, r.own
                 );
                 rows.push(r);
             }
         }
-        let per = (steps / 2).max(8);
+        // Rounds of in-process then each served path, with in-process once more at the end:
+        // a served run's reference is the mean of the in-process runs either side of it, so
+        // the machine's drift over minutes falls on both, and the rounds give the spread.
+        const ROUNDS: usize = 3;
+        let per = (steps / 3).max(8);
         let mut eight = Vec::new();
         for t in targets.iter().filter(|_| !latency_only) {
             if eight.is_empty() {
-                println!("\n## 8 envs at once, {per} steps each, {load}\n\n| target | path | steps/s | × in-process |\n|---|---|---|---|");
+                println!("\n## 8 envs at once, {per} steps each, {ROUNDS} rounds, {load}\n\n| target | path | steps/s, median of rounds | × in-process, median [min–max] |\n|---|---|---|---|");
             }
-            // In-process first and last: the mean of the two is the reference.
-            let a = throughput(t, Path::InProcess, 8, per, &base).await;
-            let mut served = Vec::new();
-            for shot in ["raw", "shm"] {
-                for path in [Path::Rest { binary: true, shot }, Path::Ws { binary: true, shot }] {
-                    served.push((path.label(), throughput(t, path, 8, per, &base).await));
+            let paths: Vec<Path> = ["shm", "raw"]
+                .into_iter()
+                .flat_map(|shot| [Path::Rest { binary: true, shot }, Path::Ws { binary: true, shot }])
+                .collect();
+            let mut inproc = vec![throughput(t, Path::InProcess, 8, per, &base).await];
+            let mut served: Vec<Vec<f64>> = vec![Vec::new(); paths.len()];
+            for _ in 0..ROUNDS {
+                for (k, path) in paths.iter().enumerate() {
+                    served[k].push(throughput(t, path.clone(), 8, per, &base).await);
                 }
+                inproc.push(throughput(t, Path::InProcess, 8, per, &base).await);
             }
-            let b = throughput(t, Path::InProcess, 8, per, &base).await;
-            let inproc = (a + b) / 2.0;
-            println!("| {} | in-process (before / after) | {a:.1} / {b:.1} | 1 |", t.name);
-            for (label, sps) in &served {
-                println!("| {} | {label} | {sps:.1} | {:.3} |", t.name, sps / inproc);
+            let refs: Vec<f64> = inproc.windows(2).map(|w| (w[0] + w[1]) / 2.0).collect();
+            let fmt = |v: &[f64]| v.iter().map(|x| format!("{x:.1}")).collect::<Vec<_>>().join(" / ");
+            println!(
+                "| {} | in-process ({} runs: {}) | {:.1} | 1 |",
+                t.name,
+                inproc.len(),
+                fmt(&inproc),
+                median(&mut inproc.clone())
+            );
+            let mut rows = serde_json::Map::new();
+            for (path, sps) in paths.iter().zip(&served) {
+                let ratios: Vec<f64> = sps.iter().zip(&refs).map(|(s, r)| s / r).collect();
+                let (lo, hi) = ratios.iter().fold((f64::MAX, f64::MIN), |(a, b), &x| (a.min(x), b.max(x)));
+                println!(
+                    "| {} | {} | {:.1} | {:.3} [{lo:.3}–{hi:.3}] |",
+                    t.name,
+                    path.label(),
+                    median(&mut sps.clone()),
+                    median(&mut ratios.clone())
+                );
+                rows.insert(path.label(), json!({"steps_per_s": sps, "ratios": ratios}));
             }
-            let served: serde_json::Map<String, Value> =
-                served.into_iter().map(|(label, sps)| (label, json!(sps))).collect();
-            eight.push(json!({"target": t.name, "in_process": [a, b], "served": served}));
+            eight.push(json!({"target": t.name, "in_process": inproc, "served": rows}));
         }
         println!();
         spin_stop.store(true, Ordering::Relaxed);
@@ -262,7 +293,7 @@ async fn main() -> anyhow::Result<()> {
         }
         report.push(json!({
             "load": load,
-            "latency_ms": rows.iter().map(|r| json!({"target": r.target, "path": r.path, "median": r.median, "p95": r.p95, "over_in_process": r.overhead, "added_to_env_step": r.added})).collect::<Vec<_>>(),
+            "latency_ms": rows.iter().map(|r| json!({"target": r.target, "path": r.path, "median": r.median, "p95": r.p95, "over_in_process": r.overhead, "added_to_env_step": r.added, "servers_own": r.own})).collect::<Vec<_>>(),
             "eight_envs_steps_per_s": eight,
         }));
     }

@@ -285,10 +285,11 @@ impl Client {
         }
     }
 
-    /// One random action: its latency as the client sees it and the env's own step time
-    /// (`info.timings.total_ms`), both in ms; their difference is what the path adds. The
+    /// One random action: its latency as the client sees it, the env's own step time
+    /// (`info.timings.total_ms`) and the server's own work around it (`serve_ms`, 0
+    /// in-process), all in ms; latency less the env's time is what the path adds. The
     /// reset after an episode's end is not timed.
-    pub async fn step(&mut self) -> (f64, f64) {
+    pub async fn step(&mut self) -> (f64, f64, f64) {
         let (x, y) = (self.rng.gen_range(0..self.w), self.rng.gen_range(0..self.h));
         let action = match self.rng.gen_range(0..10) {
             0 => format!("scroll({x}, {y}, 0, 40)"),
@@ -296,20 +297,22 @@ impl Client {
             _ => format!("click({x}, {y})"),
         };
         let t = Instant::now();
-        let (done, env_ms) = match &mut self.conn {
+        let (done, env_ms, own_ms) = match &mut self.conn {
             Conn::InProc(env) => {
                 let out = env.step_text(&action).await.unwrap();
                 std::hint::black_box(out.obs.screenshot.get_pixel(self.w as u32 / 2, self.h as u32 / 2));
-                (out.terminated || out.truncated, out.info.timings.total_ms)
+                (out.terminated || out.truncated, out.info.timings.total_ms, 0.0)
             }
             Conn::Rest { http, base, id, binary } => {
                 let url = format!("{base}/v1/sessions/{id}/step");
                 let (_, b) = post(http, &url, &json!({"action": action}), *binary).await;
                 let (r, px) = answer(&b, &mut self.shm);
                 assert!(std::hint::black_box(px).is_some() && r["info"]["status"].is_string(), "{r}");
+                let t = &r["info"]["timings"];
                 (
                     r["terminated"] == true || r["truncated"] == true,
-                    r["info"]["timings"]["total_ms"].as_f64().unwrap(),
+                    t["total_ms"].as_f64().unwrap(),
+                    t["serve_ms"].as_f64().unwrap(),
                 )
             }
             Conn::Ws { ws, binary } => {
@@ -319,8 +322,8 @@ impl Client {
                     r["type"] == "observation" && std::hint::black_box(px).is_some(),
                     "{r} (binary {binary})"
                 );
-                let env_ms = r["data"]["observation"]["info"]["timings"]["total_ms"].as_f64().unwrap();
-                (r["data"]["done"] == true, env_ms)
+                let t = &r["data"]["observation"]["info"]["timings"];
+                (r["data"]["done"] == true, t["total_ms"].as_f64().unwrap(), t["serve_ms"].as_f64().unwrap())
             }
         };
         let ms = t.elapsed().as_secs_f64() * 1000.0;
@@ -328,7 +331,7 @@ impl Client {
             self.episode += 1;
             self.reset().await;
         }
-        (ms, env_ms)
+        (ms, env_ms, own_ms)
     }
 
     /// Close the env (and its session).

@@ -279,6 +279,10 @@ async fn shared_memory_frames_carry_the_same_pixels_and_go_with_their_session() 
     assert!(image.is_empty(), "no pixels cross the socket");
     assert_eq!(head["observation"]["screenshot_shm"]["seq"], first.seq + 1);
     assert_eq!(shm_pixels(&head["observation"]).dimensions(), (160, 210));
+    // The server's own share of the step (the shm write in it) is reported beside the env's.
+    let t = &head["info"]["timings"];
+    let (own, env) = (t["serve_ms"].as_f64().expect("serve_ms"), t["total_ms"].as_f64().unwrap());
+    assert!(own > 0.0 && env > 0.0, "{t}");
     let stale = shm::read(&first).unwrap_err().0;
     assert!(stale.contains("overwritten"), "a frame read after the next answer is refused: {stale}");
     assert!(map.frame(&first).is_err(), "in place too");

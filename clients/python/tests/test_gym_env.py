@@ -43,7 +43,7 @@ def test_spaces_follow_the_session(live):
         assert info["status"] == "running" and info["seed"] == 3 and info["elements"]
         assert env.last_timings is not None and "timings" not in info
         _, _, _, _, info = env.step("wait(1)")
-        assert set(env.last_timings) >= {"action_ms", "settle_ms", "screenshot_ms", "total_ms"}
+        assert set(env.last_timings) >= {"action_ms", "settle_ms", "screenshot_ms", "total_ms", "serve_ms"}
         assert "timings" not in info and "episode_id" not in info
 
 

@@ -395,13 +395,18 @@ impl Session {
             };
             return Err(ApiError::no_episode(why));
         }
+        // The server's own share of the step (what it does around the env), so a client can
+        // tell it from the env's and from the network's (`timings.serve_ms`).
+        let started = Instant::now();
         let opts = image.apply(g.opts.clone());
         image.allows(opts.screenshot)?;
         let env = g.env.as_mut().expect("a running episode has an env");
+        let env_started = Instant::now();
         let mut out = env
             .step_text(action)
             .await
             .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;
+        let env_time = env_started.elapsed();
         let mut info = wire::step_info(&out.info);
         let ended = out.terminated || out.truncated;
         if let Some(learned) =
@@ -416,6 +421,10 @@ impl Session {
         blocked(&g, &mut info);
         let (observation, image) = wire::observation(out.obs, &opts);
         let (observation, image) = self.shared_frame(&mut g, &opts, observation, image)?;
+        if let Some(Value::Object(t)) = info.get_mut("timings") {
+            let own = started.elapsed().saturating_sub(env_time);
+            t.insert("serve_ms".into(), json!(own.as_secs_f64() * 1000.0));
+        }
         Ok(Transition {
             observation: Some(observation),
             image,
