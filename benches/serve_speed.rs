@@ -240,9 +240,9 @@ async fn main() -> anyhow::Result<()> {
                 rows.push(r);
             }
         }
-        // Rounds of in-process then each served path, with in-process once more at the end:
-        // a served run's reference is the mean of the in-process runs either side of it, so
-        // the machine's drift over minutes falls on both, and the rounds give the spread.
+        // In-process first and again after each round of the served paths: a served run's
+        // reference is the mean of the in-process runs either side of it, so the machine's
+        // drift over minutes falls on both, and the rounds give the spread.
         const ROUNDS: usize = 3;
         let per = (steps / 3).max(8);
         let mut eight = Vec::new();
