@@ -31,8 +31,8 @@ use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor, D};
 use guirl::env::{GuiAction, ScreenState};
 use guirl::policy::api::prompt::{system_prompt, user_text};
+use guirl::policy::qwen_vl::model::text::KvCache;
 use guirl::policy::qwen_vl::processor::ProcessedImage;
-use guirl::policy::qwen_vl::text::KvCache;
 use guirl::policy::qwen_vl::{QwenPolicySettings, QwenVlPolicy};
 use guirl::policy::TrainablePolicy;
 use guirl::train::optim::{AdamW, AdamWConfig};
@@ -631,7 +631,7 @@ fn profile(model: &Path, inputs: &Inputs, base: &Path, out: &Path, env: &Env) ->
             p.nodes
         );
     }
-    let parts_sum = |f: fn(&guirl::policy::qwen_vl::text::profile::PartTime) -> f64| -> f64 {
+    let parts_sum = |f: fn(&guirl::policy::qwen_vl::model::text::profile::PartTime) -> f64| -> f64 {
         parts.iter().filter(|p| p.part != "whole layer").map(|p| f(p) * p.per_layer as f64).sum()
     };
     println!(

@@ -26,6 +26,10 @@ What it writes, per architecture (`qwen3_vl/`, `qwen2_5_vl/`):
   the language model's) and the logits with it applied (`--vision-lora-only` writes just
   these, from the committed checkpoints).
 - `qwen3_vl_learn/`: a somewhat larger random Qwen3-VL for the CPU learning test.
+- With `--guirl-adapters`: for each adapter folder guirl wrote under
+  `ARCH/guirl_adapters/`, peft loads it on its base and the one-image case's logits are
+  saved beside it (`peft_reference.safetensors`), so the Rust tests check that peft
+  reads guirl's adapters as guirl does.
 
 The tokenizer is a small byte-level BPE trained here (not Qwen's), with Qwen's special
 tokens; the chat template is our own, in Qwen's chat format.
@@ -470,7 +474,37 @@ def vision_lora(out, arch):
     save_file({"one_image.logits": logits.contiguous()}, os.path.join(lora_dir, "reference.safetensors"))
 
 
+def guirl_adapters(out):
+    """`ARCH/guirl_adapters/*/peft_reference.safetensors`: each adapter folder that guirl
+    wrote (`write_guirl_adapter_fixtures` in tests/integration/qwen_vl_files.rs) loaded by
+    peft on its base, with peft's default options, and the one-image case's logits."""
+    from peft import PeftModel
+
+    for arch in ["qwen3_vl", "qwen2_5_vl"]:
+        folder = os.path.join(out, arch)
+        root = os.path.join(folder, "guirl_adapters")
+        if not os.path.isdir(root):
+            continue
+        cls = Qwen3VLForConditionalGeneration if arch == "qwen3_vl" else Qwen2_5_VLForConditionalGeneration
+        ref = load_file(os.path.join(folder, "reference.safetensors"))
+        ids = ref["one_image.input_ids"][None]
+        for name in sorted(os.listdir(root)):
+            model = cls.from_pretrained(folder).eval()
+            peft_model = PeftModel.from_pretrained(model, os.path.join(root, name)).eval()
+            with torch.no_grad():
+                logits = peft_model(
+                    input_ids=ids, pixel_values=ref["one_image.pixel_values"], image_grid_thw=ref["one_image.grids"],
+                    mm_token_type_ids=(ids == model.config.image_token_id).int(),
+                ).logits[0]
+            save_file({"one_image.logits": logits.contiguous()}, os.path.join(root, name, "peft_reference.safetensors"))
+            print("peft loaded", arch, name)
+
+
 def main():
+    if "--guirl-adapters" in sys.argv:
+        args = [a for a in sys.argv[1:] if a != "--guirl-adapters"]
+        guirl_adapters(args[0] if args else "fixtures/qwen_vl")
+        return
     if "--vision-lora-only" in sys.argv:
         args = [a for a in sys.argv[1:] if a != "--vision-lora-only"]
         out = args[0] if args else "fixtures/qwen_vl"

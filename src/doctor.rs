@@ -435,8 +435,8 @@ fn cuda_check() -> Check {
         return Check::warn(
             "cuda",
             "this binary is CPU-only (built without the `cuda` feature): training runs on the CPU",
-            "for a GPU, build with `cargo build --release --features cuda` (docs/gpu.md; \
-             benches/gpu/build.sh makes that build without a GPU)",
+            "for a GPU, build with `cargo build --release --features cuda` (docs/cuda.md, which also \
+             says how to make that build on a machine without a GPU)",
         );
     }
     match crate::policy::device::cuda(0) {
@@ -444,7 +444,7 @@ fn cuda_check() -> Check {
         Err(e) => Check::warn(
             "cuda",
             format!("built with CUDA, but device 0 cannot be opened: {e}"),
-            "check the GPU and its driver with `nvidia-smi`; see docs/gpu.md",
+            "check the GPU and its driver with `nvidia-smi`, and the loader path of the CUDA libraries (docs/cuda.md)",
         ),
     }
 }

@@ -39,6 +39,8 @@
 //!   and a checkpoint behind an OpenAI-compatible API (`guirl serve-policy`).
 //! - [`export`]: trajectory sets as parquet / JSON lines for veRL, TRL and `datasets`.
 //! - [`doctor`]: checks of the set-up (`guirl doctor`).
+//! - [`nn`]: the CPU kernels both Candle policies train with, each with its own backward
+//!   (candle's fused ops have none).
 //!
 //! # Example: open an env, reset, step, record
 //!
@@ -91,6 +93,7 @@ pub mod dist;
 pub mod doctor;
 pub mod env;
 pub mod export;
+pub mod nn;
 pub mod policy;
 pub mod rollout;
 pub mod serve;

@@ -2,94 +2,13 @@
 //! `fixtures/qwen_vl` (written, with their reference outputs, by
 //! `scripts/make_qwen_fixtures.py`). No PyTorch is needed here.
 
-use anyhow::Result;
+mod common;
+
 use candle_core::{DType, Device, Tensor, D};
-use guirl::policy::qwen_vl::lora::LoraSettings;
-use guirl::policy::qwen_vl::text::KvCache;
-use guirl::policy::qwen_vl::QwenVl;
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-
-const ARCHS: [&str; 2] = ["qwen3_vl", "qwen2_5_vl"];
-const CASES: [&str; 2] = ["one_image", "two_images"];
-
-fn dir(arch: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/qwen_vl").join(arch)
-}
-
-fn reference(arch: &str) -> HashMap<String, Tensor> {
-    candle_core::safetensors::load(dir(arch).join("reference.safetensors"), &Device::Cpu).unwrap()
-}
-
-/// The device and dtype under test: CPU f32 unless `GUIRL_TEST_DEVICE=cuda` and
-/// `GUIRL_TEST_DTYPE=bf16` say otherwise (benches/gpu/run.sh runs this file on a GPU).
-fn device() -> Device {
-    match std::env::var("GUIRL_TEST_DEVICE").as_deref() {
-        Ok("cuda") => guirl::policy::device::cuda(0)
-            .expect("GUIRL_TEST_DEVICE=cuda: no CUDA device (or not a --features cuda build)"),
-        _ => Device::Cpu,
-    }
-}
-
-fn dtype() -> DType {
-    match std::env::var("GUIRL_TEST_DTYPE").as_deref() {
-        Ok("bf16") => DType::BF16,
-        _ => DType::F32,
-    }
-}
-
-/// The parity bound: 1e-4 in f32; bf16 keeps 8 bits of mantissa, so 5e-2 there (2.4e-2
-/// measured on CPU).
-fn tolerance() -> f32 {
-    if dtype() == DType::BF16 {
-        5e-2
-    } else {
-        1e-4
-    }
-}
-
-fn load(arch: &str) -> QwenVl {
-    QwenVl::load(&dir(arch), dtype(), &device()).unwrap()
-}
-
-fn ids(t: &Tensor) -> Vec<u32> {
-    t.to_dtype(DType::I64).unwrap().to_vec1::<i64>().unwrap().into_iter().map(|v| v as u32).collect()
-}
-
-fn grids(t: &Tensor) -> Vec<[usize; 3]> {
-    t.to_dtype(DType::I64)
-        .unwrap()
-        .to_vec2::<i64>()
-        .unwrap()
-        .into_iter()
-        .map(|g| [g[0] as usize, g[1] as usize, g[2] as usize])
-        .collect()
-}
-
-/// max |a − b| / max |b|: the relative error the parity tests bound.
-fn rel_err(a: &Tensor, b: &Tensor) -> f32 {
-    assert_eq!(a.dims(), b.dims());
-    let a = &a.to_device(&Device::Cpu).unwrap().to_dtype(DType::F32).unwrap();
-    let b = &b.to_device(&Device::Cpu).unwrap().to_dtype(DType::F32).unwrap();
-    let diff = (a - b).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
-    let scale = b.abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
-    diff / scale
-}
-
-/// Prompt logits `[T, V]` for a reference case, from the processor-made pixels.
-fn prompt_logits(
-    m: &QwenVl,
-    r: &HashMap<String, Tensor>,
-    case: &str,
-    cache: Option<&mut KvCache>,
-) -> Result<(Tensor, i64)> {
-    let g = grids(&r[&format!("{case}.grids")]);
-    let px = r[&format!("{case}.pixel_values")].to_device(&device())?;
-    let vision = m.encode_images(&px, &g)?;
-    let prompt = m.prompt(ids(&r[&format!("{case}.input_ids")]), &g)?;
-    let h = m.hidden(&prompt, Some(&vision), cache)?;
-    Ok((m.logits(&h)?, prompt.delta))
-}
+use common::qwen::*;
+use guirl::policy::qwen_vl::model::text::KvCache;
+use guirl::policy::qwen_vl::train::lora::LoraSettings;
+use std::path::PathBuf;
 
 #[test]
 fn prompt_logits_equal_transformers_for_both_architectures_with_one_and_two_images() {
@@ -325,7 +244,7 @@ fn a_peft_adapter_on_the_vision_tower_reproduces_peft_logits() {
         eprintln!("{arch}/one_image with peft's vision adapter: relative error {e:.2e}");
         assert!(e <= tolerance(), "{arch} with peft's vision adapter: relative error {e}");
         // and without it (adapters switched off) the logits are the base model's, which differ
-        m.lora().unwrap().1.set(guirl::policy::qwen_vl::lora::AdapterUse::Off);
+        m.lora().unwrap().1.set(guirl::policy::qwen_vl::train::lora::AdapterUse::Off);
         let (base, _) = prompt_logits(&m, &r, "one_image", None).unwrap();
         assert!(
             rel_err(&base, &want["one_image.logits"]) > 10.0 * tolerance(),
@@ -367,7 +286,7 @@ fn adapters_off_is_the_base_model() {
     let mut m = load("qwen3_vl");
     let r = reference("qwen3_vl");
     let switch = m.load_adapter(&dir("qwen3_vl").join("lora")).unwrap();
-    switch.set(guirl::policy::qwen_vl::lora::AdapterUse::Off);
+    switch.set(guirl::policy::qwen_vl::train::lora::AdapterUse::Off);
     let (logits, _) = prompt_logits(&m, &r, "one_image", None).unwrap();
     assert!(rel_err(&logits, &r["one_image.logits"]) <= tolerance());
 }

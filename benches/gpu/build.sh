@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build everything benches/gpu/run.sh needs, here on a CPU machine, and pack it into
 # .gpubin/ (gitignored) for the GPU machine, which has no Rust and no network.
-# Follows shared/CUDA-BUILD.md: CUDA 13.0 from PyPI, a libcuda stub to link, sm_90.
+# CUDA 13.0 from PyPI, a libcuda stub to link, sm_90; docs/cuda.md says why.
 #
 #   benches/gpu/build.sh        # ~35 min the first time, minutes afterwards
 #

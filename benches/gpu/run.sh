@@ -43,7 +43,7 @@ for b in qwen_vl policy_speed qwen_speed nccl; do
 done
 NV=$(python3 -c 'import nvidia,os;print(os.path.join(list(nvidia.__path__)[0],"cu13","lib"))' 2>/dev/null || true)
 export LD_LIBRARY_PATH=${NV}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-if ldd $BIN/qwen_speed | grep 'not found'; then echo "missing libraries (see shared/CUDA-BUILD.md)"; exit 1; fi
+if ldd $BIN/qwen_speed | grep 'not found'; then echo "missing libraries (see docs/cuda.md)"; exit 1; fi
 # The test binary finds its fixtures through the path it was built at (CARGO_MANIFEST_DIR).
 BUILT_AT=$(cat .gpubin/built_at 2>/dev/null)
 if [ -n "$BUILT_AT" ] && [ ! -e "$BUILT_AT/fixtures" ]; then

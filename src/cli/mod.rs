@@ -94,6 +94,9 @@ enum Command {
         /// Only this suite.
         #[arg(long, value_parser = ["miniwob", "builtin"])]
         suite: Option<String>,
+        /// Only the tasks a scripted oracle solves (`--policy oracle`, `[sft] oracle_episodes`).
+        #[arg(long)]
+        oracle: bool,
     },
     /// Run episodes of a task with a policy and report success.
     Run(run::RunArgs),
@@ -143,15 +146,18 @@ enum Command {
 
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
+    tune_allocator();
     let cli = Cli::parse();
     tracing_subscriber::fmt()
+        // Colour codes only on a terminal: piped or logged warnings stay plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("GUIRL_LOG").unwrap_or_else(|_| "warn".into()),
         )
         .with_writer(std::io::stderr)
         .init();
     let result = match cli.command {
-        Command::Tasks { suite } => list_tasks(suite.as_deref()),
+        Command::Tasks { suite, oracle } => list_tasks(suite.as_deref(), oracle),
         Command::Run(args) => interruptible(run::run(args)),
         Command::Play(args) => interruptible(play::play(args)),
         Command::Bench(args) => interruptible(bench::bench(args)),
@@ -231,7 +237,7 @@ fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime")
 }
 
-fn list_tasks(suite: Option<&str>) -> anyhow::Result<()> {
+fn list_tasks(suite: Option<&str>, oracle_only: bool) -> anyhow::Result<()> {
     let ids = crate::tasks::all_task_ids(suite);
     if ids.is_empty() {
         anyhow::bail!(
@@ -240,7 +246,7 @@ fn list_tasks(suite: Option<&str>) -> anyhow::Result<()> {
             crate::tasks::server::miniwob_dir().display()
         );
     }
-    for id in ids {
+    for id in ids.iter().filter(|id| !oracle_only || crate::policy::oracle::has_oracle(id)) {
         println!("{id}");
     }
     Ok(())
@@ -252,4 +258,28 @@ fn view(dir: &std::path::Path, out: Option<PathBuf>) -> anyhow::Result<()> {
     crate::rollout::viewer::write_html(&set, &out)?;
     println!("{}", out.display());
     Ok(())
+}
+
+/// Raises glibc's mmap and trim thresholds, unless the user set them
+/// (`MALLOC_MMAP_THRESHOLD_`, `MALLOC_TRIM_THRESHOLD_`).
+///
+/// By default glibc serves every allocation above 128 KiB-32 MiB (a sliding threshold)
+/// with a fresh `mmap` and returns it on free, so each large temporary tensor of a CPU
+/// training step is faulted in page by page: 40 % system time, and a small policy's
+/// training step 1.8× slower (docs/contributing/candle.md).
+fn tune_allocator() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        const MAX_MMAP_THRESHOLD: libc::c_int = 32 << 20; // glibc's largest allowed value
+        const TRIM_THRESHOLD: libc::c_int = 1 << 30;
+        // SAFETY: mallopt only sets allocator parameters; called before any thread starts.
+        unsafe {
+            if std::env::var_os("MALLOC_MMAP_THRESHOLD_").is_none() {
+                libc::mallopt(libc::M_MMAP_THRESHOLD, MAX_MMAP_THRESHOLD);
+            }
+            if std::env::var_os("MALLOC_TRIM_THRESHOLD_").is_none() {
+                libc::mallopt(libc::M_TRIM_THRESHOLD, TRIM_THRESHOLD);
+            }
+        }
+    }
 }

@@ -162,7 +162,7 @@ pub fn make_policy(
         "random" => Ok(Box::new(RandomPolicy::new(seed))),
         "oracle" => {
             if let Some(t) = task_ids.iter().find(|t| !crate::policy::oracle::has_oracle(t)) {
-                bail!("no oracle for task {t}: oracles exist for the built-in tasks and some MiniWoB++ tasks (see `guirl tasks`); use --policy random");
+                bail!(crate::policy::oracle::no_oracle_message(t, "use --policy random"));
             }
             Ok(Box::new(OraclePolicy))
         }

@@ -88,11 +88,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         results.iter().filter(|r| !r.trajectory.outcome.status.is_infrastructure_failure()).collect();
     let infra = results.len() - scored.len();
     let n = scored.len().max(1) as f64;
+    // With no episode scored there is no rate: `null` in JSON, "none" in text, exit non-zero.
+    let measured = !scored.is_empty();
     let success =
         scored.iter().filter(|r| r.trajectory.outcome.status == crate::env::EpisodeStatus::Success).count()
             as f64
             / n;
     let mean_reward = scored.iter().map(|r| r.trajectory.outcome.reward).sum::<f64>() / n;
+    let (success, mean_reward) = (measured.then_some(success), measured.then_some(mean_reward));
     let steps: u64 = results.iter().map(|r| r.trajectory.outcome.steps as u64).sum();
     let secs = t0.elapsed().as_secs_f64();
     // Episodes of a task with both a success check and a reward model.
@@ -134,8 +137,20 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             0 => String::new(),
             n => format!(" infrastructure_errors={n} (left out of the rates)"),
         };
+        let rate = |v: Option<f64>| v.map_or("none".to_string(), |v| format!("{v:.3}"));
         println!(
-            "episodes={} success_rate={success:.3} mean_reward={mean_reward:.3}{agreement}{judge_errors}{infra}",
+            "episodes={} success_rate={} mean_reward={}{agreement}{judge_errors}{infra}",
+            results.len(),
+            rate(success),
+            rate(mean_reward)
+        );
+    }
+    if !measured {
+        let first = results.iter().find_map(|r| r.trajectory.outcome.error.clone()).unwrap_or_default();
+        anyhow::bail!(
+            "nothing was measured: all {} episodes ended in infrastructure errors (the browser, the \
+             policy's endpoint or the judge failed, not the agent); the first: {first}. Fix that \
+             (`guirl doctor` checks the set-up) and run again",
             results.len()
         );
     }

@@ -44,6 +44,20 @@ pub struct ServeArgs {
     /// addresses included (http(s) only still). Only for a server whose clients you trust.
     #[arg(long, conflicts_with = "allow_hosts")]
     allow_any_host: bool,
+    /// Names clients reach the server by (comma-separated), which the `Host` header may
+    /// carry; IP addresses and localhost always pass. Any other name is refused, which
+    /// stops DNS rebinding.
+    #[arg(long, value_delimiter = ',', value_name = "NAMES")]
+    host_names: Vec<String>,
+    /// Web origins whose pages may call the API (comma-separated, e.g.
+    /// https://app.example.com). Without it a request with an Origin header (one a web
+    /// page sent) is refused; programs send none.
+    #[arg(long, value_delimiter = ',', value_name = "ORIGINS")]
+    allow_origins: Vec<String>,
+    /// Connections open at once; past it a new one gets 503 and `/health` says
+    /// "shedding" (default: a quarter of the open-file limit, 16 to 1,024).
+    #[arg(long, value_name = "N")]
+    max_connections: Option<usize>,
     #[command(flatten)]
     browser: BrowserArgs,
 }
@@ -63,6 +77,18 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         bail!(
             "--reward-models {}: not a folder (give the folder that holds the reward model folders)",
             d.display()
+        );
+    }
+    if args.max_connections.is_some_and(|n| n < 4) {
+        bail!("--max-connections must be at least 4 (a client, a health check and room to spare)");
+    }
+    let browser = args.browser.config();
+    if !browser.devtools {
+        // Every session's requests are checked over DevTools (the URL policy): without
+        // the channel every reset would fail, so say it now rather than serve a broken env.
+        bail!(
+            "guirl serve needs each browser's DevTools channel to enforce its URL policy: drop \
+             --no-devtools (and unset GUIRL_DEVTOOLS=0)"
         );
     }
     let token = args.token.filter(|t| !t.trim().is_empty());
@@ -96,9 +122,19 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         token,
         ws_ping: Duration::from_secs_f64(args.ws_ping),
         max_body: args.max_body,
-        env: crate::env::EnvConfig { browser: args.browser.config(), ..Default::default() },
+        env: crate::env::EnvConfig { browser, ..Default::default() },
         reward_models: args.reward_models,
         url_policy,
+        conn: crate::serve::env_server::conn::ConnLimits {
+            max_connections: args
+                .max_connections
+                .unwrap_or_else(crate::serve::env_server::conn::default_max_connections),
+            ..Default::default()
+        },
+        cross_site: crate::serve::env_server::cross_site::CrossSite {
+            host_names: args.host_names,
+            allowed_origins: args.allow_origins,
+        },
     };
     println!(
         "guirl serve: http://{addr} (REST /v1/sessions, OpenEnv ws://{addr}/ws), up to {} sessions{}",

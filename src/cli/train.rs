@@ -25,9 +25,10 @@ pub struct TrainArgs {
     /// (the differences are listed without it; raising run.iterations needs no --force).
     #[arg(long, requires = "resume")]
     force: bool,
-    /// Train data parallel over N processes on this machine (one per GPU with a CUDA
-    /// device: rank r uses cuda:(N + r)); they split the rollouts and sum their gradients.
-    /// Across machines, start each process yourself with torchrun's variables (docs/scaling.md).
+    /// Train data parallel over N processes on this machine (one per GPU when the config's
+    /// device is cuda:D: the process of local rank r uses cuda:(D + r)); they split the
+    /// rollouts and sum their gradients. Across machines, start each process yourself with
+    /// torchrun's variables (docs/data-parallel.md).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
     nproc: Option<u16>,
     #[command(flatten)]

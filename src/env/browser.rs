@@ -8,9 +8,9 @@ mod launch;
 mod site_data;
 
 pub use super::browser_config::{BrowserConfig, APT_HINT, CHROMIUM_FLAGS, FREE_FRAME_FLAGS, HEADLESS_SHELL};
+use super::devtools::InputEvent;
 use super::devtools::{CdpError, DevTools};
 use super::frames::{self, FrameControl};
-use super::input::InputEvent;
 use super::page_clock::PageClock;
 use super::EnvError;
 use fantoccini::actions::Actions;
@@ -66,6 +66,9 @@ pub struct Browser {
     devtools_input: bool,
     /// How it was started: sandboxed or not, as whom (see [`super::sandbox`]).
     sandbox: super::sandbox::Plan,
+    /// chromedriver's and DevTools' ports, closed to pages while this browser lives
+    /// (see [`super::local_guard`]).
+    reserved: Vec<super::local_guard::Reservation>,
 }
 
 impl std::fmt::Debug for Browser {

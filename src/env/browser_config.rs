@@ -2,7 +2,6 @@
 //! found, and [`BrowserConfig`] (start chromedriver here, or attach to a WebDriver URL).
 
 use super::frames;
-use super::input::InputPath;
 use super::EnvError;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -241,4 +240,47 @@ pub(crate) fn remote_chromium(cfg: &BrowserConfig, url: &str) -> Option<PathBuf>
     let local = ["127.0.0.1", "localhost", "::1", "[::1]"].contains(&host.as_str());
     let debian = Path::new("/usr/bin/chromium");
     (local && debian.is_file()).then(|| debian.to_path_buf())
+}
+
+/// Which channel carries input actions (see [`super::input`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum InputPath {
+    /// DevTools `Input.dispatch*` events where the session allows, else WebDriver (default).
+    #[default]
+    DevTools,
+    /// WebDriver input actions (through chromedriver or a Grid) always.
+    WebDriver,
+}
+
+impl InputPath {
+    /// The path's name, as `--input` and `GUIRL_INPUT` take it.
+    pub fn name(self) -> &'static str {
+        match self {
+            InputPath::DevTools => "devtools",
+            InputPath::WebDriver => "webdriver",
+        }
+    }
+
+    /// `GUIRL_INPUT` if set to a known path, else DevTools (an unknown value is named in
+    /// a warning rather than silently ignored).
+    pub fn from_env() -> InputPath {
+        match std::env::var("GUIRL_INPUT") {
+            Ok(v) => v.parse().unwrap_or_else(|e: String| {
+                tracing::warn!("GUIRL_INPUT: {e}; using devtools input");
+                InputPath::default()
+            }),
+            Err(_) => InputPath::default(),
+        }
+    }
+}
+
+impl std::str::FromStr for InputPath {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "devtools" | "cdp" => Ok(InputPath::DevTools),
+            "webdriver" => Ok(InputPath::WebDriver),
+            _ => Err(format!("unknown input path {s:?}: expected devtools or webdriver")),
+        }
+    }
 }

@@ -16,6 +16,9 @@ use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+
+/// One `Input.dispatch*` call: the method and its parameters.
+pub type InputEvent = (&'static str, Value);
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio_tungstenite::tungstenite::Message;
@@ -66,6 +69,8 @@ pub struct DevTools {
     navigations: tokio::sync::watch::Receiver<(u64, u64)>,
     /// Decides the requests paused by `Fetch.enable`.
     filter: Filter,
+    /// The endpoint's port when it listens on this machine's loopback.
+    port: Option<u16>,
 }
 
 impl DevTools {
@@ -182,7 +187,14 @@ impl DevTools {
             commits,
             navigations,
             filter,
+            port: loopback_port(ws_url),
         })
+    }
+
+    /// The endpoint's port when it listens on this machine's loopback (pages must not
+    /// reach it: see [`super::local_guard`]).
+    pub fn port(&self) -> Option<u16> {
+        self.port
     }
 
     /// Pause every request the browser makes, in every page and frame, until `check`
@@ -321,6 +333,16 @@ impl Drop for DevTools {
             t.abort();
         }
     }
+}
+
+fn loopback_port(ws_url: &str) -> Option<u16> {
+    let u = url::Url::parse(ws_url).ok()?;
+    let local = match u.host()? {
+        url::Host::Ipv4(a) => super::local_guard::is_loopback_like(a.into()),
+        url::Host::Ipv6(a) => super::local_guard::is_loopback_like(a.into()),
+        url::Host::Domain(d) => d.eq_ignore_ascii_case("localhost"),
+    };
+    local.then(|| u.port_or_known_default()).flatten()
 }
 
 /// The browser-level DevTools websocket URL of a session, if one can be reached from here.

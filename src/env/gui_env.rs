@@ -5,6 +5,7 @@
 //! the next `reset` starts a fresh one.
 
 use super::browser::{Browser, BrowserConfig};
+use super::local_guard::LocalGuard;
 pub use super::outcome::{EpisodeStatus, ResetInfo, StepInfo, StepOutcome, StepTimings};
 use super::{Element, EnvError, Frame, GuiAction, ScreenState};
 use crate::tasks::{EpisodeOptions, Task, TaskStatus};
@@ -65,6 +66,8 @@ pub struct GuiEnv {
     resize: bool,
     /// Every request of the browser must pass this (see [`GuiEnv::guard_requests`]).
     request_check: Option<super::devtools::RequestCheck>,
+    /// Keeps pages off this machine's loopback services, always (see [`super::local_guard`]).
+    local: Arc<LocalGuard>,
 }
 
 const OBSERVE_JS: &str = include_str!("observe.js");
@@ -90,7 +93,8 @@ struct PageState {
 impl GuiEnv {
     /// An env for `task`; the browser starts at the first reset.
     pub fn new(task: Arc<dyn Task>, cfg: EnvConfig) -> GuiEnv {
-        GuiEnv { task, cfg, browser: None, episode: None, resize: false, request_check: None }
+        let local = LocalGuard::new(task.home_url().as_deref());
+        GuiEnv { task, cfg, browser: None, episode: None, resize: false, request_check: None, local }
     }
 
     /// Let every browser this env starts make only the requests `check` allows (a page's
@@ -99,6 +103,12 @@ impl GuiEnv {
     /// so call it before the first reset. `guirl serve` guards every session's browser.
     pub fn guard_requests(&mut self, check: super::devtools::RequestCheck) {
         self.request_check = Some(check);
+    }
+
+    /// The requests to this machine's loopback services that pages made since the last
+    /// call, refused (at most 20 listed), and how many more (see [`super::local_guard`]).
+    pub fn take_blocked_urls(&self) -> (Vec<String>, usize) {
+        self.local.take_blocked()
     }
 
     /// The task this env runs.
@@ -116,6 +126,7 @@ impl GuiEnv {
         if self.browser.as_ref().is_some_and(|b| !b.can_read(&task.local_files())) {
             self.drop_browser();
         }
+        self.local.set_home(task.home_url().as_deref());
         self.task = task;
         self.episode = None;
     }
@@ -181,16 +192,38 @@ impl GuiEnv {
                     tracing::debug!("page time stays on the wall clock: no begin-frame control");
                 }
             }
-            if let Some(check) = &self.request_check {
-                if let Err(e) = b.guard_requests(check.clone()).await {
+            if b.has_devtools() || self.request_check.is_some() {
+                if let Err(e) = b.guard_requests(self.page_requests_check()).await {
                     b.close().await;
                     return Err(e);
                 }
+            } else {
+                tracing::warn!(
+                    "without a DevTools channel, pages' requests to this machine's loopback are not \
+                     checked (chromedriver still answers only under its secret path)"
+                );
             }
             self.browser = Some(b);
             self.resize = false;
         }
         Ok(())
+    }
+
+    /// The loopback rule, then the caller's check (if any).
+    fn page_requests_check(&self) -> super::devtools::RequestCheck {
+        let (local, outer) = (self.local.clone(), self.request_check.clone());
+        Arc::new(move |url: String| {
+            let (local, outer) = (local.clone(), outer.clone());
+            Box::pin(async move {
+                if !local.allows(&url).await {
+                    return false;
+                }
+                match outer {
+                    Some(check) => check(url).await,
+                    None => true,
+                }
+            })
+        })
     }
 
     fn frame(&self, scroll: [i32; 2]) -> Frame {

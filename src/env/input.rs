@@ -54,57 +54,16 @@
 //! written right after an event waited for the browser's delayed ACK.)
 
 use super::browser::Browser;
+pub use super::browser_config::InputPath;
+pub use super::devtools::InputEvent;
 use super::frames::Draw;
 use super::{EnvError, Frame, GuiAction, KeyCombo, Modifier};
 use fantoccini::actions::{
     InputSource, KeyAction, KeyActions, MouseActions, PointerAction, WheelAction, WheelActions,
     MOUSE_BUTTON_LEFT, MOUSE_BUTTON_RIGHT,
 };
-use serde_json::{json, Value};
+use serde_json::json;
 use std::time::Duration;
-
-/// Which channel carries input actions (see the module docs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum InputPath {
-    /// DevTools `Input.dispatch*` events where the session allows, else WebDriver (default).
-    #[default]
-    DevTools,
-    /// WebDriver input actions (through chromedriver or a Grid) always.
-    WebDriver,
-}
-
-impl InputPath {
-    /// The path's name, as `--input` and `GUIRL_INPUT` take it.
-    pub fn name(self) -> &'static str {
-        match self {
-            InputPath::DevTools => "devtools",
-            InputPath::WebDriver => "webdriver",
-        }
-    }
-
-    /// `GUIRL_INPUT` if set to a known path, else DevTools (an unknown value is named in
-    /// a warning rather than silently ignored).
-    pub fn from_env() -> InputPath {
-        match std::env::var("GUIRL_INPUT") {
-            Ok(v) => v.parse().unwrap_or_else(|e: String| {
-                tracing::warn!("GUIRL_INPUT: {e}; using devtools input");
-                InputPath::default()
-            }),
-            Err(_) => InputPath::default(),
-        }
-    }
-}
-
-impl std::str::FromStr for InputPath {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.to_ascii_lowercase().as_str() {
-            "devtools" | "cdp" => Ok(InputPath::DevTools),
-            "webdriver" => Ok(InputPath::WebDriver),
-            _ => Err(format!("unknown input path {s:?}: expected devtools or webdriver")),
-        }
-    }
-}
 
 /// Execute one action at screenshot coordinates, over whichever path the browser uses.
 pub(crate) async fn execute(browser: &Browser, action: &GuiAction, f: &Frame) -> Result<(), EnvError> {
@@ -140,9 +99,6 @@ const DRAG_STEPS: i32 = 8;
 fn drag_path(x1: i32, y1: i32, x2: i32, y2: i32) -> impl Iterator<Item = (i32, i32)> {
     (1..=DRAG_STEPS).map(move |i| (x1 + (x2 - x1) * i / DRAG_STEPS, y1 + (y2 - y1) * i / DRAG_STEPS))
 }
-
-/// One `Input.dispatch*` call: the method and its parameters.
-pub type InputEvent = (&'static str, Value);
 
 const MOUSE: &str = "Input.dispatchMouseEvent";
 /// The method of key events.
@@ -448,6 +404,7 @@ fn move_to(f: &Frame, x: i32, y: i32, duration: Duration) -> PointerAction {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
 
     fn events(a: &str) -> Vec<InputEvent> {
         devtools_events(

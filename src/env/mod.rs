@@ -9,6 +9,7 @@ pub mod devtools;
 pub mod frames;
 pub mod gui_env;
 pub mod input;
+pub mod local_guard;
 pub mod observation;
 pub mod outcome;
 pub mod page_clock;

@@ -18,7 +18,7 @@
 //! encoder's weights sit at the root of the model's `VarBuilder` (`conv1`, `conv2`, `img`,
 //! `word_emb`), as they did before the two models shared it, so saved models still load.
 
-use crate::policy::vlm::fused;
+use crate::nn::custom_ops as fused;
 use crate::policy::vlm::inputs::{image_values, instruction_words};
 use crate::policy::vlm::layers::{linear, Linear};
 use crate::policy::vlm::model::patchify;

@@ -7,6 +7,7 @@
 //! trajectory carries the status so a trainer can leave it out of its group's statistics.
 
 use super::prefix::{Prefix, PrefixError, Reached};
+use super::runtime::off_runtime;
 use super::trajectory::{Outcome, Recorded, TrajStep, Trajectory, FORMAT_VERSION};
 use crate::env::{EnvConfig, EnvError, EpisodeStatus, GuiEnv, ScreenState};
 use crate::policy::{stream_key, Decision, Policy, PolicyFailure};
@@ -559,16 +560,4 @@ async fn episode(
     }
     traj.outcome.steps = traj.steps.len() as u32;
     Ok((Recorded { trajectory: traj, frames }, agreed))
-}
-
-/// Run `f` (a policy's forward or backward pass) without stalling the other tasks of a
-/// multi-threaded runtime: the envs' tasks on this worker thread (frame pumps issue a
-/// frame every 2 ms while a WebDriver command runs) move to other workers meanwhile.
-/// On a current-thread runtime (`#[tokio::test]`) or outside one, `f` just runs.
-pub fn off_runtime<T>(f: impl FnOnce() -> T) -> T {
-    use tokio::runtime::{Handle, RuntimeFlavor};
-    match Handle::try_current() {
-        Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => tokio::task::block_in_place(f),
-        _ => f(),
-    }
 }

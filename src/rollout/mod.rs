@@ -6,6 +6,7 @@ pub mod play;
 pub mod prefix;
 pub mod replay;
 pub mod rescore;
+pub mod runtime;
 pub mod scoring;
 mod shard;
 pub mod store;

@@ -28,7 +28,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-#[path = "play_capture.rs"]
 mod capture;
 
 /// The policy name recorded trajectories carry.

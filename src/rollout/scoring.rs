@@ -2,7 +2,7 @@
 //! [`crate::tasks::LearnedReward`]): the collector, `play`, `replay` and `serve` sessions
 //! all go through here.
 
-use super::collector::off_runtime;
+use super::runtime::off_runtime;
 use super::trajectory::Trajectory;
 use crate::env::{EnvError, EpisodeStatus};
 

@@ -2,7 +2,8 @@
 //! runs jobs `r, r + W, …`, then the ranks exchange their episodes (trajectory as JSON,
 //! screenshots as raw RGB) so that every rank holds all of them in job order.
 
-use super::collector::{off_runtime, CollectStats, Collector, Job};
+use super::collector::{CollectStats, Collector, Job};
+use super::runtime::off_runtime;
 use super::trajectory::{Recorded, Trajectory};
 use crate::dist::ProcessGroup;
 use crate::policy::Policy;

@@ -169,6 +169,12 @@ pub trait Task: Send + Sync + std::fmt::Debug {
     fn learned_reward(&self) -> Option<&LearnedReward> {
         None
     }
+    /// The task's start page when it is not on guirl's task server (a website spec's
+    /// absolute `start_url`): its pages may reach that loopback port, and no other (see
+    /// [`crate::env::local_guard`]).
+    fn home_url(&self) -> Option<String> {
+        None
+    }
     /// Files on this machine the task's pages load from (a `file://` start URL): the env
     /// checks that a sandboxed browser's user can read them.
     fn local_files(&self) -> Vec<std::path::PathBuf> {

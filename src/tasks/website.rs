@@ -305,12 +305,51 @@ fn learned_reward(spec: &WebsiteSpec, base: &Path) -> anyhow::Result<Option<supe
     }))
 }
 
+/// `template` with each `{name}` of `vars` replaced by its value, in one pass: a value
+/// is never expanded again, so the result is at most [`WebsiteSpec::expanded_chars`] long.
 fn fill(template: &str, vars: &BTreeMap<String, String>) -> String {
-    let mut s = template.to_string();
-    for (k, v) in vars {
-        s = s.replace(&format!("{{{k}}}"), v);
+    let mut out = String::with_capacity(template.len());
+    let mut rest = template;
+    while let Some(open) = rest.find('{') {
+        out.push_str(&rest[..open]);
+        let after = &rest[open + 1..];
+        match after.find('}').and_then(|close| Some((vars.get(&after[..close])?, close))) {
+            Some((value, close)) => {
+                out.push_str(value);
+                rest = &after[close + 1..];
+            }
+            None => {
+                out.push('{');
+                rest = after;
+            }
+        }
     }
-    s
+    out.push_str(rest);
+    out
+}
+
+impl Variable {
+    /// The most characters a drawn value can have.
+    fn longest(&self) -> usize {
+        match self {
+            Variable::Choice(c) => c.iter().map(|v| v.chars().count()).max().unwrap_or(0),
+            Variable::Range { min, max } => min.to_string().len().max(max.to_string().len()),
+        }
+    }
+}
+
+impl WebsiteSpec {
+    /// The most characters `template` (a field of this spec) can expand to with any seed's
+    /// variables: what a length limit must hold, not the template's own length.
+    pub fn expanded_chars(&self, template: &str) -> usize {
+        let mut n = template.chars().count();
+        for (name, v) in &self.variables {
+            let uses = template.matches(&format!("{{{name}}}")).count();
+            // Each use is in the template, so its placeholder's characters are in `n`.
+            n = n + uses * v.longest() - uses * (name.chars().count() + 2);
+        }
+        n
+    }
 }
 
 /// A website task loaded from a spec file.
@@ -424,6 +463,10 @@ impl Task for WebsiteTask {
     }
     fn local_files(&self) -> Vec<std::path::PathBuf> {
         file_of_url(&self.spec.start_url).into_iter().collect()
+    }
+    fn home_url(&self) -> Option<String> {
+        let u = self.spec.start_url.trim();
+        (u.starts_with("http://") || u.starts_with("https://")).then(|| u.to_string())
     }
 
     async fn reset(

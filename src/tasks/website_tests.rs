@@ -91,3 +91,20 @@ fn a_reward_model_may_replace_the_success_checks() {
         (dir.path().join("rm"), 0.5, true)
     );
 }
+
+#[test]
+fn variables_expand_once_and_their_expansion_is_bounded() {
+    let spec = WebsiteSpec::parse(
+        "start_url = \"/x.html\"\ninstruction = \"{a} and {a}, {n}\"\n[variables]\na = [\"{n}{n}\", \"xy\"]\nn = { min = -50, max = 7 }\n[success]\nurl_pattern = \"done\"\n",
+    )
+    .unwrap();
+    let vars: BTreeMap<String, String> = [("a".into(), "{n}{n}".into()), ("n".into(), "-5".into())].into();
+    // A value is not expanded again: `{n}` inside `a`'s value stays as written.
+    assert_eq!(fill("{a} and {a}, {n} {b} {", &vars), "{n}{n} and {n}{n}, -5 {b} {");
+    // Two uses of `a` (6 characters at most) and one of `n` (3: "-50").
+    assert_eq!(spec.expanded_chars(&spec.instruction), "{a} and {a}, {n}".len() + 2 * (6 - 3) + (3 - 3));
+    for seed in 0..20 {
+        let drawn = spec.draw(seed);
+        assert!(fill(&spec.instruction, &drawn).chars().count() <= spec.expanded_chars(&spec.instruction));
+    }
+}

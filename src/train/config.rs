@@ -111,7 +111,7 @@ fn default_progress_mix() -> f64 {
 
 /// A half-open seed range `[start, end)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct SeedRange {
     /// First seed.
     pub start: u64,
@@ -121,7 +121,7 @@ pub struct SeedRange {
 
 /// `count` seeds from `start`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct EvalSeeds {
     /// First seed.
     pub start: u64,
@@ -130,11 +130,25 @@ pub struct EvalSeeds {
 }
 
 fn default_train_seeds() -> SeedRange {
-    SeedRange { start: 0, end: 1_000_000 }
+    SeedRange::default()
 }
 
 fn default_eval_seeds() -> EvalSeeds {
-    EvalSeeds { start: 1_000_000, count: 100 }
+    EvalSeeds::default()
+}
+
+/// Each field defaults on its own: `train_seeds = { start = 5 }` keeps `end`'s default.
+impl Default for SeedRange {
+    fn default() -> Self {
+        SeedRange { start: 0, end: 1_000_000 }
+    }
+}
+
+/// Each field defaults on its own, as [`SeedRange`]'s.
+impl Default for EvalSeeds {
+    fn default() -> Self {
+        EvalSeeds { start: 1_000_000, count: 100 }
+    }
 }
 
 /// `[rollout]`.
@@ -450,6 +464,18 @@ impl TrainConfig {
                 "sft.dir must not be empty".into(),
             );
             check(s.oracle_episodes != Some(0), "sft.oracle_episodes must be at least 1".into());
+            // Refused here, before any browser starts, as `guirl run --policy oracle` does.
+            if s.oracle_episodes.is_some() {
+                for id in self.tasks.ids.iter().filter(|id| !crate::policy::oracle::has_oracle(id)) {
+                    check(
+                        false,
+                        crate::policy::oracle::no_oracle_message(
+                            id,
+                            "record demonstrations for it and set sft.dir instead of sft.oracle_episodes",
+                        ),
+                    );
+                }
+            }
             check(
                 s.oracle_episodes_for.is_empty() || s.oracle_episodes.is_some(),
                 "sft.oracle_episodes_for needs sft.oracle_episodes (the count for the other tasks)".into(),

@@ -321,6 +321,14 @@ fn bad_values_are_named() {
         "{MINIMAL}[sft]\noracle_episodes = 4\noracle_episodes_for = {{ \"miniwob/click-button\" = 9 }}\n"
     ));
     assert_eq!(c.sft.unwrap().oracle_episodes_for.get("miniwob/click-button"), Some(&9));
+    // A task no oracle knows is refused at load, before any browser runs.
+    let spec = "environments/websites/newsletter.toml";
+    let e = err(&format!(
+        "{}[sft]\noracle_episodes = 4\n",
+        MINIMAL.replace("\"miniwob/click-button\"", &format!("\"miniwob/click-button\", \"{spec}\""))
+    ));
+    assert!(e.contains(&format!("no oracle for task {spec}")) && e.contains("set sft.dir"), "{e}");
+    assert!(!e.contains("click-button"), "{e}");
     let e = err(&MINIMAL.replace("iterations = 10", "iterations = 10\nmax_env_steps = 0"));
     assert!(e.contains("run.max_env_steps must be at least 1"), "{e}");
     let e = err(&MINIMAL.replace("\"r\"", "\"a/b\""));
@@ -470,4 +478,17 @@ fn the_model_says_what_reaches_the_policy() {
     // A pretrained backbone reads the screenshot and the instruction only.
     let b: ModelConfig = toml::from_str("backbone = \"qwen3_vl\"\npath = \"x\"").unwrap();
     assert_eq!(b.observation().unwrap(), crate::policy::observation::Observation::pixels());
+}
+
+#[test]
+fn seed_tables_default_each_field() {
+    let t = |tr: &str, ev: &str| {
+        MINIMAL.replace("ids =", &format!("train_seeds = {tr}\neval_seeds = {ev}\nids ="))
+    };
+    let c = parse_ok(&t("{ start = 5 }", "{ count = 20 }"));
+    assert_eq!(c.tasks.train_seeds, SeedRange { start: 5, end: 1_000_000 });
+    assert_eq!(c.tasks.eval_seeds, EvalSeeds { start: 1_000_000, count: 20 });
+    let c = parse_ok(&t("{ end = 500 }", "{ start = 600 }"));
+    assert_eq!(c.tasks.train_seeds, SeedRange { start: 0, end: 500 });
+    assert_eq!(c.tasks.eval_seeds, EvalSeeds { start: 600, count: 100 });
 }

@@ -333,7 +333,7 @@ impl MetricsWriter {
             .and_then(|_| self.file.sync_data())
             .with_context(|| format!("cannot write metrics to {}", self.path.display()))?;
         if let Some(tb) = self.tensorboard.as_mut() {
-            tb.log_metrics(m);
+            tb.log_metrics(m.iteration, m.env_steps, metric_scalars(m), m.eval_success);
         }
         self.flush_tensorboard();
         Ok(())
@@ -405,6 +405,29 @@ pub fn read_metrics(path: &Path) -> anyhow::Result<Vec<IterationMetrics>> {
         }
     }
     Ok(out)
+}
+
+/// The scalars of one metrics line, tagged by field name: every numeric field as
+/// `metrics.jsonl` holds it (absent optional fields and non-finite values, written there as
+/// `null`, are left out; a per-task map as `FIELD/TASK`), `iteration` aside (it is the
+/// step). Iteration 0 holds only the
+/// starting policy's evaluation, so only its `eval_*` fields and `wall_secs` are taken.
+pub fn metric_scalars(m: &IterationMetrics) -> Vec<(String, f64)> {
+    let serde_json::Value::Object(fields) = serde_json::to_value(m).unwrap_or_default() else {
+        return Vec::new();
+    };
+    fields
+        .into_iter()
+        .filter(|(k, _)| k != "iteration")
+        .filter(|(k, _)| m.iteration > 0 || k.starts_with("eval_") || k == "wall_secs")
+        .flat_map(|(k, v)| match v {
+            // Per-task maps (`task_success`) become one scalar per task: `task_success/ID`.
+            serde_json::Value::Object(o) => {
+                o.into_iter().filter_map(|(id, v)| Some((format!("{k}/{id}"), v.as_f64()?))).collect()
+            }
+            v => v.as_f64().map(|x| (k, x)).into_iter().collect::<Vec<_>>(),
+        })
+        .collect()
 }
 
 #[cfg(test)]

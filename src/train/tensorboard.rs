@@ -15,7 +15,6 @@
 //! killed one had logged after its last checkpoint, TensorBoard drops the older points
 //! from that step on (its reader's `purge_orphaned_data`).
 
-use super::metrics::IterationMetrics;
 use crate::rollout::Recorded;
 use anyhow::Context;
 use prost::Message;
@@ -181,13 +180,20 @@ impl EventWriter {
         &self.path
     }
 
-    /// Queue one metrics line: see [`metric_scalars`]; a line with an evaluation also puts
-    /// `eval_success` under `by_env_steps/eval_success` at step = env steps.
-    pub fn log_metrics(&mut self, m: &IterationMetrics) {
-        let values = metric_scalars(m).into_iter().map(|(tag, v)| scalar(tag, v)).collect();
-        self.summary(m.iteration as i64, values);
-        if let Some(s) = m.eval_success {
-            self.summary(m.env_steps as i64, vec![scalar("by_env_steps/eval_success".into(), s)]);
+    /// Queue one metrics line's `scalars` (tag, value) at step `iteration`; a line with an
+    /// evaluation also puts `eval_success` under `by_env_steps/eval_success` at step =
+    /// `env_steps`.
+    pub fn log_metrics(
+        &mut self,
+        iteration: u64,
+        env_steps: u64,
+        scalars: Vec<(String, f64)>,
+        eval_success: Option<f64>,
+    ) {
+        let values = scalars.into_iter().map(|(tag, v)| scalar(tag, v)).collect();
+        self.summary(iteration as i64, values);
+        if let Some(s) = eval_success {
+            self.summary(env_steps as i64, vec![scalar("by_env_steps/eval_success".into(), s)]);
         }
     }
 
@@ -215,29 +221,6 @@ impl EventWriter {
 
 fn scalar(tag: String, v: f64) -> SummaryValue {
     SummaryValue { tag, value: Some(ValueKind::SimpleValue(v as f32)) }
-}
-
-/// The scalars of one metrics line, tagged by field name: every numeric field as
-/// `metrics.jsonl` holds it (absent optional fields and non-finite values, written there as
-/// `null`, are left out; a per-task map as `FIELD/TASK`), `iteration` aside (it is the
-/// step). Iteration 0 holds only the
-/// starting policy's evaluation, so only its `eval_*` fields and `wall_secs` are taken.
-pub fn metric_scalars(m: &IterationMetrics) -> Vec<(String, f64)> {
-    let serde_json::Value::Object(fields) = serde_json::to_value(m).unwrap_or_default() else {
-        return Vec::new();
-    };
-    fields
-        .into_iter()
-        .filter(|(k, _)| k != "iteration")
-        .filter(|(k, _)| m.iteration > 0 || k.starts_with("eval_") || k == "wall_secs")
-        .flat_map(|(k, v)| match v {
-            // Per-task maps (`task_success`) become one scalar per task: `task_success/ID`.
-            serde_json::Value::Object(o) => {
-                o.into_iter().filter_map(|(id, v)| Some((format!("{k}/{id}"), v.as_f64()?))).collect()
-            }
-            v => v.as_f64().map(|x| (k, x)).into_iter().collect::<Vec<_>>(),
-        })
-        .collect()
 }
 
 /// This machine's name, as TensorBoard's own writers put it in the file name.

@@ -31,7 +31,7 @@ use super::update::update_parallel;
 use crate::dist::ProcessGroup;
 use crate::env::EnvConfig;
 use crate::policy::{Sampling, TrainablePolicy};
-use crate::rollout::collector::off_runtime;
+use crate::rollout::runtime::off_runtime;
 use crate::rollout::{Collector, TrainingBatch, TrajectorySet};
 use crate::tasks::Task;
 use anyhow::{bail, Context};
@@ -98,6 +98,8 @@ impl Trainer {
         let tasks =
             cfg.tasks.ids.iter().map(|id| crate::tasks::load_task(id)).collect::<anyhow::Result<Vec<_>>>()?;
         crate::policy::judge::Judge::check_tasks(&tasks)?;
+        // The model first: a checkpoint that does not load must not leave a run folder.
+        let mut policy = cfg.model.build(&device, cfg.run.seed)?;
         let latest = match &group {
             None => super::run_folder::prepare(&run_dir, &cfg, resume, force)?,
             Some(g) => {
@@ -118,7 +120,6 @@ impl Trainer {
         for w in cfg.algo.warnings() {
             tracing::warn!("{w}");
         }
-        let mut policy = cfg.model.build(&device, cfg.run.seed)?;
         if let Ok(o) = cfg.model.observation() {
             tracing::info!(
                 "training {} on {}: observation: {o}",

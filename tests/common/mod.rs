@@ -1,6 +1,8 @@
 //! Shared helpers for the integration tests (real headless Chromium).
 #![allow(dead_code)]
 
+pub mod qwen;
+
 use guirl::env::{EnvConfig, GuiEnv};
 use std::path::PathBuf;
 

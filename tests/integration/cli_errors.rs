@@ -206,3 +206,50 @@ fn train_prints_its_example_config() {
     guirl::train::TrainConfig::load(&p).expect("the printed example is a valid config");
     fails_with(&guirl(&["train"]), &["<CONFIG>"]);
 }
+
+/// A run whose every episode failed for infrastructure (here an endpoint nobody listens
+/// on) measured nothing: it says so and exits non-zero, in text and in JSON. Its warnings
+/// reach a pipe without colour codes.
+#[test]
+fn an_infrastructure_only_run_measured_nothing() {
+    // A port that was free a moment ago: connections to it are refused.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let policy = format!("openai:m@http://127.0.0.1:{port}/v1");
+    let args =
+        ["run", "--task", "miniwob/click-test", "--policy", &policy, "--episodes", "2", "--api-retries", "0"];
+    let out = guirl(&args);
+    fails_with(&out, &["nothing was measured", "all 2 episodes ended in infrastructure errors"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("success_rate=none"), "{text}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("cannot list the models"), "{stderr}");
+    assert!(!stderr.contains('\u{1b}'), "colour codes in piped output: {stderr:?}");
+
+    let out = guirl(&[&args[..], &["--json"]].concat());
+    assert!(!out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["success_rate"].is_null() && v["mean_reward"].is_null(), "{v}");
+    assert_eq!(v["infrastructure_errors"], 2);
+}
+
+/// A backbone that does not load stops `guirl train` before it makes the run folder, so
+/// the next try does not meet an empty run in its way.
+#[test]
+fn a_checkpoint_that_does_not_load_leaves_no_run_folder() {
+    let root = tempfile::tempdir().unwrap();
+    let empty = root.path().join("not-a-checkpoint");
+    std::fs::create_dir_all(&empty).unwrap();
+    let cfg = root.path().join("q.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[run]\nname = \"q\"\niterations = 1\n[tasks]\nids = [\"miniwob/click-test\"]\n\
+             [model]\nbackbone = \"qwen3_vl\"\npath = \"{}\"\n",
+            empty.display()
+        ),
+    )
+    .unwrap();
+    let run = root.path().join("run");
+    fails_with(&guirl(&["train", cfg.to_str().unwrap(), "--out", run.to_str().unwrap()]), &["config.json"]);
+    assert!(!run.exists(), "a failed load left {}", run.display());
+}

@@ -263,6 +263,19 @@ fn problems(page: &str) -> Vec<String> {
         if r.default == "required" {
             continue;
         }
+        // A field of an inline table left out on its own, its siblings written: the page's
+        // per-field default must be the code's too (`train_seeds = { start = 5 }`).
+        if r.key.contains('.') {
+            let mut alone = base.clone();
+            let (table, leaf) = slot(&mut alone, &r.section, &r.key);
+            table.remove(&leaf);
+            if let Err(e) = parse(&alone) {
+                problems.push(format!(
+                    "{at}: a config that writes its table without this field fails ({e}): \
+                     give the field a default in the code, or mark it required"
+                ));
+            }
+        }
         let mut t = base.clone();
         let (table, leaf) = slot(&mut t, &r.section, &r.key);
         let code_default = table.get(&leaf).cloned();

@@ -430,3 +430,129 @@ fn book_builds() {
         assert!(html.contains(text), "{page} lacks {text:?}: an {{{{#include}}}} came out empty");
     }
 }
+
+/// `shared/<Name>.md`-style references in `text` that name no file of the repository, and
+/// any `../shared` (a folder beside the checkout), with their line numbers.
+fn outside_references(text: &str, repo: &Path) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.contains("../shared") {
+            out.push((i + 1, "../shared".to_string()));
+        }
+        let mut rest = line;
+        while let Some(at) = rest.find("shared/") {
+            let token: String =
+                rest[at..].chars().take_while(|c| c.is_ascii_alphanumeric() || "_-./".contains(*c)).collect();
+            let token = token.trim_end_matches('.');
+            let documentish = token.ends_with(".md") || token.ends_with(".txt");
+            if documentish && !repo.join(token).exists() {
+                out.push((i + 1, token.to_string()));
+            }
+            rest = &rest[at + "shared/".len()..];
+        }
+    }
+    out
+}
+
+#[test]
+fn the_outside_reference_check_finds_them() {
+    let repo = root();
+    // Spelled in pieces so that this file does not trip the check itself.
+    let (dir, up) = ("shared", "..");
+    let text = format!("see `{dir}/CUDA-BUILD.md`\nand {up}/{dir}/reference\n--out /{dir}/runs/my\n");
+    let text = text.as_str();
+    let found = outside_references(text, &repo);
+    assert_eq!(found, vec![(1, "shared/CUDA-BUILD.md".to_string()), (2, "../shared".to_string())]);
+}
+
+/// The repository is self-contained: no file it tracks points to documents that live
+/// beside the checkout rather than in it.
+#[test]
+fn nothing_points_outside_the_repository() {
+    let repo = root();
+    let listed = std::process::Command::new("git")
+        .args(["ls-files", "-co", "--exclude-standard"])
+        .current_dir(&repo)
+        .output()
+        .expect("git ls-files");
+    let mut bad = Vec::new();
+    for name in String::from_utf8_lossy(&listed.stdout).lines() {
+        let Ok(text) = std::fs::read_to_string(repo.join(name)) else { continue };
+        for (line, token) in outside_references(&text, &repo) {
+            bad.push(format!("{name}:{line}: {token}"));
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "references outside the repository (write what is needed into docs/):\n{}",
+        bad.join("\n")
+    );
+}
+
+/// The numbers of a README "Results at a glance" figure cell, as written (`6.5`, `5 000`).
+fn figure_numbers(cell: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let chars: Vec<char> = cell.chars().collect();
+    let mut i = 0;
+    while i < chars.len() {
+        if chars[i].is_ascii_digit() && (i == 0 || !chars[i - 1].is_ascii_alphanumeric()) {
+            let mut j = i;
+            // digits, a decimal point between digits, or a space before three digits (5 000)
+            while j < chars.len() {
+                let c = chars[j];
+                let next_digit = chars.get(j + 1).is_some_and(char::is_ascii_digit);
+                let thousands = c == ' '
+                    && chars.len() > j + 3
+                    && chars[j + 1..j + 4].iter().all(char::is_ascii_digit)
+                    && chars.get(j + 4).is_none_or(|c| !c.is_ascii_digit());
+                if c.is_ascii_digit() || (c == '.' && next_digit) || thousands {
+                    j += 1;
+                } else {
+                    break;
+                }
+            }
+            out.push(chars[i..j].iter().collect());
+            i = j;
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+#[test]
+fn figure_numbers_are_read_as_written() {
+    assert_eq!(figure_numbers("6.5–10.2 ms over 7 runs, 5 000 steps, H200"), ["6.5", "10.2", "7", "5 000"]);
+}
+
+/// Each figure the README states comes from the page its row links to: every number in a
+/// "Results at a glance" row is written on that page, where the run that measured it is
+/// described. A figure typed from memory, or kept after its page moved on, fails here.
+#[test]
+fn readme_figures_are_on_the_pages_they_link() {
+    let repo = root();
+    let readme = std::fs::read_to_string(repo.join("README.md")).unwrap();
+    let start = readme.find("## Results at a glance").expect("README has a results table");
+    let section = &readme[start..];
+    let section = &section[..section[3..].find("\n## ").map_or(section.len(), |e| e + 3)];
+    let mut problems = Vec::new();
+    let mut rows = 0;
+    for line in section.lines().filter(|l| l.starts_with("| ") && !l.starts_with("| what")) {
+        let cells: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();
+        let [what, figure, place] = cells[..] else { continue };
+        let Some(link) = link_targets(place).into_iter().next() else {
+            problems.push(format!("`{what}`: no link to the page that holds the figure"));
+            continue;
+        };
+        let file = link.split('#').next().unwrap_or_default().to_string();
+        let page = std::fs::read_to_string(repo.join(&file)).unwrap_or_default();
+        rows += 1;
+        for n in figure_numbers(figure) {
+            if !page.contains(&n) {
+                problems.push(format!("`{what}`: {n} is not on {file}"));
+            }
+        }
+    }
+    assert!(rows >= 3, "found {rows} result rows in README.md");
+    assert!(problems.is_empty(), "README figures not on their pages:\n{}", problems.join("\n"));
+}

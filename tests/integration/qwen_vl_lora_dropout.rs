@@ -7,7 +7,7 @@ use crate::common;
 
 use candle_core::{Device, Tensor};
 use guirl::env::{GuiAction, ScreenState};
-use guirl::policy::qwen_vl::lora::load_peft;
+use guirl::policy::qwen_vl::train::lora::load_peft;
 use guirl::policy::qwen_vl::{QwenPolicySettings, QwenVlPolicy};
 use guirl::policy::{Policy, Sampling, TrainablePolicy};
 use guirl::train::algo_config::AlgoConfig;

@@ -333,4 +333,16 @@ fn ci_runs_exactly_the_readme_test_command() {
         blocks.iter().any(|b| b.lines.len() == 1 && b.lines[0].trim() == command),
         ".ci/run runs `{command}`, which is not one of the README's command blocks"
     );
+    // and the lints first, each failing on a warning
+    let lines: Vec<&str> = ci.lines().map(str::trim).collect();
+    let at = |needle: &str| lines.iter().position(|l| l.contains(needle));
+    let test = at(command).unwrap();
+    for lint in [
+        "cargo fmt --check",
+        "cargo clippy --release --all-targets -- -D warnings",
+        "RUSTDOCFLAGS=\"-D warnings\" cargo doc",
+    ] {
+        let i = at(lint).unwrap_or_else(|| panic!(".ci/run does not run `{lint}`"));
+        assert!(i < test, ".ci/run runs `{lint}` after the tests");
+    }
 }

@@ -4,6 +4,7 @@
 use super::super::browser_config::remote_chromium;
 use super::super::devtools::{self, DevTools};
 use super::super::frames::{self, FrameControl};
+use super::super::local_guard;
 use super::super::profiles;
 use super::super::sandbox::{self, Plan};
 use super::{Browser, BrowserConfig, EnvError, APT_HINT, CHROMIUM_FLAGS, FREE_FRAME_FLAGS};
@@ -74,6 +75,7 @@ impl Browser {
                 EnvError::Setup(format!("cannot give the browser profile folder to user {}: {e}", u.name))
             })?;
         }
+        let mut reserved = Vec::new();
         let (url, mut driver, chromium) = match &cfg.webdriver_url {
             Some(u) => (u.clone(), None, remote_chromium(cfg, u)),
             None => {
@@ -100,12 +102,17 @@ impl Browser {
                         Ok(())
                     });
                 }
+                // A page that finds chromedriver's port must not be able to name a command:
+                // they are all under a secret path (see `local_guard`). Without
+                // `--allowed-ips` chromedriver listens on loopback alone.
+                let secret = format!("/guirl-{:032x}", rand::random::<u128>());
+                reserved.push(local_guard::reserve(port));
                 let child = cmd
                     // chromedriver makes the browser's profile in its temp folder: ours. (Given
                     // a --user-data-dir it opens no first page, which the headless shell needs.)
                     .env("TMPDIR", profile.path())
                     .arg(format!("--port={port}"))
-                    .arg("--allowed-ips=127.0.0.1")
+                    .arg(format!("--url-base={secret}"))
                     .stdin(Stdio::null())
                     .stdout(Stdio::null())
                     .stderr(Stdio::null())
@@ -121,7 +128,8 @@ impl Browser {
                         );
                         sandboxed_failure(&plan, EnvError::Setup(m))
                     })?;
-                (format!("http://127.0.0.1:{port}"), Some((child, driver_bin)), Some(chromium))
+                // the trailing slash: WebDriver paths (`session`, ...) are joined under it
+                (format!("http://127.0.0.1:{port}{secret}/"), Some((child, driver_bin)), Some(chromium))
             }
         };
         let controlled = chromium.as_deref().is_some_and(|c| cfg.controls_frames(c));
@@ -152,6 +160,7 @@ impl Browser {
             frames: None,
             devtools_input: cfg.devtools_input(),
             sandbox: plan,
+            reserved,
         };
         b.guard("setting timeouts", async {
             b.client
@@ -165,6 +174,9 @@ impl Browser {
         .await
         .map_err(as_launch)?;
         b.devtools = b.open_devtools(cfg, controlled).await?;
+        if let Some(port) = b.devtools.as_ref().and_then(DevTools::port) {
+            b.reserved.push(local_guard::reserve(port));
+        }
         if controlled {
             // `open_devtools` fails when a controlled browser has no channel.
             b.frames = Some(FrameControl::default());

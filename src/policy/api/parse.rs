@@ -38,7 +38,6 @@
 //!   `answer` and `interact` all end the episode: `done()`.
 
 // The call-shaped formats (guirl, BrowserGym, UI-TARS) live in their own file.
-#[path = "parse_calls.rs"]
 mod calls;
 
 use super::coords::CoordMode;

@@ -30,6 +30,15 @@ pub fn has_oracle(task_id: &str) -> bool {
     }
 }
 
+/// The error for a task no oracle knows, the same wherever an oracle is asked for;
+/// `instead` says what to do (`use --policy random`, ...).
+pub fn no_oracle_message(task_id: &str, instead: &str) -> String {
+    format!(
+        "no oracle for task {task_id}: oracles exist for the built-in tasks and some MiniWoB++ \
+         tasks (`guirl tasks --oracle` lists them); {instead}"
+    )
+}
+
 /// The oracle as a `Policy`. On a state it cannot read it waits (and says so in logs).
 #[derive(Debug, Default)]
 pub struct OraclePolicy;

@@ -7,7 +7,7 @@
 //! is `tokenizer.json` through the `tokenizers` crate. Each image's single
 //! `<|image_pad|>` is expanded to as many placeholders as the image has merged tokens.
 
-use super::config::QwenVlConfig;
+use super::model::config::QwenVlConfig;
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::Value;
 use std::path::Path;

@@ -6,7 +6,7 @@
 //! cut into `C·T·p·p` patches listed 2×2 merge block by merge block. The number of
 //! placeholder tokens an image takes is the merged grid's size, `(h / p / m)·(w / p / m)`.
 
-use super::config::{Arch, QwenVlConfig};
+use super::model::config::{Arch, QwenVlConfig};
 use crate::policy::api::coords::smart_resize;
 use anyhow::{bail, Context, Result};
 use candle_core::{Device, Tensor};

@@ -1,7 +1,7 @@
 //! `[model]` with `backbone`: how a pretrained Qwen-VL checkpoint is set up as a policy
 //! (also written to a checkpoint's `qwen_policy.json`).
 
-use super::lora::LoraSettings;
+use super::train::lora::LoraSettings;
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -114,6 +114,7 @@ impl QwenPolicySettings {
             targets: self.lora_targets.clone(),
             vision_targets: self.lora_vision_targets.clone(),
             dropout: self.lora_dropout,
+            peft_target_modules: None,
         }
     }
 

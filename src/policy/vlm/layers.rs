@@ -1,7 +1,7 @@
 //! The small building blocks shared by the network's parts (encoder, decoder, pointer
 //! head, input masks): the init scale, the mask value, and the linear layer.
 
-use super::fused;
+use crate::nn::custom_ops as fused;
 use candle_core::{Module, Result, Tensor};
 use candle_nn::{Init, VarBuilder};
 

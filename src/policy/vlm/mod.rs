@@ -5,7 +5,8 @@
 //! - [`tokens`]: the action vocabulary, coordinate bins and the decoding [`Grammar`].
 //! - [`model`]: the network (conv-stem ViT + byte encoder → action decoder), built from
 //!   the shared `layers` (linear layer, init scale, mask value).
-//! - [`fused`]: CPU kernels with a fused backward (softmax, LayerNorm, GELU, bias add).
+//! - CPU kernels with a fused backward (softmax, LayerNorm, GELU, bias add) are in
+//!   [`crate::nn::custom_ops`].
 //! - [`inputs`]: states and actions → tensors ([`PreparedBatch`]).
 //! - [`speed`]: training/acting throughput measurement (used by `benches/policy_speed.rs`).
 //!
@@ -19,7 +20,6 @@
 
 pub mod config;
 pub mod copy;
-pub mod fused;
 pub(crate) mod init;
 pub mod inputs;
 pub(crate) mod layers;

@@ -18,11 +18,11 @@ use candle_nn::{Init, VarBuilder};
 
 use super::config::VlmConfig;
 use super::copy::CopyHead;
-use super::fused;
 use super::inputs::EncoderInputs;
 pub use super::layers::NEG;
 use super::layers::{linear, Linear, INIT_STD};
 use super::pointer::PointerHead;
+use crate::nn::custom_ops as fused;
 
 /// `x` [B, N, d] plus a position table `pos` [N, d] for every batch item (as one
 /// [`fused::bias_add`] over rows of N·d, whose gradient is a fast column sum).

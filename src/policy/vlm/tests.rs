@@ -3,6 +3,7 @@
 
 use super::speed::{square_state, synthetic_batch};
 use super::*;
+use crate::nn::custom_ops as fused;
 use candle_nn::{AdamW, Optimizer, ParamsAdamW};
 
 fn tiny(seed: u64) -> VlmPolicy {

@@ -23,9 +23,9 @@ pub struct ApiError {
 
 impl ApiError {
     /// An error with this status, code and message.
-    /// A message over [`super::limits::MAX_MESSAGE_CHARS`] is cut: many quote the client.
+    /// A message over [`MAX_MESSAGE_CHARS`] is cut: many quote the client.
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
-        let message = super::limits::cut(&message.into(), super::limits::MAX_MESSAGE_CHARS);
+        let message = cut(&message.into(), MAX_MESSAGE_CHARS);
         ApiError { status, code, message }
     }
     /// 400 `bad_request`.
@@ -92,4 +92,20 @@ impl IntoResponse for ApiError {
         }
         resp
     }
+}
+
+/// Longest message: an error's, or a step's `action_error`.
+pub const MAX_MESSAGE_CHARS: usize = 1000;
+
+/// `s` whole, or its first `max` characters with a marker saying it was cut and how long
+/// it was: how a client's own text is quoted back.
+pub fn cut(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let n = s.chars().count();
+    if n <= max {
+        return s.to_string();
+    }
+    format!("{}… [cut: {n} characters in all]", s.chars().take(max).collect::<String>())
 }

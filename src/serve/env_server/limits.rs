@@ -5,6 +5,7 @@
 //! Specs read from the user's own files by the CLI are not bounded.
 
 use super::error::ApiError;
+pub use super::error::{cut, MAX_MESSAGE_CHARS};
 use crate::tasks::website::{Variable, WebsiteSpec};
 use serde_json::Value;
 
@@ -35,8 +36,6 @@ pub const MAX_EXTRA_BYTES: usize = 4096;
 /// name, a rejected value). A malformed action is quoted around the problem only (80
 /// bytes, see [`crate::env::ParseActionError`]).
 pub const MAX_ECHO_CHARS: usize = 200;
-/// Longest message: an error's, or a step's `action_error`.
-pub const MAX_MESSAGE_CHARS: usize = 1000;
 
 /// 400 `field_too_long` when `len` is over `limit`.
 pub fn check(field: &str, len: usize, limit: usize, unit: &str) -> Result<(), ApiError> {
@@ -92,6 +91,25 @@ pub fn spec(spec: &WebsiteSpec) -> Result<(), ApiError> {
             chars("task_spec: success.element_text.contains", &e.contains, MAX_CHECK_CHARS)?;
         }
     }
+    // What a seed's variables make of them, which is what every observation carries.
+    let expanded = |field: &str, template: &str, limit: usize| {
+        let n = spec.expanded_chars(template);
+        if n <= limit {
+            return Ok(());
+        }
+        Err(ApiError::invalid(
+            "field_too_long",
+            format!(
+                "{field} expands to up to {n} characters with its [variables]; this server takes at \
+                 most {limit}: use fewer or shorter variables there (docs/serve.md lists every limit)"
+            ),
+        ))
+    };
+    expanded("task_spec: start_url", &spec.start_url, MAX_START_URL_CHARS)?;
+    expanded("task_spec: instruction", &spec.instruction, MAX_INSTRUCTION_CHARS)?;
+    for js in spec.setup_js.iter().chain(spec.success.as_ref().and_then(|s| s.js.as_ref())) {
+        expanded("task_spec: a script", js, MAX_JS_CHARS)?;
+    }
     check("task_spec: [variables]", spec.variables.len(), MAX_VARIABLES, "entries")?;
     for (name, v) in &spec.variables {
         chars("task_spec: a variable's name", name, MAX_VARIABLE_NAME_CHARS)?;
@@ -111,19 +129,6 @@ pub fn extra(field: &str, v: Option<&Value>) -> Result<(), ApiError> {
         Some(v) => check(field, v.to_string().len(), MAX_EXTRA_BYTES, "bytes of JSON"),
         None => Ok(()),
     }
-}
-
-/// `s` whole, or its first `max` characters with a marker saying it was cut and how long
-/// it was: how a client's own text is quoted back.
-pub fn cut(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_string();
-    }
-    let n = s.chars().count();
-    if n <= max {
-        return s.to_string();
-    }
-    format!("{}… [cut: {n} characters in all]", s.chars().take(max).collect::<String>())
 }
 
 #[cfg(test)]

@@ -3,6 +3,8 @@
 //! table. Each session owns a browser; docs/serve.md and docs/openapi.yaml describe the
 //! protocol.
 
+pub mod conn;
+pub mod cross_site;
 pub mod error;
 pub mod frame;
 pub mod guard;
@@ -52,6 +54,10 @@ pub struct ServeConfig {
     /// Which URLs a `task_spec`'s `start_url` may name (task ids and paths on guirl's own
     /// task server always pass).
     pub url_policy: UrlPolicy,
+    /// The host names and web origins requests may come with (see [`cross_site`]).
+    pub cross_site: cross_site::CrossSite,
+    /// Time and count bounds on connections (see [`conn`]).
+    pub conn: conn::ConnLimits,
 }
 
 impl Default for ServeConfig {
@@ -65,6 +71,8 @@ impl Default for ServeConfig {
             env: EnvConfig::default(),
             reward_models: None,
             url_policy: UrlPolicy::default(),
+            cross_site: Default::default(),
+            conn: Default::default(),
         }
     }
 }
@@ -94,6 +102,8 @@ pub struct Shared {
     tasks: Value,
     /// Whether the sessions' browsers run sandboxed (see [`crate::env::sandbox::describe`]).
     sandbox: Value,
+    /// Connections open and shed (see [`conn`]).
+    conns: Arc<conn::ConnCounts>,
 }
 
 /// A task named by a request: `task` (an id) or `task_spec` (a website spec's TOML text).
@@ -193,6 +203,7 @@ pub fn router(cfg: ServeConfig) -> (Router, Arc<Shared>) {
         sandbox: crate::env::sandbox::describe(&cfg.env.browser),
         cfg: cfg.clone(),
         tasks: json!({ "tasks": tasks }),
+        conns: Arc::default(),
     });
     let api = Router::new()
         .route("/v1/tasks", get(|State(s): State<Arc<Shared>>| async move { Json(s.tasks.clone()) }))
@@ -226,17 +237,33 @@ pub fn router(cfg: ServeConfig) -> (Router, Arc<Shared>) {
             )
         })
         .layer(DefaultBodyLimit::max(cfg.max_body))
+        .layer(axum::middleware::from_fn_with_state(shared.clone(), bounded_body))
+        .layer(axum::middleware::from_fn_with_state(shared.clone(), cross_site::check))
         .with_state(shared.clone());
     (router, shared)
 }
 
 async fn health(State(s): State<Arc<Shared>>) -> Json<Value> {
+    use std::sync::atomic::Ordering::Relaxed;
+    let (open, max) = (s.conns.open.load(Relaxed), s.cfg.conn.max_connections);
     Json(json!({
-        "status": "healthy",
+        // "shedding": new connections are being refused at the cap right now.
+        "status": if open >= max { "shedding" } else { "healthy" },
         "sessions": s.table.len(),
         "max_sessions": s.table.max(),
+        "connections": open,
+        "max_connections": max,
+        "shed_connections": s.conns.shed.load(Relaxed),
         "sandbox": s.sandbox,
     }))
+}
+
+/// Every POST body is read whole, within its time and size bounds, before the handler.
+async fn bounded_body(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Response {
+    match conn::read_body(req, s.cfg.max_body, s.cfg.conn.body_timeout).await {
+        Ok(req) => next.run(req).await,
+        Err(refused) => refused,
+    }
 }
 
 /// Whether `given` is the server's `token`, in time that does not depend on where they
@@ -330,6 +357,8 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let idle = cfg.idle_timeout;
+    // No page of any session may reach the API (see `env::local_guard`).
+    let _reserved = listener.local_addr().ok().map(|a| crate::env::local_guard::reserve(a.port()));
     shm::sweep();
     let (app, shared) = router(cfg);
     let reaper = idle.map(|timeout| {
@@ -343,17 +372,7 @@ pub async fn serve(
             }
         })
     });
-    // Answers go out as soon as they are written: with Nagle's algorithm on, the tail of an
-    // answer that fills more than one segment waits for the client's (delayed) ACK.
-    use axum::serve::ListenerExt;
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!("cannot set TCP_NODELAY on a connection: {e}");
-        }
-    });
-    // Connection info tells loopback clients (which may take shared-memory frames) apart.
-    let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
-    let served = axum::serve(listener, app).with_graceful_shutdown(shutdown).await;
+    let served = conn::accept(listener, app, shared.cfg.conn, shared.conns.clone(), shutdown).await;
     if let Some(r) = reaper {
         r.abort();
     }

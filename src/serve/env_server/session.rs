@@ -515,7 +515,13 @@ fn reset_info(env_error: Option<String>) -> Map<String, Value> {
 /// `info.blocked_urls`: the requests the URL policy blocked since the last answer (and
 /// `blocked_more`, how many past the listed ones).
 fn blocked(g: &SessionEnv, info: &mut Map<String, Value>) {
-    let (urls, more) = g.guard.as_ref().map(|b| b.take_blocked()).unwrap_or_default();
+    let (mut urls, mut more) = g.guard.as_ref().map(|b| b.take_blocked()).unwrap_or_default();
+    // Requests to this machine's loopback services, refused in every mode (see
+    // `env::local_guard`).
+    if let Some((local, n)) = g.env.as_ref().map(|e| e.take_blocked_urls()) {
+        urls.extend(local);
+        more += n;
+    }
     info.insert("blocked_urls".into(), json!(urls));
     if more > 0 {
         info.insert("blocked_more".into(), json!(more));

@@ -36,6 +36,10 @@ pub struct LoraSettings {
     pub vision_targets: Vec<String>,
     /// Dropout probability on the adapter's input in training passes, in [0, 1).
     pub dropout: f64,
+    /// `target_modules` exactly as the PEFT adapter these settings were read from wrote it
+    /// (a list, or a regular expression), so that saving the adapter again keeps what peft
+    /// matches; `None` for adapters guirl made, which are saved with their full names.
+    pub peft_target_modules: Option<serde_json::Value>,
 }
 
 impl Default for LoraSettings {
@@ -47,6 +51,7 @@ impl Default for LoraSettings {
                 .map(String::from)
                 .to_vec(),
             vision_targets: Vec::new(),
+            peft_target_modules: None,
             dropout: 0.0,
         }
     }
@@ -223,6 +228,11 @@ pub fn peft_key(module: &str, which: &str) -> String {
 
 /// Write adapters (keyed by the module's name in transformers' tree) as a PEFT folder,
 /// with the modules trained whole (`full`: name, weight) as PEFT's `modules_to_save`.
+///
+/// peft matches each entry of a `target_modules` or `modules_to_save` list as a name
+/// suffix: `norm` would also catch the vision mergers' norms, `0` every first block. So
+/// both lists hold full module names, which match exactly the modules trained here
+/// (unless the settings came from a PEFT adapter, whose `target_modules` is kept as written).
 pub fn save_peft(
     dir: &Path,
     adapters: &[(String, &LoraAdapter, Option<[usize; 4]>)],
@@ -246,7 +256,11 @@ pub fn save_peft(
     for (module, v) in full {
         tensors.insert(format!("base_model.model.{module}.weight"), v.as_tensor().to_device(&Device::Cpu)?);
     }
-    let modules_to_save: Vec<&str> = full.iter().filter_map(|(m, _)| m.rsplit('.').next()).collect();
+    let modules_to_save: std::collections::BTreeSet<&str> = full.iter().map(|(m, _)| m.as_str()).collect();
+    let target_modules = match &s.peft_target_modules {
+        Some(kept) => kept.clone(),
+        None => json!(adapters.iter().map(|(m, _, _)| m.as_str()).collect::<std::collections::BTreeSet<_>>()),
+    };
     let tmp = dir.join("adapter_model.safetensors.tmp");
     candle_core::safetensors::save(&tensors, &tmp)?;
     std::fs::rename(&tmp, dir.join("adapter_model.safetensors"))?;
@@ -257,7 +271,7 @@ pub fn save_peft(
         "lora_alpha": s.alpha,
         "lora_dropout": s.dropout,
         "bias": "none",
-        "target_modules": s.targets.iter().chain(&s.vision_targets).collect::<std::collections::BTreeSet<_>>(),
+        "target_modules": target_modules,
         "modules_to_save": if modules_to_save.is_empty() { serde_json::Value::Null } else { json!(modules_to_save) },
         "base_model_name_or_path": base,
         "fan_in_fan_out": false,
@@ -340,7 +354,14 @@ pub fn load_peft(dir: &Path) -> Result<PeftAdapter> {
     }
     Ok(PeftAdapter {
         // which of the targets are the vision tower's is known once the modules are matched
-        settings: LoraSettings { rank, alpha, targets, vision_targets: Vec::new(), dropout },
+        settings: LoraSettings {
+            rank,
+            alpha,
+            targets,
+            vision_targets: Vec::new(),
+            dropout,
+            peft_target_modules: cfg.get("target_modules").cloned(),
+        },
         scale: alpha / rank as f64,
         tensors,
         full,

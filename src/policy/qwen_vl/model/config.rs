@@ -54,6 +54,9 @@ pub struct TextConfig {
     pub qk_norm: bool,
     /// The LM head is the token embedding (no `lm_head.weight`).
     pub tie_word_embeddings: bool,
+    /// The longest sequence the model was made for (`max_position_embeddings`): the KV
+    /// cache refuses to grow past it.
+    pub max_position_embeddings: Option<usize>,
 }
 
 /// The vision tower's settings.
@@ -87,6 +90,9 @@ pub struct VisionConfig {
     pub window_size: usize,
     /// Qwen2.5-VL: blocks with full attention (the others attend within windows).
     pub fullatt_block_indexes: Vec<usize>,
+    /// Base of the tower's 2-D rotary embedding (`rope_parameters.rope_theta`, 10000
+    /// when left out, as transformers' default).
+    pub rope_theta: f64,
 }
 
 /// A whole checkpoint's `config.json`.
@@ -413,7 +419,31 @@ fn read_text(s: &Section, top: &Section, arch: Arch) -> Result<TextConfig> {
         o_bias: attention_bias,
         qk_norm: arch == Arch::Qwen3Vl,
         tie_word_embeddings: tie.and_then(Value::as_bool).unwrap_or(false),
+        max_position_embeddings: s.opt_usize("max_position_embeddings")?,
     })
+}
+
+/// The vision tower's rotary base: `rope_parameters` (transformers 5) may set it; any
+/// other rope kind than the default one is refused, never ignored.
+fn vision_rope_theta(s: &Section) -> Result<f64> {
+    const DEFAULT: f64 = 10_000.0;
+    let Some(rope) = s.get("rope_parameters") else { return Ok(DEFAULT) };
+    let map = rope.as_object().ok_or_else(|| {
+        anyhow!("{}: `{}` must be an object, not {rope}", s.file, s.path("rope_parameters"))
+    })?;
+    let name = format!("{}.rope_parameters", s.name);
+    let rs = Section { file: s.file, name: &name, map };
+    rs.check_keys(&[&["rope_type", "type", "rope_theta"]])?;
+    let kind = rs.str_or("rope_type", &rs.str_or("type", "axial")?)?;
+    // transformers 5 writes "axial" (the tower's 2-D rotary embedding over rows and columns)
+    if kind != "axial" && kind != "default" {
+        bail!("{}: `{name}.rope_type` = `{kind}` is not supported (only the axial rotary embedding)", s.file);
+    }
+    let theta = rs.f64_or("rope_theta", DEFAULT)?;
+    if !(theta.is_finite() && theta > 1.0) {
+        bail!("{}: `{name}.rope_theta` = {theta} must be a number above 1", s.file);
+    }
+    Ok(theta)
 }
 
 fn read_vision(s: &Section, arch: Arch) -> Result<VisionConfig> {
@@ -440,6 +470,7 @@ fn read_vision(s: &Section, arch: Arch) -> Result<VisionConfig> {
         deepstack_visual_indexes: s.usizes("deepstack_visual_indexes")?,
         window_size: s.opt_usize("window_size")?.unwrap_or(0),
         fullatt_block_indexes: s.usizes("fullatt_block_indexes")?,
+        rope_theta: vision_rope_theta(s)?,
     };
     match arch {
         Arch::Qwen3Vl => {

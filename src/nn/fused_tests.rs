@@ -134,15 +134,15 @@ fn attention_matches_the_composed_one_with_grouped_heads_and_a_causal_mask() {
     let q = Var::from_tensor(&randn(&[2, 4, 5, 8], 21)).unwrap();
     let k = Var::from_tensor(&randn(&[2, 2, 5, 8], 22)).unwrap();
     let v = Var::from_tensor(&randn(&[2, 2, 5, 8], 23)).unwrap();
-    let mask = crate::policy::qwen_vl::nn::causal_mask(5, 5, DType::F32, &Device::Cpu).unwrap();
+    let mask = crate::policy::qwen_vl::model::nn::causal_mask(5, 5, DType::F32, &Device::Cpu).unwrap();
     let composed = || {
-        let rep = |t: &Tensor| super::super::repeat_kv(t, 4).unwrap();
+        let rep = |t: &Tensor| crate::policy::qwen_vl::model::nn::repeat_kv(t, 4).unwrap();
         let s = (q.matmul(&rep(&k).t().unwrap()).unwrap() * 0.3).unwrap().broadcast_add(&mask).unwrap();
         candle_nn::ops::softmax(&s, D::Minus1).unwrap().matmul(&rep(&v)).unwrap()
     };
     compare(
         &[&q, &k, &v],
-        || super::super::attention(&q, &k, &v, Some(&mask), 0.3).unwrap(),
+        || crate::policy::qwen_vl::model::nn::attention(&q, &k, &v, Some(&mask), 0.3).unwrap(),
         composed,
         "attention",
     );

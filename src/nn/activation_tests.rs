@@ -124,7 +124,7 @@ fn scaled_softmax_matches_f64_with_and_without_a_causal_mask() {
     // [B, H, T, S] with T < S (cached keys) and rows longer than the kernel's lanes
     let (t, s) = (7, 45);
     let x = normal(8, 3.0, (2, 3, t, s));
-    let mask = crate::policy::qwen_vl::nn::causal_mask(t, s, DType::F32, &dev).unwrap();
+    let mask = crate::policy::qwen_vl::model::nn::causal_mask(t, s, DType::F32, &dev).unwrap();
     for m in [None, Some(&mask)] {
         let got = values(&scaled_softmax(&x, 0.125, m).unwrap());
         let want = values(&softmax_f64(&x, 0.125, m));

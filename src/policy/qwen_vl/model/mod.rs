@@ -1,17 +1,30 @@
 //! A whole Qwen-VL checkpoint: vision tower, language model, tokenizer, processor.
+//!
+//! Shaped like candle-transformers' own models: [`config`] (`config.json`, the
+//! architecture resolved once), [`weights`] (safetensors, either name layout), [`vision`]
+//! and [`text`] (the towers), [`rope`] (M-RoPE and the vision rotary tables) and [`nn`]
+//! (the layers, over the kernels of [`crate::nn`]).
+
+pub mod config;
+pub mod kv_cache;
+pub mod nn;
+pub mod rope;
+pub mod text;
+pub mod vision;
+pub mod weights;
 
 use super::chat::Chat;
-use super::config::QwenVlConfig;
-use super::lora::{load_peft, save_peft, AdapterSwitch, LoraAdapter, LoraSettings};
-use super::nn::Linear;
 use super::processor::ImageProcessor;
-use super::rope::{mrope_positions, text_cos_sin};
-use super::text::{KvCache, TextModel, VisualRows};
-use super::vision::{VisionOutput, VisionTower};
-use super::weights::Weights;
+use super::train::lora::{load_peft, save_peft, AdapterSwitch, LoraAdapter, LoraSettings};
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor, Var};
+use config::QwenVlConfig;
+use nn::Linear;
+use rope::{mrope_positions, text_cos_sin};
 use std::path::{Path, PathBuf};
+use text::{KvCache, TextModel, VisualRows};
+use vision::{VisionOutput, VisionTower};
+use weights::Weights;
 
 /// A loaded checkpoint.
 pub struct QwenVl {
@@ -178,7 +191,7 @@ impl QwenVl {
     /// Hidden states `[B, H]` of one more token per answer, decoding several at once: row
     /// `i` is `tokens[i]` at M-RoPE position `positions[i]` (sequence index + the prompt's
     /// delta), continuing `caches[i]`. Products run on exactly `rows` rows, so a row's
-    /// result does not depend on the others ([`super::text::TextModel::decode`]).
+    /// result does not depend on the others ([`text::TextModel::decode`]).
     pub fn step_rows(
         &self,
         tokens: &[u32],
@@ -363,7 +376,12 @@ impl QwenVl {
             );
         }
         peft.settings.vision_targets = vision_leaves.into_iter().collect();
+        let tied_head = self.config.text.tie_word_embeddings;
         for (name, t) in &peft.full {
+            // the saved copy of a tied head (see `save_adapter`): the embedding gives it
+            if tied_head && name == TIED_HEAD {
+                continue;
+            }
             let short = name.rsplit('.').next().unwrap_or_default().to_string();
             self.train_whole(std::slice::from_ref(&short))?;
             let (_, _, v) = self.full.iter().find(|(s, _, _)| *s == short).expect("just added");
@@ -389,7 +407,23 @@ impl QwenVl {
             .collect();
         let refs: Vec<(String, &LoraAdapter, Option<[usize; 4]>)> =
             adapters.iter().map(|(n, a, k)| (n.clone(), a, *k)).collect();
-        let full: Vec<(String, &Var)> = self.full.iter().map(|(_, n, v)| (n.clone(), v)).collect();
+        let mut full: Vec<(String, &Var)> = self.full.iter().map(|(_, n, v)| (n.clone(), v)).collect();
+        // A trained embedding on a tied head trains the head too. peft does not tie them
+        // back by default (it would keep the base's head, silently), so the head is saved
+        // as a module of its own with the same weight.
+        if let Some((_, _, embed)) = self.tied_embedding() {
+            full.push((TIED_HEAD.to_string(), embed));
+        }
+        if !full.is_empty() {
+            static ONCE: std::sync::Once = std::sync::Once::new();
+            ONCE.call_once(|| {
+                tracing::warn!(
+                    "{}: modules trained whole ([model] train_modules) are saved as PEFT's modules_to_save: \
+                     peft loads the adapter, vLLM does not (it serves LoRA adapters without modules_to_save)",
+                    dir.display()
+                )
+            });
+        }
         save_peft(dir, &refs, &full, &settings, &base)
     }
 
@@ -446,7 +480,8 @@ impl QwenVl {
             }
             v.set(&t.to_dtype(DType::F32)?.to_device(v.device())?)?;
         }
-        if peft.full.len() != self.full.len() {
+        let tied_copy = usize::from(self.tied_embedding().is_some() && peft.full.contains_key(TIED_HEAD));
+        if peft.full.len() - tied_copy != self.full.len() {
             bail!(
                 "{}: the checkpoint trains {:?} whole, this policy {:?}: give [model] train_modules the run's value",
                 dir.display(),
@@ -458,7 +493,16 @@ impl QwenVl {
     }
 }
 
+/// The head's name in transformers' tree, under which a tied head is saved.
+const TIED_HEAD: &str = "lm_head";
+
 impl QwenVl {
+    /// The embedding trained whole, when the head is tied to it.
+    fn tied_embedding(&self) -> Option<&(String, String, Var)> {
+        let tied = self.config.text.tie_word_embeddings;
+        self.full.iter().find(|(s, _, _)| tied && s == "embed_tokens")
+    }
+
     /// Train these modules whole (any of `embed_tokens`, `lm_head`, `norm`) beside the
     /// adapters. A freshly initialised model needs it (its frozen head caps the logits);
     /// a pretrained one rarely does.

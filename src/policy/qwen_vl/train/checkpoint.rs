@@ -13,30 +13,29 @@
 //! Peak memory then holds one layer's activations at a time plus each layer's input; the
 //! price is a second forward of every layer.
 
-use super::lora::AdapterSwitch;
-use super::lora::AdapterUse;
-use super::nn::fused::attach2;
-use super::text::{layer_forward, Layer, LayerDims};
+use super::lora::{AdapterSwitch, AdapterUse, LoraAdapter};
 use super::train_pass::{PassState, TrainPass};
+use crate::nn::attach::attach2;
 use anyhow::{bail, Result};
 use candle_core::{Tensor, Var};
 use std::sync::Arc;
 
-/// Layer `layer` on `x` `[B, T, H]`, checkpointed (see the module docs). `cos`, `sin` and
-/// `mask` are the ones the plain forward would take; there is no cache.
+/// A layer's forward on its input, everything else (weights, rope tables, mask) captured.
+pub(crate) type LayerFn = Arc<dyn Fn(&Tensor) -> Result<Tensor> + Send + Sync>;
+
+/// `layer` on `x` `[B, T, H]`, checkpointed (see the module docs). `layer_adapters` are the
+/// layer's LoRA adapters, whose live A and B are its trainable tensors; `layer` runs the
+/// plain forward, with no cache.
 pub(crate) fn checkpointed(
     pass: &TrainPass,
-    layer: &Arc<Layer>,
-    dims: LayerDims,
+    layer_adapters: &[&LoraAdapter],
     x: &Tensor,
-    cos: &Tensor,
-    sin: &Tensor,
-    mask: Option<&Tensor>,
+    layer: LayerFn,
 ) -> Result<Tensor> {
     let state = PassState { no_grad: false, ..pass.get() };
     let out = {
         let _no_grad = pass.enter(PassState { no_grad: true, ..state });
-        layer_forward(dims, layer, &x.detach(), cos, sin, mask, None)?
+        layer(&x.detach())?
     };
     if out.track_op() {
         bail!(
@@ -44,7 +43,7 @@ pub(crate) fn checkpointed(
              trained inside a checkpointed layer"
         );
     }
-    let switch = layer.adapters().next().map(|a| a.switch().clone());
+    let switch = layer_adapters.first().map(|a| a.switch().clone());
     let adapters = switch.map(|s| {
         let u = s.get();
         (s, u)
@@ -52,24 +51,14 @@ pub(crate) fn checkpointed(
     // the live adapters' A and B are the layer's trainable tensors (snapshot weights are not Vars)
     let vars: Vec<Tensor> = match adapters {
         Some((_, AdapterUse::Live)) => {
-            layer.adapters().flat_map(|a| [a.a.as_tensor().clone(), a.b.as_tensor().clone()]).collect()
+            layer_adapters.iter().flat_map(|a| [a.a.as_tensor().clone(), a.b.as_tensor().clone()]).collect()
         }
         _ => Vec::new(),
     };
     // The op hangs on a trainable tensor too, so that it is in the graph even when its input
     // is not (the first layer over frozen embeddings).
     let anchor = vars.first().cloned().unwrap_or_else(|| x.clone());
-    let ck = Checkpoint {
-        layer: layer.clone(),
-        dims,
-        cos: cos.clone(),
-        sin: sin.clone(),
-        mask: mask.cloned(),
-        pass: pass.clone(),
-        state,
-        adapters,
-        vars,
-    };
+    let ck = Checkpoint { layer, pass: pass.clone(), state, adapters, vars };
     // the output is handed over as the node's forward; its backward recomputes the layer
     Ok(attach2([x, &anchor], out, "checkpointed-decoder-layer", move |[x, _anchor], grad| {
         let dx = ck.recompute(x, grad).map_err(|e| candle_core::Error::Msg(format!("{e:#}")))?;
@@ -79,11 +68,7 @@ pub(crate) fn checkpointed(
 
 /// What the node's backward needs to recompute the layer.
 struct Checkpoint {
-    layer: Arc<Layer>,
-    dims: LayerDims,
-    cos: Tensor,
-    sin: Tensor,
-    mask: Option<Tensor>,
+    layer: LayerFn,
     pass: TrainPass,
     /// The training-pass state of the forward (its dropout key).
     state: PassState,
@@ -106,15 +91,7 @@ impl Checkpoint {
         let result = (|| -> Result<Option<Tensor>> {
             let need_dx = x.track_op();
             let input = if need_dx { Var::from_tensor(&x.detach())?.as_tensor().clone() } else { x.detach() };
-            let out = layer_forward(
-                self.dims,
-                &self.layer,
-                &input,
-                &self.cos,
-                &self.sin,
-                self.mask.as_ref(),
-                None,
-            )?;
+            let out = (self.layer)(&input)?;
             let grads = (out * grad.detach())?.sum_all()?.backward()?;
             for v in &self.vars {
                 if let Some(g) = grads.get(v) {

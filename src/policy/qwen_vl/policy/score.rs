@@ -1,8 +1,8 @@
 //! Scoring answers: per-token log-probs and entropies of given tokens after each state's
 //! prompt, the training pass's forward (`TrainablePolicy::score`/`score_train`).
 
-use super::super::train_pass::{sample_key, PassState};
 use super::*;
+use crate::policy::qwen_vl::train::train_pass::{sample_key, PassState};
 
 impl QwenVlPolicy {
     /// Score `tokens` after `states`; `pass` makes it a training pass with that key (LoRA

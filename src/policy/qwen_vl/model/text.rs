@@ -2,21 +2,22 @@
 //! q/k RMSNorm, DeepStack features added after its first layers.
 //!
 //! One forward serves both uses: the training pass (the whole sequence, no cache, every
-//! op differentiable) and rollouts (a [`KvCache`] of detached tensors grown by `cat`, so
-//! decoding one token costs one token's work). In a training pass with gradient
-//! checkpointing ([`super::train_pass`]) each layer runs outside the graph and is
-//! recomputed in the backward pass ([`super::checkpoint`]).
+//! op differentiable) and rollouts (a [`KvCache`] written in place, so decoding one token
+//! costs one token's work). In a training pass with gradient
+//! checkpointing ([`TrainPass`]) each layer runs outside the graph and is
+//! recomputed in the backward pass ([`checkpointed`]).
 
 use super::config::TextConfig;
-use super::lora::LoraAdapter;
-use super::nn::{activation, apply_rope, attention, causal_mask, Linear, RmsNorm};
-use super::train_pass::TrainPass;
+use super::nn::{apply_rope, attention, causal_mask, Linear, RmsNorm};
 use super::weights::Weights;
+use crate::nn::activation;
+use crate::policy::qwen_vl::train::checkpoint::checkpointed;
+use crate::policy::qwen_vl::train::lora::LoraAdapter;
+use crate::policy::qwen_vl::train::train_pass::TrainPass;
 use anyhow::{bail, Result};
 use candle_core::{DType, Module, Tensor, Var, D};
 use std::sync::Arc;
 
-#[path = "text_profile.rs"]
 pub mod profile;
 
 /// One decoder layer (shared with the checkpointed layers' backward, hence `Arc`ed).
@@ -51,24 +52,7 @@ pub(crate) struct LayerDims {
     kv_heads: usize,
 }
 
-/// Keys and values seen so far, per layer (`[B, Hkv, S, D]`), for decoding. Cloning
-/// shares the tensors (a prompt's cache serves every answer decoded from it).
-#[derive(Default, Clone)]
-pub struct KvCache {
-    layers: Vec<Option<(Tensor, Tensor)>>,
-}
-
-impl KvCache {
-    /// Tokens cached so far.
-    pub fn len(&self) -> usize {
-        self.layers.first().and_then(|l| l.as_ref()).map(|(k, _)| k.dim(2).unwrap_or(0)).unwrap_or(0)
-    }
-
-    /// Whether nothing is cached yet.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
+pub use super::kv_cache::KvCache;
 
 /// Visual inputs placed into the token sequence: flat `[B·T]` row indices of the image
 /// placeholders, their embeddings, and the DeepStack features for the same rows.
@@ -188,9 +172,8 @@ impl TextModel {
         }
         let past = cache.as_ref().map(|c| c.len()).unwrap_or(0);
         if let Some(c) = cache.as_mut() {
-            if c.layers.len() != self.layers.len() {
-                c.layers = (0..self.layers.len()).map(|_| None).collect();
-            }
+            c.ensure_layers(self.layers.len());
+            c.limit_to(self.cfg.max_position_embeddings);
         }
         let mask = if t > 1 { Some(causal_mask(t, past + t, x.dtype(), x.device())?) } else { None };
         let (cos, sin) = (cos.unsqueeze(1)?, sin.unsqueeze(1)?);
@@ -198,17 +181,16 @@ impl TextModel {
         let checkpoint = cache.is_none() && self.pass.get().checkpoint;
         for (i, layer) in self.layers.iter().enumerate() {
             x = if checkpoint {
-                super::checkpoint::checkpointed(
+                let (l, dims, c, s, m) = (layer.clone(), self.dims(), cos.clone(), sin.clone(), mask.clone());
+                let adapters: Vec<&LoraAdapter> = layer.adapters().collect();
+                checkpointed(
                     &self.pass,
-                    layer,
-                    self.dims(),
+                    &adapters,
                     &x,
-                    &cos,
-                    &sin,
-                    mask.as_ref(),
+                    Arc::new(move |x| layer_forward(dims, &l, x, &c, &s, m.as_ref(), None)),
                 )?
             } else {
-                let slot = cache.as_mut().map(|c| &mut c.layers[i]);
+                let slot = cache.as_deref_mut().map(|c| (c, i));
                 layer_forward(self.dims(), layer, &x, &cos, &sin, mask.as_ref(), slot)?
             };
             if let Some(v) = &visual {
@@ -254,30 +236,28 @@ impl TextModel {
         let (d, hd) = (self.dims(), self.cfg.head_dim);
         let (cos, sin) = (cos.reshape((b, 1, 1, hd))?, sin.reshape((b, 1, 1, hd))?);
         for c in caches.iter_mut() {
-            if c.layers.len() != self.layers.len() {
-                c.layers = (0..self.layers.len()).map(|_| None).collect();
-            }
+            c.ensure_layers(self.layers.len());
+            c.limit_to(self.cfg.max_position_embeddings);
         }
         for (i, layer) in self.layers.iter().enumerate() {
-            let mut slots: Vec<&mut Option<(Tensor, Tensor)>> =
-                caches.iter_mut().map(|c| &mut c.layers[i]).collect();
-            x = layer_decode(d, layer, &x, (&cos, &sin), &mut slots)?;
+            x = layer_decode(d, layer, &x, (&cos, &sin), caches, i)?;
         }
         Ok(self.norm.forward(&x.narrow(0, 0, b)?)?)
     }
 }
 
-/// One decoder layer for one new token per row: `x` `[M, H]` (the first `slots.len()` rows
-/// real, the rest padding), tables `[B, 1, 1, D]`, each real row's cache slot.
+/// One decoder layer (`layer`) for one new token per row: `x` `[M, H]` (the first
+/// `caches.len()` rows real, the rest padding), tables `[B, 1, 1, D]`, each real row's cache.
 fn layer_decode(
     dims: LayerDims,
     l: &Layer,
     x: &Tensor,
     (cos, sin): (&Tensor, &Tensor),
-    slots: &mut [&mut Option<(Tensor, Tensor)>],
+    caches: &mut [&mut KvCache],
+    layer: usize,
 ) -> Result<Tensor> {
     let (m, _) = x.dims2()?;
-    let (b, hd) = (slots.len(), dims.head_dim);
+    let (b, hd) = (caches.len(), dims.head_dim);
     let y = l.input_norm.forward(x)?;
     let heads = |lin: &Linear, n: usize| -> Result<Tensor> {
         Ok(lin.forward(&y)?.narrow(0, 0, b)?.reshape((b, n, 1, hd))?)
@@ -291,14 +271,9 @@ fn layer_decode(
     let (q, k) = (apply_rope(&q, cos, sin)?, apply_rope(&k, cos, sin)?);
     let scale = (hd as f64).powf(-0.5);
     let mut out = Vec::with_capacity(m);
-    for (i, slot) in slots.iter_mut().enumerate() {
-        let (mut ki, mut vi) = (k.narrow(0, i, 1)?, v.narrow(0, i, 1)?);
-        if let Some((pk, pv)) = slot.as_ref() {
-            ki = Tensor::cat(&[pk, &ki], 2)?;
-            vi = Tensor::cat(&[pv, &vi], 2)?;
-        }
+    for (i, cache) in caches.iter_mut().enumerate() {
+        let (ki, vi) = cache.append(layer, &k.narrow(0, i, 1)?, &v.narrow(0, i, 1)?)?;
         out.push(attention(&q.narrow(0, i, 1)?, &ki, &vi, None, scale)?.reshape((1, dims.heads * hd))?);
-        **slot = Some((ki.detach(), vi.detach()));
     }
     // the padding rows' attention output: any values do (rows never mix)
     let pad = out[0].clone();
@@ -319,7 +294,7 @@ pub(crate) fn layer_forward(
     cos: &Tensor,
     sin: &Tensor,
     mask: Option<&Tensor>,
-    cache: Option<&mut Option<(Tensor, Tensor)>>,
+    cache: Option<(&mut KvCache, usize)>,
 ) -> Result<Tensor> {
     let (b, t, _) = x.dims3()?;
     let hd = dims.head_dim;
@@ -335,12 +310,8 @@ pub(crate) fn layer_forward(
     let q = apply_rope(&q.transpose(1, 2)?, cos, sin)?;
     let mut k = apply_rope(&k.transpose(1, 2)?, cos, sin)?;
     let mut v = v;
-    if let Some(slot) = cache {
-        if let Some((pk, pv)) = slot.as_ref() {
-            k = Tensor::cat(&[pk, &k], 2)?;
-            v = Tensor::cat(&[pv, &v], 2)?;
-        }
-        *slot = Some((k.detach(), v.detach()));
+    if let Some((c, i)) = cache {
+        (k, v) = c.append(i, &k, &v)?;
     }
     let scale = (hd as f64).powf(-0.5);
     let a = attention(&q, &k, &v, mask, scale)?;

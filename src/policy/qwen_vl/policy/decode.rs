@@ -107,6 +107,8 @@ impl QwenVlPolicy {
         let vision = self.vision(&img)?;
         let prompt = self.model.prompt(ids.clone(), &[img.grid])?;
         let mut cache = KvCache::default();
+        // room for the longest answer: every answer then appends in place
+        cache.reserve(self.settings.max_new_tokens);
         let len = prompt.ids.len();
         let h = self.model.hidden(&prompt, Some(&vision), Some(&mut cache))?;
         let logits = self.model.logits(&h.get(len - 1)?.unsqueeze(0)?)?.squeeze(0)?;

@@ -437,5 +437,5 @@ impl CustomOp2 for GeluGrad {
 }
 
 #[cfg(test)]
-#[path = "fused_tests.rs"]
+#[path = "custom_ops_tests.rs"]
 mod tests;

@@ -1,21 +1,16 @@
 //! The layers the Qwen-VL models are built from, written with differentiable ops only.
 //!
 //! candle's fused `rms_norm`, `layer_norm`, `softmax_last_dim` and `rope` have no backward
-//! (`shared/CANDLE-TRAINING.md`): a LoRA adapter behind them would silently get no
+//! (docs/contributing/candle.md): a LoRA adapter behind them would silently get no
 //! gradient. Everything here is composed from ops that have one.
 
-use super::lora::LoraAdapter;
 use super::weights::Weights;
+use crate::nn::attach::attach;
+use crate::nn::fused::{fused_rms_norm, fused_rope, group_heads};
+use crate::nn::{activation, fused, gemm};
+use crate::policy::qwen_vl::train::lora::LoraAdapter;
 use anyhow::Result;
-#[path = "activation.rs"]
-pub mod activation;
-#[path = "fused.rs"]
-pub mod fused;
-#[path = "gemm.rs"]
-pub mod gemm;
-
 use candle_core::{DType, Module, Tensor, D};
-use fused::{attach, fused_rms_norm, fused_rope};
 
 /// A linear layer over a frozen weight (a plain tensor, never a `Var`), with an optional
 /// LoRA adapter: `y = x Wᵀ + b + scale · (x Aᵀ) Bᵀ`.
@@ -234,16 +229,8 @@ pub fn repeat_kv(t: &Tensor, h: usize) -> candle_core::Result<Tensor> {
     t.unsqueeze(2)?.expand((b, hkv, h / hkv, s, d))?.reshape((b, h, s, d))
 }
 
-/// `t` `[B, H, T, D]` as `[B, Hkv, (H / Hkv) · T, D]`: the query heads that share a
-/// key/value head stacked along the rows, so grouped-query attention is one matmul per
-/// key/value head and the keys and values are never repeated (a reshape, no copy).
-pub(crate) fn group_heads(t: &Tensor, hkv: usize) -> candle_core::Result<Tensor> {
-    let (b, h, n, d) = t.dims4()?;
-    t.contiguous()?.reshape((b, hkv, (h / hkv) * n, d))
-}
-
 /// The attention's probabilities `[B, Hkv, (H / Hkv) · T, S]` (query heads grouped, see
-/// [`group_heads`]) and its output `[B, H, T, D]`, outside any graph.
+/// [`group_heads`](crate::nn::fused::group_heads)) and its output `[B, H, T, D]`, outside any graph.
 fn attention_parts(
     q: &Tensor,
     k: &Tensor,
@@ -253,10 +240,23 @@ fn attention_parts(
 ) -> candle_core::Result<(Tensor, Tensor)> {
     let (b, h, t, d) = q.dims4()?;
     let hkv = k.dim(1)?;
-    let scores = group_heads(q, hkv)?.matmul(&k.contiguous()?.t()?)?;
+    let scores = group_heads(q, hkv)?.matmul(&matmul_operand(k)?.t()?)?;
     let p = activation::scaled_softmax(&scores, scale, mask)?;
-    let o = p.matmul(&v.contiguous()?)?.reshape((b, h, t, d))?;
+    let o = p.matmul(&matmul_operand(v)?)?.reshape((b, h, t, d))?;
     Ok((p, o))
+}
+
+/// `t` `[B, Hkv, S, D]` as a product's operand: a view of a longer cache buffer (rows of
+/// `D` contiguous, one stride between heads) is taken as it is when `B` is 1, which the
+/// products accept; anything else is made contiguous. A decoding step then reads the
+/// cache in place instead of copying it.
+fn matmul_operand(t: &Tensor) -> candle_core::Result<Tensor> {
+    let st = t.stride();
+    if t.is_contiguous() || (t.dim(0)? == 1 && st[3] == 1 && st[2] == t.dim(3)?) {
+        Ok(t.clone())
+    } else {
+        t.contiguous()
+    }
 }
 
 /// The additive causal mask of `t` new queries over `s` keys (the first `s - t` cached):

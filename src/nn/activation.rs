@@ -8,7 +8,7 @@
 //! vectorises, built for AVX-512 and AVX2 and chosen at run time, split over rayon's threads.
 //! Outside f32 on the CPU (CUDA, bf16) the same functions run candle's ops.
 
-use super::fused::attach2;
+use super::attach::attach2;
 use candle_core::{DType, Device, Result, Storage, Tensor};
 use rayon::prelude::*;
 

@@ -21,11 +21,12 @@
 //!   cloning, the clone): the same base weights with a snapshot of the adapters.
 
 use super::hub;
-use super::lora::AdapterUse;
+use super::model::text::KvCache;
+use super::model::vision::VisionOutput;
 use super::model::QwenVl;
 pub use super::settings::QwenPolicySettings;
-use super::vision::VisionOutput;
-use super::{text::KvCache, Arch};
+use super::train::lora::AdapterUse;
+use super::Arch;
 use crate::env::{GuiAction, ScreenState};
 use crate::policy::api::coords::CoordMode;
 use crate::policy::api::parse::parse_answer;
@@ -40,7 +41,6 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-#[path = "decode.rs"]
 mod decode;
 
 /// The file in a checkpoint folder that says which backbone its adapter belongs to.
@@ -63,7 +63,6 @@ pub struct QwenVlPolicy {
     banned: Tensor,
 }
 
-#[path = "policy_score.rs"]
 mod score;
 
 /// Vision outputs kept at most (screenshots of one iteration's update).

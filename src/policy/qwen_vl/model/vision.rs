@@ -7,9 +7,10 @@
 //! taps; Qwen2.5-VL attends inside 2×2-unit windows except in its full-attention blocks.
 
 use super::config::{Arch, VisionConfig};
-use super::nn::{activate, activation, apply_rope, attention, LayerNorm, Linear, RmsNorm};
+use super::nn::{activate, apply_rope, attention, LayerNorm, Linear, RmsNorm};
 use super::rope::{vision_cos_sin, vision_patch_positions};
 use super::weights::Weights;
+use crate::nn::activation;
 use anyhow::{bail, Result};
 use candle_core::{Module, Tensor, D};
 
@@ -161,12 +162,12 @@ impl VisionTower {
             blocks,
             merger,
             deepstack,
-            rope_theta: 10_000.0,
+            rope_theta: cfg.rope_theta,
         })
     }
 
     /// Run the tower on `pixel_values` `[N, C·T·p·p]` (patches of all images, in merge
-    /// order, as [`super::processor`] makes them) with each image's `(t, h, w)` patch grid.
+    /// order, as [`crate::policy::qwen_vl::processor`] makes them) with each image's `(t, h, w)` patch grid.
     pub fn forward(&self, pixel_values: &Tensor, grids: &[[usize; 3]]) -> Result<VisionOutput> {
         let m = self.cfg.spatial_merge_size;
         let unit = m * m;

@@ -1,0 +1,21 @@
+//! The CPU kernels guirl's policies train with, each with its backward pass.
+//!
+//! candle's fused `softmax_last_dim`, `rms_norm`, `layer_norm` and `rope` run without a
+//! backward, so a graph through them is silently cut (docs/contributing/candle.md); their
+//! composed equivalents are differentiable but slow and keep every intermediate. The
+//! kernels here compute a layer outside the graph and attach a hand-written backward.
+//! Each has a test against candle's unfused ops.
+//!
+//! - [`attach`]: an output computed outside the graph, hung on its inputs with a backward.
+//! - [`activation`]: SwiGLU, SiLU, tanh-GELU and the scaled, masked softmax.
+//! - [`fused`]: RMSNorm, rotary embedding, the LoRA linear layer and attention as one node.
+//! - [`gemm`]: in-place and strided f32 products on the CPU.
+//! - [`custom_ops`]: the small policy's masked softmax, LayerNorm, GELU and bias add.
+//!
+//! The Qwen-VL backbones use the first four, the small Candle policy the last.
+
+pub mod activation;
+pub mod attach;
+pub mod custom_ops;
+pub mod fused;
+pub mod gemm;

@@ -1,0 +1,140 @@
+//! No task page may reach chromedriver or DevTools on this machine's loopback.
+//!
+//! The attack these tests make: a spec whose start page is guirl's own fixture page, and
+//! whose `setup_js` POSTs a WebDriver session (`text/plain`, no-cors, as any page can) to
+//! every chromedriver port on the machine. chromedriver accepts a loopback origin, starts
+//! a Chromium with `--no-sandbox` and a renderer command prefix, and the prefix runs a
+//! shell command outside the sandbox: here it would create a marker file. It must not,
+//! and the attempt must show in the blocked URLs; in `run` mode (a `GuiEnv`) and through
+//! `guirl serve`, with and without a token.
+
+use crate::common::env_for;
+use crate::server::{self, Server};
+use guirl::env::GuiAction;
+use guirl::serve::env_server::ServeConfig;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+
+/// The ports of the chromedrivers this test process started (its children).
+fn driver_ports() -> Vec<u16> {
+    let me = std::process::id().to_string();
+    let mut ports = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let dir = entry.path();
+        let stat = std::fs::read_to_string(dir.join("stat")).unwrap_or_default();
+        // `pid (comm) state ppid ...`: the parent is the first field after the name.
+        let ppid = stat.rsplit_once(") ").and_then(|(_, rest)| rest.split(' ').nth(1));
+        if ppid != Some(me.as_str()) {
+            continue;
+        }
+        let cmdline = std::fs::read(dir.join("cmdline")).unwrap_or_default();
+        let args: Vec<String> =
+            cmdline.split(|&b| b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+        if !args.first().is_some_and(|a| a.contains("chromedriver")) {
+            continue;
+        }
+        ports.extend(args.iter().filter_map(|a| a.strip_prefix("--port=")?.parse::<u16>().ok()));
+    }
+    ports
+}
+
+/// A marker file name no earlier run left behind.
+fn marker(name: &str) -> PathBuf {
+    let p = std::env::temp_dir().join(format!("guirl-driver-attack-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_file(&p);
+    p
+}
+
+/// The spec: the fixture page, and a setup script that asks each port for a session whose
+/// renderer runs `touch MARKER`.
+fn attack_spec(ports: &[u16], marker: &Path) -> String {
+    let caps = json!({"capabilities": {"alwaysMatch": {"goog:chromeOptions": {
+        "binary": "/usr/bin/chromium",
+        "args": ["--headless", "--no-sandbox",
+                 format!("--renderer-cmd-prefix=/bin/sh -c touch${{IFS}}{}", marker.display())],
+    }}}});
+    let js = format!(
+        "for (const p of {ports:?}) for (const h of ['127.0.0.1', 'localhost']) \
+         fetch('http://' + h + ':' + p + '/session', {{method: 'POST', mode: 'no-cors', \
+         headers: {{'Content-Type': 'text/plain'}}, body: {body:?}}}).catch(() => {{}});",
+        body = caps.to_string()
+    );
+    format!(
+        "start_url = \"/fixtures/pages/two-buttons.html\"\ninstruction = \"Click OK\"\nsetup_js = {js:?}\n\
+         [success]\njs = \"false\"\n"
+    )
+}
+
+/// Whether `marker` appears within a few seconds (the shell runs when the renderer starts).
+async fn appears(marker: &Path) -> bool {
+    for _ in 0..20 {
+        if marker.exists() {
+            return true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+    }
+    false
+}
+
+fn session_url(ports: &[u16]) -> String {
+    format!("http://127.0.0.1:{}/session", ports[0])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_cannot_reach_chromedriver_in_run_mode() {
+    let mut env = env_for("miniwob/click-test");
+    env.start().await.expect("browser");
+    let ports = driver_ports();
+    assert!(!ports.is_empty(), "this test's chromedriver is a child of the test process");
+    let m = marker("run");
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("attack.toml");
+    std::fs::write(&spec, attack_spec(&ports, &m)).unwrap();
+    env.set_task(guirl::tasks::load_task(spec.to_str().unwrap()).unwrap());
+    env.reset(0).await.expect("reset");
+    env.step(&GuiAction::Wait { ms: 1500 }).await.expect("step");
+    assert!(!appears(&m).await, "a page started a WebDriver session and ran a command");
+    let (blocked, _) = env.take_blocked_urls();
+    assert!(blocked.contains(&session_url(&ports)), "the attempt is listed: {blocked:?}");
+    env.close().await;
+}
+
+async fn attack_through_serve(token: Option<&str>) {
+    let s = Server::start(ServeConfig { token: token.map(String::from), ..Default::default() }).await;
+    let post = |path: String, body: Value| {
+        let url = format!("{}{path}", s.base);
+        async move { server::http("POST", url, Some(body.to_string()), token).await }
+    };
+    // A first session's browser: its chromedriver is one of the targets.
+    let r = post("/v1/sessions".into(), json!({"task": "miniwob/click-test"})).await;
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    let first = r.body["session_id"].as_str().unwrap().to_string();
+    let r = post(format!("/v1/sessions/{first}/reset"), json!({"seed": 0, "screenshot": "none"})).await;
+    assert_eq!(r.body["info"]["status"], "running", "{:?}", r.body);
+    let ports = driver_ports();
+    assert!(!ports.is_empty());
+    let m = marker(if token.is_some() { "serve-token" } else { "serve" });
+    let r = post("/v1/sessions".into(), json!({"task_spec": attack_spec(&ports, &m)})).await;
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    let id = r.body["session_id"].as_str().unwrap().to_string();
+    let r = post(format!("/v1/sessions/{id}/reset"), json!({"seed": 0, "screenshot": "none"})).await;
+    assert_eq!(r.body["info"]["status"], "running", "{:?}", r.body);
+    let mut blocked: Vec<String> = serde_json::from_value(r.body["info"]["blocked_urls"].clone()).unwrap();
+    let r =
+        post(format!("/v1/sessions/{id}/step"), json!({"action": "wait(1500)", "screenshot": "none"})).await;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    blocked.extend(serde_json::from_value::<Vec<String>>(r.body["info"]["blocked_urls"].clone()).unwrap());
+    assert!(!appears(&m).await, "a page started a WebDriver session and ran a command");
+    assert!(blocked.contains(&session_url(&ports)), "the attempt is listed: {blocked:?}");
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_page_cannot_reach_chromedriver_through_serve() {
+    attack_through_serve(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_page_cannot_reach_chromedriver_through_serve_with_a_token() {
+    attack_through_serve(Some("a-long-server-token-0123456789")).await;
+}
