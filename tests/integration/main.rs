@@ -45,6 +45,7 @@ mod screen_features;
 mod serve;
 mod serve_frames;
 mod serve_security;
+mod success_rules;
 mod sft_continue;
 mod tensorboard;
 mod torn_tails;
