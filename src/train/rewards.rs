@@ -189,13 +189,19 @@ mod tests {
         assert_eq!(rewards(&r), [-1.0, -1.0, 0.0, 0.8, 0.0]);
         // Truncation and give-up configured: a wrong answer keeps the task's reward.
         let mut r = fresh();
-        let set = RewardOverrides { truncation: Some(-0.5), give_up: Some(-2.0), fail: None, ..Default::default() };
+        let set =
+            RewardOverrides { truncation: Some(-0.5), give_up: Some(-2.0), fail: None, ..Default::default() };
         assert_eq!(shape(&mut r, &tasks, set), 1);
         assert_eq!(rewards(&r), [-2.0, -1.0, -0.5, 0.8, 0.0]);
         // All three: the website task's done() is a failure of its own, not a give-up, so
         // it takes fail_reward like the wrong answer; a success keeps the task's reward.
         let mut r = fresh();
-        let set = RewardOverrides { truncation: Some(0.0), give_up: Some(-2.0), fail: Some(0.1), ..Default::default() };
+        let set = RewardOverrides {
+            truncation: Some(0.0),
+            give_up: Some(-2.0),
+            fail: Some(0.1),
+            ..Default::default()
+        };
         assert_eq!(shape(&mut r, &tasks, set), 1);
         assert_eq!(rewards(&r), [-2.0, 0.1, 0.0, 0.8, 0.1]);
     }

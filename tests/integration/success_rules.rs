@@ -42,11 +42,14 @@ fn assert_ended(out: &StepOutcome, status: EpisodeStatus, raw: f64) {
 #[tokio::test]
 async fn find_greatest_the_smallest_card_is_no_success() {
     let mut env = env_for("miniwob/find-greatest");
-    for (pick_greatest, status, raw) in [(false, EpisodeStatus::Fail, 0.1), (true, EpisodeStatus::Success, 1.0)] {
+    for (pick_greatest, status, raw) in
+        [(false, EpisodeStatus::Fail, 0.1), (true, EpisodeStatus::Success, 1.0)]
+    {
         env.reset(3).await.unwrap();
-        let cards = eval(&env, "return [...document.querySelectorAll('.card')].map(c => Number(c.textContent));")
-            .await
-            .unwrap();
+        let cards =
+            eval(&env, "return [...document.querySelectorAll('.card')].map(c => Number(c.textContent));")
+                .await
+                .unwrap();
         let values: Vec<i64> = cards.as_array().unwrap().iter().map(|v| v.as_i64().unwrap()).collect();
         assert_eq!(values.len(), 3);
         let pick = if pick_greatest { values.iter().max() } else { values.iter().min() }.unwrap();
@@ -68,11 +71,16 @@ async fn click_checkboxes_one_box_short_is_no_success() {
     let mut found = None;
     for seed in 0..40 {
         let (obs, _) = env.reset(seed).await.unwrap();
-        let labels = eval(&env, "return [...document.querySelectorAll('#boxes label')].map(l => l.textContent.trim());")
-            .await
-            .unwrap();
-        let labels: Vec<String> = labels.as_array().unwrap().iter().map(|v| v.as_str().unwrap().into()).collect();
-        let asked = obs.instruction.strip_prefix("Select ").and_then(|s| s.strip_suffix(" and click Submit."));
+        let labels = eval(
+            &env,
+            "return [...document.querySelectorAll('#boxes label')].map(l => l.textContent.trim());",
+        )
+        .await
+        .unwrap();
+        let labels: Vec<String> =
+            labels.as_array().unwrap().iter().map(|v| v.as_str().unwrap().into()).collect();
+        let asked =
+            obs.instruction.strip_prefix("Select ").and_then(|s| s.strip_suffix(" and click Submit."));
         let asked: Vec<usize> = asked
             .unwrap_or_else(|| panic!("instruction {:?}", obs.instruction))
             .split(", ")
@@ -122,7 +130,10 @@ async fn use_colorwheel_just_under_its_threshold_is_no_success() {
         act(&mut env, &format!("type(\"{hex}\")")).await;
         // A click beside the picker closes it (it may cover Submit).
         click_on(&mut env, "#query").await;
-        assert_eq!(eval(&env, "return document.getElementById('col').value.toLowerCase();").await.unwrap(), Value::from(hex.clone()));
+        assert_eq!(
+            eval(&env, "return document.getElementById('col').value.toLowerCase();").await.unwrap(),
+            Value::from(hex.clone())
+        );
         let out = click_on(&mut env, "#subbtn").await;
         let raw = 1.0 - off.iter().sum::<i64>() as f64 / 765.0;
         assert!(raw > 0.0, "{hex} for {want:?}: the old rule's success");
@@ -138,7 +149,8 @@ async fn todo_a_wrong_item_before_the_right_one_is_no_success() {
     let mut env = env_for("environments/websites/todo.toml");
     for wrong_first in [true, false] {
         let (obs, _) = env.reset(1).await.unwrap();
-        let (item, list) = obs.instruction.strip_prefix("Add \"").and_then(|s| s.split_once("\" to the ")).unwrap();
+        let (item, list) =
+            obs.instruction.strip_prefix("Add \"").and_then(|s| s.split_once("\" to the ")).unwrap();
         let list = list.strip_suffix(" list").unwrap().to_lowercase();
         let item = item.to_string();
         click_on(&mut env, &format!("#open-{list}")).await;
@@ -150,7 +162,12 @@ async fn todo_a_wrong_item_before_the_right_one_is_no_success() {
         }
         let out = last.unwrap();
         if wrong_first {
-            assert_eq!(out.info.status, EpisodeStatus::Running, "the list holds a wrong item: {:?}", out.info);
+            assert_eq!(
+                out.info.status,
+                EpisodeStatus::Running,
+                "the list holds a wrong item: {:?}",
+                out.info
+            );
             let held = eval(&env, &format!("return window.lists['{list}'];")).await.unwrap();
             assert_eq!(held.as_array().unwrap().len(), 3, "{held}");
         } else {
