@@ -1,8 +1,10 @@
 //! MiniWoB++ tasks, driven through their own in-page protocol (core.js): `Math.seedrandom`
 //! then `core.startEpisodeReal()` starts a seeded episode in the loaded page, and the
-//! `WOB_*` globals carry reward and done.
+//! `WOB_*` globals carry reward and done. Whether an ended episode succeeded is the task's
+//! [`SuccessRule`] applied to the raw reward (`super::success`), not `reward > 0`.
 
 use super::server::{base_url, miniwob_dir};
+use super::success::{self, SuccessRule};
 use super::{EnvError, Page};
 use super::{EpisodeOptions, EpisodeStart, Task, Viewport};
 use async_trait::async_trait;
@@ -56,6 +58,7 @@ pub struct MiniwobTask {
     id: String,
     name: String,
     max_steps: u32,
+    rule: SuccessRule,
 }
 
 impl MiniwobTask {
@@ -78,7 +81,13 @@ impl MiniwobTask {
             id: format!("miniwob/{name}"),
             name: name.into(),
             max_steps: default_max_steps(name),
+            rule: success::miniwob_rule(name),
         }))
+    }
+
+    /// When an episode of this task counts as a success (from the audit's table).
+    pub fn success_rule(&self) -> SuccessRule {
+        self.rule
     }
 
     fn path(&self) -> String {
@@ -145,11 +154,18 @@ impl Task for MiniwobTask {
         }
         Ok(EpisodeStart {
             instruction: utterance.as_str().unwrap_or_default().to_string(),
-            status_js: STATUS_JS.into(),
+            status_js: status_js(self.rule),
         })
     }
 }
 
-const STATUS_JS: &str =
-    "{done: WOB_DONE_GLOBAL, reward: WOB_REWARD_GLOBAL, raw_reward: WOB_RAW_REWARD_GLOBAL, \
-         reason: WOB_REWARD_REASON == null ? null : String(WOB_REWARD_REASON)}";
+/// The status expression: the page's reward as it pays it, and success by `rule` on the
+/// raw reward (the threshold written as Rust prints it, which JavaScript reads back exactly).
+fn status_js(rule: SuccessRule) -> String {
+    format!(
+        "{{done: WOB_DONE_GLOBAL, reward: WOB_REWARD_GLOBAL, raw_reward: WOB_RAW_REWARD_GLOBAL, \
+         success: WOB_RAW_REWARD_GLOBAL >= {:?}, \
+         reason: WOB_REWARD_REASON == null ? null : String(WOB_REWARD_REASON)}}",
+        rule.min_raw_reward()
+    )
+}

@@ -10,6 +10,7 @@ pub mod judge;
 pub mod miniwob;
 pub mod page;
 pub mod server;
+pub mod success;
 pub mod website;
 
 use async_trait::async_trait;
@@ -115,7 +116,8 @@ pub struct TaskStatus {
     /// The task's reason, if it gives one.
     #[serde(default)]
     pub reason: Option<String>,
-    /// Explicit success flag (website checks); otherwise success means `raw_reward > 0`.
+    /// Explicit success flag (website checks, MiniWoB++'s rule per task); otherwise success
+    /// is full credit, `raw_reward ≥ 1` (a built-in task pays 1 or −1).
     #[serde(default)]
     pub success: Option<bool>,
     /// The status expression threw.
@@ -126,7 +128,7 @@ pub struct TaskStatus {
 impl TaskStatus {
     /// Whether the task counts the episode as solved.
     pub fn is_success(&self) -> bool {
-        self.success.unwrap_or(self.raw_reward > 0.0)
+        self.success.unwrap_or_else(|| success::SuccessRule::FullCredit.is_success(self.raw_reward))
     }
 }
 

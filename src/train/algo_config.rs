@@ -4,6 +4,7 @@
 use super::advantage::{AdvStd, StepCredit};
 use super::objective::{KlEstimator, LossAgg, LossConfig, PolicyLossKind};
 use super::optim::{AdamWConfig, LrSchedule, LrScheduler};
+use super::rewards::TrainReward;
 use serde::{Deserialize, Serialize};
 
 /// The algorithm.
@@ -223,6 +224,10 @@ pub struct AlgoConfig {
     pub overlong_window: Option<u32>,
     /// Weight of the overlong penalty (at most this much is subtracted).
     pub overlong_weight: f64,
+    /// What rollouts train on: `page`, the reward the task pays (partial credit and graded
+    /// scores included), or `success`, 1 for a success by the task's success rule and the
+    /// task's failure reward for any other ended episode (see [`super::rewards`]).
+    pub reward: TrainReward,
     /// The reward a rollout that hit `rollout.max_steps` trains on, instead of the task's
     /// (usually 0). Set it to the task's failure reward (e.g. -1) where stalling until the
     /// step limit would otherwise score better than a wrong answer.
@@ -291,6 +296,7 @@ impl Default for AlgoConfig {
             overlong_penalty: None,
             overlong_window: None,
             overlong_weight: 1.0,
+            reward: TrainReward::Page,
             truncation_reward: None,
             give_up_reward: None,
             fail_reward: None,
@@ -302,6 +308,7 @@ impl AlgoConfig {
     /// The rewards training uses in place of the task's.
     pub fn reward_overrides(&self) -> super::rewards::RewardOverrides {
         super::rewards::RewardOverrides {
+            reward: self.reward,
             truncation: self.truncation_reward,
             give_up: self.give_up_reward,
             fail: self.fail_reward,

@@ -210,6 +210,17 @@ fn unknown_keys_are_named_with_their_table() {
 }
 
 #[test]
+fn training_rewards_are_the_pages_unless_success_is_asked_for() {
+    use crate::train::rewards::TrainReward;
+    assert_eq!(parse_ok(MINIMAL).algo.reward, TrainReward::Page);
+    let c = parse_ok(&format!("{MINIMAL}[algo]\nreward = \"success\"\n"));
+    assert_eq!(
+        (c.algo.reward, c.algo.reward_overrides().reward),
+        (TrainReward::Success, TrainReward::Success)
+    );
+}
+
+#[test]
 fn bad_values_are_named() {
     let with = |table: &str, kv: &str| err(&format!("{MINIMAL}[{table}]\n{kv}\n"));
     for (table, kv, want) in [
@@ -246,6 +257,7 @@ fn bad_values_are_named() {
         ("algo", "loss_agg_norm = 0.0", "algo.loss_agg_norm must be > 0"),
         ("algo", "kl_estimator = \"k4\"", "unknown variant `k4`, expected one of `k1`, `k2`, `k3`"),
         ("algo", "kl_mode = \"both\"", "unknown variant `both`, expected `loss` or `reward`"),
+        ("algo", "reward = \"binary\"", "unknown variant `binary`, expected `page` or `success`"),
         ("algo", "kl_target = 0.01", "algo.kl_target needs algo.beta > 0"),
         ("algo", "beta = 0.1\nkl_target = -1.0", "algo.kl_target must be > 0"),
         ("algo", "kl_horizon = 0.0", "algo.kl_horizon must be > 0"),

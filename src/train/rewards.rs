@@ -2,6 +2,12 @@
 //! that ending an episode without an answer never pays better than a wrong answer, and
 //! DAPO's overlong penalty.
 //!
+//! - `[algo] reward`: `"page"` (the default) trains on the reward the task pays, partial
+//!   credit, graded scores and shaping included; `"success"` on whether the episode
+//!   succeeded by the task's success rule (`tasks::success`): 1 for a success, the task's
+//!   failure reward for any other ended episode (a wrong or partial answer), so that
+//!   ticking four of five boxes pays what a wrong answer pays. Truncated rollouts keep
+//!   the task's reward, and the corrections below apply after it.
 //! - `[algo] truncation_reward`: a rollout that hit the step limit trains on this reward
 //!   instead of the task's (usually 0).
 //! - `[algo] give_up_reward`: a rollout that ended with the agent's `done()` on a task that
@@ -23,6 +29,7 @@
 use crate::env::{EpisodeStatus, GuiAction};
 use crate::rollout::{Recorded, Trajectory};
 use crate::tasks::Task;
+use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
 /// Whether `t` ended because the agent gave up: its last action is `done()`, the episode
@@ -33,9 +40,23 @@ pub fn gave_up(t: &Trajectory, task: &dyn Task) -> bool {
         && t.steps.last().is_some_and(|s| GuiAction::parse(&s.action).is_ok_and(|a| a == GuiAction::Done))
 }
 
+/// What a rollout trains on (`[algo] reward`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TrainReward {
+    /// The reward the task pays (MiniWoB++'s partial credit and graded scores included).
+    #[default]
+    Page,
+    /// 1 for a success by the task's success rule, the task's failure reward for any other
+    /// ended episode.
+    Success,
+}
+
 /// The training rewards a config sets in place of the task's (`None`: the task's own).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct RewardOverrides {
+    /// The page's reward or binary success.
+    pub reward: TrainReward,
     /// For a rollout that hit the step limit.
     pub truncation: Option<f64>,
     /// For a rollout whose agent gave up (default: the task's failure reward).
@@ -44,12 +65,23 @@ pub struct RewardOverrides {
     pub fail: Option<f64>,
 }
 
-/// Apply the truncation, give-up and failure rewards to freshly collected rollouts;
-/// returns how many rollouts gave up.
+/// Apply the reward source (page or success), then the truncation, give-up and failure
+/// rewards, to freshly collected rollouts; returns how many rollouts gave up.
 pub fn shape(recs: &mut [Recorded], tasks: &[Arc<dyn Task>], set: RewardOverrides) -> usize {
     let mut give_ups = 0;
     for rec in recs {
         let t = &mut rec.trajectory;
+        if set.reward == TrainReward::Success {
+            match t.outcome.status {
+                EpisodeStatus::Success => t.outcome.reward = 1.0,
+                EpisodeStatus::Fail => {
+                    if let Some(task) = tasks.iter().find(|k| k.id() == t.task_id) {
+                        t.outcome.reward = task.failure_reward();
+                    }
+                }
+                _ => {}
+            }
+        }
         match t.outcome.status {
             EpisodeStatus::Truncated => {
                 if let Some(r) = set.truncation {
@@ -157,15 +189,51 @@ mod tests {
         assert_eq!(rewards(&r), [-1.0, -1.0, 0.0, 0.8, 0.0]);
         // Truncation and give-up configured: a wrong answer keeps the task's reward.
         let mut r = fresh();
-        let set = RewardOverrides { truncation: Some(-0.5), give_up: Some(-2.0), fail: None };
+        let set =
+            RewardOverrides { truncation: Some(-0.5), give_up: Some(-2.0), fail: None, ..Default::default() };
         assert_eq!(shape(&mut r, &tasks, set), 1);
         assert_eq!(rewards(&r), [-2.0, -1.0, -0.5, 0.8, 0.0]);
         // All three: the website task's done() is a failure of its own, not a give-up, so
         // it takes fail_reward like the wrong answer; a success keeps the task's reward.
         let mut r = fresh();
-        let set = RewardOverrides { truncation: Some(0.0), give_up: Some(-2.0), fail: Some(0.1) };
+        let set = RewardOverrides {
+            truncation: Some(0.0),
+            give_up: Some(-2.0),
+            fail: Some(0.1),
+            ..Default::default()
+        };
         assert_eq!(shape(&mut r, &tasks, set), 1);
         assert_eq!(rewards(&r), [-2.0, 0.1, 0.0, 0.8, 0.1]);
+    }
+
+    #[test]
+    fn success_rewards_pay_one_for_a_success_and_a_failure_for_a_partial_answer() {
+        let miniwob = crate::tasks::load_task("miniwob/click-checkboxes").unwrap();
+        let website = crate::tasks::load_task("fixtures/tasks/two-buttons.toml").unwrap();
+        let (m, w) = (miniwob.id().to_string(), website.id().to_string());
+        let tasks = vec![miniwob, website];
+        let fresh = || {
+            vec![
+                rec(&m, "click(1, 2)", EpisodeStatus::Fail, 0.6), // four of five boxes: the page pays 0.6
+                rec(&m, "click(1, 2)", EpisodeStatus::Success, 0.9), // time-decayed full credit
+                rec(&m, "click(1, 2)", EpisodeStatus::Truncated, 0.0),
+                rec(&m, "done()", EpisodeStatus::Fail, 0.0), // gave up
+                rec(&w, "done()", EpisodeStatus::Fail, 0.4), // a numeric check under its threshold
+            ]
+        };
+        let page = RewardOverrides::default();
+        assert_eq!(page.reward, TrainReward::Page);
+        let mut r = fresh();
+        shape(&mut r, &tasks, page);
+        assert_eq!(rewards(&r), [0.6, 0.9, 0.0, -1.0, 0.4], "the page's rewards, give-up aside");
+        let success = RewardOverrides { reward: TrainReward::Success, ..Default::default() };
+        let mut r = fresh();
+        assert_eq!(shape(&mut r, &tasks, success), 1);
+        assert_eq!(rewards(&r), [-1.0, 1.0, 0.0, -1.0, 0.0], "MiniWoB++ fails at −1, a website spec at 0");
+        // fail_reward still replaces a wrong answer's reward afterwards.
+        let mut r = fresh();
+        shape(&mut r, &tasks, RewardOverrides { fail: Some(0.0), ..success });
+        assert_eq!(rewards(&r), [0.0, 1.0, 0.0, -1.0, 0.0]);
     }
 
     #[test]

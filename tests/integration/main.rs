@@ -49,6 +49,7 @@ mod serve_cross_site;
 mod serve_frames;
 mod serve_security;
 mod sft_continue;
+mod success_rules;
 mod tensorboard;
 mod torn_tails;
 mod train;

@@ -1,0 +1,238 @@
+//! The MiniWoB++ tasks whose pages pay more than right / wrong: partial credit, graded
+//! scores and shaped rewards. Evidence: the page's `core.endEpisode(...)` calls and the
+//! code computing their reward.
+//!
+//! Graded tasks whose page pays in bands whose top band is a tolerance of its own (a
+//! press within 15 % of the delay, a click under 5 px from the spot) succeed at full
+//! credit. Graded tasks with a continuous score, which reaches 1 only at a perfect answer,
+//! succeed at 0.9, 90 % of full credit; each row says what that is in the task's units.
+
+use super::RewardClass::{Graded, PartialCredit, Shaping};
+use super::SuccessRule::{AtLeast, FullCredit};
+use super::{RewardClass, SuccessRule, TaskAudit};
+
+/// The threshold of the continuous graded tasks.
+const GRADED: SuccessRule = AtLeast(0.9);
+
+const fn row(
+    task: &'static str,
+    class: RewardClass,
+    rule: SuccessRule,
+    why: &'static str,
+    pays: &'static str,
+    evidence: &'static str,
+    false_success: Option<f64>,
+) -> TaskAudit {
+    TaskAudit { task, class, rule, why, pays, evidence, false_success }
+}
+
+/// Rows in task-name order.
+pub(super) const ROWS: &[TaskAudit] = &[
+    row(
+        "ascending-numbers",
+        PartialCredit,
+        FullCredit,
+        "every number in order; a slip ends the episode with the share done so far",
+        "1 all in order; (numbers clicked before a slip) / 5 on a wrong one; −1 if 1 is not first",
+        "reward = diff / TOTAL_RECTS on a wrong number",
+        Some(0.6),
+    ),
+    row(
+        "bisect-angle",
+        Graded,
+        GRADED,
+        "the larger part at most 55 % of the angle: within 5 % of it from the bisector (4.5° of 90°)",
+        "(angle − larger part) / (angle / 2): 1 on the bisector, 0 on a side; −1 outside",
+        "score = (totalAngle − largerAngle) / (totalAngle / 2)",
+        Some(0.5),
+    ),
+    row(
+        "button-delay",
+        Graded,
+        FullCredit,
+        "the page's own on-time band (the delay within 15 %) is its only full credit",
+        "1 within 15 % of the delay, 0.6 within 40 %, 0.35 within 65 %, 0 within 85 %, else −1",
+        "r = correctPushed ? determineReward() : −1",
+        Some(0.6),
+    ),
+    row(
+        "buy-ticket",
+        Shaping,
+        FullCredit,
+        "only the asked ticket; a middle one is wrong (its −0.5 is shaping)",
+        "1 the asked ticket, −0.5 a middle one, −1 the opposite extreme",
+        "reward = 1 / −0.5 ('a shaped reward' for medium flights) / −1",
+        None,
+    ),
+    row(
+        "chase-circle",
+        Graded,
+        GRADED,
+        "the pointer outside the circle for at most 1 s of the 10",
+        "(10 000 − ms outside the circle) / 10 000",
+        "score = (10000 − missedFrames) / 10000",
+        Some(0.5),
+    ),
+    row(
+        "circle-center",
+        Graded,
+        GRADED,
+        "within a tenth of the radius of the centre (2.5–4 px; the radius is 25–40)",
+        "(r − d) / r for a point inside the circle, −1 outside",
+        "score = (maxDistance − distance) / maxDistance, maxDistance = r",
+        Some(0.5),
+    ),
+    row(
+        "click-checkboxes",
+        PartialCredit,
+        FullCredit,
+        "every box as asked; one left out still pays (n − 2) / n",
+        "(right − wrong) / boxes",
+        "r += checked === toclick ? 1 : −1; endEpisode(r / elems)",
+        Some(0.6),
+    ),
+    row(
+        "click-checkboxes-large",
+        PartialCredit,
+        FullCredit,
+        "every box as asked; one left out still pays (n − 2) / n",
+        "(right − wrong) / boxes",
+        "r += checked === toclick ? 1 : −1; endEpisode(r / elems)",
+        Some(0.6),
+    ),
+    row(
+        "click-checkboxes-soft",
+        PartialCredit,
+        FullCredit,
+        "every box as asked; one left out still pays (n − 2) / n",
+        "(right − wrong) / boxes",
+        "r += checked === toclick ? 1 : −1; endEpisode(r / elems)",
+        Some(0.6),
+    ),
+    row(
+        "click-checkboxes-transfer",
+        PartialCredit,
+        FullCredit,
+        "every box as asked; one left out still pays (n − 2) / n",
+        "(right − wrong) / boxes",
+        "r += checked === toclick ? 1 : −1; endEpisode(r / elems)",
+        Some(0.6),
+    ),
+    row(
+        "drag-shapes-2",
+        PartialCredit,
+        FullCredit,
+        "all five shapes in their boxes (1.3 capped to 1); one misplaced pays 0.84",
+        "Σ 1.3/5 per shape in its box, −1/5 per shape not, clipped to [−1, 1]",
+        "r = expectedShapesContained + otherShapesOutside, clipped",
+        Some(0.84),
+    ),
+    row(
+        "draw-circle",
+        Graded,
+        FullCredit,
+        "the page's top bands: round (radius std < 2 px) and at least 20 px across",
+        "roundness band (1 at std < 2 px, 0.9 < 4 px … −1) × size band (1 at ≥ 20 px)",
+        "reward = sizeReward < 0 ? sizeReward : circleReward * sizeReward",
+        Some(0.9),
+    ),
+    row(
+        "draw-line",
+        Graded,
+        FullCredit,
+        "the page's top bands: straight and through the dot (< 6 px); 0.95 passes it by",
+        "0.8 × straightness band + 0.2 × dot band (1 under 6 px … −1)",
+        "reward = properDirection * 0.8 + touchesPoint * 0.2",
+        Some(0.95),
+    ),
+    row(
+        "find-greatest",
+        Shaping,
+        FullCredit,
+        "only the greatest card; 0.1 pays for turning any card over",
+        "1 the greatest card, 0.1 any other card, −1 no card",
+        "if (userIndex === expected) endEpisode(1) else endEpisode(0.1)",
+        Some(0.1),
+    ),
+    row(
+        "find-midpoint",
+        Graded,
+        GRADED,
+        "within 3 px of the midpoint",
+        "(30 − d) / 30 for a point within 30 px, else −1",
+        "score = (maxDistance − distance) / maxDistance, maxDistance = 30",
+        Some(0.5),
+    ),
+    row(
+        "hot-cold",
+        Graded,
+        FullCredit,
+        "the page calls under 5 px HOT, the spot asked for",
+        "1 under 5 px, 0.5 under 10, 0.25 under 40, else −1",
+        "reward = determineScore(distance)",
+        Some(0.5),
+    ),
+    row(
+        "moving-items",
+        Graded,
+        GRADED,
+        "'as many as possible' of 10: all ten with at most two misses (nine pay 0.8)",
+        "−1 + 0.2 per circle hit − 0.05 per miss, at least −1",
+        "score += backupAwarder(event); endEpisode(max(score, −1)) after 9.9 s",
+        Some(0.8),
+    ),
+    row(
+        "odd-or-even",
+        PartialCredit,
+        FullCredit,
+        "every number marked right",
+        "Σ per number: 1/3 right, −1/3 wrong, −0.25/3 unmarked",
+        "reward += 1/N right, −1/N wrong, −0.25/N unmarked",
+        Some(1.0 / 3.0),
+    ),
+    row(
+        "phone-book",
+        PartialCredit,
+        FullCredit,
+        "the asked detail of the asked person; the right person's wrong detail pays 0.4",
+        "0.7 × (±1 person) + 0.3 × (±1 detail): 1, 0.4, −0.4 or −1",
+        "r = correctIndex * 0.7 + correctProperty * 0.3",
+        Some(0.4),
+    ),
+    row(
+        "right-angle",
+        Graded,
+        GRADED,
+        "within 9° of a right angle",
+        "(90 − |90 − angle|) / 90 within 45°, else −1",
+        "endEpisode((expectedAngle − diff) / expectedAngle) if diff < 45",
+        Some(0.6),
+    ),
+    row(
+        "tic-tac-toe",
+        Shaping,
+        FullCredit,
+        "winning is the task; a draw (−0.5) and a loss (−0.75) are failures, graded to shape it",
+        "1 win, −0.5 draw, −0.75 loss",
+        "callWin 1, callDraw −0.5, callLoss −0.75",
+        None,
+    ),
+    row(
+        "use-colorwheel",
+        Graded,
+        GRADED,
+        "mean channel error ≤ 10 % (25 of 255); a random colour pays about 0.67",
+        "1 − mean |channel difference| / 255",
+        "r = 1 − (|Δr| + |Δg| + |Δb|) / 255 / 3",
+        Some(0.67),
+    ),
+    row(
+        "use-colorwheel-2",
+        Graded,
+        GRADED,
+        "mean channel error ≤ 10 % (25 of 255); a random colour pays about 0.67",
+        "1 − mean |channel difference| / 255",
+        "r = 1 − (|Δr| + |Δg| + |Δb|) / 255 / 3",
+        Some(0.67),
+    ),
+];
