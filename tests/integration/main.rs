@@ -51,5 +51,6 @@ mod torn_tails;
 mod train;
 mod train_ppo;
 mod viewer;
+mod visible_elements;
 mod website_recipe;
 mod website_state;
