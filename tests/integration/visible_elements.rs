@@ -76,7 +76,8 @@ async fn a_turned_card_shows_its_number_and_face_down_cards_none() {
         let cards: Vec<&Element> = out.obs.elements.iter().filter(|e| has_class(e, "card")).collect();
         assert_eq!(cards.len(), 3, "the turned card is still listed: {:#?}", out.obs.elements);
         assert!(!has_class(cards[1], "hidden"), "the clicked card is turned: {cards:#?}");
-        let number = eval(&env, "return document.querySelector('.card:not(.hidden)').textContent;").await.unwrap();
+        let number =
+            eval(&env, "return document.querySelector('.card:not(.hidden)').textContent;").await.unwrap();
         assert_eq!(cards[1].text, number.as_str().unwrap(), "the turned card's number is listed");
         assert!(cards[1].text.parse::<u32>().is_ok(), "{:?}", cards[1].text);
         assert!(cards[0].text.is_empty() && cards[2].text.is_empty(), "{cards:#?}");
@@ -206,7 +207,9 @@ async fn audit_elements_against_the_observer_before() {
     if let Some(mut e) = env {
         e.close().await;
     }
-    println!("| task | elements before → after | listed, not seen | text not drawn | seen, not listed | e.g. |");
+    println!(
+        "| task | elements before → after | listed, not seen | text not drawn | seen, not listed | e.g. |"
+    );
     println!("|---|---|---|---|---|---|");
     for r in &rows {
         println!("{r}");
