@@ -87,7 +87,7 @@ async fn a_turned_card_shows_its_number_and_face_down_cards_none() {
 
 /// Per audited task: (old elements, new elements, listed but not there for a person,
 /// listed with text that is not drawn, there but not listed, an example of each).
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Diff {
     old: usize,
     new: usize,
@@ -108,22 +108,35 @@ fn describe(e: &Element) -> String {
     } else {
         e.classes.split_whitespace().next().map_or(String::new(), |c| format!(".{c}"))
     };
-    let text: String = e.text.chars().take(24).collect();
-    format!("{}{name} {text:?}", e.tag)
+    format!("{}{name} {:?}", e.tag, short(&e.text))
 }
 
-/// The elements of the observer from before this rule and of today's, read together.
-async fn both(env: &GuiEnv, f: &Frame) -> (Vec<Element>, Vec<Element>) {
+/// The first 32 characters of `text`, `…` where it goes on.
+fn short(text: &str) -> String {
+    let mut s: String = text.chars().take(32).collect();
+    if s.len() < text.len() {
+        s.push('…');
+    }
+    s
+}
+
+/// The elements of the observer from before this rule and of today's, read together, and
+/// the milliseconds each took in the page (the old one runs once first, untimed, so that
+/// neither pays for the page's pending style and layout work).
+async fn both(env: &GuiEnv, f: &Frame) -> (Vec<Element>, Vec<Element>, f64, f64) {
     let read = |path: &str| std::fs::read_to_string(repo(path)).unwrap().replace("__STATUS__", "null");
     let (old, new) = (read("fixtures/observe-before-visible.js"), read("src/env/observe.js"));
     let frame = format!("[[{}, {}, {}, {}]]", f.origin_x, f.origin_y, f.width, f.height);
     let script = format!(
-        "var a = (function () {{\n{old}\n}}).apply(null, {frame});\n\
-         var b = (function () {{\n{new}\n}}).apply(null, {frame});\nreturn [a.elements, b.elements];"
+        "var before = function () {{\n{old}\n}}, after = function () {{\n{new}\n}};\n\
+         before.apply(null, {frame});\n\
+         var t0 = performance.now(), a = before.apply(null, {frame}), t1 = performance.now();\n\
+         var b = after.apply(null, {frame}), t2 = performance.now();\n\
+         return [a.elements, b.elements, t1 - t0, t2 - t1];"
     );
     let v = eval(env, &script).await.unwrap();
     let parse = |x: &serde_json::Value| serde_json::from_value::<Vec<Element>>(x.clone()).unwrap();
-    (parse(&v[0]), parse(&v[1]))
+    (parse(&v[0]), parse(&v[1]), v[2].as_f64().unwrap(), v[3].as_f64().unwrap())
 }
 
 fn compare(old: Vec<Element>, new: Vec<Element>, d: &mut Diff) {
@@ -139,7 +152,7 @@ fn compare(old: Vec<Element>, new: Vec<Element>, d: &mut Diff) {
                     if n.label != o.label {
                         was += &format!(" label {:?}", o.label);
                     }
-                    d.hidden_text.push(format!("{was} → {:?}", n.text));
+                    d.hidden_text.push(format!("{was} → {:?}", short(&n.text)));
                 }
             }
             None => d.not_shown.push(describe(&o)),
@@ -157,7 +170,7 @@ async fn audit_elements_against_the_observer_before() {
     let ids = guirl::tasks::all_task_ids(None);
     assert!(ids.iter().any(|i| i.starts_with("miniwob/")), "MiniWoB++ pages are not installed");
     let mut env: Option<GuiEnv> = None;
-    let mut rows = Vec::new();
+    let (mut rows, mut details, mut ms) = (Vec::new(), Vec::new(), Vec::new());
     let (mut failed, mut differ, mut counts) = (Vec::new(), 0, [0usize; 3]);
     for id in &ids {
         let task = guirl::tasks::load_task(id).unwrap();
@@ -173,8 +186,9 @@ async fn audit_elements_against_the_observer_before() {
         for seed in 0..2 {
             match e.reset(seed).await {
                 Ok((obs, _)) => {
-                    let (old, new) = both(e, &obs.frame).await;
+                    let (old, new, t_old, t_new) = both(e, &obs.frame).await;
                     compare(old, new, &mut d);
+                    ms.push((t_old, t_new));
                 }
                 Err(err) => {
                     failed.push(format!("{id} seed {seed}: {err}"));
@@ -193,6 +207,7 @@ async fn audit_elements_against_the_observer_before() {
                 .filter_map(|v| v.first().cloned())
                 .collect::<Vec<_>>()
                 .join("; ");
+            details.push((id.clone(), d.clone()));
             rows.push(format!(
                 "| {id} | {} → {} | {} | {} | {} | {} |",
                 d.old,
@@ -225,6 +240,27 @@ async fn audit_elements_against_the_observer_before() {
     );
     for f in &failed {
         println!("reset failed: {f}");
+    }
+    let mean = |i: usize| {
+        ms.iter().map(|t: &(f64, f64)| if i == 0 { t.0 } else { t.1 }).sum::<f64>() / ms.len() as f64
+    };
+    let most = |i: usize| ms.iter().map(|t: &(f64, f64)| if i == 0 { t.0 } else { t.1 }).fold(0.0, f64::max);
+    println!(
+        "in-page time per read over {} reads: before {:.2} ms (at most {:.1}), after {:.2} ms (at most {:.1})",
+        ms.len(),
+        mean(0),
+        most(0),
+        mean(1),
+        most(1)
+    );
+    println!("\nEvery difference:");
+    for (id, d) in &details {
+        for (what, list) in [("not seen", &d.not_shown), ("text", &d.hidden_text), ("not listed", &d.missed)]
+        {
+            for x in list {
+                println!("{id}: {what}: {x}");
+            }
+        }
     }
     assert!(failed.len() < ids.len() / 10, "most resets work: {failed:?}");
 }
