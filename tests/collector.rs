@@ -1,5 +1,5 @@
-//! The parallel collector over real browsers: groups, batching across envs, and a
-//! browser killed mid-collection.
+//! The parallel collector over real browsers: groups, batching across envs, and browsers
+//! killed mid-collection.
 
 use guirl::env::{EnvConfig, EpisodeStatus, ScreenState};
 use guirl::policy::{oracle::OraclePolicy, Decision, Policy};
@@ -7,7 +7,12 @@ use guirl::rollout::{Collector, Job, TrajectoryBuffer};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-/// The oracle, recording batch sizes; kills one browser the first time it sees step 1.
+/// Browsers are found as this process's grandchildren, and cargo runs the tests of a binary
+/// on parallel threads: each test holds this lock while its browsers run, so that no test
+/// kills or counts another's.
+static BROWSERS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The oracle, recording batch sizes; when armed, kills the browsers at its next call.
 struct Probe {
     inner: OraclePolicy,
     batches: Vec<usize>,
@@ -21,19 +26,21 @@ impl Policy for Probe {
     fn act(&mut self, states: &[ScreenState]) -> anyhow::Result<Vec<Decision>> {
         self.batches.push(states.len());
         if self.kill_once.swap(false, Ordering::SeqCst) {
-            // Kill one of the browsers: its current rollout must end as env_error.
-            // Our chromedrivers are our children; the browser is a chromedriver's child.
+            // Kill every browser: the rollouts of the states in this call (at least one) wait
+            // for these actions mid-episode, so they must end as env_error. (Killing one
+            // browser is not enough: its env may still be resetting, with its state not in
+            // this call, and a reset replaces a dead browser and goes on.) Our chromedrivers
+            // are our children; a browser is a chromedriver's child.
             let children = |pid: u32| -> Vec<u32> {
                 let out =
                     std::process::Command::new("pgrep").args(["-P", &pid.to_string()]).output().unwrap();
                 String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| l.trim().parse().ok()).collect()
             };
-            let browser = children(std::process::id())
-                .into_iter()
-                .flat_map(children)
-                .next()
-                .expect("a running browser");
-            std::process::Command::new("kill").args(["-9", &browser.to_string()]).status()?;
+            let browsers: Vec<u32> = children(std::process::id()).into_iter().flat_map(children).collect();
+            assert!(!browsers.is_empty(), "running browsers");
+            for b in browsers {
+                std::process::Command::new("kill").args(["-9", &b.to_string()]).status()?;
+            }
             std::thread::sleep(std::time::Duration::from_millis(200));
         }
         self.inner.act(states)
@@ -42,6 +49,7 @@ impl Policy for Probe {
 
 #[tokio::test]
 async fn groups_batching_and_a_killed_browser() {
+    let _browsers = BROWSERS.lock().await;
     let a = guirl::tasks::load_task("miniwob/click-checkboxes").unwrap();
     let b = guirl::tasks::load_task("miniwob/enter-text").unwrap();
     let instances = vec![(a.clone(), 3), (b.clone(), 4), (a.clone(), 5)];
@@ -75,7 +83,7 @@ async fn groups_batching_and_a_killed_browser() {
         assert!(inst.windows(2).all(|w| w[0] == w[1]), "every member starts from the same instance");
     }
 
-    // Round 2 with the same (warm) browsers: one gets killed mid-episode.
+    // Round 2 with the same (warm) browsers: they get killed mid-episode.
     kill.store(true, Ordering::SeqCst);
     let (recs, stats) = collector.collect(&mut policy, jobs, |_, _| {}).await.unwrap();
     assert_eq!(recs.len(), 9, "the collection finished despite the crash");
@@ -84,7 +92,7 @@ async fn groups_batching_and_a_killed_browser() {
     assert_eq!(
         ok + stats.env_errors,
         9,
-        "the other rollouts still succeed (a fresh browser replaces the dead one)"
+        "the other rollouts still succeed (fresh browsers replace the dead ones)"
     );
     let mut buffer = TrajectoryBuffer::new(100, 0);
     for r in &recs {
@@ -100,6 +108,7 @@ async fn groups_batching_and_a_killed_browser() {
 /// screen is not the recorded one ends the rollout as `env_error` naming the step.
 #[tokio::test]
 async fn branched_rollouts_start_from_the_exact_recorded_state() {
+    let _browsers = BROWSERS.lock().await;
     use guirl::rollout::Prefix;
     use guirl::train::advantage::gigpo::screenshot_key;
     let task = guirl::tasks::load_task("miniwob/click-checkboxes").unwrap();

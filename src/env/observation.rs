@@ -52,7 +52,10 @@ impl BBox {
     }
 }
 
-/// A visible interactive element of the page (a link, button, input, anything clickable).
+/// An interactive element of the page (a link, button, input, anything clickable) that a
+/// person sees in the screenshot and can act on: not transparent, and reached by the
+/// pointer somewhere in the screenshot (covered, clipped away, `visibility: hidden` or
+/// off-screen elements are not listed). See docs/environment.md, "What `elements` holds".
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct Element {
     /// Lower-case tag name (`button`, `input`, `a`, ...).
@@ -63,11 +66,14 @@ pub struct Element {
     /// The class attribute, or empty.
     #[serde(default)]
     pub classes: String,
-    /// Visible text (whitespace collapsed; for inputs, the label-less text is empty).
+    /// The text drawn in it (whitespace collapsed, at most 200 characters): text hidden
+    /// by `font-size: 0`, `visibility: hidden`, `opacity: 0`, a transparent colour,
+    /// `display: none`, clipping or something drawn over it is left out; a closed
+    /// `<select>` has its chosen option's. Empty for inputs and textareas (see `value`).
     #[serde(default)]
     pub text: String,
     /// Accessible name of an input, textarea or select: its `aria-label`, else the text of
-    /// its first `<label>`; empty for other elements.
+    /// its first `<label>` (the text drawn in it); empty for other elements.
     #[serde(default)]
     pub label: String,
     /// Current value for inputs, textareas and selects.
@@ -102,7 +108,8 @@ pub struct ScreenState {
     pub step: u32,
     /// How the screenshot maps onto the page.
     pub frame: Frame,
-    /// Visible interactive elements, in document order, with boxes in screenshot pixels.
+    /// The interactive elements a person sees and can act on, in document order, with
+    /// boxes in screenshot pixels (see [`Element`]).
     pub elements: Vec<Element>,
     /// The screenshot, cropped to the task's viewport (RGB8). Serialized as base64 PNG.
     /// Shared: the env keeps it as the next observation's `previous_screenshot`, and a

@@ -33,32 +33,195 @@ window.__guirlClick = null;
 var ready = document.readyState === 'complete';
 var status = null;
 try { status = (__STATUS__); } catch (e) { status = { error: String(e) }; }
+// `elements`: what a person sees in the screenshot and can act on, with only the text that
+// is drawn. An interactive candidate (SEL, a pointer cursor, a script's click handler) is
+// listed if it is not transparent and a pointer reaches it somewhere in the screenshot;
+// its text is the text of its text nodes that are drawn (see `drawn`).
 var SEL = 'a,button,input,textarea,select,option,label,summary,[role],[onclick],[tabindex],[contenteditable=""],[contenteditable=true]';
 var out = [];
 var seen = new Set();
-function visible(el, r) {
-  if (r.width <= 0 || r.height <= 0) return false;
-  var cs = getComputedStyle(el);
-  return cs.visibility !== 'hidden' && cs.display !== 'none' && parseFloat(cs.opacity || '1') > 0;
+var de = document.documentElement;
+// The screenshot's part of the viewport: a point outside it is no action the policy can take.
+var VX0 = Math.max(0, o[0]), VY0 = Math.max(0, o[1]);
+var VX1 = Math.min(window.innerWidth, o[0] + o[2]), VY1 = Math.min(window.innerHeight, o[1] + o[3]);
+var styles = new Map(), opaque = new Map(), shown = new Map(), range = document.createRange();
+function style(el) {
+  var s = styles.get(el);
+  if (!s) { s = getComputedStyle(el); styles.set(el, s); }
+  return s;
+}
+// Whether el and every ancestor draw at all (a child cannot undo an ancestor's opacity: 0).
+function opaqueUp(el) {
+  if (!el) return true;
+  var v = opaque.get(el);
+  if (v === undefined) { v = parseFloat(style(el).opacity) > 0 && opaqueUp(el.parentElement); opaque.set(el, v); }
+  return v;
+}
+function alpha(c) {
+  if (!c || c === 'transparent') return 0;
+  var m = /^rgba\((?:[^,]*,){3}\s*([\d.e+-]+)\s*\)$/.exec(c);
+  return m ? parseFloat(m[1]) : 1;
+}
+// The part of rect r inside the screenshot and the viewport, or null.
+function inView(r) {
+  var x0 = Math.max(r.left, VX0), y0 = Math.max(r.top, VY0);
+  var x1 = Math.min(r.right, VX1), y1 = Math.min(r.bottom, VY1);
+  return x1 > x0 && y1 > y0 ? [x0, y0, x1, y1] : null;
+}
+function within(h, el) { return !!h && (h === el || el.contains(h)); }
+// Whether a pointer reaches el (or a child of it) at one of 9 points of one of its boxes in
+// view. The hit test answers at once for covered, clipped away (overflow, clip, clip-path),
+// visibility: hidden (a visible child still counts) and outside the screenshot. Several
+// points, not the centre alone: a button half under a dialog, a link whose box centre
+// falls between its two lines, or a control partly scrolled out of its box still shows and
+// takes clicks. The centre comes first, and most elements answer there.
+var AT = [0.5, 0.15, 0.85];
+function reachable(el) {
+  var rs = el.getClientRects();
+  for (var i = 0; i < rs.length && i < 4; i++) {
+    var c = inView(rs[i]);
+    if (!c) continue;
+    for (var a = 0; a < 3; a++) {
+      for (var b = 0; b < 3; b++) {
+        var h = document.elementFromPoint(c[0] + (c[2] - c[0]) * AT[b], c[1] + (c[3] - c[1]) * AT[a]);
+        if (within(h, el)) return true;
+      }
+    }
+  }
+  return false;
+}
+// Whether text node t is drawn where a person sees it: its element is visible, opaque,
+// with a font size and a colour, and a hit test on one of its line boxes in view (at its
+// middle or near either end: a word half under something still reads) lands on that
+// element (not on something over it, nor, for text clipped away by overflow, clip or
+// clip-path, on whatever lies under it).
+function drawn(t) {
+  var v = shown.get(t);
+  if (v !== undefined) return v;
+  v = false;
+  var p = t.parentElement, s = p && style(p);
+  if (s && s.visibility === 'visible' && parseFloat(s.fontSize) > 0 &&
+      alpha(s.webkitTextFillColor || s.color) > 0 && opaqueUp(p)) {
+    range.selectNodeContents(t);
+    var rs = range.getClientRects();
+    for (var i = 0; i < rs.length && i < 8 && !v; i++) {
+      var c = inView(rs[i]);
+      for (var k = 0; c && k < 3 && !v; k++) {
+        var h = document.elementFromPoint(c[0] + (c[2] - c[0]) * AT[k], (c[1] + c[3]) / 2);
+        // The pointer passes through text with pointer-events: none, so no hit test can
+        // tell what is over it: its geometry has to do.
+        v = within(h, p) || (!!h && s.pointerEvents === 'none');
+      }
+    }
+  }
+  shown.set(t, v);
+  return v;
+}
+// A closed list shows its chosen option; a list box (multiple, size > 1) the options in its box.
+function selectText(sel) {
+  if (!sel.multiple && sel.size <= 1) {
+    var chosen = sel.options[sel.selectedIndex];
+    return chosen ? chosen.label : '';
+  }
+  var box = sel.getBoundingClientRect(), t = [];
+  for (var i = 0; i < sel.options.length; i++) {
+    var r = sel.options[i].getBoundingClientRect();
+    if (r.height > 0 && r.top < box.bottom && r.bottom > box.top) t.push(sel.options[i].label);
+  }
+  return t.join(' ');
+}
+// What a line break separates in innerText: text in different blocks (an inline-level box
+// does not break the line).
+var INLINE = /^(inline|contents|ruby)/;
+function blockOf(n, root) {
+  for (var p = n.parentElement; p && p !== root; p = p.parentElement) {
+    if (!INLINE.test(style(p).display)) return p;
+  }
+  return root;
+}
+function transform(s, tt) {
+  if (tt === 'uppercase') return s.toUpperCase();
+  if (tt === 'lowercase') return s.toLowerCase();
+  if (tt === 'capitalize') return s.replace(/(^|\s)(\S)/g, function (m, a, b) { return a + b.toUpperCase(); });
+  return s;
+}
+// The drawn text under node, as innerText joins it (blocks and <br> apart, text-transform
+// applied) but without what is not drawn; about 400 characters at most.
+var SKIP = /^(SCRIPT|STYLE|NOSCRIPT|TEMPLATE|TEXTAREA|INPUT|OPTION|IFRAME|OBJECT)$/;
+function textOf(root) {
+  var acc = { parts: [], len: 0, block: null };
+  (function walk(node) {
+    for (var c = node.firstChild; c && acc.len < 400; c = c.nextSibling) {
+      if (c.nodeType === 3) {
+        if (!/\S/.test(c.data)) { acc.parts.push(' '); continue; }
+        if (!drawn(c)) continue;
+        var b = blockOf(c, root);
+        if (acc.block && b !== acc.block) acc.parts.push(' ');
+        acc.block = b;
+        var tx = transform(c.data, style(c.parentElement).textTransform);
+        acc.parts.push(tx);
+        acc.len += tx.length;
+      } else if (c.nodeType === 1) {
+        if (c.tagName === 'BR') acc.parts.push(' ');
+        else if (c.tagName === 'SELECT') {
+          if (style(c).visibility === 'visible' && opaqueUp(c) && c.getClientRects().length) {
+            acc.parts.push(' ', selectText(c), ' ');
+          }
+        } else if (!SKIP.test(c.tagName)) walk(c);
+      }
+    }
+  })(root);
+  return acc.parts.join('');
+}
+function clean(s) {
+  s = s.replace(/\s+/g, ' ').trim();
+  return s.length > 200 ? s.slice(0, 200) : s;
 }
 var cands = [];
 function consider(el) {
-  if (!seen.has(el)) { seen.add(el); cands.push(el); }
+  if (el.nodeType === 1 && !seen.has(el)) { seen.add(el); cands.push(el); }
+}
+// Elements made clickable by script: a handler property (el.onclick = f, d3 v3's
+// __onclick), d3 v4+'s __on list, or jQuery's handlers (a delegated one marks the elements
+// its selector matches). Listeners added with addEventListener leave no trace.
+var CLICKS = ['click', 'mousedown', 'mouseup'];
+function scripted(el) {
+  for (var i = 0; i < CLICKS.length; i++) {
+    if (el['on' + CLICKS[i]] || el['__on' + CLICKS[i]]) return true;
+  }
+  var on = el.__on;
+  if (Array.isArray(on)) {
+    for (var j = 0; j < on.length; j++) if (on[j] && CLICKS.indexOf(on[j].type) >= 0) return true;
+  }
+  return false;
+}
+var jqData = window.jQuery && jQuery._data;
+function jqClicks(node) {
+  var ev = jqData ? jqData(node, 'events') : null;
+  if (!ev) return;
+  CLICKS.forEach(function (t) {
+    (ev[t] || []).forEach(function (h) {
+      if (h.selector) {
+        try { node.querySelectorAll(h.selector).forEach(consider); } catch (e) { /* jQuery-only selector */ }
+      } else if (node !== document && node !== document.body && node !== de) {
+        consider(node);
+      }
+    });
+  });
 }
 function add(el) {
   // MiniWoB++'s own overlays and score display are not part of the task.
   if (el.closest('#sync-task-cover, #reward-display, #click-canvas')) return;
+  if (!opaqueUp(el) || !reachable(el)) return;
   var r = el.getBoundingClientRect();
-  if (!visible(el, r)) return;
   var tag = el.tagName.toLowerCase();
-  var text = (tag === 'input' || tag === 'textarea') ? '' : (el.innerText || el.textContent || '');
-  text = text.replace(/\s+/g, ' ').trim();
-  if (text.length > 200) text = text.slice(0, 200);
-  // A form control's accessible name: aria-label, else its first <label>'s text.
+  // (A listed <option> is one of an open list box's, which draws its label.)
+  var text = (tag === 'input' || tag === 'textarea') ? '' :
+    clean(tag === 'select' ? selectText(el) : tag === 'option' ? el.label : textOf(el));
+  // A form control's accessible name: aria-label, else its first <label>'s drawn text.
   var label = '';
   if (tag === 'input' || tag === 'textarea' || tag === 'select') {
-    label = el.getAttribute('aria-label') || (el.labels && el.labels.length ? el.labels[0].innerText || '' : '');
-    label = label.replace(/\s+/g, ' ').trim().slice(0, 200);
+    label = clean(el.getAttribute('aria-label') || (el.labels && el.labels.length ? textOf(el.labels[0]) : ''));
   }
   var value = '';
   if ('value' in el && typeof el.value === 'string' && tag !== 'button' && tag !== 'li') value = el.value;
@@ -71,13 +234,14 @@ function add(el) {
 }
 if (document.body) {
   document.querySelectorAll(SEL).forEach(consider);
-  // Elements made clickable by script (d3/jQuery handlers) usually say so with the cursor.
+  jqClicks(document);
   var all = document.body.getElementsByTagName('*');
   for (var i = 0; i < all.length && i < 5000; i++) {
     var el = all[i];
+    if (jqData) jqClicks(el);
     if (seen.has(el)) continue;
-    var cs = getComputedStyle(el);
-    if (cs.cursor === 'pointer' && (!el.parentElement || getComputedStyle(el.parentElement).cursor !== 'pointer')) consider(el);
+    // Elements made clickable by script (d3/jQuery handlers) usually say so with the cursor.
+    if (scripted(el) || (style(el).cursor === 'pointer' && (!el.parentElement || style(el.parentElement).cursor !== 'pointer'))) consider(el);
   }
   cands.sort(function (a, b) { return (a.compareDocumentPosition(b) & 4) ? -1 : 1; });
   cands.forEach(add);

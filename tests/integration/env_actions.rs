@@ -85,14 +85,16 @@ async fn scroll_and_drag_move_things() {
     let mut env = actions_env();
     let (obs, _) = env.reset(0).await.unwrap();
     assert!(obs.previous_screenshot.is_none(), "the first step has no previous frame");
-    let before = obs.elements.iter().find(|e| e.id == "text").unwrap().bbox;
+    let before = obs.elements.iter().find(|e| e.id == "hang").unwrap().bbox;
+    assert!(obs.elements.iter().any(|e| e.id == "text"));
     let out = act(&mut env, "scroll(100, 100, 0, 150)").await;
     assert_eq!(out.obs.frame.scroll_y, 150, "scroll offset is reported in the frame");
     // The previous frame is the screenshot the scroll acted on, and the page moved since.
     assert_eq!(out.obs.previous_screenshot.as_ref(), Some(&obs.screenshot));
     assert_ne!(out.obs.screenshot, obs.screenshot);
-    let after = out.obs.elements.iter().find(|e| e.id == "text").unwrap().bbox;
+    let after = out.obs.elements.iter().find(|e| e.id == "hang").unwrap().bbox;
     assert_eq!(after.y, before.y - 150.0, "element boxes follow the scroll");
+    assert!(!out.obs.elements.iter().any(|e| e.id == "text"), "the field scrolled out of view is not listed");
     act(&mut env, "scroll(100, 100, 0, -150)").await;
     // A key scroll is done when the step returns (no smooth-scroll animation left to run,
     // which would make the next frame depend on timing and replays diverge).

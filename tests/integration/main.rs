@@ -55,6 +55,7 @@ mod torn_tails;
 mod train;
 mod train_ppo;
 mod viewer;
+mod visible_elements;
 mod website_recipe;
 mod website_spec_reference;
 mod website_state;

@@ -109,18 +109,24 @@ pub(super) fn search_table(state: &ScreenState) -> Option<GuiAction> {
     if let Some(a) = fill(state, search, &target) {
         return Some(a);
     }
-    row.map(|r| scroll_towards(wrap, r))
+    Some(row.map_or_else(|| page_down(wrap), |r| scroll_towards(wrap, r)))
 }
 
-/// Scroll `#list` until the quoted item shows, then click it.
+/// A wheel scroll over container `c` by most of its height: what brings rows not yet listed
+/// (the elements hold only what shows) into view.
+fn page_down(c: &Element) -> GuiAction {
+    let (x, y) = c.bbox.center();
+    GuiAction::Scroll { x, y, dx: 0, dy: (c.bbox.h * 0.8).max(20.0) as i32 }
+}
+
+/// Scroll `#list` down ("Scroll down the list") until the quoted item shows, then click it.
 pub(super) fn scroll_to_find(state: &ScreenState) -> Option<GuiAction> {
     let target = quoted(&state.instruction).into_iter().next()?;
     let list = by_id(state, "list")?;
-    let item = with_class(state, "button", "item").find(|e| e.text.trim() == target)?;
-    if shown_in(state, list, item) {
-        Some(click(item))
-    } else {
-        Some(scroll_towards(list, item))
+    match with_class(state, "button", "item").find(|e| e.text.trim() == target) {
+        Some(item) if shown_in(state, list, item) => Some(click(item)),
+        Some(item) => Some(scroll_towards(list, item)),
+        None => Some(page_down(list)),
     }
 }
 

@@ -184,26 +184,14 @@ pub(super) fn click_option(s: &ScreenState) -> Option<GuiAction> {
     }
 }
 
-/// Where `word` occurs in `text` as whole words (bounded by spaces or the ends).
-fn word_positions(text: &str, word: &str) -> Vec<usize> {
-    text.match_indices(word)
-        .filter(|(i, _)| {
-            let before = text[..*i].chars().next_back();
-            let after = text[i + word.len()..].chars().next();
-            before.is_none_or(|c| c == ' ') && after.is_none_or(|c| c == ' ')
-        })
-        .map(|(i, _)| i)
-        .collect()
-}
-
 /// choose-list: "Select X from the list and click Submit."
 ///
-/// A `<select>` opened with the mouse shows its popup in a separate widget that headless
-/// Chromium neither draws nor commits typed text from. So the oracle focuses the closed
-/// list with Tab and types the option's text: the list's type-ahead selects it at once.
-/// Type-ahead can stop at an earlier option that merely starts with the text (`Ann` →
-/// `Anna`); then the arrow keys walk to it, the direction read from the list's text
-/// (its options in order).
+/// The oracle focuses the closed list with Tab and types the option's text: the list's
+/// type-ahead selects it at once. Type-ahead can stop at an earlier option that merely
+/// starts with the text (`Ann` → `Anna`); the closed list shows only its choice, so the
+/// oracle then opens it with a click (guirl draws it in the page, its options as items
+/// under it, see src/env/popups.js) and clicks the option where it shows, walking the open
+/// list down with the arrow key until it does.
 pub(super) fn choose_list(s: &ScreenState) -> Option<GuiAction> {
     let target = between(&s.instruction, "Select ", " from the list and click Submit.")?;
     let select = by_id(s, "options").or_else(|| s.elements.iter().find(|e| e.tag == "select"))?;
@@ -220,10 +208,15 @@ pub(super) fn choose_list(s: &ScreenState) -> Option<GuiAction> {
     if !select.value.to_lowercase().starts_with(&target.to_lowercase()) {
         return Some(GuiAction::Type { text: target.to_string() });
     }
-    let (at_value, at_target) =
-        (word_positions(&select.text, &select.value), word_positions(&select.text, target));
-    let up = matches!((at_value.as_slice(), at_target.as_slice()), ([v], [t]) if t < v);
-    Some(key(if up { "ArrowUp" } else { "ArrowDown" }))
+    // The open list's items are the page's only listed <div>s.
+    let items: Vec<&Element> = s.elements.iter().filter(|e| e.tag == "div" && on_screen(s, e)).collect();
+    if let Some(item) = items.iter().find(|e| e.text.trim() == target) {
+        return Some(click(item));
+    }
+    if items.iter().any(|e| e.text.trim() == select.value) {
+        return Some(key("ArrowDown"));
+    }
+    Some(click(select))
 }
 
 /// use-autocomplete(-nodelay): `Enter an item that starts with "Ba" and ends with "os".`
@@ -470,24 +463,25 @@ mod tests {
 
     #[test]
     fn choose_list_steps() {
-        let act = |value: &str, text: &str, focused: bool| {
-            choose_list(&select_state(value, text, focused)).unwrap().to_string()
+        let act = |value: &str, focused: bool, items: &[&str]| {
+            let mut s = select_state(value, value, focused);
+            for (i, t) in items.iter().enumerate() {
+                s.elements.push(Element {
+                    tag: "div".into(),
+                    text: t.to_string(),
+                    bbox: crate::env::BBox { x: 2.0, y: 76.0 + 16.0 * i as f32, w: 150.0, h: 16.0 },
+                    ..Default::default()
+                });
+            }
+            choose_list(&s).unwrap().to_string()
         };
         // Focus without opening the popup, type, and walk off a type-ahead near miss.
-        assert_eq!(act("Bob", "Bob Anna Ann", false), "key(Tab)");
-        assert_eq!(act("Bob", "Bob Anna Ann", true), r#"type("Ann")"#);
-        assert_eq!(act("Anna", "Bob Anna Ann", true), "key(ArrowDown)");
-        assert_eq!(act("Anna", "Ann Bob Anna", true), "key(ArrowUp)");
-        assert_eq!(act("Ann", "Bob Anna Ann", true), "click(49, 96)");
-    }
-
-    #[test]
-    fn whole_word_positions() {
-        let text = "Anna Dee Dee Ann Annabel";
-        assert_eq!(word_positions(text, "Ann"), vec![13]);
-        assert_eq!(word_positions(text, "Anna"), vec![0]);
-        assert_eq!(word_positions(text, "Dee"), vec![5, 9]);
-        assert_eq!(word_positions(text, "Dee Dee"), vec![5]);
+        assert_eq!(act("Bob", false, &[]), "key(Tab)");
+        assert_eq!(act("Bob", true, &[]), r#"type("Ann")"#);
+        assert_eq!(act("Anna", true, &[]), "click(77, 66)");
+        assert_eq!(act("Anna", true, &["Bob", "Anna"]), "key(ArrowDown)");
+        assert_eq!(act("Anna", true, &["Anna", "Ann"]), "click(77, 100)");
+        assert_eq!(act("Ann", true, &[]), "click(49, 96)");
     }
 
     #[test]
