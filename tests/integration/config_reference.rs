@@ -263,9 +263,11 @@ fn problems(page: &str) -> Vec<String> {
         if r.default == "required" {
             continue;
         }
-        // A field of an inline table left out on its own, its siblings written: the page's
-        // per-field default must be the code's too (`train_seeds = { start = 5 }`).
-        if r.key.contains('.') {
+        // A field of an inline table left out on its own, its siblings written: a default the
+        // page gives as a value must be the code's for the field alone too
+        // (`train_seeds = { start = 5 }`).
+        let has_literal = r.default.starts_with('`') && r.default.ends_with('`');
+        if r.key.contains('.') && has_literal {
             let mut alone = base.clone();
             let (table, leaf) = slot(&mut alone, &r.section, &r.key);
             table.remove(&leaf);

@@ -477,6 +477,10 @@ fn nothing_points_outside_the_repository() {
         .expect("git ls-files");
     let mut bad = Vec::new();
     for name in String::from_utf8_lossy(&listed.stdout).lines() {
+        // this file spells the patterns it looks for
+        if name == "tests/integration/docs_links.rs" {
+            continue;
+        }
         let Ok(text) = std::fs::read_to_string(repo.join(name)) else { continue };
         for (line, token) in outside_references(&text, &repo) {
             bad.push(format!("{name}:{line}: {token}"));
