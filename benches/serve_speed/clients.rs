@@ -103,6 +103,8 @@ impl Path {
 type Http = hyper_util::client::legacy::Client<HttpConnector, axum::body::Body>;
 type Ws = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
+// A few connections per run: the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
 enum Conn {
     InProc(Box<GuiEnv>),
     Rest { http: Http, base: String, id: String, binary: bool },

@@ -158,9 +158,13 @@ fn a_peft_adapters_target_modules_are_saved_as_peft_wrote_them() {
     assert_eq!(cfg["target_modules"], json!(regex));
 }
 
-/// The adapter settings whose folders guirl writes for peft to check, per architecture:
-/// (folder name, language-model targets, vision targets, modules trained whole).
-const PEFT_CASES: [(&str, &str, &[&str], &[&str], &[&str]); 4] = [
+/// One adapter setting: architecture, folder name, language-model targets, vision
+/// targets, modules trained whole.
+type PeftCase =
+    (&'static str, &'static str, &'static [&'static str], &'static [&'static str], &'static [&'static str]);
+
+/// The adapter settings whose folders guirl writes for peft to check.
+const PEFT_CASES: [PeftCase; 4] = [
     ("qwen3_vl", "text_embed_norm", &["q_proj", "v_proj", "down_proj"], &[], &["embed_tokens", "norm"]),
     ("qwen3_vl", "vision", &["q_proj", "o_proj"], &["qkv", "proj", "linear_fc1", "linear_fc2"], &[]),
     (

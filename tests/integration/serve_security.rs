@@ -392,8 +392,9 @@ async fn a_refused_host_the_machine_reaches_gets_no_request() {
     let blocked = run(UrlPolicy::only(vec![])).await;
     assert_eq!(blocked, json!([format!("http://localhost:{port}/secret")]));
     assert_eq!(hits.load(Ordering::SeqCst), 0, "the refused host got a request");
-    // With --allow-any-host it does: the check above is what stopped it.
-    let blocked = run(UrlPolicy { hosts: HostRule::Any }).await;
-    assert_eq!(blocked, json!([]));
-    assert!(hits.load(Ordering::SeqCst) > 0, "an allowed host is reached");
+    // With --allow-any-host the URL policy lets it pass, and the loopback rule still holds:
+    // a page reaches no service on this machine but guirl's task server and its own start
+    // page (docs/security.md), so the secret server is still not reached.
+    run(UrlPolicy { hosts: HostRule::Any }).await;
+    assert_eq!(hits.load(Ordering::SeqCst), 0, "a page reached another service on loopback");
 }
