@@ -193,7 +193,9 @@ fn a_saved_adapter_loads_back_as_a_checkpoint() {
     assert!(q.describe().contains("qwen2_5_vl"), "{}", q.describe());
     let cfg: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(ckpt.join("adapter_config.json")).unwrap()).unwrap();
-    assert_eq!(cfg["modules_to_save"], serde_json::json!(["lm_head", "norm"]));
+    // full names: peft matches entries as suffixes, and `norm` alone would catch the
+    // vision mergers' norms too
+    assert_eq!(cfg["modules_to_save"], serde_json::json!(["lm_head", "model.language_model.norm"]));
     // a policy that does not train those modules refuses the checkpoint
     let mut plain = QwenVlPolicy::new(settings("qwen2_5_vl", tmp.path()), &Device::Cpu, 0).unwrap();
     let e = format!("{:#}", plain.load(&ckpt).unwrap_err());
