@@ -5,7 +5,7 @@
 //! op differentiable) and rollouts (a [`KvCache`] written in place, so decoding one token
 //! costs one token's work). In a training pass with gradient
 //! checkpointing ([`TrainPass`]) each layer runs outside the graph and is
-//! recomputed in the backward pass ([`checkpointed`]).
+//! recomputed in the backward pass (`train::checkpoint`).
 
 use super::config::TextConfig;
 use super::nn::{apply_rope, attention, causal_mask, Linear, RmsNorm};
