@@ -21,6 +21,7 @@
 
 pub mod advantage;
 pub mod algo_config;
+pub mod algo_kind;
 pub mod branch;
 pub mod checkpoint;
 pub mod config;
