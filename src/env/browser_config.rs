@@ -76,6 +76,12 @@ pub struct BrowserConfig {
     ///
     /// [`GuiEnv`]: super::GuiEnv
     pub local_files: Vec<PathBuf>,
+    /// The loopback port of the proxy every connection of a browser started here goes
+    /// through ([`super::page_proxy`]; [`GuiEnv`] starts it). Not used for a browser
+    /// attached through [`BrowserConfig::webdriver_url`].
+    ///
+    /// [`GuiEnv`]: super::GuiEnv
+    pub page_proxy: Option<u16>,
 }
 
 impl BrowserConfig {
@@ -138,6 +144,7 @@ impl Default for BrowserConfig {
             input: InputPath::from_env(),
             sandbox: std::env::var("GUIRL_SANDBOX").map_or(true, |v| v != "0"),
             local_files: Vec::new(),
+            page_proxy: None,
         }
     }
 }

@@ -24,7 +24,9 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_tungstenite::tungstenite::Message;
 
 type Reply = Result<Value, CdpError>;
-type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Reply>>>>;
+/// Calls awaiting their reply; `None` once the connection has closed, so a call made after
+/// the browser died fails at once instead of waiting out its limit.
+type Pending = Arc<Mutex<Option<HashMap<u64, oneshot::Sender<Reply>>>>>;
 
 /// Whether the browser may make a request to a URL (see [`DevTools::filter_requests`]).
 pub type RequestCheck = Arc<dyn Fn(String) -> futures::future::BoxFuture<'static, bool> + Send + Sync>;
@@ -93,7 +95,7 @@ impl DevTools {
                 }
             }
         });
-        let pending = Pending::default();
+        let pending: Pending = Arc::new(Mutex::new(Some(HashMap::new())));
         let (p, dialogs) = (pending.clone(), out.clone());
         let (expired_tx, budget_expired) = tokio::sync::watch::channel(0u64);
         let (commits_tx, commits) = tokio::sync::watch::channel(false);
@@ -108,7 +110,7 @@ impl DevTools {
                 let Ok(v) = serde_json::from_str::<Value>(text.as_str()) else { continue };
                 match v.get("id").and_then(Value::as_u64) {
                     Some(id) => {
-                        if let Some(tx) = p.lock().expect("pending").remove(&id) {
+                        if let Some(tx) = p.lock().expect("pending").as_mut().and_then(|m| m.remove(&id)) {
                             let reply = match v.get("error") {
                                 Some(e) => Err(CdpError::Protocol(
                                     e["message"].as_str().unwrap_or("DevTools error").to_string(),
@@ -173,7 +175,7 @@ impl DevTools {
                     None => {}
                 }
             }
-            for (_, tx) in p.lock().expect("pending").drain() {
+            for (_, tx) in p.lock().expect("pending").take().into_iter().flatten() {
                 let _ = tx.send(Err(CdpError::Closed));
             }
         });
@@ -289,16 +291,19 @@ impl DevTools {
             msg["sessionId"] = json!(s);
         }
         let (tx, rx) = oneshot::channel();
-        self.pending.lock().expect("pending").insert(id, tx);
+        match self.pending.lock().expect("pending").as_mut() {
+            Some(m) => m.insert(id, tx),
+            None => return Err(CdpError::Closed),
+        };
         if self.out.send(Message::text(msg.to_string())).is_err() {
-            self.pending.lock().expect("pending").remove(&id);
+            self.pending.lock().expect("pending").as_mut().map(|m| m.remove(&id));
             return Err(CdpError::Closed);
         }
         match tokio::time::timeout(limit, rx).await {
             Ok(Ok(reply)) => reply,
             Ok(Err(_)) => Err(CdpError::Closed),
             Err(_) => {
-                self.pending.lock().expect("pending").remove(&id);
+                self.pending.lock().expect("pending").as_mut().map(|m| m.remove(&id));
                 Err(CdpError::Timeout)
             }
         }

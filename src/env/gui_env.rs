@@ -7,6 +7,7 @@
 use super::browser::{Browser, BrowserConfig};
 use super::local_guard::LocalGuard;
 pub use super::outcome::{EpisodeStatus, ResetInfo, StepInfo, StepOutcome, StepTimings};
+use super::page_proxy::{HostCheck, PageProxy};
 use super::{Element, EnvError, Frame, GuiAction, ScreenState};
 use crate::tasks::{EpisodeOptions, Task, TaskStatus};
 use image::RgbImage;
@@ -54,6 +55,8 @@ struct Episode {
     last: ScreenState,
     /// The actions taken so far, text form (`ScreenState.history`).
     history: Vec<String>,
+    /// The task's URL pattern (see [`crate::tasks::EpisodeStart::url_pattern`]).
+    url_pattern: Option<regex::Regex>,
 }
 
 /// A browser environment for one task.
@@ -68,6 +71,10 @@ pub struct GuiEnv {
     request_check: Option<super::devtools::RequestCheck>,
     /// Keeps pages off this machine's loopback services, always (see [`super::local_guard`]).
     local: Arc<LocalGuard>,
+    /// The host rule every connection must also pass (see [`GuiEnv::guard_hosts`]).
+    host_check: Option<HostCheck>,
+    /// Every connection of a browser started here goes through it (see [`super::page_proxy`]).
+    proxy: Option<PageProxy>,
 }
 
 const OBSERVE_JS: &str = include_str!("observe.js");
@@ -94,7 +101,26 @@ impl GuiEnv {
     /// An env for `task`; the browser starts at the first reset.
     pub fn new(task: Arc<dyn Task>, cfg: EnvConfig) -> GuiEnv {
         let local = LocalGuard::new(task.home_url().as_deref());
-        GuiEnv { task, cfg, browser: None, episode: None, resize: false, request_check: None, local }
+        GuiEnv {
+            task,
+            cfg,
+            browser: None,
+            episode: None,
+            resize: false,
+            request_check: None,
+            local,
+            host_check: None,
+            proxy: None,
+        }
+    }
+
+    /// Let the browsers this env starts here connect only to hosts `check` allows, checked
+    /// at each connection with the addresses the name resolved to then (so DNS rebinding
+    /// cannot swap them) and for WebSockets too, which [`GuiEnv::guard_requests`] does not
+    /// see. Takes effect at the next browser start. `guirl serve` passes its URL policy.
+    pub fn guard_hosts(&mut self, check: HostCheck) {
+        self.host_check = Some(check);
+        self.proxy = None;
     }
 
     /// Let every browser this env starts make only the requests `check` allows (a page's
@@ -185,7 +211,16 @@ impl GuiEnv {
     pub async fn start(&mut self) -> Result<(), EnvError> {
         if self.browser.is_none() {
             let vp = self.task.viewport();
-            let cfg = BrowserConfig { local_files: self.task.local_files(), ..self.cfg.browser.clone() };
+            if self.proxy.is_none() && self.cfg.browser.webdriver_url.is_none() {
+                let proxy = PageProxy::start(self.local.clone(), self.host_check.clone())
+                    .map_err(|e| EnvError::Setup(format!("cannot start the browser's proxy: {e}")))?;
+                self.proxy = Some(proxy);
+            }
+            let cfg = BrowserConfig {
+                local_files: self.task.local_files(),
+                page_proxy: self.proxy.as_ref().map(PageProxy::port),
+                ..self.cfg.browser.clone()
+            };
             let mut b = Browser::launch(&cfg, vp.window_width, vp.window_height).await?;
             if let Some(ms) = self.cfg.virtual_time_ms.filter(|&ms| ms > 0) {
                 if !b.use_page_clock(Duration::from_millis(ms as u64)).await? {
@@ -197,10 +232,10 @@ impl GuiEnv {
                     b.close().await;
                     return Err(e);
                 }
-            } else {
+            } else if self.proxy.is_none() {
                 tracing::warn!(
-                    "without a DevTools channel, pages' requests to this machine's loopback are not \
-                     checked (chromedriver still answers only under its secret path)"
+                    "a browser attached through a WebDriver URL without a DevTools channel: its pages' \
+                     requests are not checked (see docs/security.md)"
                 );
             }
             self.browser = Some(b);
@@ -308,6 +343,7 @@ impl GuiEnv {
             script,
             running: true,
             history: Vec::new(),
+            url_pattern: start.url_pattern,
             last: ScreenState {
                 task_id: self.task.id().to_string(),
                 instruction: String::new(),

@@ -17,8 +17,9 @@
 //!
 //! Layers 2 and 3 act on the requests DevTools pauses (`Fetch.enable`): navigations,
 //! frames, subresources, fetches, form posts and redirects, in pages and workers.
-//! WebSocket handshakes are not paused by DevTools: layer 1 and DevTools' own origin
-//! check cover the drivers there (see docs/security.md).
+//! WebSocket handshakes are not paused by DevTools, and a name may resolve differently
+//! when the browser connects: [`super::page_proxy`] applies layers 2 and 3 again to
+//! every connection a browser started here makes, with the address it connects to.
 
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr};
@@ -110,15 +111,26 @@ impl LocalGuard {
     pub async fn allows(&self, url: &str) -> bool {
         let ok = self.decide(url).await;
         if !ok {
-            tracing::warn!(url, "blocked a page's request to a service on this machine's loopback");
-            let mut b = self.blocked.lock().unwrap_or_else(|e| e.into_inner());
-            if b.0.len() < MAX_LISTED {
-                b.0.push(url.chars().take(MAX_URL_CHARS).collect());
-            } else {
-                b.1 += 1;
-            }
+            self.record(url, "a service on this machine's loopback");
         }
         ok
+    }
+
+    /// List a refused request or connection (`what`) for [`LocalGuard::take_blocked`].
+    pub fn record(&self, what: &str, why: &str) {
+        tracing::warn!(url = what, "blocked a page's request: {why}");
+        let mut b = self.blocked.lock().unwrap_or_else(|e| e.into_inner());
+        if b.0.len() < MAX_LISTED {
+            b.0.push(what.chars().take(MAX_URL_CHARS).collect());
+        } else {
+            b.1 += 1;
+        }
+    }
+
+    /// Whether pages may reach loopback port `port`: the task server's or the start
+    /// page's, and no driver's or server's.
+    pub fn port_open(&self, port: u16) -> bool {
+        !is_reserved(port) && self.open.lock().unwrap_or_else(|e| e.into_inner()).contains(&port)
     }
 
     async fn decide(&self, url: &str) -> bool {
@@ -133,10 +145,7 @@ impl LocalGuard {
             Some(url::Host::Domain(name)) => self.name_is_local(name, port).await,
             None => false,
         };
-        if !local {
-            return true;
-        }
-        !is_reserved(port) && self.open.lock().unwrap_or_else(|e| e.into_inner()).contains(&port)
+        !local || self.port_open(port)
     }
 
     async fn name_is_local(&self, name: &str, port: u16) -> bool {

@@ -13,6 +13,7 @@ pub mod local_guard;
 pub mod observation;
 pub mod outcome;
 pub mod page_clock;
+pub mod page_proxy;
 pub mod profiles;
 pub mod sandbox;
 pub mod url_policy;

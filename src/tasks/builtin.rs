@@ -80,7 +80,7 @@ impl Task for BuiltinTask {
         let instruction = v.as_str().map(String::from).ok_or_else(|| {
             EnvError::Task(format!("{}: guirlTask.reset returned {v}, not an instruction", self.id))
         })?;
-        Ok(EpisodeStart { instruction, status_js: STATUS_JS.into() })
+        Ok(EpisodeStart { instruction, status_js: STATUS_JS.into(), url_pattern: None })
     }
 }
 

@@ -155,6 +155,7 @@ impl Task for MiniwobTask {
         Ok(EpisodeStart {
             instruction: utterance.as_str().unwrap_or_default().to_string(),
             status_js: status_js(self.rule),
+            url_pattern: None,
         })
     }
 }

@@ -123,6 +123,23 @@ pub struct TaskStatus {
     /// The status expression threw.
     #[serde(default)]
     pub error: Option<String>,
+    /// The reward should the page's URL not match the task's URL pattern (see
+    /// [`EpisodeStart::url_pattern`]): the page's own score, else 0.
+    #[serde(default, skip_serializing)]
+    pub reward_if_url_fails: Option<f64>,
+}
+
+impl TaskStatus {
+    /// Apply the task's URL pattern to the page's URL `url`: where it does not match, the
+    /// episode is neither done nor a success.
+    pub fn check_url(&mut self, pattern: Option<&regex::Regex>, url: &str) {
+        if let (Some(re), Some(r)) = (pattern, self.reward_if_url_fails.take()) {
+            if !re.is_match(url) {
+                (self.done, self.success, self.reason) = (false, Some(false), None);
+                (self.reward, self.raw_reward) = (r, r);
+            }
+        }
+    }
 }
 
 impl TaskStatus {
@@ -139,6 +156,9 @@ pub struct EpisodeStart {
     pub instruction: String,
     /// A JavaScript expression that evaluates in the page to a [`TaskStatus`] object.
     pub status_js: String,
+    /// A pattern the page's URL must match for success, matched here in linear time
+    /// (a page's backtracking `RegExp` could take seconds on a hostile pattern).
+    pub url_pattern: Option<regex::Regex>,
 }
 
 /// A source of episodes: reset for a seed, then read reward/done from the page.

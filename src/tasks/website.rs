@@ -179,7 +179,8 @@ impl WebsiteSpec {
         }
         if self.start_url.trim().is_empty() {
             bail!(
-                "start_url is empty: give an http(s):// or file:// URL, or a path like /fixtures/page.html"
+                "start_url is empty: give an http(s):// URL or a path on guirl's task server like \
+                 /fixtures/page.html (the CLI's own runs also take file:// URLs; a server refuses them)"
             );
         }
         if let Some(r) = &self.reward {
@@ -225,8 +226,7 @@ impl WebsiteSpec {
             ),
         };
         if let Some(p) = &s.url_pattern {
-            regex::Regex::new(p)
-                .with_context(|| format!("success.url_pattern {p:?} is not a valid regular expression"))?;
+            url_regex(p)?;
         }
         for (name, v) in &self.variables {
             match v {
@@ -507,7 +507,11 @@ impl Task for WebsiteTask {
                 .map_err(|e| EnvError::Task(format!("{}: setup_js failed: {e}", self.id)))?;
         }
         let instruction = fill(&self.spec.instruction, &vars);
-        Ok(EpisodeStart { instruction, status_js: self.status_js(&vars) })
+        let url_pattern = match self.spec.success.as_ref().and_then(|s| s.url_pattern.as_deref()) {
+            Some(p) => Some(url_regex(p).map_err(|e| EnvError::Task(format!("{}: {e:#}", self.id)))?),
+            None => None,
+        };
+        Ok(EpisodeStart { instruction, status_js: self.status_js(&vars), url_pattern })
     }
 }
 
@@ -527,9 +531,6 @@ impl WebsiteTask {
                 s.pass_threshold
             ));
         }
-        if let Some(p) = &s.url_pattern {
-            checks.push_str(&format!("if (!new RegExp({}).test(location.href)) pass = false;", json!(p)));
-        }
         if let Some(e) = &s.element_text {
             checks.push_str(&format!(
                 "var el = document.querySelector({}); if (!el || !el.textContent.includes({})) pass = false;",
@@ -541,10 +542,23 @@ impl WebsiteTask {
             "(function() {{ var pass = true, score = null; {checks} \
              var r = pass ? (score === null ? 1 : score) : (score === null ? 0 : score); \
              return {{done: pass && {end}, reward: r, raw_reward: r, success: pass, \
-             reason: pass ? 'success checks passed' : null}}; }})()",
-            end = s.end_on_success
+             reason: pass ? 'success checks passed' : null{url}}}; }})()",
+            end = s.end_on_success,
+            // the URL is matched by the env (`TaskStatus::check_url`)
+            url = if s.url_pattern.is_some() {
+                ", reward_if_url_fails: score === null ? 0 : score"
+            } else {
+                ""
+            },
         )
     }
+}
+
+/// `success.url_pattern` compiled, within a size bound (matching is linear in the URL).
+fn url_regex(p: &str) -> anyhow::Result<regex::Regex> {
+    regex::RegexBuilder::new(p).size_limit(1 << 20).build().with_context(|| {
+        format!("success.url_pattern {p:?} is not a valid regular expression (Rust's `regex` syntax), or is too large")
+    })
 }
 
 /// The local file a `file://` URL names (`None` for other URLs). A URL with a template

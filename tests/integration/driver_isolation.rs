@@ -6,7 +6,8 @@
 //! a Chromium with `--no-sandbox` and a renderer command prefix, and the prefix runs a
 //! shell command outside the sandbox: here it would create a marker file. It must not,
 //! and the attempt must show in the blocked URLs; in `run` mode (a `GuiEnv`) and through
-//! `guirl serve`, with and without a token.
+//! `guirl serve`, with and without a token. WebSockets, which DevTools does not pause,
+//! are refused at the proxy every browser connects through.
 
 use crate::common::env_for;
 use crate::server::{self, Server};
@@ -137,4 +138,102 @@ async fn a_page_cannot_reach_chromedriver_through_serve() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_page_cannot_reach_chromedriver_through_serve_with_a_token() {
     attack_through_serve(Some("a-long-server-token-0123456789")).await;
+}
+
+/// A loopback listener that counts the connections it accepts.
+fn counting_listener() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let n = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = n.clone();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            drop(s);
+        }
+    });
+    (port, n)
+}
+
+/// A spec on the fixture page whose setup script opens WebSockets to each `url`, and asks
+/// a STUN server at each of `stun` (`host:port`) for its address over WebRTC.
+fn socket_spec(urls: &[String], stun: &[String]) -> String {
+    let js = format!(
+        "for (const u of {urls:?}) {{ try {{ new WebSocket(u); }} catch (e) {{}} }} \
+         for (const s of {stun:?}) {{ try {{ const pc = new RTCPeerConnection({{iceServers: [{{urls: 'stun:' + s}}]}}); \
+         pc.createDataChannel('x'); pc.createOffer().then(o => pc.setLocalDescription(o)); window.__pcs = (window.__pcs || []).concat([pc]); }} catch (e) {{}} }}"
+    );
+    format!(
+        "start_url = \"/fixtures/pages/two-buttons.html\"\ninstruction = \"Click OK\"\nsetup_js = {js:?}\n\
+         [success]\njs = \"false\"\n"
+    )
+}
+
+/// WebSocket handshakes are not paused by DevTools: the proxy every browser connects
+/// through refuses them to loopback services, chromedriver's own port included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_cannot_open_a_websocket_to_a_loopback_service() {
+    let (port, reached) = counting_listener();
+    // A STUN server's port: WebRTC's UDP must not leave the browser but through the proxy.
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    udp.set_read_timeout(Some(std::time::Duration::from_millis(200))).unwrap();
+    let stun = vec![udp.local_addr().unwrap().to_string()];
+    let mut env = env_for("miniwob/click-test");
+    env.start().await.expect("browser");
+    let driver = driver_ports()[0];
+    let urls = vec![
+        format!("ws://127.0.0.1:{port}/"),
+        format!("ws://localhost:{port}/"),
+        format!("wss://127.0.0.1:{port}/"),
+        format!("ws://127.0.0.1:{driver}/session"),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("sockets.toml");
+    std::fs::write(&spec, socket_spec(&urls, &stun)).unwrap();
+    env.set_task(guirl::tasks::load_task(spec.to_str().unwrap()).unwrap());
+    env.reset(0).await.expect("reset: the page itself loads through the proxy");
+    env.step(&GuiAction::Wait { ms: 1000 }).await.expect("step");
+    let (blocked, _) = env.take_blocked_urls();
+    assert_eq!(
+        reached.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "a socket reached the service: {blocked:?}"
+    );
+    assert!(udp.recv(&mut [0u8; 512]).is_err(), "WebRTC sent UDP to a loopback port");
+    for target in [format!("127.0.0.1:{port}"), format!("localhost:{port}"), format!("127.0.0.1:{driver}")] {
+        assert!(
+            blocked.iter().any(|b| b.starts_with(&format!("CONNECT {target} "))),
+            "{target} not listed: {blocked:?}"
+        );
+    }
+    env.close().await;
+}
+
+/// Under `guirl serve`'s URL policy, a socket to an internal address is refused at the
+/// proxy (the page's own URL passed: the socket is all it tries).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_served_page_cannot_open_a_websocket_to_an_internal_address() {
+    let s = Server::start(ServeConfig::default()).await;
+    let post = |path: String, body: Value| {
+        let url = format!("{}{path}", s.base);
+        async move { server::http("POST", url, Some(body.to_string()), None).await }
+    };
+    let spec = socket_spec(&["ws://169.254.169.254/latest".into(), "wss://10.255.255.1:8443/".into()], &[]);
+    let r = post("/v1/sessions".into(), json!({"task_spec": spec})).await;
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    let id = r.body["session_id"].as_str().unwrap().to_string();
+    let r = post(format!("/v1/sessions/{id}/reset"), json!({"seed": 0, "screenshot": "none"})).await;
+    assert_eq!(r.body["info"]["status"], "running", "{:?}", r.body);
+    let mut blocked: Vec<String> = serde_json::from_value(r.body["info"]["blocked_urls"].clone()).unwrap();
+    let r =
+        post(format!("/v1/sessions/{id}/step"), json!({"action": "wait(1000)", "screenshot": "none"})).await;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    blocked.extend(serde_json::from_value::<Vec<String>>(r.body["info"]["blocked_urls"].clone()).unwrap());
+    for target in ["169.254.169.254:80", "10.255.255.1:8443"] {
+        assert!(
+            blocked.iter().any(|b| b.starts_with(&format!("CONNECT {target} "))),
+            "{target} not listed: {blocked:?}"
+        );
+    }
+    s.stop().await;
 }

@@ -112,6 +112,12 @@ async fn killed_browser_ends_the_episode_as_env_error_and_next_reset_works() {
     assert_eq!(out.info.status, EpisodeStatus::EnvError);
     assert!(out.truncated);
     assert!(out.info.env_error.as_deref().unwrap_or("").contains("browser"), "{:?}", out.info.env_error);
+    // Told at once that the channel closed, not after a command's whole time limit.
+    assert!(
+        !out.info.env_error.as_deref().unwrap_or("").contains("did not answer"),
+        "{:?}",
+        out.info.env_error
+    );
     let (obs, info) = env.reset(1).await.expect("the next reset starts a fresh browser");
     assert!(info.browser_started);
     assert_eq!(obs.instruction, "Click the button.");

@@ -158,6 +158,11 @@ async fn task_specs_on_local_files_and_internal_hosts_are_refused() {
         assert!(msg.contains("start_url") && msg.contains(why), "{why}: {msg}");
     }
     assert_eq!(get_sessions(&s).await, 0, "no session was opened for them");
+    // An empty start_url is told what a server takes, not sent to file:// URLs.
+    let r = post(&s, "/v1/sessions", json!({ "task_spec": spec("", "true") })).await;
+    let (status, _, msg) = error(&r);
+    assert_eq!(status, 400, "{msg}");
+    assert!(msg.contains("start_url is empty") && msg.contains("a server refuses them"), "{msg}");
 
     // Over the WebSocket too.
     let ws_url = s.base.replace("http://", "ws://") + "/ws";

@@ -3,7 +3,7 @@
 //! class: shaping, partial credit, graded just under its threshold), the right answer is,
 //! and the env reports the reward as the page pays it. The answers are given with real
 //! clicks and typing; the page's scripts are only read, for where things are and what the
-//! right answer is.
+//! right answer is. A website spec's URL pattern is matched by guirl, not the page.
 
 use crate::common::env_for;
 use guirl::env::gui_env::eval;
@@ -175,4 +175,46 @@ async fn todo_a_wrong_item_before_the_right_one_is_no_success() {
         }
     }
     env.close().await;
+}
+
+/// A website spec's `success.url_pattern` is matched by guirl, in linear time: a pattern
+/// that backtracks exponentially in a page's `RegExp` (here on 40 `a`s) costs nothing, and
+/// the rule still decides: a URL that does not match is no success, one that does is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn url_patterns_are_matched_by_guirl_in_linear_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |pattern: &'static str, name: &'static str| {
+        let spec = dir.path().join(name);
+        std::fs::write(
+            &spec,
+            format!(
+                "start_url = \"/fixtures/pages/two-buttons.html?q={}\"\ninstruction = \"Wait\"\n\
+                 [success]\nurl_pattern = {pattern:?}\n",
+                "a".repeat(40)
+            ),
+        )
+        .unwrap();
+        async move {
+            let mut env = env_for(spec.to_str().unwrap());
+            env.reset(0).await.expect("reset");
+            let out = act(&mut env, "wait(100)").await;
+            env.close().await;
+            out
+        }
+    };
+    let out = run("(a+)+b$", "backtracking.toml").await;
+    assert_eq!(out.info.status, EpisodeStatus::Running, "{:?}", out.info);
+    assert_eq!(out.info.raw_reward, 0.0);
+    let out = run(r"two-buttons\.html\?q=a+$", "matching.toml").await;
+    assert_eq!(out.info.status, EpisodeStatus::Success, "{:?}", out.info);
+    assert_eq!(out.info.raw_reward, 1.0);
+    // Rust's syntax: a look-ahead is refused at load, naming the key.
+    let bad = dir.path().join("lookahead.toml");
+    std::fs::write(
+        &bad,
+        "start_url = \"/x.html\"\ninstruction = \"i\"\n[success]\nurl_pattern = \"a(?=b)\"\n",
+    )
+    .unwrap();
+    let e = guirl::tasks::load_task(bad.to_str().unwrap()).unwrap_err();
+    assert!(format!("{e:#}").contains("success.url_pattern"), "{e:#}");
 }

@@ -345,6 +345,9 @@ fn capabilities(
         args.push("--headless".into());
     }
     args.push(format!("--window-size={width},{height}"));
+    if let (Some(port), None) = (cfg.page_proxy, &cfg.webdriver_url) {
+        args.extend(super::super::page_proxy::PageProxy::chromium_flags(port));
+    }
     // Extra flags for experiments and odd setups, space-separated.
     if let Ok(extra) = std::env::var("GUIRL_CHROMIUM_ARGS") {
         args.extend(extra.split_whitespace().map(String::from));

@@ -109,6 +109,7 @@ impl GuiEnv {
             }
         };
         let mut status = state.status.unwrap_or_default();
+        status.check_url(ep.url_pattern.as_ref(), &state.url);
         if let Some(err) = status.error.take() {
             tracing::debug!(task = self.task.id(), "task status expression failed: {err}");
         }

@@ -315,6 +315,10 @@ impl Session {
         // task id to a client's spec.
         let guard = RequestGuard::new(self.policy.clone());
         env.guard_requests(guard.check());
+        let policy = self.policy.clone();
+        env.guard_hosts(std::sync::Arc::new(move |name, addrs| {
+            policy.check_host(name, addrs).map_err(|r| r.0)
+        }));
         g.guard = Some(guard);
         g.env = Some(env);
     }
