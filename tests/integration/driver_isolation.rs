@@ -156,12 +156,14 @@ fn counting_listener() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) 
 }
 
 /// A spec on the fixture page whose setup script opens WebSockets to each `url`, and asks
-/// a STUN server at each of `stun` (`host:port`) for its address over WebRTC.
-fn socket_spec(urls: &[String], stun: &[String]) -> String {
+/// a STUN server at each of `udp` (`host:port`) for its address over WebRTC and opens a
+/// WebTransport session (HTTP/3, UDP) there.
+fn socket_spec(urls: &[String], udp: &[String]) -> String {
     let js = format!(
         "for (const u of {urls:?}) {{ try {{ new WebSocket(u); }} catch (e) {{}} }} \
-         for (const s of {stun:?}) {{ try {{ const pc = new RTCPeerConnection({{iceServers: [{{urls: 'stun:' + s}}]}}); \
-         pc.createDataChannel('x'); pc.createOffer().then(o => pc.setLocalDescription(o)); window.__pcs = (window.__pcs || []).concat([pc]); }} catch (e) {{}} }}"
+         for (const s of {udp:?}) {{ try {{ const pc = new RTCPeerConnection({{iceServers: [{{urls: 'stun:' + s}}]}}); \
+         pc.createDataChannel('x'); pc.createOffer().then(o => pc.setLocalDescription(o)); window.__pcs = (window.__pcs || []).concat([pc]); }} catch (e) {{}} \
+         try {{ new WebTransport('https://' + s + '/').ready.catch(() => {{}}); }} catch (e) {{}} }}"
     );
     format!(
         "start_url = \"/fixtures/pages/two-buttons.html\"\ninstruction = \"Click OK\"\nsetup_js = {js:?}\n\
@@ -199,7 +201,7 @@ async fn a_page_cannot_open_a_websocket_to_a_loopback_service() {
         0,
         "a socket reached the service: {blocked:?}"
     );
-    assert!(udp.recv(&mut [0u8; 512]).is_err(), "WebRTC sent UDP to a loopback port");
+    assert!(udp.recv(&mut [0u8; 512]).is_err(), "WebRTC or WebTransport sent UDP to a loopback port");
     for target in [format!("127.0.0.1:{port}"), format!("localhost:{port}"), format!("127.0.0.1:{driver}")] {
         assert!(
             blocked.iter().any(|b| b.starts_with(&format!("CONNECT {target} "))),
