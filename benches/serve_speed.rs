@@ -203,11 +203,18 @@ fn spin(stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
 async fn main() -> anyhow::Result<()> {
     let busy = std::env::args().any(|a| a == "--busy");
     let latency_only = std::env::args().any(|a| a == "--latency-only");
-    let args: Vec<usize> =
-        std::env::args().skip(1).filter(|a| !a.starts_with("--")).map(|a| a.parse().unwrap()).collect();
-    let steps = args.first().copied().unwrap_or(300);
-    let load_sessions = args.get(1).copied().unwrap_or(16);
-    let load_steps = args.get(2).copied().unwrap_or(200);
+    let (mut steps, mut load_sessions, mut load_steps) = (300, 16, 200);
+    for a in std::env::args().skip(1).filter(|a| !a.starts_with("--")) {
+        let parsed = a.split_once('=').and_then(|(k, v)| Some((k, v.parse::<usize>().ok()?)));
+        match parsed {
+            Some(("steps", n)) => steps = n,
+            Some(("load_sessions", n)) => load_sessions = n,
+            Some(("load_steps", n)) => load_steps = n,
+            _ => anyhow::bail!(
+                "{a:?}: give steps=N, load_sessions=N or load_steps=N (and --busy, --latency-only)"
+            ),
+        }
+    }
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     println!("# guirl serve: speed and load ({cores} cores, random actions)\n");
     let browsers_before = browser_processes();
