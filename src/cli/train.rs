@@ -45,7 +45,7 @@ pub async fn train(args: TrainArgs) -> anyhow::Result<()> {
     let rendezvous = crate::dist::Rendezvous::from_env()?;
     // Refused before any rank starts (see `Trainer::new_in_group`).
     anyhow::ensure!(
-        cfg.rollout.max_staleness == 0 || (rendezvous.is_none() && !args.nproc.is_some_and(|n| n > 1)),
+        cfg.rollout.max_staleness == 0 || (rendezvous.is_none() && args.nproc.is_none_or(|n| n <= 1)),
         "{}",
         crate::train::trainer::overlap::data_parallel_refusal(cfg.rollout.max_staleness)
     );

@@ -59,7 +59,8 @@ pub fn decouple(
     for part in samples.chunks_mut(chunk.max(1)) {
         let states: Vec<ScreenState> = part.iter().map(|s| s.state.clone()).collect();
         let tokens: Vec<Vec<u32>> = part.iter().map(|s| s.tokens.clone()).collect();
-        let logp = policy.score(&states, &tokens)?.logp.to_dtype(candle_core::DType::F32)?.to_vec2::<f32>()?;
+        let logp =
+            policy.score(&states, &tokens)?.logp.to_dtype(candle_core::DType::F32)?.to_vec2::<f32>()?;
         for (s, row) in part.iter_mut().zip(logp) {
             ensure!(
                 row.len() >= s.tokens.len() && s.old_logp.len() == s.tokens.len(),
@@ -87,7 +88,9 @@ mod tests {
     use crate::policy::vlm::speed::synthetic_batch;
     use crate::policy::vlm::{VlmConfig, VlmPolicy};
     use crate::policy::{Policy, Sampling};
-    use crate::train::objective::{policy_loss, KlEstimator, LossAgg, LossConfig, LossInputs, PolicyLossKind};
+    use crate::train::objective::{
+        policy_loss, KlEstimator, LossAgg, LossConfig, LossInputs, PolicyLossKind,
+    };
     use candle_core::{Device, Tensor};
 
     #[test]

@@ -14,6 +14,9 @@
 //! metrics, evaluation (every one a candidate for `best`), checkpoint
 //! ```
 //!
+//! With `[rollout] max_staleness = 1` the next iteration's collection runs during the
+//! update, with the weights the update starts from ([`overlap`]).
+//!
 //! Behaviour cloning (`sft.rs`), oracle demonstrations (`demos.rs`) and evaluation
 //! (`eval.rs`) live in their own files. The trainer knows the policy only through
 //! [`TrainablePolicy`].

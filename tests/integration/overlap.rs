@@ -4,7 +4,7 @@
 //! bound 0 unchanged, and the configs that are refused.
 
 use crate::determinism::{metrics, weights};
-use guirl::policy::{Sampling, TrainablePolicy};
+use guirl::policy::Sampling;
 use guirl::rollout::Collector;
 use guirl::train::trainer::Trainer;
 use guirl::train::TrainConfig;
@@ -73,7 +73,11 @@ async fn bound_one_collects_each_iteration_with_the_weights_the_last_update_star
     let mut w0 = cfg.model.build(&dev, cfg.run.seed).unwrap();
     w0.save(&w0_dir).unwrap();
     assert_eq!(weights(&ckpt(&dir, 1).join("behaviour")), weights(&w0_dir), "w_0 collects iteration 2");
-    assert_eq!(weights(&ckpt(&dir, 2).join("behaviour")), weights(&ckpt(&dir, 1)), "w_1 collects iteration 3");
+    assert_eq!(
+        weights(&ckpt(&dir, 2).join("behaviour")),
+        weights(&ckpt(&dir, 1)),
+        "w_1 collects iteration 3"
+    );
     assert_ne!(weights(&ckpt(&dir, 1)), weights(&w0_dir), "the first update moved the weights");
 
     // Iteration index 1's collection, again, with w_0.
@@ -125,7 +129,10 @@ async fn bound_one_collects_each_iteration_with_the_weights_the_last_update_star
     let expect = sum / n as f64;
     let got = m[1]["behaviour_weight_mean"].as_f64().unwrap();
     assert!((got - expect).abs() < 1e-4, "behaviour weight mean {got}, π_w1 / π_w0 gives {expect}");
-    assert!((expect - 1.0).abs() > 1e-3, "w_1 and w_0 score the tokens alike ({expect}): the test sees nothing");
+    assert!(
+        (expect - 1.0).abs() > 1e-3,
+        "w_1 and w_0 score the tokens alike ({expect}): the test sees nothing"
+    );
 }
 
 /// The same seed and bound give the same run, an evaluation waiting for the collection
@@ -187,7 +194,9 @@ fn unsupported_overlap_configs_name_the_key() {
     let run = |extra: &str, args: &[&str]| {
         std::fs::write(
             &p,
-            format!("[run]\nname = \"x\"\niterations = 1\n[tasks]\nids = [\"miniwob/click-test\"]\n{extra}\n"),
+            format!(
+                "[run]\nname = \"x\"\niterations = 1\n[tasks]\nids = [\"miniwob/click-test\"]\n{extra}\n"
+            ),
         )
         .unwrap();
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_guirl"))
@@ -211,4 +220,78 @@ fn unsupported_overlap_configs_name_the_key() {
     assert!(e.contains("rollout.max_staleness = 1") && e.contains("Qwen-VL"), "{e}");
     let e = run("[rollout]\nmax_staleness = 1", &["--nproc", "2"]);
     assert!(e.contains("rollout.max_staleness = 1") && e.contains("data-parallel"), "{e}");
+}
+
+/// The figure of docs/rollout-overlap.md: GRPO from scratch on click-test (the recipe of
+/// `train::grpo_from_scratch_raises_held_out_success_on_click_test`, 12 iterations) at
+/// bound 0 and bound 1, the same seed; per-iteration time and the final policy on 100
+/// test-split seeds. A measurement (minutes): run it with
+/// `cargo test --release --test integration overlap::figure -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement for docs/rollout-overlap.md (minutes)"]
+async fn figure_iteration_time_and_test_success_at_bound_0_and_1() {
+    let root = tempfile::tempdir().unwrap();
+    let mut rows = Vec::new();
+    for bound in [0, 1] {
+        let mut cfg = TrainConfig::parse(&format!(
+            r#"
+[run]
+name = "figure"
+seed = 0
+iterations = 12
+[tasks]
+ids = ["miniwob/click-test"]
+[model]
+preset = "tiny"
+kinds = ["click"]
+[algo]
+group_size = 8
+batch_seeds = 4
+epochs = 2
+minibatch = 32
+lr = 3e-3
+[rollout]
+envs = 2
+max_steps = 3
+max_staleness = {bound}
+[eval]
+interval = 0
+[checkpoint]
+interval = 0
+"#
+        ))
+        .unwrap();
+        cfg.resolve();
+        let dir = root.path().join(format!("bound{bound}"));
+        let t0 = std::time::Instant::now();
+        let mut t = Trainer::new(cfg, dir.clone(), false, false).unwrap();
+        t.run(Arc::new(AtomicBool::new(false))).await.unwrap();
+        let train_secs = t0.elapsed().as_secs_f64();
+        let test = t.evaluate_test(100).await.unwrap();
+        let text = std::fs::read_to_string(dir.join("metrics.jsonl")).unwrap();
+        let m: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let mean = |k: &str| m.iter().map(|l| l[k].as_f64().unwrap()).sum::<f64>() / m.len() as f64;
+        let total = |k: &str| m.iter().map(|l| l[k].as_f64().unwrap()).sum::<f64>();
+        assert_eq!(m.len(), 12);
+        rows.push(format!(
+            "| {bound} | {:.2} | {:.2} | {:.2} | {:.1} | {:.1} | {:.2} | {}/{} = {:.2} (reward {:.2}) |",
+            mean("rollout_secs"),
+            mean("update_secs"),
+            total("rollout_secs") / 12.0 + total("update_secs") / 12.0,
+            m.last().unwrap()["wall_secs"].as_f64().unwrap(),
+            train_secs,
+            m.last().unwrap()["success_rate"].as_f64().unwrap(),
+            test.successes,
+            test.episodes,
+            test.successes as f64 / test.episodes.max(1) as f64,
+            test.reward
+        ));
+    }
+    println!(
+        "| max_staleness | rollout_secs / it | update_secs / it | sum / it | wall_secs (12 it) | train wall incl. setup | last iteration's success | test split (greedy) |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
+    for r in rows {
+        println!("{r}");
+    }
 }

@@ -68,7 +68,7 @@ enum Pending {
     /// Under way: the task holds the collector.
     Running { it: u64, task: tokio::task::JoinHandle<(Collector, Finished)> },
     /// Done, the collector back (an evaluation waited for it).
-    Done { it: u64, finished: Finished },
+    Done { it: u64, finished: Box<Finished> },
 }
 
 impl Overlap {
@@ -111,8 +111,9 @@ impl Trainer {
     /// the tallies so far.
     pub(super) fn task_weights(&self) -> Option<Vec<f64>> {
         let ids: Vec<String> = self.tasks.iter().map(|t| t.id().to_string()).collect();
-        (self.cfg.tasks.sampling == TaskSampling::Progress)
-            .then(|| curriculum::progress_weights(&ids, &self.state.task_tallies, self.cfg.tasks.progress_mix))
+        (self.cfg.tasks.sampling == TaskSampling::Progress).then(|| {
+            curriculum::progress_weights(&ids, &self.state.task_tallies, self.cfg.tasks.progress_mix)
+        })
     }
 
     /// Iteration `it`'s rollouts and how many updates old the weights that collected them
@@ -127,9 +128,15 @@ impl Trainer {
         self.settle().await?;
         match self.overlap.pending.take() {
             Some(Pending::Done { it: p, finished }) => {
-                anyhow::ensure!(p == it, "iteration {}: the collection made was iteration {}'s", it + 1, p + 1);
-                let collected = finished.collected?;
-                self.replay = finished.replay;
+                anyhow::ensure!(
+                    p == it,
+                    "iteration {}: the collection made was iteration {}'s",
+                    it + 1,
+                    p + 1
+                );
+                let Finished { collected, replay } = *finished;
+                let collected = collected?;
+                self.replay = replay;
                 return Ok((collected, 1));
             }
             Some(Pending::Running { .. }) => unreachable!("settled"),
@@ -198,7 +205,7 @@ impl Trainer {
             let (collector, finished) =
                 task.await.with_context(|| format!("iteration {}'s background collection failed", it + 1))?;
             self.collector = collector;
-            self.overlap.pending = Some(Pending::Done { it, finished });
+            self.overlap.pending = Some(Pending::Done { it, finished: Box::new(finished) });
         }
         Ok(())
     }
