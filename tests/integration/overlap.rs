@@ -136,31 +136,54 @@ async fn bound_one_collects_each_iteration_with_the_weights_the_last_update_star
 }
 
 /// The same seed and bound give the same run, an evaluation waiting for the collection
-/// under way included; two iterations, a resume and two more give it too.
+/// under way included; two iterations, a resume and two more give it too. Plain GRPO, and
+/// PPO with the KL in the reward, success replay and two tasks drawn by learning progress
+/// (the replay buffer and the tallies a background collection starts from must come back
+/// from the checkpoint).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bound_one_is_deterministic_and_resumes_exactly() {
-    let cfg = |n| {
-        let mut c = config(n, 1);
-        c.eval.interval = 2;
-        c.eval.episodes = 2;
-        c.checkpoint.interval = 2;
-        c
-    };
-    let root = tempfile::tempdir().unwrap();
-    let (a, b, c) = (root.path().join("a"), root.path().join("b"), root.path().join("c"));
-    train(cfg(4), &a, false).await;
-    train(cfg(4), &b, false).await;
-    train(cfg(2), &c, false).await;
-    assert!(ckpt(&c, 2).join("behaviour").is_dir(), "the last checkpoint keeps the behaviour weights");
-    train(cfg(4), &c, true).await;
-    let ma = metrics(&a);
-    assert_eq!(ma.len(), 5, "a baseline evaluation and 4 iterations");
-    let stale: Vec<Option<u64>> = ma[1..].iter().map(|l| l["staleness"].as_u64()).collect();
-    assert_eq!(stale, [Some(0), Some(1), Some(1), Some(1)]);
-    assert!(ma[2..].iter().all(|l| l["behaviour_weight_mean"].as_f64().is_some_and(f64::is_finite)));
-    for (other, what) in [(&b, "a second run"), (&c, "2 + resume + 2")] {
-        assert_eq!(metrics(other), ma, "{what}: metrics");
-        assert_eq!(weights(&ckpt(other, 4)), weights(&ckpt(&a, 4)), "{what}: weights");
+    type Variant = (&'static str, fn(&mut TrainConfig));
+    let variants: [Variant; 2] = [
+        ("grpo", |_| {}),
+        ("ppo-replay-progress", |c| {
+            c.algo.kind = guirl::train::config::AlgoKind::Ppo;
+            (c.algo.beta, c.algo.kl_mode) = (0.05, guirl::train::config::KlMode::Reward);
+            c.algo.success_replay = 4;
+            c.tasks.ids.push(crate::common::repo("fixtures/tasks/two-buttons.toml").display().to_string());
+            c.tasks.sampling = guirl::train::curriculum::TaskSampling::Progress;
+        }),
+    ];
+    for (name, set) in variants {
+        let cfg = |n| {
+            let mut c = config(n, 1);
+            c.eval.interval = 2;
+            c.eval.episodes = 2;
+            c.checkpoint.interval = 2;
+            set(&mut c);
+            c
+        };
+        let root = tempfile::tempdir().unwrap();
+        let (a, b, c) = (root.path().join("a"), root.path().join("b"), root.path().join("c"));
+        train(cfg(4), &a, false).await;
+        train(cfg(4), &b, false).await;
+        train(cfg(2), &c, false).await;
+        assert!(
+            ckpt(&c, 2).join("behaviour").is_dir(),
+            "{name}: the last checkpoint keeps the behaviour weights"
+        );
+        train(cfg(4), &c, true).await;
+        let ma = metrics(&a);
+        assert_eq!(ma.len(), 5, "{name}: a baseline evaluation and 4 iterations");
+        let stale: Vec<Option<u64>> = ma[1..].iter().map(|l| l["staleness"].as_u64()).collect();
+        assert_eq!(stale, [Some(0), Some(1), Some(1), Some(1)], "{name}");
+        assert!(
+            ma[2..].iter().all(|l| l["behaviour_weight_mean"].as_f64().is_some_and(f64::is_finite)),
+            "{name}: {ma:?}"
+        );
+        for (other, what) in [(&b, "a second run"), (&c, "2 + resume + 2")] {
+            assert_eq!(metrics(other), ma, "{name}, {what}: metrics");
+            assert_eq!(weights(&ckpt(other, 4)), weights(&ckpt(&a, 4)), "{name}, {what}: weights");
+        }
     }
 }
 
