@@ -151,6 +151,7 @@ fn the_trainers_update_gets_the_checkpointed_gradients() {
                 old_logp: d.token_logprobs,
                 adv: if i % 2 == 0 { 1.0 } else { -1.0 },
                 traj: i,
+                behaviour_weight: None,
             })
             .collect();
         let algo = AlgoConfig { minibatch: 2, epochs: 1, lr: 1e-3, ..Default::default() };

@@ -80,6 +80,12 @@ pub struct AlgoConfig {
     /// [`super::update::update`]). Not `kl_target`, which steers β towards a KL to the reference.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub target_kl: Option<f64>,
+    /// The cap on the decoupled objective's importance weight π_prox / π_behav (AReaL's
+    /// decoupled PPO, with `[rollout] max_staleness = 1`): each token's loss is multiplied
+    /// by `min(π_prox / π_behav, cap)`, detached (default 2.0; unused at `max_staleness = 0`).
+    /// See `docs/rollout-overlap.md`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub behaviour_weight_cap: Option<f64>,
     /// Samples (steps) per optimizer step.
     pub minibatch: usize,
     /// Peak learning rate.
@@ -211,6 +217,7 @@ impl Default for AlgoConfig {
             entropy_coef: 0.0,
             epochs: 1,
             target_kl: None,
+            behaviour_weight_cap: None,
             minibatch: 16,
             lr: 1e-4,
             lr_schedule: LrSchedule::Constant,
@@ -313,6 +320,10 @@ impl AlgoConfig {
     /// ε_high, resolved.
     pub fn clip_high(&self) -> f64 {
         self.clip_high.unwrap_or(self.kind.default_clip().1)
+    }
+    /// The decoupled objective's importance-weight cap, resolved (default 2).
+    pub fn behaviour_weight_cap(&self) -> f64 {
+        self.behaviour_weight_cap.unwrap_or(2.0)
     }
     /// Whether all-equal groups are dropped, resolved.
     pub fn drop_all_equal_groups(&self) -> bool {
@@ -468,6 +479,15 @@ impl AlgoConfig {
                 format!(
                     "algo.target_kl must be > 0 (the approximate KL(π_old ‖ π) at which an \
                      iteration's update stops early; leave it out for no early stop), got {k}"
+                ),
+            );
+        }
+        if let Some(c) = a.behaviour_weight_cap {
+            check(
+                c >= 1.0 && c.is_finite(),
+                format!(
+                    "algo.behaviour_weight_cap must be at least 1 (a cap below 1 would down-weight \
+                     tokens whose behaviour and proximal policies agree), got {c}"
                 ),
             );
         }

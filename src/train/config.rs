@@ -159,11 +159,21 @@ pub struct RolloutConfig {
     pub envs: usize,
     /// Step limit per episode.
     pub max_steps: u32,
+    /// How many updates old the weights that collect an iteration's rollouts may be: 0
+    /// (default) takes turns, collect then update; 1 collects iteration k + 1 with the
+    /// weights update k starts from while update k runs (see
+    /// [`super::trainer::overlap`] and `docs/rollout-overlap.md`).
+    #[serde(skip_serializing_if = "is_zero_u32")]
+    pub max_staleness: u32,
+}
+
+fn is_zero_u32(n: &u32) -> bool {
+    *n == 0
 }
 
 impl Default for RolloutConfig {
     fn default() -> Self {
-        RolloutConfig { envs: 4, max_steps: 10 }
+        RolloutConfig { envs: 4, max_steps: 10, max_staleness: 0 }
     }
 }
 
@@ -439,6 +449,23 @@ impl TrainConfig {
         // [rollout]
         check(self.rollout.envs >= 1, "rollout.envs must be at least 1".into());
         check(self.rollout.max_steps >= 1, "rollout.max_steps must be at least 1".into());
+        check(
+            self.rollout.max_staleness <= 1,
+            format!(
+                "rollout.max_staleness: only 0 (collect, then update) and 1 (collect the next iteration \
+                 during the update) are supported yet, got {}",
+                self.rollout.max_staleness
+            ),
+        );
+        if self.rollout.max_staleness > 0 && self.model.backbone.is_some() {
+            check(
+                false,
+                "rollout.max_staleness = 1 needs a frozen copy of the policy's weights, and a Qwen-VL \
+                 policy's copy shares one adapter snapshot with the KL reference: train it with \
+                 rollout.max_staleness = 0 (the small policy supports 1)"
+                    .into(),
+            );
+        }
         if let Some(w) = self.algo.overlong_window {
             check(
                 w >= 1 && w <= self.rollout.max_steps,

@@ -113,6 +113,18 @@ pub struct IterationMetrics {
     /// That minibatch's approximate KL(π_old ‖ π).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kl_stop_approx_kl: Option<f64>,
+    /// How many updates old the weights that collected this iteration's rollouts were
+    /// (`[rollout] max_staleness = 1`: 1 from the second iteration on); logged only when
+    /// `max_staleness` is above 0.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub staleness: Option<u64>,
+    /// Token-mean of the decoupled objective's weights `min(π_prox / π_behav, cap)` (only
+    /// for rollouts of older weights; see `decoupled.rs`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub behaviour_weight_mean: Option<f64>,
+    /// Fraction of tokens whose weight `algo.behaviour_weight_cap` truncated.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub behaviour_weight_capped: Option<f64>,
     /// Mean importance ratio of the first minibatch, before any update: 1 up to float
     /// error when the scored tokens are the sampled ones.
     pub first_ratio_mean: f64,

@@ -26,6 +26,7 @@ pub mod branch;
 pub mod checkpoint;
 pub mod config;
 pub mod curriculum;
+pub mod decoupled;
 pub mod demos;
 pub mod dynamic_sampling;
 pub mod eval;

@@ -136,6 +136,10 @@ pub struct LossInputs<'a> {
     /// every statistic but `tokens` are this part's share, and the parts' shares add up
     /// to the whole minibatch's values. `None`: the rows are the whole minibatch.
     pub whole: Option<Whole>,
+    /// The decoupled objective's detached importance weights `min(π_prox / π_behav, cap)`
+    /// (`[rollout] max_staleness = 1`, see `decoupled.rs`): each token's policy loss is
+    /// multiplied by its weight. `None`: no weight (the rollouts' own policy is π_old).
+    pub behaviour_weight: Option<&'a Tensor>,
 }
 
 /// The counts of a whole minibatch that its parts' means divide by (see
@@ -224,7 +228,9 @@ pub fn aggregate(agg: LossAgg, l: &Tensor, m: &Tensor, norm: f64, whole: Option<
 ///                                             the action (or trajectory), for all its tokens
 /// surr_t  = min(ρ_t A, clip(ρ_t, 1−ε_low, 1+ε_high) A)
 ///           dual clip c (A < 0 only): surr_t = max(surr_t, c·A)
-/// L_pol   = aggregate(−surr)                  (token-mean, seq-mean-token-mean, …)
+/// L_pol   = aggregate(−w_t · surr)            w_t = min(π_old,t / π_behav,t, cap), detached, with
+///                                             `behaviour_weight` (decoupled PPO); else 1
+///                                             (token-mean, seq-mean-token-mean, …)
 /// KL_t    = k(logπ_ref,t − logπ_t)            (k1, k2 or k3)
 /// L       = L_pol + β · Σ m KL / Σ m − c_ent · Σ m H / Σ m
 /// ```
@@ -298,6 +304,11 @@ pub fn policy_loss(cfg: &LossConfig, x: &LossInputs) -> Result<(Tensor, LossStat
             let per_token = surr.neg()?.broadcast_as((b, t))?.contiguous()?;
             (per_token, seq_mean(&clipped)?, seq_mean(&dual)?, seq_mean(&ratio)?)
         }
+    };
+    // Decoupled PPO: the behaviour policy's tokens, re-weighted to the proximal policy's.
+    let per_token = match x.behaviour_weight {
+        Some(w) => (per_token * masked(&w.detach())?)?,
+        None => per_token,
     };
     let policy = aggregate(cfg.agg, &per_token, &m, cfg.agg_norm, x.whole)?;
     let mut loss = policy.clone();

@@ -113,6 +113,7 @@ fn grpo_loss_matches_hand_values() {
         entropy: Some(ent.as_tensor()),
         segments: None,
         whole: None,
+        behaviour_weight: None,
     };
     let (loss, st) = policy_loss(&cfg(PolicyLossKind::Token, beta, c_ent), &x).unwrap();
     let h = hand();
@@ -154,6 +155,7 @@ fn without_reference_or_entropy_only_the_surrogate_remains() {
         entropy: None,
         segments: None,
         whole: None,
+        behaviour_weight: None,
     };
     let (loss, st) = policy_loss(&cfg(PolicyLossKind::Token, 0.1, 0.1), &x).unwrap();
     assert!(close(st.loss, hand().policy) && st.kl == 0.0 && st.entropy == 0.0);
@@ -177,6 +179,7 @@ fn ratio_one_gives_the_plain_policy_gradient() {
         entropy: None,
         segments: None,
         whole: None,
+        behaviour_weight: None,
     };
     let (loss, st) = policy_loss(&cfg(PolicyLossKind::Token, 0.0, 0.0), &x).unwrap();
     // −(3·1.0 + 2·(−0.5)) / 5 = −0.4
@@ -197,6 +200,7 @@ fn gspo_sequence_ratio() {
         entropy: None,
         segments: None,
         whole: None,
+        behaviour_weight: None,
     };
     let c = LossConfig { clip_low: 0.05, clip_high: 0.05, ..cfg(PolicyLossKind::Sequence, 0.0, 0.0) };
     let (loss, st) = policy_loss(&c, &x).unwrap();
@@ -228,6 +232,7 @@ fn no_ref<'a>(logp: &'a Var, old: &'a Tensor, adv: &'a Tensor, mask: &'a Tensor)
         entropy: None,
         segments: None,
         whole: None,
+        behaviour_weight: None,
     }
 }
 
@@ -394,6 +399,7 @@ fn parts_of_a_minibatch_with_its_counts_add_up_to_the_whole() {
                 entropy: Some(&e),
                 segments: None,
                 whole,
+                behaviour_weight: None,
             };
             let (loss, st) = policy_loss(c, &x).unwrap();
             let g = loss.backward().unwrap().get(lp.as_tensor()).unwrap().to_vec2::<f32>().unwrap();

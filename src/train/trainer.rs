@@ -14,6 +14,9 @@
 //! metrics, evaluation (every one a candidate for `best`), checkpoint
 //! ```
 //!
+//! With `[rollout] max_staleness = 1` the next iteration's collection runs during the
+//! update, with the weights the update starts from ([`overlap`]).
+//!
 //! Behaviour cloning (`sft.rs`), oracle demonstrations (`demos.rs`) and evaluation
 //! (`eval.rs`) live in their own files. The trainer knows the policy only through
 //! [`TrainablePolicy`].
@@ -43,6 +46,7 @@ use std::time::Instant;
 
 mod cloning;
 mod folder;
+pub mod overlap;
 
 /// The KL reference's folder inside a run folder.
 pub const REFERENCE_DIR: &str = "reference";
@@ -75,6 +79,8 @@ pub struct Trainer {
     replay: SuccessReplay,
     /// The ranks of a data-parallel run ([`crate::dist`]); `None`: this process alone.
     group: Option<Arc<ProcessGroup>>,
+    /// `[rollout] max_staleness = 1`: the behaviour weights and the collection under way.
+    overlap: overlap::Overlap,
 }
 
 impl Trainer {
@@ -94,6 +100,9 @@ impl Trainer {
         force: bool,
         group: Option<Arc<ProcessGroup>>,
     ) -> anyhow::Result<Trainer> {
+        if group.is_some() && cfg.rollout.max_staleness > 0 {
+            bail!("{}", overlap::data_parallel_refusal(cfg.rollout.max_staleness));
+        }
         let device = cfg.candle_device_for_rank(group.as_ref().map_or(0, |g| g.local_rank()))?;
         let tasks =
             cfg.tasks.ids.iter().map(|id| crate::tasks::load_task(id)).collect::<anyhow::Result<Vec<_>>>()?;
@@ -149,6 +158,7 @@ impl Trainer {
         } else {
             None
         };
+        let overlap = overlap::Overlap::resume(&cfg, policy.as_ref(), latest.as_deref())?;
         let metrics_path = run_dir.join("metrics.jsonl");
         let metrics = match writes {
             false => None,
@@ -192,6 +202,7 @@ impl Trainer {
             sft_opt: None,
             replay,
             group,
+            overlap,
         })
     }
 
@@ -310,6 +321,8 @@ impl Trainer {
         if let Some(b) = bar {
             b.finish_and_clear();
         }
+        // A collection started for an iteration this run will not train on (a stop).
+        self.settle().await?;
         self.collector.close().await;
         Ok(self.state.clone())
     }
@@ -324,32 +337,23 @@ impl Trainer {
         //    collects B more groups on fresh seeds until B groups are informative, and all-
         //    equal groups are dropped (dynamic_sampling.rs). Each (episode, step) samples
         //    from its own stream, so the draw does not depend on batching.
-        let sampling = Sampling {
-            temperature: algo.temperature,
-            greedy: false,
-            seed: rng_for(cfg.run.seed, it, 2).gen(),
-        };
+        let sampling = self.sampling_for(it);
         // The KL compares log-probs at the same (sampling) temperature.
         if let Some(r) = self.reference.as_mut() {
             r.set_sampling(sampling);
         }
         // 2. Rewards, with the truncation, give-up and overlong corrections (rewards.rs).
+        //    With max_staleness = 1 they were collected during the last update, with the
+        //    weights it started from (overlap.rs).
         let ids: Vec<String> = self.tasks.iter().map(|t| t.id().to_string()).collect();
-        let weights = (cfg.tasks.sampling == TaskSampling::Progress)
-            .then(|| curriculum::progress_weights(&ids, &self.state.task_tallies, cfg.tasks.progress_mix));
-        let collected = collect_groups(
-            &mut self.collector,
-            self.policy.as_mut(),
-            &self.tasks,
-            &cfg,
-            it,
-            sampling,
-            weights.as_deref(),
-            &mut self.replay,
-        )
-        .await?;
+        let weights = self.task_weights();
+        let (collected, staleness) = self.rollouts(it, sampling, weights.as_deref()).await?;
         let (recs, cstats) = (&collected.recs, &collected.stats);
         let rollout_secs = t0.elapsed().as_secs_f64();
+        if weights.is_some() {
+            // Before the next collection starts: it draws tasks by the tallies through here.
+            curriculum::update(&mut self.state.task_tallies, &collected.task_counts);
+        }
 
         // 3. Advantages of the kept groups; env_error rollouts get none. With kl_mode =
         //    "reward" each step's reward first loses β · KL(rollout ‖ reference) (kl.rs).
@@ -376,12 +380,24 @@ impl Trainer {
             Some(p) => (p.gae.adv.clone(), p.gae.stats),
             None => super::advantage::estimate(algo, &batch, &keys),
         };
-        let samples = super::update::samples(recs, &index, &adv, self.policy.reads_previous_screenshot())?;
+        let mut samples =
+            super::update::samples(recs, &index, &adv, self.policy.reads_previous_screenshot())?;
 
         // 4. μ epochs of minibatch updates of the objective (+ KL, entropy), at this
-        //    iteration's β.
+        //    iteration's β. With max_staleness = 1 the next iteration's collection starts
+        //    now, and rollouts of older weights train with the decoupled objective.
         self.consistent = false;
+        self.start_next(it, self.state.env_steps + cstats.env_steps as u64)?;
         let t1 = Instant::now();
+        let decoupled = match staleness {
+            0 => None,
+            _ => {
+                self.policy.set_sampling(sampling);
+                let (policy, chunk, cap) =
+                    (self.policy.as_ref(), algo.minibatch.max(1), algo.behaviour_weight_cap());
+                Some(off_runtime(|| super::decoupled::decouple(policy, &mut samples, chunk, cap))?)
+            }
+        };
         let lr = algo.policy_lr(cfg.run.iterations, it);
         self.opt.set_lr(lr);
         let step_algo = super::config::AlgoConfig { beta, ..algo.clone() };
@@ -452,7 +468,11 @@ impl Trainer {
         }
         if let Some(w) = &weights {
             m.task_weights = ids.iter().cloned().zip(w.iter().copied()).collect();
-            curriculum::update(&mut self.state.task_tallies, &collected.task_counts);
+        }
+        if cfg.rollout.max_staleness > 0 {
+            m.staleness = Some(staleness);
+            m.behaviour_weight_mean = Some(decoupled.map_or(1.0, |d| d.weight_mean));
+            m.behaviour_weight_capped = Some(decoupled.map_or(0.0, |d| d.capped_frac));
         }
         m.set_loss(&up.loss);
         if let Some(s) = up.kl_stop {
@@ -491,6 +511,8 @@ impl Trainer {
 
     /// Greedy success rate and mean reward on the held-out seeds.
     pub async fn evaluate(&mut self) -> anyhow::Result<EvalResult> {
+        // The next iteration's collection first: the browsers are the collector's.
+        self.settle().await?;
         let jobs = eval_jobs(&self.tasks, &self.cfg.tasks, self.cfg.eval.episodes);
         evaluate(&mut self.collector, self.policy.as_mut(), jobs).await
     }
@@ -500,6 +522,7 @@ impl Trainer {
     /// reads it (`best` is chosen on validation); call it after [`Trainer::run`]. The
     /// browsers are closed afterwards.
     pub async fn evaluate_test(&mut self, per_task: usize) -> anyhow::Result<EvalCounts> {
+        self.settle().await?;
         let jobs = test_jobs(&self.tasks, per_task);
         let c = evaluate_counts(&mut self.collector, self.policy.as_mut(), jobs).await;
         self.collector.close().await;

@@ -75,6 +75,7 @@ pub(crate) fn samples(
                     old_logp: step.token_logprobs.clone(),
                     adv: a[i] as f32,
                     traj: index[g][j],
+                    behaviour_weight: None,
                 });
             }
         }
@@ -90,13 +91,18 @@ pub struct Sample {
     pub state: ScreenState,
     /// The sampled token ids.
     pub tokens: Vec<u32>,
-    /// log π_old of each token, recorded when it was sampled.
+    /// log π_old of each token: recorded when it was sampled, or, for a rollout of
+    /// older weights (`[rollout] max_staleness = 1`), scored by the policy when the update
+    /// starts (π_prox, see `decoupled.rs`).
     pub old_logp: Vec<f32>,
     /// The advantage.
     pub adv: f32,
     /// Which trajectory of the iteration the step belongs to (any id, equal for the steps
     /// of one trajectory).
     pub traj: usize,
+    /// Each token's decoupled-objective weight `min(π_prox / π_behav, cap)` when the
+    /// rollout's policy is older than π_old (see `decoupled.rs`); `None`: it is π_old.
+    pub behaviour_weight: Option<Vec<f32>>,
 }
 
 /// What the update did.
@@ -386,6 +392,13 @@ fn part_loss(
         None => None,
     };
     let segs = if by_traj { Some(segments(samples, part, &dev)?) } else { None };
+    // Every sample of an iteration has a weight or none has (see `decoupled::decouple`).
+    let weight_rows: Option<Vec<&[f32]>> =
+        part.iter().map(|&k| samples[k].behaviour_weight.as_deref()).collect();
+    let weights = match weight_rows {
+        Some(rows) => Some(padded(&rows, t, &dev)?),
+        None => None,
+    };
     let inputs = LossInputs {
         logp: &scores.logp,
         old_logp: &old,
@@ -395,6 +408,7 @@ fn part_loss(
         entropy: Some(&scores.entropy),
         segments: segs.as_ref(),
         whole,
+        behaviour_weight: weights.as_ref(),
     };
     Ok(policy_loss(loss_cfg, &inputs)?)
 }

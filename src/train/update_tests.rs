@@ -20,6 +20,7 @@ fn rollout(p: &mut VlmPolicy, n: usize) -> Vec<Sample> {
             old_logp: d.token_logprobs,
             adv: if i % 2 == 0 { 1.0 } else { -1.0 },
             traj: i / 2,
+            behaviour_weight: None,
         })
         .collect()
 }

@@ -31,6 +31,7 @@ mod installed;
 mod interrupt;
 mod judge;
 mod oracles;
+mod overlap;
 mod page_clock;
 mod play;
 mod play_capture;

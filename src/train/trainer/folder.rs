@@ -7,6 +7,9 @@ impl Trainer {
     /// A run that must stop on an error first checkpoints what it has (unless the error
     /// struck mid-update), so `--resume` continues from the last finished iteration.
     pub(super) async fn stop_with(&mut self, e: anyhow::Error) -> anyhow::Error {
+        // The browsers of a collection under way come back first (its error is this one's
+        // consequence or a later iteration's: not reported).
+        let _ = self.settle().await;
         self.collector.close().await;
         if !self.consistent || !self.writes() {
             return e;
@@ -40,6 +43,10 @@ impl Trainer {
                     .with_context(|| format!("cannot copy {}", before.display()))?;
             }
             self.replay.save(dir)?;
+            // The weights the next iteration collects with (max_staleness = 1).
+            if let Some(b) = &self.overlap.behaviour {
+                b.save(&dir.join(overlap::BEHAVIOUR_DIR))?;
+            }
             self.critic.as_ref().map_or(Ok(()), |c| c.save(dir))
         })
     }

@@ -1,0 +1,201 @@
+//! The decoupled PPO objective (Hilton et al. 2022, "Batch size-invariance for policy
+//! optimization"; AReaL, Fu et al. 2025) for rollouts collected by older weights
+//! (`[rollout] max_staleness = 1`, see `trainer/overlap.rs`).
+//!
+//! Three policies take part: π_behav sampled the tokens (weights at most one update old),
+//! π_prox is the policy when the update starts, π_θ the one being trained. The clip keeps
+//! π_θ near π_prox (the trust region is measured from where the update starts, not from the
+//! older behaviour weights), and a detached, truncated importance weight corrects for the
+//! tokens having come from π_behav:
+//!
+//! ```text
+//! ρ_t = π_θ,t / π_prox,t                       (the objective's ratio; π_old = π_prox)
+//! w_t = min(π_prox,t / π_behav,t, cap)          detached; cap = [algo] behaviour_weight_cap
+//! L_t = −w_t · min(ρ_t A, clip(ρ_t, 1 − ε_low, 1 + ε_high) A)
+//! ```
+//!
+//! π_prox's log-probs are the recorded tokens scored again by the policy before the update's
+//! first step ([`decouple`]). Truncating the weight (rather than dropping tokens above the cap,
+//! as AReaL does) bounds the variance a token whose behaviour probability was small can add.
+//! When the rollouts' weights are the update's own (lock-step training, or the first
+//! iteration) nothing is rescored and no weight enters the loss.
+
+use super::objective::LOG_RATIO_CLAMP;
+use super::update::Sample;
+use crate::env::ScreenState;
+use crate::policy::TrainablePolicy;
+use anyhow::ensure;
+
+/// `min(exp(prox − behav), cap)` for each token's log-probs under π_prox and π_behav (the
+/// log-ratio clamped to ±[`LOG_RATIO_CLAMP`]); exactly 1 where the two agree.
+pub fn behaviour_weights(prox: &[f32], behav: &[f32], cap: f64) -> Vec<f32> {
+    prox.iter().zip(behav).map(|(&p, &b)| log_weight(p, b).exp().min(cap) as f32).collect()
+}
+
+fn log_weight(prox: f32, behav: f32) -> f64 {
+    (f64::from(prox) - f64::from(behav)).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+}
+
+/// What [`decouple`] found, for the metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Decoupled {
+    /// Token-mean of the truncated weights `min(π_prox / π_behav, cap)`.
+    pub weight_mean: f64,
+    /// Fraction of tokens whose weight the cap truncated.
+    pub capped_frac: f64,
+}
+
+/// Make `samples` (collected by older weights) train against `policy` as π_prox: each
+/// sample's recorded log-probs (π_behav) give its `behaviour_weight`, and its `old_logp`
+/// becomes the policy's own log-probs of the same tokens, scored `chunk` samples at a time
+/// at the policy's current sampling temperature. Call before the update's first step.
+pub fn decouple(
+    policy: &dyn TrainablePolicy,
+    samples: &mut [Sample],
+    chunk: usize,
+    cap: f64,
+) -> anyhow::Result<Decoupled> {
+    let (mut sum, mut capped, mut n) = (0.0, 0usize, 0usize);
+    for part in samples.chunks_mut(chunk.max(1)) {
+        let states: Vec<ScreenState> = part.iter().map(|s| s.state.clone()).collect();
+        let tokens: Vec<Vec<u32>> = part.iter().map(|s| s.tokens.clone()).collect();
+        let logp =
+            policy.score(&states, &tokens)?.logp.to_dtype(candle_core::DType::F32)?.to_vec2::<f32>()?;
+        for (s, row) in part.iter_mut().zip(logp) {
+            ensure!(
+                row.len() >= s.tokens.len() && s.old_logp.len() == s.tokens.len(),
+                "rescoring a rollout's {} tokens gave {} log-probs ({} recorded)",
+                s.tokens.len(),
+                row.len(),
+                s.old_logp.len()
+            );
+            let prox = row[..s.tokens.len()].to_vec();
+            let w = behaviour_weights(&prox, &s.old_logp, cap);
+            sum += w.iter().map(|&x| f64::from(x)).sum::<f64>();
+            capped += prox.iter().zip(&s.old_logp).filter(|(&p, &b)| log_weight(p, b).exp() > cap).count();
+            n += w.len();
+            s.old_logp = prox;
+            s.behaviour_weight = Some(w);
+        }
+    }
+    let n = n.max(1) as f64;
+    Ok(Decoupled { weight_mean: sum / n, capped_frac: capped as f64 / n })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::vlm::speed::synthetic_batch;
+    use crate::policy::vlm::{VlmConfig, VlmPolicy};
+    use crate::policy::{Policy, Sampling};
+    use crate::train::objective::{
+        policy_loss, KlEstimator, LossAgg, LossConfig, LossInputs, PolicyLossKind,
+    };
+    use candle_core::{Device, Tensor};
+
+    #[test]
+    fn the_weight_is_exactly_one_when_behaviour_is_prox_and_capped_above() {
+        let lp = [-0.3f32, -2.5, -0.0, -17.0];
+        assert_eq!(behaviour_weights(&lp, &lp, 2.0), vec![1.0; 4]);
+        // prox − behav = ln 1.5 (inside), ln 3 (above the cap of 2), −1 (below 1: kept)
+        let behav = [-1.0f32, -1.0, -1.0];
+        let prox = [-1.0 + 1.5f32.ln(), -1.0 + 3f32.ln(), -2.0];
+        let w = behaviour_weights(&prox, &behav, 2.0);
+        assert!((w[0] - 1.5).abs() < 1e-6, "{w:?}");
+        assert_eq!(w[1], 2.0, "capped");
+        assert!((w[2] - (-1f32).exp()).abs() < 1e-7, "{w:?}");
+        // an extreme log-ratio is clamped before exp: finite
+        assert!(behaviour_weights(&[0.0], &[-500.0], f64::MAX)[0].is_finite());
+    }
+
+    /// Samples of the real tiny policy: its own sampled tokens and recorded log-probs.
+    fn rollout(p: &mut VlmPolicy, n: usize) -> Vec<Sample> {
+        p.set_sampling(Sampling { temperature: 1.0, greedy: false, seed: 5 });
+        let (states, _) = synthetic_batch(n, 2);
+        let keys: Vec<u64> = (0..n as u64).collect();
+        let d = p.act_keyed(&states, &keys).unwrap();
+        states
+            .into_iter()
+            .zip(d)
+            .enumerate()
+            .map(|(i, (state, d))| Sample {
+                state,
+                tokens: d.tokens,
+                old_logp: d.token_logprobs,
+                adv: 1.0,
+                traj: i,
+                behaviour_weight: None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn decoupling_rescores_prox_and_weights_the_behaviour_tokens() {
+        let mut p = VlmPolicy::new(VlmConfig::tiny(), &Device::Cpu, 4).unwrap();
+        let mut samples = rollout(&mut p, 4);
+        // The behaviour policy is the current one: the weights are 1 up to the rounding of
+        // one-state sampling against a batched rescoring.
+        let recorded: Vec<Vec<f32>> = samples.iter().map(|s| s.old_logp.clone()).collect();
+        let d = decouple(&p, &mut samples, 4, 2.0).unwrap();
+        assert!((d.weight_mean - 1.0).abs() < 1e-4 && d.capped_frac == 0.0, "{d:?}");
+        // Rescored again, π_prox is what it was: every weight exactly 1.
+        let prox: Vec<Vec<f32>> = samples.iter().map(|s| s.old_logp.clone()).collect();
+        for (s, r) in samples.iter_mut().zip(&recorded) {
+            assert_eq!(s.behaviour_weight.as_ref().unwrap(), &behaviour_weights(&s.old_logp, r, 2.0));
+        }
+        let d = decouple(&p, &mut samples, 4, 2.0).unwrap();
+        assert_eq!(d, Decoupled { weight_mean: 1.0, capped_frac: 0.0 });
+        // Behaviour log-probs 1 nat lower than π_prox's: every weight e > 2, so capped.
+        for (s, pr) in samples.iter_mut().zip(&prox) {
+            s.old_logp = pr.iter().map(|x| x - 1.0).collect();
+        }
+        let d = decouple(&p, &mut samples, 3, 2.0).unwrap();
+        assert_eq!(d, Decoupled { weight_mean: 2.0, capped_frac: 1.0 });
+        assert!(samples.iter().all(|s| s.behaviour_weight.as_ref().unwrap().iter().all(|&w| w == 2.0)));
+        assert_eq!(samples.iter().map(|s| s.old_logp.clone()).collect::<Vec<_>>(), prox);
+    }
+
+    #[test]
+    fn the_weight_scales_each_tokens_loss_and_ones_change_nothing() {
+        let dev = Device::Cpu;
+        let t = |v: &[f32]| Tensor::from_vec(v.to_vec(), (2, 2), &dev).unwrap();
+        let logp = candle_core::Var::from_tensor(&t(&[-1.0, -0.5, -0.7, -2.0])).unwrap();
+        let old = t(&[-1.1, -0.5, -0.6, -2.0]);
+        let adv = Tensor::from_vec(vec![1.0f32, -0.5], 2, &dev).unwrap();
+        let mask = t(&[1.0, 1.0, 1.0, 0.0]);
+        let cfg = LossConfig {
+            kind: PolicyLossKind::Token,
+            clip_low: 0.2,
+            clip_high: 0.2,
+            dual_clip: None,
+            agg: LossAgg::TokenMean,
+            agg_norm: 0.0,
+            beta: 0.0,
+            kl: KlEstimator::K3,
+            entropy_coef: 0.0,
+        };
+        let run = |w: Option<&Tensor>| {
+            let x = LossInputs {
+                logp: logp.as_tensor(),
+                old_logp: &old,
+                ref_logp: None,
+                adv: &adv,
+                mask: &mask,
+                entropy: None,
+                segments: None,
+                whole: None,
+                behaviour_weight: w,
+            };
+            let (loss, st) = policy_loss(&cfg, &x).unwrap();
+            let g = loss.backward().unwrap().get(logp.as_tensor()).unwrap().to_vec2::<f32>().unwrap();
+            (st.policy_loss, g)
+        };
+        let (l0, g0) = run(None);
+        assert_eq!(run(Some(&t(&[1.0; 4]))), (l0, g0.clone()), "weights of 1 change no bit");
+        // Weights 2 on token (0, 0) and 0.5 on (1, 0): their gradients scale by as much.
+        let (_, g) = run(Some(&t(&[2.0, 1.0, 0.5, 7.0])));
+        let close = |a: f32, b: f32| (a - b).abs() < 1e-7;
+        assert!(close(g[0][0], 2.0 * g0[0][0]) && close(g[0][1], g0[0][1]), "{g:?} vs {g0:?}");
+        assert!(close(g[1][0], 0.5 * g0[1][0]) && g[1][1] == 0.0 && g0[0][0] != 0.0, "{g:?}");
+    }
+}
