@@ -155,15 +155,26 @@ async fn shed(mut tcp: tokio::net::TcpStream, max: usize) {
     let _ = tcp.shutdown().await;
 }
 
+/// A declared body over the limit but at most this long is read (and dropped) before the
+/// 413, so the client sees the answer; a longer one is answered at once.
+const DRAIN_MAX: u64 = 1 << 20;
+
 /// A POST's body, read whole within the time and size bounds before any handler runs:
-/// a `Content-Length` over `max_body` is refused at once, a body that stalls is `408`.
+/// a `Content-Length` over `max_body` is refused (at once past [`DRAIN_MAX`]), a body
+/// that stalls is `408`.
 pub async fn read_body(req: Request, max_body: usize, timeout: Duration) -> Result<Request, Response> {
     if req.method() != Method::POST {
         return Ok(req);
     }
     let declared =
         req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > max_body as u64) {
+    if let Some(n) = declared.filter(|&n| n > max_body as u64) {
+        // A client writing a modest body before reading the answer would get a broken
+        // pipe, not the 413, if the connection closed under it: read such a body and drop
+        // it. A huge one is answered at once.
+        if n <= DRAIN_MAX {
+            let _ = tokio::time::timeout(timeout, axum::body::to_bytes(req.into_body(), n as usize)).await;
+        }
         return Err(too_large(max_body));
     }
     let (parts, body) = req.into_parts();
