@@ -85,9 +85,7 @@ pub fn decouple(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::vlm::speed::synthetic_batch;
     use crate::policy::vlm::{VlmConfig, VlmPolicy};
-    use crate::policy::{Policy, Sampling};
     use crate::train::objective::{
         policy_loss, KlEstimator, LossAgg, LossConfig, LossInputs, PolicyLossKind,
     };
@@ -110,23 +108,7 @@ mod tests {
 
     /// Samples of the real tiny policy: its own sampled tokens and recorded log-probs.
     fn rollout(p: &mut VlmPolicy, n: usize) -> Vec<Sample> {
-        p.set_sampling(Sampling { temperature: 1.0, greedy: false, seed: 5 });
-        let (states, _) = synthetic_batch(n, 2);
-        let keys: Vec<u64> = (0..n as u64).collect();
-        let d = p.act_keyed(&states, &keys).unwrap();
-        states
-            .into_iter()
-            .zip(d)
-            .enumerate()
-            .map(|(i, (state, d))| Sample {
-                state,
-                tokens: d.tokens,
-                old_logp: d.token_logprobs,
-                adv: 1.0,
-                traj: i,
-                behaviour_weight: None,
-            })
-            .collect()
+        crate::train::update::tests::rollout_with(p, n, 5, 2)
     }
 
     #[test]

@@ -415,4 +415,4 @@ fn part_loss(
 
 #[cfg(test)]
 #[path = "update_tests.rs"]
-mod tests;
+pub(crate) mod tests;

@@ -6,8 +6,14 @@ use crate::policy::{Policy, Sampling};
 
 /// Rollout-like samples of the real tiny policy (its own sampled tokens and log-probs).
 fn rollout(p: &mut VlmPolicy, n: usize) -> Vec<Sample> {
-    p.set_sampling(Sampling { temperature: 1.0, greedy: false, seed: 3 });
-    let (states, _) = synthetic_batch(n, 4);
+    rollout_with(p, n, 3, 4)
+}
+
+/// [`rollout`] sampled with `seed` from the synthetic states drawn with `states_seed`;
+/// advantages alternate ±1, two samples a trajectory.
+pub(crate) fn rollout_with(p: &mut VlmPolicy, n: usize, seed: u64, states_seed: u64) -> Vec<Sample> {
+    p.set_sampling(Sampling { temperature: 1.0, greedy: false, seed });
+    let (states, _) = synthetic_batch(n, states_seed);
     let keys: Vec<u64> = (0..n as u64).collect();
     let d = p.act_keyed(&states, &keys).unwrap();
     states
