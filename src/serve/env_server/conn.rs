@@ -160,8 +160,8 @@ async fn shed(mut tcp: tokio::net::TcpStream, max: usize) {
 const DRAIN_MAX: u64 = 1 << 20;
 
 /// A POST's body, read whole within the time and size bounds before any handler runs:
-/// a `Content-Length` over `max_body` is refused (at once past [`DRAIN_MAX`]), a body
-/// that stalls is `408`.
+/// a `Content-Length` over `max_body` is refused (at once past 1 MiB, read and dropped
+/// below it), a body that stalls is `408`.
 pub async fn read_body(req: Request, max_body: usize, timeout: Duration) -> Result<Request, Response> {
     if req.method() != Method::POST {
         return Ok(req);
