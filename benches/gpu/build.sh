@@ -34,15 +34,15 @@ if [ ! -f "$CUDA_HOME/lib/stubs/libcuda.so" ]; then
   gcc -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$CUDA_HOME/lib/stubs/libcuda.so" "$CUDA_HOME/lib/stubs/libcuda_stub.c"
 fi
 export CUDA_COMPUTE_CAP=90 CUDAFORGE_THREADS=2
-cargo build --release --features cuda --target-dir target-cuda --bin guirl --bench policy_speed --bench qwen_speed
+cargo build --release --features cuda --target-dir target-cuda --bin guirl --bench policy_speed --bench qwen_speed --bench decode_table
 # test binaries: the Qwen-VL parity tests run on the GPU too
 cargo test --release --features cuda --target-dir target-cuda --test qwen_vl --no-run 2>&1 | tee /tmp/gpu-test-build.log
 # and NCCL's gradient sum (tests/nccl.rs), the one binary built with the `nccl` feature
 cargo test --release --features nccl --target-dir target-cuda --test nccl --no-run 2>&1 | tee -a /tmp/gpu-test-build.log
-# The device tool carries at most 64 MiB: xz the three binaries run.sh uses (the CLI itself
+# The device tool carries at most 64 MiB: xz the binaries run.sh uses (the CLI itself
 # is built above to prove it links, but not carried).
 rm -rf .gpubin && mkdir -p .gpubin
-for b in qwen_vl policy_speed qwen_speed nccl; do
+for b in qwen_vl policy_speed qwen_speed decode_table nccl; do
   f=$(ls -t target-cuda/release/deps/$b-* | grep -v '\.d$' | head -1)
   xz -T2 -6 -c "$f" > ".gpubin/$b.xz"
 done

@@ -18,6 +18,9 @@
 #  4. Qwen-VL speed on CUDA, guirl against PyTorch + peft on the same GPU in one run
 #     (scripts/bench_qwen_speed.py), bf16: a Qwen3-VL-2B-shaped random-weight model, then
 #     the tiny fixture; then one decoder layer of the 2B shape, part by part;
+#     then the rollout decoding table: the policy's own continuous-batching decoder for 1 to
+#     128 rollouts of different screenshots, tokens/s and peak memory against the copy
+#     bandwidth's roofline measured in the same run (benches/decode_table.rs);
 #  5. NCCL's data-parallel gradient sum (tests/nccl.rs, the `nccl` feature), one rank per
 #     GPU, against the sum through the host.
 set -uo pipefail
@@ -36,7 +39,7 @@ cap() { local left=$(( BUDGET - ($(date +%s) - start) )); (( left < $1 )) && ech
 
 section "1. device"
 nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total --format=csv || { echo "no GPU"; exit 1; }
-for b in qwen_vl policy_speed qwen_speed nccl; do
+for b in qwen_vl policy_speed qwen_speed decode_table nccl; do
   if [ -f .gpubin/$b.xz ]; then
     python3 -c 'import lzma,sys; sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())' .gpubin/$b.xz > $BIN/$b && chmod +x $BIN/$b
   fi
@@ -111,6 +114,13 @@ want 4 && for size in ${GPU_SIZES:-2b tiny}; do
         --out "${OUT:-/tmp}/qwen-time-$size-defaults.json" 2>&1 | grep -E "update rep|generate rep|^\{" | cut -c1-400 \
         || echo "time $size (defaults) failed"
     fi
+  fi
+  # rollout decoding: 1 to 128 concurrent rollouts through the continuous-batching decoder
+  if [ -d /tmp/qwen-speed/qwen3_vl_${size}_bf16 ] && [ -f $BIN/decode_table ]; then
+    echo "### $size: rollout decoding table"
+    timeout "$(cap 120)" $BIN/decode_table --device cuda --dtype bf16 --model /tmp/qwen-speed/qwen3_vl_${size}_bf16 \
+      --rollouts ${GPU_ROLLOUTS:-1,8,16,32,64,128} --tokens 32 --out "${OUT:-/tmp}/decode-table-$size.json" \
+      || echo "decode table $size failed (rc $?)"
   fi
 done
 if want 5; then

@@ -12,8 +12,9 @@
 //! steps apart. The answers advance in chunks of exactly `decode_rows` rows: the products'
 //! kernel depends on the row count, and a row's result never on the other rows' values, so
 //! a chunk padded to a fixed count gives each answer the same bits whether it was decoded
-//! alone, beside others, or joined them late. Attention runs per answer over its own cache,
-//! and each answer samples from its own stream. `tests/qwen_vl_policy.rs` checks this bit
+//! alone, beside others, or joined them late. Attention runs per answer over its own cache;
+//! the next tokens are drawn on the device, each answer with a draw from its own stream
+//! (`sample.rs`). `tests/qwen_vl_policy.rs` checks this bit
 //! for bit.
 
 use super::*;
@@ -122,8 +123,13 @@ impl InFlight {
     /// Draw every live answer's next token; the finished ones leave with their decisions,
     /// the rest run that token through the model together.
     fn step(&mut self, p: &QwenVlPolicy) -> Result<Vec<(u64, Decision)>> {
-        for a in &mut self.answers {
-            let (tok, lp) = p.pick(&a.logits, &mut a.rng)?;
+        if self.answers.is_empty() {
+            return Ok(Vec::new());
+        }
+        let logits = Tensor::stack(&self.answers.iter().map(|a| &a.logits).collect::<Vec<_>>(), 0)?;
+        let mut rngs: Vec<_> = self.answers.iter_mut().map(|a| &mut a.rng).collect();
+        let picked = p.pick_rows(&logits, &mut rngs)?;
+        for (a, (tok, lp)) in self.answers.iter_mut().zip(picked) {
             a.tokens.push(tok);
             a.lps.push(lp);
             a.done = tok == p.eos || a.tokens.len() >= p.settings.max_new_tokens;

@@ -43,6 +43,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 mod decode;
+mod sample;
 
 /// The file in a checkpoint folder that says which backbone its adapter belongs to.
 pub const POLICY_FILE: &str = "qwen_policy.json";
@@ -320,18 +321,27 @@ impl QwenVlPolicy {
         out
     }
 
-    /// The next token drawn from `logits` `[V]` (greedy, or from `rng`) and its log-prob.
-    fn pick(&self, logits: &Tensor, rng: &mut rand_chacha::ChaCha8Rng) -> Result<(u32, f32)> {
+    /// The next token of each answer, drawn on the device from its logits (`logits` `[n, V]`,
+    /// row `i` greedy or with one uniform draw from `rngs[i]`), with its log-prob: the host
+    /// reads two numbers a row ([`sample`]).
+    fn pick_rows(
+        &self,
+        logits: &Tensor,
+        rngs: &mut [&mut rand_chacha::ChaCha8Rng],
+    ) -> Result<Vec<(u32, f32)>> {
         let scaled =
             (logits.to_dtype(DType::F32)? / self.sampling.temperature)?.broadcast_add(&self.banned)?;
-        let lp = candle_nn::ops::log_softmax(&scaled, D::Minus1)?.to_vec1::<f32>()?;
+        let lp = candle_nn::ops::log_softmax(&scaled, D::Minus1)?;
         let tok = if self.sampling.greedy {
-            argmax(&lp)
+            sample::greedy_rows(&lp)?
         } else {
-            let u: f32 = rng.gen();
-            sample(&lp, u)
+            let u: Vec<f32> = rngs.iter_mut().map(|r| r.gen()).collect();
+            sample::sample_rows(&lp, &u)?
         };
-        Ok((tok, lp[tok as usize]))
+        let lps = lp.gather(&tok.unsqueeze(1)?, 1)?;
+        // one read: token ids are exact in f32 (a vocabulary below 2^24)
+        let both = Tensor::cat(&[tok.to_dtype(DType::F32)?.unsqueeze(1)?, lps], 1)?.to_vec2::<f32>()?;
+        Ok(both.into_iter().map(|r| (r[0] as u32, r[1])).collect())
     }
 
     /// The decision for an answer's tokens: its text parsed into an action.
@@ -350,28 +360,6 @@ impl QwenVlPolicy {
         d.answer = Some(text);
         Ok(d)
     }
-}
-
-fn argmax(v: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, x) in v.iter().enumerate() {
-        if *x > v[best] {
-            best = i;
-        }
-    }
-    best as u32
-}
-
-/// The token whose cumulative probability first passes `u` ∈ [0, 1).
-fn sample(logp: &[f32], u: f32) -> u32 {
-    let mut acc = 0.0f32;
-    for (i, lp) in logp.iter().enumerate() {
-        acc += lp.exp();
-        if u < acc {
-            return i as u32;
-        }
-    }
-    argmax(logp)
 }
 
 impl Policy for QwenVlPolicy {

@@ -1,0 +1,245 @@
+//! The rollout decoding table (issue 55, "A decoding engine for Qwen-VL"): tokens per second
+//! of the Qwen-VL policy's own decoder (`Policy::step_decoder`, the continuous-batching
+//! session the collector uses) for 1 to N concurrent rollouts of different screenshots,
+//! with the peak memory, against the memory-bandwidth roofline measured in the same run.
+//!
+//! ```text
+//! cargo bench --bench decode_table -- --model DIR [--rollouts 1,2,4,8] [--tokens 32]
+//!     [--device cpu|cuda] [--dtype f32|bf16] [--rows R] [--out table.json]
+//! ```
+//!
+//! `DIR` is a Qwen-VL checkpoint folder (a fixture under `fixtures/qwen_vl/`, or the
+//! random-weight sizes `scripts/bench_qwen_speed.py` writes). Each rollout gets its own
+//! screenshot (no prompt is shared) and samples at temperature 1; all are admitted at
+//! once, so prefill and decode are timed apart. The roofline for one rollout is the
+//! bandwidth of a large on-device copy, measured here, over the bytes of text weights one
+//! token reads (every decoder layer's matrices and the LM head); n rollouts share those
+//! reads, so their roofline is n times that until compute bounds it. Peak memory: the
+//! process's RSS high-water mark on a CPU, `nvidia-smi`'s used memory sampled every 20 ms
+//! on a GPU.
+
+use anyhow::{bail, Context, Result};
+use candle_core::{DType, Device, Tensor};
+use guirl::env::ScreenState;
+use guirl::policy::qwen_vl::{QwenPolicySettings, QwenVlPolicy};
+use guirl::policy::{Policy, Sampling, TrainablePolicy};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+fn arg(args: &[String], name: &str) -> Option<String> {
+    let i = args.iter().position(|a| a == name)?;
+    args.get(i + 1).cloned()
+}
+
+fn main() -> Result<()> {
+    // `cargo bench` adds `--bench`; our flags take values.
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let device = match arg(&args, "--device").unwrap_or_else(|| "cpu".into()).as_str() {
+        "cpu" => Device::Cpu,
+        "cuda" => guirl::policy::device::cuda(0)
+            .context("--device cuda needs a `--features cuda` build and a GPU")?,
+        other => bail!("--device {other:?}: use cpu or cuda"),
+    };
+    let dtype = arg(&args, "--dtype").unwrap_or_else(|| "f32".into());
+    let model = PathBuf::from(arg(&args, "--model").context("--model DIR: a Qwen-VL checkpoint folder")?);
+    let rollouts: Vec<usize> = arg(&args, "--rollouts")
+        .unwrap_or_else(|| "1,2,4,8".into())
+        .split(',')
+        .map(|s| s.trim().parse().with_context(|| format!("--rollouts: {s:?} is not a count")))
+        .collect::<Result<_>>()?;
+    let tokens: usize = arg(&args, "--tokens").map_or(Ok(32), |s| s.parse()).context("--tokens")?;
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(model.join("config.json")).context("config.json")?)?;
+    let backbone = match config["model_type"].as_str() {
+        Some("qwen2_5_vl") => "qwen2_5_vl",
+        _ => "qwen3_vl",
+    };
+    let mut s = QwenPolicySettings::new(backbone, model.to_str().context("model path")?);
+    s.dtype = dtype.clone();
+    s.max_new_tokens = tokens;
+    s.decode_rows = arg(&args, "--rows").map(|r| r.parse()).transpose().context("--rows")?;
+    let rows = s.decode_rows_on(&device);
+    let mut policy = QwenVlPolicy::new(s, &device, 0)?;
+    policy.set_sampling(Sampling { temperature: 1.0, greedy: false, seed: 1 });
+
+    let weight_bytes = text_bytes_per_token(&policy, &dtype);
+    let bandwidth = copy_bandwidth(&device)?;
+    let roofline = bandwidth / weight_bytes;
+    println!(
+        "{backbone} {dtype} on {device:?}: {:.2} GB of text weights read per token, copy bandwidth {:.1} GB/s, \
+         roofline {:.0} tokens/s for one rollout; decode_rows {rows}, {tokens} new tokens",
+        weight_bytes / 1e9,
+        bandwidth / 1e9,
+        roofline
+    );
+    // a first decode pays one-off costs (kernel loading, allocations)
+    run(&policy, 1, tokens, 999)?;
+    println!(
+        "| rollouts | prefill s | decode s | tokens | tokens/s | per rollout | of roofline | peak memory |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let mut table = Vec::new();
+    for &n in &rollouts {
+        let peak = Peak::start(&device);
+        let r = run(&policy, n, tokens, n)?;
+        let mem = peak.stop();
+        let rate = r.tokens as f64 / r.decode_s;
+        let of_roofline = rate / (roofline * n as f64);
+        println!(
+            "| {n} | {:.3} | {:.3} | {} | {rate:.1} | {:.1} | {:.1} % | {mem:.0} MiB |",
+            r.prefill_s,
+            r.decode_s,
+            r.tokens,
+            rate / n as f64,
+            100.0 * of_roofline
+        );
+        table.push(serde_json::json!({
+            "rollouts": n, "prefill_s": r.prefill_s, "decode_s": r.decode_s, "tokens": r.tokens,
+            "tokens_per_s": rate, "of_roofline": of_roofline, "peak_mib": mem,
+        }));
+    }
+    if let Some(out) = arg(&args, "--out") {
+        let doc = serde_json::json!({
+            "backbone": backbone, "dtype": dtype, "device": format!("{device:?}"), "decode_rows": rows,
+            "new_tokens": tokens, "weight_bytes_per_token": weight_bytes, "copy_bandwidth": bandwidth,
+            "roofline_one_rollout": roofline, "table": table,
+        });
+        std::fs::write(&out, serde_json::to_string_pretty(&doc)?).with_context(|| out.clone())?;
+    }
+    Ok(())
+}
+
+struct Run {
+    prefill_s: f64,
+    decode_s: f64,
+    tokens: usize,
+}
+
+/// `n` rollouts of different screenshots (seeded by `salt`) through the policy's decoder.
+fn run(policy: &QwenVlPolicy, n: usize, tokens: usize, salt: usize) -> Result<Run> {
+    let mut dec = policy.step_decoder().context("the Qwen-VL policy decodes token by token")?;
+    let device = policy.device().clone();
+    let t0 = Instant::now();
+    for i in 0..n {
+        dec.admit(i as u64, &screen(salt * 1000 + i), i as u64)?;
+    }
+    device.synchronize()?;
+    let prefill_s = t0.elapsed().as_secs_f64();
+    let t1 = Instant::now();
+    let mut made = 0;
+    let mut steps = 0;
+    while dec.live() > 0 {
+        for (_, d) in dec.step()? {
+            made += d.tokens.len();
+        }
+        steps += 1;
+        anyhow::ensure!(steps <= tokens + 1, "the decoder ran past {tokens} tokens");
+    }
+    device.synchronize()?;
+    Ok(Run { prefill_s, decode_s: t1.elapsed().as_secs_f64(), tokens: made })
+}
+
+/// A MiniWoB++-sized screen (160 × 210) whose pixels differ with `seed`.
+fn screen(seed: usize) -> ScreenState {
+    let img = image::RgbImage::from_fn(160, 210, |x, y| {
+        let v = (x as usize * 7 + y as usize * 13 + seed * 31) % 251;
+        image::Rgb([v as u8, (v * 3 % 256) as u8, (seed % 256) as u8])
+    });
+    ScreenState {
+        task_id: "bench".into(),
+        instruction: "Click the button labelled OK.".into(),
+        url: String::new(),
+        step: 0,
+        frame: Default::default(),
+        elements: vec![],
+        screenshot: img.into(),
+        history: vec![],
+        previous_screenshot: None,
+    }
+}
+
+/// Bytes of text weights one decoded token reads: every decoder layer's projections and
+/// the LM head (the embedding lookup reads one row).
+fn text_bytes_per_token(policy: &QwenVlPolicy, dtype: &str) -> f64 {
+    let c = &policy.model().config.text;
+    let (h, i) = (c.hidden_size, c.intermediate_size);
+    let (q, kv) = (c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim);
+    let layer = h * q + 2 * h * kv + q * h + 3 * h * i;
+    let params = c.num_hidden_layers * layer + c.vocab_size * h;
+    params as f64 * if dtype == "bf16" { 2.0 } else { 4.0 }
+}
+
+/// Bytes per second of a large on-device copy (read and write counted), best of 5.
+fn copy_bandwidth(device: &Device) -> Result<f64> {
+    let n = if device.is_cuda() { 1 << 28 } else { 1 << 25 };
+    let src = Tensor::zeros(n, DType::F32, device)?;
+    let _ = src.copy()?;
+    device.synchronize()?;
+    let mut best = f64::INFINITY;
+    for _ in 0..5 {
+        let t = Instant::now();
+        let dst = src.copy()?;
+        device.synchronize()?;
+        best = best.min(t.elapsed().as_secs_f64());
+        drop(dst);
+    }
+    Ok(2.0 * 4.0 * n as f64 / best)
+}
+
+/// The peak memory while a run lasts: the RSS high-water mark on a CPU, the GPU's used
+/// memory sampled by `nvidia-smi` on a GPU.
+struct Peak {
+    cuda: bool,
+    stop: Arc<AtomicBool>,
+    max_mib: Arc<AtomicU64>,
+    sampler: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Peak {
+    fn start(device: &Device) -> Peak {
+        let (stop, max_mib) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
+        let cuda = device.is_cuda();
+        let sampler = if cuda {
+            let (stop, max_mib) = (stop.clone(), max_mib.clone());
+            Some(std::thread::spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    if let Some(used) = gpu_used_mib() {
+                        max_mib.fetch_max(used, Ordering::SeqCst);
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+            }))
+        } else {
+            // reset the high-water mark to the current RSS (Linux `clear_refs` 5)
+            std::fs::write("/proc/self/clear_refs", "5").ok();
+            None
+        };
+        Peak { cuda, stop, max_mib, sampler }
+    }
+
+    fn stop(mut self) -> f64 {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(s) = self.sampler.take() {
+            s.join().ok();
+        }
+        if self.cuda {
+            return self.max_mib.load(Ordering::SeqCst) as f64;
+        }
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        status
+            .lines()
+            .find(|l| l.starts_with("VmHWM:"))
+            .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+            .map_or(f64::NAN, |kib| kib / 1024.0)
+    }
+}
+
+fn gpu_used_mib() -> Option<u64> {
+    let out = std::process::Command::new("nvidia-smi")
+        .args(["--query-gpu=memory.used", "--format=csv,noheader,nounits", "--id=0"])
+        .output()
+        .ok()?;
+    String::from_utf8_lossy(&out.stdout).trim().parse().ok()
+}
