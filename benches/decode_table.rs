@@ -68,9 +68,9 @@ fn main() -> Result<()> {
     let bandwidth = copy_bandwidth(&device)?;
     let roofline = bandwidth / weight_bytes;
     println!(
-        "{backbone} {dtype} on {device:?}: {:.2} GB of text weights read per token, copy bandwidth {:.1} GB/s, \
+        "{backbone} {dtype} on {device:?}: {:.1} MB of text weights read per token, copy bandwidth {:.1} GB/s, \
          roofline {:.0} tokens/s for one rollout; decode_rows {rows}, {tokens} new tokens",
-        weight_bytes / 1e9,
+        weight_bytes / 1e6,
         bandwidth / 1e9,
         roofline
     );
