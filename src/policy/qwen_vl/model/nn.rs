@@ -102,6 +102,8 @@ impl Module for Linear {
         let y = self.forward_base(x).map_err(candle_core::Error::wrap)?;
         match self.lora.as_ref().map(|l| l.delta(x)).transpose().map_err(candle_core::Error::wrap)?.flatten()
         {
+            // the low-rank term is f32: added in f32 and rounded once, as peft does
+            Some(d) if y.dtype() != d.dtype() => (y.to_dtype(d.dtype())? + d)?.to_dtype(y.dtype()),
             Some(d) => y + d,
             None => Ok(y),
         }

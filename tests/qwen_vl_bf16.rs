@@ -1,0 +1,135 @@
+//! guirl's Qwen-VL in bf16 against transformers in f32, on the fixtures of
+//! `fixtures/qwen_vl`: every row of the bf16 table in docs/qwen-vl.md (prompt logits,
+//! cached decoding, the one-pass score, and the one-image logits with each adapter
+//! folder), whatever `GUIRL_TEST_DTYPE` says, on the test device.
+//!
+//! With `GUIRL_BF16_REFERENCE` naming the folder `scripts/qwen_bf16_table.py` wrote,
+//! the table also shows transformers' own bf16 error on the same rows (what bf16 costs
+//! there) and how far guirl's bf16 output is from transformers' bf16 output.
+
+mod common;
+
+use candle_core::{DType, Device, Tensor};
+use common::qwen::*;
+use guirl::policy::qwen_vl::model::text::KvCache;
+use guirl::policy::qwen_vl::QwenVl;
+use std::collections::HashMap;
+use std::path::Path;
+
+/// The bound on guirl's bf16 error against transformers' f32 outputs, every row: the
+/// largest measured on CPU (see docs/qwen-vl.md) with a margin.
+const BF16_BOUND: f32 = 5e-2;
+
+fn load_bf16(arch: &str) -> QwenVl {
+    QwenVl::load(&dir(arch), DType::BF16, &device()).unwrap()
+}
+
+/// Prompt logits, the cached decoding steps `[3, V]` and the one-pass score of a case.
+fn case_rows(m: &QwenVl, r: &HashMap<String, Tensor>, case: &str) -> [(String, Tensor); 3] {
+    let mut cache = KvCache::default();
+    let (logits, delta) = prompt_logits(m, r, case, Some(&mut cache)).unwrap();
+    let n = logits.dim(0).unwrap();
+    let tokens = ids(&r[&format!("{case}.decode_tokens")]);
+    let steps: Vec<Tensor> = tokens
+        .iter()
+        .enumerate()
+        .map(|(k, &tok)| {
+            let h = m.step(tok, n + k, delta, &mut cache).unwrap();
+            m.logits(&h).unwrap().squeeze(0).unwrap()
+        })
+        .collect();
+    let g = grids(&r[&format!("{case}.grids")]);
+    let px = r[&format!("{case}.pixel_values")].to_device(&device()).unwrap();
+    let vision = m.encode_images(&px, &g).unwrap();
+    let mut all = ids(&r[&format!("{case}.input_ids")]);
+    all.extend(&tokens);
+    let prompt = m.prompt(all, &g).unwrap();
+    let full = m.logits(&m.hidden(&prompt, Some(&vision), None).unwrap()).unwrap();
+    [
+        (format!("{case}.logits"), logits),
+        (format!("{case}.decode_logits"), Tensor::stack(&steps, 0).unwrap()),
+        (format!("{case}.full_logits"), full),
+    ]
+}
+
+/// The adapter folders of an architecture's fixtures and the file of their f32 logits.
+fn adapters(arch: &str) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = ["lora", "lora_vision"]
+        .iter()
+        .filter(|n| dir(arch).join(n).is_dir())
+        .map(|n| (n.to_string(), format!("{n}/reference.safetensors")))
+        .collect();
+    let mut guirl: Vec<String> = std::fs::read_dir(dir(arch).join("guirl_adapters"))
+        .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    guirl.sort();
+    for n in guirl {
+        out.push((format!("guirl_adapters/{n}"), format!("guirl_adapters/{n}/peft_reference.safetensors")));
+    }
+    out
+}
+
+/// transformers' bf16 outputs and errors from `scripts/qwen_bf16_table.py`, if asked for.
+fn transformers_bf16() -> Option<(HashMap<String, Tensor>, serde_json::Value)> {
+    let folder = std::env::var("GUIRL_BF16_REFERENCE").ok()?;
+    let folder = Path::new(&folder);
+    let tensors = candle_core::safetensors::load(folder.join("transformers_bf16.safetensors"), &Device::Cpu)
+        .unwrap_or_else(|e| {
+            panic!("GUIRL_BF16_REFERENCE={}: {e} (run scripts/qwen_bf16_table.py)", folder.display())
+        });
+    let meta = std::fs::read_to_string(folder.join("transformers_bf16.json")).unwrap();
+    Some((tensors, serde_json::from_str(&meta).unwrap()))
+}
+
+#[test]
+fn bf16_error_table() {
+    let theirs = transformers_bf16();
+    let mut table = vec![
+        "| row | guirl bf16 | transformers bf16 (sdpa) | transformers bf16 (eager) | guirl vs transformers, both bf16 |"
+            .to_string(),
+        "|---|---|---|---|---|".to_string(),
+    ];
+    let mut worst: Vec<(String, f32)> = Vec::new();
+    for arch in ARCHS {
+        let r = reference(arch);
+        let m = load_bf16(arch);
+        let mut rows: Vec<(String, Tensor, Tensor)> = Vec::new();
+        for case in CASES {
+            for (key, got) in case_rows(&m, &r, case) {
+                let want = r[&key].clone();
+                rows.push((key, got, want));
+            }
+        }
+        for (name, file) in adapters(arch) {
+            let mut m = load_bf16(arch);
+            m.load_adapter(&dir(arch).join(&name)).unwrap();
+            let (got, _) = prompt_logits(&m, &r, "one_image", None).unwrap();
+            let want = candle_core::safetensors::load(dir(arch).join(file), &Device::Cpu).unwrap();
+            rows.push((format!("{name}.logits"), got, want["one_image.logits"].clone()));
+        }
+        for (key, got, want) in rows {
+            let row = format!("{arch}.{key}");
+            let e = rel_err(&got, &want);
+            let cell = |attn: &str| match &theirs {
+                Some((_, meta)) => meta["errors"][&row][attn]
+                    .as_f64()
+                    .map(|v| format!("{v:.1e}"))
+                    .unwrap_or_else(|| panic!("{row} is not in transformers_bf16.json")),
+                None => "-".into(),
+            };
+            let between = match &theirs {
+                Some((t, _)) => format!("{:.1e}", rel_err(&got, &t[&row])),
+                None => "-".into(),
+            };
+            table.push(format!("| {row} | {e:.1e} | {} | {} | {between} |", cell("sdpa"), cell("eager")));
+            worst.push((row, e));
+        }
+    }
+    eprintln!("{}", table.join("\n"));
+    for (row, e) in worst {
+        assert!(
+            e <= BF16_BOUND,
+            "{row}: guirl's bf16 error {e:.2e} against transformers' f32 is over {BF16_BOUND}"
+        );
+    }
+}
