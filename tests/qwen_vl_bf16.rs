@@ -16,9 +16,18 @@ use guirl::policy::qwen_vl::QwenVl;
 use std::collections::HashMap;
 use std::path::Path;
 
-/// The bound on guirl's bf16 error against transformers' f32 outputs, every row: the
-/// largest measured on CPU (see docs/qwen-vl.md) with a margin.
-const BF16_BOUND: f32 = 5e-2;
+/// The bounds on guirl's bf16 error against transformers' f32 outputs: the largest
+/// measured on CPU (docs/qwen-vl.md, "bf16") with a margin. Without an adapter 6.7e-3
+/// was measured (transformers' own: up to 6.8e-3); before the bf16 fixes of issue 57
+/// Qwen2.5-VL read 1.2e-2 to 1.9e-2 here, so this bound fails without them.
+const BF16_BOUND: f32 = 1e-2;
+/// With an adapter: 2.4e-2 measured (peft's vision adapter on Qwen3-VL; transformers +
+/// peft's own bf16 error there is 2.1e-2).
+const BF16_ADAPTER_BOUND: f32 = 3e-2;
+/// With transformers' numbers at hand, guirl's bf16 error is at most this many times the
+/// larger of transformers' two (sdpa, eager) on the same row: 1.7 measured at most (a
+/// row where both are 3e-3 to 5e-3, bf16 rounding noise); up to 3.9 before the fixes.
+const RATIO_TO_TRANSFORMERS: f64 = 2.5;
 
 fn load_bf16(arch: &str) -> QwenVl {
     QwenVl::load(&dir(arch), DType::BF16, &device()).unwrap()
@@ -89,7 +98,7 @@ fn bf16_error_table() {
             .to_string(),
         "|---|---|---|---|---|".to_string(),
     ];
-    let mut worst: Vec<(String, f32)> = Vec::new();
+    let mut rows_seen: Vec<(String, f32, f32, Option<f64>)> = Vec::new();
     for arch in ARCHS {
         let r = reference(arch);
         let m = load_bf16(arch);
@@ -122,14 +131,24 @@ fn bf16_error_table() {
                 None => "-".into(),
             };
             table.push(format!("| {row} | {e:.1e} | {} | {} | {between} |", cell("sdpa"), cell("eager")));
-            worst.push((row, e));
+            // one_image.*, two_images.*: no adapter
+            let bound =
+                if key.contains("_image") && !key.contains('/') { BF16_BOUND } else { BF16_ADAPTER_BOUND };
+            let their_err = theirs.as_ref().map(|(_, meta)| {
+                let e = &meta["errors"][&row];
+                e["sdpa"].as_f64().unwrap().max(e["eager"].as_f64().unwrap())
+            });
+            rows_seen.push((row, e, bound, their_err));
         }
     }
     eprintln!("{}", table.join("\n"));
-    for (row, e) in worst {
-        assert!(
-            e <= BF16_BOUND,
-            "{row}: guirl's bf16 error {e:.2e} against transformers' f32 is over {BF16_BOUND}"
-        );
+    for (row, e, bound, their_err) in rows_seen {
+        assert!(e <= bound, "{row}: guirl's bf16 error {e:.2e} against transformers' f32 is over {bound}");
+        if let Some(t) = their_err {
+            assert!(
+                e as f64 <= RATIO_TO_TRANSFORMERS * t,
+                "{row}: guirl's bf16 error {e:.2e} is over {RATIO_TO_TRANSFORMERS} times transformers' ({t:.2e})"
+            );
+        }
     }
 }
