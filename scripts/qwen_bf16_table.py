@@ -23,7 +23,9 @@ folder the fixtures hold (peft's `lora/`, `lora_vision/`, and the adapters guirl
 and B in f32 and adds the low-rank term in f32).
 
 The error is the parity tests' one: max |a - b| / max |b| against the f32 output. The f32
-outputs are recomputed here and checked against the committed references first.
+outputs are recomputed here and checked against the committed references first. The
+JSON also gives, per row, how far transformers' two bf16 attention paths (sdpa, eager)
+are from each other: the size of bf16 rounding noise between two correct implementations.
 """
 
 import json
@@ -106,24 +108,24 @@ def main():
             for k, v in want.items():
                 # the recomputed f32 outputs are the committed ones
                 assert rel_err(v, ref[f"{case}.{k}"]) < 1e-5, (arch, case, k, rel_err(v, ref[f"{case}.{k}"]))
-            for attn, model in bf16.items():
-                got = case_outputs(model, ref, case)
-                for k, v in got.items():
-                    row = f"{arch}.{case}.{k}"
-                    errors.setdefault(row, {})[attn] = rel_err(v, want[k])
-                    if attn == "sdpa":
-                        tensors[row] = v.float().contiguous()
+            got = {attn: case_outputs(model, ref, case) for attn, model in bf16.items()}
+            for k in want:
+                row = f"{arch}.{case}.{k}"
+                errors[row] = {attn: rel_err(got[attn][k], want[k]) for attn in got}
+                # how far transformers' two bf16 paths are from each other
+                errors[row]["sdpa_vs_eager"] = rel_err(got["eager"][k], got["sdpa"][k])
+                tensors[row] = got["sdpa"][k].float().contiguous()
         for name in adapter_folders(folder):
             want = prompt_logits(with_adapter(arch, folder, name, torch.float32, "sdpa"), ref)
             ref_file = "peft_reference" if name.startswith("guirl_adapters/") else "reference"
             committed = load_file(os.path.join(folder, name, f"{ref_file}.safetensors"))["one_image.logits"]
             assert rel_err(want, committed) < 1e-5, (arch, name, rel_err(want, committed))
             row = f"{arch}.{name}.logits"
-            for attn in ["sdpa", "eager"]:
-                got = prompt_logits(with_adapter(arch, folder, name, torch.bfloat16, attn), ref)
-                errors.setdefault(row, {})[attn] = rel_err(got, want)
-                if attn == "sdpa":
-                    tensors[row] = got.float().contiguous()
+            got = {attn: prompt_logits(with_adapter(arch, folder, name, torch.bfloat16, attn), ref)
+                   for attn in ["sdpa", "eager"]}
+            errors[row] = {attn: rel_err(v, want) for attn, v in got.items()}
+            errors[row]["sdpa_vs_eager"] = rel_err(got["eager"], got["sdpa"])
+            tensors[row] = got["sdpa"].float().contiguous()
     save_file(tensors, os.path.join(out_dir, "transformers_bf16.safetensors"))
     import transformers
     import peft
@@ -133,9 +135,9 @@ def main():
     with open(os.path.join(out_dir, "transformers_bf16.json"), "w") as f:
         json.dump(meta, f, indent=1)
     width = max(len(r) for r in errors)
-    print(f"{'row':<{width}}  bf16 sdpa  bf16 eager")
+    print(f"{'row':<{width}}  bf16 sdpa  bf16 eager  sdpa vs eager")
     for row, e in errors.items():
-        print(f"{row:<{width}}  {e['sdpa']:.2e}   {e['eager']:.2e}")
+        print(f"{row:<{width}}  {e['sdpa']:.2e}   {e['eager']:.2e}    {e['sdpa_vs_eager']:.2e}")
     print("wrote", out_dir)
 
 
