@@ -117,16 +117,23 @@ pub fn lora_linear(
     let xd = masked(x0.clone(), mask.as_ref())?.to_dtype(DType::F32)?;
     let (a_, b_) = (a.detach().to_dtype(DType::F32)?, b.detach().to_dtype(DType::F32)?);
     let h = super::gemm::product(&xd, &a_.t()?)?;
-    let mut y = super::gemm::product(&x0, &w.t()?)?;
+    // bf16 on the CPU: the base product in f32 too (candle's CPU bf16 product widens to
+    // f32 anyway), so that base, bias and low-rank term are rounded once, together
+    let mut y = if dt != DType::F32 && x.device().is_cpu() {
+        super::gemm::product(&x0.to_dtype(DType::F32)?, &w.to_dtype(DType::F32)?.t()?)?
+    } else {
+        super::gemm::product(&x0, &w.t()?)?
+    };
     if let Some(bias) = bias {
-        y = y.broadcast_add(bias)?;
+        y = y.broadcast_add(&bias.to_dtype(y.dtype())?)?;
     }
-    if dt != DType::F32 {
-        y = (y.to_dtype(DType::F32)? + (h.matmul(&b_.t()?)? * scale)?)?.to_dtype(dt)?;
+    if y.dtype() != DType::F32 {
+        y = (y.to_dtype(DType::F32)? + (h.matmul(&b_.t()?)? * scale)?)?;
     } else if !super::gemm::add_product(&y, &h, &b_.t()?, scale)? {
         // (on the CPU the low-rank term is accumulated into the fresh output in one pass)
         y = (y + (h.matmul(&b_.t()?)? * scale)?)?;
     }
+    let y = y.to_dtype(dt)?;
     if !x.track_op() && !a.track_op() && !b.track_op() {
         return Ok(y);
     }
