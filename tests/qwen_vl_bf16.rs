@@ -163,3 +163,49 @@ fn bf16_error_table() {
         }
     }
 }
+
+/// The LoRA layer in bf16 (`nn::fused::lora_linear`, the low-rank side in f32 as peft
+/// does): its output and the gradients of x, A and B equal the f32 layer's on the same
+/// (bf16-rounded) inputs within bf16 rounding, and A's and B's gradients are f32.
+#[test]
+fn a_bf16_lora_layer_gives_the_f32_layers_output_and_gradients() {
+    use candle_core::Var;
+    use guirl::nn::fused::lora_linear;
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(57);
+    let mut uniform = |dims: &[usize], scale: f32| {
+        let n = dims.iter().product();
+        let v: Vec<f32> = (0..n).map(|_| rng.gen_range(-scale..scale)).collect();
+        Tensor::from_vec(v, dims, &Device::Cpu).unwrap()
+    };
+    let rounded = |t: Tensor| t.to_dtype(DType::BF16).unwrap().to_dtype(DType::F32).unwrap();
+    let x = rounded(uniform(&[6, 32], 1.0));
+    let w = rounded(uniform(&[24, 32], 0.3));
+    let bias = rounded(uniform(&[24], 0.3));
+    let a = uniform(&[4, 32], 0.5);
+    let b = uniform(&[24, 4], 0.5);
+    let c = uniform(&[6, 24], 1.0);
+    let run = |dt: DType| {
+        let xv = Var::from_tensor(&x.to_dtype(dt).unwrap()).unwrap();
+        let (av, bv) = (Var::from_tensor(&a).unwrap(), Var::from_tensor(&b).unwrap());
+        let (wd, bd) = (w.to_dtype(dt).unwrap(), bias.to_dtype(dt).unwrap());
+        let y =
+            lora_linear(xv.as_tensor(), &wd, Some(&bd), (av.as_tensor(), bv.as_tensor(), 2.0), None).unwrap();
+        assert_eq!(y.dtype(), dt);
+        let g = (y.to_dtype(DType::F32).unwrap() * &c).unwrap().sum_all().unwrap().backward().unwrap();
+        let (ga, gb) = (g.get(&av).unwrap().clone(), g.get(&bv).unwrap().clone());
+        assert_eq!((ga.dtype(), gb.dtype()), (DType::F32, DType::F32), "A and B's gradients stay f32");
+        [y, g.get(&xv).unwrap().clone(), ga, gb]
+    };
+    let (low, full) = (run(DType::BF16), run(DType::F32));
+    for (what, (l, f)) in
+        ["output", "x's gradient", "A's gradient", "B's gradient"].iter().zip(low.iter().zip(&full))
+    {
+        let e = rel_err(l, f);
+        eprintln!("bf16 LoRA layer, {what}: relative error {e:.2e} against f32");
+        // one bf16 rounding is at most 2^-9 = 2.0e-3 relative; the gradients also start
+        // from the incoming gradient rounded to bf16, and x's adds two bf16 terms
+        let bound = if *what == "output" { 4e-3 } else { 1e-2 };
+        assert!(e < bound, "bf16 LoRA layer, {what}: relative error {e:.2e} against f32");
+    }
+}
