@@ -152,3 +152,59 @@ async fn branched_rollouts_start_from_the_exact_recorded_state() {
     assert!(o.error.as_deref().unwrap_or("").contains("diverged at step 1"), "{o:?}");
     collector.close().await;
 }
+
+/// A policy that decodes token by token (the tiny random Qwen3-VL checkpoint) takes each
+/// env's state as soon as the env is ready and answers it between its decode steps
+/// (continuous batching); its episodes are bit for bit those of one env that has no one to
+/// share a step with.
+#[tokio::test]
+async fn continuous_batching_gives_the_episodes_one_env_alone_gives() {
+    use guirl::policy::qwen_vl::{QwenPolicySettings, QwenVlPolicy};
+    use guirl::policy::{Sampling, TrainablePolicy};
+    let _browsers = BROWSERS.lock().await;
+    let tmp = tempfile::tempdir().unwrap();
+    let prompt = tmp.path().join("prompt.md");
+    std::fs::write(&prompt, "Act on the screen. {frame}").unwrap();
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/qwen_vl/qwen3_vl");
+    let mut s = QwenPolicySettings::new("qwen3_vl", fixture.to_str().unwrap());
+    s.prompt = Some(prompt);
+    s.lora_rank = 2;
+    s.lora_alpha = 4.0;
+    s.max_new_tokens = 24;
+    s.decode_rows = Some(2);
+    let mut policy = QwenVlPolicy::new(s, &candle_core::Device::Cpu, 0).unwrap();
+    policy.set_sampling(Sampling { temperature: 1.5, greedy: false, seed: 3 });
+    let task = guirl::tasks::load_task("builtin/counter").unwrap();
+    let jobs = Job::groups(&[(task.clone(), 1), (task, 2)], 3, 0);
+    let cfg = EnvConfig { max_steps: Some(3), ..EnvConfig::default() };
+    let mut runs = Vec::new();
+    for envs in [3, 1] {
+        let mut collector = Collector::new(envs, cfg.clone());
+        let (recs, stats) = collector.collect(&mut policy, jobs.clone(), |_, _| {}).await.unwrap();
+        collector.close().await;
+        eprintln!(
+            "{envs} envs: {} decode steps, {:.2} answers per step, {} env steps",
+            stats.policy_calls, stats.mean_batch, stats.env_steps
+        );
+        assert_eq!(stats.env_steps, 18, "6 episodes of 3 steps (random answers end no episode early)");
+        runs.push(recs);
+    }
+    let answers = |recs: &[guirl::rollout::Recorded]| -> Vec<Vec<(Vec<u32>, Vec<u32>)>> {
+        recs.iter()
+            .map(|r| {
+                r.trajectory
+                    .steps
+                    .iter()
+                    .map(|s| (s.tokens.clone(), s.token_logprobs.iter().map(|x| x.to_bits()).collect()))
+                    .collect()
+            })
+            .collect()
+    };
+    let (together, alone) = (answers(&runs[0]), answers(&runs[1]));
+    assert!(together.iter().flatten().all(|(t, _)| !t.is_empty()), "every step has its answer's tokens");
+    for (i, (a, b)) in together.iter().zip(&alone).enumerate() {
+        assert_eq!(a, b, "episode {i}: its answers with 3 envs differ from those with 1");
+    }
+    // each member of a group draws from its own stream
+    assert_ne!(together[0], together[1], "one group's members answered alike");
+}

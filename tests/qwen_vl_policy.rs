@@ -131,6 +131,57 @@ fn answers_decoded_together_are_bit_for_bit_those_decoded_alone() {
     }
 }
 
+/// Continuous batching: answers that join a decode in flight, a few steps apart, leave as
+/// they finish and share steps with whoever is live then are bit for bit the answers each
+/// state gets decoded alone.
+#[test]
+fn answers_joining_a_decode_in_flight_are_bit_for_bit_those_decoded_alone() {
+    for arch in ["qwen3_vl", "qwen2_5_vl"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut s = settings(arch, tmp.path());
+        s.max_new_tokens = 10;
+        s.decode_rows = Some(2);
+        let mut p = QwenVlPolicy::new(s, &Device::Cpu, 0).unwrap();
+        perturb_b(&p);
+        p.set_sampling(Sampling { temperature: 1.5, greedy: false, seed: 5 });
+        let states = [
+            state(0, &[]),
+            state(1, &["click(10, 20)"]),
+            state(0, &[]),
+            state(2, &["click(10, 20)", "key(Enter)"]),
+            state(0, &[]),
+        ];
+        let keys = [20u64, 21, 22, 23, 24];
+        // (the step before which each state joins): two at the start, one that shares the
+        // first's prompt three steps later, one while the first ones finish, one after
+        let joins = [0usize, 0, 3, 9, 14];
+        let mut dec = p.step_decoder().expect("Qwen-VL decodes token by token");
+        let mut got: Vec<Option<guirl::policy::Decision>> = vec![None; states.len()];
+        let mut steps = 0;
+        while got.iter().any(Option::is_none) {
+            for (i, _) in joins.iter().enumerate().filter(|(_, &j)| j == steps) {
+                dec.admit(i as u64, &states[i], keys[i]).unwrap();
+            }
+            let live = dec.live();
+            let done = dec.step().unwrap();
+            assert_eq!(dec.live(), live - done.len(), "{arch}: finished answers leave");
+            for (id, d) in done {
+                assert!(got[id as usize].replace(d).is_none(), "{arch}: answer {id} returned twice");
+            }
+            steps += 1;
+            assert!(steps < 100, "{arch}: the decode never ended");
+        }
+        for (i, d) in got.iter().enumerate() {
+            let d = d.as_ref().unwrap();
+            let alone = p.act_keyed(&states[i..=i], &keys[i..=i]).unwrap();
+            assert_eq!(bits(&alone[0]), bits(d), "{arch}: state {i} joining at step {} differs", joins[i]);
+            assert!(!d.tokens.is_empty() && d.tokens.len() <= 10, "{arch}: {:?}", d.tokens);
+        }
+        // an empty decoder steps to nothing
+        assert!(dec.step().unwrap().is_empty() && dec.live() == 0);
+    }
+}
+
 #[test]
 fn a_policy_step_moves_only_lora_and_the_reference_stays_as_it_was() {
     let tmp = tempfile::tempdir().unwrap();

@@ -90,6 +90,29 @@ pub trait Policy: Send {
     fn info(&self) -> serde_json::Value {
         serde_json::json!({ "name": self.name() })
     }
+    /// A decoder that answers token by token and takes new states between its steps
+    /// (continuous batching), for a policy whose answers are decoded that way; the
+    /// collector then lets an env that becomes ready join the next step instead of waiting
+    /// for the answers in flight. `None` (the default): the policy answers whole calls.
+    fn step_decoder(&self) -> Option<Box<dyn StepDecoder>> {
+        None
+    }
+}
+
+/// Answers decoded a token at a time for states that join and leave between steps: every
+/// live answer advances one token per [`StepDecoder::step`], whoever it belongs to.
+///
+/// An answer must not depend on what shares its steps, to the last bit: the same state and
+/// key give the same decision whenever it was admitted and whatever else was live (what
+/// [`Policy::batch_invariant`] promises for whole calls).
+pub trait StepDecoder: Send {
+    /// Start answering `state`, drawing from the sampling stream `key` ([`stream_key`]):
+    /// its prompt runs now; `id` names its decision in [`StepDecoder::step`]'s results.
+    fn admit(&mut self, id: u64, state: &ScreenState, key: u64) -> anyhow::Result<()>;
+    /// Advance every live answer one token; returns the decisions of those that finished.
+    fn step(&mut self) -> anyhow::Result<Vec<(u64, Decision)>>;
+    /// Answers admitted and not yet finished.
+    fn live(&self) -> usize;
 }
 
 /// Load the trainable policy saved in a checkpoint folder: a Qwen-VL adapter

@@ -1,6 +1,8 @@
 //! The parallel collector: K browsers at once (one `GuiEnv` each), G rollouts of every
 //! sampled task seed forming a GRPO group, and the policy called once per round with the
-//! observations of all envs waiting for an action (batched across envs).
+//! observations of all envs waiting for an action (batched across envs). A policy that
+//! decodes token by token instead takes each env's state as soon as it is ready and
+//! answers it between its decode steps (continuous batching).
 //!
 //! A failing env (crashed browser, hung page) does not stop the collection: that rollout
 //! ends as `env_error`, the env starts a fresh browser at its next reset, and the
@@ -12,7 +14,7 @@ use super::trajectory::{Outcome, Recorded, TrajStep, Trajectory, FORMAT_VERSION}
 use crate::env::{EnvConfig, EnvError, EpisodeStatus, GuiEnv, ScreenState};
 use crate::policy::{stream_key, Decision, Policy, PolicyFailure};
 use crate::tasks::Task;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -68,9 +70,10 @@ pub struct CollectStats {
     pub judge_errors: usize,
     /// Wall-clock seconds.
     pub seconds: f64,
-    /// Policy calls and the mean batch size per call.
+    /// Policy calls; for a policy that decodes token by token
+    /// ([`crate::policy::StepDecoder`]), its decode steps.
     pub policy_calls: usize,
-    /// Mean number of observations per policy call.
+    /// Mean number of observations per policy call (answers per decode step).
     pub mean_batch: f64,
     /// Seconds the collector spent in the policy's calls (its forward passes and
     /// sampling): the envs wait for it meanwhile.
@@ -255,19 +258,28 @@ impl Collector {
         let mut pending: Vec<(ScreenState, u64, oneshot::Sender<Decision>)> = Vec::new();
         let mut alive = handles.len();
         let mut first_wait: Option<Instant> = None;
+        // A policy that decodes token by token takes each state as it comes (continuous
+        // batching); the others are called once per batch of waiting states.
+        let mut decoder = policy.step_decoder();
+        let mut answering: HashMap<u64, oneshot::Sender<Decision>> = HashMap::new();
+        let mut admitted = 0u64;
         loop {
-            // Wait for messages; with requests pending, only until the batch window closes.
-            let msg = match first_wait {
-                None => rx.recv().await,
-                Some(t) => {
-                    let left = (t + self.batch_wait).saturating_duration_since(Instant::now());
-                    tokio::time::timeout(left, rx.recv()).await.unwrap_or(Some(Msg::Flush))
-                }
-            };
-            let Some(first) = msg else { break };
+            let decoding = answering.len();
+            let mut msgs = Vec::new();
+            if decoding == 0 {
+                // Wait for messages; with requests pending, only until the batch window closes.
+                let msg = match first_wait {
+                    None => rx.recv().await,
+                    Some(t) => {
+                        let left = (t + self.batch_wait).saturating_duration_since(Instant::now());
+                        tokio::time::timeout(left, rx.recv()).await.unwrap_or(Some(Msg::Flush))
+                    }
+                };
+                let Some(first) = msg else { break };
+                msgs.push(first);
+            }
             // and whatever else has arrived meanwhile: states waiting together are acted on
             // together (one call for a policy whose decisions do not depend on the batch)
-            let mut msgs = vec![first];
             while let Ok(m) = rx.try_recv() {
                 msgs.push(m);
             }
@@ -311,6 +323,29 @@ impl Collector {
                     Msg::Exit => alive -= 1,
                     Msg::Flush => {}
                 }
+            }
+            if let Some(dec) = decoder.as_mut() {
+                // Every waiting state joins now; every live answer advances one token.
+                let asked = Instant::now();
+                for (state, key, reply) in pending.drain(..) {
+                    off_runtime(|| dec.admit(admitted, &state, key))?;
+                    answering.insert(admitted, reply);
+                    admitted += 1;
+                }
+                if dec.live() > 0 {
+                    stats.policy_calls += 1;
+                    stats.mean_batch += dec.live() as f64;
+                    for (id, d) in off_runtime(|| dec.step())? {
+                        let reply = answering.remove(&id).expect("an admitted state");
+                        let _ = reply.send(d);
+                    }
+                }
+                stats.policy_secs += asked.elapsed().as_secs_f64();
+                first_wait = None;
+                // the envs' tasks on this thread move on between steps (a current-thread
+                // runtime has no other thread for them)
+                tokio::task::yield_now().await;
+                continue;
             }
             // One policy call serves every env that is waiting: call when all live envs
             // wait, or when the window since the first request has passed.

@@ -1,16 +1,29 @@
 //! Rollouts decoded together, with results that do not depend on what shared the batch.
 //!
+//! Answers are decoded in a session that states join and leave between steps (continuous
+//! batching, [`crate::policy::StepDecoder`]): the collector admits an env's state as soon
+//! as the env is ready, and every live answer advances one token per step, whichever env,
+//! group or episode step it belongs to; a finished answer leaves at once. A whole call
+//! ([`QwenVlPolicy::decide_all`]) is the same session, every state admitted at the start.
+//!
 //! Every state's prompt runs alone (a prompt's products have its own length as their row
 //! count, whatever else is decoded). States with the same prompt and screenshot (a GRPO
-//! group's first step) run it once and share its KV cache. Then the answers advance one
-//! token a step together, in chunks of exactly `decode_rows` rows: the products' kernel
-//! depends on the row count, and a row's result never on the other rows' values, so a
-//! chunk padded to a fixed count gives each answer the same bits whether it was decoded
-//! alone or beside others. Attention runs per answer over its own cache, and each answer
-//! samples from its own stream. `tests/qwen_vl_policy.rs` checks this bit for bit.
+//! group's first step) run it once and share its KV cache, also when they arrive a few
+//! steps apart. The answers advance in chunks of exactly `decode_rows` rows: the products'
+//! kernel depends on the row count, and a row's result never on the other rows' values, so
+//! a chunk padded to a fixed count gives each answer the same bits whether it was decoded
+//! alone, beside others, or joined them late. Attention runs per answer over its own cache,
+//! and each answer samples from its own stream. `tests/qwen_vl_policy.rs` checks this bit
+//! for bit.
 
 use super::*;
 use crate::policy::qwen_vl::processor::ProcessedImage;
+use crate::policy::StepDecoder;
+use std::collections::VecDeque;
+
+/// Prompts kept after their prefill, for states admitted later with the same prompt and
+/// screenshot (a group's members reach their first step at different times).
+const PREFILLS_KEPT: usize = 8;
 
 /// One prompt run once, for every state that has it.
 struct Prefill {
@@ -26,6 +39,9 @@ struct Prefill {
 
 /// An answer being decoded.
 struct Answer {
+    id: u64,
+    /// The screenshot's size, which the answer's coordinates are read against.
+    size: (u32, u32),
     cache: KvCache,
     logits: Tensor,
     rng: rand_chacha::ChaCha8Rng,
@@ -36,70 +52,123 @@ struct Answer {
     done: bool,
 }
 
+/// The answers in flight and the prompts kept for sharing.
+#[derive(Default)]
+struct InFlight {
+    prefills: VecDeque<Prefill>,
+    answers: Vec<Answer>,
+}
+
+/// A decoding session over a policy (a shallow copy: the weights are shared, so an update
+/// between steps is seen by the next step).
+pub(super) struct DecodeSession {
+    policy: QwenVlPolicy,
+    flight: InFlight,
+}
+
+impl DecodeSession {
+    pub(super) fn new(policy: QwenVlPolicy) -> Self {
+        DecodeSession { policy, flight: InFlight::default() }
+    }
+}
+
+impl StepDecoder for DecodeSession {
+    fn admit(&mut self, id: u64, state: &ScreenState, key: u64) -> Result<()> {
+        let p = &self.policy;
+        p.with_adapters(|| self.flight.admit(p, id, state, key))
+    }
+
+    fn step(&mut self) -> Result<Vec<(u64, Decision)>> {
+        let p = &self.policy;
+        p.with_adapters(|| self.flight.step(p))
+    }
+
+    fn live(&self) -> usize {
+        self.flight.answers.len()
+    }
+}
+
+impl InFlight {
+    /// Run `state`'s prompt (or find it run) and start its answer.
+    fn admit(&mut self, p: &QwenVlPolicy, id: u64, state: &ScreenState, key: u64) -> Result<()> {
+        let (ids, img) = p.prompt(state)?;
+        let same = |q: &Prefill| q.ids == ids && q.img.grid == img.grid && q.img.patches == img.patches;
+        let j = match self.prefills.iter().position(same) {
+            Some(j) => j,
+            None => {
+                if self.prefills.len() == PREFILLS_KEPT {
+                    self.prefills.pop_front();
+                }
+                self.prefills.push_back(p.prefill(ids, img)?);
+                self.prefills.len() - 1
+            }
+        };
+        let q = &self.prefills[j];
+        self.answers.push(Answer {
+            id,
+            size: state.screenshot.dimensions(),
+            cache: q.cache.clone(),
+            logits: q.logits.clone(),
+            rng: stream_rng(p.sampling.seed, key),
+            len: q.len,
+            delta: q.delta,
+            tokens: Vec::new(),
+            lps: Vec::new(),
+            done: false,
+        });
+        Ok(())
+    }
+
+    /// Draw every live answer's next token; the finished ones leave with their decisions,
+    /// the rest run that token through the model together.
+    fn step(&mut self, p: &QwenVlPolicy) -> Result<Vec<(u64, Decision)>> {
+        for a in &mut self.answers {
+            let (tok, lp) = p.pick(&a.logits, &mut a.rng)?;
+            a.tokens.push(tok);
+            a.lps.push(lp);
+            a.done = tok == p.eos || a.tokens.len() >= p.settings.max_new_tokens;
+        }
+        let (done, live): (Vec<Answer>, Vec<Answer>) =
+            std::mem::take(&mut self.answers).into_iter().partition(|a| a.done);
+        self.answers = live;
+        let finished = done
+            .into_iter()
+            .map(|a| Ok((a.id, p.finish(a.size, a.tokens, a.lps)?)))
+            .collect::<Result<_>>()?;
+        let rows = p.settings.decode_rows_on(&p.device);
+        for chunk in self.answers.chunks_mut(rows) {
+            let tokens: Vec<u32> = chunk.iter().map(|a| *a.tokens.last().expect("a token")).collect();
+            let positions: Vec<i64> =
+                chunk.iter().map(|a| (a.len + a.tokens.len() - 1) as i64 + a.delta).collect();
+            let logits = {
+                let mut caches: Vec<&mut KvCache> = chunk.iter_mut().map(|a| &mut a.cache).collect();
+                let h = p.model.step_rows(&tokens, &positions, &mut caches, rows)?;
+                p.model.logits_rows(&h, rows)?
+            };
+            for (r, a) in chunk.iter_mut().enumerate() {
+                a.logits = logits.get(r)?;
+            }
+        }
+        Ok(finished)
+    }
+}
+
 impl QwenVlPolicy {
     /// Decode an answer for every state, state `i` sampling from the stream `keys[i]`.
     pub(super) fn decide_all(&self, states: &[ScreenState], keys: &[u64]) -> Result<Vec<Decision>> {
-        let mut prefills: Vec<Prefill> = Vec::new();
-        let mut answers = Vec::with_capacity(states.len());
-        for (state, &key) in states.iter().zip(keys) {
-            let (ids, img) = self.prompt(state)?;
-            let same = |p: &Prefill| p.ids == ids && p.img.grid == img.grid && p.img.patches == img.patches;
-            let j = match prefills.iter().position(same) {
-                Some(j) => j,
-                None => {
-                    prefills.push(self.prefill(ids, img)?);
-                    prefills.len() - 1
-                }
-            };
-            let p = &prefills[j];
-            answers.push(Answer {
-                cache: p.cache.clone(),
-                logits: p.logits.clone(),
-                rng: stream_rng(self.sampling.seed, key),
-                len: p.len,
-                delta: p.delta,
-                tokens: Vec::new(),
-                lps: Vec::new(),
-                done: false,
-            });
+        let mut flight = InFlight::default();
+        for (i, (state, &key)) in states.iter().zip(keys).enumerate() {
+            flight.admit(self, i as u64, state, key)?;
         }
-        drop(prefills);
-        let rows = self.settings.decode_rows_on(&self.device);
-        loop {
-            let mut live = Vec::new();
-            for (i, a) in answers.iter_mut().enumerate().filter(|(_, a)| !a.done) {
-                let (tok, lp) = self.pick(&a.logits, &mut a.rng)?;
-                a.tokens.push(tok);
-                a.lps.push(lp);
-                if tok == self.eos || a.tokens.len() >= self.settings.max_new_tokens {
-                    a.done = true;
-                    a.cache = KvCache::default();
-                } else {
-                    live.push(i);
-                }
-            }
-            if live.is_empty() {
-                break;
-            }
-            for chunk in live.chunks(rows) {
-                let tokens: Vec<u32> =
-                    chunk.iter().map(|&i| *answers[i].tokens.last().expect("a token")).collect();
-                let positions: Vec<i64> = chunk
-                    .iter()
-                    .map(|&i| (answers[i].len + answers[i].tokens.len() - 1) as i64 + answers[i].delta)
-                    .collect();
-                let mut caches: Vec<KvCache> =
-                    chunk.iter().map(|&i| std::mem::take(&mut answers[i].cache)).collect();
-                let mut refs: Vec<&mut KvCache> = caches.iter_mut().collect();
-                let h = self.model.step_rows(&tokens, &positions, &mut refs, rows)?;
-                let logits = self.model.logits_rows(&h, rows)?;
-                for (r, (&i, cache)) in chunk.iter().zip(caches).enumerate() {
-                    answers[i].cache = cache;
-                    answers[i].logits = logits.get(r)?;
-                }
+        // every state is in: the prompts' own caches are no longer needed
+        flight.prefills.clear();
+        let mut out: Vec<Option<Decision>> = vec![None; states.len()];
+        while !flight.answers.is_empty() {
+            for (id, d) in flight.step(self)? {
+                out[id as usize] = Some(d);
             }
         }
-        states.iter().zip(answers).map(|(s, a)| self.finish(s, a.tokens, a.lps)).collect()
+        Ok(out.into_iter().map(|d| d.expect("every admitted answer finishes")).collect())
     }
 
     /// Run one prompt with its screenshot, keeping its cache and its last position's logits.

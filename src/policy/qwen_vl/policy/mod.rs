@@ -10,9 +10,10 @@
 //!   with no action is an `invalid_action` step, its text and tokens kept.
 //! - Behaviour cloning writes a demonstrated action as guirl text in that frame, then the
 //!   end-of-turn token.
-//! - Rollouts decode the states of a call together with KV caches (`decode.rs`): each
-//!   prompt runs alone (identical ones once), the answers advance together in chunks of a
-//!   fixed row count, so a result never depends on what shared its batch. Training scores
+//! - Rollouts decode with KV caches in a session that states join and leave between
+//!   token steps (continuous batching, `decode.rs`): each prompt runs alone (identical ones
+//!   once), the answers advance together in chunks of a fixed row count, so a result never
+//!   depends on what shared its batch or when it joined. Training scores
 //!   the prompt and the answer in one differentiable pass, the LM head only at the
 //!   answer's positions.
 //! - The vision tower is frozen: its output per screenshot is cached across the update
@@ -46,7 +47,9 @@ mod decode;
 /// The file in a checkpoint folder that says which backbone its adapter belongs to.
 pub const POLICY_FILE: &str = "qwen_policy.json";
 
-/// A Qwen-VL backbone with LoRA adapters, as a [`TrainablePolicy`].
+/// A Qwen-VL backbone with LoRA adapters, as a [`TrainablePolicy`]. A clone shares the
+/// model (weights and adapters) and the vision cache.
+#[derive(Clone)]
 pub struct QwenVlPolicy {
     model: Arc<QwenVl>,
     settings: QwenPolicySettings,
@@ -332,10 +335,11 @@ impl QwenVlPolicy {
     }
 
     /// The decision for an answer's tokens: its text parsed into an action.
-    fn finish(&self, state: &ScreenState, tokens: Vec<u32>, lps: Vec<f32>) -> Result<Decision> {
+    /// `size` is the screenshot's, which the answer's coordinates are read against.
+    fn finish(&self, size: (u32, u32), tokens: Vec<u32>, lps: Vec<f32>) -> Result<Decision> {
         let body: Vec<u32> = tokens.iter().copied().filter(|&t| t != self.eos).collect();
         let text = self.model.chat.decode(&body)?;
-        let (w, hgt) = state.screenshot.dimensions();
+        let (w, hgt) = size;
         let mut d = match parse_answer(&text, &self.coords, w, hgt) {
             Ok(p) => Decision::deterministic(p.action),
             Err(e) => Decision::failed(PolicyFailure::Unparsable(e), None),
@@ -390,6 +394,10 @@ impl Policy for QwenVlPolicy {
     fn batch_invariant(&self) -> bool {
         // fixed-row decoding (see `decode`); tested bit for bit on the CPU
         true
+    }
+
+    fn step_decoder(&self) -> Option<Box<dyn crate::policy::StepDecoder>> {
+        Some(Box::new(decode::DecodeSession::new(self.clone())))
     }
 
     fn info(&self) -> serde_json::Value {
@@ -509,18 +517,7 @@ impl TrainablePolicy for QwenVlPolicy {
                 self.settings.train_modules
             );
         }
-        Ok(Box::new(QwenVlPolicy {
-            model: self.model.clone(),
-            settings: self.settings.clone(),
-            coords: self.coords,
-            system: self.system.clone(),
-            sampling: self.sampling,
-            mode: AdapterUse::Snapshot,
-            vision_cache: self.vision_cache.clone(),
-            device: self.device.clone(),
-            eos: self.eos,
-            banned: self.banned.clone(),
-        }))
+        Ok(Box::new(QwenVlPolicy { mode: AdapterUse::Snapshot, ..self.clone() }))
     }
 
     fn describe(&self) -> String {
