@@ -26,6 +26,14 @@ What it writes, per architecture (`qwen3_vl/`, `qwen2_5_vl/`):
   the language model's) and the logits with it applied (`--vision-lora-only` writes just
   these, from the committed checkpoints).
 - `qwen3_vl_learn/`: a somewhat larger random Qwen3-VL for the CPU learning test.
+- Both get `vision_theta/`: the `config.json` of the same checkpoint with the vision
+  tower's `rope_parameters.rope_theta` at 2000 instead of 10000, and transformers'
+  one-image outputs with it and the `lora_vision/` adapter loaded (the merged image
+  features, DeepStack's, the logits): `--vision-theta-only` writes just these. The tests
+  copy the checkpoint and put this config in place. The adapter is there because the
+  random tower's attention is nearly uniform (its q and k are small), so that without it
+  the theta moves the outputs by only ~1e-5; with it, by 1e-2 to 3e-2, a hundred times
+  the f32 bound: a reader that ignored the theta fails.
 - With `--guirl-adapters`: for each adapter folder guirl wrote under
   `ARCH/guirl_adapters/`, peft loads it on its base and the one-image case's logits are
   saved beside it (`peft_reference.safetensors`), so the Rust tests check that peft
@@ -500,7 +508,62 @@ def guirl_adapters(out):
             print("peft loaded", arch, name)
 
 
+VISION_THETA = 2000.0
+
+
+def vision_theta(out, arch):
+    """`ARCH/vision_theta/`: the checkpoint's config with the vision rope theta at
+    VISION_THETA, and transformers' one-image outputs under it with `lora_vision/`."""
+    import tempfile
+
+    from peft import PeftModel
+
+    folder = os.path.join(out, arch)
+    cls = Qwen3VLForConditionalGeneration if arch == "qwen3_vl" else Qwen2_5_VLForConditionalGeneration
+    ref = load_file(os.path.join(folder, "reference.safetensors"))
+    ids = ref["one_image.input_ids"][None]
+    px, grids = ref["one_image.pixel_values"], ref["one_image.grids"]
+    target = os.path.join(folder, "vision_theta")
+    os.makedirs(target, exist_ok=True)
+    with open(os.path.join(folder, "config.json")) as f:
+        cfg = json.load(f)
+    cfg["vision_config"]["rope_parameters"] = {"rope_type": "axial", "rope_theta": VISION_THETA}
+    with open(os.path.join(target, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=1)
+
+    def outputs(config_dir):
+        with tempfile.TemporaryDirectory() as tmp:
+            for name in os.listdir(folder):
+                if os.path.isfile(os.path.join(folder, name)):
+                    shutil.copy(os.path.join(folder, name), tmp)
+            shutil.copy(os.path.join(config_dir, "config.json"), tmp)
+            base = cls.from_pretrained(tmp).eval()
+        assert base.config.vision_config.rope_parameters["rope_theta"] == (
+            VISION_THETA if config_dir == target else 10000.0
+        )
+        model = PeftModel.from_pretrained(base, os.path.join(folder, "lora_vision")).eval()
+        with torch.no_grad():
+            vis = base.model.visual(px, grid_thw=grids)
+            logits = model(input_ids=ids, pixel_values=px, image_grid_thw=grids,
+                           mm_token_type_ids=(ids == model.config.image_token_id).int()).logits[0]
+        t = {"one_image.image_embeds": vis.pooler_output, "one_image.logits": logits}
+        for i, d in enumerate(getattr(vis, "deepstack_features", None) or []):
+            t[f"one_image.deepstack.{i}"] = d
+        return {k: v.contiguous() for k, v in t.items()}
+
+    got, base = outputs(target), outputs(folder)
+    save_file(got, os.path.join(target, "reference.safetensors"))
+    for k in got:
+        moved = float((got[k] - base[k]).abs().max() / base[k].abs().max())
+        print(f"{arch} vision theta {VISION_THETA}: {k} moves by {moved:.2e} from theta 10000")
+
+
 def main():
+    if "--vision-theta-only" in sys.argv:
+        args = [a for a in sys.argv[1:] if a != "--vision-theta-only"]
+        for arch in VISION_LORA:
+            vision_theta(args[0] if args else "fixtures/qwen_vl", arch)
+        return
     if "--guirl-adapters" in sys.argv:
         args = [a for a in sys.argv[1:] if a != "--guirl-adapters"]
         guirl_adapters(args[0] if args else "fixtures/qwen_vl")
@@ -524,6 +587,7 @@ def main():
     learner(out, tok_src, sp)
     for arch in VISION_LORA:
         vision_lora(out, arch)
+        vision_theta(out, arch)
     os.remove(tok_src)
     print("wrote", out)
 

@@ -8,7 +8,7 @@ use candle_core::{DType, Device, Tensor, D};
 use common::qwen::*;
 use guirl::policy::qwen_vl::model::text::KvCache;
 use guirl::policy::qwen_vl::train::lora::LoraSettings;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[test]
 fn prompt_logits_equal_transformers_for_both_architectures_with_one_and_two_images() {
@@ -407,4 +407,163 @@ fn the_decoder_layer_profile_times_every_part_in_the_graph() {
             }
         }
     }
+}
+
+/// A checkpoint whose vision tower's `rope_parameters.rope_theta` is 2000, not the
+/// default 10000 (`fixtures/qwen_vl/ARCH/vision_theta/`, the fixture checkpoint with that
+/// config), with peft's vision adapter: image features, DeepStack features and logits
+/// equal transformers'. The theta moves them by 7e-3 to 3e-2 (the reference is checked
+/// against guirl at 10000 below), so a reader that ignored it fails.
+#[test]
+fn a_vision_rope_theta_of_2000_gives_transformers_outputs() {
+    for arch in ARCHS {
+        let variant = dir(arch).join("vision_theta");
+        let tmp = tempfile::tempdir().unwrap();
+        for e in std::fs::read_dir(dir(arch)).unwrap().flatten() {
+            if e.path().is_file() {
+                std::fs::copy(e.path(), tmp.path().join(e.file_name())).unwrap();
+            }
+        }
+        std::fs::copy(variant.join("config.json"), tmp.path().join("config.json")).unwrap();
+        let want =
+            candle_core::safetensors::load(variant.join("reference.safetensors"), &Device::Cpu).unwrap();
+        let r = reference(arch);
+        let outputs = |m: &guirl::policy::qwen_vl::QwenVl| {
+            let g = grids(&r["one_image.grids"]);
+            let px = r["one_image.pixel_values"].to_device(&device()).unwrap();
+            let vision = m.encode_images(&px, &g).unwrap();
+            let (logits, _) = prompt_logits(m, &r, "one_image", None).unwrap();
+            let mut out = vec![("one_image.image_embeds".to_string(), vision.embeds.clone())];
+            for (i, d) in vision.deepstack.iter().enumerate() {
+                out.push((format!("one_image.deepstack.{i}"), d.clone()));
+            }
+            out.push(("one_image.logits".to_string(), logits));
+            out
+        };
+        let mut m = guirl::policy::qwen_vl::QwenVl::load(tmp.path(), dtype(), &device()).unwrap();
+        assert_eq!(m.config.vision.rope_theta, 2_000.0, "{arch}");
+        m.load_adapter(&dir(arch).join("lora_vision")).unwrap();
+        let got = outputs(&m);
+        assert_eq!(got.len(), want.len(), "{arch}: {:?}", want.keys().collect::<Vec<_>>());
+        let mut at_default = load(arch);
+        at_default.load_adapter(&dir(arch).join("lora_vision")).unwrap();
+        for ((key, g), (_, d)) in got.iter().zip(outputs(&at_default)) {
+            let e = rel_err(g, &want[key]);
+            let moved = rel_err(&d, &want[key]);
+            eprintln!(
+                "{arch} vision theta 2000, {key}: relative error {e:.2e} (theta 10000 would be {moved:.2e})"
+            );
+            assert!(e <= tolerance(), "{arch} {key}: relative error {e}");
+            if dtype() == DType::F32 {
+                assert!(moved > 10.0 * tolerance(), "{arch} {key}: the theta moves it by only {moved:.1e}");
+            }
+        }
+    }
+}
+
+/// docs/qwen-vl.md's "Config keys" table and the reader's list
+/// (`model::config_keys::CONFIG_KEYS`) name the same keys, in the same sections, with the
+/// same use; every row gives a reason, and the counts line counts them.
+#[test]
+fn the_config_keys_table_is_the_readers_list() {
+    use guirl::policy::qwen_vl::model::config_keys::{KeyUse, CONFIG_KEYS};
+    let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/qwen-vl.md")).unwrap();
+    let section = doc.split("## Config keys").nth(1).expect("docs/qwen-vl.md has a Config keys section");
+    let section = section.split("\n## ").next().unwrap();
+    let mut table = Vec::new();
+    for line in section.lines().filter(|l| l.starts_with("| ") && !l.starts_with("| section")) {
+        let cells: Vec<&str> = line.trim_matches('|').split(" | ").map(str::trim).collect();
+        assert_eq!(cells.len(), 4, "{line}");
+        assert!(!cells[3].is_empty(), "no reason given: {line}");
+        table.push((cells[0].to_string(), cells[1].trim_matches('`').to_string(), cells[2].to_string()));
+    }
+    let word = |u: KeyUse| match u {
+        KeyUse::Used => "used",
+        KeyUse::Refused => "refused",
+        KeyUse::Ignored => "ignored",
+    };
+    let code: Vec<(String, String, String)> = CONFIG_KEYS
+        .iter()
+        .map(|&(s, k, u)| (s.name().to_string(), k.to_string(), word(u).to_string()))
+        .collect();
+    let missing: Vec<_> = code.iter().filter(|r| !table.contains(r)).collect();
+    let extra: Vec<_> = table.iter().filter(|r| !code.contains(r)).collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "not in the doc: {missing:?}\nnot in the reader: {extra:?}"
+    );
+    assert_eq!(table.len(), code.len(), "a row twice");
+    let count = |w: &str| code.iter().filter(|r| r.2 == w).count();
+    let line = format!(
+        "Counted: {} keys, {} used, {} refused, {} ignored.",
+        code.len(),
+        count("used"),
+        count("refused"),
+        count("ignored")
+    );
+    assert!(section.contains(&line), "the doc should say: {line}");
+}
+
+/// The keys read only to refuse them: each value guirl cannot honour is an error naming
+/// the key, and the value that changes nothing loads.
+#[test]
+fn config_keys_guirl_cannot_honour_are_refused_by_name() {
+    use guirl::policy::qwen_vl::model::config::QwenVlConfig;
+    use serde_json::{json, Value};
+    let config = |arch: &str| -> Value {
+        serde_json::from_str(&std::fs::read_to_string(dir(arch).join("config.json")).unwrap()).unwrap()
+    };
+    // Qwen2.5-VL keeps the text keys at the top level, Qwen3-VL under text_config
+    let text = |c: &Value, arch: &str| -> Value {
+        if arch == "qwen3_vl" {
+            c["text_config"].clone()
+        } else {
+            c.clone()
+        }
+    };
+    let cases: [(&str, Value, &str); 6] = [
+        ("quantization_config", json!({"quant_method": "awq"}), "quantized"),
+        ("use_sliding_window", json!(true), "sliding-window"),
+        ("layer_types", json!(["full_attention", "sliding_attention"]), "full_attention"),
+        ("attention_dropout", json!(0.1), "attention dropout"),
+        ("hidden_act", json!("gelu"), "silu"),
+        ("bogus_key", json!(1), "unknown config key"),
+    ];
+    for arch in ARCHS {
+        assert!(QwenVlConfig::from_json(&config(arch), "config.json").is_ok(), "{arch}");
+        for (key, value, says) in &cases {
+            let mut c = config(arch);
+            let mut t = text(&c, arch);
+            t[*key] = value.clone();
+            if arch == "qwen3_vl" {
+                c["text_config"] = t;
+            } else {
+                c = t;
+            }
+            let e = format!("{:#}", QwenVlConfig::from_json(&c, "config.json").unwrap_err());
+            assert!(e.contains(key) && e.contains(says), "{arch} {key}: {e}");
+        }
+        // the harmless values load
+        let mut c = config(arch);
+        let mut t = text(&c, arch);
+        t["use_sliding_window"] = json!(false);
+        t["layer_types"] = json!(["full_attention", "full_attention"]);
+        t["attention_dropout"] = json!(0.0);
+        if arch == "qwen3_vl" {
+            c["text_config"] = t;
+        } else {
+            c = t;
+        }
+        QwenVlConfig::from_json(&c, "config.json").unwrap();
+    }
+    // a Qwen3-VL without any text rope_theta: transformers 4 and 5 disagree on the default
+    let mut c = config("qwen3_vl");
+    c["text_config"]["rope_parameters"].as_object_mut().unwrap().remove("rope_theta");
+    let e = format!("{:#}", QwenVlConfig::from_json(&c, "config.json").unwrap_err());
+    assert!(e.contains("rope_theta") && e.contains("500000"), "{e}");
+    // the vision tower's rope object takes only its own keys
+    let mut c = config("qwen3_vl");
+    c["vision_config"]["rope_parameters"]["factor"] = json!(2.0);
+    let e = format!("{:#}", QwenVlConfig::from_json(&c, "config.json").unwrap_err());
+    assert!(e.contains("vision_config.rope_parameters.factor"), "{e}");
 }

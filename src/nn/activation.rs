@@ -6,7 +6,8 @@
 //! into. In the 0.5B Qwen3-VL LoRA update that was about 6 % of the time in `exp`/`tanh`
 //! alone (`docs/qwen-vl.md` § Speed). Here `exp` is a branch-free polynomial the compiler
 //! vectorises, built for AVX-512 and AVX2 and chosen at run time, split over rayon's threads.
-//! Outside f32 on the CPU (CUDA, bf16) the same functions run candle's ops.
+//! bf16 and f16 on the CPU go through the f32 path and are rounded once, as transformers
+//! computes these in f32; on CUDA the same functions run candle's ops.
 
 use super::attach::attach2;
 use candle_core::{DType, Device, Result, Storage, Tensor};
@@ -19,6 +20,9 @@ const CHUNK: usize = 1 << 14;
 /// Backward, with `s = σ(gate)`: `∂up = g · gate · s`, `∂gate = g · up · s (1 + gate (1 − s))`.
 /// Only the two inputs are kept; `s` is recomputed.
 pub fn swiglu(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
+    if low_precision_cpu(gate) {
+        return swiglu(&gate.to_dtype(DType::F32)?, &up.to_dtype(DType::F32)?)?.to_dtype(gate.dtype());
+    }
     let (g0, u0) = (gate.detach(), up.detach());
     let fast = on_cpu_f32(&[&g0, &u0], |[a, b]| {
         let mut out = vec![0f32; a.len()];
@@ -79,6 +83,9 @@ fn unary(
     kernel: fn(&mut [f32], &[f32]),
     fallback: fn(&Tensor) -> Result<Tensor>,
 ) -> Result<Tensor> {
+    if low_precision_cpu(x) {
+        return unary(&x.to_dtype(DType::F32)?, kernel, fallback)?.to_dtype(x.dtype());
+    }
     if x.track_op() {
         return fallback(x);
     }
@@ -96,8 +103,9 @@ fn unary(
 /// Attention's probabilities `softmax(scores · scale + mask)` over the last axis, for
 /// `scores` `[…, R, S]` and an additive `mask` `[T, S]` (0 or −∞) whose rows repeat down
 /// the score rows (`R` a multiple of `T`: query heads grouped, `nn::group_heads`), as
-/// transformers' eager attention computes them (scale and mask in the scores' dtype, the
-/// softmax in f32). On the CPU in f32 one pass per row; else candle's ops.
+/// transformers' eager attention computes them (the softmax in f32; bf16 scores on the CPU
+/// are scaled and masked in f32 too, and the probabilities rounded once). On the CPU in
+/// f32 one pass per row; else candle's ops.
 pub fn scaled_softmax(scores: &Tensor, scale: f64, mask: Option<&Tensor>) -> Result<Tensor> {
     let s = scores.dim(candle_core::D::Minus1)?;
     let r = scores.dim(candle_core::D::Minus2)?;
@@ -108,6 +116,9 @@ pub fn scaled_softmax(scores: &Tensor, scale: f64, mask: Option<&Tensor>) -> Res
         },
         None => r,
     };
+    if low_precision_cpu(scores) {
+        return scaled_softmax(&scores.to_dtype(DType::F32)?, scale, mask)?.to_dtype(scores.dtype());
+    }
     if scores.dtype() == DType::F32 && scores.device().is_cpu() {
         // the mask is small ([T, S]); one row of zeros stands for none
         let (m, mask_rows) = match mask {
@@ -165,6 +176,15 @@ pub fn softmax_grad(p: &Tensor, dp: &Tensor, scale: f64) -> Result<Tensor> {
 /// Rows of `s` elements that make one rayon task of about [`CHUNK`] elements.
 fn rows_per_task(s: usize) -> usize {
     (CHUNK / s.max(1)).max(1)
+}
+
+/// A bf16 or f16 tensor on the CPU. candle's CPU kernels compute those dtypes in the
+/// dtype itself (its softmax sums the exponentials in bf16, its SiLU rounds after every
+/// step), where transformers computes softmax and activations in f32 and rounds once: the
+/// functions here take such a tensor through their f32 path and round the result once.
+/// (On CUDA candle's kernels already compute in f32 inside.)
+fn low_precision_cpu(t: &Tensor) -> bool {
+    matches!(t.dtype(), DType::BF16 | DType::F16) && t.device().is_cpu()
 }
 
 /// `f` of the elements of `N` same-shaped CPU f32 tensors, in order (copied only where one

@@ -93,6 +93,11 @@ fn rope4(x: &Tensor, c: Tensor, s: Tensor) -> Result<Tensor> {
 /// `x` is `[N, in]`, `w` `[out, in]` in `x`'s dtype (frozen), `a` `[r, in]` and `b`
 /// `[out, r]` in any dtype (the f32 `Var`s, or a snapshot), `mask` in `x`'s dtype.
 ///
+/// The low-rank side is computed in f32 whatever `x`'s dtype, as peft does in a bf16
+/// model (it keeps A and B in f32, casts the input up, and adds the term to the base
+/// output in f32): in bf16 only the base product and the sum are rounded, where casting
+/// A and B down rounded the adapter itself. In an f32 model nothing changes.
+///
 /// Composed, the layer is about ten nodes (two casts, three matmuls, the scale, the sums),
 /// and candle's backward writes a zero tensor and adds into it for every node's gradient:
 /// two more passes over `[N, in]` or `[N, out]` per node. Here the forward is computed
@@ -109,17 +114,26 @@ pub fn lora_linear(
 ) -> Result<Tensor> {
     let dt = x.dtype();
     let x0 = x.detach();
-    let xd = masked(x0.clone(), mask.as_ref())?;
-    let (a_, b_) = (a.detach().to_dtype(dt)?, b.detach().to_dtype(dt)?);
+    let xd = masked(x0.clone(), mask.as_ref())?.to_dtype(DType::F32)?;
+    let (a_, b_) = (a.detach().to_dtype(DType::F32)?, b.detach().to_dtype(DType::F32)?);
     let h = super::gemm::product(&xd, &a_.t()?)?;
-    let mut y = super::gemm::product(&x0, &w.t()?)?;
+    // bf16 on the CPU: the base product in f32 too (candle's CPU bf16 product widens to
+    // f32 anyway), so that base, bias and low-rank term are rounded once, together
+    let mut y = if dt != DType::F32 && x.device().is_cpu() {
+        super::gemm::product(&x0.to_dtype(DType::F32)?, &w.to_dtype(DType::F32)?.t()?)?
+    } else {
+        super::gemm::product(&x0, &w.t()?)?
+    };
     if let Some(bias) = bias {
-        y = y.broadcast_add(bias)?;
+        y = y.broadcast_add(&bias.to_dtype(y.dtype())?)?;
     }
-    // on the CPU the low-rank term is accumulated into the fresh output in one pass
-    if !super::gemm::add_product(&y, &h, &b_.t()?, scale)? {
+    if y.dtype() != DType::F32 {
+        y = (y.to_dtype(DType::F32)? + (h.matmul(&b_.t()?)? * scale)?)?;
+    } else if !super::gemm::add_product(&y, &h, &b_.t()?, scale)? {
+        // (on the CPU the low-rank term is accumulated into the fresh output in one pass)
         y = (y + (h.matmul(&b_.t()?)? * scale)?)?;
     }
+    let y = y.to_dtype(dt)?;
     if !x.track_op() && !a.track_op() && !b.track_op() {
         return Ok(y);
     }
@@ -137,29 +151,33 @@ fn masked(t: Tensor, mask: Option<&Tensor>) -> Result<Tensor> {
     }
 }
 
-/// [`lora_linear`]'s backward, with `w`, `h`, the mask and the scale of its forward.
+/// [`lora_linear`]'s backward, with `w`, `h` (f32), the mask and the scale of its
+/// forward. The low-rank side in f32 as in the forward; `∂x` in `x`'s dtype.
 fn lora_grads(
     (x, a, b): (&Tensor, &Tensor, &Tensor),
     g: &Tensor,
     (w, h, mask, scale): (&Tensor, &Tensor, Option<&Tensor>, f64),
 ) -> Result<Grads3> {
     let dt = x.dtype();
-    let (a_, b_) = (a.detach().to_dtype(dt)?, b.detach().to_dtype(dt)?);
+    let f32 = |t: &Tensor| t.to_dtype(DType::F32);
+    let (a_, b_) = (f32(&a.detach())?, f32(&b.detach())?);
+    let (g32, mask32) = (f32(g)?, mask.map(f32).transpose()?);
     // ∂h = s · g B' ([N, r]); the scale goes on the small side of every product
-    let gh = (super::gemm::product(g, &b_)? * scale)?;
-    let gb = if b.track_op() { Some((g.t()?.matmul(h)? * scale)?.to_dtype(b.dtype())?) } else { None };
+    let gh = (super::gemm::product(&g32, &b_)? * scale)?;
+    let gb = if b.track_op() { Some((g32.t()?.matmul(h)? * scale)?.to_dtype(b.dtype())?) } else { None };
     let ga = if a.track_op() {
-        Some(gh.t()?.matmul(&masked(x.detach(), mask)?)?.to_dtype(a.dtype())?)
+        Some(gh.t()?.matmul(&masked(f32(&x.detach())?, mask32.as_ref())?)?.to_dtype(a.dtype())?)
     } else {
         None
     };
     let gx = if !x.track_op() {
         None
-    } else if mask.is_none() {
+    } else if mask.is_none() && dt == DType::F32 {
         let gx = super::gemm::product(g, w)?;
         Some(if super::gemm::add_product(&gx, &gh, &a_, 1.0)? { gx } else { (gx + gh.matmul(&a_)?)? })
     } else {
-        Some((super::gemm::product(g, w)? + masked(gh.matmul(&a_)?, mask)?)?)
+        let low = masked(gh.matmul(&a_)?, mask32.as_ref())?.to_dtype(dt)?;
+        Some((super::gemm::product(g, w)? + low)?)
     };
     Ok((gx, ga, gb))
 }

@@ -36,11 +36,12 @@ pub fn dtype() -> DType {
     }
 }
 
-/// The parity bound: 1e-4 in f32; bf16 keeps 8 bits of mantissa, so 5e-2 there (2.4e-2
-/// measured on CPU).
+/// The parity bound: 1e-4 in f32; bf16 keeps 8 bits of mantissa, so 3e-2 there (at most
+/// 2.15e-2 measured on CPU, with peft's text adapter, where transformers' own bf16 error
+/// is 1.6e-2; docs/qwen-vl.md, "bf16").
 pub fn tolerance() -> f32 {
     if dtype() == DType::BF16 {
-        5e-2
+        3e-2
     } else {
         1e-4
     }

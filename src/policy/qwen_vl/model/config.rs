@@ -6,6 +6,7 @@
 //! `rope_theta` (older files). A key this reader does not know is an error naming the file
 //! and the key: a setting that changes the architecture must not be dropped silently.
 
+use super::config_keys::{known, KeySection};
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::{Map, Value};
 use std::path::Path;
@@ -116,90 +117,6 @@ pub struct QwenVlConfig {
     pub eos_token_id: Option<u32>,
 }
 
-/// Keys every transformers config may carry that do not change the forward pass.
-const GENERIC: &[&str] = &[
-    "architectures",
-    "model_type",
-    "transformers_version",
-    "torch_dtype",
-    "dtype",
-    "initializer_range",
-    "use_cache",
-    "attention_dropout",
-    "bos_token_id",
-    "pad_token_id",
-    "eos_token_id",
-    "max_position_embeddings",
-    "sliding_window",
-    "use_sliding_window",
-    "max_window_layers",
-    "layer_types",
-    "output_attentions",
-    "output_hidden_states",
-    "return_dict",
-    "_name_or_path",
-    "_attn_implementation_autoset",
-    "quantization_config",
-    "base_config_key",
-    "id2label",
-    "label2id",
-    "problem_type",
-    "tokenizer_class",
-    "chunk_size_feed_forward",
-    "is_encoder_decoder",
-    "name_or_path",
-];
-
-const TEXT_KEYS: &[&str] = &[
-    "vocab_size",
-    "hidden_size",
-    "intermediate_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "head_dim",
-    "hidden_act",
-    "rms_norm_eps",
-    "rope_theta",
-    "rope_scaling",
-    "rope_parameters",
-    "attention_bias",
-    "tie_word_embeddings",
-];
-
-const VISION_KEYS: &[&str] = &[
-    "depth",
-    "hidden_size",
-    "intermediate_size",
-    "num_heads",
-    "in_channels",
-    "in_chans",
-    "patch_size",
-    "spatial_patch_size",
-    "temporal_patch_size",
-    "spatial_merge_size",
-    "out_hidden_size",
-    "hidden_act",
-    "num_position_embeddings",
-    "deepstack_visual_indexes",
-    "window_size",
-    "fullatt_block_indexes",
-    "tokens_per_second",
-    "rope_parameters",
-    "embed_dim",
-];
-
-const TOP_KEYS: &[&str] = &[
-    "text_config",
-    "vision_config",
-    "image_token_id",
-    "video_token_id",
-    "vision_start_token_id",
-    "vision_end_token_id",
-    "vision_token_id",
-    "tie_word_embeddings",
-];
-
 /// A view of one JSON object that records which keys were read and names the file and
 /// section in errors.
 struct Section<'a> {
@@ -266,10 +183,10 @@ impl<'a> Section<'a> {
             Some(v) => bail!("{}: `{}` must be a list of integers, not {v}", self.file, self.path(key)),
         }
     }
-    /// Every key must be one of `known` (or a generic transformers key).
-    fn check_keys(&self, known: &[&[&str]]) -> Result<()> {
+    /// Every key must be listed for one of `sections` (docs/qwen-vl.md, "Config keys").
+    fn check_keys(&self, sections: &[KeySection]) -> Result<()> {
         for key in self.map.keys() {
-            if !GENERIC.contains(&key.as_str()) && !known.iter().any(|k| k.contains(&key.as_str())) {
+            if !known(key, sections) {
                 bail!(
                     "{}: unknown config key `{}`: guirl's Qwen-VL reader does not know what it changes, so it \
                      will not guess; remove it if it is not part of the architecture, or report it",
@@ -277,6 +194,45 @@ impl<'a> Section<'a> {
                     self.path(key)
                 );
             }
+        }
+        self.refuse()
+    }
+    /// The keys that are read only to refuse what guirl cannot honour.
+    fn refuse(&self) -> Result<()> {
+        if self.get("quantization_config").is_some() {
+            bail!(
+                "{}: `{}`: a quantized checkpoint; guirl reads f32/bf16/f16 weights only, so use the \
+                 unquantized checkpoint",
+                self.file,
+                self.path("quantization_config")
+            );
+        }
+        if self.bool_or("use_sliding_window", false)? {
+            bail!(
+                "{}: `{}` is true: sliding-window attention is not supported (guirl attends to the whole \
+                 sequence); set it to false if the checkpoint was trained without it",
+                self.file,
+                self.path("use_sliding_window")
+            );
+        }
+        if let Some(types) = self.get("layer_types") {
+            let full = types.as_array().is_some_and(|a| a.iter().all(|t| t == "full_attention"));
+            if !full {
+                bail!(
+                    "{}: `{}` = {types}: only \"full_attention\" layers are supported",
+                    self.file,
+                    self.path("layer_types")
+                );
+            }
+        }
+        let dropout = self.f64_or("attention_dropout", 0.0)?;
+        if dropout != 0.0 {
+            bail!(
+                "{}: `{}` = {dropout}: attention dropout is not supported (guirl's training pass has none, \
+                 transformers' would drop attention weights); set it to 0.0",
+                self.file,
+                self.path("attention_dropout")
+            );
         }
         Ok(())
     }
@@ -316,17 +272,17 @@ impl QwenVlConfig {
             ),
         };
         if nested.is_some() {
-            top.check_keys(&[TOP_KEYS])?;
-            text_sec.check_keys(&[TEXT_KEYS])?;
+            top.check_keys(&[KeySection::Top])?;
+            text_sec.check_keys(&[KeySection::Text])?;
         } else {
-            top.check_keys(&[TOP_KEYS, TEXT_KEYS])?;
+            top.check_keys(&[KeySection::Top, KeySection::Text])?;
         }
         let vision_map = top
             .get("vision_config")
             .and_then(Value::as_object)
             .ok_or_else(|| anyhow!("{file}: missing key `vision_config`"))?;
         let vis = Section { file, name: "vision_config", map: vision_map };
-        vis.check_keys(&[VISION_KEYS])?;
+        vis.check_keys(&[KeySection::Vision])?;
 
         let text = read_text(&text_sec, &top, arch)?;
         let vision = read_vision(&vis, arch)?;
@@ -374,7 +330,7 @@ fn read_text(s: &Section, top: &Section, arch: Arch) -> Result<TextConfig> {
         anyhow!("{}: missing key `{}` (the M-RoPE section sizes)", s.file, s.path("rope_parameters"))
     })?;
     let rs = Section { file: s.file, name: rope_name, map: rope };
-    rs.check_keys(&[&["rope_type", "type", "mrope_section", "mrope_interleaved", "rope_theta"]])?;
+    rs.check_keys(&[KeySection::TextRope])?;
     let kind = rs.str_or("rope_type", &rs.str_or("type", "default")?)?;
     if kind != "default" && kind != "mrope" {
         bail!("{}: `{}.rope_type` = `{kind}` is not supported (only default M-RoPE)", s.file, rope_name);
@@ -391,8 +347,16 @@ fn read_text(s: &Section, top: &Section, arch: Arch) -> Result<TextConfig> {
             head_dim / 2
         );
     }
-    let default_theta = if arch == Arch::Qwen3Vl { 5e6 } else { 1e6 };
-    let rope_theta = rs.f64_or("rope_theta", s.f64_or("rope_theta", default_theta)?)?;
+    let rope_theta = match (rs.get("rope_theta"), s.get("rope_theta"), arch) {
+        (None, None, Arch::Qwen3Vl) => bail!(
+            "{}: missing key `{}.rope_theta`: transformers 4 takes 5000000 for a Qwen3-VL without it and \
+             transformers 5 takes 500000, so guirl will not guess; write the checkpoint's value",
+            s.file,
+            s.path(rope_name)
+        ),
+        // Qwen2.5-VL: 1000000 in every transformers version
+        _ => rs.f64_or("rope_theta", s.f64_or("rope_theta", 1e6)?)?,
+    };
     let act = s.str_or("hidden_act", "silu")?;
     if act != "silu" {
         bail!(
@@ -433,7 +397,7 @@ fn vision_rope_theta(s: &Section) -> Result<f64> {
     })?;
     let name = format!("{}.rope_parameters", s.name);
     let rs = Section { file: s.file, name: &name, map };
-    rs.check_keys(&[&["rope_type", "type", "rope_theta"]])?;
+    rs.check_keys(&[KeySection::VisionRope])?;
     let kind = rs.str_or("rope_type", &rs.str_or("type", "axial")?)?;
     // transformers 5 writes "axial" (the tower's 2-D rotary embedding over rows and columns)
     if kind != "axial" && kind != "default" {

@@ -6,6 +6,7 @@
 //! (the layers, over the kernels of [`crate::nn`]).
 
 pub mod config;
+pub mod config_keys;
 pub mod kv_cache;
 pub mod nn;
 pub mod rope;

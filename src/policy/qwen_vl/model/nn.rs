@@ -50,16 +50,23 @@ impl Linear {
     /// The frozen layer alone, adapters ignored (the KL reference's forward).
     pub fn forward_base(&self, x: &Tensor) -> Result<Tensor> {
         let dims = x.dims().to_vec();
-        let flat = x.reshape(((), self.in_dim()))?;
-        let w = self.weight_for(x)?;
+        let mut flat = x.reshape(((), self.in_dim()))?;
+        // bf16/f16 with a bias on the CPU: product and bias in f32 and one rounding, as
+        // PyTorch's linear (candle's CPU bf16 product widens to f32 anyway, and rounded
+        // before the bias was added)
+        if self.bias.is_some() && matches!(x.dtype(), DType::BF16 | DType::F16) && x.device().is_cpu() {
+            flat = flat.to_dtype(DType::F32)?;
+        }
+        let w = self.weight_for(&flat)?;
         let mut y = if flat.track_op() && !w.track_op() {
             frozen_matmul(&flat, &w)?
         } else {
             gemm::product(&flat, &w.t()?)?
         };
         if let Some(b) = &self.bias {
-            y = y.broadcast_add(b)?;
+            y = y.broadcast_add(&b.to_dtype(y.dtype())?)?;
         }
+        let y = y.to_dtype(x.dtype())?;
         let mut out = dims;
         *out.last_mut().expect("a linear layer's input has a feature axis") = self.out_dim();
         Ok(y.reshape(out)?)
@@ -102,6 +109,8 @@ impl Module for Linear {
         let y = self.forward_base(x).map_err(candle_core::Error::wrap)?;
         match self.lora.as_ref().map(|l| l.delta(x)).transpose().map_err(candle_core::Error::wrap)?.flatten()
         {
+            // the low-rank term is f32: added in f32 and rounded once, as peft does
+            Some(d) if y.dtype() != d.dtype() => (y.to_dtype(d.dtype())? + d)?.to_dtype(y.dtype()),
             Some(d) => y + d,
             None => Ok(y),
         }

@@ -12,7 +12,7 @@ use super::rope::{vision_cos_sin, vision_patch_positions};
 use super::weights::Weights;
 use crate::nn::activation;
 use anyhow::{bail, Result};
-use candle_core::{Module, Tensor, D};
+use candle_core::{DType, Module, Tensor, D};
 
 /// What the tower gives the language model for a batch of images.
 pub struct VisionOutput {
@@ -187,7 +187,9 @@ impl VisionTower {
             x = (x + self.interpolated_positions(table, grids)?)?;
         }
         let head_dim = self.cfg.hidden_size / self.cfg.num_heads;
-        let (cos, sin) = vision_cos_sin(&positions, head_dim, self.rope_theta, dtype, x.device())?;
+        // f32 tables, never rounded to the model's dtype: transformers applies the vision
+        // rotary embedding in f32 with f32 tables
+        let (cos, sin) = vision_cos_sin(&positions, head_dim, self.rope_theta, DType::F32, x.device())?;
         let full: Vec<(usize, usize)> =
             segments(grids.iter().flat_map(|g| std::iter::repeat_n(g[1] * g[2], g[0])));
 
@@ -209,9 +211,8 @@ impl VisionTower {
             None => (cos, sin),
         };
 
-        // RoPE in f32 (as transformers does), the tables converted once for every block
-        let cos = cos.unsqueeze(1)?.to_dtype(candle_core::DType::F32)?;
-        let sin = sin.unsqueeze(1)?.to_dtype(candle_core::DType::F32)?;
+        // RoPE in f32 (as transformers does), the tables shaped once for every block
+        let (cos, sin) = (cos.unsqueeze(1)?, sin.unsqueeze(1)?);
         let mut deepstack = Vec::new();
         for (i, block) in self.blocks.iter().enumerate() {
             let segs = if order.is_some() && !self.cfg.fullatt_block_indexes.contains(&i) {
@@ -313,15 +314,16 @@ impl VisionTower {
         let mut sum: Option<Tensor> = None;
         for k in 0..4 {
             let n = idx[k].len();
-            let rows = table.index_select(&Tensor::new(idx[k].as_slice(), dev)?, 0)?;
-            let w = Tensor::from_vec(std::mem::take(&mut wts[k]), (n, 1), dev)?.to_dtype(table.dtype())?;
+            // in f32 and rounded once at the end, as transformers (its weights are f32)
+            let rows = table.index_select(&Tensor::new(idx[k].as_slice(), dev)?, 0)?.to_dtype(DType::F32)?;
+            let w = Tensor::from_vec(std::mem::take(&mut wts[k]), (n, 1), dev)?;
             let term = rows.broadcast_mul(&w)?;
             sum = Some(match sum {
                 None => term,
                 Some(s) => (s + term)?,
             });
         }
-        Ok(sum.expect("four taps"))
+        Ok(sum.expect("four taps").to_dtype(table.dtype())?)
     }
 }
 

@@ -198,8 +198,9 @@ impl LoraAdapter {
         Ok(Some((a, b, mask)))
     }
 
-    /// `scale · (dropout(x) Aᵀ) Bᵀ` in `x`'s dtype (A and B stay f32 for the optimizer),
-    /// with the weights the switch selects; None when adapters are off. Dropout acts only
+    /// `scale · (dropout(x) Aᵀ) Bᵀ` in f32 whatever `x`'s dtype (A and B are f32, as peft
+    /// keeps them in a bf16 model; the caller adds it to the base output in f32), with the
+    /// weights the switch selects; None when adapters are off. Dropout acts only
     /// while the model is in a training pass. The layers run the fused
     /// `nn::fused::lora_linear`, which treats the base weight as frozen; this composed form
     /// is for a layer whose weight is also trained whole.
@@ -209,10 +210,11 @@ impl LoraAdapter {
             Some(m) => (x * m)?,
             None => x.clone(),
         };
+        let x = x.to_dtype(DType::F32)?;
         let dims = x.dims().to_vec();
         let inp = *dims.last().ok_or_else(|| anyhow!("LoRA input without a feature axis"))?;
-        let a = a.to_dtype(x.dtype())?;
-        let b = b.to_dtype(x.dtype())?;
+        let a = a.to_dtype(DType::F32)?;
+        let b = b.to_dtype(DType::F32)?;
         let flat = x.reshape(((), inp))?;
         let y = (flat.matmul(&a.t()?)?.matmul(&b.t()?)? * self.scale)?;
         let mut out = dims;
