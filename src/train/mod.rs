@@ -20,8 +20,11 @@
 //!   [`run_folder`]: one run per folder, resumes with the run's own config.
 
 pub mod advantage;
+pub mod algo_check;
 pub mod algo_config;
 pub mod algo_kind;
+pub mod algo_migrate;
+pub mod algo_table;
 pub mod branch;
 pub mod checkpoint;
 pub mod config;
