@@ -190,12 +190,16 @@ impl AlgoConfig {
     /// This config with another kind (its own settings at their defaults; DAPO's
     /// techniques turned on, as loading `kind = "dapo"` does).
     pub fn with_kind(mut self, kind: AlgoKind) -> AlgoConfig {
+        self.set_kind(kind);
+        self
+    }
+    /// Switch to another kind, as [`AlgoConfig::with_kind`].
+    pub fn set_kind(&mut self, kind: AlgoKind) {
         self.variant = AlgoVariant::of(kind);
         if kind == AlgoKind::Dapo {
             self.dynamic_sampling.get_or_insert_with(DynamicSampling::default);
             self.overlong_penalty.get_or_insert_with(OverlongPenalty::default);
         }
-        self
     }
     /// The algorithm's name.
     pub fn kind(&self) -> AlgoKind {
