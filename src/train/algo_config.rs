@@ -7,24 +7,13 @@ use super::advantage::{AdvStd, StepCredit};
 use super::objective::{KlEstimator, LossAgg, LossConfig, PolicyLossKind};
 use super::optim::{AdamWConfig, LrSchedule, LrScheduler};
 use super::algo_table::AlgoTable;
+pub use super::kl::KlMode;
 use super::rewards::TrainReward;
 use serde::{Deserialize, Serialize};
 
 pub use super::algo_kind::{
     AlgoKind, AlgoVariant, DynamicSampling, GigpoConfig, GspoConfig, GspoLevel, OverlongPenalty, PpoConfig,
 };
-
-/// Where the KL to the reference acts (`[algo] kl_mode`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum KlMode {
-    /// A loss term `β · KL` on the tokens being trained (GRPO).
-    #[default]
-    Loss,
-    /// Subtracted from each step's reward before the advantages, `r_t − β · Σ_tokens KL`,
-    /// from the rollout's log-probs against the reference's (PPO / RLHF).
-    Reward,
-}
 
 /// `[algo]`, read: the kind with its own settings, the shared keys, and the techniques.
 /// It is read and written through [`super::algo_table::AlgoTable`], the table as written.

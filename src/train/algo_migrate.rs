@@ -128,7 +128,7 @@ fn techniques(t: &mut Table, kind: &str, notes: &mut Vec<String>) {
     let now_dapo = t.get("kind").and_then(Value::as_str) == Some("dapo");
     let ds_written = sampling.is_some() || drop.is_some() || max_extra.is_some();
     if filter {
-        let n = if refill { max_extra.clone().unwrap_or(Value::Integer(3)) } else { Value::Integer(0) };
+        let n = if refill { max_extra.unwrap_or(Value::Integer(3)) } else { Value::Integer(0) };
         if ds_written || !now_dapo {
             sub_table(t, "dynamic_sampling").insert("max_extra".into(), n.clone());
             notes.push(format!(
@@ -176,10 +176,10 @@ pub fn table_text(algo: &Table) -> String {
     let mut doc = Table::new();
     doc.insert("algo".into(), Value::Table(rest));
     let text = toml::to_string(&doc).unwrap_or_default();
-    match kind {
-        Some(k) => text.replacen("[algo]\n", &format!("[algo]\nkind = {k}\n"), 1),
-        None => text,
-    }
+    // TOML leaves the header out of a table that holds only sub-tables.
+    let body = text.strip_prefix("[algo]\n").unwrap_or(&text);
+    let kind = kind.map(|k| format!("kind = {k}\n")).unwrap_or_default();
+    format!("[algo]\n{kind}{body}")
 }
 
 /// The error for an old-form `[algo]`: what changed, and the user's table rewritten.

@@ -6,6 +6,7 @@
 
 use super::advantage::{AdvStd, StepCredit};
 use super::algo_kind::{AlgoKind, DynamicSampling, GigpoConfig, GspoConfig, OverlongPenalty, PpoConfig};
+use super::kl::KlMode;
 use super::objective::{KlEstimator, LossAgg};
 use super::optim::LrSchedule;
 use super::rewards::TrainReward;

@@ -1,6 +1,10 @@
 //! Training: the GRPO-family math and everything around the update step.
 //!
 //! - [`config`]: `TrainConfig`, the `guirl train` TOML file, validated with key names.
+//!   Its `[algo]`: [`algo_config`] (`AlgoConfig`: the kind as an [`algo_kind::AlgoVariant`]
+//!   carrying its own settings, the shared keys, DAPO's techniques), [`algo_table`] (the
+//!   table as written), [`algo_check`] (value checks and warnings), [`algo_migrate`] (the
+//!   old flat form refused with its new form, or migrated on resume).
 //! - [`trainer`]: the iteration loop only; [`update`]: its μ epochs of minibatch steps;
 //!   [`dynamic_sampling`]: collecting an iteration's groups (DAPO's dynamic sampling);
 //!   [`rewards`]: truncation / give-up corrections and DAPO's overlong penalty;
