@@ -175,8 +175,8 @@ fn dapo_defaults_and_techniques() {
     let set = parse_ok(&format!("{MINIMAL}[algo.overlong_penalty]\nwindow = 4\n"));
     assert_eq!(set.algo.overlong_penalty, Some(OverlongPenalty { window: Some(4), weight: 1.0 }));
     // a technique's key outside its table is the old form, refused with the new form
-    let e = err(&format!("{MINIMAL}[algo]\noverlong_window = 4\n"));
-    assert!(e.contains("[algo] is in the old form") && e.contains("[algo.overlong_penalty]\nwindow = 4"), "{e}");
+    let e = err(&format!("{MINIMAL}[algo]\noverlong_penalty = true\noverlong_window = 4\n"));
+    assert!(e.contains("[algo] is in the old form") && e.contains("[algo.overlong_penalty]\nweight = 1.0\nwindow = 4"), "{e}");
 }
 
 #[test]
