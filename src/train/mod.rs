@@ -37,6 +37,7 @@ pub mod decoupled;
 pub mod demos;
 pub mod dynamic_sampling;
 pub mod eval;
+pub mod example_config;
 pub mod kl;
 pub mod metrics;
 pub mod model;
