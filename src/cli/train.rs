@@ -1,7 +1,7 @@
 //! `guirl train`.
 
-use crate::train::trainer::{run_dir, Trainer};
 use crate::train::config::AlgoKind;
+use crate::train::trainer::{run_dir, Trainer};
 use crate::train::TrainConfig;
 use anyhow::Context;
 use std::path::PathBuf;

@@ -4,10 +4,10 @@
 //! [`super::algo_check`]; old-form configs are recognised in [`super::algo_migrate`].
 
 use super::advantage::{AdvStd, StepCredit};
-use super::objective::{KlEstimator, LossAgg, LossConfig, PolicyLossKind};
-use super::optim::{AdamWConfig, LrSchedule, LrScheduler};
 use super::algo_table::AlgoTable;
 pub use super::kl::KlMode;
+use super::objective::{KlEstimator, LossAgg, LossConfig, PolicyLossKind};
+use super::optim::{AdamWConfig, LrSchedule, LrScheduler};
 use super::rewards::TrainReward;
 use serde::{Deserialize, Serialize};
 

@@ -137,9 +137,13 @@ fn techniques(t: &mut Table, kind: &str, notes: &mut Vec<String>) {
             ));
         }
     } else if ds_written {
-        notes.push("algo.dynamic_sampling / drop_all_equal_groups / dynamic_sampling_max_extra dropped: off".into());
+        notes.push(
+            "algo.dynamic_sampling / drop_all_equal_groups / dynamic_sampling_max_extra dropped: off".into(),
+        );
         if sampling == Some(true) {
-            notes.push("(dynamic_sampling = true with drop_all_equal_groups = false was refused before)".into());
+            notes.push(
+                "(dynamic_sampling = true with drop_all_equal_groups = false was refused before)".into(),
+            );
         }
     }
     let ol_written = penalty.is_some() || window.is_some() || weight.is_some();

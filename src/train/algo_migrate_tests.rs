@@ -88,7 +88,10 @@ fn dapos_old_switches_keep_their_meaning() {
     assert!(c.algo.overlong_penalty.is_none());
     // the penalty's settings go with it
     let (c, _) = migrated("overlong_penalty = true\noverlong_window = 4\noverlong_weight = 0.5\n");
-    assert_eq!(c.algo.overlong_penalty, Some(crate::train::config::OverlongPenalty { window: Some(4), weight: 0.5 }));
+    assert_eq!(
+        c.algo.overlong_penalty,
+        Some(crate::train::config::OverlongPenalty { window: Some(4), weight: 0.5 })
+    );
     // settings of a technique that was off: dropped, said so
     let (c, notes) = migrated("overlong_window = 4\ndynamic_sampling_max_extra = 2\n");
     assert_eq!(c, new_form(""));
@@ -110,7 +113,9 @@ fn an_old_run_folders_config_resumes_with_an_announced_migration() {
     let (c, notes) = TrainConfig::parse_migrating(&old).unwrap();
     assert_eq!(c.algo.variant, AlgoVariant::Gigpo(GigpoConfig { omega: 0.5, step_std: true }));
     assert!(c.algo.dynamic_sampling.is_none() && c.algo.overlong_penalty.is_none());
-    for moved in ["[algo.gigpo] omega = 0.5", "algo.gae_lambda = 0.95 dropped", "algo.gspo_level = \"action\" dropped"] {
+    for moved in
+        ["[algo.gigpo] omega = 0.5", "algo.gae_lambda = 0.95 dropped", "algo.gspo_level = \"action\" dropped"]
+    {
         assert!(notes.iter().any(|n| n.contains(moved)), "{moved}: {notes:?}");
     }
     let new = new_form(
@@ -123,8 +128,10 @@ fn an_old_run_folders_config_resumes_with_an_announced_migration() {
 
 #[test]
 fn a_new_form_table_is_not_old() {
-    let t: toml::Table =
-        toml::from_str("kind = \"dapo\"\n[dynamic_sampling]\nmax_extra = 2\n[overlong_penalty]\nweight = 0.5\n").unwrap();
+    let t: toml::Table = toml::from_str(
+        "kind = \"dapo\"\n[dynamic_sampling]\nmax_extra = 2\n[overlong_penalty]\nweight = 0.5\n",
+    )
+    .unwrap();
     assert!(old_keys(&t).is_empty());
     let t: toml::Table = toml::from_str("dynamic_sampling = true\n").unwrap();
     assert_eq!(old_keys(&t), ["dynamic_sampling"]);

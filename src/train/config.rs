@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 pub use super::algo_config::{
-    AlgoConfig, AlgoKind, AlgoVariant, DynamicSampling, GigpoConfig, GspoConfig, GspoLevel, KlMode, OverlongPenalty,
-    PpoConfig,
+    AlgoConfig, AlgoKind, AlgoVariant, DynamicSampling, GigpoConfig, GspoConfig, GspoLevel, KlMode,
+    OverlongPenalty, PpoConfig,
 };
 pub use super::model::{ModelConfig, ModelPreset};
 
@@ -289,7 +289,8 @@ impl TrainConfig {
     pub fn load_migrating(path: &Path) -> anyhow::Result<(TrainConfig, Vec<String>)> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read train config {}", path.display()))?;
-        let (mut c, notes) = TrainConfig::parse_migrating(&text).with_context(|| format!("in {}", path.display()))?;
+        let (mut c, notes) =
+            TrainConfig::parse_migrating(&text).with_context(|| format!("in {}", path.display()))?;
         c.resolve();
         c.validate().with_context(|| format!("invalid train config {}", path.display()))?;
         Ok((c, notes))

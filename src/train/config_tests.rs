@@ -176,7 +176,11 @@ fn dapo_defaults_and_techniques() {
     assert_eq!(set.algo.overlong_penalty, Some(OverlongPenalty { window: Some(4), weight: 1.0 }));
     // a technique's key outside its table is the old form, refused with the new form
     let e = err(&format!("{MINIMAL}[algo]\noverlong_penalty = true\noverlong_window = 4\n"));
-    assert!(e.contains("[algo] is in the old form") && e.contains("[algo.overlong_penalty]\nweight = 1.0\nwindow = 4"), "{e}");
+    assert!(
+        e.contains("[algo] is in the old form")
+            && e.contains("[algo.overlong_penalty]\nweight = 1.0\nwindow = 4"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -458,7 +462,9 @@ fn k1_as_a_loss_term_and_a_kl_term_under_dapo_are_warned_about() {
     // Both at once: both warnings.
     assert_eq!(algo("kind = \"dapo\"\nbeta = 0.01\nkl_estimator = \"k1\"").warnings().len(), 2);
     // The alternative the DAPO warning offers is a valid config.
-    algo("kind = \"grpo\"\nbeta = 0.01\nclip_high = 0.28\n[algo.dynamic_sampling]\n[algo.overlong_penalty]\n");
+    algo(
+        "kind = \"grpo\"\nbeta = 0.01\nclip_high = 0.28\n[algo.dynamic_sampling]\n[algo.overlong_penalty]\n",
+    );
 }
 
 #[test]

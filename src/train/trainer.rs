@@ -428,7 +428,9 @@ impl Trainer {
             }
         }
         let value = match (self.critic.as_mut(), &ppo, algo.ppo()) {
-            (Some(c), Some(p), Some(settings)) => Some(off_runtime(|| c.train(p, algo, settings, cfg.run.seed, it))?),
+            (Some(c), Some(p), Some(settings)) => {
+                Some(off_runtime(|| c.train(p, algo, settings, cfg.run.seed, it))?)
+            }
             _ => None,
         };
         let update_secs = t1.elapsed().as_secs_f64();

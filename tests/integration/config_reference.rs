@@ -375,7 +375,11 @@ fn every_code_key_is_found_and_typed() {
     let defaults = TrainConfig::parse(MINIMAL).unwrap();
     let toml::Value::Table(base) = toml::Value::try_from(&defaults).unwrap() else { unreachable!() };
     assert_eq!(variants(&base, "algo", "gspo.level"), ["action", "trajectory"]);
-    assert!(has("algo", "ppo.gae_lambda") && has("algo", "gigpo.omega") && has("algo", "dynamic_sampling.max_extra"));
+    assert!(
+        has("algo", "ppo.gae_lambda")
+            && has("algo", "gigpo.omega")
+            && has("algo", "dynamic_sampling.max_extra")
+    );
     assert_eq!(variants(&base, "algo", "loss_agg").len(), 4);
 }
 

@@ -91,14 +91,12 @@ pub fn estimate(
             group_advantages(batch, algo.adv_std(), algo.eps)
         }
         AlgoVariant::Rloo => rloo::rloo_advantages(batch),
-        AlgoVariant::ReinforcePp => return reinforce_pp::reinforce_pp_advantages(batch, algo.gamma, algo.eps),
+        AlgoVariant::ReinforcePp => {
+            return reinforce_pp::reinforce_pp_advantages(batch, algo.gamma, algo.eps)
+        }
         AlgoVariant::Gigpo(g) => {
-            let step = gigpo::StepGroups {
-                gamma: algo.gamma,
-                omega: g.omega,
-                std: g.step_std,
-                eps: algo.eps,
-            };
+            let step =
+                gigpo::StepGroups { gamma: algo.gamma, omega: g.omega, std: g.step_std, eps: algo.eps };
             return gigpo::gigpo_advantages(batch, keys, algo.adv_std(), step);
         }
         AlgoVariant::Ppo(ppo) => {

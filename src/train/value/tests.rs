@@ -116,7 +116,9 @@ fn ppo_options_are_checked_naming_the_key() {
     let bad = PpoConfig { gae_lambda: 1.5, value_lr: 0.0, value_clip: Some(-1.0), ..Default::default() };
     let e = errors(with(bad), 10);
     assert!(
-        e.contains("algo.ppo.gae_lambda") && e.contains("algo.ppo.value_lr") && e.contains("algo.ppo.value_clip"),
+        e.contains("algo.ppo.gae_lambda")
+            && e.contains("algo.ppo.value_lr")
+            && e.contains("algo.ppo.value_clip"),
         "{e}"
     );
     let e = errors(with(PpoConfig { critic_warmup: 10, ..Default::default() }), 10);
@@ -216,11 +218,13 @@ fn the_example_config_runs_ppo_by_switching_the_kind() {
     assert_eq!((g.gamma, g.lambda, g.normalize, g.truncation_ends), (1.0, 0.95, true, false));
     assert_eq!((c.algo.clip_low(), c.algo.clip_high(), c.algo.ppo().unwrap().value_clip), (0.2, 0.2, None));
     // The example for PPO writes its table out, and it reaches the settings.
-    let text = crate::train::config::example_config(AlgoKind::Ppo).replace("critic_warmup = 0", "critic_warmup = 3");
+    let text =
+        crate::train::config::example_config(AlgoKind::Ppo).replace("critic_warmup = 0", "critic_warmup = 3");
     let c = TrainConfig::parse(&text).unwrap();
     assert_eq!(c.algo.critic_only_iterations(), 3);
     // The table is refused under another kind, naming the kind it belongs to.
-    let e = format!("{:#}", TrainConfig::parse(&text.replace("kind = \"ppo\"", "kind = \"grpo\"")).unwrap_err());
+    let e =
+        format!("{:#}", TrainConfig::parse(&text.replace("kind = \"ppo\"", "kind = \"grpo\"")).unwrap_err());
     assert!(e.contains("[algo.ppo] holds PPO's own keys, but algo.kind = \"grpo\""), "{e}");
 }
 
