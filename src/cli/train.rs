@@ -1,7 +1,9 @@
 //! `guirl train`.
 
+use crate::train::config::AlgoKind;
 use crate::train::trainer::{run_dir, Trainer};
 use crate::train::TrainConfig;
+use anyhow::Context;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -12,9 +14,14 @@ pub struct TrainArgs {
     /// The training config (TOML).
     #[arg(required_unless_present = "example_config")]
     config: Option<PathBuf>,
-    /// Print the documented example config (every key, with its default) and exit.
+    /// Print the documented example config (every key, with its default; each kind's own
+    /// table commented out) and exit.
     #[arg(long, conflicts_with_all = ["resume", "out"])]
     example_config: bool,
+    /// With --example-config: the example for this algorithm (grpo, dr_grpo, dapo, gspo,
+    /// rloo, reinforce_pp, gigpo, ppo), its own table written out.
+    #[arg(long, value_name = "KIND", requires = "example_config")]
+    kind: Option<String>,
     /// Run folder (default: run.dir/run.name from the config).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -38,10 +45,30 @@ pub struct TrainArgs {
 /// `guirl train`.
 pub async fn train(args: TrainArgs) -> anyhow::Result<()> {
     let Some(path) = args.config.as_deref().filter(|_| !args.example_config) else {
-        print!("{}", crate::train::config::EXAMPLE_CONFIG);
+        match args.kind.as_deref() {
+            None => print!("{}", crate::train::config::EXAMPLE_CONFIG),
+            Some(name) => {
+                let kind = AlgoKind::from_name(name).with_context(|| {
+                    let names: Vec<&str> = AlgoKind::ALL.iter().map(|k| k.name()).collect();
+                    format!("--kind {name:?}: no such algorithm; one of {}", names.join(", "))
+                })?;
+                print!("{}", crate::train::config::example_config(kind));
+            }
+        }
         return Ok(());
     };
-    let cfg = TrainConfig::load(path)?;
+    // A resumed run's config may be its folder's config.toml, saved by a guirl that wrote
+    // the old [algo] form: read as the new form, announced (the folder's copy is rewritten).
+    let cfg = if args.resume {
+        let (cfg, moved) = TrainConfig::load_migrating(path)?;
+        if !moved.is_empty() {
+            let list: String = moved.iter().map(|m| format!("\n  {m}")).collect();
+            tracing::warn!("{}: the old [algo] form, read as the new form:{list}", path.display());
+        }
+        cfg
+    } else {
+        TrainConfig::load(path)?
+    };
     let rendezvous = crate::dist::Rendezvous::from_env()?;
     // Refused before any rank starts (see `Trainer::new_in_group`).
     anyhow::ensure!(

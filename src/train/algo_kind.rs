@@ -1,4 +1,5 @@
-//! Which algorithm `[algo] kind` names, and what each kind sets by default.
+//! Which algorithm `[algo] kind` names, what each kind sets by default, and the settings
+//! that belong to one kind (its sub-table) or to one technique (DAPO's two).
 
 use super::objective::LossAgg;
 use serde::{Deserialize, Serialize};
@@ -57,5 +58,209 @@ impl AlgoKind {
             AlgoKind::DrGrpo => LossAgg::SeqMeanTokenSumNorm,
             _ => LossAgg::TokenMean,
         }
+    }
+}
+
+impl AlgoKind {
+    /// Every kind, in the order `kind`'s documentation lists them.
+    pub const ALL: [AlgoKind; 8] = [
+        AlgoKind::Grpo,
+        AlgoKind::DrGrpo,
+        AlgoKind::Dapo,
+        AlgoKind::Gspo,
+        AlgoKind::Rloo,
+        AlgoKind::ReinforcePp,
+        AlgoKind::Gigpo,
+        AlgoKind::Ppo,
+    ];
+    /// The name a config writes (`kind = "reinforce_pp"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            AlgoKind::Grpo => "grpo",
+            AlgoKind::DrGrpo => "dr_grpo",
+            AlgoKind::Dapo => "dapo",
+            AlgoKind::Gspo => "gspo",
+            AlgoKind::Rloo => "rloo",
+            AlgoKind::ReinforcePp => "reinforce_pp",
+            AlgoKind::Gigpo => "gigpo",
+            AlgoKind::Ppo => "ppo",
+        }
+    }
+    /// The kind a config names, `None` for a name that is none.
+    pub fn from_name(name: &str) -> Option<AlgoKind> {
+        AlgoKind::ALL.into_iter().find(|k| k.name() == name)
+    }
+}
+
+impl std::fmt::Display for AlgoKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The unit of GSPO's sequence ratio (`[algo.gspo] level`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GspoLevel {
+    /// The tokens of one action.
+    #[default]
+    Action,
+    /// Every token of a trajectory (minibatches then hold whole trajectories).
+    Trajectory,
+}
+
+/// `[algo.gspo]`: GSPO's own keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GspoConfig {
+    /// The sequence ratio over each action's tokens or each trajectory's.
+    pub level: GspoLevel,
+}
+
+/// `[algo.gigpo]`: GiGPO's own keys.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GigpoConfig {
+    /// ω: weight of the step advantage (steps of a group taken from the same screenshot).
+    pub omega: f64,
+    /// Divide the step advantages by their step group's std (false: mean only).
+    pub step_std: bool,
+}
+
+impl Default for GigpoConfig {
+    fn default() -> Self {
+        GigpoConfig { omega: 1.0, step_std: true }
+    }
+}
+
+/// `[algo.ppo]`: PPO's own keys, those of its critic and of GAE.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PpoConfig {
+    /// λ of GAE: 0 = one-step TD, 1 = Monte-Carlo return minus V.
+    pub gae_lambda: f64,
+    /// The critic's own learning rate (constant, AdamW).
+    pub value_lr: f64,
+    /// PPO2's value clip c: the loss is `½ max((V − R)², (clip(V, V_old ± c) − R)²)`. Off
+    /// by default: Andrychowicz et al. (2021, "What matters in on-policy RL") found value
+    /// clipping no help and sometimes harmful.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value_clip: Option<f64>,
+    /// Iterations at the start in which only the critic trains (the policy and the
+    /// adaptive β wait).
+    pub critic_warmup: u64,
+    /// Passes of the critic over each batch (default: `[algo] epochs`, which it follows).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value_epochs: Option<usize>,
+    /// Whiten the advantages over the batch.
+    pub normalize_advantages: bool,
+}
+
+impl Default for PpoConfig {
+    fn default() -> Self {
+        PpoConfig {
+            gae_lambda: 0.95,
+            value_lr: 1e-3,
+            value_clip: None,
+            critic_warmup: 0,
+            value_epochs: None,
+            normalize_advantages: true,
+        }
+    }
+}
+
+/// The algorithm with the settings only it has: `[algo] kind` and, for the kinds that
+/// have any, their sub-table. Code that needs PPO's λ takes it from [`AlgoVariant::Ppo`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum AlgoVariant {
+    /// GRPO.
+    Grpo,
+    /// Dr. GRPO.
+    DrGrpo,
+    /// DAPO (its dynamic sampling and overlong penalty are `[algo]`'s, always on for it).
+    Dapo,
+    /// GSPO, `[algo.gspo]`.
+    Gspo(GspoConfig),
+    /// RLOO.
+    Rloo,
+    /// REINFORCE++.
+    ReinforcePp,
+    /// GiGPO, `[algo.gigpo]`.
+    Gigpo(GigpoConfig),
+    /// PPO, `[algo.ppo]`.
+    Ppo(PpoConfig),
+}
+
+impl AlgoVariant {
+    /// The kind, for code that needs only the name.
+    pub fn kind(&self) -> AlgoKind {
+        match self {
+            AlgoVariant::Grpo => AlgoKind::Grpo,
+            AlgoVariant::DrGrpo => AlgoKind::DrGrpo,
+            AlgoVariant::Dapo => AlgoKind::Dapo,
+            AlgoVariant::Gspo(_) => AlgoKind::Gspo,
+            AlgoVariant::Rloo => AlgoKind::Rloo,
+            AlgoVariant::ReinforcePp => AlgoKind::ReinforcePp,
+            AlgoVariant::Gigpo(_) => AlgoKind::Gigpo,
+            AlgoVariant::Ppo(_) => AlgoKind::Ppo,
+        }
+    }
+    /// `kind` with its own settings at their defaults.
+    pub fn of(kind: AlgoKind) -> AlgoVariant {
+        match kind {
+            AlgoKind::Grpo => AlgoVariant::Grpo,
+            AlgoKind::DrGrpo => AlgoVariant::DrGrpo,
+            AlgoKind::Dapo => AlgoVariant::Dapo,
+            AlgoKind::Gspo => AlgoVariant::Gspo(GspoConfig::default()),
+            AlgoKind::Rloo => AlgoVariant::Rloo,
+            AlgoKind::ReinforcePp => AlgoVariant::ReinforcePp,
+            AlgoKind::Gigpo => AlgoVariant::Gigpo(GigpoConfig::default()),
+            AlgoKind::Ppo => AlgoVariant::Ppo(PpoConfig::default()),
+        }
+    }
+}
+
+/// `[algo.dynamic_sampling]`: DAPO's dynamic sampling. Its presence turns it on (DAPO
+/// always has it): groups whose rewards are all equal carry no gradient and are left out;
+/// while fewer than `batch_seeds` groups are left, `batch_seeds` more are collected on
+/// fresh training seeds, at most `max_extra` times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DynamicSampling {
+    /// N: extra collections per iteration at most (0: leave the all-equal groups out and
+    /// collect nothing more).
+    pub max_extra: usize,
+}
+
+impl Default for DynamicSampling {
+    fn default() -> Self {
+        DynamicSampling { max_extra: 3 }
+    }
+}
+
+/// `[algo.overlong_penalty]`: DAPO's soft overlong penalty on the episode reward, by
+/// steps taken (see `rewards::overlong_penalty`). Its presence turns it on (DAPO
+/// always has it).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OverlongPenalty {
+    /// L: the soft window, in steps before `rollout.max_steps` (default `ceil(max_steps /
+    /// 5)`, DAPO's 4 096 of 20 480 tokens; filled in on load).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window: Option<u32>,
+    /// The most the penalty takes off the episode reward.
+    pub weight: f64,
+}
+
+impl Default for OverlongPenalty {
+    fn default() -> Self {
+        OverlongPenalty { window: None, weight: 1.0 }
+    }
+}
+
+impl OverlongPenalty {
+    /// The window under a step limit of `max_steps`, resolved.
+    pub fn window(&self, max_steps: u32) -> u32 {
+        self.window.unwrap_or(max_steps.div_ceil(5).max(1))
     }
 }

@@ -9,12 +9,13 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-pub use super::algo_config::{AlgoConfig, AlgoKind, GspoLevel, KlMode};
+pub use super::algo_config::{
+    AlgoConfig, AlgoKind, AlgoVariant, DynamicSampling, GigpoConfig, GspoConfig, GspoLevel, KlMode,
+    OverlongPenalty, PpoConfig,
+};
 pub use super::model::{ModelConfig, ModelPreset};
 
-/// A documented example with every key (the values shown are the defaults unless the
-/// comment says otherwise).
-pub const EXAMPLE_CONFIG: &str = include_str!("example_config.toml");
+pub use super::example_config::{example_config, EXAMPLE_CONFIG};
 
 /// The whole training configuration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -257,8 +258,12 @@ fn default_sft_minibatch() -> usize {
 }
 
 impl TrainConfig {
-    /// Parse TOML text (no validation). Errors name the unknown key and its table.
+    /// Parse TOML text (no validation). Errors name the unknown key and its table; an
+    /// `[algo]` of the old form is refused with its new form (see [`super::algo_migrate`]).
     pub fn parse(text: &str) -> anyhow::Result<TrainConfig> {
+        if let Some(algo) = old_form_algo(text) {
+            bail!("{}", super::algo_migrate::old_form_error(&algo));
+        }
         toml::from_str(text).map_err(|e| {
             let table = e.span().and_then(|s| table_at(text, s.start));
             match table {
@@ -266,6 +271,29 @@ impl TrainConfig {
                 None => anyhow::anyhow!("{e}"),
             }
         })
+    }
+
+    /// Parse TOML text as [`TrainConfig::parse`] does, but read an old-form `[algo]` as its
+    /// new form instead of refusing it. Returns what moved (empty for a new-form config),
+    /// for the caller to announce: `--resume` reads a run folder's saved config this way.
+    pub fn parse_migrating(text: &str) -> anyhow::Result<(TrainConfig, Vec<String>)> {
+        let Some(algo) = old_form_algo(text) else { return Ok((TrainConfig::parse(text)?, Vec::new())) };
+        let m = super::algo_migrate::migrate(&algo);
+        let mut doc: toml::Table = toml::from_str(text)?;
+        doc.insert("algo".into(), toml::Value::Table(m.table));
+        Ok((TrainConfig::parse(&toml::to_string(&doc)?)?, m.notes))
+    }
+
+    /// [`TrainConfig::load`] through [`TrainConfig::parse_migrating`]: the config and what
+    /// moved in its `[algo]`.
+    pub fn load_migrating(path: &Path) -> anyhow::Result<(TrainConfig, Vec<String>)> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read train config {}", path.display()))?;
+        let (mut c, notes) =
+            TrainConfig::parse_migrating(&text).with_context(|| format!("in {}", path.display()))?;
+        c.resolve();
+        c.validate().with_context(|| format!("invalid train config {}", path.display()))?;
+        Ok((c, notes))
     }
 
     /// Read and parse a config file as written: no defaults resolved, no validation.
@@ -288,19 +316,11 @@ impl TrainConfig {
         let a = &mut self.algo;
         a.clip_low = Some(a.clip_low());
         a.clip_high = Some(a.clip_high());
-        a.drop_all_equal_groups = Some(a.drop_all_equal_groups());
-        a.dynamic_sampling = Some(a.dynamic_sampling());
-        a.overlong_penalty = Some(a.overlong_penalty());
-        if a.overlong_penalty == Some(true) {
-            a.overlong_window = Some(a.overlong_window(self.rollout.max_steps));
+        if let Some(p) = &mut a.overlong_penalty {
+            p.window = Some(p.window(self.rollout.max_steps));
         }
         a.loss_agg = Some(a.loss_agg());
-        // `scale_std = true` (every config written before `adv_std`) says nothing beyond
-        // the default: dropped, so such a run resumes with a config that leaves it out.
-        if a.scale_std == Some(true) {
-            a.scale_std = None;
-        }
-        if a.kind.group_normalized() {
+        if a.kind().group_normalized() {
             a.adv_std = Some(a.adv_std());
         }
         if a.loss_agg == Some(LossAgg::SeqMeanTokenSumNorm) && a.loss_agg_norm.is_none() {
@@ -466,11 +486,12 @@ impl TrainConfig {
                     .into(),
             );
         }
-        if let Some(w) = self.algo.overlong_window {
+        // The window counts steps before the step limit, a [rollout] key.
+        if let Some(w) = self.algo.overlong_penalty.and_then(|p| p.window) {
             check(
                 w >= 1 && w <= self.rollout.max_steps,
                 format!(
-                    "algo.overlong_window must be in [1, rollout.max_steps = {}], got {w}",
+                    "algo.overlong_penalty.window must be in [1, rollout.max_steps = {}], got {w}",
                     self.rollout.max_steps
                 ),
             );
@@ -530,6 +551,14 @@ impl TrainConfig {
             bail!("{}", errs.join("\n"))
         }
     }
+}
+
+/// The `[algo]` table of `text` when it is in the old form (`None` for the new form, and
+/// for text that is not TOML: the parse then says why).
+fn old_form_algo(text: &str) -> Option<toml::Table> {
+    let doc: toml::Table = toml::from_str(text).ok()?;
+    let algo = doc.get("algo")?.as_table()?;
+    (!super::algo_migrate::old_keys(algo).is_empty()).then(|| algo.clone())
 }
 
 /// `cpu` → None, `cuda` → Some(0), `cuda:N` → Some(N).

@@ -29,7 +29,7 @@ fn the_example_parses_with_every_key() {
     assert_eq!(c.run.name, "click-button");
     assert_eq!(c.run.iterations, 200);
     assert_eq!(c.tasks.eval_seeds, EvalSeeds { start: 1_000_000, count: 100 });
-    assert_eq!(c.algo.kind, AlgoKind::Grpo);
+    assert_eq!(c.algo.kind(), AlgoKind::Grpo);
     assert_eq!((c.algo.clip_low(), c.algo.clip_high()), (0.2, 0.2));
     assert_eq!(c.model.preset, ModelPreset::Tiny);
     assert!(c.sft.is_none());
@@ -52,6 +52,7 @@ fn the_example_follows_the_algorithm_kind() {
     let dapo = with("dapo");
     assert_eq!((dapo.algo.clip_low(), dapo.algo.clip_high()), (0.2, 0.28));
     assert!(dapo.algo.drop_all_equal_groups() && !with("grpo").algo.drop_all_equal_groups());
+    assert!(dapo.algo.overlong_penalty.is_some() && with("grpo").algo.overlong_penalty.is_none());
     // Dr. GRPO: no std division and the constant normalizer, N = the model's max action
     // tokens (tiny: 12); GSPO: a mean over actions; the others token-mean and the group std.
     let dr = with("dr_grpo");
@@ -68,20 +69,21 @@ fn the_example_follows_the_algorithm_kind() {
     assert_eq!(with("gigpo").algo.adv_std, Some(AdvStd::Group));
     assert_eq!(with("rloo").algo.adv_std, None, "rloo has no std to choose");
     let g = with("gigpo");
-    assert_eq!((g.algo.gigpo_omega, g.algo.gigpo_step_std), (1.0, true));
+    assert_eq!(g.algo.variant, AlgoVariant::Gigpo(GigpoConfig { omega: 1.0, step_std: true }));
     assert_eq!(g.algo.kl_estimator, KlEstimator::K3);
 }
 
 #[test]
 fn the_new_algo_keys_parse_and_resolve() {
     let c = parse_ok(&format!(
-        "{MINIMAL}[algo]\nkind = \"gspo\"\ngspo_level = \"trajectory\"\ndual_clip = 3.0\n\
+        "{MINIMAL}[algo]\nkind = \"gspo\"\ndual_clip = 3.0\n\
          loss_agg = \"seq-mean-token-sum-norm\"\nloss_agg_norm = 20\nbeta = 0.1\nkl_estimator = \"k2\"\n\
          kl_mode = \"reward\"\nkl_target = 0.05\nkl_horizon = 500\nadv_std = \"batch\"\n\
-         step_credit = \"discounted\"\ngamma = 0.9\n"
+         step_credit = \"discounted\"\ngamma = 0.9\n[algo.gspo]\nlevel = \"trajectory\"\n"
     ));
     let a = &c.algo;
-    assert_eq!((a.gspo_level, a.dual_clip, a.loss_agg_norm), (GspoLevel::Trajectory, Some(3.0), Some(20.0)));
+    let level = AlgoVariant::Gspo(GspoConfig { level: GspoLevel::Trajectory });
+    assert_eq!((&a.variant, a.dual_clip, a.loss_agg_norm), (&level, Some(3.0), Some(20.0)));
     assert_eq!((a.kl_estimator, a.kl_mode, a.kl_target), (KlEstimator::K2, KlMode::Reward, Some(0.05)));
     assert_eq!((a.adv_std(), a.step_credit, a.kl_horizon), (AdvStd::Batch, StepCredit::Discounted, 500.0));
     let l = a.loss_config();
@@ -92,12 +94,6 @@ fn the_new_algo_keys_parse_and_resolve() {
     // in reward mode the loss has no KL term
     assert_eq!((l.beta, l.kl), (0.0, KlEstimator::K2));
     assert_eq!(parse_ok(&c.to_toml().unwrap()), c);
-    // the older spelling: scale_std = false is adv_std = "none"
-    let old = parse_ok(&format!("{MINIMAL}[algo]\nscale_std = false\n"));
-    assert_eq!(old.algo.adv_std(), AdvStd::None);
-    // scale_std = true, as every older resolved config has it, is the default: no difference
-    let older = parse_ok(&format!("{MINIMAL}[algo]\nscale_std = true\n"));
-    assert_eq!(older, parse_ok(MINIMAL));
 }
 
 #[test]
@@ -122,7 +118,7 @@ kind = "dapo"
 lr_schedule = "cosine"
 warmup = 5
 beta = 0.01
-scale_std = false
+adv_std = "none"
 [sft]
 dir = "demos"
 "#;
@@ -132,7 +128,7 @@ dir = "demos"
     assert!(c.algo.drop_all_equal_groups());
     assert_eq!(c.model.d_model, Some(128));
     assert_eq!(c.sft.as_ref().unwrap().epochs, 3);
-    assert_eq!(c.algo.adv_std(), AdvStd::None, "scale_std = false, the older spelling");
+    assert_eq!(c.algo.adv_std(), AdvStd::None);
     let lc = c.algo.loss_config();
     assert_eq!((lc.kind, lc.beta), (PolicyLossKind::Token, 0.01));
     let s = c.algo.lr_scheduler(c.run.iterations);
@@ -146,40 +142,45 @@ dir = "demos"
 }
 
 /// DAPO in full by default: clip-higher, token-mean, dynamic sampling (3 extra collections
-/// at most), the overlong penalty with a window of ceil(max_steps / 5) steps, no KL. Each
-/// part can be switched on for another kind or off for DAPO.
+/// at most), the overlong penalty with a window of ceil(max_steps / 5) steps, no KL. Either
+/// technique is turned on for another kind by writing its table.
 #[test]
-fn dapo_defaults_and_switches() {
+fn dapo_defaults_and_techniques() {
     let dapo = parse_ok(&format!("{MINIMAL}[algo]\nkind = \"dapo\"\n"));
     let a = &dapo.algo;
     assert_eq!((a.clip_low(), a.clip_high(), a.loss_agg()), (0.2, 0.28, LossAgg::TokenMean));
-    assert!(a.drop_all_equal_groups() && a.dynamic_sampling() && a.overlong_penalty());
-    assert_eq!((a.max_extra_collections(), a.overlong_window, a.overlong_weight), (3, Some(2), 1.0));
+    assert_eq!(a.dynamic_sampling, Some(DynamicSampling { max_extra: 3 }));
+    assert_eq!(a.overlong_penalty, Some(OverlongPenalty { window: Some(2), weight: 1.0 }));
     assert_eq!((a.beta, a.loss_config().beta, a.kl_target), (0.0, 0.0, None), "no KL by default");
     assert_eq!(parse_ok(&dapo.to_toml().unwrap()), dapo);
+    assert_eq!(dapo, parse_ok(&format!("{MINIMAL}[algo]\n{}", "kind = \"dapo\"\n[algo.dynamic_sampling]\n")));
     let grpo = parse_ok(MINIMAL);
     let g = &grpo.algo;
-    assert!(!g.drop_all_equal_groups() && !g.dynamic_sampling() && !g.overlong_penalty());
-    assert_eq!((g.max_extra_collections(), g.overlong_window), (0, None));
-    // dynamic sampling on another kind drops all-equal groups too
-    let c = parse_ok(&format!("{MINIMAL}[algo]\ndynamic_sampling = true\ndynamic_sampling_max_extra = 5\n"));
+    assert!(!g.drop_all_equal_groups() && g.dynamic_sampling.is_none() && g.overlong_penalty.is_none());
+    assert_eq!(g.max_extra_collections(), 0);
+    // dynamic sampling on another kind: its table turns it on
+    let c = parse_ok(&format!("{MINIMAL}[algo.dynamic_sampling]\nmax_extra = 5\n"));
     assert!(c.algo.drop_all_equal_groups() && c.algo.max_extra_collections() == 5);
-    // DAPO keeping every group has nothing to resample
-    let keep = parse_ok(&format!("{MINIMAL}[algo]\nkind = \"dapo\"\ndrop_all_equal_groups = false\n"));
-    assert!(!keep.algo.dynamic_sampling() && keep.algo.max_extra_collections() == 0);
-    let off = parse_ok(&format!(
-        "{MINIMAL}[algo]\nkind = \"dapo\"\ndynamic_sampling = false\noverlong_penalty = false\n"
-    ));
-    assert!(off.algo.drop_all_equal_groups() && !off.algo.dynamic_sampling() && !off.algo.overlong_penalty());
+    // max_extra = 0: all-equal groups left out, nothing collected in their place
+    let c = parse_ok(&format!("{MINIMAL}[algo]\nkind = \"dapo\"\n[algo.dynamic_sampling]\nmax_extra = 0\n"));
+    assert!(c.algo.drop_all_equal_groups() && c.algo.max_extra_collections() == 0);
     // the window follows rollout.max_steps: ceil(12 / 5) = 3, ceil(3 / 5) = 1
     let w = |steps: u32| {
         parse_ok(&format!("{MINIMAL}[algo]\nkind = \"dapo\"\n[rollout]\nmax_steps = {steps}\n"))
             .algo
-            .overlong_window
+            .overlong_penalty
+            .and_then(|p| p.window)
     };
     assert_eq!((w(12), w(3), w(1)), (Some(3), Some(1), Some(1)));
-    let set = parse_ok(&format!("{MINIMAL}[algo]\noverlong_penalty = true\noverlong_window = 4\n"));
-    assert_eq!((set.algo.overlong_penalty(), set.algo.overlong_window(10)), (true, 4));
+    let set = parse_ok(&format!("{MINIMAL}[algo.overlong_penalty]\nwindow = 4\n"));
+    assert_eq!(set.algo.overlong_penalty, Some(OverlongPenalty { window: Some(4), weight: 1.0 }));
+    // a technique's key outside its table is the old form, refused with the new form
+    let e = err(&format!("{MINIMAL}[algo]\noverlong_penalty = true\noverlong_window = 4\n"));
+    assert!(
+        e.contains("[algo] is in the old form")
+            && e.contains("[algo.overlong_penalty]\nweight = 1.0\nwindow = 4"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -244,11 +245,11 @@ fn bad_values_are_named() {
         ("algo", "dual_clip = 1.0", "algo.dual_clip must be > 1"),
         ("algo", "dual_clip = 0.5", "algo.dual_clip must be > 1"),
         (
-            "algo",
-            "gspo_level = \"trajectory\"",
-            "algo.gspo_level = \"trajectory\" applies to kind = \"gspo\" only",
+            "algo.gspo",
+            "level = \"trajectory\"",
+            "[algo.gspo] holds GSPO's own keys, but algo.kind = \"grpo\": to train GSPO set kind = \"gspo\"",
         ),
-        ("algo", "gspo_level = \"episode\"", "unknown variant `episode`, expected `action` or `trajectory`"),
+        ("algo.gspo", "level = \"episode\"", "unknown variant `episode`, expected `action` or `trajectory`"),
         (
             "algo",
             "loss_agg = \"mean\"",
@@ -270,32 +271,30 @@ fn bad_values_are_named() {
             "adv_std = \"bessel\"",
             "unknown variant `bessel`, expected one of `group`, `batch`, `none`",
         ),
-        ("algo", "kind = \"rloo\"\nadv_std = \"group\"", "algo.adv_std (and scale_std) apply to grpo"),
-        (
-            "algo",
-            "scale_std = false\nadv_std = \"group\"",
-            "algo.scale_std = false contradicts algo.adv_std = \"group\"",
-        ),
+        ("algo", "kind = \"rloo\"\nadv_std = \"group\"", "algo.adv_std applies to grpo"),
         (
             "algo",
             "kind = \"gigpo\"\nstep_credit = \"discounted\"",
             "algo.step_credit = \"discounted\" applies to grpo",
         ),
         ("algo", "step_credit = \"steps\"", "unknown variant `steps`, expected `episode` or `discounted`"),
-        ("algo", "gigpo_omega = -1.0", "algo.gigpo_omega must be >= 0"),
-        (
-            "algo",
-            "dynamic_sampling = true\ndrop_all_equal_groups = false",
-            "algo.dynamic_sampling = true needs algo.drop_all_equal_groups = true",
-        ),
-        ("algo", "dynamic_sampling_max_extra = 101", "algo.dynamic_sampling_max_extra must be at most 100"),
+        ("algo", "kind = \"gigpo\"\n[algo.gigpo]\nomega = -1.0", "algo.gigpo.omega must be >= 0"),
+        ("algo.gigpo", "omega = 1.0", "[algo.gigpo] holds GiGPO's own keys, but algo.kind = \"grpo\""),
+        ("algo.ppo", "gae_lambda = 0.9", "[algo.ppo] holds PPO's own keys, but algo.kind = \"grpo\""),
+        ("algo.ppo", "lambda = 0.9", "unknown field `lambda`, expected one of `gae_lambda`"),
+        ("algo.dynamic_sampling", "max_extra = 101", "algo.dynamic_sampling.max_extra must be at most 100"),
+        ("algo.dynamic_sampling", "extra = 1", "unknown field `extra`, expected `max_extra`"),
         ("algo", "success_replay = 1001", "algo.success_replay must be at most 1000"),
-        ("algo", "overlong_weight = -0.5", "algo.overlong_weight must be >= 0"),
-        ("algo", "overlong_window = 0", "algo.overlong_window must be in [1, rollout.max_steps = 10], got 0"),
+        ("algo.overlong_penalty", "weight = -0.5", "algo.overlong_penalty.weight must be >= 0"),
         (
-            "algo",
-            "overlong_window = 11",
-            "algo.overlong_window must be in [1, rollout.max_steps = 10], got 11",
+            "algo.overlong_penalty",
+            "window = 0",
+            "algo.overlong_penalty.window must be in [1, rollout.max_steps = 10], got 0",
+        ),
+        (
+            "algo.overlong_penalty",
+            "window = 11",
+            "algo.overlong_penalty.window must be in [1, rollout.max_steps = 10], got 11",
         ),
         ("rollout", "envs = 0", "rollout.envs must be at least 1"),
         ("model", "d_model = 100\nheads = 3", "model.heads (3) must divide model.d_model (100)"),
@@ -463,7 +462,9 @@ fn k1_as_a_loss_term_and_a_kl_term_under_dapo_are_warned_about() {
     // Both at once: both warnings.
     assert_eq!(algo("kind = \"dapo\"\nbeta = 0.01\nkl_estimator = \"k1\"").warnings().len(), 2);
     // The alternative the DAPO warning offers is a valid config.
-    algo("kind = \"grpo\"\nbeta = 0.01\nclip_high = 0.28\ndynamic_sampling = true\noverlong_penalty = true");
+    algo(
+        "kind = \"grpo\"\nbeta = 0.01\nclip_high = 0.28\n[algo.dynamic_sampling]\n[algo.overlong_penalty]\n",
+    );
 }
 
 #[test]

@@ -320,7 +320,7 @@ pub async fn collect_groups(
         replay.remember(&recs);
         out.replayed += replay.fill(&mut recs, &mut replay_draws);
         let (batch, index) = TrainingBatch::group(recs.iter().map(|r| &r.trajectory));
-        let keys = match algo.kind {
+        let keys = match algo.kind() {
             AlgoKind::Gigpo => anchor_keys(&recs, &index),
             _ => Vec::new(),
         };
@@ -351,13 +351,12 @@ pub async fn collect_groups(
             r.collections,
             r.groups,
             r.pass_rate(),
-            if max_extra > 0 { "; raise algo.dynamic_sampling_max_extra to look further" } else { "" }
+            if max_extra > 0 { "; raise [algo.dynamic_sampling] max_extra to look further" } else { "" }
         );
     }
-    if algo.overlong_penalty() {
+    if let Some(p) = algo.overlong_penalty {
         let max = cfg.rollout.max_steps;
-        let (n, sum) =
-            rewards::penalize_overlong(&mut out.recs, max, algo.overlong_window(max), algo.overlong_weight);
+        let (n, sum) = rewards::penalize_overlong(&mut out.recs, max, p.window(max), p.weight);
         out.overlong = (n, sum / out.recs.len().max(1) as f64);
     }
     Ok(out)
@@ -457,7 +456,7 @@ mod tests {
         let gigpo = algo("kind = \"gigpo\"\ngamma = 0.5");
         let (a, _) = crate::train::advantage::estimate(&gigpo, &batch, &vec![keys.clone()]);
         assert!(!zero(&a) && carries_signal(&gigpo, &g, &keys), "{a:?}");
-        let omega0 = algo("kind = \"gigpo\"\ngamma = 0.5\ngigpo_omega = 0.0");
+        let omega0 = algo("kind = \"gigpo\"\ngamma = 0.5\n[gigpo]\nomega = 0.0");
         let (a, _) = crate::train::advantage::estimate(&omega0, &batch, &vec![keys.clone()]);
         assert!(zero(&a) && !carries_signal(&omega0, &g, &keys), "{a:?}");
         // PPO and REINFORCE++: the baseline is the critic or the batch, not the group.
@@ -511,7 +510,7 @@ mod tests {
         assert_eq!(kept, vec![vec![F, F], vec![F, T], vec![F, F]]);
         assert_eq!(r, SamplingReport { collections: 3, groups: 6, informative: 1, kept: 1 });
         assert_eq!((r.extra(), r.pass_rate()), (2, 1.0 / 6.0));
-        // N = 0 (drop_all_equal_groups without dynamic sampling): one collection, no refill.
+        // N = 0 (`[algo.dynamic_sampling] max_extra = 0`): one collection, no refill.
         let (kept, r) = run(2, 0, true, &[none.clone(), none.clone()]);
         assert_eq!((kept, r.collections, r.kept, r.pass_rate()), (vec![vec![F, F]], 1, 0, 0.0));
     }

@@ -18,6 +18,19 @@ use super::objective::KlEstimator;
 use crate::policy::TrainablePolicy;
 use crate::rollout::{Recorded, TrainingBatch};
 use anyhow::Context;
+use serde::{Deserialize, Serialize};
+
+/// Where the KL to the reference acts (`[algo] kl_mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KlMode {
+    /// A loss term `β · KL` on the tokens being trained (GRPO).
+    #[default]
+    Loss,
+    /// Subtracted from each step's reward before the advantages, `r_t − β · Σ_tokens KL`,
+    /// from the rollout's log-probs against the reference's (PPO / RLHF).
+    Reward,
+}
 
 /// One step of the proportional controller (see the module docs).
 pub fn adaptive_beta(beta: f64, kl: f64, target: f64, n_steps: usize, horizon: f64) -> f64 {

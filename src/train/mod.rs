@@ -1,6 +1,10 @@
 //! Training: the GRPO-family math and everything around the update step.
 //!
 //! - [`config`]: `TrainConfig`, the `guirl train` TOML file, validated with key names.
+//!   Its `[algo]`: [`algo_config`] (`AlgoConfig`: the kind as an [`algo_kind::AlgoVariant`]
+//!   carrying its own settings, the shared keys, DAPO's techniques), [`algo_table`] (the
+//!   table as written), [`algo_check`] (value checks and warnings), [`algo_migrate`] (the
+//!   old flat form refused with its new form, or migrated on resume).
 //! - [`trainer`]: the iteration loop only; [`update`]: its μ epochs of minibatch steps;
 //!   [`dynamic_sampling`]: collecting an iteration's groups (DAPO's dynamic sampling);
 //!   [`rewards`]: truncation / give-up corrections and DAPO's overlong penalty;
@@ -20,8 +24,11 @@
 //!   [`run_folder`]: one run per folder, resumes with the run's own config.
 
 pub mod advantage;
+pub mod algo_check;
 pub mod algo_config;
 pub mod algo_kind;
+pub mod algo_migrate;
+pub mod algo_table;
 pub mod branch;
 pub mod checkpoint;
 pub mod config;
@@ -30,6 +37,7 @@ pub mod decoupled;
 pub mod demos;
 pub mod dynamic_sampling;
 pub mod eval;
+pub mod example_config;
 pub mod kl;
 pub mod metrics;
 pub mod model;

@@ -99,9 +99,19 @@ pub fn config_differences(old_text: &str, new: &TrainConfig) -> anyhow::Result<V
         c.resolve();
         Ok(toml::Value::try_from(c)?)
     };
-    // A config an older guirl wrote may no longer parse as one: compare it as it stands.
-    let old = match TrainConfig::parse(old_text) {
-        Ok(c) => resolved(c)?,
+    // A config an older guirl wrote with the old [algo] form is read as its new form,
+    // announced; one that no longer parses at all is compared as it stands.
+    let old = match TrainConfig::parse_migrating(old_text) {
+        Ok((c, moved)) => {
+            if !moved.is_empty() {
+                let list: String = moved.iter().map(|m| format!("\n  {m}")).collect();
+                tracing::warn!(
+                    "the run's config.toml has the old [algo] form; read as the new form, and rewritten \
+                     so:{list}"
+                );
+            }
+            resolved(c)?
+        }
         Err(_) => toml::from_str(old_text).context("the run's config.toml is not TOML")?,
     };
     let new = resolved(new.clone())?;

@@ -274,7 +274,7 @@ impl Trainer {
             self.state.wall_secs = elapsed(wall0);
             if let Some(b) = &bar {
                 b.set_position(self.state.iteration);
-                let sampling = if self.cfg.algo.dynamic_sampling() {
+                let sampling = if self.cfg.algo.dynamic_sampling.is_some() {
                     format!(" pass {:.2} +{} extra", m.pass_rate, m.extra_collections)
                 } else {
                     String::new()
@@ -367,14 +367,14 @@ impl Trainer {
             super::kl::penalize(&mut batch, &kl, beta);
             rollout_kl = Some(mean);
         }
-        let keys = match algo.kind {
+        let keys = match algo.kind() {
             super::config::AlgoKind::Gigpo => super::advantage::anchor_keys(recs, &index),
             _ => Vec::new(),
         };
         // PPO: the critic values every observation, and GAE gives the advantages.
-        let ppo = match self.critic.as_ref() {
-            Some(c) => Some(off_runtime(|| c.gae(algo, &batch, recs, &index))?),
-            None => None,
+        let ppo = match (self.critic.as_ref(), algo.ppo()) {
+            (Some(c), Some(settings)) => Some(off_runtime(|| c.gae(algo, settings, &batch, recs, &index))?),
+            _ => None,
         };
         let (adv, astats) = match &ppo {
             Some(p) => (p.gae.adv.clone(), p.gae.stats),
@@ -427,8 +427,10 @@ impl Trainer {
                 );
             }
         }
-        let value = match (self.critic.as_mut(), &ppo) {
-            (Some(c), Some(p)) => Some(off_runtime(|| c.train(p, algo, cfg.run.seed, it))?),
+        let value = match (self.critic.as_mut(), &ppo, algo.ppo()) {
+            (Some(c), Some(p), Some(settings)) => {
+                Some(off_runtime(|| c.train(p, algo, settings, cfg.run.seed, it))?)
+            }
             _ => None,
         };
         let update_secs = t1.elapsed().as_secs_f64();

@@ -2,7 +2,7 @@
 //! sampled token ids again under the current policy (and the frozen reference), then one
 //! optimizer step on the configured objective.
 //!
-//! With GSPO's trajectory-level ratio (`gspo_level = "trajectory"`) minibatches hold whole
+//! With GSPO's trajectory-level ratio (`[algo.gspo] level = "trajectory"`) minibatches hold whole
 //! trajectories (shuffled as units, each minibatch at least `minibatch` steps), so the
 //! ratio sees every token of a trajectory.
 //!
@@ -21,7 +21,7 @@
 //!                                  minibatches and epochs of the iteration
 //! ```
 
-use super::config::{AlgoConfig, AlgoKind, GspoLevel};
+use super::config::{AlgoConfig, AlgoVariant, GspoConfig, GspoLevel};
 use super::metrics::mean_loss_stats;
 use super::objective::{policy_loss, LossInputs, LossStats, Whole};
 use super::optim::{clip_grad_norm, AdamW};
@@ -273,7 +273,7 @@ pub fn update_parallel(
         );
     }
     let loss_cfg = algo.loss_config();
-    let by_traj = algo.kind == AlgoKind::Gspo && algo.gspo_level == GspoLevel::Trajectory;
+    let by_traj = matches!(algo.variant, AlgoVariant::Gspo(GspoConfig { level: GspoLevel::Trajectory }));
     let mut out = UpdateStats::default();
     let (mut all, mut norms) = (Vec::new(), Vec::new());
     'epochs: for epoch in 0..algo.epochs {

@@ -127,8 +127,7 @@ fn gspo_trajectory_minibatches_hold_whole_trajectories() {
     assert_eq!(minibatches(&samples, &[6, 0, 3], 2, false), vec![vec![6, 0], vec![3]]);
     // A real update with the trajectory-level ratio starts at ratio 1.
     let algo = AlgoConfig {
-        kind: AlgoKind::Gspo,
-        gspo_level: GspoLevel::Trajectory,
+        variant: AlgoVariant::Gspo(GspoConfig { level: GspoLevel::Trajectory }),
         minibatch: 3,
         lr: 1e-3,
         ..Default::default()
@@ -151,8 +150,7 @@ fn two_ranks_train_as_one_process() {
         AlgoConfig { minibatch: 4, epochs: 2, lr: 1e-3, ..Default::default() },
         AlgoConfig { minibatch: 1, epochs: 1, lr: 1e-3, ..Default::default() },
         AlgoConfig {
-            kind: AlgoKind::Gspo,
-            gspo_level: GspoLevel::Trajectory,
+            variant: AlgoVariant::Gspo(GspoConfig { level: GspoLevel::Trajectory }),
             minibatch: 4,
             lr: 1e-3,
             ..Default::default()
@@ -199,7 +197,7 @@ fn two_ranks_train_as_one_process() {
             .any(|(a, b)| a != b);
         assert!(moved, "the update did not move the weights");
         let worst = alone.iter().zip(&out[0].0).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-        assert!(worst < 1e-5, "{:?}: the ranks' weights are up to {worst} from one process's", algo.kind);
+        assert!(worst < 1e-5, "{:?}: the ranks' weights are up to {worst} from one process's", algo.variant);
         let up2 = &out[0].1;
         assert_eq!((up2.optimizer_steps, up2.tokens), (up1.optimizer_steps, up1.tokens));
         assert!((up2.loss.loss - up1.loss.loss).abs() < 1e-5, "{} vs {}", up2.loss.loss, up1.loss.loss);

@@ -190,6 +190,33 @@ fn train_keeps_one_run_per_folder() {
         &["differs from the one the run", "algo.lr: 0.001 → 0.01", "--force"],
     );
     fails_with(&guirl(&["train", &b, "--out", r2.to_str().unwrap(), "--force"]), &["--resume"]);
+    // A config of the old [algo] form (as an older guirl saved into run folders): refused
+    // with its new form printed; with --resume read as the new form, announced, and
+    // compared so (the keys it drops did nothing under grpo: only lr differs).
+    let old = root.path().join("old.toml");
+    let old_text = std::fs::read_to_string(&b)
+        .unwrap()
+        .replace("[algo]\n", "[algo]\ngae_lambda = 0.95\ngigpo_omega = 1.0\nscale_std = true\n");
+    std::fs::write(&old, old_text).unwrap();
+    let old = old.to_str().unwrap();
+    fails_with(
+        &guirl(&["train", old, "--out", root.path().join("r3").to_str().unwrap()]),
+        &[
+            "[algo] is in the old form (keys gae_lambda, gigpo_omega, scale_std)",
+            "Replace your [algo] table",
+            "[algo]\nlr = 0.01",
+        ],
+    );
+    let out = guirl(&["train", old, "--out", r2.to_str().unwrap(), "--resume"]);
+    fails_with(
+        &out,
+        &[
+            "the old [algo] form, read as the new form",
+            "algo.gae_lambda = 0.95 dropped",
+            "algo.lr: 0.001 → 0.01",
+        ],
+    );
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("algo.gae_lambda: "), "no other difference");
 }
 
 /// `guirl train --example-config` prints the documented example, which parses as a
@@ -204,6 +231,18 @@ fn train_prints_its_example_config() {
     let p = dir.path().join("example.toml");
     std::fs::write(&p, &text).unwrap();
     guirl::train::TrainConfig::load(&p).expect("the printed example is a valid config");
+    assert!(text.contains("\n# [algo.ppo]\n# gae_lambda = 0.95"), "each kind's table, commented out");
+    // One kind's example: its table written out, and it loads as that kind.
+    let out = guirl(&["train", "--example-config", "--kind", "ppo"]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("\n[algo.ppo]") && text.contains("\ngae_lambda = 0.95"), "{text}");
+    std::fs::write(&p, &text).unwrap();
+    let c = guirl::train::TrainConfig::load(&p).expect("the printed PPO example is a valid config");
+    assert_eq!(c.algo.kind(), guirl::train::config::AlgoKind::Ppo);
+    fails_with(
+        &guirl(&["train", "--example-config", "--kind", "a2c"]),
+        &["--kind \"a2c\": no such algorithm", "reinforce_pp, gigpo, ppo"],
+    );
     fails_with(&guirl(&["train"]), &["<CONFIG>"]);
 }
 

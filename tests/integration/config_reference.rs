@@ -52,11 +52,49 @@ struct PageKey {
 /// enough for the structs; it sees only one variant of each enum (serde-reflection explores
 /// the others only for an enum traced on its own), so the strings an enum key accepts are
 /// read from serde's message instead ([`variants`]).
+///
+/// `[algo]` is read through `AlgoTable` and converted with `TryFrom`, which refuses a
+/// sub-table of another kind; tracing fills every `Option` (all kinds' tables at once), so
+/// `AlgoTable` is traced on its own first (its formats), and `TrainConfig` then reads a
+/// recorded valid sample of it in its place.
 fn registry() -> Registry {
-    let samples = Samples::new();
-    let mut tracer = Tracer::new(TracerConfig::default());
+    use guirl::train::algo_table::AlgoTable;
+    let mut samples = Samples::new();
+    let mut tracer = Tracer::new(TracerConfig::default().record_samples_for_structs(true));
+    tracer.trace_type_once::<AlgoTable>(&samples).expect("tracing AlgoTable");
+    tracer.trace_value(&mut samples, &AlgoTable::default()).expect("recording an AlgoTable");
     tracer.trace_type_once::<TrainConfig>(&samples).expect("tracing TrainConfig");
     tracer.registry_unchecked()
+}
+
+/// The sub-tables of `[algo]` that belong to one kind (written only with it), and DAPO's
+/// technique tables (present for DAPO whether written or not): their rows are checked
+/// against a config of that kind.
+fn kind_of_table(section: &str, key: &str) -> Option<&'static str> {
+    if section != "algo" {
+        return None;
+    }
+    match key.split('.').next() {
+        Some("ppo") if key.contains('.') => Some("ppo"),
+        Some("gigpo") if key.contains('.') => Some("gigpo"),
+        Some("gspo") if key.contains('.') => Some("gspo"),
+        Some("dynamic_sampling" | "overlong_penalty") if key.contains('.') => Some("dapo"),
+        _ => None,
+    }
+}
+
+/// The parsed defaults and their serialized table, for a row of `section` / `key`.
+fn defaults_for(section: &str, key: &str) -> (TrainConfig, toml::Table) {
+    let text = match kind_of_table(section, key) {
+        Some(kind) => format!("{MINIMAL}[algo]\nkind = \"{kind}\"\n"),
+        None => MINIMAL.to_string(),
+    };
+    let defaults = TrainConfig::parse(&text).expect("the minimal config parses");
+    let toml::Value::Table(base) = toml::Value::try_from(&defaults).expect("serializes") else {
+        panic!("a config serializes to a table")
+    };
+    assert_eq!(parse(&base).as_ref(), Ok(&defaults), "the serialized defaults read back the same");
+    (defaults, base)
 }
 
 fn strip_option(f: &Format) -> &Format {
@@ -167,11 +205,16 @@ fn page_keys(text: &str, problems: &mut Vec<String>) -> Vec<PageKey> {
             };
             continue;
         }
+        // A sub-table's section (`[algo.ppo]`): its keys are the table's dotted keys.
+        let (table, prefix) = match section.as_deref().and_then(|s| s.split_once('.')) {
+            Some((table, sub)) => (Some(table.to_string()), format!("{sub}.")),
+            None => (section.clone(), String::new()),
+        };
         if !line.starts_with("| `") {
             continue;
         }
         let cells: Vec<&str> = line.trim().trim_matches('|').split(" | ").map(str::trim).collect();
-        let Some(section) = &section else {
+        let Some(section) = &table else {
             problems.push(format!("{PAGE}:{n}: a key row outside a `## `[table]`` section"));
             continue;
         };
@@ -186,7 +229,7 @@ fn page_keys(text: &str, problems: &mut Vec<String>) -> Vec<PageKey> {
         out.push(PageKey {
             line: n,
             section: section.clone(),
-            key: key.into(),
+            key: format!("{prefix}{key}"),
             ty: ty.into(),
             default: default.into(),
             meaning: meaning.into(),
@@ -207,11 +250,6 @@ fn shown(section: &str, key: &str) -> String {
 fn problems(page: &str) -> Vec<String> {
     let reg = registry();
     let code = code_keys(&reg);
-    let defaults = TrainConfig::parse(MINIMAL).expect("the minimal config parses");
-    let toml::Value::Table(base) = toml::Value::try_from(&defaults).expect("serializes") else {
-        panic!("a config serializes to a table")
-    };
-    assert_eq!(parse(&base).as_ref(), Ok(&defaults), "the serialized defaults read back the same");
 
     let mut problems = Vec::new();
     let rows = page_keys(page, &mut problems);
@@ -227,6 +265,7 @@ fn problems(page: &str) -> Vec<String> {
     }
     for c in &code {
         if !rows.iter().any(|r| r.section == c.section && r.key == c.key) {
+            let (_, base) = defaults_for(&c.section, &c.key);
             let ty = type_word(&c.format, || variants(&base, &c.section, &c.key));
             problems.push(format!(
                 "{} ({ty}) is accepted by the config but missing from {PAGE}: add a row",
@@ -242,6 +281,7 @@ fn problems(page: &str) -> Vec<String> {
             ));
             continue;
         };
+        let (defaults, base) = defaults_for(&r.section, &r.key);
         let ty = type_word(&c.format, || variants(&base, &c.section, &c.key));
         if r.ty != ty && !(ty == "string" && r.ty == "path") {
             problems.push(format!("{at}: type `{}` on the page, the code's is `{ty}`", r.ty));
@@ -334,7 +374,12 @@ fn every_code_key_is_found_and_typed() {
     assert!(keys.len() > 90, "only {} keys traced", keys.len());
     let defaults = TrainConfig::parse(MINIMAL).unwrap();
     let toml::Value::Table(base) = toml::Value::try_from(&defaults).unwrap() else { unreachable!() };
-    assert_eq!(variants(&base, "algo", "gspo_level"), ["action", "trajectory"]);
+    assert_eq!(variants(&base, "algo", "gspo.level"), ["action", "trajectory"]);
+    assert!(
+        has("algo", "ppo.gae_lambda")
+            && has("algo", "gigpo.omega")
+            && has("algo", "dynamic_sampling.max_extra")
+    );
     assert_eq!(variants(&base, "algo", "loss_agg").len(), 4);
 }
 
@@ -416,6 +461,10 @@ fn left_out_of_example(example: &str) -> Vec<String> {
         if let Some(name) = t.strip_prefix('[').and_then(|t| t.split(']').next()) {
             if !t.contains('=') {
                 section = name.trim().to_string();
+                // A sub-table's header writes its key in the parent table.
+                if let Some((parent, sub)) = section.split_once('.') {
+                    written.push((parent.to_string(), sub.to_string()));
+                }
                 continue;
             }
         }

@@ -156,7 +156,7 @@ async fn bound_one_is_deterministic_and_resumes_exactly() {
     let variants: [Variant; 2] = [
         ("grpo", |_| {}),
         ("ppo-replay-progress", |c| {
-            c.algo.kind = guirl::train::config::AlgoKind::Ppo;
+            c.algo.set_kind(guirl::train::config::AlgoKind::Ppo);
             (c.algo.beta, c.algo.kl_mode) = (0.05, guirl::train::config::KlMode::Reward);
             c.algo.success_replay = 4;
             c.tasks.ids.push("builtin/counter".into());

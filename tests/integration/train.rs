@@ -441,43 +441,52 @@ async fn every_evaluation_is_a_best_candidate() {
 #[tokio::test]
 async fn every_algorithm_option_runs_an_iteration() {
     use guirl::train::advantage::{AdvStd, StepCredit};
-    use guirl::train::config::{AlgoConfig, AlgoKind, GspoLevel, KlMode};
+    use guirl::train::config::{
+        AlgoConfig, AlgoKind, AlgoVariant, DynamicSampling, GigpoConfig, GspoConfig, GspoLevel, KlMode,
+        OverlongPenalty, PpoConfig,
+    };
     use guirl::train::{KlEstimator, LossAgg};
     type Variant = (&'static str, fn(&mut AlgoConfig));
     let variants: Vec<Variant> = vec![
         ("grpo-kl", |a| a.beta = 0.05),
-        ("gspo", |a| a.kind = AlgoKind::Gspo),
-        ("dapo", |a| a.kind = AlgoKind::Dapo),
+        ("gspo", |a| a.set_kind(AlgoKind::Gspo)),
+        ("dapo", |a| a.set_kind(AlgoKind::Dapo)),
         ("dr-grpo", |a| a.adv_std = Some(AdvStd::None)),
-        ("dr-grpo-kind", |a| a.kind = AlgoKind::DrGrpo),
+        ("dr-grpo-kind", |a| a.set_kind(AlgoKind::DrGrpo)),
         ("batch-std-discounted", |a| {
             (a.adv_std, a.step_credit, a.gamma) = (Some(AdvStd::Batch), StepCredit::Discounted, 0.9)
         }),
-        ("gspo-trajectory", |a| (a.kind, a.gspo_level) = (AlgoKind::Gspo, GspoLevel::Trajectory)),
+        ("gspo-trajectory", |a| a.variant = AlgoVariant::Gspo(GspoConfig { level: GspoLevel::Trajectory })),
         ("dual-clip-seq-sum", |a| (a.dual_clip, a.loss_agg) = (Some(3.0), Some(LossAgg::SeqMeanTokenSum))),
         ("kl-k2-adaptive", |a| (a.beta, a.kl_estimator, a.kl_target) = (0.05, KlEstimator::K2, Some(1e-3))),
         ("kl-k1-reward", |a| {
             (a.beta, a.kl_estimator, a.kl_mode, a.kl_target) =
                 (0.05, KlEstimator::K1, KlMode::Reward, Some(1e-3))
         }),
-        ("gigpo", |a| (a.kind, a.gamma, a.gigpo_omega) = (AlgoKind::Gigpo, 0.9, 0.5)),
-        ("dapo-keep", |a| (a.kind, a.drop_all_equal_groups) = (AlgoKind::Dapo, Some(false))),
-        ("grpo-dynamic-sampling-overlong", |a| {
-            (a.dynamic_sampling, a.dynamic_sampling_max_extra, a.overlong_penalty, a.overlong_weight) =
-                (Some(true), 1, Some(true), 0.5)
+        ("gigpo", |a| {
+            (a.variant, a.gamma) = (AlgoVariant::Gigpo(GigpoConfig { omega: 0.5, step_std: true }), 0.9)
         }),
-        ("drop", |a| a.drop_all_equal_groups = Some(true)),
+        ("dapo-no-refill", |a| {
+            a.set_kind(AlgoKind::Dapo);
+            a.dynamic_sampling = Some(DynamicSampling { max_extra: 0 });
+        }),
+        ("grpo-dynamic-sampling-overlong", |a| {
+            a.dynamic_sampling = Some(DynamicSampling { max_extra: 1 });
+            a.overlong_penalty = Some(OverlongPenalty { window: None, weight: 0.5 });
+        }),
+        ("drop", |a| a.dynamic_sampling = Some(DynamicSampling { max_extra: 0 })),
         ("truncation", |a| a.truncation_reward = Some(-1.0)),
         ("give-up", |a| (a.give_up_reward, a.entropy_coef) = (Some(-0.5), 0.01)),
-        ("rloo", |a| a.kind = AlgoKind::Rloo),
-        ("reinforce-pp", |a| (a.kind, a.gamma) = (AlgoKind::ReinforcePp, 0.9)),
-        ("ppo", |a| (a.kind, a.gamma) = (AlgoKind::Ppo, 0.9)),
+        ("rloo", |a| a.set_kind(AlgoKind::Rloo)),
+        ("reinforce-pp", |a| (a.variant, a.gamma) = (AlgoVariant::ReinforcePp, 0.9)),
+        ("ppo", |a| (a.variant, a.gamma) = (AlgoVariant::Ppo(PpoConfig::default()), 0.9)),
         // 2 epochs of one minibatch: the entropy bonus makes epoch 1 step (lr 1e-2), so
         // epoch 2's approximate KL exceeds 1.5 × 1e-5 and the update stops there.
         ("target-kl", |a| (a.target_kl, a.entropy_coef) = (Some(1e-5), 0.01)),
         // The critic sees only the groups dynamic sampling kept.
         ("ppo-dynamic-sampling-value-clip", |a| {
-            (a.kind, a.dynamic_sampling, a.value_clip) = (AlgoKind::Ppo, Some(true), Some(0.2))
+            a.variant = AlgoVariant::Ppo(PpoConfig { value_clip: Some(0.2), ..Default::default() });
+            a.dynamic_sampling = Some(DynamicSampling::default());
         }),
     ];
     let root = tempfile::tempdir().unwrap();
@@ -550,8 +559,8 @@ async fn dapo_dynamic_sampling_collects_again_and_counts_every_step() {
     let dapo = |ids: Vec<String>, iterations: u64| {
         let mut cfg = config(iterations);
         cfg.tasks.ids = ids;
-        cfg.algo.kind = guirl::train::config::AlgoKind::Dapo;
-        cfg.algo.dynamic_sampling_max_extra = 2;
+        cfg.algo.set_kind(guirl::train::config::AlgoKind::Dapo);
+        cfg.algo.dynamic_sampling = Some(guirl::train::config::DynamicSampling { max_extra: 2 });
         cfg.resolve();
         cfg.validate().unwrap();
         cfg
@@ -586,7 +595,7 @@ async fn dapo_dynamic_sampling_collects_again_and_counts_every_step() {
 
     let dir = root.path().join("two-buttons");
     let cfg = dapo(vec![repo("fixtures/tasks/two-buttons.toml").display().to_string()], 2);
-    let (b, n) = (cfg.algo.batch_seeds as u64, cfg.algo.dynamic_sampling_max_extra as u64);
+    let (b, n) = (cfg.algo.batch_seeds as u64, cfg.algo.max_extra_collections() as u64);
     train(cfg, &dir, false).await;
     let mut total = 0;
     for m in metrics_lines(&dir) {
@@ -704,7 +713,7 @@ async fn branched_rollouts_join_their_groups_and_count_their_replayed_steps() {
     // A wrong click does not end the episode: failures run to the step limit.
     cfg.rollout.max_steps = 3;
     cfg.algo.group_size = 4;
-    cfg.algo.kind = guirl::train::config::AlgoKind::Gigpo;
+    cfg.algo.set_kind(guirl::train::config::AlgoKind::Gigpo);
     cfg.algo.branch = Some(BranchConfig { at: BranchAt::Random, k: 2 });
     cfg.resolve();
     cfg.validate().unwrap();

@@ -35,6 +35,7 @@ epochs = 2
 minibatch = 4
 lr = 1e-2
 gamma = 0.9
+[algo.ppo]
 gae_lambda = 0.8
 value_lr = 1e-2
 value_clip = 0.5

@@ -40,15 +40,15 @@ fn each_algorithm_gets_its_own_defaults_not_the_tasks_resolved_ones() {
     // The task trains GRPO (clip 0.2 / 0.2, no dynamic sampling, group std); the cells
     // of the other kinds must not inherit those as if the task file had set them.
     let dapo = cell(TASK, "dapo");
-    assert_eq!(dapo.algo.kind, AlgoKind::Dapo);
+    assert_eq!(dapo.algo.kind(), AlgoKind::Dapo);
     assert_eq!((dapo.algo.clip_low(), dapo.algo.clip_high()), (0.2, 0.28));
-    assert!(dapo.algo.dynamic_sampling() && dapo.algo.overlong_penalty());
+    assert!(dapo.algo.dynamic_sampling.is_some() && dapo.algo.overlong_penalty.is_some());
     let gspo = cell(TASK, "gspo");
     assert_eq!((gspo.algo.clip_low(), gspo.algo.clip_high()), (3e-4, 4e-4));
     assert_eq!(cell(TASK, "dr_grpo").algo.adv_std(), AdvStd::None);
     let grpo = cell(TASK, "grpo");
     assert_eq!(grpo.algo.clip_high(), 0.2);
-    assert!(!grpo.algo.dynamic_sampling());
+    assert!(grpo.algo.dynamic_sampling.is_none());
     // What the file does set holds for every cell, and so does the cell's seed and start.
     assert_eq!(dapo.algo.lr, 2e-5);
     assert_eq!((dapo.run.seed, dapo.run.max_env_steps), (1, Some(100)));
@@ -62,12 +62,13 @@ fn a_tasks_algo_table_reaches_every_algorithm_and_per_algorithm_overrides_win() 
     // Plan: ppo's gamma for every task; the task: lr and warm-up for every algorithm,
     // and its own lr for gigpo.
     let plan = "env_steps = 100\nseeds = [0]\nalgos = [\"grpo\", \"ppo\", \"gigpo\"]\n\
-        [overrides.ppo]\ngamma = 0.95\n\
+        [overrides.ppo]\ngamma = 0.95\nppo = { critic_warmup = 2 }\n\
         [[tasks]]\nname = \"t\"\nconfig = \"t.toml\"\n\
         [tasks.algo]\nlr = 5e-5\nwarmup = 3\n\
         [tasks.overrides.gigpo]\nlr = 1e-4\n";
     let ppo = cell_in(plan, TASK, "ppo");
     assert_eq!((ppo.algo.lr, ppo.algo.warmup, ppo.algo.gamma), (5e-5, 3, 0.95));
+    assert_eq!(ppo.algo.critic_only_iterations(), 2, "PPO's own table reaches it");
     let grpo = cell_in(plan, TASK, "grpo");
     assert_eq!((grpo.algo.lr, grpo.algo.warmup, grpo.algo.gamma), (5e-5, 3, 1.0));
     let gigpo = cell_in(plan, TASK, "gigpo");

@@ -246,7 +246,16 @@ fn cell_config(
     let mut a = table(&mut v, "algo")?;
     a.insert("kind".into(), algo.into());
     for o in [plan.overrides.get(algo), Some(&task.algo), task.overrides.get(algo)].into_iter().flatten() {
-        a.extend(o.clone());
+        for (k, v) in o {
+            // A sub-table (`ppo = { critic_warmup = 2 }`) is merged key by key, so a later
+            // override of one of its keys keeps the others.
+            match (a.get_mut(k), v) {
+                (Some(toml::Value::Table(mine)), toml::Value::Table(theirs)) => mine.extend(theirs.clone()),
+                _ => {
+                    a.insert(k.clone(), v.clone());
+                }
+            }
+        }
     }
     // Success replay starts from the clone's demonstrations, as in a run that clones.
     let replays = a.get("success_replay").and_then(toml::Value::as_integer).is_some_and(|n| n > 0);

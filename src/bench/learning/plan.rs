@@ -48,7 +48,7 @@ pub struct Plan {
     /// Held-out success the "env steps to" column measures (default 0.8).
     #[serde(default = "default_target")]
     pub target: f64,
-    /// `[algo]` keys per algorithm, for every task (`[overrides.ppo] critic_warmup = 2`).
+    /// `[algo]` keys per algorithm, for every task (`[overrides.ppo] ppo = { critic_warmup = 2 }`).
     #[serde(default)]
     pub overrides: BTreeMap<String, toml::Table>,
     /// The tasks.
@@ -228,15 +228,23 @@ impl Plan {
     /// Every override table must be `[algo]` keys, so a misspelt key fails when the plan is
     /// read, not when its first cell starts.
     pub(super) fn check_algo_keys(&self) -> Result<()> {
-        let plan = self.overrides.iter().map(|(a, o)| (format!("[overrides.{a}]"), o));
+        let plan = self.overrides.iter().map(|(a, o)| (format!("[overrides.{a}]"), Some(a), o));
         let tasks = self.tasks.iter().flat_map(|t| {
-            let per_algo =
-                t.overrides.iter().map(|(a, o)| (format!("task {:?} [tasks.overrides.{a}]", t.name), o));
-            std::iter::once((format!("task {:?} [tasks.algo]", t.name), &t.algo)).chain(per_algo)
+            let per_algo = t
+                .overrides
+                .iter()
+                .map(|(a, o)| (format!("task {:?} [tasks.overrides.{a}]", t.name), Some(a), o));
+            std::iter::once((format!("task {:?} [tasks.algo]", t.name), None, &t.algo)).chain(per_algo)
         });
-        for (place, table) in plan.chain(tasks) {
+        for (place, algo, table) in plan.chain(tasks) {
+            // An algorithm's overrides are read under its kind, so its own table
+            // (`ppo = { critic_warmup = 2 }`) is accepted there.
+            let mut table = table.clone();
+            if let Some(a) = algo {
+                table.entry("kind").or_insert_with(|| a.as_str().into());
+            }
             // Through text, so the error quotes the offending line.
-            let text = toml::to_string(table)?;
+            let text = toml::to_string(&table)?;
             toml::from_str::<crate::train::algo_config::AlgoConfig>(&text).map_err(|e| {
                 anyhow::anyhow!(
                     "plan: {place}: the keys are those of a config's [algo]: {}",

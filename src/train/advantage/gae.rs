@@ -25,7 +25,7 @@ use super::reinforce_pp::step_rewards;
 use super::{mean_std, AdvantageStats, StepAdvantages};
 use crate::env::EpisodeStatus;
 use crate::rollout::{TrainingBatch, Trajectory};
-use crate::train::config::AlgoConfig;
+use crate::train::config::{AlgoConfig, PpoConfig};
 
 /// The critic's values `[group][trajectory][t]` for t = 0..=T (T steps: each observation
 /// acted on, then the final one); `None` or missing entries read as 0.
@@ -47,12 +47,12 @@ pub struct GaeParams {
 }
 
 impl GaeParams {
-    /// The coefficients `[algo]` sets (`normalize_advantages` defaults to true).
-    pub fn from_algo(a: &AlgoConfig) -> GaeParams {
+    /// The coefficients `[algo]` (γ, eps, truncation) and `[algo.ppo]` (λ, whitening) set.
+    pub fn from_algo(a: &AlgoConfig, ppo: &PpoConfig) -> GaeParams {
         GaeParams {
             gamma: a.gamma,
-            lambda: a.gae_lambda,
-            normalize: a.normalize_advantages.unwrap_or(true),
+            lambda: ppo.gae_lambda,
+            normalize: ppo.normalize_advantages,
             eps: a.eps,
             truncation_ends: a.truncation_reward.is_some(),
         }

@@ -24,7 +24,7 @@ pub mod rloo;
 pub use gigpo::{anchor_keys, StateKeys};
 pub use grpo::group_advantages;
 
-use super::config::{AlgoConfig, AlgoKind};
+use super::config::{AlgoConfig, AlgoVariant};
 use crate::rollout::{Group, TrainingBatch};
 use serde::{Deserialize, Serialize};
 
@@ -83,28 +83,26 @@ pub fn estimate(
     batch: &TrainingBatch,
     keys: &StateKeys,
 ) -> (StepAdvantages, AdvantageStats) {
-    let (episode, stats) = match algo.kind {
-        AlgoKind::Grpo | AlgoKind::DrGrpo | AlgoKind::Dapo | AlgoKind::Gspo => {
+    let (episode, stats) = match &algo.variant {
+        AlgoVariant::Grpo | AlgoVariant::DrGrpo | AlgoVariant::Dapo | AlgoVariant::Gspo(_) => {
             if algo.step_credit == StepCredit::Discounted {
                 return grpo::discounted_group_advantages(batch, algo.gamma, algo.adv_std(), algo.eps);
             }
             group_advantages(batch, algo.adv_std(), algo.eps)
         }
-        AlgoKind::Rloo => rloo::rloo_advantages(batch),
-        AlgoKind::ReinforcePp => return reinforce_pp::reinforce_pp_advantages(batch, algo.gamma, algo.eps),
-        AlgoKind::Gigpo => {
-            let step = gigpo::StepGroups {
-                gamma: algo.gamma,
-                omega: algo.gigpo_omega,
-                std: algo.gigpo_step_std,
-                eps: algo.eps,
-            };
+        AlgoVariant::Rloo => rloo::rloo_advantages(batch),
+        AlgoVariant::ReinforcePp => {
+            return reinforce_pp::reinforce_pp_advantages(batch, algo.gamma, algo.eps)
+        }
+        AlgoVariant::Gigpo(g) => {
+            let step =
+                gigpo::StepGroups { gamma: algo.gamma, omega: g.omega, std: g.step_std, eps: algo.eps };
             return gigpo::gigpo_advantages(batch, keys, algo.adv_std(), step);
         }
-        AlgoKind::Ppo => {
+        AlgoVariant::Ppo(ppo) => {
             // The trainer gives GAE the critic's values (`value::Critic::gae`); without
             // them V ≡ 0 and A_t is the (γλ)-discounted return from t.
-            let g = gae::gae_advantages(batch, &Vec::new(), gae::GaeParams::from_algo(algo));
+            let g = gae::gae_advantages(batch, &Vec::new(), gae::GaeParams::from_algo(algo, ppo));
             return (g.adv, g.stats);
         }
     };
@@ -181,10 +179,10 @@ pub fn carries_signal(algo: &AlgoConfig, group: &Group, keys: &[Vec<Option<u64>>
     if rewards.is_empty() {
         return false;
     }
-    match algo.kind {
-        AlgoKind::Ppo | AlgoKind::ReinforcePp => true,
-        AlgoKind::Gigpo => {
-            differ(&rewards) || (algo.gigpo_omega > 0.0 && gigpo::step_groups_differ(group, keys, algo.gamma))
+    match &algo.variant {
+        AlgoVariant::Ppo(_) | AlgoVariant::ReinforcePp => true,
+        AlgoVariant::Gigpo(g) => {
+            differ(&rewards) || (g.omega > 0.0 && gigpo::step_groups_differ(group, keys, algo.gamma))
         }
         _ if algo.step_credit == StepCredit::Discounted => {
             let pooled: Vec<f64> =
@@ -265,6 +263,7 @@ mod tests {
     use super::*;
     use crate::env::EpisodeStatus::{self, Fail, Running, Success};
     use crate::rollout::{Group, Outcome, TrajStep, Trajectory};
+    use crate::train::config::AlgoKind;
 
     fn one_step(reward: f64, status: EpisodeStatus) -> Trajectory {
         let steps = vec![TrajStep::new("click(1, 1)", reward, Running)];
@@ -283,7 +282,7 @@ mod tests {
             }],
         };
         let first = |kind: AlgoKind| {
-            let algo = AlgoConfig { kind, eps: 1e-6, ..Default::default() };
+            let algo = AlgoConfig { eps: 1e-6, ..AlgoConfig::of(kind) };
             let (a, _) = estimate(&algo, &batch, &Vec::new());
             a[0].iter().map(|x| x.as_ref().unwrap()[0]).collect::<Vec<f64>>()
         };

@@ -1,5 +1,5 @@
 //! PPO's critic: a value network V(s) over [`ScreenState`], its loss, its own optimizer,
-//! and the two steps it adds to an iteration (`algo.kind = "ppo"`):
+//! and the two steps it adds to an iteration (`algo.kind = "ppo"`, settings in `[algo.ppo]`):
 //!
 //! ```text
 //! values   V(s_t) of every observation of every counted rollout, the final one included
@@ -47,7 +47,7 @@ pub use loss::{explained_variance, value_loss, ValueLossStats};
 pub use network::{critic_inputs, CriticConfig, CriticInputs, ValueNet};
 
 use super::advantage::gae::{gae_advantages, GaeBatch, GaeParams, StepValues};
-use super::config::{AlgoConfig, AlgoKind, TrainConfig};
+use super::config::{AlgoConfig, PpoConfig, TrainConfig};
 use super::optim::{clip_grad_norm, AdamW, AdamWConfig};
 use super::seeds::rng_for;
 use crate::env::ScreenState;
@@ -68,44 +68,30 @@ pub const CRITIC_OPTIMIZER: &str = "critic_optimizer.safetensors";
 /// States per forward pass when only values are wanted.
 const PREDICT_CHUNK: usize = 128;
 
-/// Check the `[algo]` options of PPO (called from the `[algo]` checks).
-pub(crate) fn check_options(a: &AlgoConfig, iterations: u64, check: &mut dyn FnMut(bool, String)) {
+/// Check `[algo.ppo]`'s values (`iterations`: `run.iterations`); each bad one is passed to
+/// `check` as `(false, message naming the key)`.
+pub(crate) fn check_options(p: &PpoConfig, iterations: u64, check: &mut dyn FnMut(bool, String)) {
     check(
-        (0.0..=1.0).contains(&a.gae_lambda),
-        format!("algo.gae_lambda must be in [0, 1], got {}", a.gae_lambda),
+        (0.0..=1.0).contains(&p.gae_lambda),
+        format!("algo.ppo.gae_lambda must be in [0, 1], got {}", p.gae_lambda),
     );
     check(
-        a.value_lr > 0.0 && a.value_lr <= 1.0,
-        format!("algo.value_lr must be in (0, 1], got {}", a.value_lr),
+        p.value_lr > 0.0 && p.value_lr <= 1.0,
+        format!("algo.ppo.value_lr must be in (0, 1], got {}", p.value_lr),
     );
-    if let Some(c) = a.value_clip {
-        check(c > 0.0 && c.is_finite(), format!("algo.value_clip must be > 0, got {c}"));
+    if let Some(c) = p.value_clip {
+        check(c > 0.0 && c.is_finite(), format!("algo.ppo.value_clip must be > 0, got {c}"));
     }
-    if let Some(e) = a.value_epochs {
-        check(e >= 1, "algo.value_epochs must be at least 1".into());
+    if let Some(e) = p.value_epochs {
+        check(e >= 1, "algo.ppo.value_epochs must be at least 1".into());
     }
-    if a.kind == AlgoKind::Ppo {
-        check(
-            a.critic_warmup < iterations,
-            format!(
-                "algo.critic_warmup ({}) must be less than run.iterations ({iterations}): the policy would never train",
-                a.critic_warmup
-            ),
-        );
-    } else {
-        let d = AlgoConfig::default();
-        check(
-            a.gae_lambda == d.gae_lambda
-                && a.value_lr == d.value_lr
-                && a.value_clip.is_none()
-                && a.critic_warmup == 0
-                && a.value_epochs.is_none()
-                && a.normalize_advantages.is_none(),
-            "algo.gae_lambda, value_lr, value_clip, critic_warmup, value_epochs and normalize_advantages \
-             apply to kind = \"ppo\" only"
-                .into(),
-        );
-    }
+    check(
+        p.critic_warmup < iterations,
+        format!(
+            "algo.ppo.critic_warmup ({}) must be less than run.iterations ({iterations}): the policy would never train",
+            p.critic_warmup
+        ),
+    );
 }
 
 /// Whether iteration `iteration` (0-based) updates the policy: not during PPO's critic
@@ -182,11 +168,8 @@ impl Critic {
     /// The critic of a run, when it trains PPO: sized for its policy, seeded from the
     /// run's seed, and read back from `checkpoint` (a resume) when that holds one.
     pub fn for_run(cfg: &TrainConfig, device: &Device, checkpoint: Option<&Path>) -> Result<Option<Critic>> {
-        if cfg.algo.kind != AlgoKind::Ppo {
-            return Ok(None);
-        }
-        let a = &cfg.algo;
-        let opt = AdamWConfig { lr: a.value_lr, weight_decay: a.weight_decay, ..Default::default() };
+        let Some(ppo) = cfg.algo.ppo() else { return Ok(None) };
+        let opt = AdamWConfig { lr: ppo.value_lr, weight_decay: cfg.algo.weight_decay, ..Default::default() };
         let ccfg = CriticConfig::for_policy(&cfg.model.vlm_config()?);
         let mut critic = Critic::new(ccfg, device, cfg.run.seed ^ 0xC217_1C5E_ED00_0000, opt)?;
         match checkpoint {
@@ -244,6 +227,7 @@ impl Critic {
     pub fn gae(
         &self,
         algo: &AlgoConfig,
+        ppo: &PpoConfig,
         batch: &TrainingBatch,
         recs: &[Recorded],
         index: &[Vec<usize>],
@@ -274,7 +258,7 @@ impl Critic {
                 row[i] = x;
             }
         }
-        let gae = gae_advantages(batch, &values, GaeParams::from_algo(algo));
+        let gae = gae_advantages(batch, &values, GaeParams::from_algo(algo, ppo));
         let targets = at
             .iter()
             .enumerate()
@@ -293,6 +277,7 @@ impl Critic {
         &mut self,
         p: &PpoBatch,
         algo: &AlgoConfig,
+        ppo: &PpoConfig,
         seed: u64,
         iteration: u64,
     ) -> Result<ValueStats> {
@@ -306,7 +291,7 @@ impl Critic {
             ..Default::default()
         };
         let (mut loss_sum, mut clip_sum, mut seen, mut norms) = (0.0, 0.0, 0usize, Vec::new());
-        for epoch in 0..algo.value_epochs.unwrap_or(algo.epochs) {
+        for epoch in 0..ppo.value_epochs.unwrap_or(algo.epochs) {
             let mut order: Vec<usize> = (0..p.targets.len()).collect();
             order.shuffle(&mut rng_for(seed, iteration, 300 + epoch as u64));
             for chunk in order.chunks(algo.minibatch.max(1)) {
@@ -316,7 +301,7 @@ impl Critic {
                     Tensor::from_vec(v, chunk.len(), &self.device)
                 };
                 let v = self.net.forward(&p.inputs.select(&rows)?)?;
-                let (loss, ls) = value_loss(&v, &column(|t| t.old)?, &column(|t| t.ret)?, algo.value_clip)?;
+                let (loss, ls) = value_loss(&v, &column(|t| t.old)?, &column(|t| t.ret)?, ppo.value_clip)?;
                 if !ls.loss.is_finite() {
                     st.skipped_steps += 1;
                     continue;

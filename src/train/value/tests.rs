@@ -1,6 +1,7 @@
 use super::*;
 use crate::policy::vlm::speed::square_state;
 use crate::policy::vlm::VlmConfig;
+use crate::train::config::{AlgoKind, AlgoVariant};
 
 fn critic(seed: u64, lr: f64) -> Critic {
     let cfg = CriticConfig::for_policy(&VlmConfig::tiny());
@@ -51,12 +52,13 @@ fn every_critic_weight_gets_a_gradient() {
 fn the_critic_fits_a_fixed_batch() {
     let mut c = critic(2, 3e-3);
     let p = fixed_batch(&c);
-    let algo = AlgoConfig { kind: AlgoKind::Ppo, minibatch: 8, value_epochs: Some(1), ..Default::default() };
+    let algo = AlgoConfig { minibatch: 8, ..AlgoConfig::of(AlgoKind::Ppo) };
+    let ppo = PpoConfig { value_epochs: Some(1), ..Default::default() };
     let before = weights(&c);
-    let first = c.train(&p, &algo, 0, 0).unwrap();
+    let first = c.train(&p, &algo, &ppo, 0, 0).unwrap();
     let mut last = first;
     for it in 1..80 {
-        last = c.train(&p, &algo, 0, it).unwrap();
+        last = c.train(&p, &algo, &ppo, 0, it).unwrap();
     }
     // ½·mean((V − R)²) starts near ½ (V ≈ 0, R = ±1).
     assert!(first.loss > 0.3, "{first:?}");
@@ -73,10 +75,11 @@ fn the_critic_fits_a_fixed_batch() {
 #[test]
 fn a_saved_critic_loads_back_and_continues_identically() {
     let dir = tempfile::tempdir().unwrap();
-    let algo = AlgoConfig { kind: AlgoKind::Ppo, minibatch: 4, value_clip: Some(0.2), ..Default::default() };
+    let algo = AlgoConfig { minibatch: 4, ..AlgoConfig::of(AlgoKind::Ppo) };
+    let ppo = PpoConfig { value_clip: Some(0.2), ..Default::default() };
     let mut a = critic(3, 1e-2);
     let p = fixed_batch(&a);
-    a.train(&p, &algo, 5, 0).unwrap();
+    a.train(&p, &algo, &ppo, 5, 0).unwrap();
     a.save(dir.path()).unwrap();
     // Another seed: other weights until loaded.
     let mut b = critic(4, 1e-2);
@@ -85,8 +88,8 @@ fn a_saved_critic_loads_back_and_continues_identically() {
     assert_eq!(weights(&a), weights(&b));
     assert_eq!(b.optimizer().step_count(), 2);
     assert_eq!(a.predict(&p.inputs).unwrap(), b.predict(&p.inputs).unwrap());
-    a.train(&p, &algo, 5, 1).unwrap();
-    b.train(&p, &algo, 5, 1).unwrap();
+    a.train(&p, &algo, &ppo, 5, 1).unwrap();
+    b.train(&p, &algo, &ppo, 5, 1).unwrap();
     assert_eq!(weights(&a), weights(&b), "the optimizer moments came back too");
     // Another architecture is refused, saying so.
     let mut cfg = CriticConfig::for_policy(&VlmConfig::tiny());
@@ -107,28 +110,30 @@ fn ppo_options_are_checked_naming_the_key() {
         });
         out.join("\n")
     };
-    let ppo = AlgoConfig { kind: AlgoKind::Ppo, group_size: 1, ..Default::default() };
+    let ppo = AlgoConfig { group_size: 1, ..AlgoConfig::of(AlgoKind::Ppo) };
     assert_eq!(errors(ppo.clone(), 10), "", "group_size 1 is fine for PPO");
-    let e = errors(AlgoConfig { gae_lambda: 1.5, value_lr: 0.0, value_clip: Some(-1.0), ..ppo.clone() }, 10);
+    let with = |p: PpoConfig| AlgoConfig { variant: AlgoVariant::Ppo(p), ..ppo.clone() };
+    let bad = PpoConfig { gae_lambda: 1.5, value_lr: 0.0, value_clip: Some(-1.0), ..Default::default() };
+    let e = errors(with(bad), 10);
     assert!(
-        e.contains("algo.gae_lambda") && e.contains("algo.value_lr") && e.contains("algo.value_clip"),
+        e.contains("algo.ppo.gae_lambda")
+            && e.contains("algo.ppo.value_lr")
+            && e.contains("algo.ppo.value_clip"),
         "{e}"
     );
-    let e = errors(AlgoConfig { critic_warmup: 10, ..ppo.clone() }, 10);
-    assert!(e.contains("algo.critic_warmup (10) must be less than run.iterations (10)"), "{e}");
-    let e = errors(AlgoConfig { value_clip: Some(0.2), ..Default::default() }, 10);
-    assert!(e.contains("kind = \"ppo\" only"), "{e}");
+    let e = errors(with(PpoConfig { critic_warmup: 10, ..Default::default() }), 10);
+    assert!(e.contains("algo.ppo.critic_warmup (10) must be less than run.iterations (10)"), "{e}");
     let e = errors(AlgoConfig { group_size: 1, ..Default::default() }, 10);
     assert!(e.contains("algo.group_size must be at least 2"), "{e}");
     // The warm-up iterations train only the critic.
-    let warm = AlgoConfig { critic_warmup: 2, ..ppo };
+    let warm = with(PpoConfig { critic_warmup: 2, ..Default::default() });
     assert!(!trains_policy(&warm, 0) && !trains_policy(&warm, 1) && trains_policy(&warm, 2));
     assert!(trains_policy(&AlgoConfig::default(), 0));
     // The lr warm-up starts with the policy's first update: warmup 3 after 2 critic-only
     // iterations gives lr · 1/3, 2/3, 1 at iterations 2, 3, 4 (0-based), as GRPO's at 0, 1, 2.
     let lr = AlgoConfig { lr: 3e-4, warmup: 3, ..warm };
     let ppo_lrs: Vec<f64> = (2..6).map(|it| lr.policy_lr(20, it)).collect();
-    let grpo = AlgoConfig { kind: AlgoKind::Grpo, critic_warmup: 0, ..lr.clone() };
+    let grpo = lr.clone().with_kind(AlgoKind::Grpo);
     let grpo_lrs: Vec<f64> = (0..4).map(|it| grpo.policy_lr(20, it)).collect();
     for (got, want) in ppo_lrs.iter().zip([1e-4, 2e-4, 3e-4, 3e-4]) {
         assert!((got - want).abs() < 1e-12, "{ppo_lrs:?}");
@@ -208,16 +213,19 @@ fn the_example_config_runs_ppo_by_switching_the_kind() {
     let mut c = TrainConfig::parse(&text).unwrap();
     c.resolve();
     c.validate().unwrap();
-    assert_eq!(c.algo.kind, AlgoKind::Ppo);
-    let g = GaeParams::from_algo(&c.algo);
+    assert_eq!(c.algo.kind(), AlgoKind::Ppo);
+    let g = GaeParams::from_algo(&c.algo, c.algo.ppo().unwrap());
     assert_eq!((g.gamma, g.lambda, g.normalize, g.truncation_ends), (1.0, 0.95, true, false));
-    assert_eq!((c.algo.clip_low(), c.algo.clip_high(), c.algo.value_clip), (0.2, 0.2, None));
-    // Its options are refused for the other kinds, naming them.
-    let bad = EXAMPLE_CONFIG.replace("critic_warmup = 0", "critic_warmup = 3");
-    let mut c = TrainConfig::parse(&bad).unwrap();
-    c.resolve();
-    let e = format!("{:#}", c.validate().unwrap_err());
-    assert!(e.contains("critic_warmup") && e.contains("ppo"), "{e}");
+    assert_eq!((c.algo.clip_low(), c.algo.clip_high(), c.algo.ppo().unwrap().value_clip), (0.2, 0.2, None));
+    // The example for PPO writes its table out, and it reaches the settings.
+    let text =
+        crate::train::config::example_config(AlgoKind::Ppo).replace("critic_warmup = 0", "critic_warmup = 3");
+    let c = TrainConfig::parse(&text).unwrap();
+    assert_eq!(c.algo.critic_only_iterations(), 3);
+    // The table is refused under another kind, naming the kind it belongs to.
+    let e =
+        format!("{:#}", TrainConfig::parse(&text.replace("kind = \"ppo\"", "kind = \"grpo\"")).unwrap_err());
+    assert!(e.contains("[algo.ppo] holds PPO's own keys, but algo.kind = \"grpo\""), "{e}");
 }
 
 /// (name, shape, first value, last value) of every weight of a fresh tiny critic (seed 7),
