@@ -46,13 +46,7 @@ fn cached_decoding_and_the_one_pass_score_equal_transformers() {
                 assert!(e <= tolerance(), "{arch}/{case} decode step {k}: relative error {e}");
             }
             // the prompt and its continuation in one differentiable pass (training)
-            let g = grids(&r[&format!("{case}.grids")]);
-            let px = r[&format!("{case}.pixel_values")].to_device(&device()).unwrap();
-            let vision = m.encode_images(&px, &g).unwrap();
-            let mut all = ids(&r[&format!("{case}.input_ids")]);
-            all.extend(&tokens);
-            let prompt = m.prompt(all, &g).unwrap();
-            let full = m.logits(&m.hidden(&prompt, Some(&vision), None).unwrap()).unwrap();
+            let full = one_pass_logits(&m, &r, case, &tokens);
             let e = rel_err(&full, &r[&format!("{case}.full_logits")]);
             eprintln!("{arch}/{case}: one-pass score, relative error {e:.2e}");
             assert!(e <= tolerance(), "{arch}/{case} one-pass score: relative error {e}");

@@ -47,13 +47,7 @@ fn case_rows(m: &QwenVl, r: &HashMap<String, Tensor>, case: &str) -> [(String, T
             m.logits(&h).unwrap().squeeze(0).unwrap()
         })
         .collect();
-    let g = grids(&r[&format!("{case}.grids")]);
-    let px = r[&format!("{case}.pixel_values")].to_device(&device()).unwrap();
-    let vision = m.encode_images(&px, &g).unwrap();
-    let mut all = ids(&r[&format!("{case}.input_ids")]);
-    all.extend(&tokens);
-    let prompt = m.prompt(all, &g).unwrap();
-    let full = m.logits(&m.hidden(&prompt, Some(&vision), None).unwrap()).unwrap();
+    let full = one_pass_logits(m, r, case, &tokens);
     [
         (format!("{case}.logits"), logits),
         (format!("{case}.decode_logits"), Tensor::stack(&steps, 0).unwrap()),

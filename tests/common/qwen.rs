@@ -89,3 +89,15 @@ pub fn prompt_logits(
     let h = m.hidden(&prompt, Some(&vision), cache)?;
     Ok((m.logits(&h)?, prompt.delta))
 }
+
+/// The logits of reference case `case`'s prompt followed by `tokens`, in one pass (the
+/// training pass's forward), its screenshots through the vision tower.
+pub fn one_pass_logits(m: &QwenVl, r: &HashMap<String, Tensor>, case: &str, tokens: &[u32]) -> Tensor {
+    let g = grids(&r[&format!("{case}.grids")]);
+    let px = r[&format!("{case}.pixel_values")].to_device(&device()).unwrap();
+    let vision = m.encode_images(&px, &g).unwrap();
+    let mut all = ids(&r[&format!("{case}.input_ids")]);
+    all.extend(tokens);
+    let prompt = m.prompt(all, &g).unwrap();
+    m.logits(&m.hidden(&prompt, Some(&vision), None).unwrap()).unwrap()
+}
