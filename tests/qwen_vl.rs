@@ -238,7 +238,7 @@ fn a_peft_adapter_on_the_vision_tower_reproduces_peft_logits() {
         eprintln!("{arch}/one_image with peft's vision adapter: relative error {e:.2e}");
         assert!(e <= tolerance(), "{arch} with peft's vision adapter: relative error {e}");
         // and without it (adapters switched off) the logits are the base model's, which differ
-        m.lora().unwrap().1.set(guirl::policy::qwen_vl::train::lora::AdapterUse::Off);
+        let _off = m.lora().unwrap().1.scope(guirl::policy::qwen_vl::train::lora::AdapterUse::Off);
         let (base, _) = prompt_logits(&m, &r, "one_image", None).unwrap();
         assert!(
             rel_err(&base, &want["one_image.logits"]) > 10.0 * tolerance(),
@@ -280,7 +280,7 @@ fn adapters_off_is_the_base_model() {
     let mut m = load("qwen3_vl");
     let r = reference("qwen3_vl");
     let switch = m.load_adapter(&dir("qwen3_vl").join("lora")).unwrap();
-    switch.set(guirl::policy::qwen_vl::train::lora::AdapterUse::Off);
+    let _off = switch.scope(guirl::policy::qwen_vl::train::lora::AdapterUse::Off);
     let (logits, _) = prompt_logits(&m, &r, "one_image", None).unwrap();
     assert!(rel_err(&logits, &r["one_image.logits"]) <= tolerance());
 }

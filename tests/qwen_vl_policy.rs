@@ -182,6 +182,58 @@ fn answers_joining_a_decode_in_flight_are_bit_for_bit_those_decoded_alone() {
     }
 }
 
+/// An overlapped run's frozen copy (its behaviour weights) decodes on one thread while the
+/// live adapters train on another, LoRA dropout on: the copy's answers are bit for bit
+/// those it gives alone, and the update moved the live policy's. The adapter switch and the
+/// training pass are each thread's own, not the shared model's.
+#[test]
+fn a_frozen_copy_decodes_unchanged_while_the_live_adapters_train_on_another_thread() {
+    for arch in ["qwen3_vl", "qwen2_5_vl"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut s = settings(arch, tmp.path());
+        s.max_new_tokens = 8;
+        s.lora_dropout = 0.3;
+        let mut p = QwenVlPolicy::new(s, &Device::Cpu, 0).unwrap();
+        perturb_b(&p);
+        let sampling = Sampling { temperature: 1.5, greedy: false, seed: 3 };
+        p.set_sampling(sampling);
+        let mut frozen = p.reference().unwrap();
+        frozen.set_sampling(sampling);
+        let states = vec![state(0, &[]), state(1, &["click(10, 20)"]), state(2, &["key(Enter)"])];
+        let keys = [31u64, 32, 33];
+        let alone: Vec<_> = frozen.act_keyed(&states, &keys).unwrap().iter().map(bits).collect();
+        let live_before: Vec<_> = p.act_keyed(&states, &keys).unwrap().iter().map(bits).collect();
+        assert_eq!(live_before, alone, "{arch}: the copy starts as the live policy");
+        let target: Vec<Vec<u32>> =
+            states.iter().map(|st| p.encode(st, &GuiAction::Click { x: 35, y: 20 }).unwrap()).collect();
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let rounds = std::thread::scope(|scope| {
+            let update = scope.spawn(|| {
+                let mut opt =
+                    AdamW::new(p.trainable_vars(), AdamWConfig { lr: 1e-2, ..Default::default() }).unwrap();
+                for step in 0..6u64 {
+                    let scores = p.score_train(&states, &target, step).unwrap();
+                    let loss = scores.logp.sum_all().unwrap().neg().unwrap();
+                    opt.step(&p.gradients(&loss).unwrap()).unwrap();
+                }
+                done.store(true, std::sync::atomic::Ordering::SeqCst);
+            });
+            let mut rounds = 0;
+            while rounds < 2 || !done.load(std::sync::atomic::Ordering::SeqCst) {
+                let during: Vec<_> = frozen.act_keyed(&states, &keys).unwrap().iter().map(bits).collect();
+                assert_eq!(during, alone, "{arch}: round {rounds} during the update differs");
+                rounds += 1;
+            }
+            update.join().unwrap();
+            rounds
+        });
+        let live_after: Vec<_> = p.act_keyed(&states, &keys).unwrap().iter().map(bits).collect();
+        assert_ne!(live_after, live_before, "{arch}: the update did not move the live policy");
+        let after: Vec<_> = frozen.act_keyed(&states, &keys).unwrap().iter().map(bits).collect();
+        assert_eq!(after, alone, "{arch}: the copy after the update ({rounds} rounds during it)");
+    }
+}
+
 #[test]
 fn a_policy_step_moves_only_lora_and_the_reference_stays_as_it_was() {
     let tmp = tempfile::tempdir().unwrap();
@@ -217,6 +269,9 @@ fn a_policy_step_moves_only_lora_and_the_reference_stays_as_it_was() {
     assert!(max_diff(&later.score(&states, &target).unwrap().logp, &before_ref) > 0.0, "a new snapshot");
     later.load(rdir.path()).unwrap();
     assert_eq!(max_diff(&later.score(&states, &target).unwrap().logp, &before_ref), 0.0);
+    // a later copy takes a snapshot of its own: the first reference keeps its weights
+    let _other = p.reference().unwrap();
+    assert_eq!(max_diff(&reference.score(&states, &target).unwrap().logp, &before_ref), 0.0);
     let _ = p.act(&states).unwrap();
 }
 

@@ -92,9 +92,11 @@ function reachable(el) {
 }
 // Whether text node t is drawn where a person sees it: its element is visible, opaque,
 // with a font size and a colour, and a hit test on one of its line boxes in view (at its
-// middle or near either end: a word half under something still reads) lands on that
-// element (not on something over it, nor, for text clipped away by overflow, clip or
-// clip-path, on whatever lies under it).
+// middle or near either end, at mid-height or a little above or below it: a word whose
+// right half or lower half is under something still reads) lands on that element (not on
+// something over it, nor, for text clipped away by overflow, clip or clip-path, on
+// whatever lies under it).
+var TEXT_AT = [0.5, 0.3, 0.7];
 function drawn(t) {
   var v = shown.get(t);
   if (v !== undefined) return v;
@@ -106,8 +108,9 @@ function drawn(t) {
     var rs = range.getClientRects();
     for (var i = 0; i < rs.length && i < 8 && !v; i++) {
       var c = inView(rs[i]);
-      for (var k = 0; c && k < 3 && !v; k++) {
-        var h = document.elementFromPoint(c[0] + (c[2] - c[0]) * AT[k], (c[1] + c[3]) / 2);
+      for (var k = 0; c && k < 9 && !v; k++) {
+        var h = document.elementFromPoint(c[0] + (c[2] - c[0]) * AT[k % 3],
+                                          c[1] + (c[3] - c[1]) * TEXT_AT[(k / 3) | 0]);
         // The pointer passes through text with pointer-events: none, so no hit test can
         // tell what is over it: its geometry has to do.
         v = within(h, p) || (!!h && s.pointerEvents === 'none');

@@ -477,12 +477,15 @@ impl TrainConfig {
                 self.rollout.max_staleness
             ),
         );
-        if self.rollout.max_staleness > 0 && self.model.backbone.is_some() {
+        // A Qwen-VL policy's frozen copy is a snapshot of its adapters: modules trained
+        // whole are shared with it, so they would change under the background collection.
+        let whole = self.model.train_modules.as_ref().is_some_and(|m| !m.is_empty());
+        if self.rollout.max_staleness > 0 && self.model.backbone.is_some() && whole {
             check(
                 false,
-                "rollout.max_staleness = 1 needs a frozen copy of the policy's weights, and a Qwen-VL \
-                 policy's copy shares one adapter snapshot with the KL reference: train it with \
-                 rollout.max_staleness = 0 (the small policy supports 1)"
+                "rollout.max_staleness = 1 collects with a frozen copy of the policy's weights, and a Qwen-VL \
+                 policy copies only its LoRA adapters, not the modules in model.train_modules: set \
+                 model.train_modules = [] or rollout.max_staleness = 0"
                     .into(),
             );
         }

@@ -40,6 +40,7 @@ mod python_clients;
 mod qwen_vl_files;
 mod qwen_vl_learn;
 mod qwen_vl_lora_dropout;
+mod qwen_vl_overlap;
 mod readme_commands;
 mod record_replay;
 mod reward_model;

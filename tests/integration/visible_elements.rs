@@ -51,6 +51,8 @@ async fn only_drawn_text_and_reachable_elements_are_listed() {
         ("#partly", "Partly"),
         // Clickable by script alone.
         ("#scripted", "Flip"),
+        // Its lower half covered: the upper half of its word still reads.
+        ("#top-half", "Top half"),
     ];
     let want: Vec<(String, String)> = want.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
     assert_eq!(listed(&obs), want, "{:#?}", obs.elements);

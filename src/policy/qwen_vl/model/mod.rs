@@ -16,13 +16,14 @@ pub mod weights;
 
 use super::chat::Chat;
 use super::processor::ImageProcessor;
-use super::train::lora::{load_peft, save_peft, AdapterSwitch, LoraAdapter, LoraSettings};
+use super::train::lora::{load_peft, save_peft, AdapterSnapshot, AdapterSwitch, LoraAdapter, LoraSettings};
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor, Var};
 use config::QwenVlConfig;
 use nn::Linear;
 use rope::{mrope_positions, text_cos_sin};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use text::{KvCache, TextModel, VisualRows};
 use vision::{VisionOutput, VisionTower};
 use weights::Weights;
@@ -520,29 +521,30 @@ impl QwenVl {
 }
 
 impl QwenVl {
-    /// Copy every adapter's live A and B into its snapshot (the KL reference's weights).
-    pub fn snapshot_adapters(&self) -> Result<()> {
+    /// A copy of every adapter's live A and B (the KL reference's weights, or the weights an
+    /// overlapped run collects with).
+    pub fn snapshot_adapters(&self) -> Result<Arc<AdapterSnapshot>> {
+        let mut pairs = Vec::new();
         for (_, lin) in self.slots() {
             if let Some(ad) = &lin.lora {
-                ad.snapshot()?;
+                pairs.push((ad, ad.copy_weights()?));
             }
         }
-        Ok(())
+        Ok(Arc::new(AdapterSnapshot::new(pairs)))
     }
 
-    /// Save the adapters' snapshot as a PEFT folder (a resumed run's KL reference).
-    pub fn save_snapshot(&self, dir: &Path) -> Result<()> {
+    /// Save a snapshot of the adapters as a PEFT folder (a resumed run's KL reference).
+    pub fn save_snapshot(&self, snapshot: &AdapterSnapshot, dir: &Path) -> Result<()> {
         let Some((settings, switch)) = self.lora.clone() else {
             bail!("the model has no adapters to save");
         };
         let mut frozen = Vec::new();
         for (slot, l) in self.slots() {
             if let Some(ad) = &l.lora {
-                let snap = ad.frozen.lock().expect("adapter snapshot").clone();
-                let (a, b) = snap.ok_or_else(|| anyhow::anyhow!("no snapshot of the adapters was taken"))?;
+                let (a, b) = snapshot.of(ad)?;
                 frozen.push((
                     slot.peft,
-                    LoraAdapter::from_tensors(&a, &b, ad.scale, switch.clone())?,
+                    LoraAdapter::from_tensors(a, b, ad.scale, switch.clone())?,
                     l.kernel,
                 ));
             }
@@ -552,9 +554,10 @@ impl QwenVl {
         save_peft(dir, &refs, &[], &settings, &self.dir.display().to_string())
     }
 
-    /// Read a PEFT folder into the adapters' snapshot (the live adapters are untouched).
-    pub fn load_snapshot(&self, dir: &Path) -> Result<()> {
+    /// A snapshot read from a PEFT folder (the live adapters are untouched).
+    pub fn load_snapshot(&self, dir: &Path) -> Result<Arc<AdapterSnapshot>> {
         let peft = load_peft(dir)?;
+        let mut pairs = Vec::new();
         for (slot, lin) in self.slots() {
             let Some(ad) = &lin.lora else { continue };
             let (a, b) = slot
@@ -568,10 +571,12 @@ impl QwenVl {
                 );
             }
             let dev = ad.a.device();
-            let pair = (a.to_dtype(DType::F32)?.to_device(dev)?, b.to_dtype(DType::F32)?.to_device(dev)?);
-            *ad.frozen.lock().expect("adapter snapshot") = Some(pair);
+            pairs.push((
+                ad,
+                (a.to_dtype(DType::F32)?.to_device(dev)?, b.to_dtype(DType::F32)?.to_device(dev)?),
+            ));
         }
-        Ok(())
+        Ok(Arc::new(AdapterSnapshot::new(pairs)))
     }
 }
 

@@ -57,8 +57,8 @@ pub struct QwenVlPolicy {
     coords: CoordMode,
     system: String,
     sampling: Sampling,
-    /// Which adapter weights this policy runs: the live ones, or (the KL reference) the
-    /// snapshot taken when it was made.
+    /// Which adapter weights this policy runs: the live ones, or (the KL reference, the
+    /// behaviour weights of an overlapped run) its own snapshot, taken when it was made.
     mode: AdapterUse,
     vision_cache: Arc<Mutex<HashMap<u64, Arc<VisionOutput>>>>,
     device: Device,
@@ -307,18 +307,11 @@ impl QwenVlPolicy {
         Ok(out)
     }
 
-    /// Run `f` with the adapter weights this policy uses (the switch is shared with the
-    /// reference; it is put back to the live adapters after).
+    /// Run `f` with the adapter weights this policy uses, on this thread (the model is
+    /// shared with the reference and the behaviour copy, which choose their own).
     fn with_adapters<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
-        let switch = self.model.lora().map(|(_, s)| s.clone());
-        if let Some(s) = &switch {
-            s.set(self.mode);
-        }
-        let out = f();
-        if let Some(s) = &switch {
-            s.set(AdapterUse::Live);
-        }
-        out
+        let _use = self.model.lora().map(|(_, s)| s.scope(self.mode.clone()));
+        f()
     }
 
     /// The next token of each answer, drawn on the device from its logits (`logits` `[n, V]`,
@@ -415,7 +408,7 @@ impl TrainablePolicy for QwenVlPolicy {
 
     fn score_train(&self, states: &[ScreenState], tokens: &[Vec<u32>], pass: u64) -> Result<TokenScores> {
         // only the live policy trains: a reference scored this way gets a plain pass
-        let pass = (self.mode == AdapterUse::Live).then_some(pass);
+        let pass = self.mode.is_live().then_some(pass);
         self.score_pass(states, tokens, pass)
     }
 
@@ -431,7 +424,7 @@ impl TrainablePolicy for QwenVlPolicy {
     }
 
     fn trainable_vars(&self) -> Vec<(String, Var)> {
-        if self.mode == AdapterUse::Live {
+        if self.mode.is_live() {
             self.model.lora_vars()
         } else {
             Vec::new()
@@ -444,9 +437,9 @@ impl TrainablePolicy for QwenVlPolicy {
 
     fn save(&self, dir: &Path) -> Result<()> {
         std::fs::create_dir_all(dir).with_context(|| format!("{}: cannot create", dir.display()))?;
-        match self.mode {
+        match &self.mode {
             AdapterUse::Live => self.model.save_adapter(dir)?,
-            AdapterUse::Snapshot => self.model.save_snapshot(dir)?,
+            AdapterUse::Snapshot(s) => self.model.save_snapshot(s, dir)?,
             AdapterUse::Off => {}
         }
         let tmp = dir.join(format!("{POLICY_FILE}.tmp"));
@@ -490,14 +483,21 @@ impl TrainablePolicy for QwenVlPolicy {
         }
         match self.mode {
             AdapterUse::Live => self.model.set_adapter_values(dir),
-            // the reference reads into its snapshot: the live adapters are not touched
-            AdapterUse::Snapshot => self.model.load_snapshot(dir),
+            // the reference reads into a snapshot of its own: the live adapters are not touched
+            AdapterUse::Snapshot(_) => {
+                self.mode = AdapterUse::Snapshot(self.model.load_snapshot(dir)?);
+                Ok(())
+            }
             AdapterUse::Off => Ok(()),
         }
     }
 
     fn reference(&self) -> Result<Box<dyn TrainablePolicy>> {
-        self.model.snapshot_adapters()?;
+        // the live adapters copied now; a copy's copy shares its (frozen) snapshot
+        let mode = match &self.mode {
+            AdapterUse::Live => AdapterUse::Snapshot(self.model.snapshot_adapters()?),
+            frozen => frozen.clone(),
+        };
         if !self.settings.train_modules.is_empty() {
             tracing::warn!(
                 "model.train_modules {:?} are shared with the KL reference (only the adapters are snapshotted): \
@@ -505,7 +505,7 @@ impl TrainablePolicy for QwenVlPolicy {
                 self.settings.train_modules
             );
         }
-        Ok(Box::new(QwenVlPolicy { mode: AdapterUse::Snapshot, ..self.clone() }))
+        Ok(Box::new(QwenVlPolicy { mode, ..self.clone() }))
     }
 
     fn describe(&self) -> String {

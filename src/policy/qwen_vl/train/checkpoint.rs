@@ -49,7 +49,7 @@ pub(crate) fn checkpointed(
         (s, u)
     });
     // the live adapters' A and B are the layer's trainable tensors (snapshot weights are not Vars)
-    let vars: Vec<Tensor> = match adapters {
+    let vars: Vec<Tensor> = match &adapters {
         Some((_, AdapterUse::Live)) => {
             layer_adapters.iter().flat_map(|a| [a.a.as_tensor().clone(), a.b.as_tensor().clone()]).collect()
         }
@@ -83,11 +83,7 @@ impl Checkpoint {
     /// gradients to the side store.
     fn recompute(&self, x: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
         let _state = self.pass.enter(self.state);
-        let restore = self.adapters.as_ref().map(|(s, u)| {
-            let before = s.get();
-            s.set(*u);
-            (s, before)
-        });
+        let _use = self.adapters.as_ref().map(|(s, u)| s.scope(u.clone()));
         let result = (|| -> Result<Option<Tensor>> {
             let need_dx = x.track_op();
             let input = if need_dx { Var::from_tensor(&x.detach())?.as_tensor().clone() } else { x.detach() };
@@ -100,9 +96,6 @@ impl Checkpoint {
             }
             Ok(if need_dx { grads.get(&input).cloned() } else { None })
         })();
-        if let Some((s, before)) = restore {
-            s.set(before);
-        }
         result
     }
 }

@@ -3,8 +3,12 @@
 //! An adapter adds `scale · (dropout(x) Aᵀ) Bᵀ` to a frozen layer, `A` `[r, in]`, `B` `[out, r]`,
 //! `scale = alpha / r`. A starts Kaiming-uniform and B at zero (PEFT's default), so a new
 //! adapter leaves the model unchanged. The base weights stay plain tensors: only A and B
-//! are `Var`s. All adapters of a model share one [`AdapterSwitch`], so the KL reference is
-//! the same model with a snapshot of the adapters (a copy of A and B only, not of the base).
+//! are `Var`s. All adapters of a model share one [`AdapterSwitch`], so the KL reference and
+//! the behaviour weights of an overlapped run are the same model with a snapshot of the
+//! adapters (an [`AdapterSnapshot`]: a copy of A and B only, not of the base). Which
+//! weights a forward uses is chosen per thread for the length of that forward
+//! ([`AdapterSwitch::scope`]), never on the shared model: a background collection with a
+//! snapshot and an update of the live adapters can run at once on two threads.
 //! Dropout (PEFT's `lora_dropout`, on the adapter's input only) acts in training passes
 //! alone, with masks keyed by the pass and the adapter ([`super::train_pass`]).
 //!
@@ -14,12 +18,14 @@
 
 use super::train_pass::{dropout_mask, TrainPass};
 use anyhow::{anyhow, bail, Context, Result};
-use candle_core::{DType, Device, Tensor, Var};
+use candle_core::{DType, Device, Tensor, TensorId, Var};
 use serde_json::json;
+use std::cell::RefCell;
 use std::collections::HashMap;
+use std::marker::PhantomData;
 use std::path::Path;
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Which layers get adapters, and their size.
 #[derive(Debug, Clone, PartialEq)]
@@ -57,35 +63,95 @@ impl Default for LoraSettings {
     }
 }
 
-/// Which adapter weights a model's forward uses. One switch is shared by all adapters of
-/// a model, so a policy and its KL reference can share the base weights.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Which adapter weights a model's forward uses.
+#[derive(Clone)]
 pub enum AdapterUse {
     /// The trained adapters (the policy).
-    Live = 0,
+    Live,
     /// No adapters: the base model.
-    Off = 1,
-    /// The adapters as they were at the last snapshot (the KL reference).
-    Snapshot = 2,
+    Off,
+    /// A frozen copy of the adapters (the KL reference, or the weights an overlapped run
+    /// collects with).
+    Snapshot(Arc<AdapterSnapshot>),
 }
 
-/// The shared switch of a model's adapters.
-#[derive(Debug, Clone, Default)]
-pub struct AdapterSwitch(Arc<AtomicU8>);
+impl AdapterUse {
+    /// The trained adapters?
+    pub fn is_live(&self) -> bool {
+        matches!(self, AdapterUse::Live)
+    }
+}
 
-impl AdapterSwitch {
-    /// Use these adapter weights from now on.
-    pub fn set(&self, u: AdapterUse) {
-        self.0.store(u as u8, Ordering::Relaxed);
+/// A copy of every adapter's A and B at one moment (not views: `Var::set` writes the live
+/// ones in place). Kept by the policies that use it and freed with the last of them.
+pub struct AdapterSnapshot {
+    /// By the id of the live A's `Var`.
+    weights: HashMap<TensorId, (Tensor, Tensor)>,
+}
+
+impl AdapterSnapshot {
+    /// A snapshot of `pairs`: (the live adapter, its frozen A and B).
+    pub(crate) fn new<'a>(pairs: impl IntoIterator<Item = (&'a LoraAdapter, (Tensor, Tensor))>) -> Self {
+        AdapterSnapshot { weights: pairs.into_iter().map(|(ad, ab)| (ad.a.id(), ab)).collect() }
     }
 
-    /// The weights in use.
+    /// `ad`'s frozen A and B.
+    pub(crate) fn of(&self, ad: &LoraAdapter) -> Result<&(Tensor, Tensor)> {
+        self.weights
+            .get(&ad.a.id())
+            .ok_or_else(|| anyhow!("the adapters' snapshot holds no copy of an adapter attached after it"))
+    }
+}
+
+/// The switch of a model's adapters: which weights (live, none, a snapshot) the forwards
+/// that this thread runs use. The choice is the thread's, set for a scope, so forwards of
+/// the same model on other threads (a background collection, an update) choose their own.
+#[derive(Debug, Clone)]
+pub struct AdapterSwitch(u64);
+
+impl Default for AdapterSwitch {
+    fn default() -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        AdapterSwitch(NEXT.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+thread_local! {
+    /// The weights each switch selects on this thread (absent: the live ones).
+    static IN_USE: RefCell<HashMap<u64, AdapterUse>> = RefCell::new(HashMap::new());
+}
+
+impl AdapterSwitch {
+    /// Use `u` in this thread's forwards until the guard is dropped (then what was in use
+    /// before).
+    pub fn scope(&self, u: AdapterUse) -> AdapterScope {
+        let previous = IN_USE.with(|m| m.borrow_mut().insert(self.0, u));
+        AdapterScope { id: self.0, previous, _thread: PhantomData }
+    }
+
+    /// The weights this thread's forwards use.
     pub fn get(&self) -> AdapterUse {
-        match self.0.load(Ordering::Relaxed) {
-            0 => AdapterUse::Live,
-            1 => AdapterUse::Off,
-            _ => AdapterUse::Snapshot,
-        }
+        IN_USE.with(|m| m.borrow().get(&self.0).cloned()).unwrap_or(AdapterUse::Live)
+    }
+}
+
+/// Puts back the adapter weights in use before [`AdapterSwitch::scope`] when dropped. It
+/// belongs to its thread (not `Send`).
+pub struct AdapterScope {
+    id: u64,
+    previous: Option<AdapterUse>,
+    _thread: PhantomData<*const ()>,
+}
+
+impl Drop for AdapterScope {
+    fn drop(&mut self) {
+        IN_USE.with(|m| {
+            let mut m = m.borrow_mut();
+            match self.previous.take() {
+                Some(u) => m.insert(self.id, u),
+                None => m.remove(&self.id),
+            }
+        });
     }
 }
 
@@ -96,9 +162,6 @@ pub struct LoraAdapter {
     pub(crate) b: Var,
     pub(crate) scale: f64,
     switch: AdapterSwitch,
-    /// A real copy of (A, B) taken by [`LoraAdapter::snapshot`] (not a view: `Var::set`
-    /// writes in place).
-    pub(crate) frozen: Arc<Mutex<Option<(Tensor, Tensor)>>>,
     /// The model's training-pass state (dropout, no-grad forwards).
     pass: TrainPass,
     /// This adapter's share of the dropout masks' key (from its module name).
@@ -129,7 +192,6 @@ impl LoraAdapter {
             b,
             scale: s.alpha / s.rank as f64,
             switch,
-            frozen: Default::default(),
             pass: TrainPass::default(),
             id: 0,
             dropout: s.dropout,
@@ -157,27 +219,24 @@ impl LoraAdapter {
             b: Var::from_tensor(&b.to_dtype(DType::F32)?)?,
             scale,
             switch,
-            frozen: Default::default(),
             pass: TrainPass::default(),
             id: 0,
             dropout: 0.0,
         })
     }
 
-    /// Copy the live A and B into the snapshot.
-    pub fn snapshot(&self) -> Result<()> {
-        let copy = (self.a.as_tensor().copy()?, self.b.as_tensor().copy()?);
-        *self.frozen.lock().expect("adapter snapshot") = Some(copy);
-        Ok(())
+    /// A copy of the live A and B (for a snapshot).
+    pub(crate) fn copy_weights(&self) -> Result<(Tensor, Tensor)> {
+        Ok((self.a.as_tensor().copy()?, self.b.as_tensor().copy()?))
     }
 
-    /// The (A, B) the switch selects, or None for no adapter.
-    fn weights(&self) -> Option<(Tensor, Tensor)> {
-        match self.switch.get() {
+    /// The (A, B) the switch selects on this thread, or None for no adapter.
+    fn weights(&self) -> Result<Option<(Tensor, Tensor)>> {
+        Ok(match self.switch.get() {
             AdapterUse::Live => Some((self.a.as_tensor().clone(), self.b.as_tensor().clone())),
             AdapterUse::Off => None,
-            AdapterUse::Snapshot => self.frozen.lock().expect("adapter snapshot").clone(),
-        }
+            AdapterUse::Snapshot(s) => Some(s.of(self)?.clone()),
+        })
     }
 
     /// What the layer's forward needs of this adapter for input `x`: the (A, B) the switch
@@ -185,7 +244,7 @@ impl LoraAdapter {
     /// mask in `x`'s dtype and shape while the model is in a training pass. None when
     /// adapters are off.
     pub(crate) fn parts(&self, x: &Tensor) -> Result<Option<(Tensor, Tensor, Option<Tensor>)>> {
-        let Some((a, b)) = self.weights() else { return Ok(None) };
+        let Some((a, b)) = self.weights()? else { return Ok(None) };
         let pass = self.pass.get();
         // a checkpointed layer's forward builds no graph: detached views of A and B
         let (a, b) = if pass.no_grad { (a.detach(), b.detach()) } else { (a, b) };
@@ -368,4 +427,29 @@ pub fn load_peft(dir: &Path) -> Result<PeftAdapter> {
         tensors,
         full,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What one thread selects is its own; a scope puts back what was in use before it.
+    #[test]
+    fn a_switch_selects_per_thread_and_per_scope() {
+        let (switch, other) = (AdapterSwitch::default(), AdapterSwitch::default());
+        assert!(switch.get().is_live(), "live by default");
+        {
+            let _off = switch.scope(AdapterUse::Off);
+            assert!(matches!(switch.get(), AdapterUse::Off));
+            assert!(other.get().is_live(), "another model's switch");
+            let seen = std::thread::scope(|s| s.spawn(|| switch.get().is_live()).join().unwrap());
+            assert!(seen, "another thread still uses the live adapters");
+            {
+                let _snap = switch.scope(AdapterUse::Snapshot(Arc::new(AdapterSnapshot::new([]))));
+                assert!(matches!(switch.get(), AdapterUse::Snapshot(_)));
+            }
+            assert!(matches!(switch.get(), AdapterUse::Off), "the inner scope put Off back");
+        }
+        assert!(switch.get().is_live());
+    }
 }

@@ -3,14 +3,18 @@
 //!
 //! One [`TrainPass`] is shared by a model's decoder and all its adapters. The policy sets
 //! it for the length of a training pass and puts it back after, so rollouts, evaluation and
-//! the KL reference's pass never see it. Dropout masks are drawn from the pass's key (the
+//! the KL reference's pass never see it. The state is the thread's: a collection running on
+//! another thread during an update (an overlapped run) never sees the update's pass. Dropout masks are drawn from the pass's key (the
 //! run's seed and the update step, see `train::seeds::pass_key`) and the adapter's own id,
 //! never from a global generator: the same run gives the same masks, and a checkpointed
 //! layer's recomputation in the backward pass draws exactly the masks its forward drew.
 
 use candle_core::{backprop::GradStore, Device, Shape, Tensor, TensorId};
 use rand::{Rng, RngCore};
+use std::cell::RefCell;
 use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// The state of a training pass (the default: not one).
@@ -25,31 +29,42 @@ pub struct PassState {
     pub no_grad: bool,
 }
 
-/// A model's shared training-pass state, and the gradients its checkpointed layers
+/// A model's training-pass state (per thread), and the gradients its checkpointed layers
 /// computed outside the main graph.
 #[derive(Clone, Default)]
 pub struct TrainPass(Arc<Shared>);
 
-#[derive(Default)]
 struct Shared {
-    state: Mutex<PassState>,
+    /// This model's key in each thread's states.
+    id: u64,
     /// Gradients of trainable tensors, by id, accumulated by the checkpointed layers'
     /// backward (see [`TrainPass::merge_into`]).
     side: Mutex<HashMap<TensorId, Tensor>>,
 }
 
+impl Default for Shared {
+    fn default() -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        Shared { id: NEXT.fetch_add(1, Ordering::Relaxed), side: Mutex::default() }
+    }
+}
+
+thread_local! {
+    /// Each model's pass state on this thread (absent: not a training pass).
+    static STATES: RefCell<HashMap<u64, PassState>> = RefCell::new(HashMap::new());
+}
+
 impl TrainPass {
-    /// The state in force.
+    /// The state in force on this thread.
     pub fn get(&self) -> PassState {
-        *self.0.state.lock().expect("train pass")
+        STATES.with(|m| m.borrow().get(&self.0.id).copied()).unwrap_or_default()
     }
 
-    /// Put `state` in force until the guard is dropped (then the previous one again).
+    /// Put `state` in force on this thread until the guard is dropped (then the previous
+    /// one again).
     pub fn enter(&self, state: PassState) -> PassGuard {
-        let mut s = self.0.state.lock().expect("train pass");
-        let previous = *s;
-        *s = state;
-        PassGuard { pass: self.clone(), previous }
+        let previous = STATES.with(|m| m.borrow_mut().insert(self.0.id, state)).unwrap_or_default();
+        PassGuard { id: self.0.id, previous, _thread: PhantomData }
     }
 
     /// Add `grad` to the side gradient of the tensor `id`.
@@ -85,15 +100,16 @@ impl TrainPass {
     }
 }
 
-/// Restores the previous [`PassState`] when dropped.
+/// Restores the previous [`PassState`] when dropped. It belongs to its thread (not `Send`).
 pub struct PassGuard {
-    pass: TrainPass,
+    id: u64,
     previous: PassState,
+    _thread: PhantomData<*const ()>,
 }
 
 impl Drop for PassGuard {
     fn drop(&mut self) {
-        *self.pass.0.state.lock().expect("train pass") = self.previous;
+        STATES.with(|m| m.borrow_mut().insert(self.id, self.previous));
     }
 }
 
@@ -153,5 +169,18 @@ mod tests {
             assert!(!pass.get().no_grad);
         }
         assert_eq!(pass.get(), PassState::default());
+    }
+
+    /// A collection on another thread during an update never sees the update's pass, nor
+    /// one model's pass another model's.
+    #[test]
+    fn a_pass_is_its_threads_and_its_models() {
+        let (pass, other) = (TrainPass::default(), TrainPass::default());
+        let state = PassState { dropout_key: Some(9), checkpoint: true, no_grad: true };
+        let _g = pass.enter(state);
+        assert_eq!(pass.get(), state);
+        assert_eq!(other.get(), PassState::default(), "another model");
+        let seen = std::thread::scope(|s| s.spawn(|| pass.get()).join().unwrap());
+        assert_eq!(seen, PassState::default(), "another thread");
     }
 }
