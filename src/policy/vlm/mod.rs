@@ -28,6 +28,7 @@ mod memory_tests;
 pub mod model;
 mod pointer;
 mod relations;
+pub mod words;
 pub mod speed;
 #[cfg(test)]
 mod tests;
