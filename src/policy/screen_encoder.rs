@@ -20,9 +20,9 @@
 
 use crate::nn::custom_ops as fused;
 use crate::policy::vlm::inputs::image_values;
-use crate::policy::vlm::words::instruction_words;
 use crate::policy::vlm::layers::{linear, Linear};
 use crate::policy::vlm::model::patchify;
+use crate::policy::vlm::words::instruction_words;
 use crate::policy::vlm::VlmConfig;
 use anyhow::{bail, Result};
 use candle_core::{DType, Device, Module, Tensor};

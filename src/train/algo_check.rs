@@ -140,8 +140,7 @@ impl AlgoConfig {
             "algo.adv_std applies to grpo, dr_grpo, dapo, gspo and gigpo only".into(),
         );
         check(
-            a.step_credit == StepCredit::Episode
-                || a.kind().takes_step_credit(),
+            a.step_credit == StepCredit::Episode || a.kind().takes_step_credit(),
             "algo.step_credit = \"discounted\" applies to grpo, dr_grpo, dapo and gspo \
              (reinforce_pp and gigpo credit steps already; rloo is episode-level)"
                 .into(),

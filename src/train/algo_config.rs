@@ -212,8 +212,7 @@ impl AlgoConfig {
     }
     /// Whether the advantages use γ-discounted returns from each step.
     pub(crate) fn discounts_steps(&self) -> bool {
-        self.gamma < 1.0
-            && (self.kind().credits_steps() || self.step_credit == StepCredit::Discounted)
+        self.gamma < 1.0 && (self.kind().credits_steps() || self.step_credit == StepCredit::Discounted)
     }
     /// ε_low, resolved.
     pub fn clip_low(&self) -> f64 {

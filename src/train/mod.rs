@@ -27,12 +27,12 @@
 //!   [`run_folder`]: one run per folder, resumes with the run's own config.
 
 pub mod advantage;
-pub mod algorithm;
 pub mod algo_check;
 pub mod algo_config;
 pub mod algo_kind;
 pub mod algo_migrate;
 pub mod algo_table;
+pub mod algorithm;
 pub mod branch;
 pub mod checkpoint;
 pub mod config;

@@ -5,14 +5,17 @@
 //! rollouts  = collector.collect(policy, jobs)                (token ids + log-probs kept)
 //!             again on fresh seeds until B groups are informative (dynamic_sampling.rs)
 //! rewards   = task reward, truncation / give-up / overlong corrections  (rewards.rs)
-//!             − β·KL per step with kl_mode = "reward"        (kl.rs)
-//! adv       = estimator(groups, anchor states)               (advantage/)
-//!             PPO: GAE over the critic's values               (value/, advantage/gae.rs)
+//!             − β·KL per step with kl_mode = "reward"        (algorithm/kl_term.rs, kl.rs)
+//! adv       = algorithm.advantages(groups)                   (algorithm/, advantage/)
+//!             GiGPO: with its anchor states; PPO: GAE over the critic's values (value/)
 //! μ epochs of minibatches: objective(logπ, logπ_old, logπ_ref, adv) → AdamW step  (update.rs)
-//! PPO: the critic's value-loss epochs (value/); the policy waits out `critic_warmup`
-//! β ← adaptive(β, KL) with kl_target                        (kl.rs)
+//! algorithm.after_update: PPO's critic's value-loss epochs; the policy waits out `critic_warmup`
+//! β ← adaptive(β, KL) with kl_target                        (algorithm/kl_term.rs, kl.rs)
 //! metrics, evaluation (every one a candidate for `best`), checkpoint
 //! ```
+//!
+//! What depends on `[algo] kind` is the run's [`Algorithm`] (it owns PPO's critic); the
+//! iteration calls its hooks in a fixed order (`trainer/phases.rs`: update and log).
 //!
 //! With `[rollout] max_staleness = 1` the next iteration's collection runs during the
 //! update, with the weights the update starts from ([`overlap`]).
@@ -324,8 +327,8 @@ impl Trainer {
         Ok(self.state.clone())
     }
 
-    /// One iteration: collect → score → advantages → update → log (the phases are in
-    /// [`phases`]; what depends on the kind is the [`Algorithm`]'s).
+    /// One iteration: collect → score → advantages → update → log (update and log are in
+    /// `trainer/phases.rs`; what depends on the kind is the [`Algorithm`]'s).
     async fn iteration(&mut self) -> anyhow::Result<IterationMetrics> {
         let it = self.state.iteration;
         let t0 = Instant::now();

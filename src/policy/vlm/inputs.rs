@@ -14,8 +14,8 @@ use super::config::VlmConfig;
 use super::copy::CopySource;
 use super::layers::NEG;
 pub use super::relations::{control_states, first_number, number_relations};
-use super::words::{bucket, grid_cell, policy_words};
 use super::tokens::{ActionVocab, BOS, END};
+use super::words::{bucket, grid_cell, policy_words};
 use crate::env::{Element, GuiAction, ScreenState};
 
 /// The encoder's inputs for a batch of states.

@@ -28,11 +28,11 @@ mod memory_tests;
 pub mod model;
 mod pointer;
 mod relations;
-pub mod words;
 pub mod speed;
 #[cfg(test)]
 mod tests;
 pub mod tokens;
+pub mod words;
 
 pub use config::{ActionSpaceConfig, VlmConfig};
 pub use inputs::PreparedBatch;

@@ -21,7 +21,12 @@ pub struct KlTerm {
 impl KlTerm {
     /// The reference a resumed run finds in `dir` (with `beta > 0`); none for a new run,
     /// which makes it when RL starts ([`KlTerm::set_reference`]).
-    pub fn resume(algo: &AlgoConfig, policy: &dyn TrainablePolicy, dir: &Path, resuming: bool) -> anyhow::Result<KlTerm> {
+    pub fn resume(
+        algo: &AlgoConfig,
+        policy: &dyn TrainablePolicy,
+        dir: &Path,
+        resuming: bool,
+    ) -> anyhow::Result<KlTerm> {
         if algo.beta <= 0.0 || !resuming || !dir.is_dir() {
             return Ok(KlTerm::default());
         }
@@ -56,7 +61,12 @@ impl KlTerm {
 
     /// `recs` grouped with their training rewards; with `kl_mode = "reward"` each step's
     /// reward first loses `beta` · KL(rollout ‖ reference).
-    pub fn score<'a>(&self, algo: &AlgoConfig, beta: f64, recs: &'a [Recorded]) -> anyhow::Result<Scored<'a>> {
+    pub fn score<'a>(
+        &self,
+        algo: &AlgoConfig,
+        beta: f64,
+        recs: &'a [Recorded],
+    ) -> anyhow::Result<Scored<'a>> {
         let (mut batch, index) = TrainingBatch::group(recs.iter().map(|r| &r.trajectory));
         let mut mean = None;
         if let (KlMode::Reward, Some(r)) = (algo.kl_mode, self.reference.as_deref()) {

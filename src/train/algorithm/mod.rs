@@ -76,7 +76,11 @@ pub trait Algorithm: Send {
 
 /// The algorithm `cfg` trains with, its state read back from the checkpoint `latest`
 /// (a resume) where it keeps any.
-pub fn for_run(cfg: &TrainConfig, device: &Device, latest: Option<&Path>) -> anyhow::Result<Box<dyn Algorithm>> {
+pub fn for_run(
+    cfg: &TrainConfig,
+    device: &Device,
+    latest: Option<&Path>,
+) -> anyhow::Result<Box<dyn Algorithm>> {
     Ok(match &cfg.algo.variant {
         AlgoVariant::Ppo(p) => Box::new(ppo::Ppo::for_run(cfg, p, device, latest)?),
         AlgoVariant::Gigpo(_) => Box::new(relative::Gigpo),

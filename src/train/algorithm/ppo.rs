@@ -26,7 +26,12 @@ pub struct Ppo {
 impl Ppo {
     /// PPO for the run `cfg`, its critic read back from the checkpoint `latest` when that
     /// holds one.
-    pub fn for_run(cfg: &TrainConfig, settings: &PpoConfig, device: &Device, latest: Option<&Path>) -> anyhow::Result<Ppo> {
+    pub fn for_run(
+        cfg: &TrainConfig,
+        settings: &PpoConfig,
+        device: &Device,
+        latest: Option<&Path>,
+    ) -> anyhow::Result<Ppo> {
         let critic = Critic::for_run(cfg, settings, device, latest)?;
         Ok(Ppo::new(settings.clone(), critic))
     }
@@ -34,11 +39,6 @@ impl Ppo {
     /// PPO with `critic` (fresh or read back) and the settings `[algo.ppo]`.
     pub fn new(settings: PpoConfig, critic: Critic) -> Ppo {
         Ppo { settings, critic, batch: None, value: None }
-    }
-
-    /// The critic.
-    pub fn critic(&self) -> &Critic {
-        &self.critic
     }
 }
 
@@ -61,9 +61,10 @@ impl Algorithm for Ppo {
     }
 
     fn after_update(&mut self, algo: &AlgoConfig, seed: u64, it: u64) -> anyhow::Result<()> {
-        let p = self.batch.take().ok_or_else(|| {
-            anyhow::anyhow!("iteration {}: PPO's critic has no values to train on", it + 1)
-        })?;
+        let p = self
+            .batch
+            .take()
+            .ok_or_else(|| anyhow::anyhow!("iteration {}: PPO's critic has no values to train on", it + 1))?;
         let (critic, settings) = (&mut self.critic, &self.settings);
         self.value = Some(off_runtime(|| critic.train(&p, algo, settings, seed, it))?);
         Ok(())

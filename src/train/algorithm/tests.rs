@@ -43,7 +43,8 @@ fn ppo_trains_its_critic_only_on_values_of_this_iteration() {
 fn rec(shades: &[u8], step_rewards: &[f64], reward: f64, status: EpisodeStatus) -> Recorded {
     let steps = step_rewards.iter().map(|&r| TrajStep::new("click(1, 1)", r, Running)).collect();
     let outcome = Outcome { reward, status, steps: step_rewards.len() as u32, error: None };
-    let frames = shades.iter().map(|&v| image::RgbImage::from_pixel(4, 3, image::Rgb([v, 0, 0])).into()).collect();
+    let frames =
+        shades.iter().map(|&v| image::RgbImage::from_pixel(4, 3, image::Rgb([v, 0, 0])).into()).collect();
     Recorded { trajectory: Trajectory::new("t", 0, steps, outcome), frames }
 }
 

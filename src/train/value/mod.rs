@@ -161,7 +161,12 @@ impl Critic {
 
     /// The critic of a run that trains PPO with `ppo`: sized for its policy, seeded from
     /// the run's seed, and read back from `checkpoint` (a resume) when that holds one.
-    pub fn for_run(cfg: &TrainConfig, ppo: &PpoConfig, device: &Device, checkpoint: Option<&Path>) -> Result<Critic> {
+    pub fn for_run(
+        cfg: &TrainConfig,
+        ppo: &PpoConfig,
+        device: &Device,
+        checkpoint: Option<&Path>,
+    ) -> Result<Critic> {
         let opt = AdamWConfig { lr: ppo.value_lr, weight_decay: cfg.algo.weight_decay, ..Default::default() };
         let ccfg = CriticConfig::for_policy(&cfg.model.vlm_config()?);
         let mut critic = Critic::new(ccfg, device, cfg.run.seed ^ 0xC217_1C5E_ED00_0000, opt)?;
