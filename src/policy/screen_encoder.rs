@@ -19,9 +19,10 @@
 //! `word_emb`), as they did before the two models shared it, so saved models still load.
 
 use crate::nn::custom_ops as fused;
-use crate::policy::vlm::inputs::{image_values, instruction_words};
+use crate::policy::vlm::inputs::image_values;
 use crate::policy::vlm::layers::{linear, Linear};
 use crate::policy::vlm::model::patchify;
+use crate::policy::vlm::words::instruction_words;
 use crate::policy::vlm::VlmConfig;
 use anyhow::{bail, Result};
 use candle_core::{DType, Device, Module, Tensor};
@@ -287,7 +288,7 @@ impl ScalarHead {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::vlm::inputs::word_buckets;
+    use crate::policy::vlm::words::word_buckets;
 
     #[test]
     fn words_are_one_bucket_each_in_order() {

@@ -9,12 +9,14 @@ pub mod rescore;
 pub mod runtime;
 pub mod scoring;
 mod shard;
+pub mod stats;
 pub mod store;
 pub mod trajectory;
 pub mod viewer;
 
 pub use buffer::{Group, GroupStats, TrainingBatch, TrajectoryBuffer};
-pub use collector::{CollectStats, Collector, Job};
+pub use collector::{Collector, Job};
 pub use prefix::Prefix;
+pub use stats::CollectStats;
 pub use store::{TrajectorySet, TrajectoryWriter};
 pub use trajectory::{JudgeRecord, Outcome, Recorded, TrajStep, Trajectory, FORMAT_VERSION};

@@ -2,25 +2,22 @@
 //! runs jobs `r, r + W, …`, then the ranks exchange their episodes (trajectory as JSON,
 //! screenshots as raw RGB) so that every rank holds all of them in job order.
 
-use super::collector::{CollectStats, Collector, Job};
 use super::runtime::off_runtime;
+use super::stats::CollectStats;
 use super::trajectory::{Recorded, Trajectory};
 use crate::dist::ProcessGroup;
-use crate::policy::Policy;
 use anyhow::{ensure, Context};
 use image::RgbImage;
 
-/// See the module docs.
-pub(super) async fn collect_sharded(
-    collector: &mut Collector,
+/// Every rank's episodes of a collection of `n` jobs, with their job indices in order,
+/// from this rank's (`ran`: the jobs `r, r + W, …`, or its error, which every rank then
+/// reports); the stats summed, the seconds those of the slowest rank.
+pub(super) fn exchange(
     pg: &ProcessGroup,
-    policy: &mut dyn Policy,
-    jobs: Vec<Job>,
-    mut on_done: impl FnMut(usize, &Recorded),
-) -> anyhow::Result<(Vec<Recorded>, CollectStats)> {
-    let (n, w, r) = (jobs.len(), pg.world(), pg.rank());
-    let mine: Vec<(usize, Job)> = jobs.into_iter().enumerate().filter(|(i, _)| i % w == r).collect();
-    let ran = collector.collect_jobs(policy, mine, n, &mut |_, _| {}).await;
+    n: usize,
+    ran: anyhow::Result<(Vec<(usize, Recorded)>, CollectStats)>,
+) -> anyhow::Result<(Vec<(usize, Recorded)>, CollectStats)> {
+    let w = pg.world();
     let payload = ran.map(|(recs, stats)| encode(&recs, &stats)).map_err(|e| format!("{e:#}"));
     let parts = off_runtime(|| pg.all_gather(payload))?;
     let mut slots: Vec<Option<Recorded>> = vec![None; n];
@@ -40,13 +37,7 @@ pub(super) async fn collect_sharded(
     }
     // The ranks ran side by side: the round took as long as the slowest.
     stats.seconds = seconds;
-    let mut out = Vec::with_capacity(n);
-    for (i, rec) in slots.into_iter().enumerate() {
-        let Some(rec) = rec else { continue };
-        on_done(i, &rec);
-        out.push(rec);
-    }
-    Ok((out, stats))
+    Ok((slots.into_iter().enumerate().filter_map(|(i, rec)| Some((i, rec?))).collect(), stats))
 }
 
 /// `[stats JSON][count]{[index][trajectory JSON][frames]{[w][h][rgb]}}`, every number a

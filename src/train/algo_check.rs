@@ -4,7 +4,7 @@
 //! technique (see [`super::algo_table`]). What is left are ranges, and a few rules between
 //! keys every kind shares, each with its reason beside it.
 
-use super::advantage::StepCredit;
+use super::advantage::options::StepCredit;
 use super::algo_config::{AlgoConfig, AlgoKind, KlMode};
 use super::objective::KlEstimator;
 
@@ -58,7 +58,7 @@ impl AlgoConfig {
         let (lo, hi) = (a.clip_low(), a.clip_high());
         // PPO's critic is the baseline: its rollouts need no group. (A rule between `kind`
         // and a shared key: a per-kind group_size would be the same key in eight tables.)
-        let min_group = if a.kind() == AlgoKind::Ppo { 1 } else { 2 };
+        let min_group = a.kind().min_group_size();
         check(
             a.group_size >= min_group,
             format!("algo.group_size must be at least {min_group}, got {}", a.group_size),
@@ -140,8 +140,7 @@ impl AlgoConfig {
             "algo.adv_std applies to grpo, dr_grpo, dapo, gspo and gigpo only".into(),
         );
         check(
-            a.step_credit == StepCredit::Episode
-                || matches!(a.kind(), AlgoKind::Grpo | AlgoKind::DrGrpo | AlgoKind::Dapo | AlgoKind::Gspo),
+            a.step_credit == StepCredit::Episode || a.kind().takes_step_credit(),
             "algo.step_credit = \"discounted\" applies to grpo, dr_grpo, dapo and gspo \
              (reinforce_pp and gigpo credit steps already; rloo is episode-level)"
                 .into(),
@@ -168,7 +167,7 @@ impl AlgoConfig {
         }
         // A config read from TOML always has both for DAPO; one built in code may not.
         check(
-            a.kind() != AlgoKind::Dapo || (a.dynamic_sampling.is_some() && a.overlong_penalty.is_some()),
+            !a.kind().has_dapo_techniques() || (a.dynamic_sampling.is_some() && a.overlong_penalty.is_some()),
             "algo.kind = \"dapo\" runs dynamic sampling and the overlong penalty (build the config \
              with AlgoConfig::of(AlgoKind::Dapo)); without them it is kind = \"grpo\" with clip_high = 0.28"
                 .into(),

@@ -3,10 +3,10 @@
 //! config writes it is [`super::algo_table::AlgoTable`]; the checks of the values are in
 //! [`super::algo_check`]; old-form configs are recognised in [`super::algo_migrate`].
 
-use super::advantage::{AdvStd, StepCredit};
+use super::advantage::options::{AdvStd, StepCredit};
 use super::algo_table::AlgoTable;
 pub use super::kl::KlMode;
-use super::objective::{KlEstimator, LossAgg, LossConfig, PolicyLossKind};
+use super::objective::{KlEstimator, LossAgg, LossConfig};
 use super::optim::{AdamWConfig, LrSchedule, LrScheduler};
 use super::rewards::TrainReward;
 use serde::{Deserialize, Serialize};
@@ -185,7 +185,7 @@ impl AlgoConfig {
     /// Switch to another kind, as [`AlgoConfig::with_kind`].
     pub fn set_kind(&mut self, kind: AlgoKind) {
         self.variant = AlgoVariant::of(kind);
-        if kind == AlgoKind::Dapo {
+        if kind.has_dapo_techniques() {
             self.dynamic_sampling.get_or_insert_with(DynamicSampling::default);
             self.overlong_penalty.get_or_insert_with(OverlongPenalty::default);
         }
@@ -212,9 +212,7 @@ impl AlgoConfig {
     }
     /// Whether the advantages use γ-discounted returns from each step.
     pub(crate) fn discounts_steps(&self) -> bool {
-        self.gamma < 1.0
-            && (matches!(self.kind(), AlgoKind::ReinforcePp | AlgoKind::Gigpo | AlgoKind::Ppo)
-                || self.step_credit == StepCredit::Discounted)
+        self.gamma < 1.0 && (self.kind().credits_steps() || self.step_credit == StepCredit::Discounted)
     }
     /// ε_low, resolved.
     pub fn clip_low(&self) -> f64 {
@@ -242,19 +240,13 @@ impl AlgoConfig {
     }
     /// The advantages' std, resolved: Dr. GRPO's is none, the others' the group's.
     pub fn adv_std(&self) -> AdvStd {
-        self.adv_std.unwrap_or(match self.kind() {
-            AlgoKind::DrGrpo => AdvStd::None,
-            _ => AdvStd::Group,
-        })
+        self.adv_std.unwrap_or(self.kind().default_adv_std())
     }
     /// The loss coefficients, with β as configured (the trainer passes its adaptive β
     /// through a copy of this config). With `kl_mode = "reward"` the loss has no KL term.
     pub fn loss_config(&self) -> LossConfig {
         LossConfig {
-            kind: match self.kind() {
-                AlgoKind::Gspo => PolicyLossKind::Sequence,
-                _ => PolicyLossKind::Token,
-            },
+            kind: self.kind().policy_loss_kind(),
             clip_low: self.clip_low(),
             clip_high: self.clip_high(),
             dual_clip: self.dual_clip,
@@ -303,13 +295,7 @@ impl Default for AlgoTable {
 impl From<AlgoConfig> for AlgoTable {
     fn from(a: AlgoConfig) -> AlgoTable {
         let kind = a.kind();
-        let (mut ppo, mut gigpo, mut gspo) = (None, None, None);
-        match a.variant {
-            AlgoVariant::Ppo(p) => ppo = Some(p),
-            AlgoVariant::Gigpo(g) => gigpo = Some(g),
-            AlgoVariant::Gspo(g) => gspo = Some(g),
-            _ => {}
-        }
+        let (ppo, gigpo, gspo) = a.variant.into_tables();
         AlgoTable {
             kind,
             ppo,
@@ -362,27 +348,9 @@ impl TryFrom<AlgoTable> for AlgoConfig {
     type Error = String;
     fn try_from(t: AlgoTable) -> Result<AlgoConfig, String> {
         let kind = t.kind;
-        let tables = [
-            (AlgoKind::Ppo, "PPO", t.ppo.is_some()),
-            (AlgoKind::Gigpo, "GiGPO", t.gigpo.is_some()),
-            (AlgoKind::Gspo, "GSPO", t.gspo.is_some()),
-        ];
-        for (owner, title, present) in tables {
-            if present && kind != owner {
-                return Err(format!(
-                    "[algo.{owner}] holds {title}'s own keys, but algo.kind = \"{kind}\": to train {title} set \
-                     kind = \"{owner}\"; to train {kind} remove the [algo.{owner}] table"
-                ));
-            }
-        }
-        let variant = match kind {
-            AlgoKind::Ppo => AlgoVariant::Ppo(t.ppo.unwrap_or_default()),
-            AlgoKind::Gigpo => AlgoVariant::Gigpo(t.gigpo.unwrap_or_default()),
-            AlgoKind::Gspo => AlgoVariant::Gspo(t.gspo.unwrap_or_default()),
-            other => AlgoVariant::of(other),
-        };
+        let variant = AlgoVariant::from_tables(kind, t.ppo, t.gigpo, t.gspo)?;
         // DAPO is GRPO with clip-higher and these two: `kind = "dapo"` always has them.
-        let dapo = kind == AlgoKind::Dapo;
+        let dapo = kind.has_dapo_techniques();
         Ok(AlgoConfig {
             variant,
             dynamic_sampling: t.dynamic_sampling.or(dapo.then(DynamicSampling::default)),

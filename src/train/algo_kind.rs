@@ -1,7 +1,8 @@
 //! Which algorithm `[algo] kind` names, what each kind sets by default, and the settings
 //! that belong to one kind (its sub-table) or to one technique (DAPO's two).
 
-use super::objective::LossAgg;
+use super::advantage::options::AdvStd;
+use super::objective::{LossAgg, PolicyLossKind};
 use serde::{Deserialize, Serialize};
 
 /// The algorithm.
@@ -58,6 +59,57 @@ impl AlgoKind {
             AlgoKind::DrGrpo => LossAgg::SeqMeanTokenSumNorm,
             _ => LossAgg::TokenMean,
         }
+    }
+    /// Default std of the group-relative advantages: none for Dr. GRPO, the group's for
+    /// the rest.
+    pub fn default_adv_std(self) -> AdvStd {
+        match self {
+            AlgoKind::DrGrpo => AdvStd::None,
+            _ => AdvStd::Group,
+        }
+    }
+    /// The unit of the policy ratio: GSPO's sequence, the others' token.
+    pub fn policy_loss_kind(self) -> PolicyLossKind {
+        match self {
+            AlgoKind::Gspo => PolicyLossKind::Sequence,
+            _ => PolicyLossKind::Token,
+        }
+    }
+    /// Whether the kind's estimator credits each step with its discounted return by itself
+    /// (REINFORCE++, GiGPO's step groups, PPO's GAE); the other kinds do with
+    /// `step_credit = "discounted"`, which only the episode-level group-relative ones take
+    /// ([`AlgoKind::takes_step_credit`]).
+    pub fn credits_steps(self) -> bool {
+        matches!(self, AlgoKind::ReinforcePp | AlgoKind::Gigpo | AlgoKind::Ppo)
+    }
+    /// Whether `step_credit = "discounted"` applies: the episode-level group-relative
+    /// kinds (not RLOO, whose leave-one-out baseline is per episode).
+    pub fn takes_step_credit(self) -> bool {
+        matches!(self, AlgoKind::Grpo | AlgoKind::DrGrpo | AlgoKind::Dapo | AlgoKind::Gspo)
+    }
+    /// The fewest rollouts per task seed: PPO's critic is the baseline, so its rollouts
+    /// need no group; the others compare a rollout with its group's.
+    pub fn min_group_size(self) -> usize {
+        match self {
+            AlgoKind::Ppo => 1,
+            _ => 2,
+        }
+    }
+    /// The `[algo.NAME]` tables that hold this kind's own keys (DAPO's: its two
+    /// techniques, always on for it).
+    pub fn own_tables(self) -> &'static [&'static str] {
+        match self {
+            AlgoKind::Ppo => &["ppo"],
+            AlgoKind::Gigpo => &["gigpo"],
+            AlgoKind::Gspo => &["gspo"],
+            AlgoKind::Dapo => &["dynamic_sampling", "overlong_penalty"],
+            _ => &[],
+        }
+    }
+    /// Whether DAPO's dynamic sampling and overlong penalty are always on (DAPO is GRPO
+    /// with clip-higher and these two).
+    pub fn has_dapo_techniques(self) -> bool {
+        self == AlgoKind::Dapo
     }
 }
 
@@ -203,6 +255,44 @@ impl AlgoVariant {
             AlgoVariant::ReinforcePp => AlgoKind::ReinforcePp,
             AlgoVariant::Gigpo(_) => AlgoKind::Gigpo,
             AlgoVariant::Ppo(_) => AlgoKind::Ppo,
+        }
+    }
+    /// `kind` with its own sub-table where the config has one (its defaults where not);
+    /// a sub-table of another kind is refused, naming the kind it belongs to.
+    pub fn from_tables(
+        kind: AlgoKind,
+        ppo: Option<PpoConfig>,
+        gigpo: Option<GigpoConfig>,
+        gspo: Option<GspoConfig>,
+    ) -> Result<AlgoVariant, String> {
+        let tables = [
+            (AlgoKind::Ppo, "PPO", ppo.is_some()),
+            (AlgoKind::Gigpo, "GiGPO", gigpo.is_some()),
+            (AlgoKind::Gspo, "GSPO", gspo.is_some()),
+        ];
+        for (owner, title, present) in tables {
+            if present && kind != owner {
+                return Err(format!(
+                    "[algo.{owner}] holds {title}'s own keys, but algo.kind = \"{kind}\": to train {title} set \
+                     kind = \"{owner}\"; to train {kind} remove the [algo.{owner}] table"
+                ));
+            }
+        }
+        Ok(match kind {
+            AlgoKind::Ppo => AlgoVariant::Ppo(ppo.unwrap_or_default()),
+            AlgoKind::Gigpo => AlgoVariant::Gigpo(gigpo.unwrap_or_default()),
+            AlgoKind::Gspo => AlgoVariant::Gspo(gspo.unwrap_or_default()),
+            other => AlgoVariant::of(other),
+        })
+    }
+    /// The kind's own sub-table, as the config writes it: `(ppo, gigpo, gspo)`, the one of
+    /// this kind set.
+    pub fn into_tables(self) -> (Option<PpoConfig>, Option<GigpoConfig>, Option<GspoConfig>) {
+        match self {
+            AlgoVariant::Ppo(p) => (Some(p), None, None),
+            AlgoVariant::Gigpo(g) => (None, Some(g), None),
+            AlgoVariant::Gspo(g) => (None, None, Some(g)),
+            _ => (None, None, None),
         }
     }
     /// `kind` with its own settings at their defaults.

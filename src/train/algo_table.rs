@@ -4,7 +4,7 @@
 //! `TryFrom` (a sub-table of another kind than `kind` is refused there). The fields are
 //! documented on `AlgoConfig` and in docs/reference/config.md.
 
-use super::advantage::{AdvStd, StepCredit};
+use super::advantage::options::{AdvStd, StepCredit};
 use super::algo_kind::{AlgoKind, DynamicSampling, GigpoConfig, GspoConfig, OverlongPenalty, PpoConfig};
 use super::kl::KlMode;
 use super::objective::{KlEstimator, LossAgg};

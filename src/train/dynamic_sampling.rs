@@ -27,8 +27,8 @@
 //! [`GroupFilter`] is the bookkeeping alone (which groups are kept, when to stop), a pure
 //! function of which groups are informative; [`collect_groups`] runs it against the browsers.
 
-use super::advantage::{anchor_keys, carries_signal};
-use super::config::{AlgoKind, TrainConfig};
+use super::advantage::{carries_signal, state_keys};
+use super::config::TrainConfig;
 use super::metrics::IterationMetrics;
 use super::rewards;
 use super::seeds::rng_for;
@@ -320,10 +320,7 @@ pub async fn collect_groups(
         replay.remember(&recs);
         out.replayed += replay.fill(&mut recs, &mut replay_draws);
         let (batch, index) = TrainingBatch::group(recs.iter().map(|r| &r.trajectory));
-        let keys = match algo.kind() {
-            AlgoKind::Gigpo => anchor_keys(&recs, &index),
-            _ => Vec::new(),
-        };
+        let keys = state_keys(algo, &recs, &index);
         let informative: Vec<bool> = batch
             .groups
             .iter()

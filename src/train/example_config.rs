@@ -11,13 +11,7 @@ pub const EXAMPLE_CONFIG: &str = include_str!("example_config.toml");
 /// [`EXAMPLE_CONFIG`] with `kind` set and that kind's tables (DAPO's: its two techniques)
 /// written out instead of commented out; it loads as it stands.
 pub fn example_config(kind: AlgoKind) -> String {
-    let tables: &[&str] = match kind {
-        AlgoKind::Ppo => &["ppo"],
-        AlgoKind::Gigpo => &["gigpo"],
-        AlgoKind::Gspo => &["gspo"],
-        AlgoKind::Dapo => &["dynamic_sampling", "overlong_penalty"],
-        _ => &[],
-    };
+    let tables = kind.own_tables();
     let mut out = String::new();
     let mut open = false;
     for line in EXAMPLE_CONFIG.lines() {

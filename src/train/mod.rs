@@ -5,7 +5,10 @@
 //!   carrying its own settings, the shared keys, DAPO's techniques), [`algo_table`] (the
 //!   table as written), [`algo_check`] (value checks and warnings), [`algo_migrate`] (the
 //!   old flat form refused with its new form, or migrated on resume).
-//! - [`trainer`]: the iteration loop only; [`update`]: its μ epochs of minibatch steps;
+//! - [`trainer`]: the iteration loop only (collect → score → advantages → update → log);
+//!   [`algorithm`]: what depends on the kind, one implementation per family with its own
+//!   state (PPO's critic and warm-up, GiGPO's anchor states), and the KL to the
+//!   reference; [`update`]: its μ epochs of minibatch steps;
 //!   [`dynamic_sampling`]: collecting an iteration's groups (DAPO's dynamic sampling);
 //!   [`rewards`]: truncation / give-up corrections and DAPO's overlong penalty;
 //!   [`sft`]: behaviour cloning; [`demos`]: oracle demonstrations; [`eval`]: held-out
@@ -29,6 +32,7 @@ pub mod algo_config;
 pub mod algo_kind;
 pub mod algo_migrate;
 pub mod algo_table;
+pub mod algorithm;
 pub mod branch;
 pub mod checkpoint;
 pub mod config;

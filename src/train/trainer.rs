@@ -5,14 +5,17 @@
 //! rollouts  = collector.collect(policy, jobs)                (token ids + log-probs kept)
 //!             again on fresh seeds until B groups are informative (dynamic_sampling.rs)
 //! rewards   = task reward, truncation / give-up / overlong corrections  (rewards.rs)
-//!             − β·KL per step with kl_mode = "reward"        (kl.rs)
-//! adv       = estimator(groups, anchor states)               (advantage/)
-//!             PPO: GAE over the critic's values               (value/, advantage/gae.rs)
+//!             − β·KL per step with kl_mode = "reward"        (algorithm/kl_term.rs, kl.rs)
+//! adv       = algorithm.advantages(groups)                   (algorithm/, advantage/)
+//!             GiGPO: with its anchor states; PPO: GAE over the critic's values (value/)
 //! μ epochs of minibatches: objective(logπ, logπ_old, logπ_ref, adv) → AdamW step  (update.rs)
-//! PPO: the critic's value-loss epochs (value/); the policy waits out `critic_warmup`
-//! β ← adaptive(β, KL) with kl_target                        (kl.rs)
+//! algorithm.after_update: PPO's critic's value-loss epochs; the policy waits out `critic_warmup`
+//! β ← adaptive(β, KL) with kl_target                        (algorithm/kl_term.rs, kl.rs)
 //! metrics, evaluation (every one a candidate for `best`), checkpoint
 //! ```
+//!
+//! What depends on `[algo] kind` is the run's [`Algorithm`] (it owns PPO's critic); the
+//! iteration calls its hooks in a fixed order (`trainer/phases.rs`: update and log).
 //!
 //! With `[rollout] max_staleness = 1` the next iteration's collection runs during the
 //! update, with the weights the update starts from ([`overlap`]).
@@ -21,8 +24,10 @@
 //! (`eval.rs`) live in their own files. The trainer knows the policy only through
 //! [`TrainablePolicy`].
 
+use super::algorithm::kl_term::KlTerm;
+use super::algorithm::Algorithm;
 use super::checkpoint::{self, TrainerState};
-use super::config::{KlMode, TrainConfig};
+use super::config::TrainConfig;
 use super::curriculum::{self, TaskSampling};
 use super::dynamic_sampling::collect_groups;
 use super::eval::{eval_jobs, evaluate, evaluate_counts, test_jobs, EvalCounts, EvalResult};
@@ -35,7 +40,7 @@ use crate::dist::ProcessGroup;
 use crate::env::EnvConfig;
 use crate::policy::{Sampling, TrainablePolicy};
 use crate::rollout::runtime::off_runtime;
-use crate::rollout::{Collector, TrainingBatch, TrajectorySet};
+use crate::rollout::{Collector, TrajectorySet};
 use crate::tasks::Task;
 use anyhow::{bail, Context};
 use rand::Rng;
@@ -47,6 +52,7 @@ use std::time::Instant;
 mod cloning;
 mod folder;
 pub mod overlap;
+mod phases;
 
 /// The KL reference's folder inside a run folder.
 pub const REFERENCE_DIR: &str = "reference";
@@ -59,10 +65,11 @@ pub struct Trainer {
     cfg: TrainConfig,
     run_dir: PathBuf,
     policy: Box<dyn TrainablePolicy>,
-    reference: Option<Box<dyn TrainablePolicy>>,
+    /// The KL to the frozen reference (in the reward or the loss, the adaptive β).
+    kl: KlTerm,
     opt: AdamW,
-    /// PPO's critic (`None` for the other kinds).
-    critic: Option<super::value::Critic>,
+    /// What depends on `[algo] kind`, with its own state (PPO's critic).
+    algorithm: Box<dyn Algorithm>,
     tasks: Vec<Arc<dyn Task>>,
     collector: Collector,
     state: TrainerState,
@@ -144,20 +151,13 @@ impl Trainer {
             Some(dir) => checkpoint::load_state(dir, &mut opt)?,
             None => TrainerState::default(),
         };
-        let critic = super::value::Critic::for_run(&cfg, &device, latest.as_deref())?;
+        let algorithm = super::algorithm::for_run(&cfg, &device, latest.as_deref())?;
         let replay = match &latest {
             Some(dir) => SuccessReplay::load(cfg.algo.success_replay, dir)?,
             None => SuccessReplay::new(cfg.algo.success_replay),
         };
         // A resumed run finds its KL reference on disk; a new one makes it when RL starts.
-        let ref_dir = run_dir.join(REFERENCE_DIR);
-        let reference = if cfg.algo.beta > 0.0 && latest.is_some() && ref_dir.is_dir() {
-            let mut r = policy.reference()?;
-            r.load(&ref_dir).with_context(|| format!("loading the KL reference {}", ref_dir.display()))?;
-            Some(r)
-        } else {
-            None
-        };
+        let kl = KlTerm::resume(&cfg.algo, policy.as_ref(), &run_dir.join(REFERENCE_DIR), latest.is_some())?;
         let overlap = overlap::Overlap::resume(&cfg, policy.as_ref(), latest.as_deref())?;
         let metrics_path = run_dir.join("metrics.jsonl");
         let metrics = match writes {
@@ -190,9 +190,9 @@ impl Trainer {
             cfg,
             run_dir,
             policy,
-            reference,
+            kl,
             opt,
-            critic,
+            algorithm,
             tasks,
             collector,
             state,
@@ -213,7 +213,7 @@ impl Trainer {
 
     /// The frozen KL reference, once RL has started (`beta > 0` only).
     pub fn reference(&self) -> Option<&dyn TrainablePolicy> {
-        self.reference.as_deref()
+        self.kl.reference()
     }
 
     /// Run every remaining iteration (after the optional SFT stage); a raised `stop` flag
@@ -327,183 +327,56 @@ impl Trainer {
         Ok(self.state.clone())
     }
 
-    /// One iteration.
+    /// One iteration: collect → score → advantages → update → log (update and log are in
+    /// `trainer/phases.rs`; what depends on the kind is the [`Algorithm`]'s).
     async fn iteration(&mut self) -> anyhow::Result<IterationMetrics> {
-        let (cfg, it) = (self.cfg.clone(), self.state.iteration);
-        let algo = &cfg.algo;
+        let it = self.state.iteration;
         let t0 = Instant::now();
 
-        // 1. Sample B task seeds and collect G rollouts of each (a group); dynamic sampling
-        //    collects B more groups on fresh seeds until B groups are informative, and all-
-        //    equal groups are dropped (dynamic_sampling.rs). Each (episode, step) samples
-        //    from its own stream, so the draw does not depend on batching.
+        // 1. Collect B task seeds × G rollouts (a group each); dynamic sampling collects
+        //    more groups on fresh seeds until B are informative (dynamic_sampling.rs), and
+        //    the rewards get their truncation, give-up and overlong corrections
+        //    (rewards.rs). Each (episode, step) samples from its own stream, so the draw
+        //    does not depend on batching. With max_staleness = 1 the rollouts were
+        //    collected during the last update, with the weights it started from (overlap.rs).
         let sampling = self.sampling_for(it);
-        // The KL compares log-probs at the same (sampling) temperature.
-        if let Some(r) = self.reference.as_mut() {
-            r.set_sampling(sampling);
-        }
-        // 2. Rewards, with the truncation, give-up and overlong corrections (rewards.rs).
-        //    With max_staleness = 1 they were collected during the last update, with the
-        //    weights it started from (overlap.rs).
-        let ids: Vec<String> = self.tasks.iter().map(|t| t.id().to_string()).collect();
+        self.kl.set_sampling(sampling);
         let weights = self.task_weights();
         let (collected, staleness) = self.rollouts(it, sampling, weights.as_deref()).await?;
-        let (recs, cstats) = (&collected.recs, &collected.stats);
-        let rollout_secs = t0.elapsed().as_secs_f64();
         if weights.is_some() {
             // Before the next collection starts: it draws tasks by the tallies through here.
             curriculum::update(&mut self.state.task_tallies, &collected.task_counts);
         }
+        let rollout_secs = t0.elapsed().as_secs_f64();
 
-        // 3. Advantages of the kept groups; env_error rollouts get none. With kl_mode =
-        //    "reward" each step's reward first loses β · KL(rollout ‖ reference) (kl.rs).
-        let (mut batch, index) = TrainingBatch::group(recs.iter().map(|r| &r.trajectory));
-        let beta = self.state.kl_coef.unwrap_or(algo.beta);
-        let mut rollout_kl = None;
-        if let (KlMode::Reward, Some(r)) = (algo.kl_mode, self.reference.as_deref()) {
-            let (kl, mean) = off_runtime(|| {
-                super::kl::rollout_kl(r, recs, &index, algo.kl_estimator, algo.minibatch.max(1))
-            })?;
-            super::kl::penalize(&mut batch, &kl, beta);
-            rollout_kl = Some(mean);
-        }
-        let keys = match algo.kind() {
-            super::config::AlgoKind::Gigpo => super::advantage::anchor_keys(recs, &index),
-            _ => Vec::new(),
-        };
-        // PPO: the critic values every observation, and GAE gives the advantages.
-        let ppo = match (self.critic.as_ref(), algo.ppo()) {
-            (Some(c), Some(settings)) => Some(off_runtime(|| c.gae(algo, settings, &batch, recs, &index))?),
-            _ => None,
-        };
-        let (adv, astats) = match &ppo {
-            Some(p) => (p.gae.adv.clone(), p.gae.stats),
-            None => super::advantage::estimate(algo, &batch, &keys),
-        };
-        let mut samples =
-            super::update::samples(recs, &index, &adv, self.policy.reads_previous_screenshot())?;
+        // 2. Score: the kept groups with their training rewards; with kl_mode = "reward"
+        //    each step's reward first loses β · KL(rollout ‖ reference) (kl.rs).
+        let beta = KlTerm::beta(&self.cfg.algo, self.state.kl_coef);
+        let scored = self.kl.score(&self.cfg.algo, beta, &collected.recs)?;
 
-        // 4. μ epochs of minibatch updates of the objective (+ KL, entropy), at this
-        //    iteration's β. With max_staleness = 1 the next iteration's collection starts
-        //    now, and rollouts of older weights train with the decoupled objective.
+        // 3. Advantages, by the algorithm (GiGPO's anchor states, PPO's critic and GAE);
+        //    env_error rollouts get none.
+        let (adv, astats) = self.algorithm.advantages(&self.cfg.algo, &scored)?;
+        let reads_previous = self.policy.reads_previous_screenshot();
+        let samples = super::update::samples(&collected.recs, &scored.index, &adv, reads_previous)?;
+
+        // 4. Update: μ epochs of minibatches of the objective (+ KL, entropy) at this
+        //    iteration's β, then the algorithm's own training and the adaptive β. With
+        //    max_staleness = 1 the next iteration's collection starts now.
         self.consistent = false;
-        self.start_next(it, self.state.env_steps + cstats.env_steps as u64)?;
+        self.start_next(it, self.state.env_steps + collected.stats.env_steps as u64)?;
         let t1 = Instant::now();
-        let decoupled = match staleness {
-            0 => None,
-            _ => {
-                self.policy.set_sampling(sampling);
-                let (policy, chunk, cap) =
-                    (self.policy.as_ref(), algo.minibatch.max(1), algo.behaviour_weight_cap());
-                Some(off_runtime(|| super::decoupled::decouple(policy, &mut samples, chunk, cap))?)
-            }
-        };
-        let lr = algo.policy_lr(cfg.run.iterations, it);
-        self.opt.set_lr(lr);
-        let step_algo = super::config::AlgoConfig { beta, ..algo.clone() };
-        // The reference scores the minibatches only when the KL is a loss term.
-        let in_loss = algo.kl_mode == KlMode::Loss;
-        // Off the async runtime: browsers kept open between iterations keep their tasks.
-        let (policy, opt) = (self.policy.as_ref(), &mut self.opt);
-        let reference = self.reference.as_deref().filter(|_| in_loss);
-        let trains_policy = super::value::trains_policy(algo, it);
-        let group = self.group.as_deref();
-        let up = match trains_policy {
-            true => off_runtime(|| {
-                update_parallel(policy, reference, opt, &samples, &step_algo, cfg.run.seed, it, group)
-            })?,
-            false => Default::default(),
-        };
-        if let Some(g) = group {
-            // The ranks took the same steps from the same sums; a difference means a
-            // kernel that is not deterministic. Rank 0's weights then become everyone's.
-            let differing =
-                off_runtime(|| crate::dist::tensors::keep_in_step(g, &self.policy.trainable_vars()))?;
-            if !differing.is_empty() {
-                tracing::warn!(
-                    "iteration {}: rank(s) {differing:?} held other weights than rank 0 after the update; \
-                     they now hold rank 0's",
-                    it + 1
-                );
-            }
-        }
-        let value = match (self.critic.as_mut(), &ppo, algo.ppo()) {
-            (Some(c), Some(p), Some(settings)) => {
-                Some(off_runtime(|| c.train(p, algo, settings, cfg.run.seed, it))?)
-            }
-            _ => None,
-        };
+        let updated = self.update(it, sampling, staleness, samples, &scored)?;
         let update_secs = t1.elapsed().as_secs_f64();
-        let kl = rollout_kl.unwrap_or(up.loss.kl);
-        if let (Some(target), true) = (algo.kl_target, trains_policy) {
-            self.state.kl_coef =
-                Some(super::kl::adaptive_beta(beta, kl, target, samples.len(), algo.kl_horizon));
-        }
-
-        // 5. Metrics, evaluation.
         self.state.iteration += 1;
         self.consistent = true;
-        self.state.env_steps += cstats.env_steps as u64;
-        let mut m = IterationMetrics {
-            iteration: self.state.iteration,
-            env_steps: self.state.env_steps,
-            lr,
-            grad_norm: up.grad_norm,
-            optimizer_steps: up.optimizer_steps,
-            skipped_steps: up.skipped_steps,
-            flat_steps: up.flat_steps,
-            first_ratio_mean: up.first.map_or(1.0, |f| f.ratio_mean),
-            rollout_secs,
-            update_secs,
-            train_tokens_per_sec: up.tokens as f64 / update_secs.max(1e-9),
-            wall_secs: self.state.wall_secs + t0.elapsed().as_secs_f64(),
-            ..Default::default()
-        };
-        m.set_advantage(&astats);
-        collected.set_metrics(&mut m); // every collected rollout, not only those trained on
-        if ids.len() > 1 {
-            m.task_success = collected
-                .task_counts
-                .iter()
-                .map(|(id, &(n, s))| (id.clone(), s as f64 / n.max(1) as f64))
-                .collect();
-        }
-        if let Some(w) = &weights {
-            m.task_weights = ids.iter().cloned().zip(w.iter().copied()).collect();
-        }
-        if cfg.rollout.max_staleness > 0 {
-            m.staleness = Some(staleness);
-            m.behaviour_weight_mean = Some(decoupled.map_or(1.0, |d| d.weight_mean));
-            m.behaviour_weight_capped = Some(decoupled.map_or(0.0, |d| d.capped_frac));
-        }
-        m.set_loss(&up.loss);
-        if let Some(s) = up.kl_stop {
-            m.kl_early_stop = 1;
-            m.kl_stop_epoch = Some(s.epoch as u64);
-            m.kl_stop_minibatch = Some(s.minibatch as u64);
-            m.kl_stop_approx_kl = Some(s.approx_kl);
-        }
-        if let Some(v) = &value {
-            m.set_value(v);
-        }
-        (m.kl, m.kl_coef) = (kl, beta);
-        let interval = cfg.eval.interval;
-        if interval > 0
-            && (self.state.iteration.is_multiple_of(interval)
-                || self.state.iteration == cfg.run.iterations
-                || self.budget_spent())
-        {
-            let e = self.evaluate().await?;
-            m.eval_success = Some(e.success);
-            m.eval_reward = Some(e.reward);
-        }
-        if let Some(metrics) = self.metrics.as_mut() {
-            metrics.append_with_frames(&m, recs)?;
-            if let Err(e) = super::plots::plot_run(&self.run_dir) {
-                tracing::warn!("plots not written: {e:#}");
-            }
-        }
-        Ok(m)
+        self.state.env_steps += collected.stats.env_steps as u64;
+
+        // 5. Log: the metrics line, the evaluation when due, the plots.
+        let wall_secs = self.state.wall_secs + t0.elapsed().as_secs_f64();
+        let timing = phases::Timing { rollout_secs, update_secs, wall_secs };
+        let m = self.metrics_of(&collected, staleness, &astats, &updated, weights.as_deref(), timing);
+        self.log(m, &collected.recs).await
     }
 
     /// Whether `run.max_env_steps` is reached.

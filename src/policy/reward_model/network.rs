@@ -15,7 +15,7 @@
 use crate::policy::screen_encoder::{
     at_least_one, bag, padded, row_index, EncoderConfig, ScalarHead, ScreenEncoder, ScreenInputs,
 };
-use crate::policy::vlm::inputs::instruction_words;
+use crate::policy::vlm::words::instruction_words;
 use anyhow::Result;
 use candle_core::{Device, Tensor};
 use candle_nn::{Init, VarBuilder};

@@ -15,6 +15,7 @@ use super::copy::CopySource;
 use super::layers::NEG;
 pub use super::relations::{control_states, first_number, number_relations};
 use super::tokens::{ActionVocab, BOS, END};
+use super::words::{bucket, grid_cell, policy_words};
 use crate::env::{Element, GuiAction, ScreenState};
 
 /// The encoder's inputs for a batch of states.
@@ -25,7 +26,7 @@ pub struct EncoderInputs {
     pub images: Tensor,
     /// [B, L] instruction bytes (u32), 0-padded.
     pub text: Tensor,
-    /// [B, L] each byte's word bucket (u32; see [`word_buckets`]), when the config has them.
+    /// [B, L] each byte's word bucket (u32; see [`super::words::word_buckets`]), when the config has them.
     pub words: Option<Tensor>,
     /// The visible elements' words at their image token, when the config has `screen_text`.
     pub screen: Option<ScreenWords>,
@@ -170,63 +171,6 @@ pub fn frame_and_change(img: &RgbImage, previous: Option<&RgbImage>, w: usize, h
     }
 }
 
-/// For each byte of `text`, the hash bucket (1..`buckets`) of the word it belongs to, or 0
-/// outside words. A word is a run of ASCII letters and digits; the hash is FNV-1a, so the
-/// buckets are the same on every machine and in every run.
-///
-/// Why: with byte embeddings and absolute positions, "Sync" at offset 9 and at offset 40
-/// share nothing until the encoder has learned to spell; a word feature makes matching a
-/// name in the instruction against one on the screen a one-layer lookup.
-pub fn word_buckets(text: &[u8], buckets: usize) -> Vec<u32> {
-    let mut out = vec![0u32; text.len()];
-    let mut i = 0;
-    while i < text.len() {
-        if !text[i].is_ascii_alphanumeric() {
-            i += 1;
-            continue;
-        }
-        let end = text[i..].iter().position(|c| !c.is_ascii_alphanumeric()).map_or(text.len(), |n| i + n);
-        out[i..end].fill(bucket(&text[i..end], buckets));
-        i = end;
-    }
-    out
-}
-
-/// [`word_buckets`] of `text` as the policy reads it: ASCII-lowered first with the
-/// config's `fold_case`.
-pub fn policy_words(text: &[u8], cfg: &VlmConfig) -> Vec<u32> {
-    if cfg.fold_case {
-        word_buckets(&text.to_ascii_lowercase(), cfg.word_buckets)
-    } else {
-        word_buckets(text, cfg.word_buckets)
-    }
-}
-
-/// The hash bucket (1..`buckets`, FNV-1a) of one word's bytes; 0 with fewer than 2 buckets.
-fn bucket(word: &[u8], buckets: usize) -> u32 {
-    let hash =
-        word.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &c| (h ^ u64::from(c)).wrapping_mul(0x0100_0000_01b3));
-    if buckets > 1 {
-        1 + (hash % (buckets as u64 - 1)) as u32
-    } else {
-        0
-    }
-}
-
-/// A text's words as bucket ids ([`word_buckets`]: 1.., one per word, in order), at most
-/// `max` (the critic's and the reward model's bag of words).
-pub fn instruction_words(text: &str, buckets: usize, max: usize) -> Vec<u32> {
-    let per_byte = word_buckets(text.as_bytes(), buckets);
-    let mut out = Vec::new();
-    for (i, &b) in per_byte.iter().enumerate() {
-        // a word starts where a non-zero bucket follows a separator
-        if b != 0 && (i == 0 || per_byte[i - 1] == 0) && out.len() < max {
-            out.push(b);
-        }
-    }
-    out
-}
-
 /// What an element says, as an accessibility tree names it: its text, a form control's
 /// accessible name, and a checkbox's or radio button's state (`checked` / `unchecked`).
 pub fn element_words(e: &Element) -> String {
@@ -298,15 +242,6 @@ fn row_label(elements: &[Element], i: usize, has_words: impl Fn(usize) -> bool) 
             let right = |j: usize| elements[j].bbox.x + elements[j].bbox.w / 2.0;
             right(a).total_cmp(&right(c))
         })
-}
-
-/// The image-token grid cell of the point (`x`, `y`) on a `w`×`h` screenshot, if on it.
-pub(super) fn grid_cell(x: f32, y: f32, (w, h): (u32, u32), cfg: &VlmConfig) -> Option<usize> {
-    let (gw, gh) = (cfg.grid_w(), cfg.grid_h());
-    if !(0.0..w as f32).contains(&x) || !(0.0..h as f32).contains(&y) {
-        return None;
-    }
-    Some((y / h as f32 * gh as f32) as usize * gw + (x / w as f32 * gw as f32) as usize)
 }
 
 /// [image_tokens × memory] row-major: 1 at (cell, k) where the action `k` steps before

@@ -21,9 +21,9 @@ fn slots_hold_the_newest_actions_kinds_and_typed_words() {
     let cfg = VlmConfig { memory: 3, memory_actions: true, word_buckets: 64, ..VlmConfig::tiny() };
     let s = state_with(&["click(10, 10)", "type(\"milk tea\")", "bad text", "key(Enter)"]);
     let slots = inputs::action_tokens(&s, &cfg);
-    let milk_tea = inputs::word_buckets(b"milk tea", 64);
+    let milk_tea = words::word_buckets(b"milk tea", 64);
     let (milk, tea) = (milk_tea[0], milk_tea[5]);
-    let enter = inputs::word_buckets(b"Enter", 64)[0];
+    let enter = words::word_buckets(b"Enter", 64)[0];
     assert_eq!(
         slots,
         vec![(kind("key"), vec![enter]), (kind("type"), vec![milk, tea]), (kind("click"), vec![])],

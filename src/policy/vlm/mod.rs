@@ -32,6 +32,7 @@ pub mod speed;
 #[cfg(test)]
 mod tests;
 pub mod tokens;
+pub mod words;
 
 pub use config::{ActionSpaceConfig, VlmConfig};
 pub use inputs::PreparedBatch;

@@ -3,7 +3,7 @@
 //! whether the instruction names it (`control_state`). Re-exported from `inputs`.
 
 use super::config::VlmConfig;
-use super::inputs::{grid_cell, policy_words};
+use super::words::{grid_cell, policy_words};
 use crate::env::ScreenState;
 use std::collections::HashSet;
 

@@ -229,7 +229,7 @@ fn speed_report() {
 #[test]
 fn word_buckets_name_a_word_the_same_at_every_offset() {
     let text = br#"Turn on "Sync" and "Wi-Fi"; Sync, then Apply."#;
-    let ids = inputs::word_buckets(text, 512);
+    let ids = words::word_buckets(text, 512);
     let at = |needle: &str, from: usize| {
         let i = from + text[from..].windows(needle.len()).position(|w| w == needle.as_bytes()).unwrap();
         ids[i..i + needle.len()].to_vec()
@@ -280,9 +280,9 @@ fn screen_words_sit_on_the_token_under_each_element() {
     let ids = inputs::screen_words(&s, &cfg);
     let k = inputs::SCREEN_WORD_SLOTS;
     let at = |col: usize, row: usize| ids[(row * 4 + col) * k..(row * 4 + col + 1) * k].to_vec();
-    let word = |w: &str| inputs::word_buckets(w.as_bytes(), 256)[0];
+    let word = |w: &str| words::word_buckets(w.as_bytes(), 256)[0];
     // The same bucket as the instruction's "Sync": one vector for the word in both places.
-    let sync_in_instruction = inputs::word_buckets(s.instruction.as_bytes(), 256)[9];
+    let sync_in_instruction = words::word_buckets(s.instruction.as_bytes(), 256)[9];
     assert_eq!(at(1, 2), vec![sync_in_instruction, 0, 0, 0, 0, 0]);
     assert_eq!(at(3, 4), vec![word("Dark"), word("mode"), 0, 0, 0, 0]);
     assert_eq!(at(0, 0), ["a", "b", "c", "d", "e", "f"].map(word).to_vec());
@@ -416,7 +416,7 @@ fn control_states_cross_the_instructions_names_with_the_checked_state() {
 
 /// The instruction's word buckets, as `encoder_inputs` collects them.
 fn inputs_said(s: &crate::env::ScreenState, cfg: &VlmConfig) -> std::collections::HashSet<u32> {
-    inputs::policy_words(s.instruction.as_bytes(), cfg).into_iter().filter(|&w| w != 0).collect()
+    words::policy_words(s.instruction.as_bytes(), cfg).into_iter().filter(|&w| w != 0).collect()
 }
 
 /// `row_labels`: a word-less control (a `×` at a form row's end) carries the words of the
@@ -458,7 +458,7 @@ fn a_wordless_control_takes_its_rows_label() {
     let ids = inputs::screen_words(&s, &cfg);
     let k = inputs::SCREEN_WORD_SLOTS;
     let at = |col: usize, row: usize| ids[(row * 4 + col) * k..(row * 4 + col + 1) * k].to_vec();
-    let word = |w: &str| inputs::word_buckets(w.as_bytes(), 256)[0];
+    let word = |w: &str| words::word_buckets(w.as_bytes(), 256)[0];
     assert_eq!(at(3, 1), vec![word("display"), word("name"), 0, 0, 0, 0]);
     assert_eq!(at(3, 2), vec![word("email"), 0, 0, 0, 0, 0]);
     assert_eq!(at(3, 4), vec![0; 6]);

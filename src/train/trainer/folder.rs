@@ -47,7 +47,7 @@ impl Trainer {
             if let Some(b) = &self.overlap.behaviour {
                 b.save(&dir.join(overlap::BEHAVIOUR_DIR))?;
             }
-            self.critic.as_ref().map_or(Ok(()), |c| c.save(dir))
+            self.algorithm.save(dir)
         })
     }
 
@@ -77,7 +77,7 @@ impl Trainer {
     /// `[sft]`, else `[model] init` or the initial weights), kept in `reference/` so a
     /// resume compares against the same policy.
     pub(super) fn ensure_reference(&mut self) -> anyhow::Result<()> {
-        if self.cfg.algo.beta <= 0.0 || self.reference.is_some() {
+        if self.cfg.algo.beta <= 0.0 || self.kl.reference().is_some() {
             return Ok(());
         }
         let dir = self.run_dir.join(REFERENCE_DIR);
@@ -92,7 +92,7 @@ impl Trainer {
         if self.writes() {
             checkpoint::write_dir_atomically(&dir, |tmp| reference.save(tmp))?;
         }
-        self.reference = Some(reference);
+        self.kl.set_reference(reference);
         Ok(())
     }
 

@@ -94,12 +94,6 @@ pub(crate) fn check_options(p: &PpoConfig, iterations: u64, check: &mut dyn FnMu
     );
 }
 
-/// Whether iteration `iteration` (0-based) updates the policy: not during PPO's critic
-/// warm-up.
-pub fn trains_policy(algo: &AlgoConfig, iteration: u64) -> bool {
-    iteration >= algo.critic_only_iterations()
-}
-
 /// One observation the critic regresses on: its row in [`PpoBatch::inputs`], its GAE
 /// return and its value at collection.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -165,10 +159,14 @@ impl Critic {
         Ok(Critic { cfg, varmap, net, opt, device: device.clone() })
     }
 
-    /// The critic of a run, when it trains PPO: sized for its policy, seeded from the
-    /// run's seed, and read back from `checkpoint` (a resume) when that holds one.
-    pub fn for_run(cfg: &TrainConfig, device: &Device, checkpoint: Option<&Path>) -> Result<Option<Critic>> {
-        let Some(ppo) = cfg.algo.ppo() else { return Ok(None) };
+    /// The critic of a run that trains PPO with `ppo`: sized for its policy, seeded from
+    /// the run's seed, and read back from `checkpoint` (a resume) when that holds one.
+    pub fn for_run(
+        cfg: &TrainConfig,
+        ppo: &PpoConfig,
+        device: &Device,
+        checkpoint: Option<&Path>,
+    ) -> Result<Critic> {
         let opt = AdamWConfig { lr: ppo.value_lr, weight_decay: cfg.algo.weight_decay, ..Default::default() };
         let ccfg = CriticConfig::for_policy(&cfg.model.vlm_config()?);
         let mut critic = Critic::new(ccfg, device, cfg.run.seed ^ 0xC217_1C5E_ED00_0000, opt)?;
@@ -180,7 +178,7 @@ impl Critic {
             ),
             None => {}
         }
-        Ok(Some(critic))
+        Ok(critic)
     }
 
     /// The architecture.
