@@ -283,7 +283,7 @@ fn a_checkpoint_that_does_not_load_leaves_no_run_folder() {
         &cfg,
         format!(
             "[run]\nname = \"q\"\niterations = 1\n[tasks]\nids = [\"miniwob/click-test\"]\n\
-             [model]\nbackbone = \"qwen3_vl\"\npath = \"{}\"\n",
+             [model]\nkind = \"qwen3_vl\"\npath = \"{}\"\n",
             empty.display()
         ),
     )

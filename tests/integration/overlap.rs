@@ -247,7 +247,7 @@ fn unsupported_overlap_configs_name_the_key() {
     let e = run("[algo]\nbehaviour_weight_cap = 0.5", &[]);
     assert!(e.contains("algo.behaviour_weight_cap must be at least 1"), "{e}");
     let e = run(
-        "[model]\nbackbone = \"qwen2_5_vl\"\npath = \"/nonexistent\"\nlora_rank = 4\n[rollout]\nmax_staleness = 1",
+        "[model]\nkind = \"qwen2_5_vl\"\npath = \"/nonexistent\"\nlora_rank = 4\n[rollout]\nmax_staleness = 1",
         &[],
     );
     assert!(e.contains("rollout.max_staleness = 1") && e.contains("Qwen-VL"), "{e}");
