@@ -391,7 +391,9 @@ fn model_backbone_keys_that_do_not_fit_are_errors_naming_them() {
     let root = env!("CARGO_MANIFEST_DIR");
     let e = build(&format!("path = \"{root}/fixtures/qwen_vl/qwen3_vl\""));
     assert!(e.contains("model.path is a key of kind = \"qwen3_vl\" or \"qwen2_5_vl\""), "{e}");
-    let e = build(&format!("kind = \"qwen3_vl\"\npath = \"{root}/fixtures/qwen_vl/qwen3_vl\"\nword_buckets = 64"));
+    let e = build(&format!(
+        "kind = \"qwen3_vl\"\npath = \"{root}/fixtures/qwen_vl/qwen3_vl\"\nword_buckets = 64"
+    ));
     assert!(e.contains("model.word_buckets is a key of kind = \"small\"") && e.contains("remove it"), "{e}");
     let e = build("kind = \"qwen3_vl\"");
     assert!(e.contains("needs model.path"), "{e}");

@@ -264,7 +264,8 @@ impl TrainConfig {
     /// [`super::algo_migrate`], [`super::model_migrate`]).
     pub fn parse(text: &str) -> anyhow::Result<TrainConfig> {
         let old: Vec<String> = [
-            old_form(text, "algo", super::algo_migrate::old_keys).map(|a| super::algo_migrate::old_form_error(&a)),
+            old_form(text, "algo", super::algo_migrate::old_keys)
+                .map(|a| super::algo_migrate::old_form_error(&a)),
             old_form(text, "model", super::model_migrate::old_keys)
                 .map(|m| super::model_migrate::old_form_error(&m)),
         ]
@@ -288,9 +289,10 @@ impl TrainConfig {
     /// new-form config; [`super::model_migrate::migrated_tables`] names the tables), for the caller to announce:
     /// `--resume` reads a run folder's saved config this way.
     pub fn parse_migrating(text: &str) -> anyhow::Result<(TrainConfig, Vec<String>)> {
-        let algo = old_form(text, "algo", super::algo_migrate::old_keys).map(|a| super::algo_migrate::migrate(&a));
-        let model =
-            old_form(text, "model", super::model_migrate::old_keys).map(|m| super::model_migrate::migrate(&m));
+        let algo =
+            old_form(text, "algo", super::algo_migrate::old_keys).map(|a| super::algo_migrate::migrate(&a));
+        let model = old_form(text, "model", super::model_migrate::old_keys)
+            .map(|m| super::model_migrate::migrate(&m));
         if algo.is_none() && model.is_none() {
             return Ok((TrainConfig::parse(text)?, Vec::new()));
         }

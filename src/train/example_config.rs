@@ -54,7 +54,8 @@ pub fn with_model_kind(example: &str, kind: ModelKind) -> String {
     }
     let (mut in_model, mut block) = (false, Block::None);
     let is_key = |l: &str| {
-        l.split_once(" = ").is_some_and(|(k, _)| !k.is_empty() && k.chars().all(|c| c.is_ascii_lowercase() || c == '_'))
+        l.split_once(" = ")
+            .is_some_and(|(k, _)| !k.is_empty() && k.chars().all(|c| c.is_ascii_lowercase() || c == '_'))
     };
     let mut out = String::new();
     for line in example.lines() {
@@ -68,12 +69,27 @@ pub fn with_model_kind(example: &str, kind: ModelKind) -> String {
         }
         let qwen = kind.is_qwen() && in_model;
         let line = match line.strip_prefix("kind = \"small\"") {
-            Some(rest) if in_model => format!("kind = \"{kind}\"{rest}"),
+            Some(rest) if in_model => {
+                // The comment stays in its column.
+                let extra = kind.name().len().saturating_sub("small".len());
+                let pad = rest.len() - rest.trim_start().len();
+                format!(
+                    "kind = \"{kind}\"{}{}",
+                    " ".repeat(pad.saturating_sub(extra).max(1)),
+                    rest.trim_start()
+                )
+            }
             _ if qwen && block == Block::Small && is_key(line) => format!("# {line}"),
-            _ if qwen && block == Block::Qwen && line.strip_prefix("# ").is_some_and(is_key) => {
+            // `# key` is written out, `# # key` (no default) keeps one `# `
+            _ if qwen
+                && block == Block::Qwen
+                && line.strip_prefix("# ").is_some_and(|l| is_key(l) || l.starts_with("# ")) =>
+            {
                 let line = &line[2..];
                 match kind {
-                    ModelKind::Qwen25Vl => line.replace("hf:Qwen/Qwen3-VL-2B-Instruct", "hf:Qwen/Qwen2.5-VL-3B-Instruct"),
+                    ModelKind::Qwen25Vl => {
+                        line.replace("hf:Qwen/Qwen3-VL-2B-Instruct", "hf:Qwen/Qwen2.5-VL-3B-Instruct")
+                    }
                     _ => line.to_string(),
                 }
             }

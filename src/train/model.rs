@@ -163,7 +163,8 @@ impl TryFrom<ModelTable> for ModelConfig {
                 }
                 keys.insert("backbone".into(), kind.name().into());
                 ModelVariant::Qwen(
-                    serde_json::from_value(keys.into()).map_err(|e| format!("[model] kind = \"{kind}\": {e}"))?,
+                    serde_json::from_value(keys.into())
+                        .map_err(|e| format!("[model] kind = \"{kind}\": {e}"))?,
                 )
             }
         };
@@ -211,7 +212,9 @@ fn wrong_kind(key: &str, kind: ModelKind, written: bool) -> String {
     let Some(owner) = owners.first() else { return format!("model.{key} is not a [model] key") };
     let default = if written { "" } else { ", the default when kind is left out" };
     let fix = match kind {
-        ModelKind::Small => format!("set model.kind = {} (with model.path), or remove it", names.join(" or ")),
+        ModelKind::Small => {
+            format!("set model.kind = {} (with model.path), or remove it", names.join(" or "))
+        }
         _ => "remove it".to_string(),
     };
     format!(

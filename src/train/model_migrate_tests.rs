@@ -37,7 +37,11 @@ fn the_old_form_error_shows_the_users_own_keys_in_the_new_form() {
     // What it prints is a config of the new form, with the values given.
     let printed = &e[e.find("[model]\nkind").unwrap()..];
     let c = new_form(printed);
-    let want = QwenPolicySettings { lora_rank: 8, max_new_tokens: 24, ..QwenPolicySettings::new("qwen2_5_vl", "ckpt") };
+    let want = QwenPolicySettings {
+        lora_rank: 8,
+        max_new_tokens: 24,
+        ..QwenPolicySettings::new("qwen2_5_vl", "ckpt")
+    };
     assert_eq!((c.model.kind(), c.model.qwen()), (ModelKind::Qwen25Vl, Some(&want)));
     assert_eq!(c.model.init.as_deref(), Some(std::path::Path::new("runs/a/checkpoints/iter-000000")));
 }
@@ -83,7 +87,9 @@ fn an_old_run_folders_config_resumes_with_an_announced_migration() {
     );
     assert!(TrainConfig::parse(&old).is_err(), "refused where a user loads it");
     let (c, notes) = TrainConfig::parse_migrating(&old).unwrap();
-    for moved in ["model.backbone = \"qwen3_vl\" → model.kind = \"qwen3_vl\"", "model.preset = \"tiny\" dropped"] {
+    for moved in
+        ["model.backbone = \"qwen3_vl\" → model.kind = \"qwen3_vl\"", "model.preset = \"tiny\" dropped"]
+    {
         assert!(notes.iter().any(|n| n.contains(moved)), "{moved}: {notes:?}");
     }
     assert_eq!(migrated_tables(&notes), "[algo] and [model]");

@@ -97,7 +97,9 @@ fn kind_of_table(section: &str, key: &str) -> Option<&'static str> {
 fn defaults_for(section: &str, key: &str, model_kind: Option<&str>) -> (TrainConfig, toml::Table) {
     let text = match (kind_of_table(section, key), model_kind) {
         (Some(kind), _) => format!("{MINIMAL}[algo]\nkind = \"{kind}\"\n"),
-        (None, Some(kind)) if kind != "small" => format!("{MINIMAL}[model]\nkind = \"{kind}\"\npath = \"p\"\n"),
+        (None, Some(kind)) if kind != "small" => {
+            format!("{MINIMAL}[model]\nkind = \"{kind}\"\npath = \"p\"\n")
+        }
         (None, _) => MINIMAL.to_string(),
     };
     let defaults = TrainConfig::parse(&text).expect("the minimal config parses");
@@ -397,7 +399,9 @@ fn every_code_key_is_found_and_typed() {
             && has("algo", "dynamic_sampling.max_extra")
     );
     assert_eq!(variants(&base, "algo", "loss_agg").len(), 4);
-    assert!(has("model", "kind") && has("model", "preset") && has("model", "lora_rank") && has("model", "init"));
+    assert!(
+        has("model", "kind") && has("model", "preset") && has("model", "lora_rank") && has("model", "init")
+    );
     assert_eq!(variants(&base, "model", "kind"), ["small", "qwen3_vl", "qwen2_5_vl"]);
 }
 
