@@ -1,6 +1,6 @@
 //! `guirl train`.
 
-use crate::train::config::AlgoKind;
+use crate::train::config::{AlgoKind, ModelKind};
 use crate::train::trainer::{run_dir, Trainer};
 use crate::train::TrainConfig;
 use anyhow::Context;
@@ -22,6 +22,10 @@ pub struct TrainArgs {
     /// rloo, reinforce_pp, gigpo, ppo), its own table written out.
     #[arg(long, value_name = "KIND", requires = "example_config")]
     kind: Option<String>,
+    /// With --example-config: the example for this policy (small, qwen3_vl, qwen2_5_vl),
+    /// its [model] keys written out.
+    #[arg(long, value_name = "KIND", requires = "example_config")]
+    model_kind: Option<String>,
     /// Run folder (default: run.dir/run.name from the config).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -45,25 +49,35 @@ pub struct TrainArgs {
 /// `guirl train`.
 pub async fn train(args: TrainArgs) -> anyhow::Result<()> {
     let Some(path) = args.config.as_deref().filter(|_| !args.example_config) else {
-        match args.kind.as_deref() {
-            None => print!("{}", crate::train::config::EXAMPLE_CONFIG),
+        let mut example = match args.kind.as_deref() {
+            None => crate::train::config::EXAMPLE_CONFIG.to_string(),
             Some(name) => {
                 let kind = AlgoKind::from_name(name).with_context(|| {
                     let names: Vec<&str> = AlgoKind::ALL.iter().map(|k| k.name()).collect();
                     format!("--kind {name:?}: no such algorithm; one of {}", names.join(", "))
                 })?;
-                print!("{}", crate::train::config::example_config(kind));
+                crate::train::config::example_config(kind)
             }
+        };
+        if let Some(name) = args.model_kind.as_deref() {
+            let kind = ModelKind::from_name(name).with_context(|| {
+                let names: Vec<&str> = ModelKind::ALL.iter().map(|k| k.name()).collect();
+                format!("--model-kind {name:?}: no such policy kind; one of {}", names.join(", "))
+            })?;
+            example = crate::train::config::with_model_kind(&example, kind);
         }
+        print!("{example}");
         return Ok(());
     };
     // A resumed run's config may be its folder's config.toml, saved by a guirl that wrote
-    // the old [algo] form: read as the new form, announced (the folder's copy is rewritten).
+    // the old [algo] or [model] form: read as the new form, announced (the folder's copy is
+    // rewritten).
     let cfg = if args.resume {
         let (cfg, moved) = TrainConfig::load_migrating(path)?;
         if !moved.is_empty() {
             let list: String = moved.iter().map(|m| format!("\n  {m}")).collect();
-            tracing::warn!("{}: the old [algo] form, read as the new form:{list}", path.display());
+            let tables = crate::train::model_migrate::migrated_tables(&moved);
+            tracing::warn!("{}: the old {tables} form, read as the new form:{list}", path.display());
         }
         cfg
     } else {

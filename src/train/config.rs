@@ -13,9 +13,10 @@ pub use super::algo_config::{
     AlgoConfig, AlgoKind, AlgoVariant, DynamicSampling, GigpoConfig, GspoConfig, GspoLevel, KlMode,
     OverlongPenalty, PpoConfig,
 };
-pub use super::model::{ModelConfig, ModelPreset};
+pub use super::model::{ModelConfig, ModelKind, ModelPreset, ModelVariant};
+pub use super::model_kind::SmallModel;
 
-pub use super::example_config::{example_config, EXAMPLE_CONFIG};
+pub use super::example_config::{example_config, with_model_kind, EXAMPLE_CONFIG};
 
 /// The whole training configuration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -259,10 +260,20 @@ fn default_sft_minibatch() -> usize {
 
 impl TrainConfig {
     /// Parse TOML text (no validation). Errors name the unknown key and its table; an
-    /// `[algo]` of the old form is refused with its new form (see [`super::algo_migrate`]).
+    /// `[algo]` or `[model]` of the old form is refused with its new form (see
+    /// [`super::algo_migrate`], [`super::model_migrate`]).
     pub fn parse(text: &str) -> anyhow::Result<TrainConfig> {
-        if let Some(algo) = old_form_algo(text) {
-            bail!("{}", super::algo_migrate::old_form_error(&algo));
+        let old: Vec<String> = [
+            old_form(text, "algo", super::algo_migrate::old_keys)
+                .map(|a| super::algo_migrate::old_form_error(&a)),
+            old_form(text, "model", super::model_migrate::old_keys)
+                .map(|m| super::model_migrate::old_form_error(&m)),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        if !old.is_empty() {
+            bail!("{}", old.join("\n\n"));
         }
         toml::from_str(text).map_err(|e| {
             let table = e.span().and_then(|s| table_at(text, s.start));
@@ -273,15 +284,27 @@ impl TrainConfig {
         })
     }
 
-    /// Parse TOML text as [`TrainConfig::parse`] does, but read an old-form `[algo]` as its
-    /// new form instead of refusing it. Returns what moved (empty for a new-form config),
-    /// for the caller to announce: `--resume` reads a run folder's saved config this way.
+    /// Parse TOML text as [`TrainConfig::parse`] does, but read an old-form `[algo]` or
+    /// `[model]` as its new form instead of refusing it. Returns what moved (empty for a
+    /// new-form config; [`super::model_migrate::migrated_tables`] names the tables), for the caller to announce:
+    /// `--resume` reads a run folder's saved config this way.
     pub fn parse_migrating(text: &str) -> anyhow::Result<(TrainConfig, Vec<String>)> {
-        let Some(algo) = old_form_algo(text) else { return Ok((TrainConfig::parse(text)?, Vec::new())) };
-        let m = super::algo_migrate::migrate(&algo);
+        let algo =
+            old_form(text, "algo", super::algo_migrate::old_keys).map(|a| super::algo_migrate::migrate(&a));
+        let model = old_form(text, "model", super::model_migrate::old_keys)
+            .map(|m| super::model_migrate::migrate(&m));
+        if algo.is_none() && model.is_none() {
+            return Ok((TrainConfig::parse(text)?, Vec::new()));
+        }
         let mut doc: toml::Table = toml::from_str(text)?;
-        doc.insert("algo".into(), toml::Value::Table(m.table));
-        Ok((TrainConfig::parse(&toml::to_string(&doc)?)?, m.notes))
+        let mut notes = Vec::new();
+        for (name, m) in [("algo", algo), ("model", model)] {
+            if let Some(m) = m {
+                doc.insert(name.into(), toml::Value::Table(m.table));
+                notes.extend(m.notes);
+            }
+        }
+        Ok((TrainConfig::parse(&toml::to_string(&doc)?)?, notes))
     }
 
     /// [`TrainConfig::load`] through [`TrainConfig::parse_migrating`]: the config and what
@@ -325,9 +348,9 @@ impl TrainConfig {
         }
         if a.loss_agg == Some(LossAgg::SeqMeanTokenSumNorm) && a.loss_agg_norm.is_none() {
             // Dr. GRPO's constant: the most tokens an action can have.
-            a.loss_agg_norm = match self.model.backbone_settings() {
-                Ok(Some(b)) => Some(b.max_new_tokens as f64),
-                _ => self.model.vlm_config().ok().map(|v| v.actions.max_action_tokens as f64),
+            a.loss_agg_norm = match &self.model.variant {
+                ModelVariant::Qwen(b) => Some(b.max_new_tokens as f64),
+                ModelVariant::Small(s) => s.vlm_config().ok().map(|v| v.actions.max_action_tokens as f64),
             };
         }
     }
@@ -433,37 +456,7 @@ impl TrainConfig {
             ),
         );
         // [model]
-        let m = &self.model;
-        for (k, v) in [
-            ("d_model", m.d_model),
-            ("layers", m.layers),
-            ("heads", m.heads),
-            ("patch_size", m.patch_size),
-            ("image_size", m.image_size),
-            ("max_instruction_bytes", m.max_instruction_bytes),
-            ("x_bins", m.x_bins),
-            ("y_bins", m.y_bins),
-        ] {
-            check(v != Some(0), format!("model.{k} must be at least 1"));
-        }
-        if let Some(kinds) = &m.kinds {
-            check(!kinds.is_empty(), "model.kinds must name at least one action kind".into());
-            for k in kinds {
-                check(
-                    crate::env::GuiAction::KINDS.contains(&k.as_str()),
-                    format!(
-                        "model.kinds: unknown action kind {k:?} (expected one of {:?})",
-                        crate::env::GuiAction::KINDS
-                    ),
-                );
-            }
-        }
-        if let (Some(d), Some(h)) = (m.d_model, m.heads) {
-            check(h == 0 || d % h == 0, format!("model.heads ({h}) must divide model.d_model ({d})"));
-        }
-        if let (Some(i), Some(p)) = (m.image_size, m.patch_size) {
-            check(p == 0 || i % p == 0, format!("model.patch_size ({p}) must divide model.image_size ({i})"));
-        }
+        self.model.check(&mut check);
         // [algo]
         self.algo.check(r.iterations, &mut check);
         // [rollout]
@@ -479,8 +472,8 @@ impl TrainConfig {
         );
         // A Qwen-VL policy's frozen copy is a snapshot of its adapters: modules trained
         // whole are shared with it, so they would change under the background collection.
-        let whole = self.model.train_modules.as_ref().is_some_and(|m| !m.is_empty());
-        if self.rollout.max_staleness > 0 && self.model.backbone.is_some() && whole {
+        let whole = self.model.qwen().is_some_and(|q| !q.train_modules.is_empty());
+        if self.rollout.max_staleness > 0 && whole {
             check(
                 false,
                 "rollout.max_staleness = 1 collects with a frozen copy of the policy's weights, and a Qwen-VL \
@@ -556,12 +549,12 @@ impl TrainConfig {
     }
 }
 
-/// The `[algo]` table of `text` when it is in the old form (`None` for the new form, and
-/// for text that is not TOML: the parse then says why).
-fn old_form_algo(text: &str) -> Option<toml::Table> {
+/// The table `name` of `text` when `old_keys` finds keys of its old form in it (`None` for
+/// the new form, and for text that is not TOML: the parse then says why).
+fn old_form(text: &str, name: &str, old_keys: fn(&toml::Table) -> Vec<String>) -> Option<toml::Table> {
     let doc: toml::Table = toml::from_str(text).ok()?;
-    let algo = doc.get("algo")?.as_table()?;
-    (!super::algo_migrate::old_keys(algo).is_empty()).then(|| algo.clone())
+    let table = doc.get(name)?.as_table()?;
+    (!old_keys(table).is_empty()).then(|| table.clone())
 }
 
 /// `cpu` → None, `cuda` → Some(0), `cuda:N` → Some(N).

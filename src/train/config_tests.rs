@@ -31,7 +31,7 @@ fn the_example_parses_with_every_key() {
     assert_eq!(c.tasks.eval_seeds, EvalSeeds { start: 1_000_000, count: 100 });
     assert_eq!(c.algo.kind(), AlgoKind::Grpo);
     assert_eq!((c.algo.clip_low(), c.algo.clip_high()), (0.2, 0.2));
-    assert_eq!(c.model.preset, ModelPreset::Tiny);
+    assert_eq!(c.model.small().map(|s| s.preset), Some(ModelPreset::Tiny));
     assert!(c.sft.is_none());
     assert_eq!(c.run_dir(), PathBuf::from("runs/click-button"));
     // the example shows the defaults: it equals the minimal file's resolved config
@@ -126,7 +126,7 @@ dir = "demos"
     assert_eq!(c.device, "cuda:1");
     assert_eq!((c.algo.clip_low, c.algo.clip_high), (Some(0.2), Some(0.28)));
     assert!(c.algo.drop_all_equal_groups());
-    assert_eq!(c.model.d_model, Some(128));
+    assert_eq!(c.model.small().unwrap().d_model, Some(128));
     assert_eq!(c.sft.as_ref().unwrap().epochs, 3);
     assert_eq!(c.algo.adv_std(), AdvStd::None);
     let lc = c.algo.loss_config();
@@ -392,7 +392,9 @@ fn every_shipped_recipe_parses_and_validates() {
                 TrainConfig::parse(&text).unwrap_or_else(|err| panic!("{}: {err:#}", e.path().display()));
             c.resolve();
             c.validate().unwrap_or_else(|err| panic!("{}: {err:#}", e.path().display()));
-            c.model.vlm_config().unwrap_or_else(|err| panic!("{}: {err:#}", e.path().display()));
+            if let Some(s) = c.model.small() {
+                s.vlm_config().unwrap_or_else(|err| panic!("{}: {err:#}", e.path().display()));
+            }
             n += 1;
         }
     }
@@ -477,20 +479,6 @@ fn continuing_cloning_needs_the_clone_to_continue() {
     assert!(e.contains("sft.start_epoch") && e.contains("model.init") && e.contains("iter-000000"), "{e}");
     c.model.init = Some("runs/clone/checkpoints/iter-000000".into());
     c.validate().unwrap();
-}
-
-#[test]
-fn the_model_says_what_reaches_the_policy() {
-    let mut m = parse_ok(EXAMPLE_CONFIG).model;
-    assert_eq!(m.observation().unwrap().to_string(), "pixels; task-shaped features: none");
-    (m.word_buckets, m.screen_text, m.control_state) = (Some(64), Some(true), Some(true));
-    assert_eq!(
-        m.observation().unwrap().to_string(),
-        "pixels+dom; task-shaped features: control_state (made for builtin/toggle-switches)"
-    );
-    // A pretrained backbone reads the screenshot and the instruction only.
-    let b: ModelConfig = toml::from_str("backbone = \"qwen3_vl\"\npath = \"x\"").unwrap();
-    assert_eq!(b.observation().unwrap(), crate::policy::observation::Observation::pixels());
 }
 
 #[test]

@@ -4,7 +4,11 @@
 //!   Its `[algo]`: [`algo_config`] (`AlgoConfig`: the kind as an [`algo_kind::AlgoVariant`]
 //!   carrying its own settings, the shared keys, DAPO's techniques), [`algo_table`] (the
 //!   table as written), [`algo_check`] (value checks and warnings), [`algo_migrate`] (the
-//!   old flat form refused with its new form, or migrated on resume).
+//!   old flat form refused with its new form, or migrated on resume). Its `[model]`:
+//!   [`model`] (`ModelConfig`: the kind as a [`model::ModelVariant`] carrying its own
+//!   settings, and `init`), [`model_kind`] (the kinds, the small policy's keys),
+//!   [`model_table`] (the table as written), [`model_migrate`] (the old `backbone = ...`
+//!   form refused with its new form, or migrated on resume).
 //! - [`trainer`]: the iteration loop only (collect → score → advantages → update → log);
 //!   [`algorithm`]: what depends on the kind, one implementation per family with its own
 //!   state (PPO's critic and warm-up, GiGPO's anchor states), and the KL to the
@@ -45,6 +49,9 @@ pub mod example_config;
 pub mod kl;
 pub mod metrics;
 pub mod model;
+pub mod model_kind;
+pub mod model_migrate;
+pub mod model_table;
 pub mod objective;
 pub mod optim;
 pub mod plots;

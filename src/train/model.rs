@@ -1,6 +1,11 @@
-//! `[model]` of a training config: a policy preset plus optional overrides, resolved to a
-//! policy architecture, and the starting weights (`init`).
+//! `[model]` of a training config: which policy (`kind`) with that kind's own settings
+//! ([`ModelVariant`]), and the starting weights (`init`). The table as a config writes it is
+//! [`super::model_table::ModelTable`]; old-form configs (`backbone = ...`) are recognised
+//! in [`super::model_migrate`].
 
+use super::model_kind::SmallModel;
+pub use super::model_kind::{ModelKind, ModelPreset};
+use super::model_table::ModelTable;
 use crate::policy::qwen_vl::{QwenPolicySettings, QwenVlPolicy};
 use crate::policy::vlm::{VlmConfig, VlmPolicy, CONFIG_FILE, WEIGHTS_FILE};
 use crate::policy::TrainablePolicy;
@@ -9,220 +14,92 @@ use candle_core::Device;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
-/// Size of the policy network.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ModelPreset {
-    /// Smallest: tests and CPU runs.
-    #[default]
-    Tiny,
-    /// Medium.
-    Small,
-    /// Largest.
-    Base,
-}
-
-/// `[model]`: a preset plus optional overrides.
+/// `[model]`, read: the policy with its own settings, and the weights to start from.
+/// It is read and written through [`ModelTable`], the table as written.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(try_from = "ModelTable", into = "ModelTable")]
 pub struct ModelConfig {
-    /// The preset (default `tiny`).
-    #[serde(default)]
-    pub preset: ModelPreset,
-    /// Width of the transformer.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub d_model: Option<usize>,
-    /// Transformer layers.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub layers: Option<usize>,
-    /// Attention heads (must divide `d_model`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub heads: Option<usize>,
-    /// Side of the square image patches, pixels.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub patch_size: Option<usize>,
-    /// Side of the (resized) screenshot the model sees, pixels.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub image_size: Option<usize>,
-    /// Instruction bytes the policy reads (longer instructions are cut).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_instruction_bytes: Option<usize>,
-    /// Word-level instruction features: hash buckets (0 = off, the presets' default).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub word_buckets: Option<usize>,
-    /// Screen-text features: the visible elements' words at their place on the image
-    /// (needs `word_buckets`; off in the presets).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub screen_text: Option<bool>,
-    /// Memory of the episode: the last N screen-pointing actions marked on the image
-    /// (0 = off, the default).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub memory: Option<usize>,
-    /// The last `memory` actions also as encoder tokens (kind, age, typed words; needs
-    /// `memory`; off by default).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub memory_actions: Option<bool>,
-    /// Typing from the instruction: `type` may copy a span of it (needs the `type` kind;
-    /// off by default).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub copy: Option<bool>,
-    /// The previous screenshot too: the stem reads the change since the last step (off by
-    /// default).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub previous_frame: Option<bool>,
-    /// Numbers and symbols on the screen: a number's order against the instruction's and
-    /// symbol-only element texts as words (needs `screen_text`; off by default).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub numbers: Option<bool>,
-    /// Row labels: a word-less control (`×`, an icon) also gets the words of the element
-    /// to its left on the same line (needs `screen_text`; off by default).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub row_labels: Option<bool>,
-    /// Words hashed without case, so "Email" on the page is "email" in the instruction
-    /// (needs `word_buckets`; off by default).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fold_case: Option<bool>,
-    /// Checkbox and radio states crossed with whether the instruction names the control
-    /// (needs `screen_text`; off by default).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub control_state: Option<bool>,
-    /// Action kinds the policy may write (text-form names: `click`, `type`, `key`, ...).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kinds: Option<Vec<String>>,
-    /// Keys a `key(...)` action may press, in text form (default: Enter, Tab, Backspace).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub keys: Option<Vec<String>>,
-    /// Horizontal coordinate bins.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub x_bins: Option<usize>,
-    /// Vertical coordinate bins.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub y_bins: Option<usize>,
-    /// Score coordinates with the pointer head (default: on in every preset).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pointer: Option<bool>,
-    /// A pretrained backbone instead of the small policy: `qwen3_vl` or `qwen2_5_vl`
-    /// (then `path` names the checkpoint and the small policy's keys above do not apply).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub backbone: Option<String>,
-    /// The backbone's checkpoint: a Hugging Face folder, or `hf:ORG/NAME` in the HF cache.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub path: Option<String>,
-    /// LoRA rank of the backbone's adapters (default 16).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lora_rank: Option<usize>,
-    /// LoRA alpha (default 32; the update is scaled by alpha / rank).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lora_alpha: Option<f64>,
-    /// Language-model layers that get adapters (default: q/k/v/o and the MLP's gate/up/down).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lora_targets: Option<Vec<String>>,
-    /// Vision-tower layers that get adapters (`qkv`, `proj`, `linear_fc1`, `linear_fc2`;
-    /// default none: the tower stays frozen and its output is cached per screenshot).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lora_vision_targets: Option<Vec<String>>,
-    /// Dropout on the adapters' input in training passes, in [0, 1) (default 0: off).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lora_dropout: Option<f64>,
-    /// Recompute each decoder layer in the backward pass instead of keeping its
-    /// activations: less memory, one more forward (default false).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gradient_checkpointing: Option<bool>,
-    /// The backbone's answer coordinates (`rel1000`, `smart_resize`, `px`, ...; default:
-    /// the architecture's own).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub coords: Option<String>,
-    /// The backbone's system prompt file (`{frame}` is replaced; default: the `openai:`
-    /// policy's prompt).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub prompt: Option<PathBuf>,
-    /// Longest answer of the backbone, in tokens (default 32).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_new_tokens: Option<usize>,
-    /// Rows each decoding step of the backbone computes: a rollout batch's states advance
-    /// together in chunks of exactly this many (padded), so an answer does not depend on
-    /// which states share its batch; 1 decodes each state alone (default 8).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub decode_rows: Option<usize>,
-    /// The backbone's weights dtype: `f32` (default) or `bf16`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dtype: Option<String>,
-    /// Backbone modules trained whole beside the adapters: `embed_tokens`, `lm_head`,
-    /// `norm` (a randomly initialised model needs its head trained; default none).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub train_modules: Option<Vec<String>>,
+    /// The policy (`kind`) with its own keys.
+    pub variant: ModelVariant,
     /// Weights to start from: a checkpoint folder (e.g. a cloned policy's
     /// `checkpoints/iter-000000`; its architecture must be the one `[model]` describes)
     /// or a safetensors file. A resumed run starts from its own checkpoint instead.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub init: Option<PathBuf>,
 }
 
-impl ModelConfig {
-    /// The policy architecture: the preset plus its overrides.
-    pub fn vlm_config(&self) -> anyhow::Result<VlmConfig> {
-        let mut v = match self.preset {
-            ModelPreset::Tiny => VlmConfig::tiny(),
-            ModelPreset::Small => VlmConfig::small(),
-            ModelPreset::Base => VlmConfig::base(),
-        };
-        // Each override that is set replaces the preset's value.
-        fn set<T: Clone>(slot: &mut T, value: &Option<T>) {
-            if let Some(x) = value {
-                *slot = x.clone();
-            }
+/// The policy `[model]` describes, with the keys of its kind.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ModelVariant {
+    /// `kind = "small"`: guirl's small policy, a preset plus overrides.
+    Small(SmallModel),
+    /// `kind = "qwen3_vl"` or `"qwen2_5_vl"`: a pretrained backbone with LoRA; its
+    /// `backbone` is the kind's name.
+    Qwen(QwenPolicySettings),
+}
+
+impl Default for ModelVariant {
+    fn default() -> Self {
+        ModelVariant::Small(SmallModel::default())
+    }
+}
+
+impl ModelVariant {
+    /// The kind it is.
+    pub fn kind(&self) -> ModelKind {
+        match self {
+            ModelVariant::Small(_) => ModelKind::Small,
+            ModelVariant::Qwen(s) if s.backbone == ModelKind::Qwen25Vl.name() => ModelKind::Qwen25Vl,
+            ModelVariant::Qwen(_) => ModelKind::Qwen3Vl,
         }
-        set(&mut v.d_model, &self.d_model);
-        set(&mut v.heads, &self.heads);
-        set(&mut v.encoder_layers, &self.layers);
-        set(&mut v.stem_patch, &self.patch_size);
-        set(&mut v.image_width, &self.image_size);
-        set(&mut v.image_height, &self.image_size);
-        set(&mut v.max_instruction_bytes, &self.max_instruction_bytes);
-        set(&mut v.word_buckets, &self.word_buckets);
-        set(&mut v.screen_text, &self.screen_text);
-        set(&mut v.memory, &self.memory);
-        set(&mut v.memory_actions, &self.memory_actions);
-        set(&mut v.copy, &self.copy);
-        set(&mut v.previous_frame, &self.previous_frame);
-        set(&mut v.numbers, &self.numbers);
-        set(&mut v.row_labels, &self.row_labels);
-        set(&mut v.fold_case, &self.fold_case);
-        set(&mut v.control_state, &self.control_state);
-        set(&mut v.actions.kinds, &self.kinds);
-        set(&mut v.actions.keys, &self.keys);
-        set(&mut v.actions.x_bins, &self.x_bins);
-        set(&mut v.actions.y_bins, &self.y_bins);
-        set(&mut v.pointer, &self.pointer);
-        v.validate().context("invalid [model] settings")?;
-        Ok(v)
+    }
+}
+
+impl ModelConfig {
+    /// The policy's kind.
+    pub fn kind(&self) -> ModelKind {
+        self.variant.kind()
+    }
+
+    /// The small policy's settings (`None` for a Qwen-VL kind).
+    pub fn small(&self) -> Option<&SmallModel> {
+        match &self.variant {
+            ModelVariant::Small(s) => Some(s),
+            ModelVariant::Qwen(_) => None,
+        }
+    }
+
+    /// The small policy's settings, to change (`None` for a Qwen-VL kind).
+    pub fn small_mut(&mut self) -> Option<&mut SmallModel> {
+        match &mut self.variant {
+            ModelVariant::Small(s) => Some(s),
+            ModelVariant::Qwen(_) => None,
+        }
+    }
+
+    /// A Qwen-VL backbone's settings (`None` for the small policy).
+    pub fn qwen(&self) -> Option<&QwenPolicySettings> {
+        match &self.variant {
+            ModelVariant::Qwen(s) => Some(s),
+            ModelVariant::Small(_) => None,
+        }
     }
 
     /// What reaches the policy (see [`crate::policy::observation`]): a pretrained backbone
     /// reads the screenshot and the instruction only (`pixels`); the small policy says
     /// itself ([`VlmConfig::observation`]).
     pub fn observation(&self) -> anyhow::Result<crate::policy::observation::Observation> {
-        match self.backbone {
-            Some(_) => Ok(crate::policy::observation::Observation::pixels()),
-            None => Ok(self.vlm_config()?.observation()),
+        match &self.variant {
+            ModelVariant::Qwen(_) => Ok(crate::policy::observation::Observation::pixels()),
+            ModelVariant::Small(s) => Ok(s.vlm_config()?.observation()),
         }
     }
 
-    /// A fresh policy of that architecture (initialised from `seed`), holding `init`'s
-    /// weights when it is set.
-    pub fn build_policy(&self, device: &Device, seed: u64) -> anyhow::Result<VlmPolicy> {
-        let policy = VlmPolicy::new(self.vlm_config()?, device, seed)?;
-        if let Some(init) = &self.init {
-            start_from(&policy, init, device)?;
-        }
-        Ok(policy)
-    }
-
-    /// The trainable policy `[model]` describes, as the trainer holds it.
+    /// The trainable policy `[model]` describes (initialised from `seed`), holding
+    /// `init`'s weights when it is set, as the trainer holds it.
     pub fn build(&self, device: &Device, seed: u64) -> anyhow::Result<Box<dyn TrainablePolicy>> {
-        match self.backbone_settings()? {
-            Some(settings) => {
-                let mut policy = QwenVlPolicy::new(settings, device, seed)?;
+        match &self.variant {
+            ModelVariant::Qwen(settings) => {
+                let mut policy = QwenVlPolicy::new(settings.clone(), device, seed)?;
                 if let Some(init) = &self.init {
                     let dir = super::checkpoint::resolve_policy_dir(init)
                         .map(|p| p.dir)
@@ -233,94 +110,148 @@ impl ModelConfig {
                 }
                 Ok(Box::new(policy))
             }
-            None => Ok(Box::new(self.build_policy(device, seed)?)),
+            ModelVariant::Small(s) => {
+                let policy = VlmPolicy::new(s.vlm_config()?, device, seed)?;
+                if let Some(init) = &self.init {
+                    start_from(&policy, init, device)?;
+                }
+                Ok(Box::new(policy))
+            }
         }
     }
 
-    /// The pretrained backbone's settings when `backbone` is set; the small policy's keys
-    /// set beside it, or backbone keys without it, are errors naming them.
-    pub fn backbone_settings(&self) -> anyhow::Result<Option<QwenPolicySettings>> {
-        let backbone_keys = [
-            ("path", self.path.is_some()),
-            ("lora_rank", self.lora_rank.is_some()),
-            ("lora_alpha", self.lora_alpha.is_some()),
-            ("lora_targets", self.lora_targets.is_some()),
-            ("lora_vision_targets", self.lora_vision_targets.is_some()),
-            ("lora_dropout", self.lora_dropout.is_some()),
-            ("gradient_checkpointing", self.gradient_checkpointing.is_some()),
-            ("coords", self.coords.is_some()),
-            ("prompt", self.prompt.is_some()),
-            ("max_new_tokens", self.max_new_tokens.is_some()),
-            ("decode_rows", self.decode_rows.is_some()),
-            ("dtype", self.dtype.is_some()),
-            ("train_modules", self.train_modules.is_some()),
-        ];
-        let Some(backbone) = &self.backbone else {
-            if let Some((k, _)) = backbone_keys.iter().find(|(_, set)| *set) {
-                bail!("model.{k} is a pretrained backbone's setting: set model.backbone (\"qwen3_vl\" or \"qwen2_5_vl\") too, or remove it");
+    /// The values a type cannot rule out, each bad one reported through `check` by its
+    /// dotted name.
+    pub(crate) fn check(&self, check: &mut impl FnMut(bool, String)) {
+        match &self.variant {
+            ModelVariant::Small(s) => s.check(check),
+            // Checked here too so that a bad value stops `guirl train` before a browser starts.
+            ModelVariant::Qwen(q) => {
+                if let Err(e) = q.check() {
+                    check(false, e.to_string());
+                }
             }
-            return Ok(None);
-        };
-        let small = serde_json::to_value(ModelConfig {
-            backbone: None,
-            path: None,
-            lora_rank: None,
-            lora_alpha: None,
-            lora_targets: None,
-            lora_vision_targets: None,
-            lora_dropout: None,
-            gradient_checkpointing: None,
-            coords: None,
-            prompt: None,
-            max_new_tokens: None,
-            decode_rows: None,
-            dtype: None,
-            train_modules: None,
-            init: None,
-            preset: ModelPreset::Tiny,
-            ..self.clone()
-        })?;
-        if let Some(k) = small.as_object().and_then(|m| m.keys().find(|k| *k != "preset").cloned()) {
-            bail!("model.{k} is a setting of guirl's small policy; it does not apply with model.backbone = {backbone:?}: remove it");
         }
-        let path = self.path.clone().ok_or_else(|| {
-            anyhow::anyhow!(
-                "model.backbone = {backbone:?} needs model.path: a checkpoint folder or hf:ORG/NAME"
-            )
-        })?;
-        let mut s = QwenPolicySettings::new(backbone, &path);
-        if let Some(v) = self.lora_rank {
-            s.lora_rank = v;
-        }
-        if let Some(v) = self.lora_alpha {
-            s.lora_alpha = v;
-        }
-        if let Some(v) = &self.lora_targets {
-            s.lora_targets = v.clone();
-        }
-        if let Some(v) = &self.lora_vision_targets {
-            s.lora_vision_targets = v.clone();
-        }
-        if let Some(v) = self.lora_dropout {
-            s.lora_dropout = v;
-        }
-        if let Some(v) = self.gradient_checkpointing {
-            s.gradient_checkpointing = v;
-        }
-        s.coords = self.coords.clone();
-        s.prompt = self.prompt.clone();
-        if let Some(v) = self.max_new_tokens {
-            s.max_new_tokens = v;
-        }
-        if let Some(v) = self.decode_rows {
-            s.decode_rows = Some(v);
-        }
-        if let Some(v) = &self.dtype {
-            s.dtype = v.clone();
-        }
-        s.train_modules = self.train_modules.clone().unwrap_or_default();
-        Ok(Some(s))
     }
+}
+
+/// `TryFrom<ModelTable>`: the keys written must all be `kind`'s (the fields of its
+/// settings); they are then read as those settings, with their defaults.
+impl TryFrom<ModelTable> for ModelConfig {
+    type Error = String;
+
+    fn try_from(t: ModelTable) -> Result<Self, String> {
+        let kind = t.kind.unwrap_or_default();
+        let serde_json::Value::Object(mut keys) = serde_json::to_value(&t).map_err(|e| e.to_string())? else {
+            unreachable!("a struct is written as an object")
+        };
+        keys.retain(|k, v| !v.is_null() && k != "kind" && k != "init");
+        if let Some(k) = keys.keys().find(|k| !kind_keys(kind).contains(&k.as_str())) {
+            return Err(wrong_kind(k, kind, t.kind.is_some()));
+        }
+        let variant = match kind {
+            ModelKind::Small => {
+                ModelVariant::Small(serde_json::from_value(keys.into()).map_err(|e| format!("[model]: {e}"))?)
+            }
+            ModelKind::Qwen3Vl | ModelKind::Qwen25Vl => {
+                // serde's "missing field" alone would not say what the path names.
+                if !keys.contains_key("path") {
+                    return Err(format!(
+                        "model.kind = \"{kind}\" needs model.path: a Hugging Face checkpoint folder, or \
+                         hf:ORG/NAME in the Hugging Face cache"
+                    ));
+                }
+                keys.insert("backbone".into(), kind.name().into());
+                ModelVariant::Qwen(
+                    serde_json::from_value(keys.into())
+                        .map_err(|e| format!("[model] kind = \"{kind}\": {e}"))?,
+                )
+            }
+        };
+        Ok(ModelConfig { variant, init: t.init })
+    }
+}
+
+/// `Into<ModelTable>`: `kind`, the kind's settings (a Qwen-VL backbone's with their
+/// defaults written out) and `init`.
+impl From<ModelConfig> for ModelTable {
+    fn from(c: ModelConfig) -> ModelTable {
+        let kind = c.kind();
+        let settings = match &c.variant {
+            ModelVariant::Small(s) => serde_json::to_value(s),
+            ModelVariant::Qwen(q) => serde_json::to_value(q),
+        };
+        let Ok(serde_json::Value::Object(mut keys)) = settings else {
+            unreachable!("settings are written as an object")
+        };
+        // The kind says it.
+        keys.remove("backbone");
+        let mut t: ModelTable = serde_json::from_value(keys.into())
+            .expect("every kind's settings are ModelTable keys (model_tests::every_kind_key_is_a_table_key)");
+        (t.kind, t.init) = (Some(kind), c.init);
+        t
+    }
+}
+
+/// The keys `kind` accepts in `[model]` besides `kind` and `init`: its settings' fields.
+pub(crate) fn kind_keys(kind: ModelKind) -> Vec<&'static str> {
+    match kind {
+        ModelKind::Small => serde_fields::<SmallModel>(),
+        ModelKind::Qwen3Vl | ModelKind::Qwen25Vl => {
+            serde_fields::<QwenPolicySettings>().into_iter().filter(|k| *k != "backbone").collect()
+        }
+    }
+}
+
+/// The error for a key of another kind than `kind` (`written`: whether `kind` was written
+/// or is the default).
+fn wrong_kind(key: &str, kind: ModelKind, written: bool) -> String {
+    let owners: Vec<ModelKind> =
+        ModelKind::ALL.into_iter().filter(|o| kind_keys(*o).contains(&key)).collect();
+    let names: Vec<String> = owners.iter().map(|o| format!("\"{o}\"")).collect();
+    let Some(owner) = owners.first() else { return format!("model.{key} is not a [model] key") };
+    let default = if written { "" } else { ", the default when kind is left out" };
+    let fix = match kind {
+        ModelKind::Small => {
+            format!("set model.kind = {} (with model.path), or remove it", names.join(" or "))
+        }
+        _ => "remove it".to_string(),
+    };
+    format!(
+        "model.{key} is a key of kind = {} ({}), not of kind = \"{kind}\" ({}{default}): {fix}",
+        names.join(" or "),
+        owner.described(),
+        kind.described()
+    )
+}
+
+/// The field names serde's derive gives struct `T`: the names its `deserialize_struct`
+/// call passes, caught by a deserializer that reads nothing else.
+fn serde_fields<T: serde::de::DeserializeOwned>() -> Vec<&'static str> {
+    use serde::de::{Error, Visitor};
+    struct Names<'a>(&'a mut &'static [&'static str]);
+    impl<'de> serde::Deserializer<'de> for Names<'_> {
+        type Error = serde::de::value::Error;
+        fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Self::Error> {
+            Err(Error::custom("not a struct"))
+        }
+        fn deserialize_struct<V: Visitor<'de>>(
+            self,
+            _: &'static str,
+            fields: &'static [&'static str],
+            _: V,
+        ) -> Result<V::Value, Self::Error> {
+            *self.0 = fields;
+            Err(Error::custom("names read"))
+        }
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+            option unit unit_struct newtype_struct seq tuple tuple_struct map enum identifier ignored_any
+        }
+    }
+    let mut fields: &'static [&'static str] = &[];
+    let _ = T::deserialize(Names(&mut fields));
+    fields.to_vec()
 }
 
 /// `[model] init`: load a checkpoint folder's (a run folder's best, or a safetensors file's) weights into
@@ -384,3 +315,7 @@ fn config_diff(theirs: &VlmConfig, ours: &VlmConfig) -> anyhow::Result<Vec<Strin
         .map(|((k, x), (_, y))| format!("{k}: {x} in the checkpoint, {y} in [model]"))
         .collect())
 }
+
+#[cfg(test)]
+#[path = "model_tests.rs"]
+mod tests;

@@ -99,15 +99,16 @@ pub fn config_differences(old_text: &str, new: &TrainConfig) -> anyhow::Result<V
         c.resolve();
         Ok(toml::Value::try_from(c)?)
     };
-    // A config an older guirl wrote with the old [algo] form is read as its new form,
-    // announced; one that no longer parses at all is compared as it stands.
+    // A config an older guirl wrote with the old [algo] or [model] form is read as its new
+    // form, announced; one that no longer parses at all is compared as it stands.
     let old = match TrainConfig::parse_migrating(old_text) {
         Ok((c, moved)) => {
             if !moved.is_empty() {
                 let list: String = moved.iter().map(|m| format!("\n  {m}")).collect();
                 tracing::warn!(
-                    "the run's config.toml has the old [algo] form; read as the new form, and rewritten \
-                     so:{list}"
+                    "the run's config.toml has the old {} form; read as the new form, and rewritten \
+                     so:{list}",
+                    super::model_migrate::migrated_tables(&moved)
                 );
             }
             resolved(c)?

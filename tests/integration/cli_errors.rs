@@ -243,6 +243,21 @@ fn train_prints_its_example_config() {
         &guirl(&["train", "--example-config", "--kind", "a2c"]),
         &["--kind \"a2c\": no such algorithm", "reinforce_pp, gigpo, ppo"],
     );
+    // One policy kind's example: its [model] keys written out, and it loads as that kind
+    // (with an algorithm's too).
+    let out = guirl(&["train", "--example-config", "--model-kind", "qwen2_5_vl", "--kind", "ppo"]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("\nkind = \"qwen2_5_vl\"") && text.contains("\nlora_rank = 16"), "{text}");
+    std::fs::write(&p, &text).unwrap();
+    let c = guirl::train::TrainConfig::load(&p).expect("the printed Qwen2.5-VL example is a valid config");
+    assert_eq!(
+        (c.model.kind(), c.algo.kind()),
+        (guirl::train::config::ModelKind::Qwen25Vl, guirl::train::config::AlgoKind::Ppo)
+    );
+    fails_with(
+        &guirl(&["train", "--example-config", "--model-kind", "llava"]),
+        &["--model-kind \"llava\": no such policy kind; one of small, qwen3_vl, qwen2_5_vl"],
+    );
     fails_with(&guirl(&["train"]), &["<CONFIG>"]);
 }
 
@@ -283,7 +298,7 @@ fn a_checkpoint_that_does_not_load_leaves_no_run_folder() {
         &cfg,
         format!(
             "[run]\nname = \"q\"\niterations = 1\n[tasks]\nids = [\"miniwob/click-test\"]\n\
-             [model]\nbackbone = \"qwen3_vl\"\npath = \"{}\"\n",
+             [model]\nkind = \"qwen3_vl\"\npath = \"{}\"\n",
             empty.display()
         ),
     )

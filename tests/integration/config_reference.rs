@@ -11,6 +11,9 @@
 //!   key that has no fixed value when left out (resolved by kind, or off);
 //! - `required` is written for a key the config can leave out, or not for one it cannot.
 //!
+//! `[model]`'s keys depend on its `kind`: a section headed `` `[model]` with `kind = "K"` ``
+//! holds K's keys, checked against a config of that kind.
+//!
 //! Two more checks keep the other descriptions of the keys whole: every setting of a
 //! pretrained backbone (`QwenPolicySettings`) must be a `[model]` key, and the commented
 //! example config (`guirl train --example-config`) must show every key. Every shipped recipe
@@ -43,6 +46,8 @@ struct PageKey {
     line: usize,
     section: String,
     key: String,
+    /// The `[model] kind` its section is headed with.
+    kind: Option<String>,
     ty: String,
     default: String,
     meaning: String,
@@ -56,13 +61,17 @@ struct PageKey {
 /// `[algo]` is read through `AlgoTable` and converted with `TryFrom`, which refuses a
 /// sub-table of another kind; tracing fills every `Option` (all kinds' tables at once), so
 /// `AlgoTable` is traced on its own first (its formats), and `TrainConfig` then reads a
-/// recorded valid sample of it in its place.
+/// recorded valid sample of it in its place. `[model]` likewise, through `ModelTable`
+/// (whose `TryFrom` refuses a key of another kind).
 fn registry() -> Registry {
     use guirl::train::algo_table::AlgoTable;
+    use guirl::train::model_table::ModelTable;
     let mut samples = Samples::new();
     let mut tracer = Tracer::new(TracerConfig::default().record_samples_for_structs(true));
     tracer.trace_type_once::<AlgoTable>(&samples).expect("tracing AlgoTable");
     tracer.trace_value(&mut samples, &AlgoTable::default()).expect("recording an AlgoTable");
+    tracer.trace_type_once::<ModelTable>(&samples).expect("tracing ModelTable");
+    tracer.trace_value(&mut samples, &ModelTable::default()).expect("recording a ModelTable");
     tracer.trace_type_once::<TrainConfig>(&samples).expect("tracing TrainConfig");
     tracer.registry_unchecked()
 }
@@ -83,11 +92,15 @@ fn kind_of_table(section: &str, key: &str) -> Option<&'static str> {
     }
 }
 
-/// The parsed defaults and their serialized table, for a row of `section` / `key`.
-fn defaults_for(section: &str, key: &str) -> (TrainConfig, toml::Table) {
-    let text = match kind_of_table(section, key) {
-        Some(kind) => format!("{MINIMAL}[algo]\nkind = \"{kind}\"\n"),
-        None => MINIMAL.to_string(),
+/// The parsed defaults and their serialized table, for a row of `section` / `key` (of
+/// `[model] kind = model_kind` when set; a Qwen-VL kind's needs its `path`).
+fn defaults_for(section: &str, key: &str, model_kind: Option<&str>) -> (TrainConfig, toml::Table) {
+    let text = match (kind_of_table(section, key), model_kind) {
+        (Some(kind), _) => format!("{MINIMAL}[algo]\nkind = \"{kind}\"\n"),
+        (None, Some(kind)) if kind != "small" => {
+            format!("{MINIMAL}[model]\nkind = \"{kind}\"\npath = \"p\"\n")
+        }
+        (None, _) => MINIMAL.to_string(),
     };
     let defaults = TrainConfig::parse(&text).expect("the minimal config parses");
     let toml::Value::Table(base) = toml::Value::try_from(&defaults).expect("serializes") else {
@@ -195,14 +208,18 @@ fn type_word(f: &Format, variants: impl FnOnce() -> Vec<String>) -> String {
 
 fn page_keys(text: &str, problems: &mut Vec<String>) -> Vec<PageKey> {
     let mut section: Option<String> = None;
+    let mut kind: Option<String> = None;
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let n = i + 1;
         if let Some(h) = line.strip_prefix("## ") {
-            section = match h.trim() {
+            // `[model]` with `kind = "small"`: the table, and the kind its keys are of
+            let (name, rest) = h.trim().split_once("]`").unwrap_or((h.trim(), ""));
+            section = match name {
                 "Top level" => Some(String::new()),
-                h => h.strip_prefix("`[").and_then(|s| s.strip_suffix("]`")).map(str::to_string),
+                name => name.strip_prefix("`[").map(str::to_string),
             };
+            kind = rest.split_once("kind = \"").and_then(|(_, k)| k.split('"').next()).map(str::to_string);
             continue;
         }
         // A sub-table's section (`[algo.ppo]`): its keys are the table's dotted keys.
@@ -230,6 +247,7 @@ fn page_keys(text: &str, problems: &mut Vec<String>) -> Vec<PageKey> {
             line: n,
             section: section.clone(),
             key: format!("{prefix}{key}"),
+            kind: kind.clone(),
             ty: ty.into(),
             default: default.into(),
             meaning: meaning.into(),
@@ -265,7 +283,7 @@ fn problems(page: &str) -> Vec<String> {
     }
     for c in &code {
         if !rows.iter().any(|r| r.section == c.section && r.key == c.key) {
-            let (_, base) = defaults_for(&c.section, &c.key);
+            let (_, base) = defaults_for(&c.section, &c.key, None);
             let ty = type_word(&c.format, || variants(&base, &c.section, &c.key));
             problems.push(format!(
                 "{} ({ty}) is accepted by the config but missing from {PAGE}: add a row",
@@ -281,7 +299,7 @@ fn problems(page: &str) -> Vec<String> {
             ));
             continue;
         };
-        let (defaults, base) = defaults_for(&r.section, &r.key);
+        let (defaults, base) = defaults_for(&r.section, &r.key, r.kind.as_deref());
         let ty = type_word(&c.format, || variants(&base, &c.section, &c.key));
         if r.ty != ty && !(ty == "string" && r.ty == "path") {
             problems.push(format!("{at}: type `{}` on the page, the code's is `{ty}`", r.ty));
@@ -381,6 +399,10 @@ fn every_code_key_is_found_and_typed() {
             && has("algo", "dynamic_sampling.max_extra")
     );
     assert_eq!(variants(&base, "algo", "loss_agg").len(), 4);
+    assert!(
+        has("model", "kind") && has("model", "preset") && has("model", "lora_rank") && has("model", "init")
+    );
+    assert_eq!(variants(&base, "model", "kind"), ["small", "qwen3_vl", "qwen2_5_vl"]);
 }
 
 #[test]
@@ -411,8 +433,9 @@ fn the_check_catches_a_stale_page() {
 }
 
 /// Every setting of a pretrained backbone (`QwenPolicySettings`, documented as the `[model]`
-/// keys with `backbone`) can be set from a training config: a field there without a
-/// `[model]` key of the same name and type is a setting no config can reach.
+/// keys of a Qwen-VL kind) can be set from a training config: a field there without a
+/// `[model]` key of the same name and type is a setting no config can reach (`backbone` is
+/// `kind`).
 #[test]
 fn every_backbone_setting_is_a_model_key() {
     let samples = Samples::new();
@@ -426,7 +449,7 @@ fn every_backbone_setting_is_a_model_key() {
     };
     let model = code_keys(&registry());
     let mut missing = Vec::new();
-    for f in fields {
+    for f in fields.iter().filter(|f| f.name != "backbone") {
         let word = type_word(&f.value, Vec::new);
         match model.iter().find(|k| k.section == "model" && k.key == f.name) {
             Some(k) if type_word(&k.format, Vec::new) == word => {}
@@ -436,9 +459,8 @@ fn every_backbone_setting_is_a_model_key() {
                 type_word(&k.format, Vec::new)
             )),
             None => missing.push(format!(
-                "QwenPolicySettings::{} ({word}) has no `[model] {}` key: add it to ModelConfig \
-                 (src/train/model.rs: the field, backbone_keys, the small-policy check and \
-                 backbone_settings) and a row to {PAGE}",
+                "QwenPolicySettings::{} ({word}) has no `[model] {}` key: add it to ModelTable \
+                 (src/train/model_table.rs) and a row to {PAGE}",
                 f.name, f.name
             )),
         }
@@ -446,9 +468,9 @@ fn every_backbone_setting_is_a_model_key() {
     assert!(missing.is_empty(), "{}", missing.join("\n"));
     // ... and reaches the settings.
     let text =
-        format!("{MINIMAL}[model]\nbackbone = \"qwen3_vl\"\npath = \"p\"\nlora_vision_targets = [\"qkv\"]\n");
-    let s = TrainConfig::parse(&text).unwrap().model.backbone_settings().unwrap().unwrap();
-    assert_eq!(s.lora_vision_targets, ["qkv"]);
+        format!("{MINIMAL}[model]\nkind = \"qwen3_vl\"\npath = \"p\"\nlora_vision_targets = [\"qkv\"]\n");
+    let c = TrainConfig::parse(&text).unwrap();
+    assert_eq!(c.model.qwen().unwrap().lora_vision_targets, ["qkv"]);
 }
 
 /// The keys the commented example config leaves out: each one the code accepts must be
@@ -457,7 +479,8 @@ fn left_out_of_example(example: &str) -> Vec<String> {
     let mut section = String::new();
     let mut written: Vec<(String, String)> = Vec::new();
     for line in example.lines() {
-        let t = line.trim_start_matches('#').trim();
+        // `# # key = ` is a key the example leaves out even for its kind (no default).
+        let t = line.trim_start_matches(['#', ' ']).trim();
         if let Some(name) = t.strip_prefix('[').and_then(|t| t.split(']').next()) {
             if !t.contains('=') {
                 section = name.trim().to_string();

@@ -247,7 +247,7 @@ fn unsupported_overlap_configs_name_the_key() {
     let e = run("[algo]\nbehaviour_weight_cap = 0.5", &[]);
     assert!(e.contains("algo.behaviour_weight_cap must be at least 1"), "{e}");
     let e = run(
-        "[model]\nbackbone = \"qwen2_5_vl\"\npath = \"/nonexistent\"\nlora_rank = 4\ntrain_modules = [\"lm_head\"]\n\
+        "[model]\nkind = \"qwen2_5_vl\"\npath = \"/nonexistent\"\nlora_rank = 4\ntrain_modules = [\"lm_head\"]\n\
          [rollout]\nmax_staleness = 1",
         &[],
     );

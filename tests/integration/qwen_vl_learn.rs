@@ -22,7 +22,7 @@ ids = ["miniwob/click-test"]
 train_seeds = {{ start = 0, end = 100000 }}
 eval_seeds = {{ start = 1000000, count = 80 }}
 [model]
-backbone = "qwen3_vl"
+kind = "qwen3_vl"
 path = "{root}/fixtures/qwen_vl/qwen3_vl_learn"
 prompt = "{root}/configs/prompts/short.md"
 lora_rank = 32

@@ -205,38 +205,46 @@ fn lora_dropout_is_saved_as_pefts_and_read_back() {
     assert!(e.contains("adapter_config.json") && e.contains("lora_dropout"), "{e}");
 }
 
-/// The error `[model]` gives (at build, as the other backbone keys).
+/// The error `[model]` gives: on load (a key of another kind, a value out of range), and
+/// at build too for a value out of range.
 fn model_error(model: &str) -> String {
     let root = env!("CARGO_MANIFEST_DIR");
     let model = model.replace("PATH", &format!("{root}/fixtures/qwen_vl/qwen3_vl"));
     let text = format!(
         "[run]\nname = \"x\"\niterations = 1\n[tasks]\nids = [\"miniwob/click-test\"]\n[model]\n{model}\n[algo]\nkind = \"grpo\"\n"
     );
-    let cfg = guirl::train::TrainConfig::parse(&text).unwrap();
-    match cfg.model.build(&Device::Cpu, 0) {
+    let mut cfg = match guirl::train::TrainConfig::parse(&text) {
+        Ok(cfg) => cfg,
+        Err(e) => return format!("{e:#}"),
+    };
+    let built = match cfg.model.build(&Device::Cpu, 0) {
         Ok(_) => panic!("{model} built"),
         Err(e) => format!("{e:#}"),
-    }
+    };
+    cfg.resolve();
+    let loaded = format!("{:#}", cfg.validate().expect_err("validated"));
+    assert!(loaded.contains(&built), "load: {loaded}\nbuild: {built}");
+    built
 }
 
 #[test]
 fn misused_lora_dropout_and_checkpointing_keys_are_errors_naming_them() {
     for v in ["1.0", "-0.1", "1.5"] {
-        let e = model_error(&format!("backbone = \"qwen3_vl\"\npath = \"PATH\"\nlora_dropout = {v}"));
+        let e = model_error(&format!("kind = \"qwen3_vl\"\npath = \"PATH\"\nlora_dropout = {v}"));
         assert!(e.contains("model.lora_dropout") && e.contains("[0, 1)"), "{e}");
     }
     let e = model_error("lora_dropout = 0.1");
-    assert!(e.contains("model.lora_dropout") && e.contains("model.backbone"), "{e}");
+    assert!(e.contains("model.lora_dropout is a key of kind = \"qwen3_vl\""), "{e}");
     let e = model_error("gradient_checkpointing = true");
-    assert!(e.contains("model.gradient_checkpointing") && e.contains("model.backbone"), "{e}");
+    assert!(e.contains("model.gradient_checkpointing is a key of kind = \"qwen3_vl\""), "{e}");
     // in range, with a backbone: both keys build
     let text = format!(
-        "[run]\nname = \"x\"\niterations = 1\n[tasks]\nids = [\"miniwob/click-test\"]\n[model]\nbackbone = \"qwen3_vl\"\n\
+        "[run]\nname = \"x\"\niterations = 1\n[tasks]\nids = [\"miniwob/click-test\"]\n[model]\nkind = \"qwen3_vl\"\n\
          path = \"{}/fixtures/qwen_vl/qwen3_vl\"\nlora_dropout = 0.05\ngradient_checkpointing = true\n[algo]\nkind = \"grpo\"\n",
         env!("CARGO_MANIFEST_DIR")
     );
     let cfg = guirl::train::TrainConfig::parse(&text).unwrap();
-    let s = cfg.model.backbone_settings().unwrap().unwrap();
+    let s = cfg.model.qwen().unwrap();
     assert_eq!((s.lora_dropout, s.gradient_checkpointing), (0.05, true));
     cfg.model.build(&Device::Cpu, 0).unwrap();
 }

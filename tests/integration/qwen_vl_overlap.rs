@@ -25,7 +25,7 @@ iterations = {iterations}
 [tasks]
 ids = ["{}"]
 [model]
-backbone = "qwen3_vl"
+kind = "qwen3_vl"
 path = "{root}/fixtures/qwen_vl/qwen3_vl"
 prompt = "{root}/configs/prompts/short.md"
 lora_rank = 4

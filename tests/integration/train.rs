@@ -397,8 +397,9 @@ js = "false"
     .unwrap();
     let mut cfg = config(1);
     cfg.tasks.ids = vec![spec.display().to_string()];
-    cfg.model.previous_frame = Some(true);
-    cfg.model.kinds = Some(vec!["click".into()]);
+    let small = cfg.model.small_mut().unwrap();
+    small.previous_frame = Some(true);
+    small.kinds = Some(vec!["click".into()]);
     cfg.rollout.max_steps = 3;
     cfg.algo.temperature = 1.3;
     // The policy does not move, so every minibatch's ratio is 1, not only the first's.
@@ -532,7 +533,7 @@ async fn every_algorithm_option_runs_an_iteration() {
 async fn a_run_that_must_stop_checkpoints_first() {
     let root = tempfile::tempdir().unwrap();
     let mut cfg = config(2);
-    cfg.model.y_bins = Some(200);
+    cfg.model.small_mut().unwrap().y_bins = Some(200);
     let mut t = Trainer::new(cfg, root.path().to_path_buf(), false, false).unwrap();
     let e = t.run(Arc::new(AtomicBool::new(false))).await.unwrap_err();
     let msg = format!("{e:#}");

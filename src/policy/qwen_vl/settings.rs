@@ -1,16 +1,18 @@
-//! `[model]` with `backbone`: how a pretrained Qwen-VL checkpoint is set up as a policy
-//! (also written to a checkpoint's `qwen_policy.json`).
+//! `[model]` of a Qwen-VL kind (`kind = "qwen3_vl"` or `"qwen2_5_vl"`): how a pretrained
+//! checkpoint is set up as a policy (also written to a checkpoint's `qwen_policy.json`).
+//! Its fields other than `backbone` are that kind's `[model]` keys.
 
 use super::train::lora::LoraSettings;
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
-/// How a pretrained backbone is set up as a policy (`[model]` with `backbone`).
+/// How a pretrained backbone is set up as a policy (`[model]` of a Qwen-VL kind).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct QwenPolicySettings {
-    /// `qwen3_vl` or `qwen2_5_vl` (checked against the checkpoint's config.json).
+    /// `qwen3_vl` or `qwen2_5_vl`: `[model] kind` (checked against the checkpoint's
+    /// config.json).
     pub backbone: String,
     /// A checkpoint folder, or `hf:ORG/NAME` in the Hugging Face cache.
     pub path: String,
@@ -121,7 +123,7 @@ impl QwenPolicySettings {
     /// Every value in range, or an error naming the key.
     pub(crate) fn check(&self) -> Result<()> {
         if !matches!(self.backbone.as_str(), "qwen3_vl" | "qwen2_5_vl") {
-            bail!("model.backbone = {:?}: use \"qwen3_vl\" or \"qwen2_5_vl\"", self.backbone);
+            bail!("backbone {:?}: use \"qwen3_vl\" or \"qwen2_5_vl\" (model.kind)", self.backbone);
         }
         if self.lora_rank == 0 {
             bail!("model.lora_rank must be at least 1");

@@ -168,7 +168,13 @@ impl Critic {
         checkpoint: Option<&Path>,
     ) -> Result<Critic> {
         let opt = AdamWConfig { lr: ppo.value_lr, weight_decay: cfg.algo.weight_decay, ..Default::default() };
-        let ccfg = CriticConfig::for_policy(&cfg.model.vlm_config()?);
+        // A Qwen-VL policy has no small-policy architecture: its critic reads the screenshot
+        // as the tiny preset's policy would (as before `[model]` had kinds).
+        let basis = match cfg.model.small() {
+            Some(s) => s.vlm_config()?,
+            None => crate::policy::vlm::VlmConfig::tiny(),
+        };
+        let ccfg = CriticConfig::for_policy(&basis);
         let mut critic = Critic::new(ccfg, device, cfg.run.seed ^ 0xC217_1C5E_ED00_0000, opt)?;
         match checkpoint {
             Some(dir) if dir.join(CRITIC_WEIGHTS).is_file() => critic.load(dir)?,

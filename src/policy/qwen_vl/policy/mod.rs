@@ -104,7 +104,7 @@ impl QwenVlPolicy {
         let want = if settings.backbone == "qwen3_vl" { Arch::Qwen3Vl } else { Arch::Qwen25Vl };
         if model.config.arch != want {
             bail!(
-                "model.backbone = {:?}, but {} holds a {:?} checkpoint; set backbone to match",
+                "model.kind = {:?}, but {} holds a {:?} checkpoint; set kind to match",
                 settings.backbone,
                 dir.display(),
                 model.config.arch
