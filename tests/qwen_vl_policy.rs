@@ -404,7 +404,7 @@ fn malformed_checkpoint_folders_are_errors_that_name_the_file_and_what_is_wrong(
 
     // the backbone named is not the checkpoint's
     let e = load_err(&fixture("qwen2_5_vl"), "qwen3_vl");
-    assert!(e.contains("backbone") && e.contains("Qwen25Vl"), "{e}");
+    assert!(e.contains("model.kind") && e.contains("Qwen25Vl"), "{e}");
 
     // a folder that does not exist
     let e = load_err(Path::new("/nonexistent/qwen"), "qwen3_vl");
