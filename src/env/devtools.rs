@@ -298,8 +298,9 @@ impl DevTools {
         if !rx.borrow_and_update().pending_since(mark) {
             return Ok(false);
         }
-        match tokio::time::timeout(limit, rx.wait_for(|n| !n.pending_since(mark))).await {
-            Ok(Ok(_)) => Ok(true),
+        let ended = async { rx.wait_for(|n| !n.pending_since(mark)).await.map(|_| ()) };
+        match tokio::time::timeout(limit, ended).await {
+            Ok(Ok(())) => Ok(true),
             Ok(Err(_)) => Err(CdpError::Closed),
             Err(_) => Err(CdpError::Timeout),
         }
@@ -316,8 +317,9 @@ impl DevTools {
         limit: Duration,
     ) -> Result<bool, CdpError> {
         let mut rx = self.navigations.clone();
-        match tokio::time::timeout(start, rx.wait_for(|n| n.requested > mark.requested)).await {
-            Ok(Ok(_)) => {}
+        let requested = async { rx.wait_for(|n| n.requested > mark.requested).await.map(|_| ()) };
+        match tokio::time::timeout(start, requested).await {
+            Ok(Ok(())) => {}
             Ok(Err(_)) => return Err(CdpError::Closed),
             Err(_) => {
                 tracing::debug!("a followed link requested no navigation within {start:?}");
@@ -338,9 +340,10 @@ impl DevTools {
         limit: Duration,
     ) -> Result<Navigations, CdpError> {
         let mut rx = self.navigations.clone();
-        let over = rx.wait_for(|n| n.ended > mark.ended || n.stopped > mark.stopped);
+        let over =
+            async { rx.wait_for(|n| n.ended > mark.ended || n.stopped > mark.stopped).await.map(|n| *n) };
         match tokio::time::timeout(limit, over).await {
-            Ok(Ok(n)) => Ok(*n),
+            Ok(Ok(n)) => Ok(n),
             Ok(Err(_)) => Err(CdpError::Closed),
             Err(_) => Err(CdpError::Timeout),
         }
