@@ -379,8 +379,16 @@ impl Browser {
     }
 
     fn no_answer(&self, limit: Duration, doing: &str) -> EnvError {
+        // Under begin-frame control a page whose navigation is in flight (its server has
+        // not answered) answers no script: name the navigation, the likelier culprit.
+        let navigating = self
+            .devtools
+            .as_ref()
+            .filter(|dt| dt.navigations().pending_since(Navigations::default()))
+            .map(|dt| format!(", with the page's navigation to {} not ended", dt.requested_url()))
+            .unwrap_or_default();
         EnvError::Browser(format!(
-            "the browser did not answer within {:.1}s while {doing}",
+            "the browser did not answer within {:.1}s while {doing}{navigating}",
             limit.as_secs_f64()
         ))
     }
