@@ -234,7 +234,8 @@ async fn double_clicks_on_links_end_every_episode() {
         (0..4).map(|seed| Job { task: task.clone(), seed, group: None, prefix: None }).collect();
     let cfg = EnvConfig { max_steps: Some(5), ..EnvConfig::default() };
     let mut collector = Collector::new(2, cfg);
-    let collect = collector.collect(&mut DoubleClicks, jobs, |_, _| {});
+    let mut policy = DoubleClicks;
+    let collect = collector.collect(&mut policy, jobs, |_, _| {});
     let (recs, stats) = tokio::time::timeout(std::time::Duration::from_secs(120), collect)
         .await
         .expect("the collection ends within two minutes")
