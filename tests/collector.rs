@@ -208,3 +208,44 @@ async fn continuous_batching_gives_the_episodes_one_env_alone_gives() {
     // each member of a group draws from its own stream
     assert_ne!(together[0], together[1], "one group's members answered alike");
 }
+
+/// Double-clicks the link at the top of fixtures/pages/links.html, every step.
+struct DoubleClicks;
+
+impl Policy for DoubleClicks {
+    fn name(&self) -> String {
+        "double-clicks".into()
+    }
+    fn act(&mut self, states: &[ScreenState]) -> anyhow::Result<Vec<Decision>> {
+        let a = guirl::env::GuiAction::DoubleClick { x: 100, y: 16 };
+        Ok(states.iter().map(|_| Decision::deterministic(a.clone())).collect())
+    }
+}
+
+/// Two envs whose every step double-clicks a link (two navigations requested, one new
+/// document) finish their episodes, none as env_error: such a step once waited forever,
+/// and the collection with it.
+#[tokio::test]
+async fn double_clicks_on_links_end_every_episode() {
+    let _browsers = BROWSERS.lock().await;
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/tasks/links.toml");
+    let task = guirl::tasks::load_task(path).unwrap();
+    let jobs: Vec<Job> =
+        (0..4).map(|seed| Job { task: task.clone(), seed, group: None, prefix: None }).collect();
+    let cfg = EnvConfig { max_steps: Some(5), ..EnvConfig::default() };
+    let mut collector = Collector::new(2, cfg);
+    let mut policy = DoubleClicks;
+    let collect = collector.collect(&mut policy, jobs, |_, _| {});
+    let (recs, stats) = tokio::time::timeout(std::time::Duration::from_secs(120), collect)
+        .await
+        .expect("the collection ends within two minutes")
+        .unwrap();
+    collector.close().await;
+    assert_eq!(recs.len(), 4);
+    for r in &recs {
+        let t = &r.trajectory;
+        assert_eq!(t.outcome.status, EpisodeStatus::Truncated, "seed {}: {:?}", t.seed, t.outcome);
+        assert_eq!(t.steps.len(), 5, "seed {}", t.seed);
+    }
+    assert_eq!(stats.env_errors, 0);
+}

@@ -9,7 +9,7 @@ mod site_data;
 
 pub use super::browser_config::{BrowserConfig, APT_HINT, CHROMIUM_FLAGS, FREE_FRAME_FLAGS, HEADLESS_SHELL};
 use super::devtools::InputEvent;
-use super::devtools::{CdpError, DevTools};
+use super::devtools::{CdpError, DevTools, Navigations};
 use super::frames::{self, FrameControl};
 use super::page_clock::PageClock;
 use super::EnvError;
@@ -178,9 +178,13 @@ impl Browser {
     /// Let the step budget of page time pass after an action (a no-op on the wall clock),
     /// first waiting for the new document if the action started a navigation (`mark`: the
     /// page's navigations before the action, [`Browser::navigation_mark`]).
-    pub async fn pass_time_after_input(&self, mark: Option<(u64, u64)>) -> Result<(), EnvError> {
+    pub async fn pass_time_after_input(&self, mark: Option<Navigations>) -> Result<(), EnvError> {
         if let Some((clock, dt)) = self.page_clock() {
-            clock.advance_after_input(dt, mark, self.limit()).await.map_err(|e| self.clock_error(e))?;
+            let limit = self.limit();
+            clock.advance_after_input(dt, mark, limit).await.map_err(|e| match e {
+                CdpError::Stalled(what) => self.navigation_stalled(limit, what),
+                e => self.clock_error(e),
+            })?;
         }
         Ok(())
     }
@@ -217,26 +221,42 @@ impl Browser {
 
     /// The page's navigations so far over DevTools (see [`DevTools::navigations`]); `None`
     /// without a DevTools channel.
-    pub fn navigation_mark(&self) -> Option<(u64, u64)> {
+    pub fn navigation_mark(&self) -> Option<Navigations> {
         self.devtools.as_ref().map(DevTools::navigations)
     }
 
-    /// Wait for a navigation the page requested after `mark` to end (see
-    /// [`DevTools::wait_navigation_after`]); whether one was pending.
-    pub async fn wait_navigation_after(&self, mark: (u64, u64)) -> bool {
-        match &self.devtools {
-            Some(dt) => dt.wait_navigation_after(mark, self.limit()).await,
-            None => false,
-        }
+    /// Wait (at most the command limit) for a navigation the page requested after `mark`
+    /// to end (see [`DevTools::wait_navigation_after`]); whether one was pending. One that
+    /// does not end in time is an error naming it: the page is stuck between documents.
+    pub async fn wait_navigation_after(&self, mark: Navigations) -> Result<bool, EnvError> {
+        let Some(dt) = &self.devtools else { return Ok(false) };
+        let limit = self.limit();
+        dt.wait_navigation_after(mark, limit).await.map_err(|e| self.navigation_error(dt, limit, e))
     }
 
     /// After a click that followed a link: wait (at most [`FOLLOW_START`]) for the page to
-    /// request a navigation after `mark`, then for it to end; whether one was requested.
-    pub async fn wait_navigation_start(&self, mark: (u64, u64)) -> bool {
-        match &self.devtools {
-            Some(dt) => dt.wait_navigation_start(mark, FOLLOW_START, self.limit()).await,
-            None => false,
+    /// request a navigation after `mark`, then (at most the command limit) for it to end;
+    /// whether one was requested.
+    pub async fn wait_navigation_start(&self, mark: Navigations) -> Result<bool, EnvError> {
+        let Some(dt) = &self.devtools else { return Ok(false) };
+        let limit = self.limit();
+        dt.wait_navigation_start(mark, FOLLOW_START, limit)
+            .await
+            .map_err(|e| self.navigation_error(dt, limit, e))
+    }
+
+    fn navigation_error(&self, dt: &DevTools, limit: Duration, e: CdpError) -> EnvError {
+        match e {
+            CdpError::Timeout => {
+                self.navigation_stalled(limit, format!("the end of the navigation to {}", dt.requested_url()))
+            }
+            e => EnvError::Browser(format!("waiting for the page's navigation: {e}")),
         }
+    }
+
+    /// A wait for `what` that ran out of time.
+    fn navigation_stalled(&self, limit: Duration, what: String) -> EnvError {
+        EnvError::Browser(format!("timed out after {:.1}s waiting for {what}", limit.as_secs_f64()))
     }
 
     /// Whether scripts and screenshots go over the direct DevTools channel.
@@ -359,8 +379,16 @@ impl Browser {
     }
 
     fn no_answer(&self, limit: Duration, doing: &str) -> EnvError {
+        // Under begin-frame control a page whose navigation is in flight (its server has
+        // not answered) answers no script: name the navigation, the likelier culprit.
+        let navigating = self
+            .devtools
+            .as_ref()
+            .filter(|dt| dt.navigations().pending_since(Navigations::default()))
+            .map(|dt| format!(", with the page's navigation to {} not ended", dt.requested_url()))
+            .unwrap_or_default();
         EnvError::Browser(format!(
-            "the browser did not answer within {:.1}s while {doing}",
+            "the browser did not answer within {:.1}s while {doing}{navigating}",
             limit.as_secs_f64()
         ))
     }

@@ -41,6 +41,8 @@ pub enum CdpError {
     Closed,
     /// The browser answered with an error (for example: the page navigated away).
     Protocol(String),
+    /// An awaited page event did not come within the limit; says what was awaited.
+    Stalled(String),
 }
 
 impl std::fmt::Display for CdpError {
@@ -49,7 +51,33 @@ impl std::fmt::Display for CdpError {
             CdpError::Timeout => write!(f, "no answer"),
             CdpError::Closed => write!(f, "the DevTools connection closed"),
             CdpError::Protocol(m) => write!(f, "{m}"),
+            CdpError::Stalled(what) => write!(f, "timed out waiting for {what}"),
         }
+    }
+}
+
+/// The main frame's navigations so far (see [`DevTools::navigations`]), to compare with a
+/// mark taken before an action.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Navigations {
+    /// Navigations the page requested in its own tab (`Page.frameRequestedNavigation`: a
+    /// link, a form, a script).
+    pub requested: u64,
+    /// How many of the requested ones are over. A new document ends every navigation
+    /// requested before it: a double click on a link requests two and commits one, the
+    /// second request replacing the first. The frame's loading stopping ends them too: a
+    /// 204 or a download commits nothing. A move within the document ends one.
+    pub settled: u64,
+    /// New documents and moves within the document, requested or not.
+    pub ended: u64,
+    /// Times the main frame stopped loading.
+    pub stopped: u64,
+}
+
+impl Navigations {
+    /// Whether a navigation requested after `mark` is still in flight.
+    pub fn pending_since(&self, mark: Navigations) -> bool {
+        self.requested > mark.requested && self.settled < self.requested
     }
 }
 
@@ -65,10 +93,10 @@ pub struct DevTools {
     /// Changes with each new document in the page's main frame (`Page.frameNavigated`);
     /// holds whether the latest is `about:blank`.
     commits: tokio::sync::watch::Receiver<bool>,
-    /// Counts the main frame's navigations: (requested, ended). Requested: the page asked
-    /// to navigate in its own tab (`Page.frameRequestedNavigation`: a link, a form, a
-    /// script); ended: a new document or a move within the document.
-    navigations: tokio::sync::watch::Receiver<(u64, u64)>,
+    /// Counts the main frame's navigations (see [`Navigations`]).
+    navigations: tokio::sync::watch::Receiver<Navigations>,
+    /// The URL of the latest navigation the page requested (for error messages).
+    requested_url: Arc<Mutex<String>>,
     /// Decides the requests paused by `Fetch.enable`.
     filter: Filter,
     /// The endpoint's port when it listens on this machine's loopback.
@@ -99,7 +127,9 @@ impl DevTools {
         let (p, dialogs) = (pending.clone(), out.clone());
         let (expired_tx, budget_expired) = tokio::sync::watch::channel(0u64);
         let (commits_tx, commits) = tokio::sync::watch::channel(false);
-        let (nav_tx, navigations) = tokio::sync::watch::channel((0u64, 0u64));
+        let (nav_tx, navigations) = tokio::sync::watch::channel(Navigations::default());
+        let requested_url = Arc::new(Mutex::new(String::new()));
+        let last_url = requested_url.clone();
         // The main frame's id, from its first commit (events of other frames are not counted).
         let mut main_frame: Option<String> = None;
         let filter = Filter::default();
@@ -159,18 +189,36 @@ impl DevTools {
                     {
                         main_frame = v["params"]["frame"]["id"].as_str().map(str::to_string);
                         commits_tx.send_replace(v["params"]["frame"]["url"] == "about:blank");
-                        nav_tx.send_modify(|n| n.1 += 1);
+                        nav_tx.send_modify(|n| {
+                            n.ended += 1;
+                            n.settled = n.requested;
+                        });
+                    }
+                    // Nothing is in flight in the main frame any more (a navigation that
+                    // committed nothing, or one another replaced, is over).
+                    None if v["method"] == "Page.frameStoppedLoading"
+                        && main_frame.as_deref().is_some_and(|m| v["params"]["frameId"] == m) =>
+                    {
+                        nav_tx.send_modify(|n| {
+                            n.stopped += 1;
+                            n.settled = n.requested;
+                        });
                     }
                     None if v["method"] == "Page.frameRequestedNavigation"
                         && v["params"]["disposition"] == "currentTab"
                         && main_frame.as_deref().is_none_or(|m| v["params"]["frameId"] == m) =>
                     {
-                        nav_tx.send_modify(|n| n.0 += 1);
+                        let url = v["params"]["url"].as_str().unwrap_or_default();
+                        *last_url.lock().expect("requested url") = url.to_string();
+                        nav_tx.send_modify(|n| n.requested += 1);
                     }
                     None if v["method"] == "Page.navigatedWithinDocument"
                         && main_frame.as_deref().is_some_and(|m| v["params"]["frameId"] == m) =>
                     {
-                        nav_tx.send_modify(|n| n.1 += 1);
+                        nav_tx.send_modify(|n| {
+                            n.ended += 1;
+                            n.settled = (n.settled + 1).min(n.requested);
+                        });
                     }
                     None => {}
                 }
@@ -188,6 +236,7 @@ impl DevTools {
             budget_expired,
             commits,
             navigations,
+            requested_url,
             filter,
             port: loopback_port(ws_url),
         })
@@ -226,44 +275,78 @@ impl DevTools {
         rx
     }
 
-    /// The main frame's navigations so far: (requested, ended); see
-    /// [`DevTools::wait_navigation_after`].
-    pub fn navigations(&self) -> (u64, u64) {
+    /// The main frame's navigations so far; see [`DevTools::wait_navigation_after`].
+    pub fn navigations(&self) -> Navigations {
         *self.navigations.borrow()
+    }
+
+    /// The URL of the latest navigation the page requested (empty before any).
+    pub fn requested_url(&self) -> String {
+        self.requested_url.lock().expect("requested url").clone()
     }
 
     /// Whether a navigation the page requested after `mark` (an earlier
     /// [`DevTools::navigations`]) has not ended yet: then wait at most `limit` for it to
-    /// end. Returns whether one was pending. Input over DevTools returns once the page has
-    /// handled the event; a link it followed is then requested but may not have replaced
-    /// the page, and the page's `beforeunload` may not have run either (chromedriver's
-    /// input actions wait for such navigations themselves).
-    pub async fn wait_navigation_after(&self, mark: (u64, u64), limit: Duration) -> bool {
+    /// end. Returns whether one was pending; [`CdpError::Timeout`] if it did not end in
+    /// time (a server that never answers), [`CdpError::Closed`] if the browser went away.
+    /// Input over DevTools returns once the page has handled the event; a link it followed
+    /// is then requested but may not have replaced the page, and the page's
+    /// `beforeunload` may not have run either (chromedriver's input actions wait for such
+    /// navigations themselves).
+    pub async fn wait_navigation_after(&self, mark: Navigations, limit: Duration) -> Result<bool, CdpError> {
         let mut rx = self.navigations.clone();
-        let pending = |n: &(u64, u64)| n.0 > mark.0 && n.1 - mark.1 < n.0 - mark.0;
-        if !pending(&rx.borrow_and_update()) {
-            return false;
+        if !rx.borrow_and_update().pending_since(mark) {
+            return Ok(false);
         }
-        let ended = tokio::time::timeout(limit, rx.wait_for(|n| !pending(n))).await;
-        if ended.is_err() {
-            // A navigation that never commits (a download, a 204): the old page stays.
-            tracing::debug!("a requested navigation did not end within {limit:?}");
+        let ended = async { rx.wait_for(|n| !n.pending_since(mark)).await.map(|_| ()) };
+        match tokio::time::timeout(limit, ended).await {
+            Ok(Ok(())) => Ok(true),
+            Ok(Err(_)) => Err(CdpError::Closed),
+            Err(_) => Err(CdpError::Timeout),
         }
-        true
     }
 
     /// Wait at most `start` for the page to request a navigation after `mark`, then at
     /// most `limit` for it to end (as [`DevTools::wait_navigation_after`]). Returns
     /// whether one was requested. For a click that followed a link: the navigation starts
     /// in a task after the click, possibly after the caller's first look at the page.
-    pub async fn wait_navigation_start(&self, mark: (u64, u64), start: Duration, limit: Duration) -> bool {
+    pub async fn wait_navigation_start(
+        &self,
+        mark: Navigations,
+        start: Duration,
+        limit: Duration,
+    ) -> Result<bool, CdpError> {
         let mut rx = self.navigations.clone();
-        if tokio::time::timeout(start, rx.wait_for(|n| n.0 > mark.0)).await.is_err() {
-            tracing::debug!("a followed link requested no navigation within {start:?}");
-            return false;
+        let requested = async { rx.wait_for(|n| n.requested > mark.requested).await.map(|_| ()) };
+        match tokio::time::timeout(start, requested).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => return Err(CdpError::Closed),
+            Err(_) => {
+                tracing::debug!("a followed link requested no navigation within {start:?}");
+                return Ok(false);
+            }
         }
-        self.wait_navigation_after(mark, limit).await;
-        true
+        self.wait_navigation_after(mark, limit).await?;
+        Ok(true)
+    }
+
+    /// Wait at most `limit` for a new document or for the main frame to stop loading,
+    /// whichever comes first after `mark`: a page that has seen `beforeunload` is being
+    /// left, or not (a 204, a download). Returns the navigations then;
+    /// [`CdpError::Timeout`] if neither came.
+    pub async fn wait_document_or_stop(
+        &self,
+        mark: Navigations,
+        limit: Duration,
+    ) -> Result<Navigations, CdpError> {
+        let mut rx = self.navigations.clone();
+        let over =
+            async { rx.wait_for(|n| n.ended > mark.ended || n.stopped > mark.stopped).await.map(|n| *n) };
+        match tokio::time::timeout(limit, over).await {
+            Ok(Ok(n)) => Ok(n),
+            Ok(Err(_)) => Err(CdpError::Closed),
+            Err(_) => Err(CdpError::Timeout),
+        }
     }
 
     /// A receiver that changes each time a new document replaces the page's main one; it

@@ -97,10 +97,15 @@ impl FrameControl {
             Draw::Display => json!({}),
             Draw::Screenshot => json!({ "screenshot": { "format": "png", "optimizeForSpeed": true } }),
         };
-        let _one = self.busy.lock().await;
+        // The wait for our turn counts against the limit too: the frame before ours is
+        // bounded by its own limit, but nothing here may wait unbounded.
+        let deadline = tokio::time::Instant::now() + limit;
+        let _one =
+            tokio::time::timeout_at(deadline, self.busy.lock()).await.map_err(|_| CdpError::Timeout)?;
         let _turn = match &self.clock {
             Some(c) => {
-                let turn = c.gate().await;
+                let turn =
+                    tokio::time::timeout_at(deadline, c.gate()).await.map_err(|_| CdpError::Timeout)?;
                 params["frameTimeTicks"] = json!(c.next_frame_time());
                 Some(turn)
             }
@@ -111,7 +116,6 @@ impl FrameControl {
         // "Another frame is pending". That frame ends by itself: ask again shortly, within
         // the limit, rather than fail the step (the refusal stopped the pump, and the
         // input command waited out its whole timeout for a frame).
-        let deadline = tokio::time::Instant::now() + limit;
         loop {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             match dt.call("HeadlessExperimental.beginFrame", params.clone(), left).await {

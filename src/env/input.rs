@@ -29,7 +29,9 @@
 //! - the window only ever grew at a task switch (`Browser::fit_viewport` now sizes it
 //!   exactly);
 //! - the observation did not wait for a navigation the page requested during a DevTools
-//!   action (`DevTools::wait_navigation_after`);
+//!   action (`DevTools::wait_navigation_after`; a request is over once a new document
+//!   or the end of loading follows it: a double click on a link requests two and
+//!   commits one, and a step once waited for the replaced request forever);
 //! - after a followed link Chromium's paint holding kept the old page on screen while the
 //!   new page's elements were read (paint holding is off under frame control,
 //!   `frames::FLAGS`);

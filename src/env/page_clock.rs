@@ -19,7 +19,7 @@
 //! completes, and every later one is refused as "Another frame is pending"), so frames
 //! drawn while the clock is paused (input needs them) step forward by 10 µs each.
 
-use super::devtools::{CdpError, DevTools};
+use super::devtools::{CdpError, DevTools, Navigations};
 use serde_json::json;
 use std::future::Future;
 use std::sync::Mutex;
@@ -120,7 +120,7 @@ impl PageClock {
             // Chromium announces no expiry for an empty budget.
             return Ok(());
         }
-        let _turn = self.gate.lock().await;
+        let _turn = tokio::time::timeout(limit, self.gate.lock()).await.map_err(|_| CdpError::Timeout)?;
         let mut expiries = dt.budget_expiries();
         let granted = ms as f64 + OVERRUN_MS;
         set_budget(dt, granted, limit).await?;
@@ -184,23 +184,35 @@ impl PageClock {
     /// `observe.js`, or the page requested one since `mark`, see
     /// [`DevTools::wait_navigation_after`]), wait for the new document first, clock
     /// paused, for the reason given at [`PageClock::through`].
+    /// Either wait is bounded by `limit`; one that runs out is [`CdpError::Stalled`].
     pub async fn advance_after_input(
         &self,
         dt: &DevTools,
-        mark: Option<(u64, u64)>,
+        mark: Option<Navigations>,
         limit: Duration,
     ) -> Result<(), CdpError> {
-        let mut commits = dt.commits();
+        let mark = mark.unwrap_or_else(|| dt.navigations());
         // The script's answer comes after the page's events of the action (one channel).
         if dt.run_script(LEAVING, &[], false, limit).await == Ok(serde_json::Value::Bool(true)) {
-            match tokio::time::timeout(limit, commits.changed()).await {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) => return Err(CdpError::Closed),
-                // A navigation that never commits (a download, a 204): the old page stays.
-                Err(_) => tracing::debug!("no new document within {limit:?} after beforeunload"),
+            let over = dt.wait_document_or_stop(mark, limit).await.map_err(|e| match e {
+                CdpError::Timeout => CdpError::Stalled(format!(
+                    "a new document or the end of loading after the page saw beforeunload (navigating to {})",
+                    dt.requested_url()
+                )),
+                e => e,
+            })?;
+            if over.ended == mark.ended {
+                // A navigation that committed nothing (a download, a 204): the old page
+                // stays, and is not being left any more.
+                dt.run_script(NOT_LEAVING, &[], false, limit).await?;
             }
-        } else if let Some(mark) = mark {
-            dt.wait_navigation_after(mark, limit).await;
+        } else {
+            dt.wait_navigation_after(mark, limit).await.map_err(|e| match e {
+                CdpError::Timeout => {
+                    CdpError::Stalled(format!("the end of the navigation to {}", dt.requested_url()))
+                }
+                e => e,
+            })?;
         }
         self.advance_step(dt, limit).await
     }
@@ -220,6 +232,8 @@ impl PageClock {
 
 /// True in a document that has seen `beforeunload` (the flag is `observe.js`'s).
 const LEAVING: &str = "return window.__guirlLeaving === true;";
+/// Clears that flag in a document that stays.
+pub(crate) const NOT_LEAVING: &str = "window.__guirlLeaving = false; return null;";
 
 /// Grant `ms` of page time from now.
 async fn set_budget(dt: &DevTools, ms: f64, limit: Duration) -> Result<(), CdpError> {

@@ -24,6 +24,7 @@ mod doctor;
 mod driver_isolation;
 mod env_actions;
 mod env_lifecycle;
+mod env_navigation;
 mod export;
 mod grid;
 mod input_paths;

@@ -3,6 +3,7 @@
 //! flight), then take the screenshot.
 
 use super::*;
+use crate::env::devtools::Navigations;
 
 impl GuiEnv {
     /// Read the page (waiting for it to settle), then screenshot it. `nav_mark`: the page's
@@ -10,7 +11,7 @@ impl GuiEnv {
     pub(super) async fn observe(
         &self,
         ep: &Episode,
-        nav_mark: Option<(u64, u64)>,
+        nav_mark: Option<Navigations>,
     ) -> Result<(ScreenState, TaskStatus, f64, f64), EnvError> {
         let browser = self.browser.as_ref().expect("browser started");
         let vp = self.task.viewport();
@@ -29,6 +30,8 @@ impl GuiEnv {
         // so that frame is the one we want (otherwise it is dropped and taken again).
         let mut early: Option<(Result<RgbImage, EnvError>, f64)> = None;
         let mut first = browser.has_devtools();
+        // New documents (and moves within one) since a mark.
+        let documents = |m: Option<Navigations>| m.map(|n| n.ended);
         let state: PageState = loop {
             let read = if via_webdriver {
                 browser.execute_webdriver(&ep.script, args.clone()).await
@@ -47,24 +50,39 @@ impl GuiEnv {
                 Ok(v) => {
                     let s: PageState = serde_json::from_value(v)
                         .map_err(|e| EnvError::Task(format!("unexpected page state: {e}")))?;
+                    // The read's answer comes after the page's events of the action (one
+                    // channel): a link it followed is known by now, if not yet left. Each
+                    // wait is bounded (one that runs out fails the step, naming the
+                    // navigation); a page still navigating past the deadline (one that
+                    // redirects itself again and again) fails the step too.
+                    if let Some(mark) = nav_mark.filter(|_| !via_webdriver && !clocked) {
+                        // A followed link whose navigation has not started yet (it starts
+                        // in a task queued after the click, which this read can beat).
+                        if browser.wait_navigation_after(mark).await?
+                            || (s.following && browser.wait_navigation_start(mark).await?)
+                        {
+                            if Instant::now() > deadline {
+                                return Err(EnvError::Browser(format!(
+                                    "the page was still navigating {:.1}s after the action (now at {})",
+                                    t0.elapsed().as_secs_f64(),
+                                    s.url
+                                )));
+                            }
+                            if documents(browser.navigation_mark()) == documents(Some(mark)) {
+                                // It committed nothing (a 204, a download): the page stays,
+                                // and is not being left any more.
+                                browser.execute(crate::env::page_clock::NOT_LEAVING, vec![]).await?;
+                            }
+                            early = None;
+                            continue;
+                        }
+                    }
+                    // Being left with no navigation seen over DevTools: WebDriver's read
+                    // waits for it.
                     if s.leaving && !via_webdriver && browser.has_devtools() && !clocked {
                         via_webdriver = true;
                         early = None;
                         continue;
-                    }
-                    // The read's answer comes after the page's events of the action (one
-                    // channel): a link it followed is known by now, if not yet left.
-                    if let Some(mark) = nav_mark.filter(|_| !via_webdriver && !clocked) {
-                        if browser.wait_navigation_after(mark).await {
-                            early = None;
-                            continue;
-                        }
-                        // A followed link whose navigation has not started yet (it starts
-                        // in a task queued after the click, which this read can beat).
-                        if s.following && browser.wait_navigation_start(mark).await {
-                            early = None;
-                            continue;
-                        }
                     }
                     // Wait out short script animations too, so the frame shows where things
                     // end up (and replays see the same frame); never longer than a second.
@@ -97,7 +115,7 @@ impl GuiEnv {
         };
         // The first read can find a document that replaced the page after the screenshot
         // sent with it was drawn (a followed link over DevTools input): take it again.
-        if nav_mark.is_some() && browser.navigation_mark() != nav_mark {
+        if nav_mark.is_some() && documents(browser.navigation_mark()) != documents(nav_mark) {
             early = None;
         }
         let (screenshot, settle_ms, screenshot_ms) = match early {
