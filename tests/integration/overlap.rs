@@ -55,12 +55,12 @@ interval = 1
     .unwrap()
 }
 
-async fn train(cfg: TrainConfig, dir: &Path, resume: bool) {
+pub(crate) async fn train(cfg: TrainConfig, dir: &Path, resume: bool) {
     let mut t = Trainer::new(cfg, dir.to_path_buf(), resume, false).unwrap();
     t.run(Arc::new(AtomicBool::new(false))).await.unwrap();
 }
 
-fn ckpt(dir: &Path, it: u64) -> std::path::PathBuf {
+pub(crate) fn ckpt(dir: &Path, it: u64) -> std::path::PathBuf {
     dir.join(format!("checkpoints/iter-{it:06}"))
 }
 

@@ -6,12 +6,10 @@
 //! (tests/qwen_vl_policy.rs checks that part on two threads, bit for bit).
 
 use crate::determinism::metrics;
-use guirl::train::trainer::Trainer;
+use crate::overlap::{ckpt, train};
 use guirl::train::TrainConfig;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
+use std::path::Path;
 
 fn config(iterations: u64) -> TrainConfig {
     let root = env!("CARGO_MANIFEST_DIR");
@@ -56,15 +54,6 @@ interval = 1
         task.display()
     ))
     .unwrap()
-}
-
-async fn train(cfg: TrainConfig, dir: &Path, resume: bool) {
-    let mut t = Trainer::new(cfg, dir.to_path_buf(), resume, false).unwrap();
-    t.run(Arc::new(AtomicBool::new(false))).await.unwrap();
-}
-
-fn ckpt(dir: &Path, it: u64) -> PathBuf {
-    dir.join(format!("checkpoints/iter-{it:06}"))
 }
 
 /// A PEFT folder's tensors, as bits.
