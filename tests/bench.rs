@@ -280,6 +280,23 @@ fn compare_flags_disjoint_intervals() {
     let d = harness::compare::compare(&x, &y);
     assert!(d[0].significant && !d[1].significant, "{d:?}");
     assert!((d[0].delta.unwrap() - 0.85).abs() < 1e-12);
+    assert_eq!((d[0].a_episodes, d[0].b_episodes), (20, 20));
     let table = harness::compare::table(&d);
     assert!(table.lines().nth(1).unwrap().contains("intervals do not overlap"), "{table}");
+    assert!(table.lines().nth(1).unwrap().contains("0.100 (20)"), "{table}");
+    // Two runs on the same seeds have nothing to note; other seeds or another observation
+    // setting are said, since the rates then do not compare the same task instances.
+    assert!(harness::compare::notes(&x, &y).is_empty());
+    let mut z = mk(19, 12);
+    z.reproducibility.seed = 2_000_000;
+    z.reproducibility.episodes_per_task = 10;
+    z.reproducibility.observation = "pixels+dom".into();
+    let mut x = x;
+    x.reproducibility.observation = "pixels".into();
+    let notes = harness::compare::notes(&x, &z);
+    assert!(
+        notes.len() == 2 && notes[0].contains("A ran 0..") && notes[0].contains("B 2000000..2000009"),
+        "{notes:?}"
+    );
+    assert!(notes[1].contains("A pixels, B pixels+dom"), "{notes:?}");
 }

@@ -85,10 +85,17 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<()> {
 fn compare(a: &std::path::Path, b: &std::path::Path, json: bool) -> anyhow::Result<()> {
     let (ra, rb) = (harness::compare::read_report(a)?, harness::compare::read_report(b)?);
     let deltas = harness::compare::compare(&ra, &rb);
+    let notes = harness::compare::notes(&ra, &rb);
     if json {
-        println!("{}", serde_json::to_string_pretty(&deltas)?);
+        println!("{}", serde_json::to_string_pretty(&serde_json::json!({"notes": notes, "tasks": deltas}))?);
     } else {
         println!("A = {}\nB = {}\n", a.display(), b.display());
+        for n in &notes {
+            println!("note: {n}");
+        }
+        if !notes.is_empty() {
+            println!();
+        }
         print!("{}", harness::compare::table(&deltas));
     }
     Ok(())

@@ -21,7 +21,14 @@ use std::process::ExitCode;
 
 /// Train and evaluate GUI agents with reinforcement learning in a real headless Chromium.
 #[derive(Debug, Parser)]
-#[command(name = "guirl", version, about)]
+#[command(
+    name = "guirl",
+    version,
+    about,
+    after_help = "Logging: guirl's progress lines and every warning by default \
+                  (warn,guirl=info); GUIRL_LOG, else RUST_LOG, sets the filter, e.g. \
+                  GUIRL_LOG=debug or GUIRL_LOG=warn."
+)]
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -144,6 +151,27 @@ enum Command {
     },
 }
 
+/// The log filter: `GUIRL_LOG`, else `RUST_LOG` (what users of other Rust tools try
+/// first), else guirl's own progress lines and every warning: without a terminal (a log
+/// file, CI) `train` says each epoch and iteration there instead of drawing bars. A
+/// filter that does not parse is said, not silently dropped.
+fn log_filter() -> tracing_subscriber::EnvFilter {
+    for var in ["GUIRL_LOG", "RUST_LOG"] {
+        let Ok(text) = std::env::var(var) else { continue };
+        match tracing_subscriber::EnvFilter::try_new(&text) {
+            Ok(filter) => return filter,
+            Err(e) => eprintln!(
+                "guirl: {var}={text:?} is not a log filter ({e}); using the default, {DEFAULT_LOG}. \
+                 Write e.g. {var}=debug or {var}=guirl::env=debug,warn"
+            ),
+        }
+    }
+    DEFAULT_LOG.into()
+}
+
+/// The log filter without `GUIRL_LOG` or `RUST_LOG`.
+const DEFAULT_LOG: &str = "warn,guirl=info";
+
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
     tune_allocator();
@@ -151,9 +179,7 @@ pub fn main() -> ExitCode {
     tracing_subscriber::fmt()
         // Colour codes only on a terminal: piped or logged warnings stay plain text.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("GUIRL_LOG").unwrap_or_else(|_| "warn".into()),
-        )
+        .with_env_filter(log_filter())
         .with_writer(std::io::stderr)
         .init();
     let result = match cli.command {

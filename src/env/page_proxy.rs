@@ -29,7 +29,9 @@ use std::time::Duration;
 /// address it resolved to; `Err` says why it is refused.
 pub type HostCheck = Arc<dyn Fn(Option<&str>, &[IpAddr]) -> Result<(), String> + Send + Sync>;
 
-/// A limit on opening a connection to the host a page asked for.
+/// A limit on resolving, and then on opening a connection to, the host a page asked for:
+/// a resolver that never answers would otherwise hold the page's request (and the proxy
+/// task serving it) for as long as the env lives.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The proxies' own threads: a proxy lives as long as its env, whatever runtime (or none)
@@ -183,8 +185,9 @@ impl Rules {
         let (name, ips): (Option<&str>, Vec<IpAddr>) = match bare.parse::<IpAddr>() {
             Ok(ip) => (None, vec![ip]),
             Err(_) => {
-                let found = tokio::net::lookup_host((bare, port))
+                let found = tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::lookup_host((bare, port)))
                     .await
+                    .map_err(|_| format!("{bare} did not resolve within {}s", CONNECT_TIMEOUT.as_secs()))?
                     .map_err(|e| format!("{bare} does not resolve: {e}"))?;
                 (Some(bare), found.map(|a| a.ip()).collect())
             }

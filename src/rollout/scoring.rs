@@ -57,12 +57,12 @@ pub(crate) fn apply_learned_reward<F: std::borrow::Borrow<image::RgbImage>>(
         if says_success {
             traj.outcome.status = EpisodeStatus::Success;
         }
-        tracing::info!(task = %traj.task_id, seed = traj.seed, p, success = says_success, "reward model scored the episode");
+        tracing::debug!(task = %traj.task_id, seed = traj.seed, p, success = says_success, "reward model scored the episode");
         return Ok(None);
     }
     let check = traj.outcome.status == EpisodeStatus::Success;
     let agree = says_success == check;
-    tracing::info!(
+    tracing::debug!(
         task = %traj.task_id, seed = traj.seed, p, model_success = says_success, check_success = check, agree,
         "reward model against the success check"
     );

@@ -209,6 +209,13 @@ pub fn clone_demonstrations(
         report.final_nll = total / count.max(1) as f64;
         let secs = t0.elapsed().as_secs_f64();
         if let Some(log) = log.as_mut() {
+            // The same line for a log file or CI, where nothing else says the clone moves.
+            tracing::info!(
+                "behaviour cloning: epoch {}/{} nll {:.4} ({secs:.1} s)",
+                epoch + 1,
+                sft.start_epoch + sft.epochs,
+                report.final_nll
+            );
             writeln!(
                 log,
                 "{}",

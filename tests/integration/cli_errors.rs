@@ -307,3 +307,28 @@ fn a_checkpoint_that_does_not_load_leaves_no_run_folder() {
     fails_with(&guirl(&["train", cfg.to_str().unwrap(), "--out", run.to_str().unwrap()]), &["config.json"]);
     assert!(!run.exists(), "a failed load left {}", run.display());
 }
+
+#[test]
+fn a_log_filter_comes_from_guirl_log_else_rust_log_and_a_bad_one_is_said() {
+    let tasks = |vars: &[(&str, &str)]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_guirl"));
+        cmd.args(["tasks", "--suite", "builtin"]).env_remove("GUIRL_LOG").env_remove("RUST_LOG");
+        for (k, v) in vars {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    // RUST_LOG is read when GUIRL_LOG is not set: a filter that does not parse is said.
+    let err = tasks(&[("RUST_LOG", "guirl=loudest")]);
+    assert!(err.contains("RUST_LOG=\"guirl=loudest\" is not a log filter"), "{err}");
+    // GUIRL_LOG comes first: RUST_LOG is then not read at all.
+    let err = tasks(&[("GUIRL_LOG", "warn"), ("RUST_LOG", "guirl=loudest")]);
+    assert!(!err.contains("not a log filter"), "{err}");
+    let err = tasks(&[("GUIRL_LOG", "guirl=loudest")]);
+    assert!(
+        err.contains("GUIRL_LOG=\"guirl=loudest\" is not a log filter") && err.contains("GUIRL_LOG=debug"),
+        "{err}"
+    );
+}

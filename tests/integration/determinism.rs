@@ -249,6 +249,7 @@ fn resume_after_a_kill_with_four_browsers_is_bit_exact() {
     let train = |out: &Path, resume: bool| {
         let mut c = Command::new(env!("CARGO_BIN_EXE_guirl"));
         c.arg("train").arg(&cfg_path).arg("--out").arg(out).env("RAYON_NUM_THREADS", "1");
+        c.env_remove("GUIRL_LOG").env_remove("RUST_LOG");
         if resume {
             c.arg("--resume");
         }
@@ -257,7 +258,10 @@ fn resume_after_a_kill_with_four_browsers_is_bit_exact() {
     };
     let (a, b) = (root.path().join("straight"), root.path().join("killed"));
     let out = train(&a, false).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    // Without a terminal and with the default log filter, each iteration is a log line.
+    assert!(err.contains("iteration 1/4: reward") && err.contains("iteration 4/4: reward"), "{err}");
     let mut child = train(&b, false).stderr(Stdio::null()).spawn().unwrap();
     let ckpt = b.join("checkpoints/iter-000002");
     let deadline = Instant::now() + std::time::Duration::from_secs(600);

@@ -1,6 +1,7 @@
 //! `guirl bench compare A B`: per-task success deltas between two bench folders, flagging
 //! the tasks whose Wilson intervals do not overlap (a difference the seeds cannot explain
-//! away; overlapping intervals do not prove there is none).
+//! away; overlapping intervals do not prove there is none), with notes on what differs
+//! between the two runs besides the policy (seeds, observation, env options).
 
 use super::report::{Report, TaskStats};
 use anyhow::Context;
@@ -15,6 +16,10 @@ pub struct Delta {
     pub a: Option<f64>,
     /// Success rate in B, if B ran it.
     pub b: Option<f64>,
+    /// Episodes A completed on the task (the rate's denominator; 0 if it did not run it).
+    pub a_episodes: usize,
+    /// Episodes B completed on it.
+    pub b_episodes: usize,
     /// B − A.
     pub delta: Option<f64>,
     /// The two 95 % intervals are disjoint.
@@ -53,18 +58,53 @@ fn delta(task: &str, a: Option<&TaskStats>, b: Option<&TaskStats>) -> Delta {
         _ => false,
     };
     let (ra, rb) = (rate(a), rate(b));
-    Delta { task: task.to_string(), a: ra, b: rb, delta: ra.zip(rb).map(|(x, y)| y - x), significant }
+    let n = |t: Option<&TaskStats>| t.map_or(0, |t| t.completed);
+    Delta {
+        task: task.to_string(),
+        a: ra,
+        b: rb,
+        a_episodes: n(a),
+        b_episodes: n(b),
+        delta: ra.zip(rb).map(|(x, y)| y - x),
+        significant,
+    }
 }
 
-/// The comparison as a text table.
+/// What differs between the two runs besides the policy, one sentence each: other seeds
+/// (the episodes are then not the same task instances), another observation setting, other
+/// env options. Fields a report written before they were recorded leaves empty are skipped.
+pub fn notes(a: &Report, b: &Report) -> Vec<String> {
+    let (ra, rb) = (&a.reproducibility, &b.reproducibility);
+    let mut out = Vec::new();
+    let seeds = |r: &super::report::Reproducibility| {
+        format!("{}..{}", r.seed, (r.seed + r.episodes_per_task).saturating_sub(1))
+    };
+    if (ra.seed, ra.episodes_per_task) != (rb.seed, rb.episodes_per_task) {
+        out.push(format!(
+            "seeds differ: A ran {} per task, B {}; only the seeds both ran are the same task instances",
+            seeds(ra),
+            seeds(rb)
+        ));
+    }
+    if !ra.observation.is_empty() && !rb.observation.is_empty() && ra.observation != rb.observation {
+        out.push(format!("observation differs: A {}, B {}", ra.observation, rb.observation));
+    }
+    if !ra.env.is_null() && !rb.env.is_null() && ra.env != rb.env {
+        out.push(format!("env options differ: A {}, B {}", ra.env, rb.env));
+    }
+    out
+}
+
+/// The comparison as a text table: each rate with its episodes in brackets.
 pub fn table(deltas: &[Delta]) -> String {
-    let f = |x: Option<f64>| x.map(|v| format!("{v:.3}")).unwrap_or_else(|| "-".into());
+    let f = |x: Option<f64>, n: usize| x.map(|v| format!("{v:.3} ({n})")).unwrap_or_else(|| "-".into());
     let w = deltas.iter().map(|d| d.task.len()).max().unwrap_or(4).max(4);
-    let mut s = format!("{:w$}  {:>7}  {:>7}  {:>7}\n", "task", "A", "B", "B-A");
+    let mut s = format!("{:w$}  {:>13}  {:>13}  {:>7}\n", "task", "A (episodes)", "B (episodes)", "B-A");
     for d in deltas {
         let delta = d.delta.map(|v| format!("{v:+.3}")).unwrap_or_else(|| "-".into());
         let flag = if d.significant { "  * intervals do not overlap" } else { "" };
-        s.push_str(&format!("{:w$}  {:>7}  {:>7}  {:>7}{flag}\n", d.task, f(d.a), f(d.b), delta));
+        let (a, b) = (f(d.a, d.a_episodes), f(d.b, d.b_episodes));
+        s.push_str(&format!("{:w$}  {a:>13}  {b:>13}  {delta:>7}{flag}\n", d.task));
     }
     s
 }
