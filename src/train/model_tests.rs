@@ -1,6 +1,7 @@
 //! `[model]` by kind: each kind's keys, the errors for another kind's key, the round trip
 //! through the table as written, the examples per kind.
 use super::*;
+use crate::policy::vlm::Input;
 use crate::train::config::{example_config, with_model_kind, AlgoKind, TrainConfig, EXAMPLE_CONFIG};
 
 const MINIMAL: &str = "[run]\nname = \"r\"\niterations = 10\n[tasks]\nids = [\"miniwob/click-button\"]\n";
@@ -109,15 +110,14 @@ fn each_kind_reads_its_keys_and_round_trips() {
 #[test]
 fn the_model_says_what_reaches_the_policy() {
     let c = parse("kind = \"qwen3_vl\"\npath = \"x\"\n").unwrap();
-    assert_eq!(c.model.observation().unwrap(), crate::policy::observation::Observation::pixels());
+    assert_eq!(c.model.observation().unwrap(), crate::policy::observation::Observation::Pixels);
     let mut c = parse("").unwrap();
-    assert_eq!(c.model.observation().unwrap().to_string(), "pixels; task-shaped features: none");
+    assert_eq!(c.model.observation().unwrap().to_string(), "pixels");
     let s = c.model.small_mut().unwrap();
-    (s.word_buckets, s.screen_text, s.control_state) = (Some(64), Some(true), Some(true));
-    assert_eq!(
-        c.model.observation().unwrap().to_string(),
-        "pixels+dom; task-shaped features: control_state (made for builtin/toggle-switches)"
-    );
+    s.inputs = Some(vec![Input::Pixels, Input::History, Input::PreviousFrame]);
+    assert_eq!(c.model.observation().unwrap().to_string(), "pixels");
+    c.model.small_mut().unwrap().inputs = Some(vec![Input::Pixels, Input::Elements]);
+    assert_eq!(c.model.observation().unwrap().to_string(), "pixels+dom");
 }
 
 /// `--example-config --model-kind KIND` (with or without `--kind`) loads as that kind, its
