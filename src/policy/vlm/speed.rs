@@ -95,7 +95,7 @@ fn page_elements(i: usize, x: f32, y: f32) -> Vec<Element> {
             input_type: "text".into(),
             label: "Name".into(),
             value: "hello there".into(),
-            focused: i % 2 == 0,
+            focused: i.is_multiple_of(2),
             bbox: at(70.0, 180.0, 80.0, 20.0),
             ..Default::default()
         },
