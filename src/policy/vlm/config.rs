@@ -330,11 +330,11 @@ impl VlmConfig {
         self.grid_w() * self.grid_h()
     }
 
-    /// Parse TOML and check it. A config of guirl 0.1's per-feature form is read as its
-    /// equivalent or refused, as for JSON.
+    /// Parse TOML and check it. A config with guirl 0.1's per-feature switches is read as
+    /// its equivalent or refused, as for JSON.
     pub fn from_toml_str(s: &str) -> Result<Self> {
         let value: serde_json::Value = toml::from_str(s).context("invalid VLM config (TOML)")?;
-        Self::from_value(value).context("invalid VLM config (TOML)")
+        Self::from_value(value, "TOML")
     }
 
     /// Parse JSON and check it. A `config.json` that guirl 0.1 wrote (its per-feature
@@ -342,14 +342,22 @@ impl VlmConfig {
     /// `old_config.rs`), and refused, naming the guirl that reads it, where there is not.
     pub fn from_json_str(s: &str) -> Result<Self> {
         let value: serde_json::Value = serde_json::from_str(s).context("invalid VLM config (JSON)")?;
-        Self::from_value(value).context("invalid VLM config (JSON)")
+        Self::from_value(value, "JSON")
     }
 
-    fn from_value(mut value: serde_json::Value) -> Result<Self> {
+    /// A parsed config (of `format`), guirl 0.1's read or refused first: a `config.json`
+    /// (written whole by [`super::VlmPolicy::save`]) without `inputs` is 0.1's, a TOML one
+    /// (written by hand, `inputs` optional) is when it has 0.1's switches.
+    fn from_value(mut value: serde_json::Value, format: &str) -> Result<Self> {
         if let Some(keys) = value.as_object_mut() {
-            super::old_config::upgrade_checkpoint(keys)?;
+            let old = format == "JSON" || !super::old_config::old_keys(keys).is_empty();
+            let what = if format == "JSON" { "this checkpoint's config.json" } else { "this VLM config" };
+            if old {
+                super::old_config::upgrade_checkpoint(keys, what)?;
+            }
         }
-        let cfg: VlmConfig = serde_json::from_value(value)?;
+        let cfg: VlmConfig =
+            serde_json::from_value(value).with_context(|| format!("invalid VLM config ({format})"))?;
         cfg.validate()?;
         Ok(cfg)
     }
@@ -508,5 +516,28 @@ mod tests {
         assert!(c.validate().unwrap_err().to_string().contains("must include \"type\""));
         let err = VlmConfig::from_toml_str("d_model = 4\nbogus = 1").unwrap_err();
         assert!(format!("{err:#}").contains("bogus"), "{err:#}");
+        let c = VlmConfig { inputs: Inputs { elements: Some(8), ..Inputs::default() }, ..VlmConfig::tiny() };
+        assert!(c.validate().unwrap_err().to_string().contains("`elements` input reads the elements' words"));
+        let c = VlmConfig { word_buckets: 8, inputs: Inputs { elements: Some(0), ..Inputs::default() }, ..c };
+        assert!(c.validate().unwrap_err().to_string().contains("`max_elements` must be at least 1"));
+        let c = VlmConfig { inputs: Inputs { history: Some(0), ..Inputs::default() }, ..c };
+        assert!(c.validate().unwrap_err().to_string().contains("`memory` must be at least 1"));
+    }
+
+    /// A TOML config is written by hand: without `inputs` it reads pixels only, and only
+    /// guirl 0.1's switches make it 0.1's (a `config.json` without `inputs` is 0.1's).
+    #[test]
+    fn a_toml_config_without_inputs_is_the_new_form() {
+        let c = VlmConfig { word_buckets: 64, ..VlmConfig::tiny() };
+        let mut t: toml::Table = toml::from_str(&toml::to_string(&c).unwrap()).unwrap();
+        t.remove("inputs");
+        assert_eq!(VlmConfig::from_toml_str(&toml::to_string(&t).unwrap()).unwrap(), c);
+        t.insert("screen_text".into(), true.into());
+        let e = format!("{:#}", VlmConfig::from_toml_str(&toml::to_string(&t).unwrap()).unwrap_err());
+        assert!(e.contains("this VLM config was written by guirl 0.1"), "{e}");
+        let mut j = serde_json::to_value(&c).unwrap();
+        j.as_object_mut().unwrap().remove("inputs");
+        let e = format!("{:#}", VlmConfig::from_json_str(&j.to_string()).unwrap_err());
+        assert!(e.contains("this checkpoint's config.json was written by guirl 0.1"), "{e}");
     }
 }

@@ -146,14 +146,14 @@ pub fn written_by_0_1(what: &str, differs: &[String]) -> String {
 
 /// A checkpoint's `config.json` (its keys) in the new form: one written by guirl 0.1 (it
 /// has no `inputs`) is rewritten when the new form reads it as the same policy, refused
-/// otherwise; one of the new form is left as it is.
-pub fn upgrade_checkpoint(keys: &mut Map<String, Value>) -> Result<()> {
+/// otherwise (`what` names it); one of the new form is left as it is.
+pub fn upgrade_checkpoint(keys: &mut Map<String, Value>, what: &str) -> Result<()> {
     if keys.contains_key("inputs") {
         return Ok(());
     }
     let up = upgrade(keys, "");
     if !up.is_same_policy() {
-        bail!("{}", written_by_0_1("this checkpoint's config.json", &up.differs));
+        bail!("{}", written_by_0_1(what, &up.differs));
     }
     for k in OLD_KEYS {
         keys.remove(k);
