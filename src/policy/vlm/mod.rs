@@ -34,6 +34,8 @@ pub(crate) mod layers;
 mod memory_tests;
 pub mod model;
 pub mod old_config;
+#[cfg(test)]
+mod old_config_tests;
 mod pointer;
 pub mod speed;
 #[cfg(test)]
