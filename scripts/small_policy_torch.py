@@ -314,8 +314,7 @@ def cfg_image_tokens(cfg):
     return cfg_grid_w(cfg) * cfg_grid_h(cfg)
 
 
-UNSUPPORTED = ["word_buckets", "screen_text", "memory", "memory_actions", "copy", "previous_frame",
-               "numbers", "row_labels", "fold_case", "control_state"]
+UNSUPPORTED = ["word_buckets", "copy"]
 
 
 class VlmPolicy(nn.Module):
@@ -324,6 +323,7 @@ class VlmPolicy(nn.Module):
     def __init__(self, cfg, vocab, x0, temperature=1.0, sdpa=False):
         super().__init__()
         on = [k for k in UNSUPPORTED if cfg.get(k)]
+        on += [f"inputs.{k}" for k, v in cfg.get("inputs", {}).items() if v]
         if on:
             sys.exit(f"config has {on}: the twin covers the presets' features only (pointer head)")
         self.stem = Stem(cfg)

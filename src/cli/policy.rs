@@ -132,11 +132,11 @@ impl ApiArgs {
 /// setting ([`crate::policy::observation`]); for an API policy whether the page's elements
 /// are sent beside the screenshot; `n/a` for the scripted ones (random, oracle).
 pub fn observation(name: &str, api: &ApiArgs) -> anyhow::Result<String> {
-    use crate::policy::observation::{PIXELS, PIXELS_DOM};
+    use crate::policy::observation::Observation::{Pixels, PixelsDom};
     Ok(match name {
         spec if spec.starts_with(crate::policy::api::openai::PREFIX) => match api.no_elements {
-            true => format!("{PIXELS} (API policy: screenshot and instruction; --no-elements)"),
-            false => format!("{PIXELS_DOM} (API policy: the page's interactive elements are sent as text)"),
+            true => format!("{Pixels} (API policy: screenshot and instruction; --no-elements)"),
+            false => format!("{PixelsDom} (API policy: the page's interactive elements are sent as text)"),
         },
         "random" | "oracle" => "n/a".to_string(),
         path => {

@@ -117,12 +117,12 @@ pub struct ScreenState {
     #[serde(with = "png_base64")]
     pub screenshot: Arc<RgbImage>,
     /// The episode's earlier actions in text form, oldest first (the env's memory of the
-    /// episode, for policies that read it; `[model] memory`). Malformed action text is
+    /// episode, for policies that read it; the small policy's `history` input). Malformed action text is
     /// not an action and is left out.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub history: Vec<String>,
     /// The screenshot the last action was taken on (None at the first step), for policies
-    /// that read the change since then (`[model] previous_frame`). Not serialized: a
+    /// that read the change since then (the small policy's `previous_frame` input). Not serialized: a
     /// recorded trajectory has it as the previous step's frame.
     #[serde(skip)]
     pub previous_screenshot: Option<Arc<RgbImage>>,

@@ -34,7 +34,7 @@ pub struct TrajStep {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tokens: Vec<u32>,
     /// The visible interactive elements of the observation the policy acted on (a policy
-    /// with screen-text features reads them; trajectories written before them have none).
+    /// with the `elements` input reads them; trajectories written before them have none).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub elements: Vec<Element>,
     /// Milliseconds from the observation to the policy's decision (batching wait and,

@@ -287,8 +287,15 @@ impl TrainConfig {
     /// Parse TOML text as [`TrainConfig::parse`] does, but read an old-form `[algo]` or
     /// `[model]` as its new form instead of refusing it. Returns what moved (empty for a
     /// new-form config; [`super::model_migrate::migrated_tables`] names the tables), for the caller to announce:
-    /// `--resume` reads a run folder's saved config this way.
+    /// `--resume` reads a run folder's saved config this way. A small policy of guirl 0.1
+    /// that the new form would read as another policy is refused, naming the guirl that
+    /// reads it ([`super::model_migrate::resume_refusal`]).
     pub fn parse_migrating(text: &str) -> anyhow::Result<(TrainConfig, Vec<String>)> {
+        if let Some(refusal) = old_form(text, "model", super::model_migrate::old_keys)
+            .and_then(|m| super::model_migrate::resume_refusal(&m))
+        {
+            bail!("{refusal}");
+        }
         let algo =
             old_form(text, "algo", super::algo_migrate::old_keys).map(|a| super::algo_migrate::migrate(&a));
         let model = old_form(text, "model", super::model_migrate::old_keys)

@@ -89,7 +89,7 @@ impl ModelConfig {
     /// itself ([`VlmConfig::observation`]).
     pub fn observation(&self) -> anyhow::Result<crate::policy::observation::Observation> {
         match &self.variant {
-            ModelVariant::Qwen(_) => Ok(crate::policy::observation::Observation::pixels()),
+            ModelVariant::Qwen(_) => Ok(crate::policy::observation::Observation::Pixels),
             ModelVariant::Small(s) => Ok(s.vlm_config()?.observation()),
         }
     }

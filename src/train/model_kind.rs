@@ -1,6 +1,7 @@
 //! Which policy `[model] kind` names, and the small policy's own keys (`kind = "small"`).
 //! A Qwen-VL kind's keys are [`crate::policy::qwen_vl::QwenPolicySettings`]' fields.
 
+use crate::policy::vlm::config::{Input, Inputs, DEFAULT_WORD_BUCKETS};
 use crate::policy::vlm::VlmConfig;
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
@@ -93,45 +94,24 @@ pub struct SmallModel {
     /// Instruction bytes the policy reads (longer instructions are cut).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_instruction_bytes: Option<usize>,
-    /// Word-level instruction features: hash buckets (0 = off, the presets' default).
+    /// What the policy reads: `pixels` (required: the screenshot and the instruction),
+    /// `previous_frame`, `elements`, `history` (default `["pixels"]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inputs: Option<Vec<Input>>,
+    /// Word-level features: hash buckets for the instruction's, the elements' and the typed
+    /// words (0 = off; default: the preset's, 0, or 1024 with `elements`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub word_buckets: Option<usize>,
-    /// Screen-text features: the visible elements' words at their place on the image
-    /// (needs `word_buckets`; off in the presets).
+    /// Element tokens at most, the first in document order (with `elements`; default 32).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub screen_text: Option<bool>,
-    /// Memory of the episode: the last N screen-pointing actions marked on the image
-    /// (0 = off, the default).
+    pub max_elements: Option<usize>,
+    /// Actions the history remembers (with `history`; default 4).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<usize>,
-    /// The last `memory` actions also as encoder tokens (kind, age, typed words; needs
-    /// `memory`; off by default).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub memory_actions: Option<bool>,
     /// Typing from the instruction: `type` may copy a span of it (needs the `type` kind;
     /// off by default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub copy: Option<bool>,
-    /// The previous screenshot too: the stem reads the change since the last step (off by
-    /// default).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub previous_frame: Option<bool>,
-    /// Numbers and symbols on the screen: a number's order against the instruction's and
-    /// symbol-only element texts as words (needs `screen_text`; off by default).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub numbers: Option<bool>,
-    /// Row labels: a word-less control (`×`, an icon) also gets the words of the element
-    /// to its left on the same line (needs `screen_text`; off by default).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub row_labels: Option<bool>,
-    /// Words hashed without case, so "Email" on the page is "email" in the instruction
-    /// (needs `word_buckets`; off by default).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fold_case: Option<bool>,
-    /// Checkbox and radio states crossed with whether the instruction names the control
-    /// (needs `screen_text`; off by default).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub control_state: Option<bool>,
     /// Action kinds the policy may write (text-form names: `click`, `type`, `key`, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kinds: Option<Vec<String>>,
@@ -170,16 +150,13 @@ impl SmallModel {
         set(&mut v.image_width, &self.image_size);
         set(&mut v.image_height, &self.image_size);
         set(&mut v.max_instruction_bytes, &self.max_instruction_bytes);
+        // Every preset reads pixels only.
+        v.inputs = self.declared_inputs()?;
+        if v.inputs.elements.is_some() && v.word_buckets == 0 {
+            v.word_buckets = DEFAULT_WORD_BUCKETS;
+        }
         set(&mut v.word_buckets, &self.word_buckets);
-        set(&mut v.screen_text, &self.screen_text);
-        set(&mut v.memory, &self.memory);
-        set(&mut v.memory_actions, &self.memory_actions);
         set(&mut v.copy, &self.copy);
-        set(&mut v.previous_frame, &self.previous_frame);
-        set(&mut v.numbers, &self.numbers);
-        set(&mut v.row_labels, &self.row_labels);
-        set(&mut v.fold_case, &self.fold_case);
-        set(&mut v.control_state, &self.control_state);
         set(&mut v.actions.kinds, &self.kinds);
         set(&mut v.actions.keys, &self.keys);
         set(&mut v.actions.x_bins, &self.x_bins);
@@ -187,6 +164,15 @@ impl SmallModel {
         set(&mut v.pointer, &self.pointer);
         v.validate().context("invalid [model] settings")?;
         Ok(v)
+    }
+
+    /// `inputs` with `memory` and `max_elements` (`["pixels"]` when left out).
+    fn declared_inputs(&self) -> anyhow::Result<Inputs> {
+        Inputs::from_declared(
+            self.inputs.as_deref().unwrap_or(&[Input::Pixels]),
+            self.memory,
+            self.max_elements,
+        )
     }
 
     /// The values a type cannot rule out (a zero size, an unknown action name, a width the
@@ -203,6 +189,20 @@ impl SmallModel {
             ("y_bins", self.y_bins),
         ] {
             check(v != Some(0), format!("model.{k} must be at least 1"));
+        }
+        match self.declared_inputs() {
+            Err(e) => check(false, e.to_string()),
+            Ok(inputs) => {
+                if let (Some(_), Some(n @ (0 | 1))) = (inputs.elements, self.word_buckets) {
+                    check(
+                        false,
+                        format!(
+                            "model.word_buckets = {n}: the \"elements\" input reads the elements' words through \
+                             the word table; use at least 2, or leave it out ({DEFAULT_WORD_BUCKETS} with elements)"
+                        ),
+                    );
+                }
+            }
         }
         if let Some(kinds) = &self.kinds {
             check(!kinds.is_empty(), "model.kinds must name at least one action kind".into());

@@ -112,13 +112,13 @@ fn an_old_run_folders_config_resumes_with_an_announced_migration() {
     assert_eq!(TrainConfig::parse(&saved).unwrap(), new);
 }
 
-/// A small policy's run folder needs no migration: its `[model]` (no `kind`) is the new
-/// form's default kind, and the folder's copy gains `kind = "small"`.
+/// A pixels-only small policy's run folder (none of guirl 0.1's switches) needs no
+/// migration: its `[model]` (no `kind`) is the new form's default kind, and the folder's copy
+/// gains `kind = "small"`.
 #[test]
-fn an_old_small_policy_run_folder_reads_unchanged() {
+fn a_pixels_only_small_policy_run_folder_reads_unchanged() {
     let old = format!(
-        "{MINIMAL}[model]\npreset = \"small\"\nimage_size = 96\nword_buckets = 1024\nscreen_text = true\n\
-         numbers = true\nkinds = [\"click\"]\nx_bins = 20\ny_bins = 20\n"
+        "{MINIMAL}[model]\npreset = \"small\"\nimage_size = 96\nkinds = [\"click\"]\nx_bins = 20\ny_bins = 20\n"
     );
     let (c, notes) = TrainConfig::parse_migrating(&old).unwrap();
     assert!(notes.is_empty(), "{notes:?}");
@@ -126,4 +126,115 @@ fn an_old_small_policy_run_folder_reads_unchanged() {
     assert_eq!(c.model, new.model);
     assert_eq!(config_differences(&old, &new).unwrap(), Vec::<String>::new());
     assert!(new.to_toml().unwrap().contains("[model]\nkind = \"small\"\npreset = \"small\"\n"));
+}
+
+/// Each of guirl 0.1's switches in a config a user loads is refused with the user's
+/// `[model]` in the new form, and what it printed loads; the task-shaped ones are said to
+/// have no equivalent.
+#[test]
+fn each_old_switch_is_refused_with_the_new_form() {
+    let cases = [
+        (
+            "word_buckets = 1024\nscreen_text = true\n",
+            "inputs = [\"pixels\", \"elements\"]\nword_buckets = 1024",
+        ),
+        ("word_buckets = 64\nscreen_text = true\nnumbers = true\n", "inputs = [\"pixels\", \"elements\"]"),
+        ("word_buckets = 64\nscreen_text = true\nrow_labels = true\n", "inputs = [\"pixels\", \"elements\"]"),
+        (
+            "word_buckets = 64\nscreen_text = true\ncontrol_state = true\n",
+            "inputs = [\"pixels\", \"elements\"]",
+        ),
+        ("word_buckets = 64\nfold_case = true\n", "word_buckets = 64"),
+        ("memory = 2\nmemory_actions = true\n", "inputs = [\"pixels\", \"history\"]\nword_buckets"),
+        ("memory = 3\n", "inputs = [\"pixels\", \"history\"]"),
+        ("previous_frame = true\n", "inputs = [\"pixels\", \"previous_frame\"]"),
+        ("previous_frame = false\nscreen_text = false\n", "[model]\n"),
+    ];
+    for (old, want) in cases {
+        let e = error(&format!("preset = \"small\"\n{old}"));
+        let keys: Vec<&str> =
+            old.lines().map(|l| l.split(' ').next().unwrap()).filter(|k| *k != "word_buckets").collect();
+        let named = e.split("(keys ").nth(1).and_then(|r| r.split(')').next()).unwrap();
+        let mut named: Vec<&str> = named.split(", ").collect();
+        named.sort();
+        assert_eq!(
+            named,
+            {
+                let mut k = keys.clone();
+                k.sort();
+                k
+            },
+            "{e}"
+        );
+        assert!(e.contains("Replace your [model] table with this"), "{e}");
+        let printed = &e[e.rfind("[model]\n").unwrap()..];
+        assert!(printed.contains(want.split('\n').next().unwrap()), "{old}: {printed}");
+        let c = new_form(printed);
+        assert!(c.model.small().unwrap().vlm_config().is_ok(), "{printed}");
+        let shaped = ["numbers", "row_labels", "control_state"].iter().any(|k| old.contains(k));
+        assert_eq!(e.contains("have no equivalent"), shaped, "{e}");
+        for k in keys {
+            assert!(e.contains(&format!("model.{k} = ")), "{k} has no note: {e}");
+        }
+    }
+    // memory with memory_actions is one "history"; the number stays memory
+    let e = error("memory = 2\nmemory_actions = true\n");
+    assert!(
+        e.contains("model.memory = 2 and model.memory_actions = true → \"history\" in model.inputs"),
+        "{e}"
+    );
+    assert!(e.contains("inputs = [\"pixels\", \"history\"]\nmemory = 2"), "{e}");
+    assert!(e.contains("(the same policy;"), "{e}");
+    let e = error("word_buckets = 64\nscreen_text = true\ncontrol_state = true\n");
+    assert!(
+        e.contains("model.control_state = true dropped: task-shaped (made for builtin/toggle-switches)"),
+        "{e}"
+    );
+    assert!(
+        e.contains("another policy than the old table's")
+            && e.contains(crate::policy::vlm::old_config::LAST_0_1_COMMIT),
+        "{e}"
+    );
+}
+
+/// `--resume` of a run folder that guirl 0.1 wrote: refused, naming the guirl that reads
+/// it, where the new form is another policy (here: `screen_text` and `numbers`), whichever
+/// config the resume is given; migrated with a note where it is the same policy.
+#[test]
+fn resuming_an_old_small_policy_run_names_the_guirl_that_reads_it() {
+    let old = format!(
+        "{MINIMAL}[model]\npreset = \"small\"\nimage_size = 96\nword_buckets = 1024\nscreen_text = true\n\
+         numbers = true\nkinds = [\"click\"]\nx_bins = 20\ny_bins = 20\n"
+    );
+    let e = format!("{:#}", TrainConfig::parse_migrating(&old).unwrap_err());
+    for part in [
+        "the run's [model] was written by guirl 0.1 (the per-feature small policy)",
+        "read it with guirl 0.1, e.g. git commit ",
+        "numbers: made for builtin/counter",
+    ] {
+        assert!(e.to_lowercase().contains(&part.to_lowercase()), "{part}: {e}");
+    }
+    let new = new_form(
+        "[model]\npreset = \"small\"\nimage_size = 96\ninputs = [\"pixels\", \"elements\"]\nkinds = [\"click\"]\n\
+         x_bins = 20\ny_bins = 20\n",
+    );
+    let e = format!("{:#}", config_differences(&old, &new).unwrap_err());
+    assert!(e.contains("written by guirl 0.1"), "{e}");
+    // memory with memory_actions, and fold_case with the word table: the same policy
+    let same = format!(
+        "{MINIMAL}[model]\npreset = \"tiny\"\nword_buckets = 64\nfold_case = true\nmemory = 2\nmemory_actions = true\n\
+         previous_frame = true\n"
+    );
+    let (c, notes) = TrainConfig::parse_migrating(&same).unwrap();
+    assert_eq!(notes.len(), 3, "{notes:?}");
+    assert_eq!(migrated_tables(&notes), "[model]");
+    let v = c.model.small().unwrap().vlm_config().unwrap();
+    assert_eq!(
+        v.inputs,
+        crate::policy::vlm::Inputs { previous_frame: true, elements: None, history: Some(2) }
+    );
+    // without fold_case the word table hashed with case: another policy
+    let cased = same.replace("fold_case = true\n", "");
+    let e = format!("{:#}", TrainConfig::parse_migrating(&cased).unwrap_err());
+    assert!(e.contains("word_buckets = 64 without fold_case"), "{e}");
 }

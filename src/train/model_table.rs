@@ -6,6 +6,7 @@
 //! [`crate::policy::qwen_vl::QwenPolicySettings`], all of them in docs/reference/config.md.
 
 use super::model_kind::{ModelKind, ModelPreset};
+use crate::policy::vlm::Input;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -31,26 +32,16 @@ pub struct ModelTable {
     pub image_size: Option<usize>,
     /// `max_instruction_bytes` (small).
     pub max_instruction_bytes: Option<usize>,
+    /// `inputs` (small).
+    pub inputs: Option<Vec<Input>>,
     /// `word_buckets` (small).
     pub word_buckets: Option<usize>,
-    /// `screen_text` (small).
-    pub screen_text: Option<bool>,
+    /// `max_elements` (small).
+    pub max_elements: Option<usize>,
     /// `memory` (small).
     pub memory: Option<usize>,
-    /// `memory_actions` (small).
-    pub memory_actions: Option<bool>,
     /// `copy` (small).
     pub copy: Option<bool>,
-    /// `previous_frame` (small).
-    pub previous_frame: Option<bool>,
-    /// `numbers` (small).
-    pub numbers: Option<bool>,
-    /// `row_labels` (small).
-    pub row_labels: Option<bool>,
-    /// `fold_case` (small).
-    pub fold_case: Option<bool>,
-    /// `control_state` (small).
-    pub control_state: Option<bool>,
     /// `kinds` (small).
     pub kinds: Option<Vec<String>>,
     /// `keys` (small).

@@ -1,6 +1,7 @@
 //! `[model]` by kind: each kind's keys, the errors for another kind's key, the round trip
 //! through the table as written, the examples per kind.
 use super::*;
+use crate::policy::vlm::Input;
 use crate::train::config::{example_config, with_model_kind, AlgoKind, TrainConfig, EXAMPLE_CONFIG};
 
 const MINIMAL: &str = "[run]\nname = \"r\"\niterations = 10\n[tasks]\nids = [\"miniwob/click-button\"]\n";
@@ -17,7 +18,7 @@ fn error(model: &str) -> String {
 fn every_kind_key_is_a_table_key() {
     let small = kind_keys(ModelKind::Small);
     let qwen = kind_keys(ModelKind::Qwen3Vl);
-    assert!(small.contains(&"preset") && small.contains(&"pointer") && small.len() == 22, "{small:?}");
+    assert!(small.contains(&"preset") && small.contains(&"pointer") && small.len() == 17, "{small:?}");
     assert!(qwen.contains(&"path") && qwen.contains(&"train_modules") && !qwen.contains(&"backbone"));
     assert_eq!(qwen, kind_keys(ModelKind::Qwen25Vl));
     assert!(small.iter().all(|k| !qwen.contains(k)), "a key of two kinds: {small:?} {qwen:?}");
@@ -109,15 +110,67 @@ fn each_kind_reads_its_keys_and_round_trips() {
 #[test]
 fn the_model_says_what_reaches_the_policy() {
     let c = parse("kind = \"qwen3_vl\"\npath = \"x\"\n").unwrap();
-    assert_eq!(c.model.observation().unwrap(), crate::policy::observation::Observation::pixels());
+    assert_eq!(c.model.observation().unwrap(), crate::policy::observation::Observation::Pixels);
     let mut c = parse("").unwrap();
-    assert_eq!(c.model.observation().unwrap().to_string(), "pixels; task-shaped features: none");
+    assert_eq!(c.model.observation().unwrap().to_string(), "pixels");
     let s = c.model.small_mut().unwrap();
-    (s.word_buckets, s.screen_text, s.control_state) = (Some(64), Some(true), Some(true));
+    s.inputs = Some(vec![Input::Pixels, Input::History, Input::PreviousFrame]);
+    assert_eq!(c.model.observation().unwrap().to_string(), "pixels");
+    c.model.small_mut().unwrap().inputs = Some(vec![Input::Pixels, Input::Elements]);
+    assert_eq!(c.model.observation().unwrap().to_string(), "pixels+dom");
+}
+
+/// `inputs` declares what the small policy reads, with `memory` and `max_elements` as the
+/// sizes of `history` and `elements`: defaults, the word table's default with `elements`,
+/// and every combination that means nothing refused with the key named.
+#[test]
+fn inputs_declare_what_the_small_policy_reads() {
+    let v = |model: &str| {
+        let mut c = parse(model).unwrap();
+        c.resolve();
+        c.validate().map(|_| c.model.small().unwrap().vlm_config().unwrap()).map_err(|e| format!("{e:#}"))
+    };
+    let plain = v("").unwrap();
+    assert_eq!((plain.inputs, plain.word_buckets), (crate::policy::vlm::Inputs::default(), 0));
+    let all = v("inputs = [\"pixels\", \"previous_frame\", \"elements\", \"history\"]\n").unwrap();
+    let want = crate::policy::vlm::Inputs { previous_frame: true, elements: Some(32), history: Some(4) };
     assert_eq!(
-        c.model.observation().unwrap().to_string(),
-        "pixels+dom; task-shaped features: control_state (made for builtin/toggle-switches)"
+        (all.inputs, all.word_buckets),
+        (want, 1024),
+        "defaults: 32 elements, 4 actions, 1024 buckets"
     );
+    let sized = v(
+        "inputs = [\"history\", \"elements\", \"pixels\"]\nmemory = 2\nmax_elements = 8\nword_buckets = 64\n",
+    );
+    let sized = sized.unwrap();
+    assert_eq!((sized.inputs.elements, sized.inputs.history, sized.word_buckets), (Some(8), Some(2), 64));
+    for (model, says) in [
+        ("inputs = [\"elements\"]\n", "model.inputs must list \"pixels\""),
+        ("inputs = [\"pixels\", \"history\", \"history\"]\n", "model.inputs lists \"history\" twice"),
+        ("memory = 2\ninputs = [\"pixels\"]\n", "model.memory = 2 is the size of the \"history\" input"),
+        ("max_elements = 9\n", "model.max_elements = 9 is the size of the \"elements\" input"),
+        ("inputs = [\"pixels\", \"history\"]\nmemory = 0\n", "model.memory must be at least 1"),
+        ("inputs = [\"pixels\", \"elements\"]\nmax_elements = 0\n", "model.max_elements must be at least 1"),
+        (
+            "inputs = [\"pixels\", \"elements\"]\nword_buckets = 0\n",
+            "model.word_buckets = 0: the \"elements\" input",
+        ),
+    ] {
+        let e = v(model).unwrap_err();
+        assert!(e.contains(says), "{model}: {e}");
+    }
+    let e = error("inputs = [\"pixels\", \"dom\"]\n");
+    assert!(
+        e.contains(
+            "unknown variant `dom`, expected one of `pixels`, `previous_frame`, `elements`, `history`"
+        ),
+        "{e}"
+    );
+    // The declared form round-trips through a run folder's config.toml.
+    let c = parse("inputs = [\"pixels\", \"elements\"]\nmax_elements = 8\n").unwrap();
+    let text = c.to_toml().unwrap();
+    assert!(text.contains("inputs = [\n    \"pixels\",\n    \"elements\",\n]\nmax_elements = 8\n"), "{text}");
+    assert_eq!(TrainConfig::parse(&text).unwrap(), c);
 }
 
 /// `--example-config --model-kind KIND` (with or without `--kind`) loads as that kind, its

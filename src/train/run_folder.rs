@@ -101,6 +101,12 @@ pub fn config_differences(old_text: &str, new: &TrainConfig) -> anyhow::Result<V
     };
     // A config an older guirl wrote with the old [algo] or [model] form is read as its new
     // form, announced; one that no longer parses at all is compared as it stands.
+    // A small policy of guirl 0.1 that the new form reads as another one cannot resume.
+    let model =
+        toml::from_str::<toml::Table>(old_text).ok().and_then(|d| d.get("model")?.as_table().cloned());
+    if let Some(refusal) = model.and_then(|m| super::model_migrate::resume_refusal(&m)) {
+        bail!("{refusal}");
+    }
     let old = match TrainConfig::parse_migrating(old_text) {
         Ok((c, moved)) => {
             if !moved.is_empty() {

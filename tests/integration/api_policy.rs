@@ -22,10 +22,11 @@ fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().worker_threads(3).enable_all().build().unwrap()
 }
 
-/// A small random-weight checkpoint that reads the screen's text (so the elements sent
+/// A small random-weight checkpoint that reads the page's elements (so the elements sent
 /// as text must arrive intact), saved in `dir`.
 fn checkpoint(dir: &Path) -> VlmPolicy {
-    let cfg = VlmConfig { word_buckets: 64, screen_text: true, ..VlmConfig::tiny() };
+    let inputs = guirl::policy::vlm::Inputs { elements: Some(32), ..Default::default() };
+    let cfg = VlmConfig { word_buckets: 64, inputs, ..VlmConfig::tiny() };
     let p = VlmPolicy::new(cfg, &candle_core::Device::Cpu, 3).unwrap();
     TrainablePolicy::save(&p, dir).unwrap();
     p

@@ -175,15 +175,22 @@ fn parse(table: &toml::Table) -> Result<TrainConfig, String> {
     toml::Value::Table(table.clone()).try_into::<TrainConfig>().map_err(|e| e.to_string())
 }
 
-/// The values an enum key accepts, from serde's error for a value it does not.
-fn variants(base: &toml::Table, section: &str, key: &str) -> Vec<String> {
+/// The values an enum key (or each item of an array of an enum: `array`) accepts, from
+/// serde's error for a value it does not.
+fn variants(base: &toml::Table, section: &str, key: &str, array: bool) -> Vec<String> {
     let mut t = base.clone();
     let (table, leaf) = slot(&mut t, section, key);
-    table.insert(leaf, toml::Value::String("not-a-variant".into()));
+    let wrong = toml::Value::String("not-a-variant".into());
+    table.insert(leaf, if array { toml::Value::Array(vec![wrong]) } else { wrong });
     let err = parse(&t).expect_err("an enum key took a made-up value");
     let expected = err.split("expected").nth(1).unwrap_or_else(|| panic!("no variants in {err:?}"));
     let expected = expected.lines().next().unwrap_or("");
     expected.split('`').skip(1).step_by(2).map(str::to_string).collect()
+}
+
+/// Whether a key's values are arrays.
+fn is_seq(f: &Format) -> bool {
+    matches!(strip_option(f), Format::Seq(_))
 }
 
 /// The page's word for a type.
@@ -195,6 +202,10 @@ fn type_word(f: &Format, variants: impl FnOnce() -> Vec<String>) -> String {
         Bool => "bool".into(),
         Str => "string".into(),
         Seq(inner) if matches!(**inner, Str) => "array of strings".into(),
+        Seq(inner) if matches!(**inner, TypeName(_)) => {
+            let v: Vec<String> = variants().iter().map(|v| format!("`{v}`")).collect();
+            format!("array of {}", v.join(", "))
+        }
         Map { key, value } if matches!(**key, Str) && type_word(value, Vec::new) == "integer" => {
             "table of integers".into()
         }
@@ -284,7 +295,7 @@ fn problems(page: &str) -> Vec<String> {
     for c in &code {
         if !rows.iter().any(|r| r.section == c.section && r.key == c.key) {
             let (_, base) = defaults_for(&c.section, &c.key, None);
-            let ty = type_word(&c.format, || variants(&base, &c.section, &c.key));
+            let ty = type_word(&c.format, || variants(&base, &c.section, &c.key, is_seq(&c.format)));
             problems.push(format!(
                 "{} ({ty}) is accepted by the config but missing from {PAGE}: add a row",
                 shown(&c.section, &c.key)
@@ -300,7 +311,7 @@ fn problems(page: &str) -> Vec<String> {
             continue;
         };
         let (defaults, base) = defaults_for(&r.section, &r.key, r.kind.as_deref());
-        let ty = type_word(&c.format, || variants(&base, &c.section, &c.key));
+        let ty = type_word(&c.format, || variants(&base, &c.section, &c.key, is_seq(&c.format)));
         if r.ty != ty && !(ty == "string" && r.ty == "path") {
             problems.push(format!("{at}: type `{}` on the page, the code's is `{ty}`", r.ty));
         }
@@ -392,17 +403,17 @@ fn every_code_key_is_found_and_typed() {
     assert!(keys.len() > 90, "only {} keys traced", keys.len());
     let defaults = TrainConfig::parse(MINIMAL).unwrap();
     let toml::Value::Table(base) = toml::Value::try_from(&defaults).unwrap() else { unreachable!() };
-    assert_eq!(variants(&base, "algo", "gspo.level"), ["action", "trajectory"]);
+    assert_eq!(variants(&base, "algo", "gspo.level", false), ["action", "trajectory"]);
     assert!(
         has("algo", "ppo.gae_lambda")
             && has("algo", "gigpo.omega")
             && has("algo", "dynamic_sampling.max_extra")
     );
-    assert_eq!(variants(&base, "algo", "loss_agg").len(), 4);
+    assert_eq!(variants(&base, "algo", "loss_agg", false).len(), 4);
     assert!(
         has("model", "kind") && has("model", "preset") && has("model", "lora_rank") && has("model", "init")
     );
-    assert_eq!(variants(&base, "model", "kind"), ["small", "qwen3_vl", "qwen2_5_vl"]);
+    assert_eq!(variants(&base, "model", "kind", false), ["small", "qwen3_vl", "qwen2_5_vl"]);
 }
 
 #[test]

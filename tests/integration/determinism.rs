@@ -34,9 +34,8 @@ eval_seeds = {{ start = 1000000, count = 4 }}
 [model]
 preset = "tiny"
 image_size = 64
+inputs = ["pixels", "elements"]
 word_buckets = 256
-screen_text = true
-numbers = true
 kinds = ["click"]
 x_bins = 20
 y_bins = 20

@@ -156,8 +156,8 @@ pub fn rows(plan: &Plan, cells: &[Cell]) -> Vec<Row> {
     out
 }
 
-/// Each task's observation setting (what reaches the policy, and the task-shaped
-/// features in use), from its config.
+/// Each task's observation setting (what reaches the policy: `pixels` or `pixels+dom`),
+/// from its config.
 pub fn observations(plan: &Plan) -> BTreeMap<String, String> {
     plan.tasks
         .iter()

@@ -86,9 +86,9 @@ fn rows_by_hand() {
     assert_eq!((m.extra_epochs, m.env_steps, m.demo_steps), (Some((7, 7)), 9.0, true));
     assert!(rows[0].gain.is_none(), "the clone is not compared with itself");
 
-    let obs = BTreeMap::from([("t".to_string(), "pixels; task-shaped features: none".to_string())]);
+    let obs = BTreeMap::from([("t".to_string(), "pixels+dom".to_string())]);
     let md = markdown(&plan(), &rows, &cells, &obs);
-    assert!(md.contains("**t** — observation: pixels; task-shaped features: none"), "{md}");
+    assert!(md.contains("**t** — observation: pixels+dom"), "{md}");
     assert!(
         md.contains("| ppo | 2 | 0.70 ± 0.28 [0.50–0.90] | 0.70 [0.48, 0.85] (14/20) | 0.80 | +30 pts [+30, +30] | 600 (1/2) | 1000 | 15 s |"),
         "{md}"

@@ -42,79 +42,134 @@ pub struct VlmConfig {
     /// before it existed, which load as `false`.
     #[serde(default)]
     pub pointer: bool,
-    /// Word-level instruction features: each byte of a word (a run of ASCII letters and
+    /// Word-level features: each byte of an instruction word (a run of ASCII letters and
     /// digits) also gets the embedding of the word's hash bucket, so a word reads the same
-    /// at every offset (see `inputs::word_buckets`). 0 (the default, and what configs
-    /// written before it load as) turns them off.
+    /// at every offset (see `words::word_buckets`); the element tokens and the history's
+    /// typed text read their words through the same table. Words are hashed without case
+    /// (the page's "Email" is the instruction's "email"). 0 turns them off; `elements`
+    /// needs at least 2.
     #[serde(default)]
     pub word_buckets: usize,
-    /// Screen-text features: the words of each visible element's text
-    /// (`ScreenState.elements`, what the page's accessibility tree names) are added, through
-    /// the same word table as the instruction's, to the image token under the element's
-    /// centre (see `inputs::screen_words`). Needs `word_buckets`. Off in every preset and
-    /// in configs written before it existed.
+    /// What the encoder reads besides the screenshot and the instruction.
     #[serde(default)]
-    pub screen_text: bool,
-    /// Memory of the episode: the last `memory` actions of `ScreenState.history` that
-    /// point at the screen (click, double-click, hover, a drag's ends, a scroll's place)
-    /// are marked on the image token they pointed at, with a learned vector per age. Why:
-    /// a policy that reads only the current frame cannot tell a switch it just flipped
-    /// from one it has not touched, and greedy decoding then flips it back and forth
-    /// until the step limit. 0 (the default, and what older configs load as) turns it off.
-    #[serde(default)]
-    pub memory: usize,
-    /// Each of the last `memory` actions is also an encoder token: its kind and its age,
-    /// plus (with `word_buckets`) the words it typed. Why: the marks say where the policy
-    /// pointed, not that it typed, so "the field is filled, press Add" and "type now" looked
-    /// alike. Needs `memory`; off by default and in older configs.
-    #[serde(default)]
-    pub memory_actions: bool,
+    pub inputs: Inputs,
     /// Typing from the instruction: a `type` action may copy a span of the instruction
     /// (two pointer tokens) as well as spell free bytes (see `copy.rs`). Needs the `type`
     /// kind. Off in every preset and in configs written before it existed.
     #[serde(default)]
     pub copy: bool,
+}
+
+/// What the small policy reads besides the screenshot and the instruction (which it always
+/// reads). Every combination is meaningful; a training config declares them as a list of
+/// [`Input`]s (`[model] inputs`), and `config.json` records them as this table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Inputs {
     /// The previous screenshot as well as the current one: the stem also reads, per
     /// pixel, the change since the last step (current − previous, three more input
     /// channels; zero at the first step). Why: what the last action changed (a switch that
     /// flipped, a number that moved) is where the episode stands, and one frame does not
-    /// show it. Off by default and in older configs.
+    /// show it.
     #[serde(default)]
     pub previous_frame: bool,
-    /// Numbers and symbols on the screen: the image token under an element whose text
-    /// holds a number gets a learned vector for how that number compares with the
-    /// instruction's first number (less, equal, greater), and an element whose text is
-    /// only symbols (`+`, `−`, `›`) is named by them as a screen word. Why: "press + or −
-    /// until the counter shows N" needs the direction, which a hashed word cannot give
-    /// (it only says equal or not), and the buttons that move it carry no letter or
-    /// digit (`builtin/counter`). Needs `screen_text`; off by default and in older configs.
+    /// One encoder token per visible element of `ScreenState.elements`, the first this
+    /// many in document order (see `elements.rs`); `None`: the DOM is not read.
     #[serde(default)]
-    pub numbers: bool,
-    /// Row labels: a control whose own text has no letter or digit (a `×` clear button,
-    /// an icon) also gets, on its token, the words of the nearest element to its left on
-    /// the same line (the row's label or labelled field), as a sighted user reads a form
-    /// row. Why: with `screen_text` the match flag tells which row the instruction names,
-    /// but it sat on the label's token while the click it asks for is on the word-less
-    /// button at the row's end, a link 60 demonstrations did not teach
-    /// (`builtin/login-settings`). Needs `screen_text`; off by default and in older configs.
+    pub elements: Option<usize>,
+    /// The episode's last this many actions (`ScreenState.history`): each marked, by age,
+    /// on the image token it pointed at, and each an encoder token of its kind, age and
+    /// typed words (see `history.rs`). Why: a policy that reads only the current frame
+    /// cannot tell a switch it just flipped from one it has not touched, nor "the field is
+    /// filled, press Add" from "type now".
     #[serde(default)]
-    pub row_labels: bool,
-    /// Words are hashed without case (ASCII letters lowered) wherever the policy reads
-    /// them: the instruction, the screen's words, typed text. Why: a form labels its field
-    /// "Email" and the instruction says "your email"; case-sensitive buckets made them two
-    /// words, so the match flag never joined them. Needs `word_buckets`; off by default
-    /// and in older configs (whose checkpoints learned case-sensitive buckets).
-    #[serde(default)]
-    pub fold_case: bool,
-    /// Control states against the instruction: the image token under each checkbox or
-    /// radio button gets a learned vector for the pair (named by the instruction, checked),
-    /// one of four (see `inputs::control_states`). Why: "turn on exactly the named
-    /// switches" asks, per control, named XOR on; with the name's match flag and the state
-    /// word summed into one token that product is for the encoder to learn, and 100
-    /// demonstrations did not teach it (`builtin/toggle-switches`). Needs `screen_text`;
-    /// off by default and in older configs.
-    #[serde(default)]
-    pub control_state: bool,
+    pub history: Option<usize>,
+}
+
+/// One input a training config declares in `[model] inputs`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Input {
+    /// The screenshot (and the instruction): always read, and always listed.
+    Pixels,
+    /// The change since the previous screenshot ([`Inputs::previous_frame`]).
+    PreviousFrame,
+    /// One token per visible element ([`Inputs::elements`], at most `max_elements`).
+    Elements,
+    /// The last `memory` actions ([`Inputs::history`]).
+    History,
+}
+
+impl Input {
+    /// Every input, in the order a config lists them.
+    pub const ALL: [Input; 4] = [Input::Pixels, Input::PreviousFrame, Input::Elements, Input::History];
+
+    /// The name a config writes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Input::Pixels => "pixels",
+            Input::PreviousFrame => "previous_frame",
+            Input::Elements => "elements",
+            Input::History => "history",
+        }
+    }
+}
+
+/// Element tokens when `[model] inputs` has `elements` and `max_elements` is left out.
+pub const DEFAULT_MAX_ELEMENTS: usize = 32;
+/// Remembered actions when `[model] inputs` has `history` and `memory` is left out.
+pub const DEFAULT_MEMORY: usize = 4;
+/// Word buckets when `[model] inputs` has `elements` and neither `word_buckets` nor the
+/// preset sets them.
+pub const DEFAULT_WORD_BUCKETS: usize = 1024;
+
+impl Inputs {
+    /// The declared list (`pixels` first) with the sizes `memory` and `max_elements` beside
+    /// it, as `[model]` writes them; `None` where an input is not declared.
+    pub fn declared(&self) -> (Vec<Input>, Option<usize>, Option<usize>) {
+        let mut list = vec![Input::Pixels];
+        list.extend(self.previous_frame.then_some(Input::PreviousFrame));
+        list.extend(self.elements.map(|_| Input::Elements));
+        list.extend(self.history.map(|_| Input::History));
+        (list, self.history, self.elements)
+    }
+
+    /// The inputs a `[model] inputs` list declares, with their sizes (`memory`,
+    /// `max_elements`; their defaults when left out). A list without `pixels`, one that
+    /// names an input twice, and a size without its input or of 0 are refused, naming the
+    /// key.
+    pub fn from_declared(
+        list: &[Input],
+        memory: Option<usize>,
+        max_elements: Option<usize>,
+    ) -> Result<Inputs> {
+        if !list.contains(&Input::Pixels) {
+            bail!("model.inputs must list \"pixels\" (the screenshot, which every policy reads)");
+        }
+        for (i, x) in list.iter().enumerate() {
+            if list[..i].contains(x) {
+                bail!("model.inputs lists \"{}\" twice", x.name());
+            }
+        }
+        let size = |key: &str, input: Input, value: Option<usize>, default: usize| -> Result<Option<usize>> {
+            match (list.contains(&input), value) {
+                (_, Some(0)) => bail!("model.{key} must be at least 1"),
+                (false, Some(n)) => bail!(
+                    "model.{key} = {n} is the size of the \"{}\" input, which model.inputs does not list: \
+                     add \"{}\" to model.inputs, or remove model.{key}",
+                    input.name(),
+                    input.name()
+                ),
+                (false, None) => Ok(None),
+                (true, v) => Ok(Some(v.unwrap_or(default))),
+            }
+        };
+        Ok(Inputs {
+            previous_frame: list.contains(&Input::PreviousFrame),
+            elements: size("max_elements", Input::Elements, max_elements, DEFAULT_MAX_ELEMENTS)?,
+            history: size("memory", Input::History, memory, DEFAULT_MEMORY)?,
+        })
+    }
 }
 
 /// The action space: which kinds of action the policy may write, and how finely.
@@ -182,15 +237,8 @@ impl VlmConfig {
             },
             pointer: true,
             word_buckets: 0,
-            screen_text: false,
-            memory: 0,
-            memory_actions: false,
+            inputs: Inputs::default(),
             copy: false,
-            previous_frame: false,
-            numbers: false,
-            row_labels: false,
-            fold_case: false,
-            control_state: false,
         }
     }
 
@@ -214,15 +262,8 @@ impl VlmConfig {
             actions: ActionSpaceConfig::default(),
             pointer: true,
             word_buckets: 0,
-            screen_text: false,
-            memory: 0,
-            memory_actions: false,
+            inputs: Inputs::default(),
             copy: false,
-            previous_frame: false,
-            numbers: false,
-            row_labels: false,
-            fold_case: false,
-            control_state: false,
         }
     }
 
@@ -249,15 +290,8 @@ impl VlmConfig {
             },
             pointer: true,
             word_buckets: 0,
-            screen_text: false,
-            memory: 0,
-            memory_actions: false,
+            inputs: Inputs::default(),
             copy: false,
-            previous_frame: false,
-            numbers: false,
-            row_labels: false,
-            fold_case: false,
-            control_state: false,
         }
     }
 
@@ -284,7 +318,7 @@ impl VlmConfig {
     /// Values per pixel the stem reads besides its coordinates: RGB, plus the change
     /// since the previous frame with `previous_frame`.
     pub fn image_channels(&self) -> usize {
-        if self.previous_frame {
+        if self.inputs.previous_frame {
             6
         } else {
             3
@@ -296,16 +330,34 @@ impl VlmConfig {
         self.grid_w() * self.grid_h()
     }
 
-    /// Parse TOML and check it.
+    /// Parse TOML and check it. A config with guirl 0.1's per-feature switches is read as
+    /// its equivalent or refused, as for JSON.
     pub fn from_toml_str(s: &str) -> Result<Self> {
-        let cfg: VlmConfig = toml::from_str(s).context("invalid VLM config (TOML)")?;
-        cfg.validate()?;
-        Ok(cfg)
+        let value: serde_json::Value = toml::from_str(s).context("invalid VLM config (TOML)")?;
+        Self::from_value(value, "TOML")
     }
 
-    /// Parse JSON and check it.
+    /// Parse JSON and check it. A `config.json` that guirl 0.1 wrote (its per-feature
+    /// switches) is read as the same policy in the new form where there is one (see
+    /// `old_config.rs`), and refused, naming the guirl that reads it, where there is not.
     pub fn from_json_str(s: &str) -> Result<Self> {
-        let cfg: VlmConfig = serde_json::from_str(s).context("invalid VLM config (JSON)")?;
+        let value: serde_json::Value = serde_json::from_str(s).context("invalid VLM config (JSON)")?;
+        Self::from_value(value, "JSON")
+    }
+
+    /// A parsed config (of `format`), guirl 0.1's read or refused first: a `config.json`
+    /// (written whole by [`super::VlmPolicy::save`]) without `inputs` is 0.1's, a TOML one
+    /// (written by hand, `inputs` optional) is when it has 0.1's switches.
+    fn from_value(mut value: serde_json::Value, format: &str) -> Result<Self> {
+        if let Some(keys) = value.as_object_mut() {
+            let old = format == "JSON" || !super::old_config::old_keys(keys).is_empty();
+            let what = if format == "JSON" { "this checkpoint's config.json" } else { "this VLM config" };
+            if old {
+                super::old_config::upgrade_checkpoint(keys, what)?;
+            }
+        }
+        let cfg: VlmConfig =
+            serde_json::from_value(value).with_context(|| format!("invalid VLM config ({format})"))?;
         cfg.validate()?;
         Ok(cfg)
     }
@@ -322,21 +374,15 @@ impl VlmConfig {
         parsed.with_context(|| format!("in {}", path.display()))
     }
 
-    /// What reaches the policy: `pixels+dom` when any input reads `ScreenState.elements`
-    /// (`screen_text`, and `numbers`, `row_labels`, `control_state` on top of it), else
-    /// `pixels` (the screenshot, the instruction, and with `memory` the policy's own
-    /// actions); with the task-shaped features in use, each with the task it was made for.
+    /// What reaches the policy: `pixels+dom` when it reads the page's elements (the
+    /// `elements` input), else `pixels` (the screenshot, the instruction, and with
+    /// `history` the policy's own actions).
     pub fn observation(&self) -> crate::policy::observation::Observation {
-        use crate::policy::observation::{Observation, TaskShaped, PIXELS, PIXELS_DOM};
-        let shaped = [
-            (self.numbers, "numbers", "builtin/counter"),
-            (self.row_labels, "row_labels", "builtin/login-settings"),
-            (self.control_state, "control_state", "builtin/toggle-switches"),
-        ];
-        let task_shaped: Vec<TaskShaped> =
-            shaped.iter().filter(|s| s.0).map(|&(_, name, made_for)| TaskShaped { name, made_for }).collect();
-        let dom = self.screen_text || !task_shaped.is_empty();
-        Observation { setting: if dom { PIXELS_DOM } else { PIXELS }, task_shaped }
+        use crate::policy::observation::Observation;
+        match self.inputs.elements {
+            Some(_) => Observation::PixelsDom,
+            None => Observation::Pixels,
+        }
     }
 
     /// Check every size; errors name the key and say what it must be.
@@ -366,23 +412,16 @@ impl VlmConfig {
                 bail!("VLM config: `{key}` = {v} must be a multiple of stem_patch * stem_merge = {cell}");
             }
         }
-        if self.screen_text && self.word_buckets == 0 {
-            bail!("VLM config: `screen_text` needs word features: set `word_buckets` (e.g. 1024)");
+        if self.inputs.elements.is_some() && self.word_buckets < 2 {
+            bail!(
+                "VLM config: the `elements` input reads the elements' words: set `word_buckets` to at least 2 \
+                 (e.g. {DEFAULT_WORD_BUCKETS}, the default with `elements`)"
+            );
         }
-        if self.numbers && !self.screen_text {
-            bail!("VLM config: `numbers` compares numbers on the screen's elements: set `screen_text` too");
-        }
-        if self.control_state && !self.screen_text {
-            bail!("VLM config: `control_state` reads controls against the instruction's words: set `screen_text` too");
-        }
-        if self.fold_case && self.word_buckets == 0 {
-            bail!("VLM config: `fold_case` changes how words are hashed: set `word_buckets` (e.g. 1024) too");
-        }
-        if self.row_labels && !self.screen_text {
-            bail!("VLM config: `row_labels` names word-less controls by their row's screen words: set `screen_text` too");
-        }
-        if self.memory_actions && self.memory == 0 {
-            bail!("VLM config: `memory_actions` needs `memory` (how many actions to remember), e.g. 2");
+        for (key, v) in [("max_elements", self.inputs.elements), ("memory", self.inputs.history)] {
+            if v == Some(0) {
+                bail!("VLM config: `{key}` must be at least 1");
+            }
         }
         if self.copy && !self.actions.kinds.iter().any(|k| k == "type") {
             bail!("VLM config: `copy` types from the instruction, so `kinds` must include \"type\"");
@@ -477,5 +516,28 @@ mod tests {
         assert!(c.validate().unwrap_err().to_string().contains("must include \"type\""));
         let err = VlmConfig::from_toml_str("d_model = 4\nbogus = 1").unwrap_err();
         assert!(format!("{err:#}").contains("bogus"), "{err:#}");
+        let c = VlmConfig { inputs: Inputs { elements: Some(8), ..Inputs::default() }, ..VlmConfig::tiny() };
+        assert!(c.validate().unwrap_err().to_string().contains("`elements` input reads the elements' words"));
+        let c = VlmConfig { word_buckets: 8, inputs: Inputs { elements: Some(0), ..Inputs::default() }, ..c };
+        assert!(c.validate().unwrap_err().to_string().contains("`max_elements` must be at least 1"));
+        let c = VlmConfig { inputs: Inputs { history: Some(0), ..Inputs::default() }, ..c };
+        assert!(c.validate().unwrap_err().to_string().contains("`memory` must be at least 1"));
+    }
+
+    /// A TOML config is written by hand: without `inputs` it reads pixels only, and only
+    /// guirl 0.1's switches make it 0.1's (a `config.json` without `inputs` is 0.1's).
+    #[test]
+    fn a_toml_config_without_inputs_is_the_new_form() {
+        let c = VlmConfig { word_buckets: 64, ..VlmConfig::tiny() };
+        let mut t: toml::Table = toml::from_str(&toml::to_string(&c).unwrap()).unwrap();
+        t.remove("inputs");
+        assert_eq!(VlmConfig::from_toml_str(&toml::to_string(&t).unwrap()).unwrap(), c);
+        t.insert("screen_text".into(), true.into());
+        let e = format!("{:#}", VlmConfig::from_toml_str(&toml::to_string(&t).unwrap()).unwrap_err());
+        assert!(e.contains("this VLM config was written by guirl 0.1"), "{e}");
+        let mut j = serde_json::to_value(&c).unwrap();
+        j.as_object_mut().unwrap().remove("inputs");
+        let e = format!("{:#}", VlmConfig::from_json_str(&j.to_string()).unwrap_err());
+        assert!(e.contains("this checkpoint's config.json was written by guirl 0.1"), "{e}");
     }
 }

@@ -1,5 +1,5 @@
 //! The small building blocks shared by the network's parts (encoder, decoder, pointer
-//! head, input masks): the init scale, the mask value, and the linear layer.
+//! head, input parts): the init scale, the mask value, learned tables and the linear layer.
 
 use crate::nn::custom_ops as fused;
 use candle_core::{Module, Result, Tensor};
@@ -10,6 +10,11 @@ pub(crate) const INIT_STD: f64 = 0.02;
 /// Additive mask value for blocked attention keys and disallowed tokens: finite, so that
 /// `0 · mask` and `p · log p` stay 0 rather than NaN.
 pub const NEG: f32 = -1e9;
+
+/// A learned table of `n` vectors of width `d` (embeddings and positions).
+pub(crate) fn table(vb: &VarBuilder, name: &str, n: usize, d: usize) -> Result<Tensor> {
+    vb.get_with_hints((n, d), name, Init::Randn { mean: 0.0, stdev: INIT_STD })
+}
 
 /// A linear layer over the last dimension: `x Wᵀ + b` (bias added by [`fused::bias_add`]).
 #[derive(Debug, Clone)]

@@ -1,6 +1,7 @@
-//! Memory of the episode. The remembered actions as encoder tokens (`memory_actions`): what
-//! each slot holds, the key mask over empty slots, and that the tokens change the policy and
-//! learn. The previous frame (`previous_frame`): the change it shows is read and learns.
+//! Memory of the episode. The remembered actions as encoder tokens (the `history` input):
+//! what each slot holds, the key mask over empty slots, and that the tokens change the
+//! policy and learn. The previous frame (the `previous_frame` input): the change it shows
+//! is read and learns.
 
 use super::inputs::{self, ACTION_WORDS};
 use super::layers::NEG;
@@ -12,18 +13,22 @@ fn state_with(history: &[&str]) -> ScreenState {
     s
 }
 
+fn history(memory: usize) -> Inputs {
+    Inputs { history: Some(memory), ..Inputs::default() }
+}
+
 fn kind(name: &str) -> usize {
     GuiAction::KINDS.iter().position(|k| *k == name).unwrap()
 }
 
 #[test]
 fn slots_hold_the_newest_actions_kinds_and_typed_words() {
-    let cfg = VlmConfig { memory: 3, memory_actions: true, word_buckets: 64, ..VlmConfig::tiny() };
+    let cfg = VlmConfig { inputs: history(3), word_buckets: 64, ..VlmConfig::tiny() };
     let s = state_with(&["click(10, 10)", "type(\"milk tea\")", "bad text", "key(Enter)"]);
-    let slots = inputs::action_tokens(&s, &cfg);
+    let slots = inputs::action_tokens(&s, &cfg, 3);
     let milk_tea = words::word_buckets(b"milk tea", 64);
     let (milk, tea) = (milk_tea[0], milk_tea[5]);
-    let enter = words::word_buckets(b"Enter", 64)[0];
+    let enter = words::word_buckets(b"enter", 64)[0]; // words are read without case
     assert_eq!(
         slots,
         vec![(kind("key"), vec![enter]), (kind("type"), vec![milk, tea]), (kind("click"), vec![])],
@@ -31,7 +36,7 @@ fn slots_hold_the_newest_actions_kinds_and_typed_words() {
     );
     // Without word features a slot is its kind alone.
     let bare = VlmConfig { word_buckets: 0, ..cfg.clone() };
-    assert!(inputs::action_tokens(&s, &bare).iter().all(|(_, w)| w.is_empty()));
+    assert!(inputs::action_tokens(&s, &bare, 3).iter().all(|(_, w)| w.is_empty()));
 
     // Two states, one with a single remembered action: its two empty slots are masked.
     let states = [s, state_with(&["click(10, 10)"])];
@@ -41,14 +46,14 @@ fn slots_hold_the_newest_actions_kinds_and_typed_words() {
     let tail = |i: usize| mask[i * n + n - 3..(i + 1) * n].to_vec();
     assert_eq!(tail(0), vec![0.0; 3]);
     assert_eq!(tail(1), vec![0.0, NEG, NEG]);
-    let acts = enc.actions.unwrap();
+    let acts = enc.history.unwrap();
     assert_eq!(acts.kinds.dims(), &[2, 3, GuiAction::KINDS.len()]);
     assert_eq!(acts.words.unwrap().dims(), &[2, 3, ACTION_WORDS]);
 }
 
 #[test]
 fn remembered_actions_change_the_policy_and_their_tables_learn() {
-    let cfg = VlmConfig { memory: 2, memory_actions: true, word_buckets: 64, ..VlmConfig::tiny() };
+    let cfg = VlmConfig { inputs: history(2), word_buckets: 64, ..VlmConfig::tiny() };
     let p = VlmPolicy::new(cfg, &Device::Cpu, 4).unwrap();
     let typed = state_with(&["click(70, 90)", "type(\"milk\")"]);
     let clicked = state_with(&["click(70, 90)"]);
@@ -58,17 +63,15 @@ fn remembered_actions_change_the_policy_and_their_tables_learn() {
     let diff = (&a.logp - &b.logp).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
     assert!(diff > 1e-6, "having typed changes nothing");
     let grads = a.logp.sum_all().unwrap().backward().unwrap();
-    for name in ["action_kind", "action_age"] {
+    for name in ["action_kind", "action_age", "memory"] {
         let (_, v) = p.named_vars().into_iter().find(|(n, _)| n.ends_with(name)).unwrap();
         let g =
             grads.get(v.as_tensor()).unwrap().abs().unwrap().sum_all().unwrap().to_scalar::<f32>().unwrap();
         assert!(g > 0.0 && g.is_finite(), "{name}: {g}");
     }
-    // An old config (no memory_actions) has neither table; memory_actions alone is refused.
-    let old = VlmPolicy::new(VlmConfig { memory: 2, ..VlmConfig::tiny() }, &Device::Cpu, 4).unwrap();
-    assert!(old.named_vars().iter().all(|(n, _)| !n.contains("action_")));
-    let e = VlmConfig { memory_actions: true, ..VlmConfig::tiny() }.validate().unwrap_err().to_string();
-    assert!(e.contains("`memory_actions` needs `memory`"), "{e}");
+    // Without the history there are none of its tables.
+    let plain = VlmPolicy::new(VlmConfig::tiny(), &Device::Cpu, 4).unwrap();
+    assert!(plain.named_vars().iter().all(|(n, _)| !n.contains("action_") && !n.ends_with("memory")));
 }
 
 /// `previous_frame`: each pixel carries its change since the previous screenshot (0 where
@@ -76,7 +79,7 @@ fn remembered_actions_change_the_policy_and_their_tables_learn() {
 /// the gradient reaches the stem weights that read it.
 #[test]
 fn the_change_since_the_previous_frame_is_read_and_learns() {
-    let cfg = VlmConfig { previous_frame: true, ..VlmConfig::tiny() };
+    let cfg = VlmConfig { inputs: Inputs { previous_frame: true, ..Inputs::default() }, ..VlmConfig::tiny() };
     let (w, h) = (cfg.image_width, cfg.image_height);
     let before = speed::square_state(w as u32, h as u32, 8, 8, 8, [0, 0, 200], "Flip it");
     let mut after = speed::square_state(w as u32, h as u32, 8, 8, 8, [200, 0, 0], "Flip it");

@@ -7,7 +7,10 @@
 //!   the shared `layers` (linear layer, init scale, mask value).
 //! - CPU kernels with a fused backward (softmax, LayerNorm, GELU, bias add) are in
 //!   [`crate::nn::custom_ops`].
-//! - [`inputs`]: states and actions → tensors ([`PreparedBatch`]).
+//! - [`inputs`]: states and actions → tensors ([`PreparedBatch`]); the declared inputs
+//!   beside the screenshot and the instruction are [`elements`] (one token per visible
+//!   element) and [`history`] (the last actions).
+//! - [`old_config`]: guirl 0.1's per-feature switches, read into the new form or refused.
 //! - [`speed`]: training/acting throughput measurement (used by `benches/policy_speed.rs`).
 //!
 //! Log-probs, in `act` and in [`VlmPolicy::log_probs`] alike, are taken on
@@ -20,21 +23,27 @@
 
 pub mod config;
 pub mod copy;
+pub mod elements;
+#[cfg(test)]
+mod elements_tests;
+pub mod history;
 pub(crate) mod init;
 pub mod inputs;
 pub(crate) mod layers;
 #[cfg(test)]
 mod memory_tests;
 pub mod model;
+pub mod old_config;
+#[cfg(test)]
+mod old_config_tests;
 mod pointer;
-mod relations;
 pub mod speed;
 #[cfg(test)]
 mod tests;
 pub mod tokens;
 pub mod words;
 
-pub use config::{ActionSpaceConfig, VlmConfig};
+pub use config::{ActionSpaceConfig, Input, Inputs, VlmConfig};
 pub use inputs::PreparedBatch;
 pub use model::VlmModel;
 pub use tokens::{ActionVocab, Grammar};
@@ -405,7 +414,7 @@ impl Policy for VlmPolicy {
 
 impl TrainablePolicy for VlmPolicy {
     fn reads_previous_screenshot(&self) -> bool {
-        self.cfg.previous_frame
+        self.cfg.inputs.previous_frame
     }
     fn sampling(&self) -> Sampling {
         Sampling { temperature: self.temperature, greedy: self.greedy, seed: self.seed }

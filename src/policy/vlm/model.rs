@@ -18,9 +18,11 @@ use candle_nn::{Init, VarBuilder};
 
 use super::config::VlmConfig;
 use super::copy::CopyHead;
+use super::elements::ElementEncoder;
+use super::history::HistoryEncoder;
 use super::inputs::EncoderInputs;
 pub use super::layers::NEG;
-use super::layers::{linear, Linear, INIT_STD};
+use super::layers::{linear, table, Linear, INIT_STD};
 use super::pointer::PointerHead;
 use crate::nn::custom_ops as fused;
 
@@ -29,11 +31,6 @@ use crate::nn::custom_ops as fused;
 fn add_positions(x: &Tensor, pos: &Tensor) -> Result<Tensor> {
     let (b, n, d) = x.dims3()?;
     fused::bias_add(&x.reshape((b, n * d))?, &pos.reshape(n * d)?)?.reshape((b, n, d))
-}
-
-/// A learned table of `n` vectors of width `d` (embeddings and positions).
-fn table(vb: &VarBuilder, name: &str, n: usize, d: usize) -> Result<Tensor> {
-    vb.get_with_hints((n, d), name, Init::Randn { mean: 0.0, stdev: INIT_STD })
 }
 
 /// LayerNorm over the last dimension ([`fused::layer_norm`]; candle's fused
@@ -293,20 +290,10 @@ pub struct VlmModel {
     text_emb: Tensor,
     text_pos: Tensor,
     word_emb: Option<Tensor>,
-    /// [1, d]: added to a screen word that the instruction also has.
-    screen_match: Option<Tensor>,
-    /// [3, d]: added to an image token whose element's number is less than, equal to or
-    /// greater than the instruction's (the config's `numbers`).
-    number_relation: Option<Tensor>,
-    /// [4, d]: added to the image token of a checkbox or radio button, one row per
-    /// (named by the instruction, checked) pair (the config's `control_state`).
-    control_state: Option<Tensor>,
-    /// [memory, d]: added to the image token an earlier action pointed at, one row per
-    /// age (row 0: the last action).
-    memory: Option<Tensor>,
-    /// [kinds, d] and [memory, d]: a remembered action's token is its kind's row plus its
-    /// age's row (plus its words), when the config has `memory_actions`.
-    action_kind: Option<(Tensor, Tensor)>,
+    /// The `history` input's tables.
+    history: Option<HistoryEncoder>,
+    /// The `elements` input's parts.
+    elements: Option<ElementEncoder>,
     encoder: Vec<EncoderLayer>,
     enc_ln: LayerNorm,
     tok_emb: Tensor,
@@ -334,18 +321,13 @@ impl VlmModel {
                 0 => None,
                 n => Some(table(&venc, "word_emb", n, d)?),
             },
-            screen_match: if cfg.screen_text { Some(table(&venc, "screen_match", 1, d)?) } else { None },
-            number_relation: if cfg.numbers { Some(table(&venc, "number_relation", 3, d)?) } else { None },
-            control_state: if cfg.control_state { Some(table(&venc, "control_state", 4, d)?) } else { None },
-            memory: match cfg.memory {
-                0 => None,
-                k => Some(table(&venc, "memory", k, d)?),
+            history: match cfg.inputs.history {
+                Some(k) => Some(HistoryEncoder::new(k, d, &venc)?),
+                None => None,
             },
-            action_kind: if cfg.memory_actions {
-                let kinds = crate::env::GuiAction::KINDS.len();
-                Some((table(&venc, "action_kind", kinds, d)?, table(&venc, "action_age", cfg.memory, d)?))
-            } else {
-                None
+            elements: match cfg.inputs.elements {
+                Some(_) => Some(ElementEncoder::new(d, venc.pp("elements"))?),
+                None => None,
             },
             encoder: (0..cfg.encoder_layers)
                 .map(|i| EncoderLayer::new(cfg, out_std, venc.pp(format!("layers.{i}"))))
@@ -363,33 +345,16 @@ impl VlmModel {
         })
     }
 
-    /// Encode a batch's screenshots and instructions (see [`EncoderInputs`]).
+    /// Encode a batch's screenshots, instructions and declared inputs (see
+    /// [`EncoderInputs`]).
     pub fn encode(&self, enc: &EncoderInputs) -> Result<Memory> {
         let key_mask = &enc.key_mask;
         let (mut img, cells) = self.stem.forward(&enc.images)?;
         let n_img = img.dim(1)?;
         let (b, l) = enc.text.dims2()?;
         let d = self.text_emb.dim(1)?;
-        if let (Some(table), Some(screen)) = (&self.word_emb, &enc.screen) {
-            // Sum of the slot embeddings (empty slots masked out) on each image token.
-            let k = screen.ids.dim(2)?;
-            let mut emb = table.index_select(&screen.ids.flatten_all()?, 0)?.reshape((b, n_img, k, d))?;
-            if let Some(m) = &self.screen_match {
-                emb = emb.broadcast_add(&screen.matched.broadcast_mul(m)?)?;
-            }
-            img = (img + emb.broadcast_mul(&screen.mask)?.sum(2)?)?;
-            if let (Some(table), Some(rel)) = (&self.number_relation, &screen.relation) {
-                // [B, n_img, 3] one-hot × [3, d]: a plain matmul, so the table learns.
-                img = (img + rel.broadcast_matmul(table)?)?;
-            }
-            if let (Some(table), Some(states)) = (&self.control_state, &screen.control) {
-                // [B, n_img, 4] one-hot × [4, d], as the relation above.
-                img = (img + states.broadcast_matmul(table)?)?;
-            }
-        }
-        if let (Some(table), Some(marks)) = (&self.memory, &enc.history) {
-            // [B, n_img, K] one-hot ages × [K, d]: a plain matmul, so the table learns.
-            img = (img + marks.broadcast_matmul(table)?)?;
+        if let (Some(h), Some(hist)) = (&self.history, &enc.history) {
+            img = h.mark(&img, hist)?;
         }
         let mut txt = self.text_emb.index_select(&enc.text.flatten_all()?, 0)?.reshape((b, l, d))?;
         if let (Some(table), Some(words)) = (&self.word_emb, &enc.words) {
@@ -397,15 +362,11 @@ impl VlmModel {
         }
         let txt = add_positions(&txt, &self.text_pos.narrow(0, 0, l)?)?;
         let mut parts = vec![img, txt];
-        if let (Some((kinds, ages)), Some(acts)) = (&self.action_kind, &enc.actions) {
-            // [B, K, kinds] one-hot × [kinds, d]: a plain matmul, so the table learns.
-            let mut tok = acts.kinds.broadcast_matmul(kinds)?.broadcast_add(ages)?;
-            if let (Some(table), Some(ids), Some(m)) = (&self.word_emb, &acts.words, &acts.word_mask) {
-                let (k, w) = (ids.dim(1)?, ids.dim(2)?);
-                let emb = table.index_select(&ids.flatten_all()?, 0)?.reshape((b, k, w, d))?;
-                tok = (tok + emb.broadcast_mul(m)?.sum(2)?)?;
-            }
-            parts.push(tok);
+        if let (Some(h), Some(hist)) = (&self.history, &enc.history) {
+            parts.push(h.tokens(hist, self.word_emb.as_ref())?);
+        }
+        if let (Some(e), Some(els), Some(words)) = (&self.elements, &enc.elements, &self.word_emb) {
+            parts.push(e.forward(els, words, &self.stem.pos)?);
         }
         let mut x = Tensor::cat(&parts, 1)?;
         for layer in &self.encoder {

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use super::{tokens, VlmConfig, VlmPolicy};
-use crate::env::{Frame, GuiAction, ScreenState};
+use crate::env::{BBox, Element, Frame, GuiAction, ScreenState};
 use crate::policy::{Policy, TokenScores};
 
 /// A `w`×`h` screenshot of light grey with a `size`-pixel square of `colour` whose top-left
@@ -52,7 +52,7 @@ pub fn synthetic_batch(n: usize, seed: u64) -> (Vec<ScreenState>, Vec<GuiAction>
     (0..n)
         .map(|i| {
             let (x, y) = (rng.gen_range(0..130), rng.gen_range(0..180));
-            let s = square_state(
+            let mut s = square_state(
                 160,
                 210,
                 x,
@@ -61,6 +61,7 @@ pub fn synthetic_batch(n: usize, seed: u64) -> (Vec<ScreenState>, Vec<GuiAction>
                 [220, 30, 30],
                 "Click on the red square, then press Submit.",
             );
+            s.elements = page_elements(i, x as f32, y as f32);
             let a = if i % 4 == 3 {
                 GuiAction::Type { text: "hello".into() }
             } else {
@@ -69,6 +70,46 @@ pub fn synthetic_batch(n: usize, seed: u64) -> (Vec<ScreenState>, Vec<GuiAction>
             (s, a)
         })
         .unzip()
+}
+
+/// A page's elements for synthetic state `i` (read only by policies with the `elements`
+/// input): the square, a Submit button, a filled text field, and 0–11 links, so a batch
+/// pads element rows of different lengths.
+fn page_elements(i: usize, x: f32, y: f32) -> Vec<Element> {
+    let at = |x: f32, y: f32, w: f32, h: f32| BBox { x, y, w, h };
+    let mut out = vec![
+        Element {
+            tag: "div".into(),
+            text: "red square".into(),
+            bbox: at(x, y, 30.0, 30.0),
+            ..Default::default()
+        },
+        Element {
+            tag: "button".into(),
+            text: "Submit".into(),
+            bbox: at(10.0, 180.0, 50.0, 20.0),
+            ..Default::default()
+        },
+        Element {
+            tag: "input".into(),
+            input_type: "text".into(),
+            label: "Name".into(),
+            value: "hello there".into(),
+            focused: i.is_multiple_of(2),
+            bbox: at(70.0, 180.0, 80.0, 20.0),
+            ..Default::default()
+        },
+    ];
+    for j in 0..(i * 7) % 12 {
+        let text = format!("link {j} of page {i}");
+        out.push(Element {
+            tag: "a".into(),
+            text,
+            bbox: at(10.0, 10.0 * j as f32, 60.0, 9.0),
+            ..Default::default()
+        });
+    }
+    out
 }
 
 /// Median wall times (milliseconds) and what they mean per second.
@@ -273,8 +314,8 @@ pub fn measure(
 ///   global gradient norm (and each Var's), and the loss after one AdamW step
 ///   ([`adamw_params`]), with the optimizer's settings and the token layout (`x0`, `vocab`).
 ///
-/// Only configs without the optional input features (word buckets, screen text, memory,
-/// copy, previous frame) are covered: those add inputs the export does not write.
+/// Only configs without the optional input features (word buckets, copy, and inputs other
+/// than pixels) are covered: those add inputs the export does not write.
 pub fn export(cfg: &VlmConfig, batch: usize, device: &Device, dir: &Path) -> Result<serde_json::Value> {
     let policy = VlmPolicy::new(cfg.clone(), device, 0)?;
     let (states, actions) = synthetic_batch(batch, 1);
@@ -282,12 +323,11 @@ pub fn export(cfg: &VlmConfig, batch: usize, device: &Device, dir: &Path) -> Res
     let enc = &prepared.encoder;
     ensure!(
         enc.words.is_none()
-            && enc.screen.is_none()
             && enc.history.is_none()
-            && enc.actions.is_none()
+            && enc.elements.is_none()
             && enc.pieces.is_none()
-            && !cfg.previous_frame,
-        "export covers configs without word_buckets, screen_text, memory, copy and previous_frame"
+            && !cfg.inputs.previous_frame,
+        "export covers configs without word_buckets, copy and inputs other than pixels"
     );
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let host = |t: &Tensor| t.to_device(&Device::Cpu);

@@ -24,9 +24,18 @@ fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
 
 #[test]
 fn one_backward_pass_reaches_every_var() {
-    // With the optional word features on, so their table is covered too.
-    let p = VlmPolicy::new(VlmConfig { word_buckets: 64, ..VlmConfig::tiny() }, &Device::Cpu, 1).unwrap();
-    let (states, actions) = mixed_actions();
+    // With every optional input on, so their parameters are covered too (copy's own test
+    // is in copy_tests.rs: it needs actions that copy).
+    let mut cfg = VlmConfig { word_buckets: 64, ..VlmConfig::tiny() };
+    cfg.inputs = Inputs { previous_frame: true, elements: Some(8), history: Some(2) };
+    let p = VlmPolicy::new(cfg, &Device::Cpu, 1).unwrap();
+    let (mut states, actions) = mixed_actions();
+    for (i, s) in states.iter_mut().enumerate() {
+        s.history = ["click(20, 30)", "type(\"hi\")"][..i % 3].iter().map(|a| a.to_string()).collect();
+        s.previous_screenshot = Some(std::sync::Arc::new(image::RgbImage::new(160, 210)));
+        // Every role, state and match: the page's own elements, one checked and one focused.
+        s.elements[0].checked = true;
+    }
     let s = p.log_probs(&states, &actions).unwrap();
     let loss = (s.logp.sum_all().unwrap().neg().unwrap() - s.entropy.sum_all().unwrap()).unwrap();
     let grads = loss.backward().unwrap();
@@ -246,256 +255,17 @@ fn word_buckets_name_a_word_the_same_at_every_offset() {
     assert_eq!(words.len(), 8, "Turn on Sync and Wi Fi then Apply (Sync twice): {ids:?}");
 }
 
-fn labelled(text: &str, x: f32, y: f32) -> crate::env::Element {
-    crate::env::Element {
-        tag: "label".into(),
-        text: text.into(),
-        bbox: crate::env::BBox { x, y, w: 40.0, h: 10.0 },
-        ..Default::default()
-    }
-}
-
-#[test]
-fn screen_words_sit_on_the_token_under_each_element() {
-    // tiny: a 4 × 5 token grid; on a 160 × 200 screenshot one token is 40 × 40 pixels.
-    let cfg = VlmConfig { word_buckets: 256, screen_text: true, ..VlmConfig::tiny() };
-    let mut s = speed::square_state(160, 200, 0, 0, 1, [0, 0, 0], "Turn on \"Sync\".");
-    s.elements = vec![
-        labelled("Sync", 50.0, 85.0),          // centre (70, 90): column 1, row 2
-        labelled("Dark mode", 100.0, 160.0),   // centre (120, 165): column 3, row 4
-        labelled("Dark", 100.0, 160.0),        // the same token, a word it already has
-        labelled("  ", 0.0, 0.0),              // no text: nothing
-        labelled("Far away", 400.0, 10.0),     // centred off the screenshot: skipped
-        labelled("a b c d e f g h", 0.0, 0.0), // more words than slots: the first six
-        crate::env::Element {
-            // A switch: its accessible name and its state, on its own token.
-            tag: "input".into(),
-            input_type: "checkbox".into(),
-            label: "Wi-Fi".into(),
-            checked: true,
-            bbox: crate::env::BBox { x: 130.0, y: 10.0, w: 20.0, h: 10.0 },
-            ..Default::default()
-        },
-    ];
-    let ids = inputs::screen_words(&s, &cfg);
-    let k = inputs::SCREEN_WORD_SLOTS;
-    let at = |col: usize, row: usize| ids[(row * 4 + col) * k..(row * 4 + col + 1) * k].to_vec();
-    let word = |w: &str| words::word_buckets(w.as_bytes(), 256)[0];
-    // The same bucket as the instruction's "Sync": one vector for the word in both places.
-    let sync_in_instruction = words::word_buckets(s.instruction.as_bytes(), 256)[9];
-    assert_eq!(at(1, 2), vec![sync_in_instruction, 0, 0, 0, 0, 0]);
-    assert_eq!(at(3, 4), vec![word("Dark"), word("mode"), 0, 0, 0, 0]);
-    assert_eq!(at(0, 0), ["a", "b", "c", "d", "e", "f"].map(word).to_vec());
-    assert_eq!(at(3, 0), vec![word("Wi"), word("Fi"), word("checked"), 0, 0, 0]);
-    let filled = ids.iter().filter(|&&id| id != 0).count();
-    assert_eq!(filled, 1 + 2 + 6 + 3, "{ids:?}");
-    // Only "Sync" is also a word of the instruction.
-    let enc = inputs::encoder_inputs(std::slice::from_ref(&s), &cfg, &Device::Cpu).unwrap();
-    let matched = enc.screen.unwrap().matched.flatten_all().unwrap().to_vec1::<f32>().unwrap();
-    assert_eq!(matched.iter().sum::<f32>(), 1.0);
-    assert_eq!(matched[(2 * 4 + 1) * k], 1.0);
-
-    // The words reach the policy's output, and their embeddings get a gradient.
-    let p = VlmPolicy::new(cfg, &Device::Cpu, 3).unwrap();
-    let action = vec![GuiAction::parse("click(70, 90)").unwrap()];
-    let mut plain = s.clone();
-    plain.elements.clear();
-    let with = p.log_probs(std::slice::from_ref(&s), &action).unwrap();
-    let without = p.log_probs(&[plain], &action).unwrap();
-    assert!(max_abs_diff(&with.logp, &without.logp) > 1e-6, "screen words change nothing");
-    let grads = with.logp.sum_all().unwrap().backward().unwrap();
-    let (_, table) = p.named_vars().into_iter().find(|(n, _)| n.ends_with("word_emb")).unwrap();
-    let g = grads.get(table.as_tensor()).unwrap().to_vec2::<f32>().unwrap();
-    let mode = word("mode") as usize; // on the screen only, not in the instruction
-    assert!(g[mode].iter().any(|v| *v != 0.0), "no gradient for a screen-only word");
-    let (_, m) = p.named_vars().into_iter().find(|(n, _)| n.ends_with("screen_match")).unwrap();
-    let g = grads.get(m.as_tensor()).unwrap().abs().unwrap().sum_all().unwrap().to_scalar::<f32>().unwrap();
-    assert!(g > 0.0, "no gradient for the match feature");
-}
-
-/// `numbers`: a number on the screen is compared with the instruction's first one
-/// (less, equal, greater) on its token, symbol-only texts become words, and the relation
-/// moves the policy's output and learns.
-#[test]
-fn numbers_on_the_screen_are_compared_with_the_instruction() {
-    assert_eq!(inputs::first_number("Set the counter to 12, then click 3"), Some(12));
-    assert_eq!(inputs::first_number("\u{2212}4 and -7"), Some(-4));
-    assert_eq!(inputs::first_number("was -7"), Some(-7));
-    assert_eq!(inputs::first_number("no digits"), None);
-    let cfg = VlmConfig { word_buckets: 256, screen_text: true, numbers: true, ..VlmConfig::tiny() };
-    let mut s = speed::square_state(160, 200, 0, 0, 1, [0, 0, 0], "Set the counter to 5, then Submit.");
-    s.elements = vec![
-        labelled("3", 0.0, 0.0),           // token (0, 0): less
-        labelled("5", 50.0, 85.0),         // token (1, 2): equal
-        labelled("12", 100.0, 160.0),      // token (3, 4): greater
-        labelled("\u{2212}", 100.0, 10.0), // token (3, 0): a symbol, no number
-        // token (2, 3): a field whose value holds the number (a spinner): less
-        crate::env::Element { tag: "input".into(), value: "-3".into(), ..labelled("", 80.0, 125.0) },
-    ];
-    let rel = inputs::number_relations(&s, &cfg);
-    let at = |col: usize, row: usize| rel[(row * 4 + col) * 3..(row * 4 + col + 1) * 3].to_vec();
-    assert_eq!(at(0, 0), vec![1.0, 0.0, 0.0]);
-    assert_eq!(at(1, 2), vec![0.0, 1.0, 0.0]);
-    assert_eq!(at(3, 4), vec![0.0, 0.0, 1.0]);
-    assert_eq!(at(2, 3), vec![1.0, 0.0, 0.0]);
-    assert_eq!(rel.iter().sum::<f32>(), 4.0, "{rel:?}");
-    // No number in the instruction: nothing to compare.
-    let mut none = s.clone();
-    none.instruction = "Click Submit.".into();
-    assert!(inputs::number_relations(&none, &cfg).iter().all(|&v| v == 0.0));
-    // The minus sign is a word of its own with `numbers`, and nothing without.
-    let words = inputs::screen_words(&s, &cfg);
-    let k = inputs::SCREEN_WORD_SLOTS;
-    assert_ne!(words[3 * k], 0);
-    let plain = VlmConfig { numbers: false, ..cfg.clone() };
-    assert_eq!(inputs::screen_words(&s, &plain)[3 * k], 0);
-
-    let p = VlmPolicy::new(cfg, &Device::Cpu, 5).unwrap();
-    let action = vec![GuiAction::parse("click(70, 90)").unwrap()];
-    // Each of the three rows reaches the output (a gradient), so each is read and learns.
-    let a = p.log_probs(std::slice::from_ref(&s), &action).unwrap();
-    let grads = a.logp.sum_all().unwrap().backward().unwrap();
-    let (_, t) = p.named_vars().into_iter().find(|(n, _)| n.ends_with("number_relation")).unwrap();
-    let g = grads.get(t.as_tensor()).unwrap().to_vec2::<f32>().unwrap();
-    assert!(g.iter().all(|row| row.iter().any(|v| *v != 0.0)), "a relation row has no gradient");
-    let e = VlmConfig { numbers: true, ..VlmConfig::tiny() }.validate().unwrap_err().to_string();
-    assert!(e.contains("`numbers`") && e.contains("screen_text"), "{e}");
-}
-
-/// `control_state`: each checkbox or radio button's token gets the one-hot of (named by
-/// the instruction, checked); a name is named only when all its words are said ("Dark
-/// mode" does not name "Airplane mode"), and every row of the table learns.
-#[test]
-fn control_states_cross_the_instructions_names_with_the_checked_state() {
-    // 1 024 buckets, as the task configs: at 256 "Airplane" and one of the instruction's words share one.
-    let cfg = VlmConfig { word_buckets: 1024, screen_text: true, control_state: true, ..VlmConfig::tiny() };
-    let mut s =
-        speed::square_state(160, 200, 0, 0, 1, [0, 0, 0], "Turn on \"Dark mode\", turn off the rest.");
-    let switch = |name: &str, checked: bool, x: f32, y: f32| crate::env::Element {
-        tag: "input".into(),
-        input_type: "checkbox".into(),
-        label: name.into(),
-        checked,
-        ..labelled("", x, y)
-    };
-    s.elements = vec![
-        switch("Dark mode", true, 0.0, 5.0),       // token (0, 0): named & checked
-        switch("Dark mode", false, 40.0, 45.0),    // token (1, 1): named & unchecked
-        switch("Airplane mode", true, 80.0, 85.0), // token (2, 2): unnamed & checked
-        switch("Sync", false, 120.0, 125.0),       // token (3, 3): unnamed & unchecked
-        labelled("Dark mode", 0.0, 165.0),         // token (0, 4): not a control
-    ];
-    let st = inputs::control_states(&s, &inputs_said(&s, &cfg), &cfg);
-    let at = |col: usize, row: usize| st[(row * 4 + col) * 4..(row * 4 + col + 1) * 4].to_vec();
-    assert_eq!(at(0, 0), vec![1.0, 0.0, 0.0, 0.0]);
-    assert_eq!(at(1, 1), vec![0.0, 1.0, 0.0, 0.0]);
-    assert_eq!(at(2, 2), vec![0.0, 0.0, 1.0, 0.0]);
-    assert_eq!(at(3, 3), vec![0.0, 0.0, 0.0, 1.0]);
-    assert_eq!(st.iter().sum::<f32>(), 4.0, "{st:?}");
-    let enc = inputs::encoder_inputs(std::slice::from_ref(&s), &cfg, &Device::Cpu).unwrap();
-    let control = enc.screen.unwrap().control.unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
-    assert_eq!(control, st);
-    let off = VlmConfig { control_state: false, ..cfg.clone() };
-    assert!(inputs::encoder_inputs(std::slice::from_ref(&s), &off, &Device::Cpu)
-        .unwrap()
-        .screen
-        .unwrap()
-        .control
-        .is_none());
-
-    let p = VlmPolicy::new(cfg, &Device::Cpu, 5).unwrap();
-    let action = vec![GuiAction::parse("click(100, 100)").unwrap()];
-    let a = p.log_probs(std::slice::from_ref(&s), &action).unwrap();
-    let grads = a.logp.sum_all().unwrap().backward().unwrap();
-    let (_, t) = p.named_vars().into_iter().find(|(n, _)| n.ends_with("control_state")).unwrap();
-    let g = grads.get(t.as_tensor()).unwrap().to_vec2::<f32>().unwrap();
-    assert!(g.iter().all(|row| row.iter().any(|v| *v != 0.0)), "a control-state row has no gradient");
-    let e = VlmConfig { control_state: true, ..VlmConfig::tiny() }.validate().unwrap_err().to_string();
-    assert!(e.contains("`control_state`") && e.contains("screen_text"), "{e}");
-}
-
-/// The instruction's word buckets, as `encoder_inputs` collects them.
-fn inputs_said(s: &crate::env::ScreenState, cfg: &VlmConfig) -> std::collections::HashSet<u32> {
-    words::policy_words(s.instruction.as_bytes(), cfg).into_iter().filter(|&w| w != 0).collect()
-}
-
-/// `row_labels`: a word-less control (a `×` at a form row's end) carries the words of the
-/// element nearest to its left on its line, so the instruction's match flag reaches the
-/// button; controls with words of their own, and those alone on their line, keep theirs.
-/// `fold_case`: the page's "Email" is the instruction's "email".
-#[test]
-fn a_wordless_control_takes_its_rows_label() {
-    // tiny: a 4 × 5 token grid; on a 160 × 200 screenshot one token is 40 × 40 pixels.
-    let cfg = VlmConfig {
-        word_buckets: 256,
-        screen_text: true,
-        row_labels: true,
-        fold_case: true,
-        ..VlmConfig::tiny()
-    };
-    let mut s = speed::square_state(160, 200, 0, 0, 1, [0, 0, 0], "Change your email to \"a@b.io\".");
-    let button = |text: &str, x: f32, y: f32| crate::env::Element {
-        tag: "button".into(),
-        bbox: crate::env::BBox { x, y, w: 10.0, h: 10.0 },
-        ..labelled(text, 0.0, 0.0)
-    };
-    s.elements = vec![
-        labelled("Display name", 0.0, 45.0), // row 1, column 0 (centre (20, 50))
-        button("\u{d7}", 130.0, 45.0),       // row 1, column 3: takes "Display name"
-        labelled("Email", 0.0, 85.0),        // row 2, column 0
-        crate::env::Element {
-            // The row's field, named by its <label>: nearer to the × than the label.
-            tag: "input".into(),
-            label: "Email".into(),
-            value: "old@x.io".into(),
-            ..labelled("", 45.0, 85.0)
-        },
-        button("\u{d7}", 130.0, 85.0),  // row 2, column 3: takes "Email"
-        button("\u{d7}", 130.0, 165.0), // row 4: nothing to its left, nothing
-        button("Save", 90.0, 125.0),    // row 3, column 2: has its own word
-        labelled("Help", 140.0, 125.0), // right of Save on its line, not left
-    ];
-    let ids = inputs::screen_words(&s, &cfg);
-    let k = inputs::SCREEN_WORD_SLOTS;
-    let at = |col: usize, row: usize| ids[(row * 4 + col) * k..(row * 4 + col + 1) * k].to_vec();
-    let word = |w: &str| words::word_buckets(w.as_bytes(), 256)[0];
-    assert_eq!(at(3, 1), vec![word("display"), word("name"), 0, 0, 0, 0]);
-    assert_eq!(at(3, 2), vec![word("email"), 0, 0, 0, 0, 0]);
-    assert_eq!(at(3, 4), vec![0; 6]);
-    assert_eq!(at(2, 3), vec![word("save"), 0, 0, 0, 0, 0]);
-    // The instruction's "email" now flags the × of its row, not the other one.
-    let enc = inputs::encoder_inputs(std::slice::from_ref(&s), &cfg, &Device::Cpu).unwrap();
-    let matched = enc.screen.unwrap().matched.flatten_all().unwrap().to_vec1::<f32>().unwrap();
-    assert_eq!(matched[(2 * 4 + 3) * k], 1.0);
-    assert_eq!(matched[(4 + 3) * k], 0.0);
-    // Case kept: "Email" is not "email", and nothing matches.
-    let cased = VlmConfig { fold_case: false, ..cfg.clone() };
-    let enc = inputs::encoder_inputs(std::slice::from_ref(&s), &cased, &Device::Cpu).unwrap();
-    assert_eq!(enc.screen.unwrap().matched.sum_all().unwrap().to_scalar::<f32>().unwrap(), 0.0);
-    // Off: the × buttons carry nothing.
-    let off = VlmConfig { row_labels: false, ..cfg.clone() };
-    let ids = inputs::screen_words(&s, &off);
-    assert!(ids[(4 + 3) * k..(4 + 4) * k]
-        .iter()
-        .chain(&ids[(2 * 4 + 3) * k..(2 * 4 + 4) * k])
-        .all(|&id| id == 0));
-    let e = VlmConfig { row_labels: true, ..VlmConfig::tiny() }.validate().unwrap_err().to_string();
-    assert!(e.contains("`row_labels`") && e.contains("screen_text"), "{e}");
-    let e = VlmConfig { fold_case: true, ..VlmConfig::tiny() }.validate().unwrap_err().to_string();
-    assert!(e.contains("`fold_case`") && e.contains("word_buckets"), "{e}");
-}
-
 /// Memory of the episode: the last `memory` pointing actions sit, by age, on the token
 /// they pointed at; they change the policy's output, and the age table learns.
 #[test]
 fn history_marks_sit_on_the_clicked_token_by_age() {
     // tiny: a 4 × 5 token grid; on a 160 × 200 screenshot one token is 40 × 40 pixels.
-    let cfg = VlmConfig { memory: 2, ..VlmConfig::tiny() };
+    let cfg = VlmConfig { inputs: Inputs { history: Some(2), ..Inputs::default() }, ..VlmConfig::tiny() };
     let mut s = speed::square_state(160, 200, 0, 0, 1, [0, 0, 0], "Turn on \"Sync\".");
     s.history = ["click(10, 10)", "drag(10, 10, 150, 190)", "type(\"x\")", "click(70, 90)", "not an action"]
         .map(String::from)
         .to_vec();
-    let marks = inputs::history_marks(&s, &cfg);
+    let marks = inputs::history_marks(&s, &cfg, 2);
     let at = |col: usize, row: usize, age: usize| marks[(row * 4 + col) * 2 + age];
     // Newest first: the malformed text is no action; click(70, 90) is age 0 (column 1,
     // row 2); type("x") is age 1 and points nowhere; older ones are past `memory`.
@@ -503,7 +273,7 @@ fn history_marks_sit_on_the_clicked_token_by_age() {
     assert_eq!(marks.iter().sum::<f32>(), 1.0, "{marks:?}");
     s.history.pop();
     s.history.remove(2); // now: click, drag, click(70, 90): the drag is age 1, both ends
-    let marks = inputs::history_marks(&s, &cfg);
+    let marks = inputs::history_marks(&s, &cfg, 2);
     let at = |col: usize, row: usize, age: usize| marks[(row * 4 + col) * 2 + age];
     assert_eq!((at(1, 2, 0), at(0, 0, 1), at(3, 4, 1)), (1.0, 1.0, 1.0));
     assert_eq!(marks.iter().sum::<f32>(), 3.0);
@@ -519,12 +289,6 @@ fn history_marks_sit_on_the_clicked_token_by_age() {
     let (_, table) = p.named_vars().into_iter().find(|(n, _)| n.ends_with("memory")).unwrap();
     let g = grads.get(table.as_tensor()).unwrap().to_vec2::<f32>().unwrap();
     assert!(g.iter().all(|row| row.iter().any(|v| *v != 0.0)), "an age without a gradient");
-}
-
-#[test]
-fn screen_text_needs_word_buckets() {
-    let err = VlmConfig { screen_text: true, ..VlmConfig::tiny() }.validate().unwrap_err().to_string();
-    assert!(err.contains("screen_text") && err.contains("word_buckets"), "{err}");
 }
 
 /// A state's sampled action depends on its stream key only, not on which other states

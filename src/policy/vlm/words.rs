@@ -1,7 +1,7 @@
 //! Where a word or a point falls: a word's hash bucket (the instruction's, the screen's
 //! and the critic's and reward model's bags of words) and a screen point's cell of the
 //! image grid. Every input of the small policy that matches words or places marks on the
-//! grid reads these (`inputs.rs`, `relations.rs`).
+//! grid reads these (`inputs.rs`, `elements.rs`, `history.rs`).
 
 use super::config::VlmConfig;
 
@@ -27,14 +27,31 @@ pub fn word_buckets(text: &[u8], buckets: usize) -> Vec<u32> {
     out
 }
 
-/// [`word_buckets`] of `text` as the policy reads it: ASCII-lowered first with the
-/// config's `fold_case`.
+/// [`word_buckets`] of `text` as the policy reads it: without case (ASCII letters
+/// lowered), so the page's "Email" is the instruction's "email".
 pub fn policy_words(text: &[u8], cfg: &VlmConfig) -> Vec<u32> {
-    if cfg.fold_case {
-        word_buckets(&text.to_ascii_lowercase(), cfg.word_buckets)
-    } else {
-        word_buckets(text, cfg.word_buckets)
+    word_buckets(&text.to_ascii_lowercase(), cfg.word_buckets)
+}
+
+/// The distinct words of `text` as the policy reads them ([`policy_words`]), in order of
+/// first appearance, at most `max`.
+pub fn distinct_words(text: &str, cfg: &VlmConfig, max: usize) -> Vec<u32> {
+    let mut out = Vec::new();
+    for id in starts(&policy_words(text.as_bytes(), cfg)) {
+        if out.len() == max {
+            break;
+        }
+        if !out.contains(&id) {
+            out.push(id);
+        }
     }
+    out
+}
+
+/// The bucket of each word of a per-byte bucket list, in order (one per word).
+fn starts(per_byte: &[u32]) -> impl Iterator<Item = u32> + '_ {
+    // a word starts where a non-zero bucket follows a separator
+    per_byte.iter().enumerate().filter(|&(i, &b)| b != 0 && (i == 0 || per_byte[i - 1] == 0)).map(|(_, &b)| b)
 }
 
 /// The hash bucket (1..`buckets`, FNV-1a) of one word's bytes; 0 with fewer than 2 buckets.
@@ -51,15 +68,7 @@ pub(super) fn bucket(word: &[u8], buckets: usize) -> u32 {
 /// A text's words as bucket ids ([`word_buckets`]: 1.., one per word, in order), at most
 /// `max` (the critic's and the reward model's bag of words).
 pub fn instruction_words(text: &str, buckets: usize, max: usize) -> Vec<u32> {
-    let per_byte = word_buckets(text.as_bytes(), buckets);
-    let mut out = Vec::new();
-    for (i, &b) in per_byte.iter().enumerate() {
-        // a word starts where a non-zero bucket follows a separator
-        if b != 0 && (i == 0 || per_byte[i - 1] == 0) && out.len() < max {
-            out.push(b);
-        }
-    }
-    out
+    starts(&word_buckets(text.as_bytes(), buckets)).take(max).collect()
 }
 
 /// The image-token grid cell of the point (`x`, `y`) on a `w`×`h` screenshot, if on it.
