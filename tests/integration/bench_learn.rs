@@ -127,7 +127,7 @@ fn a_tiny_plan_runs_resumes_and_reports() {
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(stdout.contains(&md), "the command prints the report");
     for want in [
-        "observation: pixels; task-shaped features: none",
+        "— observation: pixels\n",
         "test pooled [Wilson 95 %]",
         "| clone | 2 |",
         "| grpo | 2 |",
@@ -158,7 +158,7 @@ fn a_tiny_plan_runs_resumes_and_reports() {
     );
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
     let md = std::fs::read_to_string(b.join("report.md")).unwrap();
-    assert!(md.contains("- observation: pixels; task-shaped features: none"), "{md}");
+    assert!(md.contains("- observation: pixels\n"), "{md}");
 }
 
 #[test]

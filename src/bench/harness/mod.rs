@@ -46,9 +46,8 @@ pub struct BenchOptions {
     pub resume: bool,
     /// Progress bars on stderr.
     pub progress: bool,
-    /// What reaches the policy, for the report: `pixels` or `pixels+dom` with the
-    /// task-shaped features of a checkpoint, whether an API policy is sent the elements,
-    /// `n/a` for a scripted one.
+    /// What reaches the policy, for the report: `pixels` or `pixels+dom` (a checkpoint's
+    /// inputs, whether an API policy is sent the elements), `n/a` for a scripted one.
     pub observation: String,
 }
 

@@ -143,7 +143,7 @@ pub struct Reproducibility {
     pub policy: String,
     /// What the policy reports about itself (model id, prompt hash, sampling, ...).
     pub policy_info: serde_json::Value,
-    /// What reaches the policy (`pixels`, `pixels+dom` and the task-shaped features; `n/a`
+    /// What reaches the policy (`pixels` or `pixels+dom`; `n/a`
     /// for a scripted policy); empty in reports written before it was recorded.
     #[serde(default)]
     pub observation: String,
