@@ -418,11 +418,13 @@ impl QwenVl {
         }
         if !full.is_empty() {
             static ONCE: std::sync::Once = std::sync::Once::new();
+            // Said once a process, without the folder: the first save goes to a temporary
+            // folder that is renamed when complete, and the rule holds for every checkpoint.
             ONCE.call_once(|| {
                 tracing::warn!(
-                    "{}: modules trained whole ([model] train_modules) are saved as PEFT's modules_to_save: \
-                     peft loads the adapter, vLLM does not (it serves LoRA adapters without modules_to_save)",
-                    dir.display()
+                    "this run's checkpoints save the modules trained whole ([model] train_modules) as \
+                     PEFT's modules_to_save: peft loads the adapter, vLLM does not (it serves LoRA \
+                     adapters without modules_to_save)"
                 )
             });
         }
