@@ -232,8 +232,8 @@ async fn full_size_runs_are_bit_exact_with_two_and_four_browsers() {
     }
 }
 
-/// `guirl train` with four browsers, killed (SIGKILL) 1.5 s after iteration 2's checkpoint
-/// (measured: iteration 3 done, its metrics line written, iteration 4 under way), then
+/// `guirl train` with four browsers, killed (SIGKILL) in iteration 4 (iteration 3's metrics
+/// line written after iteration 2's checkpoint), then
 /// `--resume`d under load, equals the same 4 iterations run straight: nothing written after
 /// the checkpoint leaks into the resumed run.
 #[test]
@@ -262,17 +262,20 @@ fn resume_after_a_kill_with_four_browsers_is_bit_exact() {
     // Without a terminal and with the default log filter, each iteration is a log line.
     assert!(err.contains("iteration 1/4: reward") && err.contains("iteration 4/4: reward"), "{err}");
     let mut child = train(&b, false).stderr(Stdio::null()).spawn().unwrap();
-    let ckpt = b.join("checkpoints/iter-000002");
+    // Kill once iteration 3's metrics line is written (a baseline line + one per finished
+    // iteration): the run is then in iteration 4, past the checkpoint of iteration 2. Polling
+    // the file, not sleeping a fixed time, as an iteration of this tiny run takes under a second.
+    let metrics = b.join("metrics.jsonl");
+    let written = || std::fs::read_to_string(&metrics).map(|t| t.lines().count()).unwrap_or(0);
     let deadline = Instant::now() + std::time::Duration::from_secs(600);
-    while !ckpt.exists() {
-        assert!(Instant::now() < deadline, "no checkpoint after iteration 2 in 10 minutes");
-        assert!(child.try_wait().unwrap().is_none(), "the run ended before iteration 2's checkpoint");
-        std::thread::sleep(std::time::Duration::from_millis(50));
+    while written() < 4 {
+        assert!(Instant::now() < deadline, "no metrics for iteration 3 in 10 minutes");
+        assert!(child.try_wait().unwrap().is_none(), "the run ended before iteration 3's metrics");
+        std::thread::sleep(std::time::Duration::from_millis(5));
     }
-    // past iteration 3's metrics line, into iteration 4
-    std::thread::sleep(std::time::Duration::from_millis(1500));
     child.kill().unwrap();
     child.wait().unwrap();
+    assert!(b.join("checkpoints/iter-000002").exists(), "no checkpoint of iteration 2 to resume from");
     assert!(!b.join("checkpoints/iter-000004").exists(), "the run finished before the kill");
     let lines = std::fs::read_to_string(b.join("metrics.jsonl")).unwrap().lines().count();
     eprintln!("killed with {lines} metrics lines (a baseline and one per finished iteration)");
