@@ -38,12 +38,22 @@ seeds=($(read_plan seeds))
 algos=($(read_plan algos))
 first=${tasks[0]}
 
-cell() { # run one cell; its log goes to OUT/.lanes/NAME.log
-    local name=$1
+cell() { # run one cell; its log goes to OUT/.lanes/NAME.log, then OUT/.lanes/NAME.done
+    local name=$1 log=$out/.lanes/${1//\//_}
     [[ -e "$out/.pause" ]] && return 0
+    if [[ $name == */more-sft-c* ]]; then
+        # more-sft-cK is sized by its clone's RL cells: wait for every one of them (the other
+        # lane may still run the last, with one RL seed it always does)
+        local c=${name##*-c} t a s
+        for t in "${tasks[@]}"; do for a in "${algos[@]}"; do for s in "${seeds[@]}"; do
+            while [[ ! -e "$out/.lanes/${t}_$a-c$c-s$s.done" && ! -e "$out/.pause" ]]; do sleep 5; done
+        done; done; done
+        [[ -e "$out/.pause" ]] && return 0
+    fi
     echo "$(date +%T) start $name"
-    "$bin" bench-learn "$plan" --out "$out" --only "$name" >"$out/.lanes/${name//\//_}.log" 2>&1 ||
-        echo "$(date +%T) FAILED $name (see $out/.lanes/${name//\//_}.log)"
+    "$bin" bench-learn "$plan" --out "$out" --only "$name" >"$log.log" 2>&1 ||
+        echo "$(date +%T) FAILED $name (see $log.log)"
+    touch "$log.done"
     echo "$(date +%T) done  $name"
 }
 
