@@ -226,8 +226,13 @@ function add(el) {
   if (tag === 'input' || tag === 'textarea' || tag === 'select') {
     label = clean(el.getAttribute('aria-label') || (el.labels && el.labels.length ? textOf(el.labels[0]) : ''));
   }
+  // A field's content, or an input button's drawn label. A checkbox's or radio button's
+  // value attribute ("on" by default) is never drawn (its state is `checked`), nor is an
+  // option's (a select lists its chosen option's text).
   var value = '';
-  if ('value' in el && typeof el.value === 'string' && tag !== 'button' && tag !== 'li') value = el.value;
+  var undrawn = tag === 'button' || tag === 'li' || tag === 'select' || tag === 'option' ||
+    (tag === 'input' && (el.type === 'checkbox' || el.type === 'radio'));
+  if ('value' in el && typeof el.value === 'string' && !undrawn) value = el.value;
   out.push({
     tag: tag, id: el.id || '', classes: (typeof el.className === 'string') ? el.className : '',
     text: text, label: label, value: value, input_type: tag === 'input' ? (el.type || 'text') : '',

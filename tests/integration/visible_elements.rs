@@ -32,6 +32,7 @@ async fn only_drawn_text_and_reachable_elements_are_listed() {
         ("#name", ""),
         // A closed list shows its chosen option, not the others.
         ("#pick", "Pear"),
+        ("#agree", ""),
         // font-size: 0, a transparent colour, opacity: 0 on part of the text.
         ("#zero", ""),
         ("#zero-child", "Seen words"),
@@ -58,6 +59,11 @@ async fn only_drawn_text_and_reachable_elements_are_listed() {
     assert_eq!(listed(&obs), want, "{:#?}", obs.elements);
     let name = obs.elements.iter().find(|e| e.id == "name").unwrap();
     assert_eq!((name.label.as_str(), name.input_type.as_str()), ("Name", "text"));
+    // Values that are not drawn: a select's option value (its text is listed), a checkbox's
+    // value attribute (its state is)
+    let value = |id: &str| obs.elements.iter().find(|e| e.id == id).map(|e| (e.value.clone(), e.checked));
+    assert_eq!(value("pick"), Some((String::new(), false)));
+    assert_eq!(value("agree"), Some((String::new(), true)));
     // What is listed can be acted on: the scripted element takes the click.
     let (x, y) = obs.elements.iter().find(|e| e.id == "scripted").unwrap().bbox.center();
     let out = env.step(&GuiAction::Click { x, y }).await.unwrap();

@@ -195,7 +195,9 @@ pub(super) fn click_option(s: &ScreenState) -> Option<GuiAction> {
 pub(super) fn choose_list(s: &ScreenState) -> Option<GuiAction> {
     let target = between(&s.instruction, "Select ", " from the list and click Submit.")?;
     let select = by_id(s, "options").or_else(|| s.elements.iter().find(|e| e.tag == "select"))?;
-    if select.value == target {
+    // a closed list shows its chosen option's text (its `value` is not drawn, so not listed)
+    let chosen = select.text.trim();
+    if chosen == target {
         return button(s, "Submit").map(click);
     }
     if !select.focused {
@@ -205,7 +207,7 @@ pub(super) fn choose_list(s: &ScreenState) -> Option<GuiAction> {
             key: "Tab".into(),
         }));
     }
-    if !select.value.to_lowercase().starts_with(&target.to_lowercase()) {
+    if !chosen.to_lowercase().starts_with(&target.to_lowercase()) {
         return Some(GuiAction::Type { text: target.to_string() });
     }
     // The open list's items are the page's only listed <div>s.
@@ -213,7 +215,7 @@ pub(super) fn choose_list(s: &ScreenState) -> Option<GuiAction> {
     if let Some(item) = items.iter().find(|e| e.text.trim() == target) {
         return Some(click(item));
     }
-    if items.iter().any(|e| e.text.trim() == select.value) {
+    if items.iter().any(|e| e.text.trim() == chosen) {
         return Some(key("ArrowDown"));
     }
     Some(click(select))
@@ -432,12 +434,11 @@ mod tests {
         assert_eq!(parse_time("13:07"), None);
     }
 
-    fn select_state(value: &str, text: &str, focused: bool) -> ScreenState {
+    fn select_state(text: &str, focused: bool) -> ScreenState {
         let select = Element {
             tag: "select".into(),
             id: "options".into(),
             text: text.into(),
-            value: value.into(),
             focused,
             bbox: crate::env::BBox { x: 2.0, y: 57.0, w: 150.0, h: 19.0 },
             ..Default::default()
@@ -463,8 +464,8 @@ mod tests {
 
     #[test]
     fn choose_list_steps() {
-        let act = |value: &str, focused: bool, items: &[&str]| {
-            let mut s = select_state(value, value, focused);
+        let act = |chosen: &str, focused: bool, items: &[&str]| {
+            let mut s = select_state(chosen, focused);
             for (i, t) in items.iter().enumerate() {
                 s.elements.push(Element {
                     tag: "div".into(),
