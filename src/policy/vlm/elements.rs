@@ -16,8 +16,7 @@
 //!   reports no disabled state).
 //! - **box**: its box (x0, y0, x1, y1, each in [-1, 1] over the screenshot) through a
 //!   linear layer, plus the image grid's own position vector of the token under the box's
-//!   centre, so the element's token and the image tokens under it share a position and
-//!   attention can lead the pointer head (which scores image tokens) there.
+//!   centre, so the element's token and the image tokens under it share a position.
 //! - **segment**: one vector every element token has (what kind of token it is).
 //!
 //! Nothing is shaped for a task: no number comparison, no borrowed row label, no pairing of
@@ -25,8 +24,13 @@
 //! read as tokens (the screenshot still shows them); a batch pads to its longest list (at
 //! least one slot) and masks the empty slots out of attention.
 //!
-//! The pointer head scores image tokens only; letting it score element tokens directly
-//! is left for later.
+//! The pointer head's keys are the image tokens' encoder outputs plus, on the token under
+//! each element's box centre, that element's own encoder output ([`ElementInputs::on_cells`]).
+//! Why: the pointer picks a place, and an element is where it lies. When only the image
+//! tokens keyed the pointer, what an element token knew (its words match the instruction,
+//! it is unchecked) had to cross to the image token under it by attention, which 100
+//! demonstrations did not teach: a builtin/toggle-switches clone stayed at the pixels-only
+//! level (docs/learning.md).
 
 use candle_core::{Device, Module, Result, Tensor};
 use candle_nn::VarBuilder;
@@ -192,13 +196,23 @@ pub struct ElementInputs {
     pub boxes: Tensor,
     /// [B, E] u32: the image-grid cell under the box's centre.
     pub cells: Tensor,
+    /// [B, image_tokens, E] f32: 1 where element `e`'s box centre lies on image token `i`
+    /// (0 for empty slots): the pointer's keys add each element's encoder output there.
+    pub on_cells: Tensor,
 }
 
 impl ElementInputs {
-    /// Pack each state's tokens into `slots` slots (at least the longest list).
-    pub fn new(rows: &[Vec<ElementToken>], slots: usize, device: &Device) -> Result<ElementInputs> {
+    /// Pack each state's tokens into `slots` slots (at least the longest list), over an
+    /// image of `image_tokens` tokens.
+    pub fn new(
+        rows: &[Vec<ElementToken>],
+        slots: usize,
+        image_tokens: usize,
+        device: &Device,
+    ) -> Result<ElementInputs> {
         let (b, e, k) = (rows.len(), slots, ELEMENT_WORDS);
         let mut out = Packed::new(b * e);
+        let mut on_cells = vec![0f32; b * image_tokens * e];
         for (i, row) in rows.iter().enumerate() {
             for (j, t) in row.iter().enumerate() {
                 let at = i * e + j;
@@ -209,6 +223,9 @@ impl ElementInputs {
                 out.states[at * 2..at * 2 + 2].copy_from_slice(&[flag(t.checked), flag(t.focused)]);
                 out.boxes[at * 4..at * 4 + 4].copy_from_slice(&t.bbox);
                 out.cells[at] = t.cell as u32;
+                if t.cell < image_tokens {
+                    on_cells[(i * image_tokens + t.cell) * e + j] = 1.0;
+                }
             }
         }
         let Packed {
@@ -233,6 +250,7 @@ impl ElementInputs {
             states: Tensor::from_vec(states, (b, e, 2), device)?,
             boxes: Tensor::from_vec(boxes, (b, e, 4), device)?,
             cells: Tensor::from_vec(cells, (b, e), device)?,
+            on_cells: Tensor::from_vec(on_cells, (b, image_tokens, e), device)?,
         })
     }
 }

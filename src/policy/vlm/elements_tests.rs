@@ -164,7 +164,7 @@ fn an_element_token_carries_the_grid_position_under_its_centre() {
     let (d, c) = (16, cfg(8));
     let map = candle_nn::VarMap::new();
     let enc = ElementEncoder::new(d, init::seeded_var_builder(&map, 1, &Device::Cpu)).unwrap();
-    let x = ElementInputs::new(&[element_tokens(&page(), &c, 8)], 5, &Device::Cpu).unwrap();
+    let x = ElementInputs::new(&[element_tokens(&page(), &c, 8)], 5, c.image_tokens(), &Device::Cpu).unwrap();
     let words = Tensor::randn(0f32, 1.0, (1024, d), &Device::Cpu).unwrap();
     let pos = Tensor::randn(0f32, 1.0, (c.image_tokens(), d), &Device::Cpu).unwrap();
     let mut moved = pos.to_vec2::<f32>().unwrap();
@@ -176,6 +176,23 @@ fn an_element_token_carries_the_grid_position_under_its_centre() {
     for (i, row) in diff.iter().enumerate() {
         let want = if i == 1 { 1.0 } else { 0.0 };
         assert!(row.iter().all(|v| (v - want).abs() < 1e-5), "element {i}: {row:?}");
+    }
+}
+
+/// The pointer's keys read each element where it lies: `on_cells` has one 1 per element,
+/// on the image token under its box centre, and nothing for the empty slots.
+#[test]
+fn each_element_keys_the_pointer_on_the_token_under_its_centre() {
+    let c = cfg(8);
+    let tokens = element_tokens(&page(), &c, 8);
+    let x = ElementInputs::new(&[tokens.clone()], 5, c.image_tokens(), &Device::Cpu).unwrap();
+    let on = x.on_cells.squeeze(0).unwrap().to_vec2::<f32>().unwrap();
+    assert_eq!((on.len(), on[0].len()), (c.image_tokens(), 5));
+    for j in 0..5 {
+        let ones: Vec<usize> = (0..on.len()).filter(|&i| on[i][j] == 1.0).collect();
+        let want = tokens.get(j).map(|t| vec![t.cell]).unwrap_or_default();
+        assert_eq!(ones, want, "slot {j}");
+        assert_eq!(on.iter().map(|r| r[j]).sum::<f32>(), want.len() as f32, "slot {j}");
     }
 }
 

@@ -187,7 +187,7 @@ pub fn encoder_inputs(states: &[ScreenState], cfg: &VlmConfig, device: &Device) 
         None
     };
     let elements = match &rows {
-        Some(rows) => Some(ElementInputs::new(rows, slots, device)?),
+        Some(rows) => Some(ElementInputs::new(rows, slots, cfg.image_tokens(), device)?),
         None => None,
     };
     let pieces = if cfg.copy {

@@ -375,7 +375,16 @@ impl VlmModel {
         let mem = self.enc_ln.forward(&x)?;
         let kv = self.decoder.iter().map(|l| l.cross.kv(&mem)).collect::<Result<_>>()?;
         let pointer_keys = match &self.pointer {
-            Some(p) => Some(p.keys(&mem.narrow(1, 0, n_img)?, &cells)?),
+            Some(p) => {
+                let mut grid = mem.narrow(1, 0, n_img)?;
+                // each element's output also keys the pointer where the element lies
+                if let (Some(_), Some(els)) = (&self.elements, &enc.elements) {
+                    let e = els.on_cells.dim(2)?;
+                    let at = mem.dim(1)? - e;
+                    grid = (grid + els.on_cells.matmul(&mem.narrow(1, at, e)?.contiguous()?)?)?;
+                }
+                Some(p.keys(&grid, &cells)?)
+            }
             None => None,
         };
         let copy = match (&self.copy, &enc.pieces) {
