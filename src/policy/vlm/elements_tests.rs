@@ -185,7 +185,7 @@ fn an_element_token_carries_the_grid_position_under_its_centre() {
 fn each_element_keys_the_pointer_on_the_token_under_its_centre() {
     let c = cfg(8);
     let tokens = element_tokens(&page(), &c, 8);
-    let x = ElementInputs::new(&[tokens.clone()], 5, c.image_tokens(), &Device::Cpu).unwrap();
+    let x = ElementInputs::new(std::slice::from_ref(&tokens), 5, c.image_tokens(), &Device::Cpu).unwrap();
     let on = x.on_cells.squeeze(0).unwrap().to_vec2::<f32>().unwrap();
     assert_eq!((on.len(), on[0].len()), (c.image_tokens(), 5));
     for j in 0..5 {
