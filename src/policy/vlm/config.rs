@@ -5,6 +5,7 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
+use super::old_config::FORMAT;
 use crate::env::GuiAction;
 
 /// The sizes of the model and its action space. Presets: [`VlmConfig::tiny`] (tests),
@@ -59,21 +60,11 @@ pub struct VlmConfig {
     #[serde(default)]
     pub copy: bool,
     /// The layout of the network a `config.json` describes, [`FORMAT`] for every config
-    /// made now (a hand-written one leaves it out). Absent in guirl 0.1's (read as the same
-    /// policy or refused by `old_config.rs`) and in guirl 0.2.0's first checkpoints, whose
-    /// pointer head read the image tokens alone: with `elements` those are refused (see
-    /// [`VlmConfig::from_json_str`]).
+    /// made now (a hand-written one leaves it out). Absent in guirl 0.1's and in guirl
+    /// 0.2.0's first checkpoints, which `old_config.rs` reads or refuses.
     #[serde(default)]
     pub format: u32,
 }
-
-/// The small policy's current network layout (see [`VlmConfig::format`]): 2 since the
-/// pointer head's keys also read each element token where the element lies.
-pub const FORMAT: u32 = 2;
-
-/// The last commit whose small policy with `elements` keyed its pointer on image tokens
-/// alone (layout 1, guirl 0.2.0's first checkpoints), which reads what it wrote.
-pub const LAST_FORMAT_1_COMMIT: &str = "60e270c95d88";
 
 /// What the small policy reads besides the screenshot and the instruction (which it always
 /// reads). Every combination is meaningful; a training config declares them as a list of
@@ -373,27 +364,10 @@ impl VlmConfig {
             if old {
                 super::old_config::upgrade_checkpoint(keys, what)?;
             }
-            let reads_elements =
-                keys.get("inputs").and_then(|i| i.get("elements")).is_some_and(|e| !e.is_null());
-            if format == "JSON" && !keys.contains_key("format") && reads_elements {
-                bail!(
-                    "{what} was written by guirl 0.2.0 before its pointer head read the element tokens \
-                     (layout 1): with the `elements` input this guirl computes another policy from those \
-                     weights. Read it with guirl at git commit {LAST_FORMAT_1_COMMIT}, or train it again"
-                );
-            }
-            // older layouts without elements, and hand-written configs, are the current one
-            keys.entry("format").or_insert(FORMAT.into());
+            super::old_config::check_format(keys, what, format == "JSON")?;
         }
         let cfg: VlmConfig =
             serde_json::from_value(value).with_context(|| format!("invalid VLM config ({format})"))?;
-        if cfg.format != FORMAT {
-            bail!(
-                "invalid VLM config ({format}): format {} is not this guirl's small-policy layout ({FORMAT}); \
-                 a newer guirl wrote it",
-                cfg.format
-            );
-        }
         cfg.validate()?;
         Ok(cfg)
     }
@@ -575,30 +549,5 @@ mod tests {
         j.as_object_mut().unwrap().remove("inputs");
         let e = format!("{:#}", VlmConfig::from_json_str(&j.to_string()).unwrap_err());
         assert!(e.contains("this checkpoint's config.json was written by guirl 0.1"), "{e}");
-    }
-
-    /// guirl 0.2.0's first checkpoints (no `format`) load where they are the same network
-    /// (no `elements`) and are refused, naming the commit that reads them, where the pointer
-    /// now reads the element tokens; a config of a newer layout is refused.
-    #[test]
-    fn a_config_json_of_the_first_element_layout_is_refused() {
-        let c = VlmConfig { word_buckets: 64, ..VlmConfig::tiny() };
-        let el = VlmConfig { inputs: Inputs { elements: Some(8), ..Inputs::default() }, ..c.clone() };
-        for cfg in [&c, &el] {
-            assert_eq!(&VlmConfig::from_json_str(&serde_json::to_string(cfg).unwrap()).unwrap(), cfg);
-        }
-        let without_format = |cfg: &VlmConfig| {
-            let mut j = serde_json::to_value(cfg).unwrap();
-            j.as_object_mut().unwrap().remove("format");
-            VlmConfig::from_json_str(&j.to_string())
-        };
-        assert_eq!(without_format(&c).unwrap(), c);
-        let e = format!("{:#}", without_format(&el).unwrap_err());
-        assert!(e.contains("written by guirl 0.2.0 before its pointer head read the element tokens"), "{e}");
-        assert!(e.contains(LAST_FORMAT_1_COMMIT), "{e}");
-        let newer = VlmConfig { format: FORMAT + 1, ..c };
-        let e =
-            format!("{:#}", VlmConfig::from_json_str(&serde_json::to_string(&newer).unwrap()).unwrap_err());
-        assert!(e.contains("a newer guirl wrote it"), "{e}");
     }
 }

@@ -19,6 +19,11 @@
 //!
 //! A checkpoint that the new form reads as the same policy loads; any other is refused,
 //! naming the guirl that reads it ([`written_by_0_1`]).
+//!
+//! Since then a `config.json` records its network's layout as `format` ([`FORMAT`]).
+//! guirl 0.2.0's first checkpoints have none: their pointer head keyed on the image tokens
+//! alone, so with `elements` the same weights now compute another policy and are refused
+//! ([`check_format`]); without `elements` they are the same network.
 
 use anyhow::{bail, Result};
 use serde_json::{json, Map, Value};
@@ -37,6 +42,14 @@ pub const OLD_KEYS: [&str; 8] = [
 
 /// The last commit of guirl 0.1 (the per-feature small policy), which reads what it wrote.
 pub const LAST_0_1_COMMIT: &str = "087a806ed16e";
+
+/// The small policy's current network layout (`VlmConfig::format`): 2 since the pointer
+/// head's keys also read each element token where the element lies.
+pub const FORMAT: u32 = 2;
+
+/// The last commit whose small policy with `elements` keyed its pointer on image tokens
+/// alone (layout 1, guirl 0.2.0's first checkpoints), which reads what it wrote.
+pub const LAST_FORMAT_1_COMMIT: &str = "60e270c95d88";
 
 /// The task-shaped switches of guirl 0.1, each with the task it was made for.
 const TASK_SHAPED: [(&str, &str); 3] = [
@@ -164,5 +177,28 @@ pub fn upgrade_checkpoint(keys: &mut Map<String, Value>, what: &str) -> Result<(
         "history": up.memory,
     });
     keys.insert("inputs".into(), inputs);
+    Ok(())
+}
+
+/// A config's keys (after [`upgrade_checkpoint`]) with the current `format`: a checkpoint's
+/// (`written`) without one that reads `elements` is layout 1 and refused; one of another
+/// format was written by a newer guirl and refused; the rest (a hand-written config, or
+/// layout 1 without `elements`) is the current layout.
+pub fn check_format(keys: &mut Map<String, Value>, what: &str, written: bool) -> Result<()> {
+    let reads_elements = keys.get("inputs").and_then(|i| i.get("elements")).is_some_and(|e| !e.is_null());
+    match keys.get("format") {
+        None if written && reads_elements => bail!(
+            "{what} was written by guirl 0.2.0 before its pointer head read the element tokens \
+             (layout 1): with the `elements` input this guirl computes another policy from those \
+             weights. Read it with guirl at git commit {LAST_FORMAT_1_COMMIT}, or train it again"
+        ),
+        None => {
+            keys.insert("format".into(), FORMAT.into());
+        }
+        Some(f) if f.as_u64() != Some(u64::from(FORMAT)) => bail!(
+            "{what} has format {f}, not this guirl's small-policy layout ({FORMAT}): a newer guirl wrote it"
+        ),
+        Some(_) => {}
+    }
     Ok(())
 }

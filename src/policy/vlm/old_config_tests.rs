@@ -89,3 +89,27 @@ fn the_notes_say_what_each_switch_became() {
     assert!(up.notes[1].starts_with("model.numbers = false dropped: it was off"), "{:?}", up.notes);
     assert_eq!(up.differs.len(), 2, "screen_text, and words hashed with case: {:?}", up.differs);
 }
+
+/// guirl 0.2.0's first checkpoints (no `format`) load where they are the same network
+/// (no `elements`) and are refused, naming the commit that reads them, where the pointer
+/// now reads the element tokens; a config of a newer layout is refused.
+#[test]
+fn a_config_json_of_the_first_element_layout_is_refused() {
+    let c = VlmConfig { word_buckets: 64, ..VlmConfig::tiny() };
+    let el = VlmConfig { inputs: Inputs { elements: Some(8), ..Inputs::default() }, ..c.clone() };
+    for cfg in [&c, &el] {
+        assert_eq!(&VlmConfig::from_json_str(&serde_json::to_string(cfg).unwrap()).unwrap(), cfg);
+    }
+    let without_format = |cfg: &VlmConfig| {
+        let mut j = serde_json::to_value(cfg).unwrap();
+        j.as_object_mut().unwrap().remove("format");
+        VlmConfig::from_json_str(&j.to_string())
+    };
+    assert_eq!(without_format(&c).unwrap(), c);
+    let e = format!("{:#}", without_format(&el).unwrap_err());
+    assert!(e.contains("written by guirl 0.2.0 before its pointer head read the element tokens"), "{e}");
+    assert!(e.contains(LAST_FORMAT_1_COMMIT), "{e}");
+    let newer = VlmConfig { format: FORMAT + 1, ..c };
+    let e = format!("{:#}", VlmConfig::from_json_str(&serde_json::to_string(&newer).unwrap()).unwrap_err());
+    assert!(e.contains("a newer guirl wrote it"), "{e}");
+}
