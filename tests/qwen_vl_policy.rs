@@ -16,38 +16,16 @@ fn fixture(arch: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/qwen_vl").join(arch)
 }
 
-/// A short system prompt keeps the tiny models' sequences short.
-fn settings(arch: &str, prompt_dir: &Path) -> QwenPolicySettings {
-    let prompt = prompt_dir.join("prompt.md");
-    std::fs::write(&prompt, "Act on the screen. {frame}").unwrap();
-    let mut s = QwenPolicySettings::new(arch, fixture(arch).to_str().unwrap());
-    s.prompt = Some(prompt);
-    s.lora_rank = 2;
-    s.lora_alpha = 4.0;
-    s.max_new_tokens = 6;
-    s
-}
-
+use common::qwen::{bits, perturb_b, policy_settings as settings};
 use common::synthetic_state as state;
+
+/// Each architecture with attention per answer over its own cache, and with
+/// `decode_window` (one attention per layer for a chunk of window slots).
+const DECODINGS: [(&str, Option<usize>); 4] =
+    [("qwen3_vl", None), ("qwen3_vl", Some(512)), ("qwen2_5_vl", None), ("qwen2_5_vl", Some(512))];
 
 fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
     (a - b).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap()
-}
-
-/// Give every LoRA B a small random value, as after a first update (B starts at 0).
-fn perturb_b(p: &QwenVlPolicy) {
-    // Seeded (candle's CPU `randn` is not), so every run tests the same adapters: with an
-    // unseeded draw the step test failed now and then (one AdamW step at lr 1e-2 can
-    // overshoot: it did for this seed; at 1e-3 the NLL fell for each of seeds 0-7).
-    use rand::{Rng, SeedableRng};
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
-    for (name, v) in p.trainable_vars() {
-        if name.ends_with("lora_B") {
-            // uniform with a standard deviation of 0.05
-            let vals: Vec<f32> = (0..v.elem_count()).map(|_| rng.gen_range(-0.0866..0.0866)).collect();
-            v.set(&Tensor::from_vec(vals, v.dims(), &Device::Cpu).unwrap()).unwrap();
-        }
-    }
 }
 
 #[test]
@@ -84,16 +62,12 @@ fn sampled_answers_rescored_give_the_same_logprobs() {
     }
 }
 
-/// Token log-probs as bits, for exact comparison.
-fn bits(d: &guirl::policy::Decision) -> (Vec<u32>, Vec<u32>) {
-    (d.tokens.clone(), d.token_logprobs.iter().map(|x| x.to_bits()).collect())
-}
-
 #[test]
 fn answers_decoded_together_are_bit_for_bit_those_decoded_alone() {
-    for arch in ["qwen3_vl", "qwen2_5_vl"] {
+    for (arch, window) in DECODINGS {
         let tmp = tempfile::tempdir().unwrap();
         let mut s = settings(arch, tmp.path());
+        s.decode_window = window;
         s.max_new_tokens = 12;
         s.decode_rows = Some(3);
         let mut p = QwenVlPolicy::new(s, &Device::Cpu, 0).unwrap();
@@ -113,20 +87,28 @@ fn answers_decoded_together_are_bit_for_bit_those_decoded_alone() {
         let together: Vec<_> = p.act_keyed(&states, &keys).unwrap().iter().map(bits).collect();
         for i in 0..states.len() {
             let alone = p.act_keyed(&states[i..=i], &keys[i..=i]).unwrap();
-            assert_eq!(bits(&alone[0]), together[i], "{arch}: state {i} alone differs from in the batch");
+            assert_eq!(
+                bits(&alone[0]),
+                together[i],
+                "{arch} {window:?}: state {i} alone differs from in the batch"
+            );
         }
         let order = [4, 2, 0, 3, 1];
         let shuffled_states: Vec<_> = order.iter().map(|&i| states[i].clone()).collect();
         let shuffled_keys: Vec<u64> = order.iter().map(|&i| keys[i]).collect();
         let shuffled = p.act_keyed(&shuffled_states, &shuffled_keys).unwrap();
         for (j, &i) in order.iter().enumerate() {
-            assert_eq!(bits(&shuffled[j]), together[i], "{arch}: state {i} in another order differs");
+            assert_eq!(
+                bits(&shuffled[j]),
+                together[i],
+                "{arch} {window:?}: state {i} in another order differs"
+            );
         }
         // the same prompt with other keys draws other answers (the shared prompt run does
         // not share the sampling)
         assert!(
             together[0] != together[1] || together[0] != together[3],
-            "{arch}: one answer for three keys"
+            "{arch} {window:?}: one answer for three keys"
         );
     }
 }
@@ -136,9 +118,10 @@ fn answers_decoded_together_are_bit_for_bit_those_decoded_alone() {
 /// state gets decoded alone.
 #[test]
 fn answers_joining_a_decode_in_flight_are_bit_for_bit_those_decoded_alone() {
-    for arch in ["qwen3_vl", "qwen2_5_vl"] {
+    for (arch, window) in DECODINGS {
         let tmp = tempfile::tempdir().unwrap();
         let mut s = settings(arch, tmp.path());
+        s.decode_window = window;
         s.max_new_tokens = 10;
         s.decode_rows = Some(2);
         let mut p = QwenVlPolicy::new(s, &Device::Cpu, 0).unwrap();
@@ -164,18 +147,26 @@ fn answers_joining_a_decode_in_flight_are_bit_for_bit_those_decoded_alone() {
             }
             let live = dec.live();
             let done = dec.step().unwrap();
-            assert_eq!(dec.live(), live - done.len(), "{arch}: finished answers leave");
+            assert_eq!(dec.live(), live - done.len(), "{arch} {window:?}: finished answers leave");
             for (id, d) in done {
-                assert!(got[id as usize].replace(d).is_none(), "{arch}: answer {id} returned twice");
+                assert!(
+                    got[id as usize].replace(d).is_none(),
+                    "{arch} {window:?}: answer {id} returned twice"
+                );
             }
             steps += 1;
-            assert!(steps < 100, "{arch}: the decode never ended");
+            assert!(steps < 100, "{arch} {window:?}: the decode never ended");
         }
         for (i, d) in got.iter().enumerate() {
             let d = d.as_ref().unwrap();
             let alone = p.act_keyed(&states[i..=i], &keys[i..=i]).unwrap();
-            assert_eq!(bits(&alone[0]), bits(d), "{arch}: state {i} joining at step {} differs", joins[i]);
-            assert!(!d.tokens.is_empty() && d.tokens.len() <= 10, "{arch}: {:?}", d.tokens);
+            assert_eq!(
+                bits(&alone[0]),
+                bits(d),
+                "{arch} {window:?}: state {i} joining at step {} differs",
+                joins[i]
+            );
+            assert!(!d.tokens.is_empty() && d.tokens.len() <= 10, "{arch} {window:?}: {:?}", d.tokens);
         }
         // an empty decoder steps to nothing
         assert!(dec.step().unwrap().is_empty() && dec.live() == 0);

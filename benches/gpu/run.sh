@@ -20,7 +20,8 @@
 #     the tiny fixture; then one decoder layer of the 2B shape, part by part;
 #     then the rollout decoding table: the policy's own continuous-batching decoder for 1 to
 #     128 rollouts of different screenshots, tokens/s and peak memory against the copy
-#     bandwidth's roofline measured in the same run (benches/decode_table.rs);
+#     bandwidth's roofline measured in the same run (benches/decode_table.rs), and the same
+#     table with `decode_window` (window slots, one attention per layer for a chunk);
 #  5. NCCL's data-parallel gradient sum (tests/nccl.rs, the `nccl` feature), one rank per
 #     GPU, against the sum through the host.
 set -uo pipefail
@@ -121,6 +122,10 @@ want 4 && for size in ${GPU_SIZES:-2b tiny}; do
     timeout "$(cap 120)" $BIN/decode_table --device cuda --dtype bf16 --model /tmp/qwen-speed/qwen3_vl_${size}_bf16 \
       --rollouts ${GPU_ROLLOUTS:-1,8,16,32,64,128} --tokens 32 --out "${OUT:-/tmp}/decode-table-$size.json" \
       || echo "decode table $size failed (rc $?)"
+    echo "### $size: rollout decoding table, window slots (decode_window, one attention per layer per chunk)"
+    timeout "$(cap 120)" $BIN/decode_table --device cuda --dtype bf16 --model /tmp/qwen-speed/qwen3_vl_${size}_bf16 \
+      --rollouts ${GPU_ROLLOUTS:-1,8,16,32,64,128} --tokens 32 --window ${GPU_WINDOW:-512} --rows ${GPU_WINDOW_ROWS:-32} \
+      --out "${OUT:-/tmp}/decode-table-window-$size.json" || echo "decode table (window) $size failed (rc $?)"
   fi
 done
 if want 5; then

@@ -74,6 +74,8 @@ pub struct ModelTable {
     pub max_new_tokens: Option<usize>,
     /// `decode_rows` (Qwen-VL).
     pub decode_rows: Option<usize>,
+    /// `decode_window` (Qwen-VL).
+    pub decode_window: Option<usize>,
     /// `dtype` (Qwen-VL).
     pub dtype: Option<String>,
     /// `train_modules` (Qwen-VL).

@@ -4,7 +4,7 @@
 use anyhow::Result;
 use candle_core::{DType, Device, Tensor};
 use guirl::policy::qwen_vl::model::text::KvCache;
-use guirl::policy::qwen_vl::QwenVl;
+use guirl::policy::qwen_vl::{QwenPolicySettings, QwenVl, QwenVlPolicy};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -100,4 +100,39 @@ pub fn one_pass_logits(m: &QwenVl, r: &HashMap<String, Tensor>, case: &str, toke
     all.extend(tokens);
     let prompt = m.prompt(all, &g).unwrap();
     m.logits(&m.hidden(&prompt, Some(&vision), None).unwrap()).unwrap()
+}
+
+/// Policy settings on the tiny fixture `arch`, with a short system prompt written into
+/// `prompt_dir` (it keeps the tiny models' sequences short).
+pub fn policy_settings(arch: &str, prompt_dir: &Path) -> QwenPolicySettings {
+    let prompt = prompt_dir.join("prompt.md");
+    std::fs::write(&prompt, "Act on the screen. {frame}").unwrap();
+    let mut s = QwenPolicySettings::new(arch, dir(arch).to_str().unwrap());
+    s.prompt = Some(prompt);
+    s.lora_rank = 2;
+    s.lora_alpha = 4.0;
+    s.max_new_tokens = 6;
+    s
+}
+
+/// Give every LoRA B a small random value, as after a first update (B starts at 0).
+pub fn perturb_b(p: &QwenVlPolicy) {
+    // Seeded (candle's CPU `randn` is not), so every run tests the same adapters: with an
+    // unseeded draw the step test failed now and then (one AdamW step at lr 1e-2 can
+    // overshoot: it did for this seed; at 1e-3 the NLL fell for each of seeds 0-7).
+    use guirl::policy::TrainablePolicy;
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+    for (name, v) in p.trainable_vars() {
+        if name.ends_with("lora_B") {
+            // uniform with a standard deviation of 0.05
+            let vals: Vec<f32> = (0..v.elem_count()).map(|_| rng.gen_range(-0.0866..0.0866)).collect();
+            v.set(&Tensor::from_vec(vals, v.dims(), &Device::Cpu).unwrap()).unwrap();
+        }
+    }
+}
+
+/// A decision's tokens and log-probs as bits, for exact comparison.
+pub fn bits(d: &guirl::policy::Decision) -> (Vec<u32>, Vec<u32>) {
+    (d.tokens.clone(), d.token_logprobs.iter().map(|x| x.to_bits()).collect())
 }

@@ -52,6 +52,14 @@ pub struct QwenPolicySettings {
     /// still run once. Unset: [`QwenPolicySettings::decode_rows_on`] the device.
     #[serde(default)]
     pub decode_rows: Option<usize>,
+    /// Keep each answer's keys and values in a slot of this many tokens and attend over the
+    /// whole slot, masked, with one attention per layer for every chunk of `decode_rows`
+    /// answers (fewer kernel launches on a GPU), instead of one attention per answer over
+    /// its own length (unset, the default). A prompt plus `max_new_tokens` must fit in it.
+    /// Still bit for bit the same answer whatever shares the batch, but not the same bits as
+    /// without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decode_window: Option<usize>,
     /// `f32` or `bf16` (weights and activations; adapters and their optimizer stay f32).
     #[serde(default = "default_dtype")]
     pub dtype: String,
@@ -103,6 +111,7 @@ impl QwenPolicySettings {
             prompt: None,
             max_new_tokens: default_max_new(),
             decode_rows: None,
+            decode_window: None,
             dtype: default_dtype(),
             train_modules: Vec::new(),
         }
@@ -140,6 +149,12 @@ impl QwenPolicySettings {
         if let Some(rows) = self.decode_rows.filter(|r| !(1..=256).contains(r)) {
             bail!("model.decode_rows = {rows}: use 1 to 256 (rows each decoding step computes)");
         }
+        if let Some(w) = self.decode_window.filter(|w| !(16..=1 << 20).contains(w)) {
+            bail!(
+                "model.decode_window = {w}: use 16 to 1048576 tokens, at least a prompt's length plus \
+                 max_new_tokens (or leave it out to attend over each answer's own length)"
+            );
+        }
         if !matches!(self.dtype.as_str(), "f32" | "bf16") {
             bail!("model.dtype = {:?}: use \"f32\" or \"bf16\"", self.dtype);
         }
@@ -160,5 +175,8 @@ mod tests {
         assert_eq!(s.decode_rows_on(&candle_core::Device::Cpu), 5);
         s.decode_rows = Some(0);
         assert!(s.check().unwrap_err().to_string().contains("model.decode_rows = 0"));
+        s.decode_rows = Some(5);
+        s.decode_window = Some(8);
+        assert!(s.check().unwrap_err().to_string().contains("model.decode_window = 8"));
     }
 }

@@ -85,6 +85,11 @@ impl KvCache {
         self.layers.first().and_then(|l| l.as_ref()).map_or(0, LayerKv::capacity)
     }
 
+    /// Layers it has room for (0 before first use).
+    pub fn depth(&self) -> usize {
+        self.layers.len()
+    }
+
     /// Make room for `n` layers (a fresh cache learns the model's depth on first use).
     pub(crate) fn ensure_layers(&mut self, n: usize) {
         if self.layers.len() != n {

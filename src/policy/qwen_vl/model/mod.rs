@@ -10,6 +10,7 @@ pub mod config_keys;
 pub mod kv_cache;
 pub mod nn;
 pub mod rope;
+pub mod slots;
 pub mod text;
 pub mod vision;
 pub mod weights;
@@ -204,6 +205,21 @@ impl QwenVl {
         let pos = [positions.to_vec(), positions.to_vec(), positions.to_vec()];
         let (cos, sin) = text_cos_sin(&self.config.text, &pos, self.text_dtype(), &self.text_device())?;
         self.text.decode(tokens, &cos, &sin, caches, rows)
+    }
+
+    /// Hidden states `[R, H]` of one more token for each row of a decoding chunk whose
+    /// answers keep their keys and values in fixed windows (`decode_window`): row `r` is
+    /// `tokens[r]` at M-RoPE position `positions[r]`, written into its slot; free rows take
+    /// any token, and their outputs mean nothing ([`text::TextModel::decode_window`]).
+    pub fn step_window(
+        &self,
+        tokens: &[u32],
+        positions: &[i64],
+        chunk: &mut slots::WindowChunk,
+    ) -> Result<Tensor> {
+        let pos = [positions.to_vec(), positions.to_vec(), positions.to_vec()];
+        let (cos, sin) = text_cos_sin(&self.config.text, &pos, self.text_dtype(), &self.text_device())?;
+        self.text.decode_window(tokens, &cos, &sin, chunk)
     }
 
     /// Logits `[B, V]` of hidden rows `[B, H]` (`B ≤ rows`), the head run on exactly `rows`

@@ -19,6 +19,7 @@ use candle_core::{DType, Module, Tensor, Var, D};
 use std::sync::Arc;
 
 pub mod profile;
+mod window;
 
 /// One decoder layer (shared with the checkpointed layers' backward, hence `Arc`ed).
 pub(crate) struct Layer {
@@ -257,7 +258,30 @@ fn layer_decode(
     layer: usize,
 ) -> Result<Tensor> {
     let (m, _) = x.dims2()?;
-    let (b, hd) = (caches.len(), dims.head_dim);
+    let (q, k, v) = project_rows(dims, l, x, (cos, sin), caches.len())?;
+    let hd = dims.head_dim;
+    let scale = (hd as f64).powf(-0.5);
+    let mut out = Vec::with_capacity(m);
+    for (i, cache) in caches.iter_mut().enumerate() {
+        let (ki, vi) = cache.append(layer, &k.narrow(0, i, 1)?, &v.narrow(0, i, 1)?)?;
+        out.push(attention(&q.narrow(0, i, 1)?, &ki, &vi, None, scale)?.reshape((1, dims.heads * hd))?);
+    }
+    // the padding rows' attention output: any values do (rows never mix)
+    let pad = out[0].clone();
+    out.resize(m, pad);
+    finish_rows(l, x, &Tensor::cat(&out, 0)?)
+}
+
+/// A decoding step's rotated queries, keys and values `[B, n, 1, D]` for the first `b` rows
+/// of `x` `[M, H]` (the products run on all `M`), with tables `[B, 1, 1, D]`.
+fn project_rows(
+    dims: LayerDims,
+    l: &Layer,
+    x: &Tensor,
+    (cos, sin): (&Tensor, &Tensor),
+    b: usize,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    let hd = dims.head_dim;
     let y = l.input_norm.forward(x)?;
     let heads = |lin: &Linear, n: usize| -> Result<Tensor> {
         Ok(lin.forward(&y)?.narrow(0, 0, b)?.reshape((b, n, 1, hd))?)
@@ -268,18 +292,13 @@ fn layer_decode(
         q = qn.forward(&q)?;
         k = kn.forward(&k)?;
     }
-    let (q, k) = (apply_rope(&q, cos, sin)?, apply_rope(&k, cos, sin)?);
-    let scale = (hd as f64).powf(-0.5);
-    let mut out = Vec::with_capacity(m);
-    for (i, cache) in caches.iter_mut().enumerate() {
-        let (ki, vi) = cache.append(layer, &k.narrow(0, i, 1)?, &v.narrow(0, i, 1)?)?;
-        out.push(attention(&q.narrow(0, i, 1)?, &ki, &vi, None, scale)?.reshape((1, dims.heads * hd))?);
-    }
-    // the padding rows' attention output: any values do (rows never mix)
-    let pad = out[0].clone();
-    out.resize(m, pad);
-    let a = Tensor::cat(&out, 0)?;
-    let x = (x + l.o.forward(&a)?)?;
+    Ok((apply_rope(&q, cos, sin)?, apply_rope(&k, cos, sin)?, v))
+}
+
+/// The rest of a decoding step's layer after attention (`a` `[M, heads · D]`): the output
+/// projection, the residual, the MLP.
+fn finish_rows(l: &Layer, x: &Tensor, a: &Tensor) -> Result<Tensor> {
+    let x = (x + l.o.forward(a)?)?;
     let y = l.post_norm.forward(&x)?;
     let mlp = l.down.forward(&activation::swiglu(&l.gate.forward(&y)?, &l.up.forward(&y)?)?)?;
     Ok((x + mlp)?)

@@ -14,10 +14,13 @@
 //! a chunk padded to a fixed count gives each answer the same bits whether it was decoded
 //! alone, beside others, or joined them late. Attention runs per answer over its own cache;
 //! the next tokens are drawn on the device, each answer with a draw from its own stream
-//! (`sample.rs`). `tests/qwen_vl_policy.rs` checks this bit
-//! for bit.
+//! (`sample.rs`). With `decode_window` every answer instead takes a slot of a chunk of
+//! `decode_rows` slots, and each chunk runs one attention per layer over its slots' fixed
+//! windows ([`crate::policy::qwen_vl::model::slots`]): the same shapes whoever shares the
+//! chunk, so the same guarantee. `tests/qwen_vl_policy.rs` checks both bit for bit.
 
 use super::*;
+use crate::policy::qwen_vl::model::slots::{Slot, WindowKv};
 use crate::policy::qwen_vl::processor::ProcessedImage;
 use crate::policy::StepDecoder;
 use std::collections::VecDeque;
@@ -43,7 +46,10 @@ struct Answer {
     id: u64,
     /// The screenshot's size, which the answer's coordinates are read against.
     size: (u32, u32),
+    /// Its own cache (empty when it decodes in a window slot).
     cache: KvCache,
+    /// Its slot, with `decode_window`.
+    slot: Option<Slot>,
     logits: Tensor,
     rng: rand_chacha::ChaCha8Rng,
     len: usize,
@@ -54,10 +60,11 @@ struct Answer {
 }
 
 /// The answers in flight and the prompts kept for sharing.
-#[derive(Default)]
 struct InFlight {
     prefills: VecDeque<Prefill>,
     answers: Vec<Answer>,
+    /// The answers' window slots, with `decode_window`.
+    window: Option<WindowKv>,
 }
 
 /// A decoding session over a policy (a shallow copy: the weights are shared, so an update
@@ -69,7 +76,8 @@ pub(super) struct DecodeSession {
 
 impl DecodeSession {
     pub(super) fn new(policy: QwenVlPolicy) -> Self {
-        DecodeSession { policy, flight: InFlight::default() }
+        let flight = InFlight::new(&policy);
+        DecodeSession { policy, flight }
     }
 }
 
@@ -90,6 +98,12 @@ impl StepDecoder for DecodeSession {
 }
 
 impl InFlight {
+    fn new(p: &QwenVlPolicy) -> Self {
+        let rows = p.settings.decode_rows_on(&p.device);
+        let window = p.settings.decode_window.map(|w| WindowKv::new(rows, w));
+        InFlight { prefills: VecDeque::new(), answers: Vec::new(), window }
+    }
+
     /// Run `state`'s prompt (or find it run) and start its answer.
     fn admit(&mut self, p: &QwenVlPolicy, id: u64, state: &ScreenState, key: u64) -> Result<()> {
         let (ids, img) = p.prompt(state)?;
@@ -105,10 +119,27 @@ impl InFlight {
             }
         };
         let q = &self.prefills[j];
+        let (cache, slot) = match &mut self.window {
+            None => (q.cache.clone(), None),
+            Some(w) => {
+                let need = q.len + p.settings.max_new_tokens;
+                if need > w.window() {
+                    bail!(
+                        "a prompt of {} tokens and max_new_tokens = {} need a decoding window of {need} \
+                         tokens: raise model.decode_window (now {}) to at least {need}, or leave it out",
+                        q.len,
+                        p.settings.max_new_tokens,
+                        w.window()
+                    );
+                }
+                (KvCache::default(), Some(w.admit(&q.cache)?))
+            }
+        };
         self.answers.push(Answer {
             id,
             size: state.screenshot.dimensions(),
-            cache: q.cache.clone(),
+            cache,
+            slot,
             logits: q.logits.clone(),
             rng: stream_rng(p.sampling.seed, key),
             len: q.len,
@@ -137,10 +168,17 @@ impl InFlight {
         let (done, live): (Vec<Answer>, Vec<Answer>) =
             std::mem::take(&mut self.answers).into_iter().partition(|a| a.done);
         self.answers = live;
+        if let Some(w) = &mut self.window {
+            done.iter().filter_map(|a| a.slot).for_each(|s| w.release(s));
+        }
         let finished = done
             .into_iter()
             .map(|a| Ok((a.id, p.finish(a.size, a.tokens, a.lps)?)))
             .collect::<Result<_>>()?;
+        if self.window.is_some() {
+            self.step_windows(p)?;
+            return Ok(finished);
+        }
         let rows = p.settings.decode_rows_on(&p.device);
         for chunk in self.answers.chunks_mut(rows) {
             let tokens: Vec<u32> = chunk.iter().map(|a| *a.tokens.last().expect("a token")).collect();
@@ -159,10 +197,51 @@ impl InFlight {
     }
 }
 
+impl InFlight {
+    /// Run every live answer's last token through the model, chunk by chunk of window
+    /// slots (`decode_window`).
+    fn step_windows(&mut self, p: &QwenVlPolicy) -> Result<()> {
+        let w = self.window.as_mut().expect("window mode");
+        for c in 0..w.chunks() {
+            let chunk = w.chunk_mut(c);
+            let mut by_row: Vec<Option<usize>> = vec![None; chunk.rows()];
+            for (i, a) in self.answers.iter().enumerate() {
+                if let Some(s) = a.slot.filter(|s| s.chunk == c) {
+                    by_row[s.row] = Some(i);
+                }
+            }
+            if by_row.iter().all(Option::is_none) {
+                continue;
+            }
+            // a free row decodes token 0 at position 0 in its own slot: nobody reads it
+            let tokens: Vec<u32> = by_row
+                .iter()
+                .map(|i| i.map_or(0, |i| *self.answers[i].tokens.last().expect("a token")))
+                .collect();
+            let positions: Vec<i64> = by_row
+                .iter()
+                .map(|i| {
+                    i.map_or(0, |i| {
+                        let a = &self.answers[i];
+                        (a.len + a.tokens.len() - 1) as i64 + a.delta
+                    })
+                })
+                .collect();
+            let logits = p.model.logits(&p.model.step_window(&tokens, &positions, chunk)?)?;
+            for (r, i) in by_row.iter().enumerate() {
+                if let Some(i) = i {
+                    self.answers[*i].logits = logits.get(r)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 impl QwenVlPolicy {
     /// Decode an answer for every state, state `i` sampling from the stream `keys[i]`.
     pub(super) fn decide_all(&self, states: &[ScreenState], keys: &[u64]) -> Result<Vec<Decision>> {
-        let mut flight = InFlight::default();
+        let mut flight = InFlight::new(self);
         for (i, (state, &key)) in states.iter().zip(keys).enumerate() {
             flight.admit(self, i as u64, state, key)?;
         }
