@@ -4,6 +4,7 @@
 pub mod api;
 pub mod device;
 pub mod judge;
+mod load;
 pub mod observation;
 pub mod oracle;
 pub mod qwen_vl;
@@ -13,6 +14,7 @@ pub mod screen_encoder;
 pub mod trainable;
 pub mod vlm;
 
+pub use load::load_checkpoint;
 pub use trainable::{stream_key, Sampling, TokenScores, TrainablePolicy};
 
 use crate::env::{GuiAction, ScreenState};
@@ -113,17 +115,4 @@ pub trait StepDecoder: Send {
     fn step(&mut self) -> anyhow::Result<Vec<(u64, Decision)>>;
     /// Answers admitted and not yet finished.
     fn live(&self) -> usize;
-}
-
-/// Load the trainable policy saved in a checkpoint folder: a Qwen-VL adapter
-/// (`qwen_policy.json`) or guirl's small policy.
-pub fn load_checkpoint(
-    dir: &std::path::Path,
-    device: &candle_core::Device,
-) -> anyhow::Result<Box<dyn TrainablePolicy>> {
-    if qwen_vl::QwenVlPolicy::is_checkpoint(dir) {
-        Ok(Box::new(qwen_vl::QwenVlPolicy::load_dir(dir, device)?))
-    } else {
-        Ok(Box::new(vlm::VlmPolicy::load(dir, device)?))
-    }
 }

@@ -9,6 +9,7 @@ pub mod embedded;
 pub mod judge;
 pub mod miniwob;
 pub mod page;
+mod registry;
 pub mod server;
 pub mod success;
 pub mod website;
@@ -16,9 +17,9 @@ pub mod website;
 use async_trait::async_trait;
 pub use judge::JudgeSpec;
 pub use page::{EnvError, Page};
+pub use registry::{all_task_ids, load_task};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 /// What scores a task's episodes when they end, in place of (or beside) a success check
 /// in the page: a website spec's `reward = "model:PATH"` or `reward = "judge:MODEL@URL"`.
@@ -202,45 +203,4 @@ pub trait Task: Send + Sync + std::fmt::Debug {
     fn local_files(&self) -> Vec<std::path::PathBuf> {
         Vec::new()
     }
-}
-
-/// Every task id guirl knows, in order: MiniWoB++ (if its pages are installed), then built-in.
-pub fn all_task_ids(suite: Option<&str>) -> Vec<String> {
-    let mut ids = Vec::new();
-    if suite.is_none() || suite == Some("miniwob") {
-        ids.extend(miniwob::task_names().into_iter().map(|n| format!("miniwob/{n}")));
-    }
-    if suite.is_none() || suite == Some("builtin") {
-        ids.extend(builtin_specs::BUILTIN_TASKS.iter().map(|s| format!("builtin/{}", s.name)));
-    }
-    ids
-}
-
-/// Resolve a task id (`miniwob/NAME`, `builtin/NAME`) or a path to a website spec (`.toml`).
-pub fn load_task(id_or_path: &str) -> anyhow::Result<Arc<dyn Task>> {
-    if id_or_path.ends_with(".toml") || Path::new(id_or_path).is_file() {
-        return Ok(Arc::new(website::WebsiteTask::load(Path::new(id_or_path))?));
-    }
-    if let Some(name) = id_or_path.strip_prefix("miniwob/") {
-        if let Some(t) = miniwob::MiniwobTask::new(name)? {
-            return Ok(Arc::new(t));
-        }
-    } else if let Some(name) = id_or_path.strip_prefix("builtin/") {
-        if let Some(t) = builtin::BuiltinTask::new(name) {
-            return Ok(Arc::new(t));
-        }
-    }
-    Err(unknown_task(id_or_path))
-}
-
-fn unknown_task(id: &str) -> anyhow::Error {
-    let ids = all_task_ids(None);
-    let mut scored: Vec<(f64, &String)> = ids.iter().map(|c| (strsim::jaro_winkler(id, c), c)).collect();
-    scored.sort_by(|a, b| b.0.total_cmp(&a.0));
-    let close: Vec<&str> = scored.iter().take(5).map(|(_, c)| c.as_str()).collect();
-    anyhow::anyhow!(
-        "unknown task {id:?}. Closest task ids: {}. Run `guirl tasks` for the full list, or \
-         pass a path to a website task spec (.toml).",
-        close.join(", ")
-    )
 }
