@@ -204,7 +204,8 @@ impl Play {
             }
         };
         self.seed = seed;
-        let reward: f64 = steps.iter().map(|s| s.reward).sum();
+        // `+ 0.0`: a float sum of nothing is -0.0, which would print as "total=-0.000".
+        let reward: f64 = steps.iter().map(|s| s.reward).sum::<f64>() + 0.0;
         let n = steps.len();
         let mut traj = Trajectory::new(
             self.env.task().id(),

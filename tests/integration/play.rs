@@ -75,7 +75,8 @@ fn play_clicks_the_button_records_and_replays() {
     );
     let head = s.read_until("screenshot: ");
     assert!(head.contains("instruction: Click the button."), "{head}");
-    assert!(head.contains("step=0 status=running"), "{head}");
+    // Nothing taken yet: zero, not the -0.000 a float sum of no steps prints.
+    assert!(head.contains("step=0 status=running reward=0.000 total=0.000"), "{head}");
     assert!(image::open(&shot).is_ok(), "the screenshot file is a PNG");
 
     s.send("click(3,");
