@@ -1,4 +1,4 @@
-//! The rollout decoding table (issue 55, "A decoding engine for Qwen-VL"): tokens per second
+//! The rollout decoding table: tokens per second
 //! of the Qwen-VL policy's own decoder (`Policy::step_decoder`, the continuous-batching
 //! session the collector uses) for 1 to N concurrent rollouts of different screenshots,
 //! with the peak memory, against the memory-bandwidth roofline measured in the same run.

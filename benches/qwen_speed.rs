@@ -1,4 +1,4 @@
-//! The guirl side of the Qwen-VL speed comparison (issue 31, "Speed, measured side by side"):
+//! The guirl side of the Qwen-VL speed comparison (guirl and PyTorch side by side):
 //! a LoRA GRPO-style update (`QwenVlPolicy::score`, a policy-gradient surrogate on the
 //! answer tokens' log-probs, backward, guirl's `AdamW`) and greedy rollout decoding with the
 //! KV cache (`QwenVl::hidden` / `step_rows`, the calls `act` makes), for single prompts

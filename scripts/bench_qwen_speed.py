@@ -3,7 +3,7 @@
 
 One command runs everything on CPU (about 15 minutes on a 2-core machine):
 
-    /work/pyref/bin/python scripts/bench_qwen_speed.py
+    python scripts/bench_qwen_speed.py
 
 (any Python with torch, transformers >= 5 and peft; it builds the guirl side with
 `cargo bench --bench qwen_speed --no-run`. `--sizes tiny` for a quick run, `--threads 2`
@@ -39,8 +39,8 @@ per-token log-probs before and after one update, and greedy tokens; PyTorch reco
 them from the same adapter (made here by peft, B non-zero): within 1e-3 in f32.
 
 Threads: `RAYON_NUM_THREADS` for guirl, `torch.set_num_threads` (and OMP/MKL) for PyTorch.
-guirl runs with the malloc settings the README's training command uses
-(`MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=17179869184`). The machine is
+guirl's bench binary runs with the malloc settings the `guirl` command sets for itself
+(`MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=17179869184`, see src/cli/mod.rs). The machine is
 shared: before each timed run the script waits (up to `--quiet-wait` seconds) for other
 processes to go quiet, runs a disturbed measurement once more (`--retries`), and the table
 reports the CPU share other processes took during the run it kept.

@@ -18,8 +18,9 @@ use std::path::Path;
 
 /// The bounds on guirl's bf16 error against transformers' f32 outputs: the largest
 /// measured on CPU (docs/qwen-vl.md, "bf16") with a margin. Without an adapter 8.3e-3
-/// was measured (transformers' own: up to 7.1e-3); before the bf16 fixes of issue 57
-/// Qwen2.5-VL read 1.3e-2 to 1.9e-2 on three of these rows, so this bound fails without them.
+/// was measured (transformers' own: up to 7.1e-3); before guirl's bf16 fixes (the LoRA
+/// term, softmax and the rope tables in f32) Qwen2.5-VL read 1.3e-2 to 1.9e-2 on three of
+/// these rows, so this bound fails without them.
 const BF16_BOUND: f32 = 1.2e-2;
 /// With an adapter: 2.1e-2 measured (peft's text adapter on Qwen3-VL; transformers +
 /// peft's own bf16 error there is 1.6e-2).

@@ -1,4 +1,4 @@
-//! Bit-exact training whatever the timing (issue 35, section 1): the same config and seed
+//! Bit-exact training whatever the timing: the same config and seed
 //! give byte-identical metrics (wall-clock fields aside), demonstrations and weights with
 //! several browsers, one run unloaded and one with busy threads competing for the CPU.
 

@@ -1,4 +1,4 @@
-//! Rollouts that overlap updates (`[rollout] max_staleness = 1`, issue 55 part 2) with the
+//! Rollouts that overlap updates (`[rollout] max_staleness = 1`) with the
 //! tiny policy on a fixture task in real browsers: the schedule (iteration k collects
 //! with the weights update k − 1 started from), determinism and exact resume at bound 1,
 //! bound 0 unchanged, and the configs that are refused.

@@ -1,4 +1,4 @@
-//! Page time under guirl's control (issue 35, "bit-exact, whatever the timing"): with
+//! Page time under guirl's control (bit-exact, whatever the timing): with
 //! virtual page time a page's timers, `Date.now()` and CSS animations move on by a fixed
 //! budget per step, so a slow policy sees exactly what a fast one sees; on the wall clock
 //! it does not.

@@ -360,7 +360,7 @@ async fn a_real_iteration_starts_at_ratio_one() {
     let m = metrics_lines(root.path());
     let r = m.last().unwrap()["first_ratio_mean"].as_f64().unwrap();
     assert!((r - 1.0).abs() < 1e-5, "first minibatch ratio_mean {r}");
-    // Where the collection's time went (issue 36 §3): the policy's calls and the wait for
+    // Where the collection's time went: the policy's calls and the wait for
     // envs split the collection; the envs' phases are their steps' own timings.
     let it = m.last().unwrap();
     let secs = |k: &str| it[k].as_f64().unwrap_or_else(|| panic!("{k} missing: {it}"));
