@@ -106,7 +106,8 @@ fn main() -> Result<()> {
     if let Some(out) = arg(&args, "--out") {
         let doc = serde_json::json!({
             "backbone": backbone, "dtype": dtype, "device": format!("{device:?}"), "decode_rows": rows,
-            "decode_window": window,            "new_tokens": tokens, "weight_bytes_per_token": weight_bytes, "copy_bandwidth": bandwidth,
+            "decode_window": window, "new_tokens": tokens, "weight_bytes_per_token": weight_bytes,
+            "copy_bandwidth": bandwidth,
             "roofline_one_rollout": roofline, "table": table,
         });
         std::fs::write(&out, serde_json::to_string_pretty(&doc)?).with_context(|| out.clone())?;
@@ -178,15 +179,17 @@ fn text_bytes_per_token(policy: &QwenVlPolicy, dtype: &str) -> f64 {
 fn copy_bandwidth(device: &Device) -> Result<f64> {
     let n = if device.is_cuda() { 1 << 28 } else { 1 << 25 };
     let src = Tensor::zeros(n, DType::F32, device)?;
-    let _ = src.copy()?;
+    // Into a buffer written once before: a fresh allocation would time the page faults
+    // of its first touch on a CPU, not the memory's bandwidth.
+    let dst = src.copy()?;
+    dst.slice_set(&src, 0, 0)?;
     device.synchronize()?;
     let mut best = f64::INFINITY;
     for _ in 0..5 {
         let t = Instant::now();
-        let dst = src.copy()?;
+        dst.slice_set(&src, 0, 0)?;
         device.synchronize()?;
         best = best.min(t.elapsed().as_secs_f64());
-        drop(dst);
     }
     Ok(2.0 * 4.0 * n as f64 / best)
 }

@@ -124,7 +124,7 @@ want 4 && for size in ${GPU_SIZES:-2b tiny}; do
       || echo "decode table $size failed (rc $?)"
     echo "### $size: rollout decoding table, window slots (decode_window, one attention per layer per chunk)"
     timeout "$(cap 120)" $BIN/decode_table --device cuda --dtype bf16 --model /tmp/qwen-speed/qwen3_vl_${size}_bf16 \
-      --rollouts ${GPU_ROLLOUTS:-1,8,16,32,64,128} --tokens 32 --window ${GPU_WINDOW:-512} --rows ${GPU_WINDOW_ROWS:-32} \
+      --rollouts ${GPU_ROLLOUTS:-1,8,16,32,64,128} --tokens 32 --window ${GPU_WINDOW:-1152} --rows ${GPU_WINDOW_ROWS:-32} \
       --out "${OUT:-/tmp}/decode-table-window-$size.json" || echo "decode table (window) $size failed (rc $?)"
   fi
 done
