@@ -5,7 +5,7 @@
 //! renamed, so envs writing at once and a killed run leave only whole files; a file that
 //! does not read is a miss.
 
-use super::Verdict;
+use super::verdict::Verdict;
 use crate::tasks::JudgeSpec;
 use anyhow::Context;
 use image::RgbImage;

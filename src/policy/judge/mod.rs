@@ -14,6 +14,7 @@
 
 pub mod agreement;
 pub mod cache;
+mod verdict;
 
 use crate::env::encode_png;
 use crate::policy::api::client::Endpoint;
@@ -22,39 +23,16 @@ use crate::policy::api::prompt::prompt_hash;
 use crate::tasks::JudgeSpec;
 use base64::Engine;
 use image::RgbImage;
-use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::borrow::Borrow;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
+pub use verdict::Verdict;
 
 /// The built-in rubric (the system prompt), replaced by a spec's `judge.rubric` file.
 pub const DEFAULT_RUBRIC: &str = include_str!("default_rubric.md");
-
-/// What the judge's votes said of one episode (what the cache keeps).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Verdict {
-    /// Votes saying SUCCESS.
-    pub success_votes: u32,
-    /// Votes asked.
-    pub votes: u32,
-    /// Each vote's answer.
-    pub reasoning: Vec<String>,
-}
-
-impl Verdict {
-    /// The fraction of votes saying SUCCESS: the episode's score.
-    pub fn fraction(&self) -> f64 {
-        self.success_votes as f64 / self.votes.max(1) as f64
-    }
-
-    /// Whether the votes reach `threshold`.
-    pub fn success(&self, threshold: f64) -> bool {
-        self.fraction() >= threshold
-    }
-}
 
 /// The verdict line of an answer: the last line that mentions `VERDICT:` decides (markdown
 /// emphasis and case ignored); `None` when there is none or it names neither outcome.
