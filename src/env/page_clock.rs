@@ -195,8 +195,9 @@ impl PageClock {
         // The script's answer comes after the page's events of the action (one channel).
         if dt.run_script(LEAVING, &[], false, limit).await == Ok(serde_json::Value::Bool(true)) {
             let over = dt.wait_document_or_stop(mark, limit).await.map_err(|e| match e {
+                // Named as the other path names it: which wait ran out is timing, not news.
                 CdpError::Timeout => CdpError::Stalled(format!(
-                    "a new document or the end of loading after the page saw beforeunload (navigating to {})",
+                    "the end of the navigation to {} (a new document or the end of loading)",
                     dt.requested_url()
                 )),
                 e => e,
