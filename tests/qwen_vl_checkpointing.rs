@@ -18,18 +18,8 @@ use guirl::train::optim::AdamW;
 use guirl::train::update::{update, Sample};
 use std::path::{Path, PathBuf};
 
-fn fixture(arch: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/qwen_vl").join(arch)
-}
-
 fn settings(arch: &str, dir: &Path, checkpointing: bool, dropout: f64) -> QwenPolicySettings {
-    let prompt = dir.join("prompt.md");
-    std::fs::write(&prompt, "Act on the screen. {frame}").unwrap();
-    let mut s = QwenPolicySettings::new(arch, fixture(arch).to_str().unwrap());
-    s.prompt = Some(prompt);
-    s.lora_rank = 2;
-    s.lora_alpha = 4.0;
-    s.max_new_tokens = 6;
+    let mut s = common::qwen::policy_settings(arch, dir);
     s.lora_dropout = dropout;
     s.gradient_checkpointing = checkpointing;
     // trained whole: the embeddings before the first layer, the final norm after the last
@@ -180,7 +170,9 @@ fn the_trainers_update_gets_the_checkpointed_gradients() {
 #[test]
 #[ignore]
 fn checkpointing_memory_and_time() {
-    let dir = std::env::var("GUIRL_CKPT_MODEL").map(PathBuf::from).unwrap_or_else(|_| fixture("qwen3_vl"));
+    let dir = std::env::var("GUIRL_CKPT_MODEL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| common::qwen::dir("qwen3_vl"));
     let on = std::env::var("GUIRL_CKPT").as_deref() == Ok("on");
     let n: usize = std::env::var("GUIRL_CKPT_TOKENS").ok().and_then(|v| v.parse().ok()).unwrap_or(64);
     let mut s = QwenPolicySettings::new("qwen3_vl", dir.to_str().unwrap());

@@ -13,20 +13,10 @@ use guirl::policy::{Policy, Sampling, TrainablePolicy};
 use guirl::train::algo_config::AlgoConfig;
 use guirl::train::optim::AdamW;
 use guirl::train::update::{update, Sample};
-use std::path::{Path, PathBuf};
-
-fn fixture(arch: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/qwen_vl").join(arch)
-}
+use std::path::Path;
 
 fn settings(arch: &str, dir: &Path, dropout: f64) -> QwenPolicySettings {
-    let prompt = dir.join("prompt.md");
-    std::fs::write(&prompt, "Act on the screen. {frame}").unwrap();
-    let mut s = QwenPolicySettings::new(arch, fixture(arch).to_str().unwrap());
-    s.prompt = Some(prompt);
-    s.lora_rank = 2;
-    s.lora_alpha = 4.0;
-    s.max_new_tokens = 6;
+    let mut s = common::qwen::policy_settings(arch, dir);
     s.lora_dropout = dropout;
     s
 }
