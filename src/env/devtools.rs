@@ -257,7 +257,8 @@ impl DevTools {
     }
 
     /// Attach to page `target_id` (chromedriver's window handles are DevTools target ids):
-    /// [`DevTools::call`] then goes to that page.
+    /// [`DevTools::call`] then goes to that page. Downloads are denied from then on, in
+    /// every page of the browser.
     pub async fn attach(&mut self, target_id: &str, limit: Duration) -> Result<(), String> {
         let attached = self
             .browser_call("Target.attachToTarget", json!({ "targetId": target_id, "flatten": true }), limit)
@@ -265,6 +266,12 @@ impl DevTools {
             .map_err(|e| format!("cannot attach to page {target_id}: {e}"))?;
         self.session = attached["sessionId"].as_str().unwrap_or_default().to_string();
         self.call("Page.enable", json!({}), limit).await.map_err(|e| format!("Page.enable: {e}"))?;
+        // chromedriver lets a headless browser save downloads into its working directory
+        // (guirl's, unless the browser runs as another user): a page could write files on
+        // the host. A download is cancelled as it begins; the page stays.
+        self.browser_call("Browser.setDownloadBehavior", json!({ "behavior": "deny" }), limit)
+            .await
+            .map_err(|e| format!("Browser.setDownloadBehavior: {e}"))?;
         Ok(())
     }
 

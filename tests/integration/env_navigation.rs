@@ -106,7 +106,7 @@ fn answer(mut conn: std::net::TcpStream) {
         "/204" => ("204 No Content", "", ""),
         "/download" => (
             "200 OK",
-            "Content-Type: application/octet-stream\r\nContent-Disposition: attachment; filename=x.bin\r\n",
+            "Content-Type: application/octet-stream\r\nContent-Disposition: attachment; filename=guirl-download-check.bin\r\n",
             "0123456789",
         ),
         "/other" => {
@@ -152,6 +152,26 @@ async fn a_link_that_commits_nothing_keeps_the_page_without_waiting() {
         assert_eq!(out.obs.url, format!("{base}/other"), "{name}: the link leads to its page");
         env.close().await;
     }
+}
+
+/// A page's download writes nothing on the host. Without the sandbox's user the browser
+/// could write where guirl runs (chromedriver saves a headless browser's downloads in its
+/// working directory, this test's): the file the link offers must not appear there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_download_writes_nothing_on_the_host() {
+    let file = std::env::current_dir().unwrap().join("guirl-download-check.bin");
+    let _ = std::fs::remove_file(&file);
+    let base = serve();
+    let [(name, mut cfg), _] = configs(Duration::from_secs(6));
+    cfg.browser.sandbox = false;
+    let mut env = GuiEnv::new(task_at(&base), cfg);
+    env.reset(0).await.unwrap();
+    let (out, _) = step(&mut env, "click(50, 45)", name).await;
+    assert_eq!(out.info.status, EpisodeStatus::Running, "{:?}", out.info);
+    // Time for a download that was not refused to land.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    env.close().await;
+    assert!(!file.exists(), "the page's download was saved to {}", file.display());
 }
 
 /// A navigation whose server never answers ends the episode as `env_error` within the
