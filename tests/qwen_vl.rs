@@ -54,6 +54,44 @@ fn cached_decoding_and_the_one_pass_score_equal_transformers() {
     }
 }
 
+/// A prompt run in two parts, its text before the first image into a cache and the rest
+/// over that cache (how rollouts share a task's system prompt), gives transformers' logits
+/// for the rest; a continuation that would leave an image behind, or a cache of the wrong
+/// length, is refused.
+#[test]
+fn a_prompt_continued_over_its_text_prefix_equals_transformers() {
+    for arch in ARCHS {
+        let m = load(arch);
+        let r = reference(arch);
+        let image = m.config.image_token_id;
+        for case in CASES {
+            let g = grids(&r[&format!("{case}.grids")]);
+            let px = r[&format!("{case}.pixel_values")].to_device(&device()).unwrap();
+            let vision = m.encode_images(&px, &g).unwrap();
+            let all = ids(&r[&format!("{case}.input_ids")]);
+            let split = all.iter().position(|&t| t == image).unwrap();
+            assert!(split > 0, "{arch}/{case}: the prompt starts with text");
+            let mut cache = KvCache::default();
+            m.hidden(&m.prompt(all[..split].to_vec(), &[]).unwrap(), None, Some(&mut cache)).unwrap();
+            let prompt = m.prompt(all.clone(), &g).unwrap();
+            let rest = m.hidden_from(&prompt, split, Some(&vision), &mut cache).unwrap();
+            assert_eq!(cache.len(), all.len(), "{arch}/{case}: the rest is appended");
+            let want = r[&format!("{case}.logits")].narrow(0, split, all.len() - split).unwrap();
+            let e = rel_err(&m.logits(&rest).unwrap(), &want);
+            eprintln!("{arch}/{case}: prompt over its prefix, relative error {e:.2e}");
+            assert!(e <= tolerance(), "{arch}/{case}: relative error {e}");
+
+            let err = m.hidden_from(&prompt, split + 1, Some(&vision), &mut KvCache::default()).unwrap_err();
+            assert!(err.to_string().contains("over a cache of 0 tokens"), "{err}");
+            let mut past_image = KvCache::default();
+            let text = [&all[..split], &all[..1]].concat();
+            m.hidden(&m.prompt(text, &[]).unwrap(), None, Some(&mut past_image)).unwrap();
+            let err = m.hidden_from(&prompt, split + 1, Some(&vision), &mut past_image).unwrap_err();
+            assert!(err.to_string().contains("must be text"), "{err}");
+        }
+    }
+}
+
 #[test]
 fn the_chat_template_and_tokenizer_give_the_reference_prompt_ids() {
     for arch in ARCHS {

@@ -114,15 +114,50 @@ impl QwenVl {
         vision: Option<&VisionOutput>,
         cache: Option<&mut KvCache>,
     ) -> Result<Tensor> {
+        self.hidden_span(prompt, 0, vision, cache)
+    }
+
+    /// Final hidden states `[T - from, H]` of a prompt's tokens from index `from` on, whose
+    /// first `from` tokens `cache` holds already (a prefix several prompts share, run once):
+    /// they attend to the cached tokens and are appended to them. The image placeholders
+    /// must all come at `from` or after.
+    pub fn hidden_from(
+        &self,
+        prompt: &Prompt,
+        from: usize,
+        vision: Option<&VisionOutput>,
+        cache: &mut KvCache,
+    ) -> Result<Tensor> {
+        if cache.len() != from {
+            bail!("a prompt continued from token {from} over a cache of {} tokens", cache.len());
+        }
+        self.hidden_span(prompt, from, vision, Some(cache))
+    }
+
+    fn hidden_span(
+        &self,
+        prompt: &Prompt,
+        from: usize,
+        vision: Option<&VisionOutput>,
+        cache: Option<&mut KvCache>,
+    ) -> Result<Tensor> {
+        let image = self.config.image_token_id;
+        if from >= prompt.ids.len() || prompt.ids[..from].contains(&image) {
+            bail!(
+                "cannot run a prompt of {} tokens from token {from}: the tokens before it must be text \
+                 (no image placeholder) and at least one must follow",
+                prompt.ids.len()
+            );
+        }
         let device = self.text_device();
-        let ids = Tensor::new(prompt.ids.as_slice(), &device)?.unsqueeze(0)?;
+        let ids = Tensor::new(&prompt.ids[from..], &device)?.unsqueeze(0)?;
         let dtype = self.text_dtype();
-        let (cos, sin) = text_cos_sin(&self.config.text, &prompt.positions, dtype, &device)?;
-        let rows: Vec<u32> = prompt
-            .ids
+        let positions = prompt.positions.clone().map(|axis| axis[from..].to_vec());
+        let (cos, sin) = text_cos_sin(&self.config.text, &positions, dtype, &device)?;
+        let rows: Vec<u32> = prompt.ids[from..]
             .iter()
             .enumerate()
-            .filter(|(_, &t)| t == self.config.image_token_id)
+            .filter(|(_, &t)| t == image)
             .map(|(i, _)| i as u32)
             .collect();
         let rows = Tensor::new(rows.as_slice(), &device)?;

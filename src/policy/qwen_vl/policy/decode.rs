@@ -7,9 +7,11 @@
 //! ([`QwenVlPolicy::decide_all`]) is the same session, every state admitted at the start.
 //!
 //! Every state's prompt runs alone (a prompt's products have its own length as their row
-//! count, whatever else is decoded). States with the same prompt and screenshot (a GRPO
-//! group's first step) run it once and share its KV cache, also when they arrive a few
-//! steps apart. The answers advance in chunks of exactly `decode_rows` rows: the products'
+//! count, whatever else is decoded), in two parts: the text before the screenshot (system
+//! prompt, the user turn's opening), the same at every step of a task's episodes, whose
+//! KV cache is run once and shared; then the rest over it. States with the same prompt and
+//! screenshot (a GRPO group's first step) run it once and share its KV cache, also when
+//! they arrive a few steps apart. The answers advance in chunks of exactly `decode_rows` rows: the products'
 //! kernel depends on the row count, and a row's result never on the other rows' values, so
 //! a chunk padded to a fixed count gives each answer the same bits whether it was decoded
 //! alone, beside others, or joined them late. Attention runs per answer over its own cache;
@@ -28,6 +30,16 @@ use std::collections::VecDeque;
 /// Prompts kept after their prefill, for states admitted later with the same prompt and
 /// screenshot (a group's members reach their first step at different times).
 const PREFILLS_KEPT: usize = 8;
+
+/// Prompt prefixes kept (the text before the screenshot: system prompt, the user turn's
+/// opening). A task's prompts share one; a few tasks or screen sizes at once get one each.
+const PREFIXES_KEPT: usize = 4;
+
+/// The keys and values of a prompt prefix, run once for every prompt that starts with it.
+struct Prefix {
+    ids: Vec<u32>,
+    cache: KvCache,
+}
 
 /// One prompt run once, for every state that has it.
 struct Prefill {
@@ -62,6 +74,7 @@ struct Answer {
 /// The answers in flight and the prompts kept for sharing.
 struct InFlight {
     prefills: VecDeque<Prefill>,
+    prefixes: VecDeque<Prefix>,
     answers: Vec<Answer>,
     /// The answers' window slots, with `decode_window`.
     window: Option<WindowKv>,
@@ -101,7 +114,7 @@ impl InFlight {
     fn new(p: &QwenVlPolicy) -> Self {
         let rows = p.settings.decode_rows_on(&p.device);
         let window = p.settings.decode_window.map(|w| WindowKv::new(rows, w));
-        InFlight { prefills: VecDeque::new(), answers: Vec::new(), window }
+        InFlight { prefills: VecDeque::new(), prefixes: VecDeque::new(), answers: Vec::new(), window }
     }
 
     /// Run `state`'s prompt (or find it run) and start its answer.
@@ -114,7 +127,7 @@ impl InFlight {
                 if self.prefills.len() == PREFILLS_KEPT {
                     self.prefills.pop_front();
                 }
-                self.prefills.push_back(p.prefill(ids, img)?);
+                self.prefills.push_back(p.prefill(ids, img, &mut self.prefixes)?);
                 self.prefills.len() - 1
             }
         };
@@ -248,6 +261,7 @@ impl QwenVlPolicy {
         }
         // every state is in: the prompts' own caches are no longer needed
         flight.prefills.clear();
+        flight.prefixes.clear();
         let mut out: Vec<Option<Decision>> = vec![None; states.len()];
         while !flight.answers.is_empty() {
             for (id, d) in flight.step(self)? {
@@ -258,19 +272,44 @@ impl QwenVlPolicy {
     }
 
     /// Run one prompt with its screenshot, keeping its cache and its last position's logits.
-    fn prefill(&self, ids: Vec<u32>, img: ProcessedImage) -> Result<Prefill> {
+    ///
+    /// The text before the screenshot (the system prompt and the user turn's opening) is
+    /// the same at every step of every episode of a task: its keys and values come from
+    /// `prefixes`, run there once. Every prompt runs this way, its prefix found or not, so a
+    /// prompt's results never depend on what ran before it.
+    fn prefill(
+        &self,
+        ids: Vec<u32>,
+        img: ProcessedImage,
+        prefixes: &mut VecDeque<Prefix>,
+    ) -> Result<Prefill> {
         let vision = self.vision(&img)?;
         let prompt = self.model.prompt(ids.clone(), &[img.grid])?;
-        let mut cache = KvCache::default();
-        // room for the longest answer: every answer then appends in place
+        let split = ids.iter().position(|&t| t == self.model.config.image_token_id).unwrap_or(0);
+        let mut cache = if split == 0 { KvCache::default() } else { self.prefix(&ids[..split], prefixes)? };
+        // room for the rest and the longest answer: every answer then appends in place
         cache.reserve(self.settings.max_new_tokens);
         let len = prompt.ids.len();
-        let h = self.model.hidden(&prompt, Some(&vision), Some(&mut cache))?;
+        let h = self.model.hidden_from(&prompt, split, Some(&vision), &mut cache)?;
         // Detached: with LoRA adapters (Vars) in the model, the logits would otherwise hold
         // the prompt's whole autograd graph, every layer's activations (about 2.4 GB for a
         // 1 075-token prompt at the 0.5B size), for as long as the prompt is kept.
-        let logits = self.model.logits(&h.get(len - 1)?.unsqueeze(0)?)?.squeeze(0)?.detach();
+        let logits = self.model.logits(&h.get(len - split - 1)?.unsqueeze(0)?)?.squeeze(0)?.detach();
         Ok(Prefill { ids, img, cache, logits, len, delta: prompt.delta })
+    }
+
+    /// A cache holding text `ids`' keys and values (a prompt's prefix), run now unless kept.
+    fn prefix(&self, ids: &[u32], prefixes: &mut VecDeque<Prefix>) -> Result<KvCache> {
+        if let Some(q) = prefixes.iter().find(|q| q.ids == ids) {
+            return Ok(q.cache.clone());
+        }
+        let mut cache = KvCache::default();
+        self.model.hidden(&self.model.prompt(ids.to_vec(), &[])?, None, Some(&mut cache))?;
+        if prefixes.len() == PREFIXES_KEPT {
+            prefixes.pop_front();
+        }
+        prefixes.push_back(Prefix { ids: ids.to_vec(), cache: cache.clone() });
+        Ok(cache)
     }
 }
 
@@ -290,6 +329,26 @@ mod tests {
             history: Vec::new(),
             previous_screenshot: None,
         }
+    }
+
+    /// Prompts of one task share the text before their screenshots (system prompt, the
+    /// user turn's opening): a session runs it once and keeps its cache.
+    #[test]
+    fn a_session_runs_a_tasks_prompt_prefix_once() {
+        let mut s = QwenPolicySettings::new("qwen3_vl", "fixtures/qwen_vl/qwen3_vl");
+        s.max_new_tokens = 4;
+        let p = QwenVlPolicy::new(s, &Device::Cpu, 0).unwrap();
+        let (ids, _) = p.prompt(&screen(10)).unwrap();
+        let split = ids.iter().position(|&t| t == p.model.config.image_token_id).unwrap();
+        let mut session = DecodeSession::new(p);
+        for (i, shade) in [10, 200, 90].into_iter().enumerate() {
+            session.admit(i as u64, &screen(shade), i as u64).unwrap();
+        }
+        let kept = &session.flight;
+        assert_eq!(kept.prefills.len(), 3, "three screenshots, three prompts");
+        assert_eq!(kept.prefixes.len(), 1, "one prefix for the three");
+        assert_eq!(kept.prefixes[0].ids, ids[..split]);
+        assert_eq!(kept.prefixes[0].cache.len(), split);
     }
 
     /// What a session keeps between calls must not hold an autograd graph: with LoRA
