@@ -187,6 +187,11 @@ async fn continuous_batching_gives_the_episodes_one_env_alone_gives() {
             stats.policy_calls, stats.mean_batch, stats.env_steps
         );
         assert_eq!(stats.env_steps, 18, "6 episodes of 3 steps (random answers end no episode early)");
+        let (p, d) = (stats.prefill_secs, stats.decode_secs);
+        assert!(
+            p > 0.0 && d > 0.0 && p + d <= stats.policy_secs + 1e-9,
+            "prefill {p} + decode {d}: {stats:?}"
+        );
         runs.push(recs);
     }
     let answers = |recs: &[guirl::rollout::Recorded]| -> Vec<Vec<(Vec<u32>, Vec<u32>)>> {

@@ -120,6 +120,7 @@ pub async fn train(args: TrainArgs) -> anyhow::Result<()> {
     if !root {
         return Ok(());
     }
+    print_phases(&dir);
     let best = state.best_eval.as_ref().filter(|(s, _)| *s >= 0.0);
     println!(
         "run={} iterations={} env_steps={} wall_secs={:.0}{}",
@@ -130,6 +131,17 @@ pub async fn train(args: TrainArgs) -> anyhow::Result<()> {
         best.map(|(s, p)| format!(" best_eval_success={s:.3} best={p}")).unwrap_or_default()
     );
     Ok(())
+}
+
+/// Print where the run's iterations spent their time, and keep it as `phases.md`.
+fn print_phases(dir: &std::path::Path) {
+    let metrics = crate::train::metrics::read_metrics(&dir.join("metrics.jsonl")).unwrap_or_default();
+    let Some(table) = crate::train::phase_table::PhaseTable::of(&metrics) else { return };
+    let md = table.markdown();
+    eprintln!("\n{md}");
+    if let Err(e) = std::fs::write(dir.join("phases.md"), &md) {
+        tracing::warn!("{}: cannot write the phase table: {e}", dir.join("phases.md").display());
+    }
 }
 
 /// What every rank of a run must agree on: the config, the run folder, `--resume` and

@@ -258,6 +258,7 @@ impl Collector {
                     answering.insert(admitted, reply);
                     admitted += 1;
                 }
+                let prefilled = Instant::now();
                 if dec.live() > 0 {
                     stats.policy_calls += 1;
                     stats.mean_batch += dec.live() as f64;
@@ -266,6 +267,8 @@ impl Collector {
                         let _ = reply.send(d);
                     }
                 }
+                stats.prefill_secs += (prefilled - asked).as_secs_f64();
+                stats.decode_secs += prefilled.elapsed().as_secs_f64();
                 stats.policy_secs += asked.elapsed().as_secs_f64();
                 first_wait = None;
                 // the envs' tasks on this thread move on between steps (a current-thread

@@ -26,6 +26,11 @@ pub struct CollectStats {
     /// Seconds the collector spent in the policy's calls (its forward passes and
     /// sampling): the envs wait for it meanwhile.
     pub policy_secs: f64,
+    /// Of `policy_secs`, for a policy that decodes token by token: the time its prompts
+    /// took to run as states joined ([`crate::policy::StepDecoder::admit`]).
+    pub prefill_secs: f64,
+    /// ... and the time its decode steps took ([`crate::policy::StepDecoder::step`]).
+    pub decode_secs: f64,
     /// The finished episodes' steps' action time, summed over envs, seconds.
     pub env_action_secs: f64,
     /// ... their settle time (page settling, reward and element reads).
@@ -80,6 +85,8 @@ impl CollectStats {
         self.judge_errors += s.judge_errors;
         self.seconds += s.seconds;
         self.policy_secs += s.policy_secs;
+        self.prefill_secs += s.prefill_secs;
+        self.decode_secs += s.decode_secs;
         self.env_action_secs += s.env_action_secs;
         self.env_settle_secs += s.env_settle_secs;
         self.env_screenshot_secs += s.env_screenshot_secs;

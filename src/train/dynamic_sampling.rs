@@ -161,6 +161,8 @@ impl Collection {
         m.give_ups = self.give_ups as u64;
         m.env_steps_per_sec = self.stats.steps_per_s();
         m.policy_secs = self.stats.policy_secs;
+        m.prefill_secs = self.stats.prefill_secs;
+        m.decode_secs = self.stats.decode_secs;
         m.env_wait_secs = self.stats.env_wait_secs();
         m.env_action_secs = self.stats.env_action_secs;
         m.env_settle_secs = self.stats.env_settle_secs;

@@ -20,6 +20,10 @@ pub const CLOCK_FIELDS: &[&str] = &[
     "train_tokens_per_sec",
     "env_steps_per_sec",
     "policy_secs",
+    "prefill_secs",
+    "decode_secs",
+    "score_secs",
+    "switch_secs",
     "env_wait_secs",
     "env_action_secs",
     "env_settle_secs",
@@ -188,14 +192,26 @@ pub struct IterationMetrics {
     pub env_errors: u64,
     /// Of those, episodes whose judge gave no verdict (`judge_error`).
     pub judge_errors: u64,
-    /// Seconds spent collecting rollouts.
+    /// Seconds the iteration waited for its rollouts (with `max_staleness = 1`, the part
+    /// of their collection that the last update did not hide).
     pub rollout_secs: f64,
-    /// Seconds spent in the update.
+    /// Seconds spent scoring before the update: the reference's KL, the advantages, and
+    /// (rollouts of older weights) the current weights' log-probs.
+    pub score_secs: f64,
+    /// Seconds spent switching weights: the copy the next collection samples with
+    /// (`max_staleness = 1`).
+    pub switch_secs: f64,
+    /// Seconds spent in the update's optimizer steps (and the algorithm's own training).
     pub update_secs: f64,
-    /// Of `rollout_secs`, the time in the policy's calls (forward passes, sampling).
+    /// Of the collection's wall-clock, the time in the policy's calls (forward passes,
+    /// sampling).
     pub policy_secs: f64,
-    /// Of `rollout_secs`, the time the policy waited for envs (`rollout_secs` less
-    /// `policy_secs`, less the reward and advantage bookkeeping).
+    /// Of `policy_secs`, for a policy that decodes token by token: running prompts.
+    pub prefill_secs: f64,
+    /// ... and decode steps.
+    pub decode_secs: f64,
+    /// Of the collection's wall-clock, the time the policy waited for envs (the
+    /// collection's wall-clock less `policy_secs`).
     pub env_wait_secs: f64,
     /// The envs' action time, summed over envs (with several envs it can exceed the
     /// wall-clock).

@@ -54,6 +54,7 @@ pub mod model_migrate;
 pub mod model_table;
 pub mod objective;
 pub mod optim;
+pub mod phase_table;
 pub mod plots;
 pub mod reward_model;
 pub mod rewards;

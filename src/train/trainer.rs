@@ -351,6 +351,7 @@ impl Trainer {
 
         // 2. Score: the kept groups with their training rewards; with kl_mode = "reward"
         //    each step's reward first loses β · KL(rollout ‖ reference) (kl.rs).
+        let scoring = Instant::now();
         let beta = KlTerm::beta(&self.cfg.algo, self.state.kl_coef);
         let scored = self.kl.score(&self.cfg.algo, beta, &collected.recs)?;
 
@@ -363,8 +364,11 @@ impl Trainer {
         // 4. Update: μ epochs of minibatches of the objective (+ KL, entropy) at this
         //    iteration's β, then the algorithm's own training and the adaptive β. With
         //    max_staleness = 1 the next iteration's collection starts now.
+        let score_secs = scoring.elapsed().as_secs_f64();
         self.consistent = false;
+        let switching = Instant::now();
         self.start_next(it, self.state.env_steps + collected.stats.env_steps as u64)?;
+        let switch_secs = switching.elapsed().as_secs_f64();
         let t1 = Instant::now();
         let updated = self.update(it, sampling, staleness, samples, &scored)?;
         let update_secs = t1.elapsed().as_secs_f64();
@@ -374,7 +378,7 @@ impl Trainer {
 
         // 5. Log: the metrics line, the evaluation when due, the plots.
         let wall_secs = self.state.wall_secs + t0.elapsed().as_secs_f64();
-        let timing = phases::Timing { rollout_secs, update_secs, wall_secs };
+        let timing = phases::Timing { rollout_secs, score_secs, switch_secs, update_secs, wall_secs };
         let m = self.metrics_of(&collected, staleness, &astats, &updated, weights.as_deref(), timing);
         self.log(m, &collected.recs).await
     }

@@ -89,5 +89,11 @@ fn trains_through_a_selenium_grid() {
     assert!(text.contains("iterations=1"), "{text}");
     let metrics = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
     assert!(metrics.lines().any(|l| l.contains("\"iteration\":1")), "{metrics}");
+    // where the iteration's time went, kept beside the metrics (the small policy answers whole calls)
+    let phases = std::fs::read_to_string(run.join("phases.md")).unwrap();
+    assert!(
+        phases.contains("| **iteration** (the trainer) |") && phases.contains("policy: whole calls"),
+        "{phases}"
+    );
     assert!(grid.sessions() >= 2, "the rollouts ran in the Grid's browsers");
 }

@@ -18,6 +18,8 @@ pub(super) struct Updated {
     lr: f64,
     /// The decoupled objective's weights (rollouts of older weights only).
     decoupled: Option<Decoupled>,
+    /// Seconds spent rescoring for them (part of the scoring, not the update).
+    rescore_secs: f64,
     /// The KL to the reference the metrics report and the adaptive β steers.
     kl: f64,
     /// The β the update used.
@@ -27,6 +29,10 @@ pub(super) struct Updated {
 /// An iteration's wall-clock figures.
 pub(super) struct Timing {
     pub(super) rollout_secs: f64,
+    /// Scoring before the update phase (the update's own rescoring is added to it).
+    pub(super) score_secs: f64,
+    pub(super) switch_secs: f64,
+    /// The update phase, its rescoring included.
     pub(super) update_secs: f64,
     pub(super) wall_secs: f64,
 }
@@ -46,6 +52,7 @@ impl Trainer {
         scored: &Scored<'_>,
     ) -> anyhow::Result<Updated> {
         let algo = &self.cfg.algo;
+        let rescoring = std::time::Instant::now();
         let decoupled = match staleness {
             0 => None,
             _ => {
@@ -55,6 +62,7 @@ impl Trainer {
                 Some(off_runtime(|| decouple(policy, &mut samples, chunk, cap))?)
             }
         };
+        let rescore_secs = rescoring.elapsed().as_secs_f64();
         let lr = algo.policy_lr(self.cfg.run.iterations, it);
         self.opt.set_lr(lr);
         let step_algo = AlgoConfig { beta: scored.beta, ..algo.clone() };
@@ -76,7 +84,7 @@ impl Trainer {
                 self.state.kl_coef = Some(b);
             }
         }
-        Ok(Updated { stats, lr, decoupled, kl, beta: scored.beta })
+        Ok(Updated { stats, lr, decoupled, rescore_secs, kl, beta: scored.beta })
     }
 
     /// In a data-parallel run the ranks took the same steps from the same sums; a
@@ -116,8 +124,10 @@ impl Trainer {
             flat_steps: up.flat_steps,
             first_ratio_mean: up.first.map_or(1.0, |f| f.ratio_mean),
             rollout_secs: t.rollout_secs,
-            update_secs: t.update_secs,
-            train_tokens_per_sec: up.tokens as f64 / t.update_secs.max(1e-9),
+            score_secs: t.score_secs + u.rescore_secs,
+            switch_secs: t.switch_secs,
+            update_secs: t.update_secs - u.rescore_secs,
+            train_tokens_per_sec: up.tokens as f64 / (t.update_secs - u.rescore_secs).max(1e-9),
             wall_secs: t.wall_secs,
             ..Default::default()
         };
