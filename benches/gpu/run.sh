@@ -23,7 +23,13 @@
 #     bandwidth's roofline measured in the same run (benches/decode_table.rs), and the same
 #     table with `decode_window` (window slots, one attention per layer for a chunk);
 #  5. NCCL's data-parallel gradient sum (tests/nccl.rs, the `nccl` feature), one rank per
-#     GPU, against the sum through the host.
+#     GPU, against the sum through the host;
+#  6. a whole RL iteration: `guirl train` of the 2B-shaped random model (section 4 writes
+#     it), bf16, LoRA, GRPO 8 groups x 8 rollouts x up to 5 steps on MiniWoB++ click-test
+#     with real browsers (benches/gpu/browser.sh's headless shell, from .gpuloop/), at
+#     max_staleness 0 then 1: the run's phase table and the GPU's busy share (nvidia-smi
+#     sampled every 200 ms). Not a default section: its files come in calls of their own
+#     (see browser.sh); run it with GPU_SECTIONS="4 6".
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 BUDGET=${1:-540}
@@ -137,6 +143,52 @@ else
   echo "NCCL: $(ls $NCCL_LIB/libnccl.so* | head -1), $(nvidia-smi -L | wc -l) GPU(s)"
   LD_LIBRARY_PATH=$NCCL_LIB:$LD_LIBRARY_PATH NCCL_DEBUG=WARN timeout "$(cap 60)" $BIN/nccl --nocapture 2>&1 | tail -15 \
     || echo "NCCL test failed to run"
+fi
+fi
+if want 6; then
+section "6. a whole RL iteration: guirl train, 2B shape, bf16, real browsers"
+BR=/tmp/guirl-browser
+if [ ! -x $BR/chromium-headless-shell ] && [ -f .gpuloop/shell.xz ]; then
+  mkdir -p $BR
+  python3 -c 'import lzma,sys; sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())' .gpuloop/shell.xz \
+    > $BR/chromium-headless-shell && chmod 755 $BR/chromium-headless-shell && echo "unpacked the headless shell"
+fi
+if [ ! -x $BR/chromedriver ] && [ -f .gpuloop/rest.tar.xz ]; then
+  python3 -c 'import lzma,sys,tarfile; tarfile.open(fileobj=lzma.open(sys.argv[1])).extractall(sys.argv[2])' \
+    .gpuloop/rest.tar.xz $BR && echo "unpacked chromedriver, libraries and pages"
+fi
+chmod -R a+rX $BR 2>/dev/null  # the browser may run as an unprivileged user
+if [ -f .gpuloop/guirl.xz ] && [ ! -x $BIN/guirl ]; then
+  python3 -c 'import lzma,sys; sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())' .gpuloop/guirl.xz > $BIN/guirl \
+    && chmod +x $BIN/guirl
+fi
+MODEL=/tmp/qwen-speed/qwen3_vl_2b_bf16
+if [ ! -x $BR/chromium-headless-shell ] || [ ! -x $BR/chromedriver ]; then
+  echo "no browser yet: carry .gpuloop/shell.xz, then .gpuloop/rest.tar.xz (benches/gpu/browser.sh)"
+elif [ ! -x $BIN/guirl ]; then echo "no CLI: carry .gpuloop/guirl.xz (benches/gpu/build.sh)"
+elif [ ! -f $MODEL/config.json ]; then echo "no 2B-shaped model in $MODEL: run section 4 first (GPU_SECTIONS=\"4 6\")"
+else
+  export GUIRL_CHROMIUM=$BR/chromium-headless-shell GUIRL_CHROMEDRIVER=$BR/chromedriver \
+    GUIRL_MINIWOB_DIR=$BR/miniwob-html FONTCONFIG_FILE=$BR/fonts/fonts.conf
+  for bound in ${GPU_LOOP_BOUNDS:-0 1}; do
+    echo "### max_staleness = $bound"
+    sed -e "s#@MODEL@#$MODEL#; s#@PROMPT@#$PWD/configs/prompts/short.md#; s#@BOUND@#$bound#" \
+      -e "s#@ITERATIONS@#${GPU_LOOP_ITERATIONS:-3}#; s#@ENVS@#${GPU_LOOP_ENVS:-16}#" \
+      benches/gpu/loop.toml > /tmp/loop-$bound.toml
+    rm -rf /tmp/loop-run-$bound
+    nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 200 > /tmp/util-$bound.txt &
+    SAMPLER=$!
+    LD_LIBRARY_PATH=$BR/lib:${LD_LIBRARY_PATH:-} timeout "$(cap 240)" $BIN/guirl train /tmp/loop-$bound.toml \
+      --out /tmp/loop-run-$bound 2>&1 | grep -v "blocked a page's request" | tail -25
+    kill $SAMPLER 2>/dev/null
+    # the busy share over the run's second half too (the first loads the model, starts browsers)
+    python3 -c 'import sys
+u = [float(x) for x in open(sys.argv[1]) if x.strip().isdigit()]
+h = u[len(u) // 2:]
+print(f"GPU busy (nvidia-smi utilization): {sum(u) / max(len(u), 1):.0f} % over the run, "
+      f"{sum(h) / max(len(h), 1):.0f} % over its second half ({len(u)} samples)")' /tmp/util-$bound.txt
+    [ -n "${OUT:-}" ] && cp /tmp/loop-run-$bound/phases.md "$OUT/loop-phases-$bound.md" 2>/dev/null
+  done
 fi
 fi
 section "done"

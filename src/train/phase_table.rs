@@ -17,6 +17,8 @@ pub struct PhaseTable {
     /// Iterations averaged (the run's first is left out when there are others: it pays
     /// for starting the browsers and loading kernels).
     pub iterations: usize,
+    /// Whether the run's first iteration was left out.
+    pub first_left_out: bool,
     /// The trainer's iteration, wall-clock.
     pub wall: f64,
     /// Waiting for the rollouts.
@@ -53,7 +55,8 @@ impl PhaseTable {
             let steps = w[1].env_steps.saturating_sub(w[0].env_steps) as f64;
             rows.push((w[1].wall_secs - w[0].wall_secs, steps, &w[1]));
         }
-        if rows.len() > 1 {
+        let first_left_out = rows.len() > 1;
+        if first_left_out {
             rows.remove(0);
         }
         let n = rows.len() as f64;
@@ -62,6 +65,7 @@ impl PhaseTable {
         let env_steps = mean(&|r| r.1);
         Some(PhaseTable {
             iterations: rows.len(),
+            first_left_out,
             wall: mean(&|r| r.0),
             rollout_wait: mean(&|r| r.2.rollout_secs),
             score: mean(&|r| r.2.score_secs),
@@ -103,7 +107,7 @@ impl PhaseTable {
             "Where an iteration's time went: mean of {} iteration(s){}.\n\n\
              | phase | s / iteration | share |\n|---|---:|---:|\n",
             self.iterations,
-            if self.iterations > 1 { ", the first left out" } else { "" }
+            if self.first_left_out { ", the run's first left out" } else { "" }
         );
         let mut row = |name: &str, s: f64| {
             let _ = writeln!(out, "| {name} | {s:.3} | {} |", share(s));
@@ -176,6 +180,12 @@ mod tests {
         assert!(md.contains("| policy: decode | 2.000 | 18 % |"), "{md}");
         assert!(!md.contains("whole calls"), "{md}");
         assert!(PhaseTable::of(&[]).is_none());
-        assert_eq!(PhaseTable::of(&m[..1]).unwrap().iterations, 1);
+        assert!(md.contains("mean of 2 iteration(s), the run's first left out"), "{md}");
+        let one = PhaseTable::of(&m[..1]).unwrap();
+        assert_eq!((one.iterations, one.first_left_out), (1, false));
+        assert!(PhaseTable::of(&m[..2])
+            .unwrap()
+            .markdown()
+            .contains("mean of 1 iteration(s), the run's first"));
     }
 }
