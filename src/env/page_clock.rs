@@ -10,9 +10,10 @@
 //! page with a 50 ms interval takes ~1-2 ms of wall time) and stops the clock while a
 //! network fetch is pending (`pauseIfNetworkFetchesPending`), so a slow server does not
 //! eat into the page's time either (except in the budget after a navigation that
-//! committed nothing, where Chromium may count a fetch that never ends). Measured with the headless shell 156: page loads,
-//! input and DevTools scripts all work while the clock is paused, but a page does not
-//! parse or run its scripts until time is granted, so every navigation is followed by one.
+//! committed nothing, where Chromium may count a fetch that never ends). Measured with the
+//! headless shell 156: page loads, input and DevTools scripts all work while the clock is
+//! paused, but a page does not parse or run its scripts until time is granted, so every
+//! navigation is followed by one.
 //!
 //! Frames (see [`super::frames`]) carry the virtual time as their frame time, so CSS
 //! animations and `requestAnimationFrame` timestamps follow the same clock. Chromium hangs
@@ -207,33 +208,34 @@ impl PageClock {
     ) -> Result<(), CdpError> {
         let mark = mark.unwrap_or_else(|| dt.navigations());
         // The script's answer comes after the page's events of the action (one channel).
-        if dt.run_script(LEAVING, &[], false, limit).await == Ok(serde_json::Value::Bool(true)) {
-            let over = dt.wait_document_or_stop(mark, limit).await.map_err(|e| match e {
-                // Named as the other path names it: which wait ran out is timing, not news.
-                CdpError::Timeout => CdpError::Stalled(format!(
-                    "the end of the navigation to {} (a new document or the end of loading)",
-                    dt.requested_url()
-                )),
-                e => e,
-            })?;
-            if over.ended == mark.ended {
-                // A navigation that committed nothing (a download, a 204): the old page
-                // stays, and is not being left any more.
-                dt.run_script(NOT_LEAVING, &[], false, limit).await?;
-                return self.advance_under(dt, self.step_ms(), Policy::Advance, limit).await;
-            }
-        } else {
-            let waited = dt.wait_navigation_after(mark, limit).await.map_err(|e| match e {
-                CdpError::Timeout => {
-                    CdpError::Stalled(format!("the end of the navigation to {}", dt.requested_url()))
+        let committed_nothing =
+            if dt.run_script(LEAVING, &[], false, limit).await == Ok(serde_json::Value::Bool(true)) {
+                let over = dt.wait_document_or_stop(mark, limit).await.map_err(|e| match e {
+                    // Named as the other path names it: which wait ran out is timing, not news.
+                    CdpError::Timeout => CdpError::Stalled(format!(
+                        "the end of the navigation to {} (a new document or the end of loading)",
+                        dt.requested_url()
+                    )),
+                    e => e,
+                })?;
+                let nothing = over.ended == mark.ended;
+                if nothing {
+                    // A navigation that committed nothing (a download, a 204): the old page
+                    // stays, and is not being left any more.
+                    dt.run_script(NOT_LEAVING, &[], false, limit).await?;
                 }
-                e => e,
-            })?;
-            if waited && dt.navigations().ended == mark.ended {
-                return self.advance_under(dt, self.step_ms(), Policy::Advance, limit).await;
-            }
-        }
-        self.advance_step(dt, limit).await
+                nothing
+            } else {
+                let waited = dt.wait_navigation_after(mark, limit).await.map_err(|e| match e {
+                    CdpError::Timeout => {
+                        CdpError::Stalled(format!("the end of the navigation to {}", dt.requested_url()))
+                    }
+                    e => e,
+                })?;
+                waited && dt.navigations().ended == mark.ended
+            };
+        let policy = if committed_nothing { Policy::Advance } else { Policy::PauseForFetches };
+        self.advance_under(dt, self.step_ms(), policy, limit).await
     }
 
     fn step_ms(&self) -> u64 {

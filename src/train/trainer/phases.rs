@@ -114,6 +114,8 @@ impl Trainer {
         t: Timing,
     ) -> IterationMetrics {
         let up = &u.stats;
+        // the update's own rescoring counts as scoring
+        let update_secs = t.update_secs - u.rescore_secs;
         let mut m = IterationMetrics {
             iteration: self.state.iteration,
             env_steps: self.state.env_steps,
@@ -126,8 +128,8 @@ impl Trainer {
             rollout_secs: t.rollout_secs,
             score_secs: t.score_secs + u.rescore_secs,
             switch_secs: t.switch_secs,
-            update_secs: t.update_secs - u.rescore_secs,
-            train_tokens_per_sec: up.tokens as f64 / (t.update_secs - u.rescore_secs).max(1e-9),
+            update_secs,
+            train_tokens_per_sec: up.tokens as f64 / update_secs.max(1e-9),
             wall_secs: t.wall_secs,
             ..Default::default()
         };

@@ -4,10 +4,10 @@
 use super::nn::Linear;
 use super::QwenVl;
 use crate::policy::qwen_vl::train::lora::{
-    load_peft, save_peft, AdapterSnapshot, AdapterSwitch, LoraAdapter, LoraSettings,
+    load_peft, save_peft, AdapterSnapshot, AdapterSwitch, LoraAdapter, LoraSettings, PeftAdapter,
 };
 use anyhow::{bail, Result};
-use candle_core::{DType, Var};
+use candle_core::{DType, Tensor, Var};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -233,24 +233,12 @@ impl QwenVl {
     /// modules and shapes must be there, nothing else changes.
     pub fn set_adapter_values(&self, dir: &Path) -> Result<()> {
         let peft = load_peft(dir)?;
-        let mut seen = 0;
-        for (slot, lin) in self.slots() {
-            let Some(ad) = &lin.lora else { continue };
-            let (a, b) = slot
-                .find(&peft.tensors)
-                .ok_or_else(|| anyhow::anyhow!("{}: no adapter for `{}`", dir.display(), slot.peft))?;
-            if a.dims() != ad.a.dims() || b.dims() != ad.b.dims() {
-                bail!(
-                    "{}: the adapter of `{}` has another shape than this policy's",
-                    dir.display(),
-                    slot.peft
-                );
-            }
-            ad.a.set(&a.to_dtype(DType::F32)?.to_device(ad.a.device())?)?;
-            ad.b.set(&b.to_dtype(DType::F32)?.to_device(ad.b.device())?)?;
-            seen += 1;
+        let pairs = self.adapter_values(&peft, dir)?;
+        for (ad, (a, b)) in &pairs {
+            ad.a.set(a)?;
+            ad.b.set(b)?;
         }
-        if seen != peft.tensors.len() {
+        if pairs.len() != peft.tensors.len() {
             bail!("{}: the adapter has modules this policy has no adapter on", dir.display());
         }
         for (short, name, v) in &self.full {
@@ -337,6 +325,16 @@ impl QwenVl {
     /// A snapshot read from a PEFT folder (the live adapters are untouched).
     pub fn load_snapshot(&self, dir: &Path) -> Result<Arc<AdapterSnapshot>> {
         let peft = load_peft(dir)?;
+        Ok(Arc::new(AdapterSnapshot::new(self.adapter_values(&peft, dir)?)))
+    }
+
+    /// Each attached adapter with its A and B from `peft` (read from `dir`), in f32 on the
+    /// adapter's device; an adapter missing there, or of another shape, is an error.
+    fn adapter_values<'a>(
+        &'a self,
+        peft: &PeftAdapter,
+        dir: &Path,
+    ) -> Result<Vec<(&'a LoraAdapter, (Tensor, Tensor))>> {
         let mut pairs = Vec::new();
         for (slot, lin) in self.slots() {
             let Some(ad) = &lin.lora else { continue };
@@ -356,7 +354,7 @@ impl QwenVl {
                 (a.to_dtype(DType::F32)?.to_device(dev)?, b.to_dtype(DType::F32)?.to_device(dev)?),
             ));
         }
-        Ok(Arc::new(AdapterSnapshot::new(pairs)))
+        Ok(pairs)
     }
 }
 

@@ -11,10 +11,10 @@
 //! prompt, the user turn's opening), the same at every step of a task's episodes, whose
 //! KV cache is run once and shared; then the rest over it. States with the same prompt and
 //! screenshot (a GRPO group's first step) run it once and share its KV cache, also when
-//! they arrive a few steps apart. The answers advance in chunks of exactly `decode_rows` rows: the products'
-//! kernel depends on the row count, and a row's result never on the other rows' values, so
-//! a chunk padded to a fixed count gives each answer the same bits whether it was decoded
-//! alone, beside others, or joined them late. Attention runs per answer over its own cache;
+//! they arrive a few steps apart. The answers advance in chunks of exactly `decode_rows`
+//! rows: the products' kernel depends on the row count, and a row's result never on the
+//! other rows' values, so a chunk padded to a fixed count gives each answer the same bits
+//! whether it was decoded alone, beside others, or joined them late. Attention runs per answer over its own cache;
 //! the next tokens are drawn on the device, each answer with a draw from its own stream
 //! (`sample.rs`). With `decode_window` every answer instead takes a slot of a chunk of
 //! `decode_rows` slots, and each chunk runs one attention per layer over its slots' fixed
