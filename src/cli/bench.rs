@@ -1,7 +1,7 @@
 //! `guirl bench`: run a policy over a suite of tasks and report; `guirl bench compare`.
 
+use super::browser::BrowserArgs;
 use super::policy::make_policy;
-use super::BrowserArgs;
 use crate::bench::harness::{self, BenchOptions};
 use anyhow::{bail, Context};
 use std::path::PathBuf;

@@ -26,7 +26,7 @@ pub struct BenchLearnArgs {
     #[arg(long)]
     report: bool,
     #[command(flatten)]
-    browser: super::BrowserArgs,
+    browser: super::browser::BrowserArgs,
 }
 
 /// `guirl bench-learn`.
@@ -48,7 +48,7 @@ pub async fn bench_learn(args: BenchLearnArgs) -> anyhow::Result<()> {
         };
         // Ctrl-C / SIGTERM: the running cell checkpoints and stops; run again to continue.
         let stop = Arc::new(AtomicBool::new(false));
-        super::watch_signals(Some(stop.clone()));
+        super::signals::watch_signals(Some(stop.clone()));
         learning::run(&plan, &args.out, &opts, stop).await?;
     }
     let report = args.out.join("report.md");

@@ -1,6 +1,6 @@
 //! `guirl doctor`.
 
-use super::BrowserArgs;
+use super::browser::BrowserArgs;
 use crate::doctor::{diagnose, DoctorOptions, Status};
 use std::path::PathBuf;
 

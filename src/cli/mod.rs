@@ -2,6 +2,7 @@
 
 mod bench;
 mod bench_learn;
+mod browser;
 mod doctor;
 mod export;
 mod judge;
@@ -12,10 +13,13 @@ mod replay;
 mod run;
 mod serve;
 mod serve_policy;
+mod signals;
 mod train;
 mod train_reward;
 
+pub use browser::BrowserArgs;
 use clap::{Parser, Subcommand};
+use signals::watch_signals;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -33,66 +37,6 @@ pub struct Cli {
     #[command(subcommand)]
     command: Command,
 }
-
-/// Where the browser comes from (shared by every command that opens one).
-#[derive(Debug, Clone, clap::Args)]
-#[command(next_help_heading = "Browser")]
-pub struct BrowserArgs {
-    /// chromedriver binary to start (default: $GUIRL_CHROMEDRIVER, then /usr/bin/chromedriver).
-    #[arg(long, value_name = "PATH")]
-    pub chromedriver: Option<PathBuf>,
-    /// Attach to this WebDriver endpoint instead (a chromedriver elsewhere, a Selenium Grid).
-    #[arg(long, value_name = "URL")]
-    pub webdriver: Option<String>,
-    /// Show the browser window instead of running headless.
-    #[arg(long)]
-    pub headful: bool,
-    /// Limit on any single WebDriver command, in seconds.
-    #[arg(long, default_value_t = 10.0, value_name = "SECS")]
-    pub command_timeout: f64,
-    /// Send everything through WebDriver (no direct DevTools channel for page reads and
-    /// screenshots; slower, for comparison and for endpoints that misbehave).
-    #[arg(long)]
-    pub no_devtools: bool,
-    /// Let the headless shell draw freely instead of only when guirl asks for a frame
-    /// (begin-frame control; slower with several envs, for comparison).
-    #[arg(long)]
-    pub free_frames: bool,
-    /// How actions reach the page: `devtools` (DevTools input events, where guirl started
-    /// the browser with its DevTools channel and frame control; the default, about 1.6x
-    /// faster a step: see src/env/input.rs) or `webdriver` (WebDriver input actions
-    /// through chromedriver; always with --webdriver, --free-frames and --no-devtools).
-    /// Default: $GUIRL_INPUT, else devtools.
-    #[arg(long, value_name = "CHANNEL", value_parser = ["devtools", "webdriver"])]
-    pub input: Option<String>,
-    /// Start Chromium with --no-sandbox. By default its sandbox is on wherever the machine
-    /// allows; when guirl runs as root the browser then runs as an unprivileged user
-    /// ($GUIRL_BROWSER_USER, else guirlbrowser, else nobody). For machines where the
-    /// sandboxed start fails; GUIRL_SANDBOX=0 does the same.
-    #[arg(long)]
-    pub no_sandbox: bool,
-}
-
-impl BrowserArgs {
-    /// The library's browser config for these arguments.
-    pub fn config(&self) -> guirl_env::BrowserConfig {
-        guirl_env::BrowserConfig {
-            chromedriver: self.chromedriver.clone(),
-            webdriver_url: self.webdriver.clone(),
-            headful: self.headful,
-            command_timeout: std::time::Duration::from_secs_f64(self.command_timeout.max(0.1)),
-            ..Default::default()
-        }
-        .with_devtools(!self.no_devtools)
-        .with_frame_control(!self.free_frames)
-        .with_sandbox(!self.no_sandbox)
-        .with_input(
-            self.input.as_deref().and_then(|p| p.parse().ok()).unwrap_or_else(guirl_env::InputPath::from_env),
-        )
-    }
-}
-
-use crate::env as guirl_env;
 
 #[derive(Debug, Subcommand)]
 enum Command {
@@ -214,41 +158,6 @@ pub fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
-}
-
-/// Ctrl-C and SIGTERM. With `graceful` (training), the first signal raises that flag (the
-/// trainer finishes the iteration, saves a checkpoint and closes its browsers); otherwise,
-/// or at a second signal, kill the browsers this process started and exit at once
-/// (status 130 / 143), since destructors do not run on `exit`. Call inside the runtime.
-pub(crate) fn watch_signals(graceful: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate()))
-    else {
-        tracing::warn!("cannot watch for Ctrl-C / SIGTERM: browsers may outlive an interrupted run");
-        return;
-    };
-    tokio::spawn(async move {
-        let mut graceful = graceful;
-        loop {
-            let code = tokio::select! {
-                _ = int.recv() => 130,
-                _ = term.recv() => 143,
-            };
-            if let Some(flag) = graceful.take() {
-                // One line for a data-parallel run, from rank 0, not one per rank.
-                if std::env::var("RANK").map_or(true, |r| r == "0") {
-                    eprintln!(
-                    "guirl: stopping after this iteration or SFT epoch (a checkpoint will be saved); signal again to stop now"
-                    );
-                }
-                flag.store(true, std::sync::atomic::Ordering::SeqCst);
-                continue;
-            }
-            crate::env::profiles::kill_all_started();
-            eprintln!("guirl: interrupted; the browsers it started are closed");
-            std::process::exit(code);
-        }
-    });
 }
 
 /// Run `job` to completion; a signal kills its browsers and exits (see [`watch_signals`]).

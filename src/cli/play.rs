@@ -1,7 +1,7 @@
 //! `guirl play`: step one env by hand (or from a piped actions file), or record what a
 //! person does in a visible browser window (`--headful --capture`).
 
-use super::BrowserArgs;
+use super::browser::BrowserArgs;
 use crate::rollout::play::{Flow, Play, PlayOptions};
 use std::io::IsTerminal;
 use std::path::PathBuf;

@@ -31,7 +31,7 @@ pub struct EpisodeArgs {
 
 impl EpisodeArgs {
     /// The environment config for these options and `browser`, after checking them.
-    pub fn env_config(&self, browser: &super::BrowserArgs) -> anyhow::Result<crate::env::EnvConfig> {
+    pub fn env_config(&self, browser: &super::browser::BrowserArgs) -> anyhow::Result<crate::env::EnvConfig> {
         if self.max_steps == Some(0) {
             bail!("--max-steps must be at least 1");
         }

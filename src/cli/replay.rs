@@ -1,6 +1,6 @@
 //! `guirl replay`.
 
-use super::BrowserArgs;
+use super::browser::BrowserArgs;
 use crate::env::EnvConfig;
 use crate::rollout::replay::replay_set;
 use crate::rollout::TrajectorySet;

@@ -1,7 +1,7 @@
 //! `guirl run` and `guirl bench-env`.
 
+use super::browser::BrowserArgs;
 use super::policy::make_policy;
-use super::BrowserArgs;
 use crate::rollout::{Collector, Job};
 use anyhow::{bail, Context};
 use serde_json::json;

@@ -1,6 +1,6 @@
 //! `guirl serve`.
 
-use super::BrowserArgs;
+use super::browser::BrowserArgs;
 use crate::env::url_policy::{HostPattern, HostRule, UrlPolicy};
 use crate::serve::env_server::{serve, ServeConfig};
 use anyhow::{bail, Context};

@@ -43,7 +43,7 @@ pub struct TrainArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
     nproc: Option<u16>,
     #[command(flatten)]
-    browser: super::BrowserArgs,
+    browser: super::browser::BrowserArgs,
 }
 
 /// `guirl train`.
@@ -115,7 +115,7 @@ pub async fn train(args: TrainArgs) -> anyhow::Result<()> {
     trainer.progress = root && std::io::IsTerminal::is_terminal(&std::io::stderr());
     // Ctrl-C / SIGTERM: finish the iteration, save a checkpoint, exit.
     let stop = Arc::new(AtomicBool::new(false));
-    super::watch_signals(Some(stop.clone()));
+    super::signals::watch_signals(Some(stop.clone()));
     let state = trainer.run(stop).await?;
     if !root {
         return Ok(());

@@ -284,7 +284,10 @@ impl ProcessGroup {
         #[cfg(feature = "nccl")]
         {
             if self.nccl.get().is_none() {
-                let n = nccl::Nccl::connect(self, flat.device())?;
+                // Rank 0 draws the id; an error there becomes every rank's (all_gather).
+                let mine = if self.is_root() { nccl::draw_id() } else { Ok(Vec::new()) };
+                let ids = self.all_gather(mine)?;
+                let n = nccl::Nccl::join(&ids[0], self.rank, self.world, flat.device())?;
                 tracing::info!("rank {}: gradients are summed with NCCL", self.rank);
                 let _ = self.nccl.set(n);
             }

@@ -6,7 +6,6 @@
 //! the backward that made the gradients and before the optimizer step that reads them,
 //! with no host synchronisation in between.
 
-use super::ProcessGroup;
 use anyhow::{bail, Context};
 use candle_core::cuda_backend::cudarc::nccl::{Comm, Id, ReduceOp};
 use candle_core::cuda_backend::CudaStorage;
@@ -24,36 +23,31 @@ pub struct Nccl {
 unsafe impl Send for Nccl {}
 unsafe impl Sync for Nccl {}
 
+/// Draw a new NCCL id (rank 0 does, and sends it to the others), as bytes; an error is a
+/// message every rank reports, so no rank blocks in an initialisation the others will never join.
+pub fn draw_id() -> Result<Vec<u8>, String> {
+    Id::new().map(|id| id.internal().map(|c| c as u8).to_vec()).map_err(|e| {
+        format!("NCCL could not draw its id ({e:?}); set GUIRL_DIST_BACKEND=tcp to sum gradients through the host")
+    })
+}
+
 impl Nccl {
-    /// Make the communicator of `pg`'s ranks on `device` (collective: every rank calls it
-    /// at the same point). Rank 0 draws NCCL's id and sends it over the TCP group.
-    pub fn connect(pg: &ProcessGroup, device: &Device) -> anyhow::Result<Nccl> {
+    /// Join the communicator of `world` ranks named by `id` (rank 0's [`draw_id`]) as
+    /// `rank`, on `device` (collective: every rank calls it at the same point).
+    pub fn join(id: &[u8], rank: usize, world: usize, device: &Device) -> anyhow::Result<Nccl> {
         let Device::Cuda(dev) = device else { bail!("NCCL needs a CUDA device, not {device:?}") };
-        // Rank 0 draws the id; an error there becomes every rank's, so no rank blocks in
-        // an initialisation the others will never join.
-        let mine = if pg.is_root() {
-            Id::new().map(|id| id.internal().map(|c| c as u8).to_vec()).map_err(|e| {
-                format!("NCCL could not draw its id ({e:?}); set GUIRL_DIST_BACKEND=tcp to sum gradients through the host")
-            })
-        } else {
-            Ok(Vec::new())
-        };
-        let ids = pg.all_gather(mine)?;
         let mut internal = [0 as std::ffi::c_char; 128];
-        anyhow::ensure!(ids[0].len() == internal.len(), "rank 0 sent a malformed NCCL id");
-        for (c, &b) in internal.iter_mut().zip(&ids[0]) {
+        anyhow::ensure!(id.len() == internal.len(), "rank 0 sent a malformed NCCL id");
+        for (c, &b) in internal.iter_mut().zip(id) {
             *c = b as std::ffi::c_char;
         }
         let ordinal = dev.cuda_stream().context().ordinal();
-        let comm =
-            Comm::from_rank(dev.cuda_stream(), pg.rank(), pg.world(), Id::uninit(internal)).map_err(|e| {
-                anyhow::anyhow!(
-                    "NCCL could not join rank {} of {} on cuda:{ordinal} ({e:?}); two ranks on one GPU \
-                     is the usual cause (NCCL refuses it): give each rank its own GPU",
-                    pg.rank(),
-                    pg.world(),
-                )
-            })?;
+        let comm = Comm::from_rank(dev.cuda_stream(), rank, world, Id::uninit(internal)).map_err(|e| {
+            anyhow::anyhow!(
+                "NCCL could not join rank {rank} of {world} on cuda:{ordinal} ({e:?}); two ranks on one GPU \
+                 is the usual cause (NCCL refuses it): give each rank its own GPU",
+            )
+        })?;
         Ok(Nccl { comm: Mutex::new(comm), ordinal })
     }
 

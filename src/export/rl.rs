@@ -3,7 +3,7 @@
 //! environment plays the episode itself (reset with `extra_info.task_id` and `seed`).
 
 use super::columns::{self, field, list_type, EpisodeInfo, Image, Message, Row};
-use super::Episode;
+use super::episode::Episode;
 use arrow_array::RecordBatch;
 use arrow_schema::{DataType, Fields, Schema, SchemaRef};
 use serde::Serialize;

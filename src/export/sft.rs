@@ -3,7 +3,7 @@
 //! (`<image>`, plus the instruction on the first) and an assistant turn with its action.
 
 use super::columns::{self, field, list_type, EpisodeInfo, Image, Message, Row};
-use super::{no_placeholders, Episode};
+use super::episode::{no_placeholders, Episode};
 use arrow_array::{ArrayRef, RecordBatch, StringArray};
 use arrow_schema::{DataType, Schema, SchemaRef};
 use serde::Serialize;

@@ -4,7 +4,7 @@
 //! the episode's group-relative one (GRPO) where the set has groups.
 
 use super::columns::{self, field, Image, Png, Row};
-use super::Episode;
+use super::episode::Episode;
 use crate::train::advantage::reinforce_pp::{discounted_returns, step_rewards};
 use arrow_array::{ArrayRef, Float64Array, Int64Array, RecordBatch, UInt64Array};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
@@ -90,7 +90,7 @@ impl Row for StepRow {
 pub fn rows(ep: &Episode) -> anyhow::Result<Vec<StepRow>> {
     let t = &ep.stored.trajectory;
     let rewards = step_rewards(t);
-    let returns = discounted_returns(&rewards, ep.opts.gamma);
+    let returns = discounted_returns(&rewards, ep.gamma);
     let mut out = Vec::with_capacity(t.steps.len());
     for (i, step) in t.steps.iter().enumerate() {
         let png: Png = ep.png(step.frame.as_deref(), i)?;

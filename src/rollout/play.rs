@@ -84,6 +84,15 @@ struct Current {
     over: bool,
 }
 
+/// What the capture (`--capture`, in `capture.rs`) knows between polls.
+#[derive(Debug, Default)]
+struct CaptureState {
+    /// Polls in a row that could not read the page.
+    failures: u32,
+    /// The note that input after the episode's end is not recorded was given.
+    said_over: bool,
+}
+
 /// An interactive session over one env, driven by lines.
 pub struct Play {
     env: GuiEnv,
@@ -91,7 +100,7 @@ pub struct Play {
     writer: Option<TrajectoryWriter>,
     seed: u64,
     current: Option<Current>,
-    capture: capture::State,
+    capture: CaptureState,
     /// Episodes written to the trajectory set so far.
     pub recorded: usize,
 }
@@ -106,7 +115,7 @@ impl Play {
         writer: Option<TrajectoryWriter>,
     ) -> Play {
         let seed = opts.seed;
-        let capture = capture::State::default();
+        let capture = CaptureState::default();
         Play { env: GuiEnv::new(task, cfg), opts, writer, seed, current: None, capture, recorded: 0 }
     }
 

@@ -14,19 +14,10 @@
 //! next action before that observation is taken, the frame may show its start: guirl
 //! detects this and says so in a `note` naming the step.
 
-use super::Play;
+use super::{CaptureState, Play};
 use crate::env::capture;
 use serde_json::json;
 use std::io::Write;
-
-/// What the capture knows between polls.
-#[derive(Debug, Default)]
-pub(super) struct State {
-    /// Polls in a row that could not read the page.
-    failures: u32,
-    /// The note that input after the episode's end is not recorded was given.
-    said_over: bool,
-}
 
 /// Polls in a row that may fail (a navigation in flight) before guirl says so.
 const QUIET_FAILURES: u32 = 20;
@@ -36,7 +27,7 @@ impl Play {
     /// and say where the page is on the screen.
     pub(super) async fn start_capture(&mut self, out: &mut dyn Write) -> anyhow::Result<()> {
         let d = capture::poll(&self.env).await?;
-        self.capture = State::default();
+        self.capture = CaptureState::default();
         // The screenshot's origin within the viewport, in the page's screen coordinates.
         let f = self.current.as_ref().map(|c| c.obs.frame).unwrap_or_default();
         let x = (d.screen[0] + f64::from(f.origin_x)).round() as i64;

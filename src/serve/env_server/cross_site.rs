@@ -11,7 +11,7 @@
 //! - **Content type.** A POST with a body must say `application/json`: a page's no-cors
 //!   fetch can only send `text/plain`, form encodings and `multipart/form-data`.
 
-use super::{ApiError, Shared};
+use super::error::ApiError;
 use axum::extract::{Request, State};
 use axum::http::{header, Method, StatusCode};
 use axum::middleware::Next;
@@ -52,8 +52,7 @@ impl CrossSite {
 }
 
 /// The middleware: Host, then Origin, then a POST body's content type.
-pub async fn check(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Response {
-    let rules = &s.cfg.cross_site;
+pub async fn check(State(rules): State<Arc<CrossSite>>, req: Request, next: Next) -> Response {
     let headers = req.headers();
     let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
     // HTTP/1.0 clients may send no Host; then the URI's authority (if any) is what to check.

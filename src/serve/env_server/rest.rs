@@ -3,8 +3,8 @@
 use super::error::ApiError;
 use super::frame;
 use super::session::Transition;
+use super::state::{task_from_request, LocalPeer, Shared};
 use super::wire::{self, ImageFormat, ImageOverride, SessionOptions, OPTION_FIELDS, OVERRIDE_FIELDS};
-use super::{task_from_request, LocalPeer, Shared};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, Query, State};

@@ -24,12 +24,14 @@
 pub mod kl_term;
 pub mod ppo;
 pub mod relative;
+mod select;
+
+pub use select::for_run;
 
 use super::advantage::{AdvantageStats, StepAdvantages};
-use super::config::{AlgoConfig, AlgoVariant, TrainConfig};
+use super::config::AlgoConfig;
 use super::metrics::IterationMetrics;
 use crate::rollout::{Recorded, TrainingBatch};
-use candle_core::Device;
 use std::path::Path;
 
 /// An iteration's rollouts as they train: grouped, with their training rewards (the
@@ -72,20 +74,6 @@ pub trait Algorithm: Send {
     fn save(&self, _dir: &Path) -> anyhow::Result<()> {
         Ok(())
     }
-}
-
-/// The algorithm `cfg` trains with, its state read back from the checkpoint `latest`
-/// (a resume) where it keeps any.
-pub fn for_run(
-    cfg: &TrainConfig,
-    device: &Device,
-    latest: Option<&Path>,
-) -> anyhow::Result<Box<dyn Algorithm>> {
-    Ok(match &cfg.algo.variant {
-        AlgoVariant::Ppo(p) => Box::new(ppo::Ppo::for_run(cfg, p, device, latest)?),
-        AlgoVariant::Gigpo(_) => Box::new(relative::Gigpo),
-        _ => Box::new(relative::GroupRelative),
-    })
 }
 
 #[cfg(test)]

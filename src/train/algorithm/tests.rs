@@ -3,8 +3,9 @@ use super::*;
 use crate::env::EpisodeStatus::{self, Fail, Running, Success};
 use crate::rollout::{Group, Outcome, TrajStep, Trajectory};
 use crate::train::advantage::{anchor_keys, estimate};
-use crate::train::config::{example_config, AlgoKind};
+use crate::train::config::{example_config, AlgoKind, TrainConfig};
 use crate::train::kl::{adaptive_beta, KlMode};
+use candle_core::Device;
 
 fn config(kind: AlgoKind) -> TrainConfig {
     let text = example_config(kind).replace("critic_warmup = 0", "critic_warmup = 3");

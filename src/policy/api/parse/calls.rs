@@ -2,7 +2,7 @@
 //! Python-like calls, what each action name means, and key-name mapping. Kept apart from
 //! the parent module, which decides where in an answer to look.
 
-use super::{
+use super::answer::{
     center, key_action, millis, split_keys, AnswerFormat, Frame, ParsedAnswer, DEFAULT_WAIT_MS,
     UITARS_SCROLL_PX, UITARS_WAIT_MS,
 };

@@ -1,7 +1,7 @@
 //! Oracles for the built-in tasks that navigate between pages. Each one first asks which
 //! page the URL names, then does the next thing that page needs.
 
-use super::{by_id, click, fill, has_class, page_name, query_param, quoted, with_class, within};
+use super::page::{by_id, click, fill, has_class, page_name, query_param, quoted, with_class, within};
 use crate::env::{GuiAction, ScreenState};
 
 /// Which settings field `... change your FIELD to "..."` names, as its input id.

@@ -1,6 +1,6 @@
 //! Oracles for the one-page built-in tasks.
 
-use super::{by_id, click, fill, has_class, on_screen, quoted, with_class};
+use super::page::{by_id, click, fill, has_class, on_screen, quoted, with_class};
 use crate::env::{Element, GuiAction, ScreenState};
 
 /// `Click the "red" button.`: the button with class `c-red`.
@@ -101,7 +101,7 @@ pub(super) fn search_table(state: &ScreenState) -> Option<GuiAction> {
     let wrap = by_id(state, "table-wrap")?;
     let prefix = format!("{target} ");
     let row = with_class(state, "tr", "row").find(|e| e.text.starts_with(&prefix));
-    let button = row.and_then(|r| super::within(state, r, "button", "del"));
+    let button = row.and_then(|r| super::page::within(state, r, "button", "del"));
     if let Some(b) = button.filter(|b| shown_in(state, wrap, b)) {
         return Some(click(b));
     }

@@ -1,6 +1,6 @@
 //! Oracles for the click tasks: buttons, links, dialogs, tabs, accordions, widgets.
 
-use super::{button, by_id, by_tag_text, click, click_clear, has_class, on_screen, outer_quoted};
+use super::page::{button, by_id, by_tag_text, click, click_clear, has_class, on_screen, outer_quoted};
 use crate::env::{Element, GuiAction, ScreenState};
 
 /// click-test: "Click the button." — the one button, `#subbtn`.

@@ -1,7 +1,7 @@
 //! Oracles for the form tasks: focusing and filling text fields, checkboxes, radio
 //! buttons, select lists and an autocomplete field.
 
-use super::{between, button, by_id, click, fill, has_class, inside, key, on_screen, quoted};
+use super::page::{between, button, by_id, click, fill, has_class, inside, key, on_screen, quoted};
 use crate::env::{Element, GuiAction, KeyCombo, Modifier, ScreenState};
 
 /// Text-like `<input>`s (text, password, untyped), in document order.
