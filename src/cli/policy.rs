@@ -141,7 +141,7 @@ pub fn observation(name: &str, api: &ApiArgs) -> anyhow::Result<String> {
         "random" | "oracle" => "n/a".to_string(),
         path => {
             let found = crate::train::checkpoint::resolve_policy_dir(std::path::Path::new(path))?;
-            crate::policy::observation::of_checkpoint(&found.dir)?.to_string()
+            crate::policy::observation_of_checkpoint(&found.dir)?.to_string()
         }
     })
 }

@@ -88,7 +88,7 @@ pub async fn train(args: TrainArgs) -> anyhow::Result<()> {
     anyhow::ensure!(
         cfg.rollout.max_staleness == 0 || (rendezvous.is_none() && args.nproc.is_none_or(|n| n <= 1)),
         "{}",
-        crate::train::trainer::overlap::data_parallel_refusal(cfg.rollout.max_staleness)
+        crate::train::trainer::behaviour::data_parallel_refusal(cfg.rollout.max_staleness)
     );
     if let Some(n) = args.nproc.filter(|&n| n > 1) {
         anyhow::ensure!(

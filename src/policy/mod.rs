@@ -14,7 +14,7 @@ pub mod screen_encoder;
 pub mod trainable;
 pub mod vlm;
 
-pub use load::load_checkpoint;
+pub use load::{load_checkpoint, observation_of_checkpoint};
 pub use trainable::{stream_key, Sampling, TokenScores, TrainablePolicy};
 
 use crate::env::{GuiAction, ScreenState};

@@ -25,15 +25,6 @@ impl fmt::Display for Observation {
     }
 }
 
-/// The observation setting of the policy saved in a checkpoint folder: a Qwen-VL
-/// adapter reads pixels only; the small policy's `config.json` says what it reads.
-pub fn of_checkpoint(dir: &std::path::Path) -> anyhow::Result<Observation> {
-    if super::qwen_vl::QwenVlPolicy::is_checkpoint(dir) {
-        return Ok(Observation::Pixels);
-    }
-    Ok(super::vlm::VlmConfig::from_file(&dir.join(super::vlm::CONFIG_FILE))?.observation())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -51,17 +42,5 @@ mod tests {
         assert_eq!(c.observation(), Observation::Pixels);
         c.inputs.elements = Some(8);
         assert_eq!(c.observation().to_string(), "pixels+dom");
-    }
-
-    #[test]
-    fn a_checkpoint_says_what_its_policy_reads() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut c = VlmConfig::tiny();
-        (c.word_buckets, c.inputs.elements) = (64, Some(16));
-        std::fs::write(dir.path().join(crate::policy::vlm::CONFIG_FILE), serde_json::to_string(&c).unwrap())
-            .unwrap();
-        assert_eq!(of_checkpoint(dir.path()).unwrap(), Observation::PixelsDom);
-        let e = of_checkpoint(&dir.path().join("nothing")).unwrap_err();
-        assert!(format!("{e:#}").contains("cannot read VLM config"), "{e:#}");
     }
 }

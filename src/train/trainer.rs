@@ -49,6 +49,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+pub mod behaviour;
 mod cloning;
 mod folder;
 pub mod overlap;
@@ -87,7 +88,18 @@ pub struct Trainer {
     /// The ranks of a data-parallel run ([`crate::dist`]); `None`: this process alone.
     group: Option<Arc<ProcessGroup>>,
     /// `[rollout] max_staleness = 1`: the behaviour weights and the collection under way.
-    overlap: overlap::Overlap,
+    overlap: behaviour::Overlap,
+}
+
+/// An iteration's wall-clock figures.
+struct Timing {
+    rollout_secs: f64,
+    /// Scoring before the update phase (the update's own rescoring is added to it).
+    score_secs: f64,
+    switch_secs: f64,
+    /// The update phase, its rescoring included.
+    update_secs: f64,
+    wall_secs: f64,
 }
 
 impl Trainer {
@@ -108,7 +120,7 @@ impl Trainer {
         group: Option<Arc<ProcessGroup>>,
     ) -> anyhow::Result<Trainer> {
         if group.is_some() && cfg.rollout.max_staleness > 0 {
-            bail!("{}", overlap::data_parallel_refusal(cfg.rollout.max_staleness));
+            bail!("{}", behaviour::data_parallel_refusal(cfg.rollout.max_staleness));
         }
         let device = cfg.candle_device_for_rank(group.as_ref().map_or(0, |g| g.local_rank()))?;
         let tasks =
@@ -158,7 +170,7 @@ impl Trainer {
         };
         // A resumed run finds its KL reference on disk; a new one makes it when RL starts.
         let kl = KlTerm::resume(&cfg.algo, policy.as_ref(), &run_dir.join(REFERENCE_DIR), latest.is_some())?;
-        let overlap = overlap::Overlap::resume(&cfg, policy.as_ref(), latest.as_deref())?;
+        let overlap = behaviour::Overlap::resume(&cfg, policy.as_ref(), latest.as_deref())?;
         let metrics_path = run_dir.join("metrics.jsonl");
         let metrics = match writes {
             false => None,
@@ -378,7 +390,7 @@ impl Trainer {
 
         // 5. Log: the metrics line, the evaluation when due, the plots.
         let wall_secs = self.state.wall_secs + t0.elapsed().as_secs_f64();
-        let timing = phases::Timing { rollout_secs, score_secs, switch_secs, update_secs, wall_secs };
+        let timing = Timing { rollout_secs, score_secs, switch_secs, update_secs, wall_secs };
         let m = self.metrics_of(&collected, staleness, &astats, &updated, weights.as_deref(), timing);
         self.log(m, &collected.recs).await
     }

@@ -10,6 +10,7 @@ mod common;
 mod server;
 
 mod api_policy;
+mod architecture;
 mod bench_learn;
 mod browser_launch;
 mod checkpoints;

@@ -1,7 +1,13 @@
 //! The binary MiniWoB++ tasks: the right answer pays 1, anything else −1 (or does not end
 //! the episode). Success is full credit. Evidence: the page's `core.endEpisode(...)` calls.
 
-use super::{binary, TaskAudit};
+use super::{RewardClass, SuccessRule, TaskAudit};
+
+/// A binary task's row: full credit only.
+const fn binary(task: &'static str, pays: &'static str, evidence: &'static str) -> TaskAudit {
+    let (class, rule) = (RewardClass::Binary, SuccessRule::FullCredit);
+    TaskAudit { task, class, rule, why: "", pays, evidence, false_success: None }
+}
 
 /// Rows in task-name order.
 pub(super) const ROWS: &[TaskAudit] = &[

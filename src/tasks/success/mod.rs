@@ -14,11 +14,13 @@
 //! MiniWoB++'s time decay. The reward itself is not changed: the env still reports what
 //! the page pays, and training uses it unless `[algo] reward = "success"`.
 
+mod audit;
 mod binary;
 mod scored;
 #[cfg(test)]
 mod tests;
 
+pub use audit::{miniwob_audit, miniwob_row, miniwob_rule};
 use serde::Serialize;
 
 /// Slack under a threshold that float sums of the page's terms may fall short by
@@ -107,26 +109,4 @@ pub struct TaskAudit {
     /// A raw reward the page pays for a wrong or partial answer that the old rule,
     /// `raw_reward > 0`, counted as a success (`None`: the old rule was right here).
     pub false_success: Option<f64>,
-}
-
-/// A binary task's row: full credit only.
-const fn binary(task: &'static str, pays: &'static str, evidence: &'static str) -> TaskAudit {
-    let (class, rule) = (RewardClass::Binary, SuccessRule::FullCredit);
-    TaskAudit { task, class, rule, why: "", pays, evidence, false_success: None }
-}
-
-/// Every audited MiniWoB++ task, binary ones first.
-pub fn miniwob_audit() -> impl Iterator<Item = &'static TaskAudit> {
-    binary::ROWS.iter().chain(scored::ROWS.iter())
-}
-
-/// The audit row of MiniWoB++ task `name`, if it has one.
-pub fn miniwob_row(name: &str) -> Option<&'static TaskAudit> {
-    miniwob_audit().find(|r| r.task == name)
-}
-
-/// The success rule of MiniWoB++ task `name`: its row's, or full credit for a task the
-/// audit does not know.
-pub fn miniwob_rule(name: &str) -> SuccessRule {
-    miniwob_row(name).map_or(SuccessRule::FullCredit, |r| r.rule)
 }

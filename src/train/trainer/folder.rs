@@ -45,7 +45,7 @@ impl Trainer {
             self.replay.save(dir)?;
             // The weights the next iteration collects with (max_staleness = 1).
             if let Some(b) = &self.overlap.behaviour {
-                b.save(&dir.join(overlap::BEHAVIOUR_DIR))?;
+                b.save(&dir.join(super::behaviour::BEHAVIOUR_DIR))?;
             }
             self.algorithm.save(dir)
         })

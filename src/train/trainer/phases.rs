@@ -26,17 +26,6 @@ pub(super) struct Updated {
     beta: f64,
 }
 
-/// An iteration's wall-clock figures.
-pub(super) struct Timing {
-    pub(super) rollout_secs: f64,
-    /// Scoring before the update phase (the update's own rescoring is added to it).
-    pub(super) score_secs: f64,
-    pub(super) switch_secs: f64,
-    /// The update phase, its rescoring included.
-    pub(super) update_secs: f64,
-    pub(super) wall_secs: f64,
-}
-
 impl Trainer {
     /// The update phase of iteration `it`: rollouts of older weights (`staleness` > 0)
     /// first get the decoupled objective's weights; then μ epochs of minibatch updates at

@@ -82,13 +82,13 @@ struct InFlight {
 
 /// A decoding session over a policy (a shallow copy: the weights are shared, so an update
 /// between steps is seen by the next step).
-pub(super) struct DecodeSession {
+struct DecodeSession {
     policy: QwenVlPolicy,
     flight: InFlight,
 }
 
 impl DecodeSession {
-    pub(super) fn new(policy: QwenVlPolicy) -> Self {
+    fn new(policy: QwenVlPolicy) -> Self {
         let flight = InFlight::new(&policy);
         DecodeSession { policy, flight }
     }
@@ -253,6 +253,12 @@ impl InFlight {
 }
 
 impl QwenVlPolicy {
+    /// A decoding session over a copy of this policy (its weights shared), which states
+    /// join and leave between steps.
+    pub(super) fn decode_session(&self) -> Box<dyn StepDecoder> {
+        Box::new(DecodeSession::new(self.clone()))
+    }
+
     /// Decode an answer for every state, state `i` sampling from the stream `keys[i]`.
     pub(super) fn decide_all(&self, states: &[ScreenState], keys: &[u64]) -> Result<Vec<Decision>> {
         let mut flight = InFlight::new(self);

@@ -378,7 +378,7 @@ impl Policy for QwenVlPolicy {
     }
 
     fn step_decoder(&self) -> Option<Box<dyn crate::policy::StepDecoder>> {
-        Some(Box::new(decode::DecodeSession::new(self.clone())))
+        Some(self.decode_session())
     }
 
     fn info(&self) -> serde_json::Value {
