@@ -15,19 +15,19 @@ use std::sync::Arc;
 /// tree (`model.language_model.layers.3.self_attn.q_proj`, `model.visual.blocks.0.attn.qkv`),
 /// the name its seeds derive from (the language model's as before vision adapters existed),
 /// and whether it is the vision tower's.
-struct Slot {
+struct AdapterSite {
     peft: String,
     key: String,
     vision: bool,
 }
 
-impl Slot {
+impl AdapterSite {
     fn text(name: String) -> Self {
-        Slot { peft: format!("model.language_model.{name}"), key: name, vision: false }
+        AdapterSite { peft: format!("model.language_model.{name}"), key: name, vision: false }
     }
 
     fn vision(name: String) -> Self {
-        Slot { peft: format!("model.visual.{name}"), key: format!("visual.{name}"), vision: true }
+        AdapterSite { peft: format!("model.visual.{name}"), key: format!("visual.{name}"), vision: true }
     }
 
     /// The module's name in the older layout (`model.layers.*`, `visual.*`).
@@ -48,15 +48,15 @@ impl Slot {
 impl QwenVl {
     /// Every linear layer that can carry an adapter: the language model's, then the
     /// vision tower's.
-    fn slots(&self) -> Vec<(Slot, &Linear)> {
-        let text = self.text.linears().into_iter().map(|(n, l)| (Slot::text(n), l));
-        text.chain(self.vision.linears().into_iter().map(|(n, l)| (Slot::vision(n), l))).collect()
+    fn sites(&self) -> Vec<(AdapterSite, &Linear)> {
+        let text = self.text.linears().into_iter().map(|(n, l)| (AdapterSite::text(n), l));
+        text.chain(self.vision.linears().into_iter().map(|(n, l)| (AdapterSite::vision(n), l))).collect()
     }
 
-    /// [`Self::slots`], to attach adapters.
-    fn slots_mut(&mut self) -> Vec<(Slot, &mut Linear)> {
-        let text = self.text.linears_mut().into_iter().map(|(n, l)| (Slot::text(n), l));
-        text.chain(self.vision.linears_mut().into_iter().map(|(n, l)| (Slot::vision(n), l))).collect()
+    /// [`Self::sites`], to attach adapters.
+    fn sites_mut(&mut self) -> Vec<(AdapterSite, &mut Linear)> {
+        let text = self.text.linears_mut().into_iter().map(|(n, l)| (AdapterSite::text(n), l));
+        text.chain(self.vision.linears_mut().into_iter().map(|(n, l)| (AdapterSite::vision(n), l))).collect()
     }
 }
 
@@ -68,7 +68,7 @@ impl QwenVl {
         let device = self.text_device();
         let pass = self.text.pass().clone();
         let (mut n, mut nv) = (0, 0);
-        for (slot, lin) in self.slots_mut() {
+        for (slot, lin) in self.sites_mut() {
             let leaf = slot.key.rsplit('.').next().unwrap_or_default();
             let targets = if slot.vision { &settings.vision_targets } else { &settings.targets };
             if targets.iter().any(|t| t == leaf) {
@@ -119,7 +119,7 @@ impl QwenVl {
         let pass = self.text.pass().clone();
         let mut used = std::collections::BTreeSet::new();
         let mut vision_leaves = std::collections::BTreeSet::new();
-        for (slot, lin) in self.slots_mut() {
+        for (slot, lin) in self.sites_mut() {
             lin.lora = None;
             if let Some((a, b)) = slot.find(&peft.tensors) {
                 let want_a = [peft.settings.rank, lin.in_dim()];
@@ -181,7 +181,7 @@ impl QwenVl {
         };
         let base = self.dir.display().to_string();
         let adapters: Vec<(String, LoraAdapter, Option<[usize; 4]>)> = self
-            .slots()
+            .sites()
             .into_iter()
             .filter_map(|(s, l)| l.lora.clone().map(|a| (s.peft, a, l.kernel)))
             .collect();
@@ -212,7 +212,7 @@ impl QwenVl {
     /// The adapters' variables, named `<module>.lora_A` / `.lora_B`, sorted.
     pub fn lora_vars(&self) -> Vec<(String, Var)> {
         let mut out: Vec<(String, Var)> = self
-            .slots()
+            .sites()
             .into_iter()
             .filter_map(|(s, l)| l.lora.as_ref().map(|a| (s.peft, a.a.clone(), a.b.clone())))
             .flat_map(|(n, a, b)| [(format!("{n}.lora_A"), a), (format!("{n}.lora_B"), b)])
@@ -293,7 +293,7 @@ impl QwenVl {
     /// overlapped run collects with).
     pub fn snapshot_adapters(&self) -> Result<Arc<AdapterSnapshot>> {
         let mut pairs = Vec::new();
-        for (_, lin) in self.slots() {
+        for (_, lin) in self.sites() {
             if let Some(ad) = &lin.lora {
                 pairs.push((ad, ad.copy_weights()?));
             }
@@ -307,7 +307,7 @@ impl QwenVl {
             bail!("the model has no adapters to save");
         };
         let mut frozen = Vec::new();
-        for (slot, l) in self.slots() {
+        for (slot, l) in self.sites() {
             if let Some(ad) = &l.lora {
                 let (a, b) = snapshot.of(ad)?;
                 frozen.push((
@@ -336,7 +336,7 @@ impl QwenVl {
         dir: &Path,
     ) -> Result<Vec<(&'a LoraAdapter, (Tensor, Tensor))>> {
         let mut pairs = Vec::new();
-        for (slot, lin) in self.slots() {
+        for (slot, lin) in self.sites() {
             let Some(ad) = &lin.lora else { continue };
             let (a, b) = slot
                 .find(&peft.tensors)
