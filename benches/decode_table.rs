@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! cargo bench --bench decode_table -- --model DIR [--rollouts 1,2,4,8] [--tokens 32]
-//!     [--device cpu|cuda] [--dtype f32|bf16] [--rows R] [--window W] [--out table.json]
+//!     [--device cpu|cuda] [--dtype f32|bf16] [--rows R] [--window W] [--sync N] [--out table.json]
 //! ```
 //!
 //! `DIR` is a Qwen-VL checkpoint folder (a fixture under `fixtures/qwen_vl/`, or the
@@ -18,6 +18,7 @@
 //! process's RSS high-water mark on a CPU, `nvidia-smi`'s used memory sampled every 20 ms
 //! on a GPU. `--window W` decodes with `decode_window = W` (a chunk of `--rows` answers in
 //! window slots, one attention per layer for the chunk) instead of one attention per answer.
+//! `--sync N` has the host read the drawn tokens every N decoding steps (`decode_sync`).
 
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor};
@@ -62,8 +63,10 @@ fn main() -> Result<()> {
     s.max_new_tokens = tokens;
     s.decode_rows = arg(&args, "--rows").map(|r| r.parse()).transpose().context("--rows")?;
     s.decode_window = arg(&args, "--window").map(|w| w.parse()).transpose().context("--window")?;
+    s.decode_sync = arg(&args, "--sync").map(|n| n.parse()).transpose().context("--sync")?;
     let window = s.decode_window;
     let rows = s.decode_rows_on(&device);
+    let sync = s.decode_sync_on(&device);
     let mut policy = QwenVlPolicy::new(s, &device, 0)?;
     policy.set_sampling(Sampling { temperature: 1.0, greedy: false, seed: 1 });
 
@@ -72,7 +75,7 @@ fn main() -> Result<()> {
     let roofline = bandwidth / weight_bytes;
     println!(
         "{backbone} {dtype} on {device:?}: {:.1} MB of text weights read per token, copy bandwidth {:.1} GB/s, \
-         roofline {:.0} tokens/s for one rollout; decode_rows {rows}, decode_window {window:?}, {tokens} new tokens",
+         roofline {:.0} tokens/s for one rollout; decode_rows {rows}, decode_window {window:?}, decode_sync {sync}, {tokens} new tokens",
         weight_bytes / 1e6,
         bandwidth / 1e9,
         roofline
@@ -106,7 +109,7 @@ fn main() -> Result<()> {
     if let Some(out) = arg(&args, "--out") {
         let doc = serde_json::json!({
             "backbone": backbone, "dtype": dtype, "device": format!("{device:?}"), "decode_rows": rows,
-            "decode_window": window, "new_tokens": tokens, "weight_bytes_per_token": weight_bytes,
+            "decode_window": window, "decode_sync": sync, "new_tokens": tokens, "weight_bytes_per_token": weight_bytes,
             "copy_bandwidth": bandwidth,
             "roofline_one_rollout": roofline, "table": table,
         });

@@ -173,6 +173,70 @@ fn answers_joining_a_decode_in_flight_are_bit_for_bit_those_decoded_alone() {
     }
 }
 
+/// The host reads the drawn tokens every `decode_sync` steps (the tokens are fed back on the
+/// device in between): answers that end between reads run on until the next read and their
+/// extra tokens are dropped, so every answer is the same bits whatever the interval, also
+/// for answers that join between reads. A random model rarely draws its end-of-answer
+/// token, so a copy of the checkpoint names a token it often draws as that token.
+#[test]
+fn answers_read_every_few_steps_are_bit_for_bit_those_read_every_step() {
+    let states: Vec<_> =
+        (0..6).map(|i| state(i % 3, if i % 2 == 0 { &[] } else { &["click(10, 20)"] })).collect();
+    let keys: Vec<u64> = (30..36).collect();
+    let joins = [0usize, 0, 1, 2, 5, 7];
+    let max = 14;
+    for (arch, window) in DECODINGS {
+        let model = copy_of(arch);
+        let decode = |sync: usize| {
+            let tmp = tempfile::tempdir().unwrap();
+            let mut s = settings(arch, tmp.path());
+            s.path = model.path().to_str().unwrap().to_string();
+            (s.decode_window, s.decode_sync, s.decode_rows, s.max_new_tokens) =
+                (window, Some(sync), Some(2), max);
+            let mut p = QwenVlPolicy::new(s, &Device::Cpu, 0).unwrap();
+            perturb_b(&p);
+            p.set_sampling(Sampling { temperature: 1.5, greedy: false, seed: 3 });
+            let whole: Vec<_> = p.act_keyed(&states, &keys).unwrap().iter().map(bits).collect();
+            let mut dec = p.step_decoder().unwrap();
+            let mut got = vec![None; states.len()];
+            let mut steps = 0;
+            while got.iter().any(Option::is_none) {
+                for i in (0..states.len()).filter(|&i| joins[i] == steps) {
+                    dec.admit(i as u64, &states[i], keys[i]).unwrap();
+                }
+                for (id, d) in dec.step().unwrap() {
+                    assert!(got[id as usize].replace(bits(&d)).is_none(), "{arch} {window:?}: {id} twice");
+                }
+                steps += 1;
+                assert!(steps < 100, "{arch} {window:?} sync {sync}: the decode never ended");
+            }
+            (whole, got.into_iter().map(Option::unwrap).collect::<Vec<_>>())
+        };
+        // a token that several answers draw after their first (so not all end at once)
+        let mut count = std::collections::HashMap::new();
+        for b in decode(1).0 {
+            let seen: std::collections::BTreeSet<u32> = b.0[1..].iter().copied().collect();
+            seen.into_iter().for_each(|t| *count.entry(t).or_insert(0) += 1);
+        }
+        let (&eos, _) = count.iter().max_by_key(|(t, n)| (**n, **t)).unwrap();
+        let config = model.path().join("config.json");
+        let text = std::fs::read_to_string(&config).unwrap();
+        assert!(text.contains("\"eos_token_id\": 489"), "{arch}: the fixture's end token moved");
+        std::fs::write(&config, text.replace("\"eos_token_id\": 489", &format!("\"eos_token_id\": {eos}")))
+            .unwrap();
+
+        let (every, joined) = decode(1);
+        assert_eq!(joined, every, "{arch} {window:?}: joining answers differ from a whole call");
+        let ended: Vec<usize> = every.iter().map(|b| b.0.len()).filter(|&n| n < max).collect();
+        assert!(ended.len() >= 2, "{arch} {window:?}: answers end early with token {eos}: {every:?}");
+        for sync in [3, 4] {
+            let (whole, late) = decode(sync);
+            assert_eq!(whole, every, "{arch} {window:?}: a whole call read every {sync} steps differs");
+            assert_eq!(late, joined, "{arch} {window:?}: joining answers read every {sync} steps differ");
+        }
+    }
+}
+
 /// An overlapped run's frozen copy (its behaviour weights) decodes on one thread while the
 /// live adapters train on another, LoRA dropout on: the copy's answers are bit for bit
 /// those it gives alone, and the update moved the live policy's. The adapter switch and the

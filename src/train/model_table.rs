@@ -76,6 +76,8 @@ pub struct ModelTable {
     pub decode_rows: Option<usize>,
     /// `decode_window` (Qwen-VL).
     pub decode_window: Option<usize>,
+    /// `decode_sync` (Qwen-VL).
+    pub decode_sync: Option<usize>,
     /// `dtype` (Qwen-VL).
     pub dtype: Option<String>,
     /// `train_modules` (Qwen-VL).

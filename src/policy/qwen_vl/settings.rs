@@ -60,6 +60,14 @@ pub struct QwenPolicySettings {
     /// without it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decode_window: Option<usize>,
+    /// Decoding steps between the host's reads of the tokens drawn: the tokens are fed back
+    /// on the device, and the host learns them (and which answers ended) every this many
+    /// steps, so it does not wait for the device at every token. An answer that ended
+    /// between reads runs on until the next one and its extra tokens are dropped: the
+    /// answers are the same bits whatever the value. Unset:
+    /// [`QwenPolicySettings::decode_sync_on`] the device.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decode_sync: Option<usize>,
     /// `f32` or `bf16` (weights and activations; adapters and their optimizer stay f32).
     #[serde(default = "default_dtype")]
     pub dtype: String,
@@ -96,6 +104,13 @@ impl QwenPolicySettings {
         self.decode_rows.unwrap_or(if device.is_cuda() { 8 } else { 1 })
     }
 
+    /// `decode_sync`, or its default on `device`: every step on a CPU (waiting costs
+    /// nothing there, and an ended answer's extra steps would cost compute), every 8 on a
+    /// GPU (not yet timed there).
+    pub fn decode_sync_on(&self, device: &candle_core::Device) -> usize {
+        self.decode_sync.unwrap_or(if device.is_cuda() { 8 } else { 1 })
+    }
+
     /// Settings for `backbone` at `path` with every default.
     pub fn new(backbone: &str, path: &str) -> Self {
         QwenPolicySettings {
@@ -112,6 +127,7 @@ impl QwenPolicySettings {
             max_new_tokens: default_max_new(),
             decode_rows: None,
             decode_window: None,
+            decode_sync: None,
             dtype: default_dtype(),
             train_modules: Vec::new(),
         }
@@ -149,6 +165,9 @@ impl QwenPolicySettings {
         if let Some(rows) = self.decode_rows.filter(|r| !(1..=256).contains(r)) {
             bail!("model.decode_rows = {rows}: use 1 to 256 (rows each decoding step computes)");
         }
+        if let Some(n) = self.decode_sync.filter(|n| !(1..=64).contains(n)) {
+            bail!("model.decode_sync = {n}: use 1 to 64 (decoding steps between the host's reads of the tokens)");
+        }
         if let Some(w) = self.decode_window.filter(|w| !(16..=1 << 20).contains(w)) {
             bail!(
                 "model.decode_window = {w}: use 16 to 1048576 tokens, at least a prompt's length plus \
@@ -178,5 +197,19 @@ mod tests {
         s.decode_rows = Some(5);
         s.decode_window = Some(8);
         assert!(s.check().unwrap_err().to_string().contains("model.decode_window = 8"));
+    }
+
+    #[test]
+    fn the_host_reads_every_step_on_the_cpu_unless_told_and_a_bad_interval_is_named() {
+        let mut s = QwenPolicySettings::new("qwen3_vl", "fixtures/qwen_vl/qwen3_vl");
+        assert_eq!(s.decode_sync_on(&candle_core::Device::Cpu), 1);
+        s.decode_sync = Some(4);
+        assert_eq!(s.decode_sync_on(&candle_core::Device::Cpu), 4);
+        s.check().unwrap();
+        for bad in [0, 65] {
+            s.decode_sync = Some(bad);
+            let e = s.check().unwrap_err().to_string();
+            assert!(e.contains(&format!("model.decode_sync = {bad}")) && e.contains("1 to 64"), "{e}");
+        }
     }
 }

@@ -237,6 +237,19 @@ impl QwenVl {
         caches: &mut [&mut KvCache],
         rows: usize,
     ) -> Result<Tensor> {
+        let ids = Tensor::new(tokens, &self.text_device())?;
+        self.step_rows_on(&ids, positions, caches, rows)
+    }
+
+    /// [`QwenVl::step_rows`] with the tokens already on the device (`[B]` u32): a decoder
+    /// feeds back the tokens it drew without the host reading them.
+    pub fn step_rows_on(
+        &self,
+        tokens: &Tensor,
+        positions: &[i64],
+        caches: &mut [&mut KvCache],
+        rows: usize,
+    ) -> Result<Tensor> {
         let pos = [positions.to_vec(), positions.to_vec(), positions.to_vec()];
         let (cos, sin) = text_cos_sin(&self.config.text, &pos, self.text_dtype(), &self.text_device())?;
         self.text.decode(tokens, &cos, &sin, caches, rows)
@@ -244,11 +257,12 @@ impl QwenVl {
 
     /// Hidden states `[R, H]` of one more token for each row of a decoding chunk whose
     /// answers keep their keys and values in fixed windows (`decode_window`): row `r` is
-    /// `tokens[r]` at M-RoPE position `positions[r]`, written into its slot; free rows take
-    /// any token, and their outputs mean nothing ([`text::TextModel::decode_window`]).
+    /// `tokens[r]` (`[R]` u32, on the device) at M-RoPE position `positions[r]`, written
+    /// into its slot; free rows take any token, and their outputs mean nothing
+    /// ([`text::TextModel::decode_window`]).
     pub fn step_window(
         &self,
-        tokens: &[u32],
+        tokens: &Tensor,
         positions: &[i64],
         chunk: &mut slots::WindowChunk,
     ) -> Result<Tensor> {

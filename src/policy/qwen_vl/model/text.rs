@@ -220,20 +220,23 @@ impl TextModel {
     /// step. Attention runs per row over its own cache.
     pub fn decode(
         &self,
-        ids: &[u32],
+        ids: &Tensor,
         cos: &Tensor,
         sin: &Tensor,
         caches: &mut [&mut KvCache],
         rows: usize,
     ) -> Result<Tensor> {
-        let b = ids.len();
+        let b = ids.dim(0)?;
         if b == 0 || b > rows || caches.len() != b {
             bail!("decoding {b} rows with {} caches in steps of {rows} rows", caches.len());
         }
         let h = self.cfg.hidden_size;
-        let padded: Vec<u32> = (0..rows).map(|i| ids[if i < b { i } else { 0 }]).collect();
-        let ids = Tensor::new(padded.as_slice(), self.embed.device())?.unsqueeze(1)?;
-        let mut x = self.embed(&ids)?.reshape((rows, h))?;
+        // padding rows repeat the first token (on the device: the ids may not be read yet)
+        let padded = match rows - b {
+            0 => ids.clone(),
+            n => Tensor::cat(&[ids.clone(), ids.narrow(0, 0, 1)?.broadcast_as(n)?.contiguous()?], 0)?,
+        };
+        let mut x = self.embed(&padded.unsqueeze(1)?)?.reshape((rows, h))?;
         let (d, hd) = (self.dims(), self.cfg.head_dim);
         let (cos, sin) = (cos.reshape((b, 1, 1, hd))?, sin.reshape((b, 1, 1, hd))?);
         for c in caches.iter_mut() {

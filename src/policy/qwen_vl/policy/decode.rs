@@ -66,9 +66,19 @@ struct Answer {
     rng: rand_chacha::ChaCha8Rng,
     len: usize,
     delta: i64,
+    /// Tokens drawn so far, read by the host or not.
+    drawn: usize,
+    /// The tokens and log-probs the host has read, up to the answer's end.
     tokens: Vec<u32>,
     lps: Vec<f32>,
     done: bool,
+}
+
+/// One decoding step's draws, not yet read by the host: the answers in row order and the
+/// `[n, 2]` rows of token id and log-prob.
+struct Unread {
+    ids: Vec<u64>,
+    both: Tensor,
 }
 
 /// The answers in flight and the prompts kept for sharing.
@@ -78,6 +88,8 @@ struct InFlight {
     answers: Vec<Answer>,
     /// The answers' window slots, with `decode_window`.
     window: Option<WindowKv>,
+    /// Steps drawn since the host last read the tokens (`decode_sync` at most).
+    unread: Vec<Unread>,
 }
 
 /// A decoding session over a policy (a shallow copy: the weights are shared, so an update
@@ -114,7 +126,13 @@ impl InFlight {
     fn new(p: &QwenVlPolicy) -> Self {
         let rows = p.settings.decode_rows_on(&p.device);
         let window = p.settings.decode_window.map(|w| WindowKv::new(rows, w));
-        InFlight { prefills: VecDeque::new(), prefixes: VecDeque::new(), answers: Vec::new(), window }
+        InFlight {
+            prefills: VecDeque::new(),
+            prefixes: VecDeque::new(),
+            answers: Vec::new(),
+            window,
+            unread: Vec::new(),
+        }
     }
 
     /// Run `state`'s prompt (or find it run) and start its answer.
@@ -157,6 +175,7 @@ impl InFlight {
             rng: stream_rng(p.sampling.seed, key),
             len: q.len,
             delta: q.delta,
+            drawn: 0,
             tokens: Vec::new(),
             lps: Vec::new(),
             done: false,
@@ -164,44 +183,52 @@ impl InFlight {
         Ok(())
     }
 
-    /// Draw every live answer's next token; the finished ones leave with their decisions,
-    /// the rest run that token through the model together.
+    /// Draw every live answer's next token and run those tokens through the model together,
+    /// the tokens fed back on the device. Every `decode_sync` steps (and when an answer has
+    /// drawn `max_new_tokens`) the host reads what was drawn: the answers that ended leave
+    /// with their decisions, their tokens after the end dropped.
     fn step(&mut self, p: &QwenVlPolicy) -> Result<Vec<(u64, Decision)>> {
         if self.answers.is_empty() {
             return Ok(Vec::new());
         }
         let logits = Tensor::stack(&self.answers.iter().map(|a| &a.logits).collect::<Vec<_>>(), 0)?;
         let mut rngs: Vec<_> = self.answers.iter_mut().map(|a| &mut a.rng).collect();
-        let picked = p.pick_rows(&logits, &mut rngs)?;
-        for (a, (tok, lp)) in self.answers.iter_mut().zip(picked) {
-            a.tokens.push(tok);
-            a.lps.push(lp);
-            a.done = tok == p.eos || a.tokens.len() >= p.settings.max_new_tokens;
-        }
-        let (done, live): (Vec<Answer>, Vec<Answer>) =
-            std::mem::take(&mut self.answers).into_iter().partition(|a| a.done);
-        self.answers = live;
-        if let Some(w) = &mut self.window {
-            done.iter().filter_map(|a| a.slot).for_each(|s| w.release(s));
-        }
-        let finished = done
-            .into_iter()
-            .map(|a| Ok((a.id, p.finish(a.size, a.tokens, a.lps)?)))
-            .collect::<Result<_>>()?;
+        let (tok, both) = p.draw_rows(&logits, &mut rngs)?;
+        self.answers.iter_mut().for_each(|a| a.drawn += 1);
+        self.unread.push(Unread { ids: self.answers.iter().map(|a| a.id).collect(), both });
+        let max = p.settings.max_new_tokens;
+        let read = self.unread.len() >= p.settings.decode_sync_on(&p.device)
+            || self.answers.iter().any(|a| a.drawn >= max);
+        // each live answer's row in `tok`
+        let mut rows: Vec<usize> = (0..self.answers.len()).collect();
+        let finished = if read {
+            self.read(p)?;
+            let (done, live): (Vec<_>, Vec<_>) =
+                std::mem::take(&mut self.answers).into_iter().enumerate().partition(|(_, a)| a.done);
+            rows = live.iter().map(|(r, _)| *r).collect();
+            self.answers = live.into_iter().map(|(_, a)| a).collect();
+            if let Some(w) = &mut self.window {
+                done.iter().filter_map(|(_, a)| a.slot).for_each(|s| w.release(s));
+            }
+            done.into_iter()
+                .map(|(_, a)| Ok((a.id, p.finish(a.size, a.tokens, a.lps)?)))
+                .collect::<Result<_>>()?
+        } else {
+            Vec::new()
+        };
         if self.window.is_some() {
-            self.step_windows(p)?;
+            self.step_windows(p, &tok, &rows)?;
             return Ok(finished);
         }
-        let rows = p.settings.decode_rows_on(&p.device);
-        for chunk in self.answers.chunks_mut(rows) {
-            let tokens: Vec<u32> = chunk.iter().map(|a| *a.tokens.last().expect("a token")).collect();
-            let positions: Vec<i64> =
-                chunk.iter().map(|a| (a.len + a.tokens.len() - 1) as i64 + a.delta).collect();
+        let chunk_rows = p.settings.decode_rows_on(&p.device);
+        for (chunk, rows) in self.answers.chunks_mut(chunk_rows).zip(rows.chunks(chunk_rows)) {
+            let tokens = pick(&tok, rows)?;
+            let positions: Vec<i64> = chunk.iter().map(|a| (a.len + a.drawn - 1) as i64 + a.delta).collect();
             let logits = {
                 let mut caches: Vec<&mut KvCache> = chunk.iter_mut().map(|a| &mut a.cache).collect();
-                let h = p.model.step_rows(&tokens, &positions, &mut caches, rows)?;
+                let h = p.model.step_rows_on(&tokens, &positions, &mut caches, chunk_rows)?;
                 // detached: kept until the next step, they must not hold this step's graph
-                p.model.logits_rows(&h, rows)?.detach()
+                p.model.logits_rows(&h, chunk_rows)?.detach()
             };
             for (r, a) in chunk.iter_mut().enumerate() {
                 a.logits = logits.get(r)?;
@@ -209,12 +236,43 @@ impl InFlight {
         }
         Ok(finished)
     }
+
+    /// Read every unread step's draws in one transfer and give each answer its tokens up
+    /// to its end (the end-of-answer token, or `max_new_tokens`).
+    fn read(&mut self, p: &QwenVlPolicy) -> Result<()> {
+        let parts: Vec<&Tensor> = self.unread.iter().map(|u| &u.both).collect();
+        let all = Tensor::cat(&parts, 0)?.to_vec2::<f32>()?;
+        let at: HashMap<u64, usize> = self.answers.iter().enumerate().map(|(i, a)| (a.id, i)).collect();
+        let ids = self.unread.drain(..).flat_map(|u| u.ids);
+        for (id, row) in ids.zip(all) {
+            let a = &mut self.answers[at[&id]];
+            if a.done {
+                continue; // drawn after its end, before the host knew
+            }
+            let tok = row[0] as u32;
+            a.tokens.push(tok);
+            a.lps.push(row[1]);
+            a.done = tok == p.eos || a.tokens.len() >= p.settings.max_new_tokens;
+        }
+        Ok(())
+    }
+}
+
+/// Rows `rows` of the tokens `tok` `[n]`: a view where they are consecutive (no answer left
+/// in between), else a gather.
+fn pick(tok: &Tensor, rows: &[usize]) -> Result<Tensor> {
+    let start = rows[0];
+    if rows.iter().enumerate().all(|(i, &r)| r == start + i) {
+        return Ok(tok.narrow(0, start, rows.len())?);
+    }
+    let idx: Vec<u32> = rows.iter().map(|&r| r as u32).collect();
+    Ok(tok.index_select(&Tensor::new(idx.as_slice(), tok.device())?, 0)?)
 }
 
 impl InFlight {
-    /// Run every live answer's last token through the model, chunk by chunk of window
-    /// slots (`decode_window`).
-    fn step_windows(&mut self, p: &QwenVlPolicy) -> Result<()> {
+    /// Run every live answer's last token (row `rows[i]` of `tok` for answer `i`) through the
+    /// model, chunk by chunk of window slots (`decode_window`).
+    fn step_windows(&mut self, p: &QwenVlPolicy, tok: &Tensor, rows: &[usize]) -> Result<()> {
         let w = self.window.as_mut().expect("window mode");
         for c in 0..w.chunks() {
             let chunk = w.chunk_mut(c);
@@ -224,20 +282,17 @@ impl InFlight {
                     by_row[s.row] = Some(i);
                 }
             }
-            if by_row.iter().all(Option::is_none) {
-                continue;
-            }
-            // a free row decodes token 0 at position 0 in its own slot: nobody reads it
-            let tokens: Vec<u32> = by_row
-                .iter()
-                .map(|i| i.map_or(0, |i| *self.answers[i].tokens.last().expect("a token")))
-                .collect();
+            let Some(any) = by_row.iter().flatten().next().copied() else { continue };
+            // a free row decodes some live answer's token at position 0 in its own slot:
+            // nobody reads it
+            let from: Vec<usize> = by_row.iter().map(|i| rows[i.unwrap_or(any)]).collect();
+            let tokens = pick(tok, &from)?;
             let positions: Vec<i64> = by_row
                 .iter()
                 .map(|i| {
                     i.map_or(0, |i| {
                         let a = &self.answers[i];
-                        (a.len + a.tokens.len() - 1) as i64 + a.delta
+                        (a.len + a.drawn - 1) as i64 + a.delta
                     })
                 })
                 .collect();

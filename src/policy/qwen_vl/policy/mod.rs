@@ -315,13 +315,15 @@ impl QwenVlPolicy {
     }
 
     /// The next token of each answer, drawn on the device from its logits (`logits` `[n, V]`,
-    /// row `i` greedy or with one uniform draw from `rngs[i]`), with its log-prob: the host
-    /// reads two numbers a row ([`sample`]).
-    fn pick_rows(
+    /// row `i` greedy or with one uniform draw from `rngs[i]`), left on the device: the
+    /// tokens `[n]` (u32, to feed back) and `[n, 2]` f32 rows of token id and log-prob (ids
+    /// are exact in f32, a vocabulary below 2^24) for the host to read when it needs them
+    /// ([`sample`]).
+    fn draw_rows(
         &self,
         logits: &Tensor,
         rngs: &mut [&mut rand_chacha::ChaCha8Rng],
-    ) -> Result<Vec<(u32, f32)>> {
+    ) -> Result<(Tensor, Tensor)> {
         let scaled =
             (logits.to_dtype(DType::F32)? / self.sampling.temperature)?.broadcast_add(&self.banned)?;
         let lp = candle_nn::ops::log_softmax(&scaled, D::Minus1)?;
@@ -332,9 +334,8 @@ impl QwenVlPolicy {
             sample::sample_rows(&lp, &u)?
         };
         let lps = lp.gather(&tok.unsqueeze(1)?, 1)?;
-        // one read: token ids are exact in f32 (a vocabulary below 2^24)
-        let both = Tensor::cat(&[tok.to_dtype(DType::F32)?.unsqueeze(1)?, lps], 1)?.to_vec2::<f32>()?;
-        Ok(both.into_iter().map(|r| (r[0] as u32, r[1])).collect())
+        let both = Tensor::cat(&[tok.to_dtype(DType::F32)?.unsqueeze(1)?, lps], 1)?;
+        Ok((tok, both))
     }
 
     /// The decision for an answer's tokens: its text parsed into an action.

@@ -20,22 +20,22 @@ impl TextModel {
     /// their outputs are to be ignored.
     pub fn decode_window(
         &self,
-        ids: &[u32],
+        ids: &Tensor,
         cos: &Tensor,
         sin: &Tensor,
         chunk: &mut WindowChunk,
     ) -> Result<Tensor> {
         let r = chunk.rows();
-        if ids.len() != r || chunk.layers() != self.layers.len() {
+        if ids.dim(0)? != r || chunk.layers() != self.layers.len() {
             bail!(
                 "a decoding chunk of {r} rows and {} layers fed {} tokens for a model of {} layers",
                 chunk.layers(),
-                ids.len(),
+                ids.dim(0)?,
                 self.layers.len()
             );
         }
         let (h, hd) = (self.cfg.hidden_size, self.cfg.head_dim);
-        let ids = Tensor::new(ids, self.embed.device())?.unsqueeze(1)?;
+        let ids = ids.unsqueeze(1)?;
         let mut x = self.embed(&ids)?.reshape((r, h))?;
         let (cos, sin) = (cos.reshape((r, 1, 1, hd))?, sin.reshape((r, 1, 1, hd))?);
         let (at, mask) = chunk.step_inputs()?;
