@@ -21,7 +21,8 @@
 #     then the rollout decoding table: the policy's own continuous-batching decoder for 1 to
 #     128 rollouts of different screenshots, tokens/s and peak memory against the copy
 #     bandwidth's roofline measured in the same run (benches/decode_table.rs), and the same
-#     table with `decode_window` (window slots, one attention per layer for a chunk);
+#     table with `decode_window` (window slots, one attention per layer for a chunk), and
+#     with the host reading the drawn tokens at every step (`decode_sync` 1 against 8);
 #  5. NCCL's data-parallel gradient sum (tests/nccl.rs, the `nccl` feature), one rank per
 #     GPU, against the sum through the host;
 #  6. a whole RL iteration: `guirl train` of the 2B-shaped random model (section 4 writes
@@ -132,6 +133,10 @@ want 4 && for size in ${GPU_SIZES:-2b tiny}; do
     timeout "$(cap 120)" $BIN/decode_table --device cuda --dtype bf16 --model /tmp/qwen-speed/qwen3_vl_${size}_bf16 \
       --rollouts ${GPU_ROLLOUTS:-1,8,16,32,64,128} --tokens 32 --window ${GPU_WINDOW:-1152} --rows ${GPU_WINDOW_ROWS:-32} \
       --out "${OUT:-/tmp}/decode-table-window-$size.json" || echo "decode table (window) $size failed (rc $?)"
+    echo "### $size: rollout decoding table, the host reading the tokens at every step (decode_sync 1; the default above is 8)"
+    timeout "$(cap 60)" $BIN/decode_table --device cuda --dtype bf16 --model /tmp/qwen-speed/qwen3_vl_${size}_bf16 \
+      --rollouts ${GPU_SYNC_ROLLOUTS:-1,8,64} --tokens 32 --sync 1 \
+      --out "${OUT:-/tmp}/decode-table-sync1-$size.json" || echo "decode table (sync 1) $size failed (rc $?)"
   fi
 done
 if want 5; then
