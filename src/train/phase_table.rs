@@ -45,7 +45,8 @@ pub struct PhaseTable {
 }
 
 impl PhaseTable {
-    /// The means over `metrics` (one run's lines, in order); `None` without any.
+    /// The means over `metrics` (one run's lines, in order), the baseline evaluation's line
+    /// left out; `None` without an iteration.
     pub fn of(metrics: &[IterationMetrics]) -> Option<PhaseTable> {
         let first = metrics.first()?;
         // an iteration's wall-clock and env steps are the differences of running totals
@@ -54,6 +55,11 @@ impl PhaseTable {
         for w in metrics.windows(2) {
             let steps = w[1].env_steps.saturating_sub(w[0].env_steps) as f64;
             rows.push((w[1].wall_secs - w[0].wall_secs, steps, &w[1]));
+        }
+        // the baseline evaluation's line (iteration 0, before any rollout) is no iteration
+        rows.retain(|r| r.2.iteration > 0);
+        if rows.is_empty() {
+            return None;
         }
         let first_left_out = rows.len() > 1;
         if first_left_out {
@@ -143,6 +149,7 @@ mod tests {
 
     fn line(wall: f64, steps: u64, rollout: f64, update: f64, prefill: f64, decode: f64) -> IterationMetrics {
         IterationMetrics {
+            iteration: 1,
             wall_secs: wall,
             env_steps: steps,
             rollout_secs: rollout,
@@ -187,5 +194,26 @@ mod tests {
             .unwrap()
             .markdown()
             .contains("mean of 1 iteration(s), the run's first"));
+    }
+
+    /// The baseline evaluation's line (iteration 0, before any rollout) is not an
+    /// iteration: the first iteration after it is the one left out, and its wall-clock
+    /// counts from the evaluation's end.
+    #[test]
+    fn the_baseline_evaluation_is_no_iteration() {
+        let baseline = IterationMetrics { iteration: 0, wall_secs: 8.0, ..Default::default() };
+        let mut m = vec![baseline];
+        for (i, l) in
+            [line(38.0, 10, 20.0, 5.0, 1.0, 2.0), line(48.0, 30, 4.0, 4.0, 1.0, 1.0)].into_iter().enumerate()
+        {
+            m.push(IterationMetrics { iteration: i as u64 + 1, ..l });
+        }
+        let t = PhaseTable::of(&m).unwrap();
+        assert_eq!((t.iterations, t.first_left_out), (1, true), "{t:?}");
+        assert!((t.wall - 10.0).abs() < 1e-9 && (t.rollout_wait - 4.0).abs() < 1e-9, "{t:?}");
+        let first = PhaseTable::of(&m[..2]).unwrap();
+        assert_eq!((first.iterations, first.first_left_out), (1, false));
+        assert!((first.wall - 30.0).abs() < 1e-9, "{first:?}");
+        assert!(PhaseTable::of(&m[..1]).is_none());
     }
 }
