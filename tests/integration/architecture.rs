@@ -225,6 +225,11 @@ fn edges(files: &BTreeMap<Module, File>) -> BTreeMap<Module, BTreeMap<Module, St
     out
 }
 
+/// The edges without the paths that show them.
+fn targets(shown: &BTreeMap<Module, BTreeMap<Module, String>>) -> BTreeMap<Module, BTreeSet<Module>> {
+    shown.iter().map(|(a, bs)| (a.clone(), bs.keys().cloned().collect())).collect()
+}
+
 /// Strongly connected components with more than one member (Tarjan).
 fn circles(nodes: &[Module], edges: &BTreeMap<Module, BTreeSet<Module>>) -> Vec<Vec<Module>> {
     struct T<'a> {
@@ -311,7 +316,7 @@ fn no_file_imports_a_file_that_imports_it_back() {
     let files = read_files();
     assert!(files.len() > 100, "read {} source files: is src/ where it was?", files.len());
     let shown = edges(&files);
-    let graph = shown.iter().map(|(a, bs)| (a.clone(), bs.keys().cloned().collect())).collect();
+    let graph = targets(&shown);
     let nodes: Vec<Module> = files.keys().cloned().collect();
     let found = circles(&nodes, &graph);
     assert!(
@@ -336,7 +341,7 @@ fn the_top_level_modules_import_each_other_without_a_circle() {
             }
         }
     }
-    let graph = top.iter().map(|(a, bs)| (a.clone(), bs.keys().cloned().collect())).collect();
+    let graph = targets(&top);
     let nodes: Vec<Module> = top.keys().cloned().collect();
     let found = circles(&nodes, &graph);
     assert!(found.is_empty(), "top-level modules in a circle:{}", describe(&found, &top));
@@ -366,7 +371,7 @@ fn the_check_sees_a_circle_where_there_is_one() {
         );
     }
     let shown = edges(&files);
-    let graph = shown.iter().map(|(a, bs)| (a.clone(), bs.keys().cloned().collect())).collect();
+    let graph = targets(&shown);
     let found = circles(&files.keys().cloned().collect::<Vec<_>>(), &graph);
     assert_eq!(
         found,
