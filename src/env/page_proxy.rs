@@ -115,6 +115,23 @@ impl PageProxy {
     }
 }
 
+/// Why a connection is not made.
+enum Denied {
+    /// A rule forbids it: listed in the step's `blocked_urls`.
+    Refused(String),
+    /// The name does not resolve (no DNS, a typo, the browser's own update check on a
+    /// machine without network): the browser would have failed alike without the proxy,
+    /// so nothing was blocked and nothing is listed.
+    Unresolved(String),
+}
+
+/// The answer to a request whose host does not resolve: a gateway error, as the
+/// browser's own failed lookup would be, logged only at debug level.
+fn unresolved(what: &str, why: &str) -> Response<Body> {
+    tracing::debug!(url = what, "a browser's request found no host: {why}");
+    answer(StatusCode::BAD_GATEWAY)
+}
+
 fn answer(code: StatusCode) -> Response<Body> {
     let mut r = Response::new(Body::empty());
     *r.status_mut() = code;
@@ -133,10 +150,11 @@ impl Rules {
         let port = uri.port_u16().unwrap_or(80);
         let addrs = match self.decide(host, port).await {
             Ok(a) => a,
-            Err(why) => {
+            Err(Denied::Refused(why)) => {
                 self.local.record(&uri.to_string(), &why);
                 return answer(StatusCode::FORBIDDEN);
             }
+            Err(Denied::Unresolved(why)) => return unresolved(&uri.to_string(), &why),
         };
         let Some(stream) = connect(&addrs).await else { return answer(StatusCode::BAD_GATEWAY) };
         let Ok((mut send, conn)) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await else {
@@ -161,13 +179,15 @@ impl Rules {
     async fn tunnel(&self, req: Request<Incoming>) -> Response<Body> {
         let Some(auth) = req.uri().authority().cloned() else { return answer(StatusCode::BAD_REQUEST) };
         let port = auth.port_u16().unwrap_or(443);
+        // Chromium names the tunnel's target alone: a secure page or any socket.
+        let what = || format!("CONNECT {auth} (https, ws or wss)");
         let addrs = match self.decide(auth.host(), port).await {
             Ok(a) => a,
-            Err(why) => {
-                // Chromium names the tunnel's target alone: a secure page or any socket.
-                self.local.record(&format!("CONNECT {auth} (https, ws or wss)"), &why);
+            Err(Denied::Refused(why)) => {
+                self.local.record(&what(), &why);
                 return answer(StatusCode::FORBIDDEN);
             }
+            Err(Denied::Unresolved(why)) => return unresolved(&what(), &why),
         };
         let Some(mut upstream) = connect(&addrs).await else { return answer(StatusCode::BAD_GATEWAY) };
         tokio::spawn(async move {
@@ -180,29 +200,34 @@ impl Rules {
 
     /// The addresses a page may connect to for `host:port`, resolved here once: the
     /// connection goes to one of them, so no later answer can differ from the checked one.
-    async fn decide(&self, host: &str, port: u16) -> Result<Vec<SocketAddr>, String> {
+    async fn decide(&self, host: &str, port: u16) -> Result<Vec<SocketAddr>, Denied> {
         let bare = host.trim_start_matches('[').trim_end_matches(']');
         let (name, ips): (Option<&str>, Vec<IpAddr>) = match bare.parse::<IpAddr>() {
             Ok(ip) => (None, vec![ip]),
             Err(_) => {
                 let found = tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::lookup_host((bare, port)))
                     .await
-                    .map_err(|_| format!("{bare} did not resolve within {}s", CONNECT_TIMEOUT.as_secs()))?
-                    .map_err(|e| format!("{bare} does not resolve: {e}"))?;
+                    .map_err(|_| {
+                        Denied::Unresolved(format!(
+                            "{bare} did not resolve within {}s",
+                            CONNECT_TIMEOUT.as_secs()
+                        ))
+                    })?
+                    .map_err(|e| Denied::Unresolved(format!("{bare} does not resolve: {e}")))?;
                 (Some(bare), found.map(|a| a.ip()).collect())
             }
         };
         if ips.is_empty() {
-            return Err(format!("{bare} does not resolve"));
+            return Err(Denied::Unresolved(format!("{bare} does not resolve")));
         }
         let local = ips.iter().filter(|&&ip| is_loopback_like(ip)).count();
         if local > 0 && !self.local.port_open(port) {
-            return Err(format!("port {port} of this machine's loopback is not the task's"));
+            return Err(Denied::Refused(format!("port {port} of this machine's loopback is not the task's")));
         }
         // guirl's task server or the task's own start page: allowed above, by port.
         if local < ips.len() {
             if let Some(check) = &self.hosts {
-                check(name, &ips)?;
+                check(name, &ips).map_err(Denied::Refused)?;
             }
         }
         Ok(ips.into_iter().map(|ip| SocketAddr::new(ip, port)).collect())
@@ -333,5 +358,21 @@ mod tests {
         assert_eq!(seen.as_slice(), &[(None, vec!["10.255.255.1".parse::<IpAddr>().unwrap()])]);
         let (urls, _) = local.take_blocked();
         assert_eq!(urls, vec!["CONNECT 10.255.255.1:443 (https, ws or wss)".to_string()]);
+    }
+
+    #[test]
+    fn a_name_that_does_not_resolve_is_a_gateway_error_not_a_blocked_request() {
+        // `.invalid` never resolves (RFC 6761): as a browser's own update check on a
+        // machine without DNS, nothing was refused, so nothing is listed.
+        let local = LocalGuard::new(None);
+        let proxy = PageProxy::start(local.clone(), None).unwrap();
+        let got = ask(proxy.port(), "CONNECT update.guirl.invalid:443 HTTP/1.1\r\n\r\n");
+        assert!(got.starts_with("HTTP/1.1 502"), "{got}");
+        let got = ask(
+            proxy.port(),
+            "GET http://time.guirl.invalid/ HTTP/1.1\r\nHost: time.guirl.invalid\r\nConnection: close\r\n\r\n",
+        );
+        assert!(got.starts_with("HTTP/1.1 502"), "{got}");
+        assert_eq!(local.take_blocked(), (Vec::new(), 0));
     }
 }
