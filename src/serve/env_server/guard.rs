@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 /// Blocked URLs kept between two answers (the rest are counted, not listed).
-const MAX_LISTED: usize = 20;
+pub const MAX_LISTED: usize = 20;
 
 /// One session's request checks and what they blocked since the last answer.
 pub struct RequestGuard {

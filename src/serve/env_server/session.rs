@@ -519,17 +519,30 @@ fn reset_info(env_error: Option<String>) -> Map<String, Value> {
 /// `info.blocked_urls`: the requests the URL policy blocked since the last answer (and
 /// `blocked_more`, how many past the listed ones).
 fn blocked(g: &SessionEnv, info: &mut Map<String, Value>) {
-    let (mut urls, mut more) = g.guard.as_ref().map(|b| b.take_blocked()).unwrap_or_default();
+    let policy = g.guard.as_ref().map(|b| b.take_blocked()).unwrap_or_default();
     // Requests to this machine's loopback services, refused in every mode (see
     // `env::local_guard`).
-    if let Some((local, n)) = g.env.as_ref().map(|e| e.take_blocked_urls()) {
-        urls.extend(local);
-        more += n;
-    }
+    let local = g.env.as_ref().map(|e| e.take_blocked_urls()).unwrap_or_default();
+    let (urls, more) = listed(policy, local);
     info.insert("blocked_urls".into(), json!(urls));
     if more > 0 {
         info.insert("blocked_more".into(), json!(more));
     }
+}
+
+/// The URL policy's refusals, then the loopback guard's, cut as the policy's are: at most
+/// [`super::guard::MAX_LISTED`] listed in all, the rest counted.
+fn listed(
+    (mut urls, mut more): (Vec<String>, usize),
+    (local, n): (Vec<String>, usize),
+) -> (Vec<String>, usize) {
+    urls.extend(local.iter().map(|u| wire::short(u)));
+    more += n;
+    if urls.len() > super::guard::MAX_LISTED {
+        more += urls.len() - super::guard::MAX_LISTED;
+        urls.truncate(super::guard::MAX_LISTED);
+    }
+    (urls, more)
 }
 
 fn counters(g: &SessionEnv, info: &mut Map<String, Value>) {
@@ -539,4 +552,22 @@ fn counters(g: &SessionEnv, info: &mut Map<String, Value>) {
     info.insert("max_steps".into(), json!(env.map(|e| e.max_steps())));
     info.insert("episode_id".into(), json!(g.episodes));
     info.insert("task_id".into(), json!(env.map(|e| e.task().id().to_string())));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_guards_refusals_are_listed_as_one_list_cut_alike() {
+        let policy = ((0..15).map(|i| format!("http://10.0.0.{i}/")).collect(), 2);
+        let mut local: Vec<String> = (0..9).map(|i| format!("http://127.0.0.1:{}/", 9000 + i)).collect();
+        local[0] = format!("http://localhost:9515/{}", "a".repeat(280));
+        let (urls, more) = listed(policy, (local, 1));
+        assert_eq!(urls.len(), super::super::guard::MAX_LISTED);
+        // 2 + 1 counted by the guards, 4 past the 20 listed
+        assert_eq!(more, 7);
+        assert!(urls[15].ends_with("[cut: 302 characters in all]"), "{}", urls[15]);
+        assert_eq!(urls[16], "http://127.0.0.1:9001/");
+    }
 }
