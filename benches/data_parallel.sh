@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Data-parallel training against one process, in one run on this machine (docs/scaling.md,
-# "Training over several processes"): the same config trained
+# Data-parallel training against one process, in one run on this machine (docs/data-parallel.md,
+# "Measured"): the same config trained
 #  1. in one process with every core (rayon's default threads),
 #  2. in one process with one thread,
 #  3. with `--nproc N`, each rank on one thread (N ranks share the machine's cores).
