@@ -19,6 +19,10 @@
 //! on a GPU. `--window W` decodes with `decode_window = W` (a chunk of `--rows` answers in
 //! window slots, one attention per layer for the chunk) instead of one attention per answer.
 //! `--sync N` has the host read the drawn tokens every N decoding steps (`decode_sync`).
+//! `--export DIR` also writes the prompts of the largest count's rollouts as the policy
+//! builds them (`prompts.json`: ids and image grids; `pixels.safetensors`: the patches), for
+//! `scripts/decode_table_torch.py`, which decodes the same prompts with transformers'
+//! `generate` and prints both tables side by side.
 
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor};
@@ -67,6 +71,8 @@ fn main() -> Result<()> {
     let window = s.decode_window;
     let rows = s.decode_rows_on(&device);
     let sync = s.decode_sync_on(&device);
+    // the adapters the policy decodes with (its defaults), for another engine to match
+    let lora = serde_json::json!({"rank": s.lora_rank, "alpha": s.lora_alpha, "targets": s.lora_targets});
     let mut policy = QwenVlPolicy::new(s, &device, 0)?;
     policy.set_sampling(Sampling { temperature: 1.0, greedy: false, seed: 1 });
 
@@ -105,6 +111,10 @@ fn main() -> Result<()> {
             "rollouts": n, "prefill_s": r.prefill_s, "decode_s": r.decode_s, "tokens": r.tokens,
             "tokens_per_s": rate, "of_roofline": of_roofline, "peak_mib": mem,
         }));
+    }
+    if let Some(dir) = arg(&args, "--export") {
+        let n = rollouts.iter().copied().max().unwrap_or(1);
+        export(&policy, n, tokens, lora, std::path::Path::new(&dir))?;
     }
     if let Some(out) = arg(&args, "--out") {
         let doc = serde_json::json!({
@@ -146,6 +156,32 @@ fn run(policy: &QwenVlPolicy, n: usize, tokens: usize, salt: usize) -> Result<Ru
     }
     device.synchronize()?;
     Ok(Run { prefill_s, decode_s: t1.elapsed().as_secs_f64(), tokens: made })
+}
+
+/// Write the prompts of `n` rollouts of different screenshots into `dir` (see the module
+/// docs): what another engine needs to decode exactly what the policy's decoder did.
+fn export(
+    policy: &QwenVlPolicy,
+    n: usize,
+    tokens: usize,
+    lora: serde_json::Value,
+    dir: &std::path::Path,
+) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| dir.display().to_string())?;
+    let m = policy.model();
+    let mut samples = Vec::new();
+    let mut pixels = std::collections::HashMap::new();
+    for i in 0..n {
+        let (ids, img) = policy.prompt(&screen(n * 1000 + i))?;
+        let (px, grids) = m.processor.batch(std::slice::from_ref(&img), &Device::Cpu)?;
+        pixels.insert(format!("pixel_values.{i}"), px);
+        samples.push(serde_json::json!({"input_ids": ids, "grid": grids[0]}));
+    }
+    candle_core::safetensors::save(&pixels, dir.join("pixels.safetensors"))?;
+    let doc = serde_json::json!({"new_tokens": tokens, "lora": lora, "samples": samples});
+    std::fs::write(dir.join("prompts.json"), serde_json::to_string(&doc)?)?;
+    println!("wrote {n} prompts to {}", dir.display());
+    Ok(())
 }
 
 /// A MiniWoB++-sized screen (160 × 210) whose pixels differ with `seed`.

@@ -11,7 +11,7 @@
 # section cannot eat the report:
 #  1. the card and driver;
 #  2. Qwen-VL parity on CUDA against transformers (tests/qwen_vl.rs): f32 (bound 1e-4) and
-#     bf16 (bound 5e-2);
+#     bf16 (bound 3e-2);
 #  3. the small policy: forward+backward+AdamW on CUDA against the same binary on the
 #     machine's CPU (benches/policy_speed.rs; the per-step losses must agree), and the same
 #     model in PyTorch (scripts/small_policy_torch.py) where it exists;
@@ -23,6 +23,8 @@
 #     bandwidth's roofline measured in the same run (benches/decode_table.rs), and the same
 #     table with `decode_window` (window slots, one attention per layer for a chunk), and
 #     with the host reading the drawn tokens at every step (`decode_sync` 1 against 8);
+#     the first table beside PyTorch's `generate` over the same prompts
+#     (scripts/decode_table_torch.py);
 #  5. NCCL's data-parallel gradient sum (tests/nccl.rs, the `nccl` feature), one rank per
 #     GPU, against the sum through the host;
 #  6. a whole RL iteration: `guirl train` of the 2B-shaped random model (section 4 writes
@@ -30,7 +32,8 @@
 #     with real browsers (benches/gpu/browser.sh's headless shell, from .gpuloop/), at
 #     max_staleness 0 then 1: the run's phase table and the GPU's busy share (nvidia-smi
 #     sampled every 200 ms). Not a default section: its files come in calls of their own
-#     (see browser.sh); run it with GPU_SECTIONS="4 6".
+#     (see browser.sh and docs/gpu.md), after section 4 on the same warm machine, or with
+#     GPU_SECTIONS="4 6" in one call.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 BUDGET=${1:-540}
@@ -128,7 +131,12 @@ want 4 && for size in ${GPU_SIZES:-2b tiny}; do
     echo "### $size: rollout decoding table"
     timeout "$(cap 120)" $BIN/decode_table --device cuda --dtype bf16 --model /tmp/qwen-speed/qwen3_vl_${size}_bf16 \
       --rollouts ${GPU_ROLLOUTS:-1,8,16,32,64,128} --tokens 32 --out "${OUT:-/tmp}/decode-table-$size.json" \
-      || echo "decode table $size failed (rc $?)"
+      --export /tmp/decode-prompts-$size || echo "decode table $size failed (rc $?)"
+    echo "### $size: the same prompts through PyTorch's generate (transformers sdpa + peft), side by side"
+    timeout "$(cap 150)" python3 scripts/decode_table_torch.py --device cuda --dtype bf16 \
+      --model /tmp/qwen-speed/qwen3_vl_${size}_bf16 --prompts /tmp/decode-prompts-$size \
+      --rollouts ${GPU_ROLLOUTS:-1,8,16,32,64,128} --guirl "${OUT:-/tmp}/decode-table-$size.json" \
+      --out "${OUT:-/tmp}/decode-table-torch-$size.json" || echo "PyTorch decode table $size failed (rc $?)"
     echo "### $size: rollout decoding table, window slots (decode_window, one attention per layer per chunk)"
     timeout "$(cap 120)" $BIN/decode_table --device cuda --dtype bf16 --model /tmp/qwen-speed/qwen3_vl_${size}_bf16 \
       --rollouts ${GPU_ROLLOUTS:-1,8,16,32,64,128} --tokens 32 --window ${GPU_WINDOW:-1152} --rows ${GPU_WINDOW_ROWS:-32} \

@@ -182,8 +182,9 @@ impl QwenVlPolicy {
         self.coords
     }
 
-    /// Prompt ids and the processed screenshot for a state.
-    fn prompt(&self, state: &ScreenState) -> Result<(Vec<u32>, super::processor::ProcessedImage)> {
+    /// The prompt ids and the processed screenshot the policy decodes from for a state
+    /// (what a comparison with another engine must feed it).
+    pub fn prompt(&self, state: &ScreenState) -> Result<(Vec<u32>, super::processor::ProcessedImage)> {
         let m = &self.model;
         let img = m.processor.process(&state.screenshot);
         let (w, h) = state.screenshot.dimensions();
