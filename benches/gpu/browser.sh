@@ -6,7 +6,7 @@
 # the rest, in .gpuloop/ (gitignored; benches/gpu/build.sh adds the CUDA CLI, guirl.xz):
 #
 #   .gpuloop/shell.xz       the headless shell (54 MiB)
-#   .gpuloop/rest.tar.xz    chromedriver, libraries, data, font, pages (27 MiB)
+#   .gpuloop/rest.tar.xz    chromedriver, libraries, data, font, pages (29 MiB)
 #
 # Carry shell.xz in one call, then rest.tar.xz and guirl.xz in the next while the machine
 # is still warm (ignored files it already holds are kept between calls); section 6 of
