@@ -371,7 +371,7 @@ impl Policy for QwenVlPolicy {
         if states.len() != keys.len() {
             bail!("{} states with {} sampling keys", states.len(), keys.len());
         }
-        self.with_adapters(|| self.decide_all(states, keys))
+        self.decoding(|| self.decide_all(states, keys))
     }
 
     fn batch_invariant(&self) -> bool {

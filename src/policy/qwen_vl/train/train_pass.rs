@@ -25,7 +25,7 @@ pub struct PassState {
     /// Run each decoder layer outside the graph and recompute it in the backward pass.
     pub checkpoint: bool,
     /// Adapters use detached copies of A and B: a checkpointed layer's forward, which must
-    /// build no graph.
+    /// build no graph, and decoding, which needs none.
     pub no_grad: bool,
 }
 
