@@ -29,18 +29,8 @@ import json
 import os
 import time
 
-
-def rss_peak_mib():
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def reset_rss_peak():
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
+# the Qwen speed bench's helpers (this folder is on the path when a script runs from it)
+from bench_qwen_speed import reset_peak, rss_mib, torch_dtype
 
 
 def main():
@@ -62,7 +52,7 @@ def main():
     if args.threads:
         torch.set_num_threads(args.threads)
     dev = args.device
-    dt = {"f32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
+    dt = torch_dtype(args.dtype)
     with open(os.path.join(args.prompts, "prompts.json")) as f:
         doc = json.load(f)
     samples, tokens, lora = doc["samples"], doc["new_tokens"], doc["lora"]
@@ -125,7 +115,7 @@ def main():
         if dev == "cuda":
             torch.cuda.reset_peak_memory_stats()
         else:
-            reset_rss_peak()
+            reset_peak()
         sync()
         t0 = time.perf_counter()
         generate(b, 1)
@@ -138,7 +128,7 @@ def main():
         assert out.shape[1] - b["input_ids"].shape[1] == tokens, "an answer ended early"
         made = n * (tokens - 1)
         decode = max(whole - prefill, 1e-9)
-        peak = torch.cuda.max_memory_allocated() / 2**20 if dev == "cuda" else rss_peak_mib()
+        peak = torch.cuda.max_memory_allocated() / 2**20 if dev == "cuda" else rss_mib()[0]
         rate = made / decode
         print(f"| {n} | {prefill:.3f} | {decode:.3f} | {made} | {rate:.1f} | {rate / n:.1f} | {peak:.0f} MiB |",
               flush=True)
