@@ -14,9 +14,12 @@
 //! once, so prefill and decode are timed apart. The roofline for one rollout is the
 //! bandwidth of a large on-device copy, measured here, over the bytes of text weights one
 //! token reads (every decoder layer's matrices and the LM head); n rollouts share those
-//! reads, so their roofline is n times that until compute bounds it. Peak memory: the
-//! process's RSS high-water mark on a CPU, `nvidia-smi`'s used memory sampled every 20 ms
-//! on a GPU. `--window W` decodes with `decode_window = W` (a chunk of `--rows` answers in
+//! reads, so their roofline is n times that until compute bounds it. Peak memory, sampled
+//! every 20 ms: the bytes allocated on a CPU (glibc's `mallinfo2`), `nvidia-smi`'s used
+//! memory on a GPU. Before the table a warm-up admits the largest count and decodes two
+//! steps, with the allocator set as `guirl train` sets it, so that the table times
+//! decoding in memory a long run would reuse, not a CPU's first-touch page faults.
+//! `--window W` decodes with `decode_window = W` (a chunk of `--rows` answers in
 //! window slots, one attention per layer for the chunk) instead of one attention per answer.
 //! `--sync N` has the host read the drawn tokens every N decoding steps (`decode_sync`).
 //! `--export DIR` also writes the prompts of the largest count's rollouts as the policy
@@ -40,6 +43,9 @@ fn arg(args: &[String], name: &str) -> Option<String> {
 }
 
 fn main() -> Result<()> {
+    // the allocator as `guirl train` has it: freed memory is kept for reuse, not faulted
+    // in again page by page
+    guirl::cli::tune_allocator();
     // `cargo bench` adds `--bench`; our flags take values.
     let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
     let device = match arg(&args, "--device").unwrap_or_else(|| "cpu".into()).as_str() {
@@ -86,8 +92,10 @@ fn main() -> Result<()> {
         bandwidth / 1e9,
         roofline
     );
-    // a first decode pays one-off costs (kernel loading, allocations)
-    run(&policy, 1, tokens, 999)?;
+    // a first decode pays one-off costs (kernel loading, allocations): as many rollouts as
+    // the largest count, so that its answers' caches are not the first memory of that size
+    // (on a CPU, fresh pages cost a fault each; a long run reuses its memory)
+    warm_up(&policy, rollouts.iter().copied().max().unwrap_or(1))?;
     println!(
         "| rollouts | prefill s | decode s | tokens | tokens/s | per rollout | of roofline | peak memory |"
     );
@@ -132,6 +140,20 @@ struct Run {
     prefill_s: f64,
     decode_s: f64,
     tokens: usize,
+}
+
+/// `n` rollouts admitted and decoded two steps (each answer's first token copies its
+/// prompt's cache), then dropped.
+fn warm_up(policy: &QwenVlPolicy, n: usize) -> Result<()> {
+    let mut dec = policy.step_decoder().context("the Qwen-VL policy decodes token by token")?;
+    for i in 0..n {
+        dec.admit(i as u64, &screen(999_000 + i), i as u64)?;
+    }
+    for _ in 0..2 {
+        dec.step()?;
+    }
+    policy.device().synchronize()?;
+    Ok(())
 }
 
 /// `n` rollouts of different screenshots (seeded by `salt`) through the policy's decoder.
@@ -233,10 +255,11 @@ fn copy_bandwidth(device: &Device) -> Result<f64> {
     Ok(2.0 * 4.0 * n as f64 / best)
 }
 
-/// The peak memory while a run lasts: the RSS high-water mark on a CPU, the GPU's used
-/// memory sampled by `nvidia-smi` on a GPU.
+/// The peak memory while a run lasts, sampled every 20 ms: the GPU's used memory (by
+/// `nvidia-smi`) on a GPU; on a CPU the bytes allocated (glibc's `mallinfo2`: in use in
+/// the heap, plus mapped blocks), since after the warm-up the resident set also holds
+/// what the allocator keeps for reuse.
 struct Peak {
-    cuda: bool,
     stop: Arc<AtomicBool>,
     max_mib: Arc<AtomicU64>,
     sampler: Option<std::thread::JoinHandle<()>>,
@@ -245,23 +268,20 @@ struct Peak {
 impl Peak {
     fn start(device: &Device) -> Peak {
         let (stop, max_mib) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
-        let cuda = device.is_cuda();
-        let sampler = if cuda {
+        let used: fn() -> Option<u64> = if device.is_cuda() { gpu_used_mib } else { allocated_mib };
+        let sampler = {
             let (stop, max_mib) = (stop.clone(), max_mib.clone());
-            Some(std::thread::spawn(move || {
-                while !stop.load(Ordering::SeqCst) {
-                    if let Some(used) = gpu_used_mib() {
-                        max_mib.fetch_max(used, Ordering::SeqCst);
-                    }
-                    std::thread::sleep(std::time::Duration::from_millis(20));
+            std::thread::spawn(move || loop {
+                if let Some(mib) = used() {
+                    max_mib.fetch_max(mib, Ordering::SeqCst);
                 }
-            }))
-        } else {
-            // reset the high-water mark to the current RSS (Linux `clear_refs` 5)
-            std::fs::write("/proc/self/clear_refs", "5").ok();
-            None
+                if stop.load(Ordering::SeqCst) {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            })
         };
-        Peak { cuda, stop, max_mib, sampler }
+        Peak { stop, max_mib, sampler: Some(sampler) }
     }
 
     fn stop(mut self) -> f64 {
@@ -269,16 +289,23 @@ impl Peak {
         if let Some(s) = self.sampler.take() {
             s.join().ok();
         }
-        if self.cuda {
-            return self.max_mib.load(Ordering::SeqCst) as f64;
+        match self.max_mib.load(Ordering::SeqCst) {
+            0 => f64::NAN, // never measured
+            mib => mib as f64,
         }
-        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-        status
-            .lines()
-            .find(|l| l.starts_with("VmHWM:"))
-            .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-            .map_or(f64::NAN, |kib| kib / 1024.0)
     }
+}
+
+/// MiB the process has allocated from glibc's allocator (`None` elsewhere).
+fn allocated_mib() -> Option<u64> {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: mallinfo2 only reads the allocator's statistics
+        let m = unsafe { libc::mallinfo2() };
+        Some(((m.uordblks + m.hblkhd) >> 20) as u64)
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    None
 }
 
 fn gpu_used_mib() -> Option<u64> {

@@ -91,6 +91,8 @@ fn arg(args: &[String], name: &str) -> Result<String> {
 }
 
 fn main() -> Result<()> {
+    // the allocator as `guirl train` has it (the environment's MALLOC_* settings win)
+    guirl::cli::tune_allocator();
     // `cargo bench` adds `--bench`; our flags take values.
     let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
     let mode = args.first().cloned().unwrap_or_default();

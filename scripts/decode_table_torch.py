@@ -22,7 +22,12 @@ drawn from the prefill's logits without a decoding pass; the side-by-side table 
 on both sides (tokens that cost a decoding pass, per second of decoding). guirl's decoder keeps the system prompt's cache
 between prompts and PyTorch's `generate` does not, so prefill times are not like for like;
 the decoding rates are. Peak memory: PyTorch's own allocator peak on a GPU (guirl's column is
-nvidia-smi's used memory, context included), the process's RSS high-water mark on a CPU.
+nvidia-smi's used memory, context included). On a CPU, PyTorch's resident high-water mark
+(its weights are mapped from the file, which an allocator's count misses; torch's own
+libraries count too), and guirl's bytes allocated (its weights are copied into allocated
+memory; its resident set after the warm-up also holds what its allocator keeps for reuse).
+Both sides warm up at the largest count first, so neither times its first touch of fresh
+memory.
 """
 import argparse
 import json
@@ -104,7 +109,9 @@ def main():
             )
 
     torch.manual_seed(1)
-    generate(batch(1), 2)  # a first call pays one-off costs (kernels, allocations)
+    # a first call pays one-off costs (kernels, allocations): at the largest count, as
+    # guirl's table warms up
+    generate(batch(max(counts)), 2)
     rows = []
     print(f"PyTorch {torch.__version__} generate (sdpa, peft LoRA r {lora['rank']}), {args.dtype} on {dev}, "
           f"{tokens} new tokens")

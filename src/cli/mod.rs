@@ -196,13 +196,14 @@ fn view(dir: &std::path::Path, out: Option<PathBuf>) -> anyhow::Result<()> {
 }
 
 /// Raises glibc's mmap and trim thresholds, unless the user set them
-/// (`MALLOC_MMAP_THRESHOLD_`, `MALLOC_TRIM_THRESHOLD_`).
+/// (`MALLOC_MMAP_THRESHOLD_`, `MALLOC_TRIM_THRESHOLD_`). The CLI calls it first thing; a
+/// program that embeds guirl (the benches do) calls it before starting any thread.
 ///
 /// By default glibc serves every allocation above 128 KiB-32 MiB (a sliding threshold)
 /// with a fresh `mmap` and returns it on free, so each large temporary tensor of a CPU
 /// training step is faulted in page by page: 40 % system time, and a small policy's
 /// training step 1.8× slower (docs/contributing/candle.md).
-fn tune_allocator() {
+pub fn tune_allocator() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
         const MAX_MMAP_THRESHOLD: libc::c_int = 32 << 20; // glibc's largest allowed value

@@ -130,8 +130,17 @@ impl KvCache {
                 v: Tensor::zeros(dims.as_slice(), v.dtype(), v.device())?,
             };
             if let Some(old) = slot.as_ref().filter(|l| l.len > 0) {
-                fresh.k.slice_set(&old.buf.k.narrow(2, 0, old.len)?.contiguous()?, 2, 0)?;
-                fresh.v.slice_set(&old.buf.v.narrow(2, 0, old.len)?.contiguous()?, 2, 0)?;
+                if old.capacity() <= cap {
+                    // the whole old buffer in one copy: its first `len` positions are the
+                    // cache, the rest is written before it is read; a copy of the cached
+                    // part alone would go through a temporary (`slice_set` takes a
+                    // contiguous source), a second copy of the whole prompt per answer
+                    fresh.k.slice_set(&old.buf.k, 2, 0)?;
+                    fresh.v.slice_set(&old.buf.v, 2, 0)?;
+                } else {
+                    fresh.k.slice_set(&old.buf.k.narrow(2, 0, old.len)?.contiguous()?, 2, 0)?;
+                    fresh.v.slice_set(&old.buf.v.narrow(2, 0, old.len)?.contiguous()?, 2, 0)?;
+                }
             }
             *slot = Some(LayerKv { buf: Arc::new(fresh), len });
         }
@@ -211,6 +220,28 @@ mod tests {
         let (k2, v2) = kv(1, 1, 300.0);
         let (b_k, _) = b.append(0, &k2, &v2).unwrap();
         assert_eq!(b_k.dim(2).unwrap(), 7);
+    }
+
+    /// An answer's first token copies its prompt's cache: the whole buffer where it fits in
+    /// the new one, else the cached part alone. Either way the cache reads as a cat.
+    #[test]
+    fn a_copy_on_write_equals_a_cat_whether_the_old_buffer_fits_or_not() {
+        let mut prompt = KvCache::default();
+        prompt.reserve(100);
+        prompt.ensure_layers(1);
+        let (pk, pv) = kv(2, 30, 0.0);
+        prompt.append(0, &pk, &pv).unwrap();
+        assert_eq!(prompt.capacity(), 192);
+        let (mut roomy, mut tight) = (prompt.clone(), prompt.clone());
+        tight.reserve(0); // its new buffer (64) is smaller than the prompt's (192)
+        for (c, seed, cap) in [(&mut roomy, 500.0, 192), (&mut tight, 700.0, 64)] {
+            let (k, v) = kv(2, 1, seed);
+            let (ck, cv) = c.append(0, &k, &v).unwrap();
+            assert_eq!(c.capacity(), cap);
+            assert_eq!(ck.flatten_all().unwrap().to_vec1::<f32>().unwrap(), cat(&pk, &k));
+            assert_eq!(cv.flatten_all().unwrap().to_vec1::<f32>().unwrap(), cat(&pv, &v));
+        }
+        assert_eq!(prompt.len(), 30);
     }
 
     #[test]

@@ -144,6 +144,14 @@ impl RmsNorm {
     }
 }
 
+impl RmsNorm {
+    /// The norm over its weight read outside the autograd graph (a weight trained whole
+    /// is a `Var`; a pass that builds no graph reads it detached).
+    pub(crate) fn forward_detached(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        fused_rms_norm(x, &self.weight.detach(), self.eps)
+    }
+}
+
 impl Module for RmsNorm {
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         fused_rms_norm(x, &self.weight, self.eps)

@@ -135,6 +135,21 @@ impl TextModel {
         &self.pass
     }
 
+    /// Whether this pass builds no autograd graph (decoding): the modules trained whole
+    /// (`Var`s, [`FULL_MODULES`]) are then read detached, as the adapters are, or the
+    /// embedding alone would pull every layer's activations into a graph.
+    fn graph_free(&self) -> bool {
+        self.pass.get().no_grad
+    }
+
+    /// The final norm, its weight read as the pass asks.
+    fn final_norm(&self, x: &Tensor) -> Result<Tensor> {
+        Ok(match self.graph_free() {
+            true => self.norm.forward_detached(x)?,
+            false => self.norm.forward(x)?,
+        })
+    }
+
     fn dims(&self) -> LayerDims {
         LayerDims {
             head_dim: self.cfg.head_dim,
@@ -151,7 +166,8 @@ impl TextModel {
     /// Token embeddings `[B, T, H]` of `ids` `[B, T]`.
     pub fn embed(&self, ids: &Tensor) -> Result<Tensor> {
         let (b, t) = ids.dims2()?;
-        let rows = self.embed.index_select(&ids.flatten_all()?, 0)?.to_dtype(self.dtype)?;
+        let table = if self.graph_free() { self.embed.detach() } else { self.embed.clone() };
+        let rows = table.index_select(&ids.flatten_all()?, 0)?.to_dtype(self.dtype)?;
         Ok(rows.reshape((b, t, self.cfg.hidden_size))?)
     }
 
@@ -200,12 +216,17 @@ impl TextModel {
                 }
             }
         }
-        Ok(self.norm.forward(&x)?)
+        self.final_norm(&x)
     }
 
     /// Logits `[N, V]` of hidden states `[N, H]` (call it on the rows you need only: the
     /// vocabulary is large).
     pub fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
+        if self.graph_free() && self.head.weight.track_op() {
+            // a head trained whole (the head has no adapter)
+            let frozen = Linear::from_tensors(self.head.weight.detach(), self.head.bias.clone());
+            return Ok(frozen.forward(hidden)?);
+        }
         Ok(self.head.forward(hidden)?)
     }
 }
@@ -246,7 +267,7 @@ impl TextModel {
         for (i, layer) in self.layers.iter().enumerate() {
             x = layer_decode(d, layer, &x, (&cos, &sin), caches, i)?;
         }
-        Ok(self.norm.forward(&x.narrow(0, 0, b)?)?)
+        self.final_norm(&x.narrow(0, 0, b)?)
     }
 }
 

@@ -452,19 +452,32 @@ mod tests {
 
     /// A decoding call builds no autograd graph at all, not only none it keeps: a prompt's
     /// pass with the adapters (Vars) in the graph held every layer's activations until its
-    /// end. Outside a decoding call the same pass does build one (what training needs).
+    /// end. Modules trained whole (`train_modules`, Vars too) are read detached alike: the
+    /// embedding alone pulled the whole pass into a graph, the norm and head its logits.
+    /// Outside a decoding call the same pass does build one (what training needs).
     #[test]
     fn decoding_builds_no_graph() {
-        let s = QwenPolicySettings::new("qwen3_vl", "fixtures/qwen_vl/qwen3_vl");
-        let p = QwenVlPolicy::new(s, &Device::Cpu, 0).unwrap();
-        let (ids, img) = p.prompt(&screen(10)).unwrap();
-        let pass = || -> Result<bool> {
-            let prompt = p.model.prompt(ids.clone(), &[img.grid])?;
-            let vision = p.vision(&img)?;
-            let h = p.model.hidden_from(&prompt, 0, Some(&vision), &mut KvCache::default())?;
-            Ok(h.track_op())
-        };
-        assert!(p.with_adapters(pass).unwrap(), "the adapters are not in the graph: the test shows nothing");
-        assert!(!p.decoding(pass).unwrap(), "a decoding pass built a graph");
+        let cases: [(&str, &[&str]); 3] =
+            [("qwen3_vl", &[]), ("qwen3_vl", &["embed_tokens", "norm"]), ("qwen2_5_vl", &["lm_head"])];
+        for (backbone, whole) in cases {
+            let mut s = QwenPolicySettings::new(backbone, &format!("fixtures/qwen_vl/{backbone}"));
+            s.train_modules = whole.iter().map(|m| m.to_string()).collect();
+            let p = QwenVlPolicy::new(s, &Device::Cpu, 0).unwrap();
+            let (ids, img) = p.prompt(&screen(10)).unwrap();
+            let pass = || -> Result<[bool; 2]> {
+                let prompt = p.model.prompt(ids.clone(), &[img.grid])?;
+                let vision = p.vision(&img)?;
+                let h = p.model.hidden_from(&prompt, 0, Some(&vision), &mut KvCache::default())?;
+                let logits = p.model.logits(&h.narrow(0, h.dim(0)? - 1, 1)?)?;
+                Ok([h.track_op(), logits.track_op()])
+            };
+            let what = format!("{backbone}, trained whole {whole:?}");
+            assert_eq!(
+                p.with_adapters(pass).unwrap(),
+                [true; 2],
+                "{what}: no graph outside decoding: the test shows nothing"
+            );
+            assert_eq!(p.decoding(pass).unwrap(), [false; 2], "{what}: a decoding pass built a graph");
+        }
     }
 }

@@ -11,7 +11,7 @@ use super::{finish_rows, project_rows, TextModel};
 use crate::nn::fused::group_heads;
 use crate::policy::qwen_vl::model::slots::WindowChunk;
 use anyhow::{bail, Result};
-use candle_core::{DType, Module, Tensor};
+use candle_core::{DType, Tensor};
 
 impl TextModel {
     /// Final hidden states `[R, H]` of one new token for each of the chunk's `R` rows (`ids`,
@@ -47,7 +47,7 @@ impl TextModel {
             x = finish_rows(layer, &x, &a)?;
         }
         chunk.advance();
-        Ok(self.norm.forward(&x)?)
+        self.final_norm(&x)
     }
 }
 
