@@ -63,7 +63,9 @@ fn main() -> Result<()> {
         .collect::<Result<_>>()?;
     let tokens: usize = arg(&args, "--tokens").map_or(Ok(32), |s| s.parse()).context("--tokens")?;
     let config: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(model.join("config.json")).context("config.json")?)?;
+        serde_json::from_str(&std::fs::read_to_string(model.join("config.json")).with_context(|| {
+            format!("{}: cannot read config.json; --model takes a Qwen-VL checkpoint folder", model.display())
+        })?)?;
     let backbone = match config["model_type"].as_str() {
         Some("qwen2_5_vl") => "qwen2_5_vl",
         _ => "qwen3_vl",
