@@ -142,9 +142,7 @@ impl RmsNorm {
     pub fn load(w: &Weights, name: &str, dim: usize, eps: f64) -> Result<Self> {
         Ok(RmsNorm { weight: w.get(&format!("{name}.weight"), &[dim])?, eps })
     }
-}
 
-impl RmsNorm {
     /// The norm over its weight read outside the autograd graph (a weight trained whole
     /// is a `Var`; a pass that builds no graph reads it detached).
     pub(crate) fn forward_detached(&self, x: &Tensor) -> candle_core::Result<Tensor> {

@@ -117,7 +117,8 @@ impl Weights {
             );
         }
         let from = DType::try_from(view.dtype()).with_context(cannot_read)?;
-        let t = match self.device.is_cpu().then(|| read_cpu(view.data(), from, self.dtype, shape)).flatten() {
+        let own = if self.device.is_cpu() { read_cpu(view.data(), from, self.dtype, shape) } else { None };
+        let t = match own {
             Some(t) => t?,
             None => st.load(&file_name, &Device::Cpu).with_context(cannot_read)?,
         };
