@@ -33,6 +33,7 @@ use guirl::env::{GuiAction, ScreenState};
 use guirl::policy::api::prompt::{system_prompt, user_text};
 use guirl::policy::qwen_vl::model::text::KvCache;
 use guirl::policy::qwen_vl::processor::ProcessedImage;
+use guirl::policy::qwen_vl::train::train_pass::PassState;
 use guirl::policy::qwen_vl::{QwenPolicySettings, QwenVlPolicy};
 use guirl::policy::TrainablePolicy;
 use guirl::train::optim::{AdamW, AdamWConfig};
@@ -213,9 +214,12 @@ impl Bench {
     /// in chunks of `decode_rows` rows, vision placeholders banned) except that end-of-turn
     /// is banned too, so every answer has exactly `n` tokens (PyTorch: `min_new_tokens = n`).
     /// Returns the first answer's tokens and the time to the first token (vision + prefill).
+    /// Runs in a no-grad pass, as the policy's decoding does: the adapters (Vars) are read
+    /// detached, so no autograd graph is built or kept.
     fn generate(&self, state: &ScreenState, n: usize, group: usize, ban: &Tensor) -> Result<(Vec<u32>, f64)> {
         let t0 = Instant::now();
         let m = self.policy.model();
+        let _no_graph = m.text.pass().enter(PassState { no_grad: true, ..PassState::default() });
         let rows = self.rows;
         let (ids, img) = self.prompt(state)?;
         let (px, grids) = m.processor.batch(std::slice::from_ref(&img), &self.device)?;
