@@ -11,6 +11,7 @@ use crate::env::EpisodeStatus;
 use crate::policy::{Sampling, TrainablePolicy};
 use crate::rollout::{Collector, Job};
 use crate::tasks::Task;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Greedy held-out results.
@@ -67,8 +68,9 @@ pub fn test_jobs(tasks: &[Arc<dyn Task>], per_task: usize) -> Vec<Job> {
         .collect()
 }
 
-/// Greedy results as counts (a split's figures pool them over runs).
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// Greedy results as counts (a split's figures pool them over runs), and which episodes
+/// succeeded (two policies run on the same seeds compare episode by episode).
+#[derive(Debug, Clone, PartialEq)]
 pub struct EvalCounts {
     /// Successful episodes.
     pub successes: usize,
@@ -76,6 +78,8 @@ pub struct EvalCounts {
     pub episodes: usize,
     /// Mean reward.
     pub reward: f64,
+    /// The seeds of the successful episodes, by task id, ascending.
+    pub won: BTreeMap<String, Vec<u64>>,
 }
 
 /// Greedy success rate and mean reward of `policy` on `jobs`.
@@ -104,5 +108,10 @@ pub async fn evaluate_counts(
     let (recs, _) = res?;
     let successes = recs.iter().filter(|r| r.trajectory.outcome.status == EpisodeStatus::Success).count();
     let reward = recs.iter().map(|r| r.trajectory.outcome.reward).sum::<f64>() / recs.len().max(1) as f64;
-    Ok(EvalCounts { successes, episodes: recs.len(), reward })
+    let mut won: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for r in recs.iter().filter(|r| r.trajectory.outcome.status == EpisodeStatus::Success) {
+        won.entry(r.trajectory.task_id.clone()).or_default().push(r.trajectory.seed);
+    }
+    won.values_mut().for_each(|s| s.sort_unstable());
+    Ok(EvalCounts { successes, episodes: recs.len(), reward, won })
 }

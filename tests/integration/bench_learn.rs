@@ -96,9 +96,15 @@ fn a_tiny_plan_runs_resumes_and_reports() {
     }
     let first = guirl::train::seeds::TEST_SEEDS;
     for c in &cells {
-        let t = c.test.unwrap_or_else(|| panic!("{c:?} has no test result"));
+        let t = c.test.as_ref().unwrap_or_else(|| panic!("{c:?} has no test result"));
         assert_eq!((t.first_seed, t.per_task, t.episodes), (first, 6, 6), "{c:?}");
         assert!(t.successes <= 6);
+        // which episodes it won: as many as it counts, each a test seed of the task
+        let won = t.won.as_ref().unwrap_or_else(|| panic!("{c:?} kept no episodes"));
+        let seeds: Vec<u64> = won.values().flatten().copied().collect();
+        assert_eq!(seeds.len(), t.successes, "{c:?}");
+        assert!(won.keys().all(|k| k == "miniwob/click-test"), "{won:?}");
+        assert!(seeds.iter().all(|s| (first..first + 6).contains(s)), "{won:?}");
     }
     for c in cells.iter().filter(|c| c.algo == "grpo") {
         // The budget: the run stops after the iteration whose env steps reach 20; an
@@ -136,6 +142,8 @@ fn a_tiny_plan_runs_resumes_and_reports() {
         "(demos)",
         "the clone trained N more epochs on its demonstrations",
         "seeds 2000000..2000005 of every task",
+        "| vs more-sft (test) |",
+        " episodes, p ",
     ] {
         assert!(md.contains(want), "{want:?} missing from\n{md}");
     }
@@ -146,6 +154,11 @@ fn a_tiny_plan_runs_resumes_and_reports() {
     assert_eq!(grpo["test_pooled"]["episodes"], 12);
     assert!(grpo["test_pooled"]["ci95"][1].as_f64().unwrap() > 0.0);
     assert_eq!(grpo["gain"]["n"], 2, "each grpo cell paired with its own clone");
+    // episode by episode: the discordant episodes against the clones, at most all 12
+    let paired = &grpo["paired_clone"];
+    let discordant = paired["won"].as_u64().unwrap() + paired["lost"].as_u64().unwrap();
+    assert!(discordant <= 12 && paired["p"].as_f64().unwrap() <= 1.0, "{paired}");
+    assert!(grpo["paired_more_sft"]["p"].is_number(), "{grpo}");
     assert!(std::fs::metadata(out.join("learning-click.png")).unwrap().len() > 1000);
 
     // `guirl bench` with one of the clones says what its policy saw.
@@ -173,7 +186,7 @@ fn a_plan_without_clone_seeds_keeps_the_old_cell_names() {
     assert_eq!(cells.len(), 1, "--only ran the clone alone");
     assert_eq!((cells[0].algo.as_str(), cells[0].clone_seed, cells[0].seed), ("clone", None, 0));
     assert!(out.join("click/clone").join(CELL_FILE).is_file());
-    assert_eq!(cells[0].test.map(|t| t.episodes), Some(2));
+    assert_eq!(cells[0].test.as_ref().map(|t| t.episodes), Some(2));
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! What a finished cell of a learning benchmark records (its `cell.json`).
 
 use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// One finished cell: a clone, an algorithm from a clone with one training seed, or the
 /// more-cloning baseline of a clone.
@@ -33,7 +34,7 @@ pub struct Cell {
 }
 
 /// A cell's final policy, greedy, on the test split.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct TestResult {
     /// Successful episodes.
     pub successes: usize,
@@ -43,12 +44,30 @@ pub struct TestResult {
     pub first_seed: u64,
     /// See `first_seed`.
     pub per_task: usize,
+    /// The seeds of the successful episodes, by task id (absent in cells of older
+    /// benchmarks): two cells compare episode by episode on the same seeds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub won: Option<BTreeMap<String, Vec<u64>>>,
 }
 
 impl TestResult {
     /// The success rate.
     pub fn rate(&self) -> f64 {
         self.successes as f64 / self.episodes.max(1) as f64
+    }
+
+    /// Episodes this cell won and `other` lost, and the reverse, on the seeds both ran;
+    /// `None` unless both recorded their episodes on the same seeds.
+    pub fn discordant(&self, other: &TestResult) -> Option<(usize, usize)> {
+        let (a, b) = (self.won.as_ref()?, other.won.as_ref()?);
+        if (self.first_seed, self.per_task) != (other.first_seed, other.per_task) {
+            return None;
+        }
+        let set = |w: &BTreeMap<String, Vec<u64>>| -> BTreeSet<(String, u64)> {
+            w.iter().flat_map(|(t, s)| s.iter().map(move |&x| (t.clone(), x))).collect()
+        };
+        let (a, b) = (set(a), set(b));
+        Some((a.difference(&b).count(), b.difference(&a).count()))
     }
 }
 

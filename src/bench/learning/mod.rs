@@ -306,6 +306,7 @@ async fn train_cell(
         episodes: t.episodes,
         first_seed: TEST_SEEDS,
         per_task: ctx.test_episodes,
+        won: Some(t.won),
     };
     let cell = Cell {
         task: task.to_string(),

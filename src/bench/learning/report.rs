@@ -59,6 +59,47 @@ pub struct Pooled {
     pub ci95: (f64, f64),
 }
 
+/// Two policies compared episode by episode on the same test seeds, pooled over cells:
+/// the episodes only one of them won, and the exact two-sided sign test of those.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+pub struct Paired {
+    /// Episodes this row's cells won and their baseline lost.
+    pub won: usize,
+    /// Episodes the baseline won and this row's cells lost.
+    pub lost: usize,
+    /// The sign test's two-sided p-value: how likely a split at least this uneven is if
+    /// either side were as likely to win a discordant episode. Episodes are its unit: it
+    /// says nothing of the spread over training seeds (the other columns show that).
+    pub p: f64,
+}
+
+impl Paired {
+    /// The comparison of these (won, lost) counts, `None` when no pair was found.
+    pub fn of(pairs: &[(usize, usize)]) -> Option<Paired> {
+        if pairs.is_empty() {
+            return None;
+        }
+        let (won, lost) = pairs.iter().fold((0, 0), |(a, b), (w, l)| (a + w, b + l));
+        Some(Paired { won, lost, p: sign_test(won, lost) })
+    }
+}
+
+/// The exact two-sided sign test of `a` against `b` discordant pairs: twice the binomial
+/// (n = a + b, ½) tail at min(a, b), at most 1 (1 when there is no pair). Summed in log
+/// space, so a thousand pairs neither overflow nor underflow.
+pub fn sign_test(a: usize, b: usize) -> f64 {
+    let n = a + b;
+    let k = a.min(b);
+    let ln_half_n = n as f64 * 0.5f64.ln();
+    let mut ln_choose = 0.0; // ln C(n, 0)
+    let mut tail = 0.0;
+    for i in 0..=k {
+        tail += (ln_choose + ln_half_n).exp();
+        ln_choose += ((n - i) as f64).ln() - ((i + 1) as f64).ln();
+    }
+    (2.0 * tail).min(1.0)
+}
+
 /// One row of a task's table: the clone, an algorithm, or the more-cloning baseline,
 /// over its cells.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -78,6 +119,11 @@ pub struct Row {
     /// Test success minus the paired clone's (a cell's own clone), over the cells where
     /// both have one.
     pub gain: Option<Spread>,
+    /// Each cell against its own clone, episode by episode on the test seeds.
+    pub paired_clone: Option<Paired>,
+    /// Each RL cell against its clone's more-cloning baseline, episode by episode: what RL
+    /// has to beat.
+    pub paired_more_sft: Option<Paired>,
     /// Median over the cells that reached the target of the env steps at the first
     /// validation at or above it.
     pub steps_to_target: Option<u64>,
@@ -99,21 +145,37 @@ pub fn rows(plan: &Plan, cells: &[Cell]) -> Vec<Row> {
     let mut out = Vec::new();
     for t in &plan.tasks {
         let of_task: Vec<&Cell> = cells.iter().filter(|c| c.task == t.name).collect();
-        // A cell's clone: the task's clone cell with the same clone seed.
-        let clone_test = |c: &Cell| {
-            of_task.iter().find(|k| k.algo == CLONE && k.clone_seed == c.clone_seed).and_then(|k| k.test)
+        // A cell's clone (or its clone's baseline): the task's cell of that kind with the
+        // same clone seed.
+        let basis_test = |c: &Cell, kind: &str| {
+            of_task
+                .iter()
+                .find(|k| k.algo == kind && k.clone_seed == c.clone_seed)
+                .and_then(|k| k.test.as_ref())
         };
         let names = plan.algos.iter().map(String::as_str);
         for algo in std::iter::once(CLONE).chain(names).chain(std::iter::once(MORE_SFT)) {
             let cs: Vec<&Cell> = of_task.iter().copied().filter(|c| c.algo == algo).collect();
             let validation: Vec<f64> = cs.iter().map(|c| c.final_success).collect();
             let Some(validation) = Spread::of(&validation) else { continue };
-            let tests: Vec<_> = cs.iter().filter_map(|c| c.test).collect();
+            let tests: Vec<_> = cs.iter().filter_map(|c| c.test.as_ref()).collect();
             let rates: Vec<f64> = tests.iter().map(|t| t.rate()).collect();
             let (k, n) = tests.iter().fold((0, 0), |(k, n), t| (k + t.successes, n + t.episodes));
+            let against = |kind: &str| -> Vec<(usize, usize)> {
+                match algo {
+                    CLONE => vec![],
+                    _ if algo == kind => vec![],
+                    _ => {
+                        cs.iter().filter_map(|c| c.test.as_ref()?.discordant(basis_test(c, kind)?)).collect()
+                    }
+                }
+            };
             let gains: Vec<f64> = match algo {
                 CLONE => vec![],
-                _ => cs.iter().filter_map(|c| Some(c.test?.rate() - clone_test(c)?.rate())).collect(),
+                _ => cs
+                    .iter()
+                    .filter_map(|c| Some(c.test.as_ref()?.rate() - basis_test(c, CLONE)?.rate()))
+                    .collect(),
             };
             let mut reached: Vec<u64> = cs
                 .iter()
@@ -144,6 +206,8 @@ pub fn rows(plan: &Plan, cells: &[Cell]) -> Vec<Row> {
                 }),
                 validation,
                 gain: Spread::of(&gains),
+                paired_clone: Paired::of(&against(CLONE)),
+                paired_more_sft: Paired::of(&against(MORE_SFT)),
                 steps_to_target: reached.get(reached.len().saturating_sub(1) / 2).copied(),
                 reached: reached.len(),
                 env_steps: cs.iter().map(steps).sum::<f64>() / m,
@@ -187,10 +251,16 @@ fn show_gain(g: &Spread) -> String {
     }
 }
 
+/// `+14/−4 episodes, p 0.031` (`p < 0.001` below that).
+fn show_paired(p: &Paired) -> String {
+    let pv = if p.p < 0.001 { "p < 0.001".to_string() } else { format!("p {:.3}", p.p) };
+    format!("+{}/−{} episodes, {pv}", p.won, p.lost)
+}
+
 /// The Markdown report of `rows`, with each task's observation setting (`obs`).
 pub fn markdown(plan: &Plan, rows: &[Row], cells: &[Cell], obs: &BTreeMap<String, String>) -> String {
     let tested: BTreeSet<(u64, usize)> =
-        cells.iter().filter_map(|c| c.test.map(|t| (t.first_seed, t.per_task))).collect();
+        cells.iter().filter_map(|c| c.test.as_ref().map(|t| (t.first_seed, t.per_task))).collect();
     let seeds = match tested.iter().collect::<Vec<_>>()[..] {
         [] => "no cell has a test result yet".to_string(),
         [(s, n)] => format!("seeds {s}..{} of every task", s + *n as u64 - 1),
@@ -210,7 +280,10 @@ pub fn markdown(plan: &Plan, rows: &[Row], cells: &[Cell], obs: &BTreeMap<String
          all their episodes with its Wilson 95 % interval. **Validation**: the trainer's own greedy \
          evaluation on the task config's `[eval]` seeds at the end, mean over the cells. Cells: {clones} × \
          training seeds {:?}, {} env steps of RL from their clone. **vs clone**: a cell's test success minus \
-         its own clone's, mean [min–max]. **more-sft**: the clone trained N more epochs on its \
+         its own clone's, mean [min–max]; then episode by episode on the same seeds, pooled over the cells: \
+         +episodes only the cell won / −episodes only its clone won, and the exact two-sided sign test of \
+         that split (its unit is the episode: it does not cover the spread over training seeds). **vs \
+         more-sft**: the same against the cell's clone's more-sft baseline. **more-sft**: the clone trained N more epochs on its \
          demonstrations (same lr, minibatch, shuffles and optimizer; N = ceil(median RL-cell wall-clock of \
          that clone ÷ the clone's seconds per epoch), at most {}); its env steps, like the clone's, are its \
          demonstrations'. Env steps to {:.0} %: validation, median over the cells that reached it.\n",
@@ -227,8 +300,8 @@ pub fn markdown(plan: &Plan, rows: &[Row], cells: &[Cell], obs: &BTreeMap<String
             let _ = write!(
                 s,
                 "\n**{task}** — observation: {o}\n\n| cell | n | test success | test pooled [Wilson 95 %] | \
-                 validation | vs clone (test) | env steps to {:.0} % | env steps | wall-clock |\n\
-                 |---|---|---|---|---|---|---|---|---|\n",
+                 validation | vs clone (test) | vs more-sft (test) | env steps to {:.0} % | env steps | \
+                 wall-clock |\n|---|---|---|---|---|---|---|---|---|---|\n",
                 plan.target * 100.0
             );
         }
@@ -241,7 +314,11 @@ pub fn markdown(plan: &Plan, rows: &[Row], cells: &[Cell], obs: &BTreeMap<String
         let pooled = r.test_pooled.map_or("—".into(), |p| {
             format!("{:.2} [{:.2}, {:.2}] ({}/{})", p.rate, p.ci95.0, p.ci95.1, p.successes, p.episodes)
         });
-        let gain = r.gain.as_ref().map_or("—".into(), show_gain);
+        let gain = match (r.gain.as_ref().map(show_gain), r.paired_clone.as_ref().map(show_paired)) {
+            (Some(g), Some(p)) => format!("{g}; {p}"),
+            (g, p) => g.or(p).unwrap_or_else(|| "—".into()),
+        };
+        let more = r.paired_more_sft.as_ref().map_or("—".into(), show_paired);
         let to = match r.steps_to_target {
             // the clone and the baseline run no RL: their only evaluation is at 0 env steps
             _ if r.demo_steps => "n/a".to_string(),
@@ -251,7 +328,7 @@ pub fn markdown(plan: &Plan, rows: &[Row], cells: &[Cell], obs: &BTreeMap<String
         let demos = if r.demo_steps { " (demos)" } else { "" };
         let _ = writeln!(
             s,
-            "| {label} | {} | {test} | {pooled} | {:.2} | {gain} | {to} | {:.0}{demos} | {:.0} s |",
+            "| {label} | {} | {test} | {pooled} | {:.2} | {gain} | {more} | {to} | {:.0}{demos} | {:.0} s |",
             r.cells, r.validation.mean, r.env_steps, r.wall_secs
         );
     }

@@ -1,5 +1,6 @@
 //! The report's figures by hand: spreads over clone × RL cells, gains paired with each
-//! cell's own clone, the pooled test success with its Wilson interval.
+//! cell's own clone, the pooled test success with its Wilson interval, episodes compared
+//! one by one with their sign test.
 
 use super::*;
 use crate::bench::learning::{SftFigures, TestResult};
@@ -19,7 +20,18 @@ config = "x.toml"
     .unwrap()
 }
 
-/// A cell from clone `k` with `wins` of 10 test episodes.
+/// A test result of 10 episodes on task `t`: the seeds `won` (offsets from the first).
+fn test(won: &[u64]) -> TestResult {
+    TestResult {
+        successes: won.len(),
+        episodes: 10,
+        first_seed: 2_000_000,
+        per_task: 10,
+        won: Some(BTreeMap::from([("t".to_string(), won.iter().map(|s| 2_000_000 + s).collect())])),
+    }
+}
+
+/// A cell from clone `k` with `wins` of 10 test episodes (the first `wins` seeds).
 fn cell(algo: &str, k: u64, seed: u64, curve: &[(u64, f64)], wins: usize) -> Cell {
     Cell {
         task: "t".into(),
@@ -30,7 +42,7 @@ fn cell(algo: &str, k: u64, seed: u64, curve: &[(u64, f64)], wins: usize) -> Cel
         final_success: curve.last().unwrap().1,
         env_steps: curve.last().unwrap().0,
         wall_secs: 10.0 * (k + 1) as f64,
-        test: Some(TestResult { successes: wins, episodes: 10, first_seed: 2_000_000, per_task: 10 }),
+        test: Some(test(&(0..wins as u64).collect::<Vec<_>>())),
         sft: None,
     }
 }
@@ -85,12 +97,23 @@ fn rows_by_hand() {
     assert!(close(m.gain.unwrap().mean, 0.1) && m.gain.unwrap().n == 1);
     assert_eq!((m.extra_epochs, m.env_steps, m.demo_steps), (Some((7, 7)), 9.0, true));
     assert!(rows[0].gain.is_none(), "the clone is not compared with itself");
+    // Episode by episode (each cell won its first seeds): ppo c0 won 3 more than its clone
+    // and c1 3 more, none fewer: 6/0, p = 2 · ½⁶; against c0's baseline 5 vs 3 wins: 2/0,
+    // p = 2 · ¼.
+    let pc = r.paired_clone.unwrap();
+    assert_eq!((pc.won, pc.lost), (6, 0));
+    assert!(close(pc.p, 0.03125), "{pc:?}");
+    let pm = r.paired_more_sft.unwrap();
+    assert_eq!((pm.won, pm.lost), (2, 0));
+    assert!(close(pm.p, 0.5), "{pm:?}");
+    assert_eq!(m.paired_clone.map(|p| (p.won, p.lost)), Some((1, 0)));
+    assert!(m.paired_more_sft.is_none() && rows[0].paired_clone.is_none(), "nothing against itself");
 
     let obs = BTreeMap::from([("t".to_string(), "pixels+dom".to_string())]);
     let md = markdown(&plan(), &rows, &cells, &obs);
     assert!(md.contains("**t** — observation: pixels+dom"), "{md}");
     assert!(
-        md.contains("| ppo | 2 | 0.70 ± 0.28 [0.50–0.90] | 0.70 [0.48, 0.85] (14/20) | 0.80 | +30 pts [+30, +30] | 600 (1/2) | 1000 | 15 s |"),
+        md.contains("| ppo | 2 | 0.70 ± 0.28 [0.50–0.90] | 0.70 [0.48, 0.85] (14/20) | 0.80 | +30 pts [+30, +30]; +6/−0 episodes, p 0.031 | +2/−0 episodes, p 0.500 | 600 (1/2) | 1000 | 15 s |"),
         "{md}"
     );
     assert!(md.contains("| clone | 2 | 0.40 ± 0.28 [0.20–0.60] |"), "{md}");
@@ -116,10 +139,29 @@ fn cells_without_a_test_result_still_report() {
     let old = r#"{"task": "t", "algo": "ppo", "seed": 0, "curve": [[0, 0.2], [100, 0.5]],
                   "final_success": 0.5, "env_steps": 100, "wall_secs": 3.0}"#;
     let c: Cell = serde_json::from_str(old).unwrap();
-    assert_eq!((c.clone_seed, c.test), (None, None));
+    assert_eq!((c.clone_seed, &c.test), (None, &None));
     let rows = rows(&plan(), &[c]);
     assert_eq!(rows.len(), 1);
     assert!(rows[0].test.is_none() && rows[0].gain.is_none() && close(rows[0].validation.mean, 0.5));
     let md = markdown(&plan(), &rows, &[], &BTreeMap::new());
-    assert!(md.contains("| ppo | 1 | — | — | 0.50 | — |"), "{md}");
+    assert!(md.contains("| ppo | 1 | — | — | 0.50 | — | — |"), "{md}");
+}
+
+/// The sign test against exact binomial tails (Python's fractions), and episodes compared
+/// only where both cells ran the same seeds and recorded them.
+#[test]
+fn episodes_compare_one_by_one() {
+    for (a, b, p) in
+        [(0, 0, 1.0), (6, 0, 0.03125), (5, 1, 0.21875), (3, 3, 1.0), (1500, 1400, 0.06598734966518381)]
+    {
+        assert!((sign_test(a, b) - p).abs() < 1e-9, "{a} {b}: {} against {p}", sign_test(a, b));
+    }
+    let (x, y) = (sign_test(600, 400), 2.7284641560660184e-10);
+    assert!(((x - y) / y).abs() < 1e-6, "{x} against {y}");
+    assert_eq!(test(&[1, 2, 3]).discordant(&test(&[2, 5])), Some((2, 1)));
+    let mut other_seeds = test(&[2, 5]);
+    other_seeds.first_seed = 3_000_000;
+    assert_eq!(test(&[1]).discordant(&other_seeds), None);
+    let older = TestResult { won: None, ..test(&[1]) };
+    assert_eq!(test(&[1]).discordant(&older), None, "a cell made before episodes were kept");
 }
