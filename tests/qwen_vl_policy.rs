@@ -243,9 +243,16 @@ fn answers_read_every_few_steps_are_bit_for_bit_those_read_every_step() {
 /// training pass are each thread's own, not the shared model's.
 #[test]
 fn a_frozen_copy_decodes_unchanged_while_the_live_adapters_train_on_another_thread() {
-    for arch in ["qwen3_vl", "qwen2_5_vl"] {
+    // adapters alone, then with modules trained whole (the tied embedding and the final
+    // norm; the untied head and the norm), which the copy holds copies of too
+    let whole: [&[&str]; 2] = [&["embed_tokens", "norm"], &["lm_head", "norm"]];
+    let cases =
+        [("qwen3_vl", &[][..]), ("qwen2_5_vl", &[][..]), ("qwen3_vl", whole[0]), ("qwen2_5_vl", whole[1])];
+    for (arch, modules) in cases {
         let tmp = tempfile::tempdir().unwrap();
         let mut s = settings(arch, tmp.path());
+        s.train_modules = modules.iter().map(|m| m.to_string()).collect();
+        let arch = format!("{arch} {modules:?}");
         s.max_new_tokens = 8;
         s.lora_dropout = 0.3;
         let mut p = QwenVlPolicy::new(s, &Device::Cpu, 0).unwrap();
@@ -368,6 +375,16 @@ fn a_saved_adapter_loads_back_as_a_checkpoint() {
     let mut r2 = p.reference().unwrap();
     r2.load(&rdir).unwrap();
     assert_eq!(max_diff(&p.score(&states, &tokens).unwrap().logp, &want), 0.0);
+    // the reference holds its own copy of the modules trained whole, saved with it: the
+    // live head and norm move, the reference and the one loaded from its folder do not
+    for (name, v) in p.trainable_vars() {
+        if name.ends_with("norm.weight") || name.starts_with("lm_head") {
+            v.set(&(v.as_tensor() * 0.5).unwrap()).unwrap();
+        }
+    }
+    assert!(max_diff(&p.score(&states, &tokens).unwrap().logp, &want) > 0.0, "the live modules moved");
+    assert_eq!(max_diff(&r.score(&states, &tokens).unwrap().logp, &want), 0.0, "the reference kept its copy");
+    assert_eq!(max_diff(&r2.score(&states, &tokens).unwrap().logp, &want), 0.0, "and saved it");
 }
 
 /// A copy of a fixture checkpoint (without its reference outputs) to break.

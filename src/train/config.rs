@@ -477,18 +477,6 @@ impl TrainConfig {
                 self.rollout.max_staleness
             ),
         );
-        // A Qwen-VL policy's frozen copy is a snapshot of its adapters: modules trained
-        // whole are shared with it, so they would change under the background collection.
-        let whole = self.model.qwen().is_some_and(|q| !q.train_modules.is_empty());
-        if self.rollout.max_staleness > 0 && whole {
-            check(
-                false,
-                "rollout.max_staleness = 1 collects with a frozen copy of the policy's weights, and a Qwen-VL \
-                 policy copies only its LoRA adapters, not the modules in model.train_modules: set \
-                 model.train_modules = [] or rollout.max_staleness = 0"
-                    .into(),
-            );
-        }
         // The window counts steps before the step limit, a [rollout] key.
         if let Some(w) = self.algo.overlong_penalty.and_then(|p| p.window) {
             check(

@@ -246,12 +246,14 @@ fn unsupported_overlap_configs_name_the_key() {
     assert!(e.contains("rollout.max_staleness") && e.contains("only 0") && e.contains("got 2"), "{e}");
     let e = run("[algo]\nbehaviour_weight_cap = 0.5", &[]);
     assert!(e.contains("algo.behaviour_weight_cap must be at least 1"), "{e}");
+    // a Qwen-VL policy's frozen copy holds its modules trained whole too: the bound is
+    // accepted, and what stops this run is the missing checkpoint
     let e = run(
         "[model]\nkind = \"qwen2_5_vl\"\npath = \"/nonexistent\"\nlora_rank = 4\ntrain_modules = [\"lm_head\"]\n\
          [rollout]\nmax_staleness = 1",
         &[],
     );
-    assert!(e.contains("rollout.max_staleness = 1") && e.contains("model.train_modules = []"), "{e}");
+    assert!(e.contains("/nonexistent: no such checkpoint folder") && !e.contains("max_staleness"), "{e}");
     let e = run("[rollout]\nmax_staleness = 1", &["--nproc", "2"]);
     assert!(e.contains("rollout.max_staleness = 1") && e.contains("data-parallel"), "{e}");
 }

@@ -275,7 +275,8 @@ impl QwenVl {
 
     /// Train these modules whole (any of `embed_tokens`, `lm_head`, `norm`) beside the
     /// adapters. A freshly initialised model needs it (its frozen head caps the logits);
-    /// a pretrained one rarely does.
+    /// a pretrained one rarely does. Snapshots of the adapters (attached first) copy them
+    /// too.
     pub fn train_whole(&mut self, modules: &[String]) -> Result<()> {
         for m in modules {
             if self.full.iter().any(|(s, _, _)| s == m) {
@@ -284,13 +285,16 @@ impl QwenVl {
             let (name, var) = self.text.unfreeze(m)?;
             self.full.push((m.clone(), name, var));
         }
+        if let Some((_, switch)) = &self.lora {
+            self.text.follow(switch.clone());
+        }
         Ok(())
     }
 }
 
 impl QwenVl {
-    /// A copy of every adapter's live A and B (the KL reference's weights, or the weights an
-    /// overlapped run collects with).
+    /// A copy of every adapter's live A and B, and of every module trained whole (the KL
+    /// reference's weights, or the weights an overlapped run collects with).
     pub fn snapshot_adapters(&self) -> Result<Arc<AdapterSnapshot>> {
         let mut pairs = Vec::new();
         for (_, lin) in self.sites() {
@@ -298,7 +302,12 @@ impl QwenVl {
                 pairs.push((ad, ad.copy_weights()?));
             }
         }
-        Ok(Arc::new(AdapterSnapshot::new(pairs)))
+        let whole = self
+            .full
+            .iter()
+            .map(|(_, _, v)| Ok((v.id(), v.as_tensor().copy()?)))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Arc::new(AdapterSnapshot::new(pairs, whole)))
     }
 
     /// Save a snapshot of the adapters as a PEFT folder (a resumed run's KL reference).
@@ -319,13 +328,47 @@ impl QwenVl {
         }
         let refs: Vec<(String, &LoraAdapter, Option<[usize; 4]>)> =
             frozen.iter().map(|(n, a, k)| (n.clone(), a, *k)).collect();
-        save_peft(dir, &refs, &[], &settings, &self.dir.display().to_string())
+        // the modules trained whole as the snapshot holds them (the tied head saved as
+        // `save_adapter` saves it)
+        let mut whole = Vec::new();
+        for (short, name, v) in &self.full {
+            if let Some(t) = snapshot.whole(v.id()) {
+                whole.push((name.clone(), Var::from_tensor(t)?));
+                if self.tied_embedding().is_some_and(|(s, _, _)| s == short) {
+                    whole.push((TIED_HEAD.to_string(), Var::from_tensor(t)?));
+                }
+            }
+        }
+        let full: Vec<(String, &Var)> = whole.iter().map(|(n, v)| (n.clone(), v)).collect();
+        save_peft(dir, &refs, &full, &settings, &self.dir.display().to_string())
     }
 
-    /// A snapshot read from a PEFT folder (the live adapters are untouched).
+    /// A snapshot read from a PEFT folder (the live adapters are untouched). A module
+    /// trained whole that the folder lacks (a reference saved before snapshots held them)
+    /// stays shared with the live policy, as it was then, with a warning.
     pub fn load_snapshot(&self, dir: &Path) -> Result<Arc<AdapterSnapshot>> {
         let peft = load_peft(dir)?;
-        Ok(Arc::new(AdapterSnapshot::new(self.adapter_values(&peft, dir)?)))
+        let mut whole = Vec::new();
+        for (short, name, v) in &self.full {
+            match peft.full.get(name) {
+                Some(t) if t.dims() == v.dims() => {
+                    whole.push((v.id(), t.to_dtype(DType::F32)?.to_device(v.device())?));
+                }
+                Some(t) => {
+                    bail!(
+                        "{}: `{name}` has shape {:?}, this model's is {:?}",
+                        dir.display(),
+                        t.dims(),
+                        v.dims()
+                    )
+                }
+                None => tracing::warn!(
+                    "{}: no weights for `{short}` (trained whole): this snapshot shares the live policy's",
+                    dir.display()
+                ),
+            }
+        }
+        Ok(Arc::new(AdapterSnapshot::new(self.adapter_values(&peft, dir)?, whole)))
     }
 
     /// Each attached adapter with its A and B from `peft` (read from `dir`), in f32 on the

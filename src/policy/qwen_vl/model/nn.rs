@@ -143,10 +143,10 @@ impl RmsNorm {
         Ok(RmsNorm { weight: w.get(&format!("{name}.weight"), &[dim])?, eps })
     }
 
-    /// The norm over its weight read outside the autograd graph (a weight trained whole
-    /// is a `Var`; a pass that builds no graph reads it detached).
-    pub(crate) fn forward_detached(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        fused_rms_norm(x, &self.weight.detach(), self.eps)
+    /// The norm over `weight` in place of its own (a weight trained whole read detached,
+    /// or a snapshot's frozen copy of it).
+    pub(crate) fn forward_with(&self, x: &Tensor, weight: &Tensor) -> candle_core::Result<Tensor> {
+        fused_rms_norm(x, weight, self.eps)
     }
 }
 

@@ -12,7 +12,7 @@ use super::nn::{apply_rope, attention, causal_mask, Linear, RmsNorm};
 use super::weights::Weights;
 use crate::nn::activation;
 use crate::policy::qwen_vl::train::checkpoint::checkpointed;
-use crate::policy::qwen_vl::train::lora::LoraAdapter;
+use crate::policy::qwen_vl::train::lora::{AdapterSwitch, AdapterUse, LoraAdapter};
 use crate::policy::qwen_vl::train::train_pass::TrainPass;
 use anyhow::{bail, Result};
 use candle_core::{DType, Module, Tensor, Var, D};
@@ -77,6 +77,9 @@ pub struct TextModel {
     head: Linear,
     /// The training-pass state, shared with the adapters.
     pass: TrainPass,
+    /// The adapters' switch, once a module is trained whole: a snapshot it selects holds
+    /// copies of those modules too, read in their place.
+    switch: Option<AdapterSwitch>,
 }
 
 impl TextModel {
@@ -127,6 +130,7 @@ impl TextModel {
             layers,
             head,
             pass: TrainPass::default(),
+            switch: None,
         })
     }
 
@@ -142,11 +146,30 @@ impl TextModel {
         self.pass.get().no_grad
     }
 
-    /// The final norm, its weight read as the pass asks.
+    /// Read a module trained whole (`live`, its `Var`'s tensor) through the adapters'
+    /// switch: the frozen copy when this thread's forwards use a snapshot that holds one,
+    /// else the live weight detached in a pass that builds no graph. `None`: the live
+    /// weight as it is (a frozen module, or a training pass).
+    fn frozen_whole(&self, live: &Tensor) -> Option<Tensor> {
+        if let Some(AdapterUse::Snapshot(s)) = self.switch.as_ref().map(AdapterSwitch::get) {
+            if let Some(t) = s.whole(live.id()) {
+                return Some(t.clone());
+            }
+        }
+        (self.graph_free() && live.track_op()).then(|| live.detach())
+    }
+
+    /// The module weights trained whole follow the adapters' `switch` (a snapshot of the
+    /// adapters also holds copies of them).
+    pub(crate) fn follow(&mut self, switch: AdapterSwitch) {
+        self.switch = Some(switch);
+    }
+
+    /// The final norm, its weight read as the pass and the switch ask.
     fn final_norm(&self, x: &Tensor) -> Result<Tensor> {
-        Ok(match self.graph_free() {
-            true => self.norm.forward_detached(x)?,
-            false => self.norm.forward(x)?,
+        Ok(match self.frozen_whole(&self.norm.weight) {
+            Some(w) => self.norm.forward_with(x, &w)?,
+            None => self.norm.forward(x)?,
         })
     }
 
@@ -166,7 +189,7 @@ impl TextModel {
     /// Token embeddings `[B, T, H]` of `ids` `[B, T]`.
     pub fn embed(&self, ids: &Tensor) -> Result<Tensor> {
         let (b, t) = ids.dims2()?;
-        let table = if self.graph_free() { self.embed.detach() } else { self.embed.clone() };
+        let table = self.frozen_whole(&self.embed).unwrap_or_else(|| self.embed.clone());
         let rows = table.index_select(&ids.flatten_all()?, 0)?.to_dtype(self.dtype)?;
         Ok(rows.reshape((b, t, self.cfg.hidden_size))?)
     }
@@ -222,10 +245,9 @@ impl TextModel {
     /// Logits `[N, V]` of hidden states `[N, H]` (call it on the rows you need only: the
     /// vocabulary is large).
     pub fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
-        if self.graph_free() && self.head.weight.track_op() {
-            // a head trained whole (the head has no adapter)
-            let frozen = Linear::from_tensors(self.head.weight.detach(), self.head.bias.clone());
-            return Ok(frozen.forward(hidden)?);
+        // a head trained whole, or tied to an embedding trained whole (it has no adapter)
+        if let Some(w) = self.frozen_whole(&self.head.weight) {
+            return Ok(Linear::from_tensors(w, self.head.bias.clone()).forward(hidden)?);
         }
         Ok(self.head.forward(hidden)?)
     }

@@ -500,13 +500,6 @@ impl TrainablePolicy for QwenVlPolicy {
             AdapterUse::Live => AdapterUse::Snapshot(self.model.snapshot_adapters()?),
             frozen => frozen.clone(),
         };
-        if !self.settings.train_modules.is_empty() {
-            tracing::warn!(
-                "model.train_modules {:?} are shared with the KL reference (only the adapters are snapshotted): \
-                 the KL term does not see their changes",
-                self.settings.train_modules
-            );
-        }
         Ok(Box::new(QwenVlPolicy { mode, ..self.clone() }))
     }
 

@@ -83,16 +83,32 @@ impl AdapterUse {
 }
 
 /// A copy of every adapter's A and B at one moment (not views: `Var::set` writes the live
-/// ones in place). Kept by the policies that use it and freed with the last of them.
+/// ones in place), and of the modules trained whole (`[model] train_modules`). Kept by the
+/// policies that use it and freed with the last of them.
 pub struct AdapterSnapshot {
     /// By the id of the live A's `Var`.
     weights: HashMap<TensorId, (Tensor, Tensor)>,
+    /// Each module trained whole, by the id of its live `Var`.
+    whole: HashMap<TensorId, Tensor>,
 }
 
 impl AdapterSnapshot {
-    /// A snapshot of `pairs`: (the live adapter, its frozen A and B).
-    pub(crate) fn new<'a>(pairs: impl IntoIterator<Item = (&'a LoraAdapter, (Tensor, Tensor))>) -> Self {
-        AdapterSnapshot { weights: pairs.into_iter().map(|(ad, ab)| (ad.a.id(), ab)).collect() }
+    /// A snapshot of `pairs` (the live adapter, its frozen A and B) and `whole` (a module
+    /// trained whole: its live `Var`'s id, its frozen weight).
+    pub(crate) fn new<'a>(
+        pairs: impl IntoIterator<Item = (&'a LoraAdapter, (Tensor, Tensor))>,
+        whole: impl IntoIterator<Item = (TensorId, Tensor)>,
+    ) -> Self {
+        AdapterSnapshot {
+            weights: pairs.into_iter().map(|(ad, ab)| (ad.a.id(), ab)).collect(),
+            whole: whole.into_iter().collect(),
+        }
+    }
+
+    /// The frozen weight of the module trained whole whose live `Var` has this id, if the
+    /// snapshot holds one.
+    pub(crate) fn whole(&self, live: TensorId) -> Option<&Tensor> {
+        self.whole.get(&live)
     }
 
     /// `ad`'s frozen A and B.
@@ -445,7 +461,7 @@ mod tests {
             let seen = std::thread::scope(|s| s.spawn(|| switch.get().is_live()).join().unwrap());
             assert!(seen, "another thread still uses the live adapters");
             {
-                let _snap = switch.scope(AdapterUse::Snapshot(Arc::new(AdapterSnapshot::new([]))));
+                let _snap = switch.scope(AdapterUse::Snapshot(Arc::new(AdapterSnapshot::new([], []))));
                 assert!(matches!(switch.get(), AdapterUse::Snapshot(_)));
             }
             assert!(matches!(switch.get(), AdapterUse::Off), "the inner scope put Off back");
