@@ -6,6 +6,7 @@
 #
 #   benches/gpu/run.sh [BUDGET_S]   # on the GPU machine, from the repository root; default 540
 #   GPU_SECTIONS="2 4" GPU_SIZES=2b benches/gpu/run.sh 290   # a re-run of some sections
+#   GPU_SECTIONS=4 GPU_SIZES=2b GPU_SPEED=0 benches/gpu/run.sh 330   # the decode tables alone
 #
 # Sections, most important first; each gets at most what is left of BUDGET_S, so a slow
 # section cannot eat the report:
@@ -104,12 +105,20 @@ fi
 want 4 && section "4. Qwen-VL speed: guirl against PyTorch + peft, same GPU, bf16"
 want 4 && for size in ${GPU_SIZES:-2b tiny}; do
   echo "### $size"
+  if [ "${GPU_SPEED:-1}" = 0 ]; then
+    # the decode tables alone: only write the random checkpoint the speed bench would
+    [ "$size" = tiny ] && continue
+    timeout "$(cap 120)" python3 -c 'import sys; sys.path.insert(0, "scripts"); import bench_qwen_speed as b
+b.write_big_checkpoint(sys.argv[1], sys.argv[2], "bf16", "cuda")' /tmp/qwen-speed/qwen3_vl_${size}_bf16 $size \
+      || echo "writing the $size checkpoint failed (rc $?)"
+  else
   timeout "$(cap 300)" python3 scripts/bench_qwen_speed.py --device cuda --dtype bf16 --sizes $size \
     --work /tmp/qwen-speed --guirl-bench $BIN/qwen_speed || echo "speed bench $size failed (rc $?)"
   [ -f /tmp/qwen-speed/guirl.log ] && { echo "guirl side's log (tail):"; tail -5 /tmp/qwen-speed/guirl.log; }
   [ -n "${OUT:-}" ] && mv /tmp/qwen-speed/results.json "$OUT/qwen-speed-$size.json" 2>/dev/null
+  fi
   # where one decoder layer's time goes: its parts alone against the whole (benches/qwen_speed.rs `profile`)
-  if [ "$size" != tiny ] && [ -f /tmp/qwen-speed/$size/inputs.json ]; then
+  if [ "${GPU_SPEED:-1}" != 0 ] && [ "$size" != tiny ] && [ -f /tmp/qwen-speed/$size/inputs.json ]; then
     echo "### $size: one decoder layer, part by part"
     timeout "$(cap 60)" $BIN/qwen_speed profile --device cuda --dtype bf16 --model /tmp/qwen-speed/qwen3_vl_${size}_bf16 \
       --inputs /tmp/qwen-speed/$size/inputs.json --out "${OUT:-/tmp}/qwen-profile-$size.json" || echo "profile $size failed (rc $?)"
