@@ -21,8 +21,10 @@ call, over n x (new_tokens - 1) tokens. guirl's table counts each answer's first
 drawn from the prefill's logits without a decoding pass; the side-by-side table leaves it out
 on both sides (tokens that cost a decoding pass, per second of decoding). guirl's decoder keeps the system prompt's cache
 between prompts and PyTorch's `generate` does not, so prefill times are not like for like;
-the decoding rates are. Peak memory: PyTorch's own allocator peak on a GPU (guirl's column is
-nvidia-smi's used memory, context included). On a CPU, PyTorch's resident high-water mark
+the decoding rates are. Peak memory on a GPU: on both sides the card's used memory as
+`nvidia-smi` reports it, sampled every 20 ms while a row runs (context, allocator caches and
+all), the same measure; this side also reports PyTorch's own allocator peak (`alloc_peak_mib`
+in the JSON, tensors alone). On a CPU, PyTorch's resident high-water mark
 (its weights are mapped from the file, which an allocator's count misses; torch's own
 libraries count too), and guirl's bytes allocated (its weights are copied into allocated
 memory; its resident set after the warm-up also holds what its allocator keeps for reuse).
@@ -32,10 +34,39 @@ memory.
 import argparse
 import json
 import os
+import subprocess
+import threading
 import time
 
 # the Qwen speed bench's helpers (this folder is on the path when a script runs from it)
 from bench_qwen_speed import reset_peak, rss_mib, torch_dtype
+
+
+class GpuUsed:
+    """The card's peak used memory (MiB) while a row runs: `nvidia-smi`'s `memory.used` of GPU 0
+    sampled every 20 ms, as guirl's decode_table samples it."""
+
+    def __enter__(self):
+        self.peak, self.stop = 0.0, threading.Event()
+
+        def sample():
+            while True:
+                try:
+                    out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits",
+                                          "--id=0"], capture_output=True, text=True, timeout=5).stdout
+                    self.peak = max(self.peak, float(out.strip()))
+                except (OSError, ValueError, subprocess.SubprocessError):
+                    pass
+                if self.stop.wait(0.02):
+                    break
+
+        self.thread = threading.Thread(target=sample, daemon=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
 
 
 def main():
@@ -124,23 +155,29 @@ def main():
         else:
             reset_peak()
         sync()
-        t0 = time.perf_counter()
-        generate(b, 1)
-        sync()
-        prefill = time.perf_counter() - t0
-        t1 = time.perf_counter()
-        out = generate(b, tokens)
-        sync()
-        whole = time.perf_counter() - t1
+        with GpuUsed() if dev == "cuda" else open(os.devnull) as used:
+            t0 = time.perf_counter()
+            generate(b, 1)
+            sync()
+            prefill = time.perf_counter() - t0
+            t1 = time.perf_counter()
+            out = generate(b, tokens)
+            sync()
+            whole = time.perf_counter() - t1
         assert out.shape[1] - b["input_ids"].shape[1] == tokens, "an answer ended early"
         made = n * (tokens - 1)
         decode = max(whole - prefill, 1e-9)
-        peak = torch.cuda.max_memory_allocated() / 2**20 if dev == "cuda" else rss_mib()[0]
+        extra = {}
+        if dev == "cuda":
+            peak = used.peak or float("nan")
+            extra = dict(alloc_peak_mib=torch.cuda.max_memory_allocated() / 2**20)
+        else:
+            peak = rss_mib()[0]
         rate = made / decode
         print(f"| {n} | {prefill:.3f} | {decode:.3f} | {made} | {rate:.1f} | {rate / n:.1f} | {peak:.0f} MiB |",
               flush=True)
         rows.append(dict(rollouts=n, prefill_s=prefill, decode_s=decode, tokens=made, tokens_per_s=rate,
-                         peak_mib=peak))
+                         peak_mib=peak, **extra))
     if args.out:
         with open(args.out, "w") as f:
             json.dump(dict(torch=torch.__version__, device=dev, dtype=args.dtype, new_tokens=tokens, table=rows), f,
