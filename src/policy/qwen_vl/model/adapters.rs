@@ -187,13 +187,7 @@ impl QwenVl {
             .collect();
         let refs: Vec<(String, &LoraAdapter, Option<[usize; 4]>)> =
             adapters.iter().map(|(n, a, k)| (n.clone(), a, *k)).collect();
-        let mut full: Vec<(String, &Var)> = self.full.iter().map(|(_, n, v)| (n.clone(), v)).collect();
-        // A trained embedding on a tied head trains the head too. peft does not tie them
-        // back by default (it would keep the base's head, silently), so the head is saved
-        // as a module of its own with the same weight.
-        if let Some((_, _, embed)) = self.tied_embedding() {
-            full.push((TIED_HEAD.to_string(), embed));
-        }
+        let full = self.whole_to_save(|v| Some(v.as_tensor()));
         if !full.is_empty() {
             static ONCE: std::sync::Once = std::sync::Once::new();
             // Said once a process, without the folder: the first save goes to a temporary
@@ -267,6 +261,28 @@ impl QwenVl {
 const TIED_HEAD: &str = "lm_head";
 
 impl QwenVl {
+    /// The modules trained whole as a checkpoint saves them, each weight read by `weight`
+    /// (the live `Var`'s, or a snapshot's copy; a module it gives none for is left out):
+    /// under its full name, and a trained embedding on a tied head again as the head. A
+    /// trained embedding on a tied head trains the head too; peft does not tie them back
+    /// by default (it would keep the base's head, silently), so the head is saved as a
+    /// module of its own with the same weight.
+    fn whole_to_save<'a>(
+        &'a self,
+        weight: impl Fn(&'a Var) -> Option<&'a Tensor>,
+    ) -> Vec<(String, &'a Tensor)> {
+        let mut out = Vec::new();
+        for (short, name, v) in &self.full {
+            if let Some(t) = weight(v) {
+                out.push((name.clone(), t));
+                if self.tied_embedding().is_some_and(|(s, _, _)| s == short) {
+                    out.push((TIED_HEAD.to_string(), t));
+                }
+            }
+        }
+        out
+    }
+
     /// The embedding trained whole, when the head is tied to it.
     fn tied_embedding(&self) -> Option<&(String, String, Var)> {
         let tied = self.config.text.tie_word_embeddings;
@@ -328,18 +344,7 @@ impl QwenVl {
         }
         let refs: Vec<(String, &LoraAdapter, Option<[usize; 4]>)> =
             frozen.iter().map(|(n, a, k)| (n.clone(), a, *k)).collect();
-        // the modules trained whole as the snapshot holds them (the tied head saved as
-        // `save_adapter` saves it)
-        let mut whole = Vec::new();
-        for (short, name, v) in &self.full {
-            if let Some(t) = snapshot.whole(v.id()) {
-                whole.push((name.clone(), Var::from_tensor(t)?));
-                if self.tied_embedding().is_some_and(|(s, _, _)| s == short) {
-                    whole.push((TIED_HEAD.to_string(), Var::from_tensor(t)?));
-                }
-            }
-        }
-        let full: Vec<(String, &Var)> = whole.iter().map(|(n, v)| (n.clone(), v)).collect();
+        let full = self.whole_to_save(|v| snapshot.whole(v.id()));
         save_peft(dir, &refs, &full, &settings, &self.dir.display().to_string())
     }
 

@@ -313,7 +313,7 @@ pub fn peft_key(module: &str, which: &str) -> String {
 pub fn save_peft(
     dir: &Path,
     adapters: &[(String, &LoraAdapter, Option<[usize; 4]>)],
-    full: &[(String, &Var)],
+    full: &[(String, &Tensor)],
     s: &LoraSettings,
     base: &str,
 ) -> Result<()> {
@@ -331,7 +331,7 @@ pub fn save_peft(
         tensors.insert(peft_key(module, "lora_B"), b);
     }
     for (module, v) in full {
-        tensors.insert(format!("base_model.model.{module}.weight"), v.as_tensor().to_device(&Device::Cpu)?);
+        tensors.insert(format!("base_model.model.{module}.weight"), v.to_device(&Device::Cpu)?);
     }
     let modules_to_save: std::collections::BTreeSet<&str> = full.iter().map(|(m, _)| m.as_str()).collect();
     let target_modules = match &s.peft_target_modules {
