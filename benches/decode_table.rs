@@ -19,8 +19,9 @@
 //! memory on a GPU. Before the table a warm-up admits the largest count and decodes two
 //! steps, with the allocator set as `guirl train` sets it, so that the table times
 //! decoding in memory a long run would reuse, not a CPU's first-touch page faults.
-//! `--window W` decodes with `decode_window = W` (a chunk of `--rows` answers in
-//! window slots, one attention per layer for the chunk) instead of one attention per answer.
+//! `--window W` decodes with `decode_window = W`: a number of tokens or `auto` (a chunk of
+//! `--rows` answers in window slots, one attention per layer for the chunk), or `off` (one
+//! attention per answer); left out, the device's default (`auto` on a GPU, `off` on a CPU).
 //! `--sync N` has the host read the drawn tokens every N decoding steps (`decode_sync`).
 //! `--export DIR` also writes the prompts of the largest count's rollouts as the policy
 //! builds them (`prompts.json`: ids and image grids; `pixels.safetensors`: the patches), for
@@ -74,9 +75,9 @@ fn main() -> Result<()> {
     s.dtype = dtype.clone();
     s.max_new_tokens = tokens;
     s.decode_rows = arg(&args, "--rows").map(|r| r.parse()).transpose().context("--rows")?;
-    s.decode_window = arg(&args, "--window").map(|w| w.parse()).transpose().context("--window")?;
+    s.decode_window = arg(&args, "--window").map(|w| w.parse()).transpose().map_err(anyhow::Error::msg)?;
     s.decode_sync = arg(&args, "--sync").map(|n| n.parse()).transpose().context("--sync")?;
-    let window = s.decode_window;
+    let window = s.decode_window_on(&device);
     let rows = s.decode_rows_on(&device);
     let sync = s.decode_sync_on(&device);
     // the adapters the policy decodes with (its defaults), for another engine to match
@@ -89,7 +90,7 @@ fn main() -> Result<()> {
     let roofline = bandwidth / weight_bytes;
     println!(
         "{backbone} {dtype} on {device:?}: {:.1} MB of text weights read per token, copy bandwidth {:.1} GB/s, \
-         roofline {:.0} tokens/s for one rollout; decode_rows {rows}, decode_window {window:?}, decode_sync {sync}, {tokens} new tokens",
+         roofline {:.0} tokens/s for one rollout; decode_rows {rows}, decode_window {window}, decode_sync {sync}, {tokens} new tokens",
         weight_bytes / 1e6,
         bandwidth / 1e9,
         roofline
@@ -247,12 +248,22 @@ fn copy_bandwidth(device: &Device) -> Result<f64> {
     let dst = src.copy()?;
     dst.slice_set(&src, 0, 0)?;
     device.synchronize()?;
+    // Two copies, the faster kept: into that buffer (candle's strided-copy kernel, 1.99 TB/s
+    // on an H200) and a plain device-to-device copy into a new buffer (the driver's copy,
+    // about twice that on the same card); on a CPU the first (no page faults).
     let mut best = f64::INFINITY;
     for _ in 0..5 {
         let t = Instant::now();
         dst.slice_set(&src, 0, 0)?;
         device.synchronize()?;
         best = best.min(t.elapsed().as_secs_f64());
+        if device.is_cuda() {
+            let t = Instant::now();
+            let fresh = src.copy()?;
+            device.synchronize()?;
+            best = best.min(t.elapsed().as_secs_f64());
+            drop(fresh);
+        }
     }
     Ok(2.0 * 4.0 * n as f64 / best)
 }

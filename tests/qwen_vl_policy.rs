@@ -7,7 +7,7 @@ mod common;
 
 use candle_core::{Device, Tensor};
 use guirl::env::GuiAction;
-use guirl::policy::qwen_vl::{QwenPolicySettings, QwenVlPolicy};
+use guirl::policy::qwen_vl::{DecodeWindow, QwenPolicySettings, QwenVlPolicy};
 use guirl::policy::{Policy, PolicyFailure, Sampling, TrainablePolicy};
 use guirl::train::optim::{AdamW, AdamWConfig};
 use std::path::{Path, PathBuf};
@@ -19,10 +19,15 @@ fn fixture(arch: &str) -> PathBuf {
 use common::qwen::{bits, perturb_b, policy_settings as settings};
 use common::synthetic_state as state;
 
-/// Each architecture with attention per answer over its own cache, and with
-/// `decode_window` (one attention per layer for a chunk of window slots).
-const DECODINGS: [(&str, Option<usize>); 4] =
-    [("qwen3_vl", None), ("qwen3_vl", Some(512)), ("qwen2_5_vl", None), ("qwen2_5_vl", Some(512))];
+/// Each architecture with attention per answer over its own cache, and with window slots
+/// (`decode_window`: one attention per layer for a chunk of slots), sized per prompt or
+/// fixed.
+const DECODINGS: [(&str, DecodeWindow); 4] = [
+    ("qwen3_vl", DecodeWindow::Off),
+    ("qwen3_vl", DecodeWindow::Auto),
+    ("qwen2_5_vl", DecodeWindow::Off),
+    ("qwen2_5_vl", DecodeWindow::Tokens(512)),
+];
 
 fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
     (a - b).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap()
@@ -67,7 +72,7 @@ fn answers_decoded_together_are_bit_for_bit_those_decoded_alone() {
     for (arch, window) in DECODINGS {
         let tmp = tempfile::tempdir().unwrap();
         let mut s = settings(arch, tmp.path());
-        s.decode_window = window;
+        s.decode_window = Some(window);
         s.max_new_tokens = 12;
         s.decode_rows = Some(3);
         let mut p = QwenVlPolicy::new(s, &Device::Cpu, 0).unwrap();
@@ -121,7 +126,7 @@ fn answers_joining_a_decode_in_flight_are_bit_for_bit_those_decoded_alone() {
     for (arch, window) in DECODINGS {
         let tmp = tempfile::tempdir().unwrap();
         let mut s = settings(arch, tmp.path());
-        s.decode_window = window;
+        s.decode_window = Some(window);
         s.max_new_tokens = 10;
         s.decode_rows = Some(2);
         let mut p = QwenVlPolicy::new(s, &Device::Cpu, 0).unwrap();
@@ -192,7 +197,7 @@ fn answers_read_every_few_steps_are_bit_for_bit_those_read_every_step() {
             let mut s = settings(arch, tmp.path());
             s.path = model.path().to_str().unwrap().to_string();
             (s.decode_window, s.decode_sync, s.decode_rows, s.max_new_tokens) =
-                (window, Some(sync), Some(2), max);
+                (Some(window), Some(sync), Some(2), max);
             let mut p = QwenVlPolicy::new(s, &Device::Cpu, 0).unwrap();
             perturb_b(&p);
             p.set_sampling(Sampling { temperature: 1.5, greedy: false, seed: 3 });

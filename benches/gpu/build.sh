@@ -39,12 +39,14 @@ cargo build --release --features cuda --target-dir target-cuda --bin guirl --ben
 cargo test --release --features cuda --target-dir target-cuda --test qwen_vl --no-run 2>&1 | tee /tmp/gpu-test-build.log
 # and NCCL's gradient sum (tests/nccl.rs), the one binary built with the `nccl` feature
 cargo test --release --features nccl --target-dir target-cuda --test nccl --no-run 2>&1 | tee -a /tmp/gpu-test-build.log
-# The device tool carries at most 64 MiB: xz the binaries run.sh uses (the CLI goes to
-# .gpuloop/, carried apart).
-rm -rf .gpubin && mkdir -p .gpubin
-for b in qwen_vl policy_speed qwen_speed decode_table nccl; do
+# The device tool carries at most 64 MiB a call, the tracked files (17 MB) included: xz
+# the binaries run.sh uses, section 4's in .gpubin (carried with .whl), sections 2, 3 and
+# 5's in .gpubin-more (carried in a call of their own); the CLI goes to .gpuloop/.
+rm -rf .gpubin .gpubin-more && mkdir -p .gpubin .gpubin-more
+for b in qwen_speed decode_table qwen_vl policy_speed nccl; do
   f=$(ls -t target-cuda/release/deps/$b-* | grep -v '\.d$' | head -1)
-  xz -T2 -6 -c "$f" > ".gpubin/$b.xz"
+  case $b in qwen_speed|decode_table) d=.gpubin ;; *) d=.gpubin-more ;; esac
+  xz -T2 -6 -c "$f" > "$d/$b.xz"
 done
 # The CLI, for section 6 (a whole RL iteration), beside the browser of benches/gpu/browser.sh.
 mkdir -p .gpuloop && xz -T2 -6 -c target-cuda/release/guirl > .gpuloop/guirl.xz
@@ -55,5 +57,5 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
   --platform manylinux2014_x86_64 -d .whl transformers==5.24.0 peft==0.21.2
 git describe --always --dirty > .gpubin/commit  # the bench's own "guirl at" line reads the copy's git
 pwd > .gpubin/built_at  # the test binary reads its fixtures from here (CARGO_MANIFEST_DIR)
-du -sh .gpubin .whl .gpuloop
-echo "then with the device tool: carry .gpubin and .whl, command benches/gpu/run.sh"
+du -sh .gpubin .gpubin-more .whl .gpuloop
+echo "then with the device tool: carry .gpubin and .whl (and .gpubin-more for sections 2, 3, 5), command benches/gpu/run.sh (docs/gpu.md)"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU check of the project in one script, run first whenever a GPU is lent. It runs
-# binaries built on a CPU machine by benches/gpu/build.sh (carried in .gpubin/, with
-# transformers/peft wheels in .whl/); the GPU machine has no Rust and no network. Prints
+# binaries built on a CPU machine by benches/gpu/build.sh (carried in .gpubin/ and
+# .gpubin-more/, with transformers/peft wheels in .whl/); the GPU machine has no Rust and no network. Prints
 # one report; with $OUT set (the device tool), writes it there as it goes.
 #
 #   benches/gpu/run.sh [BUDGET_S]   # on the GPU machine, from the repository root; default 540
@@ -21,11 +21,11 @@
 #     the tiny fixture; then one decoder layer of the 2B shape, part by part;
 #     then the rollout decoding table: the policy's own continuous-batching decoder for 1 to
 #     128 rollouts of different screenshots, tokens/s and peak memory against the copy
-#     bandwidth's roofline measured in the same run (benches/decode_table.rs), and the same
-#     table with `decode_window` (window slots, one attention per layer for a chunk), and
-#     with the host reading the drawn tokens at every step (`decode_sync` 1 against 8);
-#     the first table beside PyTorch's `generate` over the same prompts
-#     (scripts/decode_table_torch.py);
+#     bandwidth's roofline measured in the same run (benches/decode_table.rs), with the
+#     GPU defaults (window slots sized per prompt, chunks of 32, the tokens read every
+#     step), beside PyTorch's `generate` over the same prompts
+#     (scripts/decode_table_torch.py); then chunks of 128 slots, per-answer attention in
+#     chunks of 8 (the default before 2026-12-04), and the tokens read every 8 steps;
 #  5. NCCL's data-parallel gradient sum (tests/nccl.rs, the `nccl` feature), one rank per
 #     GPU, against the sum through the host;
 #  6. a whole RL iteration: `guirl train` of the 2B-shaped random model (section 4 writes
@@ -51,10 +51,11 @@ cap() { local left=$(( BUDGET - ($(date +%s) - start) )); (( left < $1 )) && ech
 
 section "1. device"
 nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total --format=csv || { echo "no GPU"; exit 1; }
-for b in qwen_vl policy_speed qwen_speed decode_table nccl; do
-  if [ -f .gpubin/$b.xz ]; then
-    python3 -c 'import lzma,sys; sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())' .gpubin/$b.xz > $BIN/$b && chmod +x $BIN/$b
-  fi
+# section 4's binaries come in .gpubin, the others in .gpubin-more (benches/gpu/build.sh)
+for f in .gpubin/*.xz .gpubin-more/*.xz; do
+  [ -f "$f" ] || continue
+  b=$(basename "$f" .xz)
+  python3 -c 'import lzma,sys; sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())' "$f" > $BIN/$b && chmod +x $BIN/$b
 done
 NV=$(python3 -c 'import nvidia,os;print(os.path.join(list(nvidia.__path__)[0],"cu13","lib"))' 2>/dev/null || true)
 export LD_LIBRARY_PATH=${NV}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -146,14 +147,18 @@ b.write_big_checkpoint(sys.argv[1], sys.argv[2], "bf16", "cuda")' /tmp/qwen-spee
       --model /tmp/qwen-speed/qwen3_vl_${size}_bf16 --prompts /tmp/decode-prompts-$size \
       --rollouts ${GPU_ROLLOUTS:-1,8,16,32,64,128} --guirl "${OUT:-/tmp}/decode-table-$size.json" \
       --out "${OUT:-/tmp}/decode-table-torch-$size.json" || echo "PyTorch decode table $size failed (rc $?)"
-    echo "### $size: rollout decoding table, window slots (decode_window, one attention per layer per chunk)"
-    timeout "$(cap 120)" $BIN/decode_table --device cuda --dtype bf16 --model /tmp/qwen-speed/qwen3_vl_${size}_bf16 \
-      --rollouts ${GPU_ROLLOUTS:-1,8,16,32,64,128} --tokens 32 --window ${GPU_WINDOW:-1152} --rows ${GPU_WINDOW_ROWS:-32} \
-      --out "${OUT:-/tmp}/decode-table-window-$size.json" || echo "decode table (window) $size failed (rc $?)"
-    echo "### $size: rollout decoding table, the host reading the tokens at every step (decode_sync 1; the default above is 8)"
+    echo "### $size: rollout decoding table, chunks of 128 window slots"
     timeout "$(cap 60)" $BIN/decode_table --device cuda --dtype bf16 --model /tmp/qwen-speed/qwen3_vl_${size}_bf16 \
-      --rollouts ${GPU_SYNC_ROLLOUTS:-1,8,64} --tokens 32 --sync 1 \
-      --out "${OUT:-/tmp}/decode-table-sync1-$size.json" || echo "decode table (sync 1) $size failed (rc $?)"
+      --rollouts ${GPU_WIDE_ROLLOUTS:-1,64,128} --tokens 32 --rows 128 \
+      --out "${OUT:-/tmp}/decode-table-rows128-$size.json" || echo "decode table (rows 128) $size failed (rc $?)"
+    echo "### $size: rollout decoding table, per-answer attention in chunks of 8 (decode_window off)"
+    timeout "$(cap 90)" $BIN/decode_table --device cuda --dtype bf16 --model /tmp/qwen-speed/qwen3_vl_${size}_bf16 \
+      --rollouts ${GPU_ROLLOUTS:-1,8,16,32,64,128} --tokens 32 --window off --rows 8 \
+      --out "${OUT:-/tmp}/decode-table-off-$size.json" || echo "decode table (window off) $size failed (rc $?)"
+    echo "### $size: rollout decoding table, the host reading the tokens every 8 steps (decode_sync 8; the default is 1)"
+    timeout "$(cap 60)" $BIN/decode_table --device cuda --dtype bf16 --model /tmp/qwen-speed/qwen3_vl_${size}_bf16 \
+      --rollouts ${GPU_SYNC_ROLLOUTS:-1,8,64} --tokens 32 --sync 8 \
+      --out "${OUT:-/tmp}/decode-table-sync8-$size.json" || echo "decode table (sync 8) $size failed (rc $?)"
   fi
 done
 if want 5; then

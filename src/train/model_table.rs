@@ -75,7 +75,7 @@ pub struct ModelTable {
     /// `decode_rows` (Qwen-VL).
     pub decode_rows: Option<usize>,
     /// `decode_window` (Qwen-VL).
-    pub decode_window: Option<usize>,
+    pub decode_window: Option<crate::policy::qwen_vl::DecodeWindow>,
     /// `decode_sync` (Qwen-VL).
     pub decode_sync: Option<usize>,
     /// `dtype` (Qwen-VL).

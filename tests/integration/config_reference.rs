@@ -53,6 +53,13 @@ struct PageKey {
     meaning: String,
 }
 
+/// The tracer's settings: the text it reads for a string is one that every key read as a
+/// string accepts (`"auto"`: a word of `decode_window`, which refuses `""`; any text for
+/// the others).
+fn tracer_config() -> TracerConfig {
+    TracerConfig::default().default_borrowed_str_value("auto").default_string_value("auto".into())
+}
+
 /// The named containers below `TrainConfig`, each struct with its fields. One pass is
 /// enough for the structs; it sees only one variant of each enum (serde-reflection explores
 /// the others only for an enum traced on its own), so the strings an enum key accepts are
@@ -67,7 +74,7 @@ fn registry() -> Registry {
     use guirl::train::algo_table::AlgoTable;
     use guirl::train::model_table::ModelTable;
     let mut samples = Samples::new();
-    let mut tracer = Tracer::new(TracerConfig::default().record_samples_for_structs(true));
+    let mut tracer = Tracer::new(tracer_config().record_samples_for_structs(true));
     tracer.trace_type_once::<AlgoTable>(&samples).expect("tracing AlgoTable");
     tracer.trace_value(&mut samples, &AlgoTable::default()).expect("recording an AlgoTable");
     tracer.trace_type_once::<ModelTable>(&samples).expect("tracing ModelTable");
@@ -450,7 +457,7 @@ fn the_check_catches_a_stale_page() {
 #[test]
 fn every_backbone_setting_is_a_model_key() {
     let samples = Samples::new();
-    let mut tracer = Tracer::new(TracerConfig::default());
+    let mut tracer = Tracer::new(tracer_config());
     tracer
         .trace_type_once::<guirl::policy::qwen_vl::QwenPolicySettings>(&samples)
         .expect("tracing QwenPolicySettings");

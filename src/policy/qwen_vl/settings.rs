@@ -52,14 +52,14 @@ pub struct QwenPolicySettings {
     /// still run once. Unset: [`QwenPolicySettings::decode_rows_on`] the device.
     #[serde(default)]
     pub decode_rows: Option<usize>,
-    /// Keep each answer's keys and values in a slot of this many tokens and attend over the
-    /// whole slot, masked, with one attention per layer for every chunk of `decode_rows`
-    /// answers (fewer kernel launches on a GPU), instead of one attention per answer over
-    /// its own length (unset, the default). A prompt plus `max_new_tokens` must fit in it.
-    /// Still bit for bit the same answer whatever shares the batch, but not the same bits as
-    /// without it.
+    /// How answers being decoded hold their keys and values: `"auto"` (window slots sized
+    /// per prompt, one attention per layer for a chunk of `decode_rows` answers), a number
+    /// of tokens (slots of that size), or `"off"` (each answer its own cache and attention).
+    /// Unset: [`QwenPolicySettings::decode_window_on`] the device. Whichever, an answer is
+    /// bit for bit the same whatever shares its batch; windows and per-answer attention
+    /// agree within rounding, not bit for bit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub decode_window: Option<usize>,
+    pub decode_window: Option<DecodeWindow>,
     /// Decoding steps between the host's reads of the tokens drawn: the tokens are fed back
     /// on the device, and the host learns them (and which answers ended) every this many
     /// steps, so it does not wait for the device at every token. An answer that ended
@@ -74,6 +74,106 @@ pub struct QwenPolicySettings {
     /// Modules trained whole beside the adapters (`embed_tokens`, `lm_head`, `norm`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub train_modules: Vec<String>,
+}
+
+/// How answers being decoded hold their keys and values (`decode_window`): written
+/// `"auto"`, `"off"` or a number of tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecodeWindow {
+    /// Each answer its own cache, attention over its own length.
+    Off,
+    /// Window slots of the answer's prompt plus `max_new_tokens`, rounded up to a multiple
+    /// of [`DecodeWindow::AUTO_STEP`]: answers whose windows round alike share chunks, and
+    /// an answer's slot size depends on its own prompt alone.
+    Auto,
+    /// Window slots of this many tokens for every answer; a prompt that leaves no room
+    /// for `max_new_tokens` is an error.
+    Tokens(usize),
+}
+
+impl DecodeWindow {
+    /// What `"auto"` rounds a window up to a multiple of.
+    pub const AUTO_STEP: usize = 256;
+
+    /// The slot size for an answer that needs `need` tokens (its prompt plus
+    /// `max_new_tokens`); `None` without windows.
+    pub fn slot_for(self, need: usize) -> Option<usize> {
+        match self {
+            DecodeWindow::Off => None,
+            DecodeWindow::Auto => Some(need.div_ceil(Self::AUTO_STEP).max(1) * Self::AUTO_STEP),
+            DecodeWindow::Tokens(w) => Some(w),
+        }
+    }
+
+    fn in_range(self) -> bool {
+        !matches!(self, DecodeWindow::Tokens(w) if !(16..=1 << 20).contains(&w))
+    }
+}
+
+const WINDOW_WORDS: &str = "\"auto\", \"off\" or a number of tokens";
+
+impl std::str::FromStr for DecodeWindow {
+    type Err = String;
+    /// `auto`, `off` or a number of tokens, as in a config.
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(DecodeWindow::Auto),
+            "off" => Ok(DecodeWindow::Off),
+            _ => s
+                .parse()
+                .map(DecodeWindow::Tokens)
+                .map_err(|_| format!("decode_window = {s:?}: use {WINDOW_WORDS}")),
+        }
+    }
+}
+
+impl std::fmt::Display for DecodeWindow {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match self {
+            DecodeWindow::Off => f.write_str("off"),
+            DecodeWindow::Auto => f.write_str("auto"),
+            DecodeWindow::Tokens(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+/// In a config (TOML, JSON: human-readable formats) `"auto"`, `"off"` or an integer; in a
+/// compact format always a string, the same words or the integer's digits.
+impl Serialize for DecodeWindow {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        match self {
+            DecodeWindow::Tokens(n) if ser.is_human_readable() => ser.serialize_u64(*n as u64),
+            w => ser.collect_str(w),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for DecodeWindow {
+    fn deserialize<D: serde::Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl serde::de::Visitor<'_> for Visit {
+            type Value = DecodeWindow;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str(WINDOW_WORDS)
+            }
+            fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<DecodeWindow, E> {
+                Ok(DecodeWindow::Tokens(n as usize))
+            }
+            fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<DecodeWindow, E> {
+                usize::try_from(n)
+                    .map(DecodeWindow::Tokens)
+                    .map_err(|_| E::custom(format!("decode_window = {n}: use {WINDOW_WORDS}")))
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<DecodeWindow, E> {
+                s.parse().map_err(E::custom)
+            }
+        }
+        if de.is_human_readable() {
+            de.deserialize_any(Visit)
+        } else {
+            de.deserialize_str(Visit)
+        }
+    }
 }
 
 fn is_zero(x: &f64) -> bool {
@@ -98,17 +198,25 @@ fn default_dtype() -> String {
 impl QwenPolicySettings {
     /// The decoding rows on `device`: as set, else 1 on the CPU (padding rows cost compute
     /// there: chunks of 8 made one 0.5B answer 2.5× slower on a core, while a group of 8
-    /// answers decoded 1.7× faster than PyTorch) and 8 on a GPU (where a step's time is the
-    /// host issuing its kernels, whatever the rows: docs/gpu.md).
+    /// answers decoded 1.7× faster than PyTorch) and 32 on a GPU, where a step's time is
+    /// the host issuing its kernels whatever the rows (docs/gpu.md, rollout decoding).
     pub fn decode_rows_on(&self, device: &candle_core::Device) -> usize {
-        self.decode_rows.unwrap_or(if device.is_cuda() { 8 } else { 1 })
+        self.decode_rows.unwrap_or(if device.is_cuda() { 32 } else { 1 })
     }
 
-    /// `decode_sync`, or its default on `device`: every step on a CPU (waiting costs
-    /// nothing there, and an ended answer's extra steps would cost compute), every 8 on a
-    /// GPU (not yet timed there).
-    pub fn decode_sync_on(&self, device: &candle_core::Device) -> usize {
-        self.decode_sync.unwrap_or(if device.is_cuda() { 8 } else { 1 })
+    /// `decode_window`, or its default on `device`: per-answer attention on a CPU (the
+    /// windows read every slot position and gained nothing there), window slots sized per
+    /// prompt on a GPU (faster from 8 rollouts up on an H200: docs/gpu.md).
+    pub fn decode_window_on(&self, device: &candle_core::Device) -> DecodeWindow {
+        self.decode_window.unwrap_or(if device.is_cuda() { DecodeWindow::Auto } else { DecodeWindow::Off })
+    }
+
+    /// `decode_sync`, or 1: the host reads the tokens at every step unless told. On a CPU
+    /// waiting costs nothing and an ended answer's extra steps would cost compute; on an
+    /// H200 reading every step was no slower than every 8th, the host being the bound
+    /// (docs/gpu.md).
+    pub fn decode_sync_on(&self, _device: &candle_core::Device) -> usize {
+        self.decode_sync.unwrap_or(1)
     }
 
     /// Settings for `backbone` at `path` with every default.
@@ -168,10 +276,10 @@ impl QwenPolicySettings {
         if let Some(n) = self.decode_sync.filter(|n| !(1..=64).contains(n)) {
             bail!("model.decode_sync = {n}: use 1 to 64 (decoding steps between the host's reads of the tokens)");
         }
-        if let Some(w) = self.decode_window.filter(|w| !(16..=1 << 20).contains(w)) {
+        if let Some(DecodeWindow::Tokens(w)) = self.decode_window.filter(|w| !w.in_range()) {
             bail!(
                 "model.decode_window = {w}: use 16 to 1048576 tokens, at least a prompt's length plus \
-                 max_new_tokens (or leave it out to attend over each answer's own length)"
+                 max_new_tokens, or \"auto\" to size each answer's window from its prompt"
             );
         }
         if !matches!(self.dtype.as_str(), "f32" | "bf16") {
@@ -195,7 +303,7 @@ mod tests {
         s.decode_rows = Some(0);
         assert!(s.check().unwrap_err().to_string().contains("model.decode_rows = 0"));
         s.decode_rows = Some(5);
-        s.decode_window = Some(8);
+        s.decode_window = Some(DecodeWindow::Tokens(8));
         assert!(s.check().unwrap_err().to_string().contains("model.decode_window = 8"));
     }
 
@@ -203,6 +311,7 @@ mod tests {
     fn the_host_reads_every_step_on_the_cpu_unless_told_and_a_bad_interval_is_named() {
         let mut s = QwenPolicySettings::new("qwen3_vl", "fixtures/qwen_vl/qwen3_vl");
         assert_eq!(s.decode_sync_on(&candle_core::Device::Cpu), 1);
+        assert_eq!(s.decode_window_on(&candle_core::Device::Cpu), DecodeWindow::Off);
         s.decode_sync = Some(4);
         assert_eq!(s.decode_sync_on(&candle_core::Device::Cpu), 4);
         s.check().unwrap();

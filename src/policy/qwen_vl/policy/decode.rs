@@ -16,10 +16,13 @@
 //! other rows' values, so a chunk padded to a fixed count gives each answer the same bits
 //! whether it was decoded alone, beside others, or joined them late. Attention runs per answer over its own cache;
 //! the next tokens are drawn on the device, each answer with a draw from its own stream
-//! (`sample.rs`). With `decode_window` every answer instead takes a slot of a chunk of
-//! `decode_rows` slots, and each chunk runs one attention per layer over its slots' fixed
-//! windows ([`crate::policy::qwen_vl::model::slots`]): the same shapes whoever shares the
-//! chunk, so the same guarantee. `tests/qwen_vl_policy.rs` checks both bit for bit.
+//! (`sample.rs`). With window slots (`decode_window`, the default on a GPU) every answer
+//! instead takes a slot of a chunk of `decode_rows` slots, and each chunk runs one
+//! attention per layer over its slots' fixed windows
+//! ([`crate::policy::qwen_vl::model::slots`]): the same shapes whoever shares the chunk,
+//! so the same guarantee. With `"auto"` the slot size comes from the answer's own prompt
+//! (rounded up), and answers of each size have chunks of their own.
+//! `tests/qwen_vl_policy.rs` checks both bit for bit.
 
 use super::*;
 use crate::policy::qwen_vl::model::slots::{Slot, WindowKv};
@@ -61,8 +64,8 @@ struct Answer {
     size: (u32, u32),
     /// Its own cache (empty when it decodes in a window slot).
     cache: KvCache,
-    /// Its slot, with `decode_window`.
-    slot: Option<Slot>,
+    /// Its window slot: the pool of its window size and the slot in it.
+    slot: Option<(usize, Slot)>,
     logits: Tensor,
     rng: rand_chacha::ChaCha8Rng,
     len: usize,
@@ -87,8 +90,8 @@ struct InFlight {
     prefills: VecDeque<Prefill>,
     prefixes: VecDeque<Prefix>,
     answers: Vec<Answer>,
-    /// The answers' window slots, with `decode_window`.
-    window: Option<WindowKv>,
+    /// The answers' window slots: one pool of chunks per window size.
+    windows: Vec<WindowKv>,
     /// Steps drawn since the host last read the tokens (`decode_sync` at most).
     unread: Vec<Unread>,
 }
@@ -102,7 +105,7 @@ struct DecodeSession {
 
 impl DecodeSession {
     fn new(policy: QwenVlPolicy) -> Self {
-        let flight = InFlight::new(&policy);
+        let flight = InFlight::new();
         DecodeSession { policy, flight }
     }
 }
@@ -124,14 +127,12 @@ impl StepDecoder for DecodeSession {
 }
 
 impl InFlight {
-    fn new(p: &QwenVlPolicy) -> Self {
-        let rows = p.settings.decode_rows_on(&p.device);
-        let window = p.settings.decode_window.map(|w| WindowKv::new(rows, w));
+    fn new() -> Self {
         InFlight {
             prefills: VecDeque::new(),
             prefixes: VecDeque::new(),
             answers: Vec::new(),
-            window,
+            windows: Vec::new(),
             unread: Vec::new(),
         }
     }
@@ -151,20 +152,24 @@ impl InFlight {
             }
         };
         let q = &self.prefills[j];
-        let (cache, slot) = match &mut self.window {
+        let need = q.len + p.settings.max_new_tokens;
+        let (cache, slot) = match p.settings.decode_window_on(&p.device).slot_for(need) {
             None => (q.cache.clone(), None),
+            Some(w) if need > w => bail!(
+                "a prompt of {} tokens and max_new_tokens = {} need a decoding window of {need} \
+                 tokens: raise model.decode_window (now {w}) to at least {need}, or set it to \"auto\"",
+                q.len,
+                p.settings.max_new_tokens,
+            ),
             Some(w) => {
-                let need = q.len + p.settings.max_new_tokens;
-                if need > w.window() {
-                    bail!(
-                        "a prompt of {} tokens and max_new_tokens = {} need a decoding window of {need} \
-                         tokens: raise model.decode_window (now {}) to at least {need}, or leave it out",
-                        q.len,
-                        p.settings.max_new_tokens,
-                        w.window()
-                    );
-                }
-                (KvCache::default(), Some(w.admit(&q.cache)?))
+                let pool = match self.windows.iter().position(|k| k.window() == w) {
+                    Some(i) => i,
+                    None => {
+                        self.windows.push(WindowKv::new(p.settings.decode_rows_on(&p.device), w));
+                        self.windows.len() - 1
+                    }
+                };
+                (KvCache::default(), Some((pool, self.windows[pool].admit(&q.cache)?)))
             }
         };
         self.answers.push(Answer {
@@ -208,8 +213,8 @@ impl InFlight {
                 std::mem::take(&mut self.answers).into_iter().enumerate().partition(|(_, a)| a.done);
             rows = live.iter().map(|(r, _)| *r).collect();
             self.answers = live.into_iter().map(|(_, a)| a).collect();
-            if let Some(w) = &mut self.window {
-                done.iter().filter_map(|(_, a)| a.slot).for_each(|s| w.release(s));
+            for (pool, slot) in done.iter().filter_map(|(_, a)| a.slot) {
+                self.windows[pool].release(slot);
             }
             done.into_iter()
                 .map(|(_, a)| Ok((a.id, p.finish(a.size, a.tokens, a.lps)?)))
@@ -217,7 +222,7 @@ impl InFlight {
         } else {
             Vec::new()
         };
-        if self.window.is_some() {
+        if !self.windows.is_empty() {
             self.step_windows(p, &tok, &rows)?;
             return Ok(finished);
         }
@@ -272,35 +277,36 @@ fn pick(tok: &Tensor, rows: &[usize]) -> Result<Tensor> {
 
 impl InFlight {
     /// Run every live answer's last token (row `rows[i]` of `tok` for answer `i`) through the
-    /// model, chunk by chunk of window slots (`decode_window`).
+    /// model, chunk by chunk of window slots (`decode_window`), pool by pool.
     fn step_windows(&mut self, p: &QwenVlPolicy, tok: &Tensor, rows: &[usize]) -> Result<()> {
-        let w = self.window.as_mut().expect("window mode");
-        for c in 0..w.chunks() {
-            let chunk = w.chunk_mut(c);
-            let mut by_row: Vec<Option<usize>> = vec![None; chunk.rows()];
-            for (i, a) in self.answers.iter().enumerate() {
-                if let Some(s) = a.slot.filter(|s| s.chunk == c) {
-                    by_row[s.row] = Some(i);
+        for (pool, w) in self.windows.iter_mut().enumerate() {
+            for c in 0..w.chunks() {
+                let chunk = w.chunk_mut(c);
+                let mut by_row: Vec<Option<usize>> = vec![None; chunk.rows()];
+                for (i, a) in self.answers.iter().enumerate() {
+                    if let Some((_, s)) = a.slot.filter(|(q, s)| *q == pool && s.chunk == c) {
+                        by_row[s.row] = Some(i);
+                    }
                 }
-            }
-            let Some(any) = by_row.iter().flatten().next().copied() else { continue };
-            // a free row decodes some live answer's token at position 0 in its own slot:
-            // nobody reads it
-            let from: Vec<usize> = by_row.iter().map(|i| rows[i.unwrap_or(any)]).collect();
-            let tokens = pick(tok, &from)?;
-            let positions: Vec<i64> = by_row
-                .iter()
-                .map(|i| {
-                    i.map_or(0, |i| {
-                        let a = &self.answers[i];
-                        (a.len + a.drawn - 1) as i64 + a.delta
+                let Some(any) = by_row.iter().flatten().next().copied() else { continue };
+                // a free row decodes some live answer's token at position 0 in its own slot:
+                // nobody reads it
+                let from: Vec<usize> = by_row.iter().map(|i| rows[i.unwrap_or(any)]).collect();
+                let tokens = pick(tok, &from)?;
+                let positions: Vec<i64> = by_row
+                    .iter()
+                    .map(|i| {
+                        i.map_or(0, |i| {
+                            let a = &self.answers[i];
+                            (a.len + a.drawn - 1) as i64 + a.delta
+                        })
                     })
-                })
-                .collect();
-            let logits = p.model.logits(&p.model.step_window(&tokens, &positions, chunk)?)?.detach();
-            for (r, i) in by_row.iter().enumerate() {
-                if let Some(i) = i {
-                    self.answers[*i].logits = logits.get(r)?;
+                    .collect();
+                let logits = p.model.logits(&p.model.step_window(&tokens, &positions, chunk)?)?.detach();
+                for (r, i) in by_row.iter().enumerate() {
+                    if let Some(i) = i {
+                        self.answers[*i].logits = logits.get(r)?;
+                    }
                 }
             }
         }
@@ -326,7 +332,7 @@ impl QwenVlPolicy {
 
     /// Decode an answer for every state, state `i` sampling from the stream `keys[i]`.
     pub(super) fn decide_all(&self, states: &[ScreenState], keys: &[u64]) -> Result<Vec<Decision>> {
-        let mut flight = InFlight::new(self);
+        let mut flight = InFlight::new();
         for (i, (state, &key)) in states.iter().zip(keys).enumerate() {
             flight.admit(self, i as u64, state, key)?;
         }
@@ -427,10 +433,10 @@ mod tests {
     /// every layer's activations of that prompt.
     #[test]
     fn what_a_session_keeps_holds_no_graph() {
-        for window in [None, Some(1024)] {
+        for window in [DecodeWindow::Off, DecodeWindow::Tokens(1024), DecodeWindow::Auto] {
             let mut s = QwenPolicySettings::new("qwen3_vl", "fixtures/qwen_vl/qwen3_vl");
             s.max_new_tokens = 4;
-            s.decode_window = window;
+            s.decode_window = Some(window);
             let p = QwenVlPolicy::new(s, &Device::Cpu, 0).unwrap();
             let mut session = DecodeSession::new(p);
             session.admit(0, &screen(10), 1).unwrap();

@@ -25,7 +25,7 @@ use super::hub;
 use super::model::text::KvCache;
 use super::model::vision::VisionOutput;
 use super::model::QwenVl;
-pub use super::settings::QwenPolicySettings;
+pub use super::settings::{DecodeWindow, QwenPolicySettings};
 use super::train::lora::AdapterUse;
 use super::Arch;
 use crate::env::{GuiAction, ScreenState};
