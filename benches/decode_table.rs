@@ -6,6 +6,7 @@
 //! ```text
 //! cargo bench --bench decode_table -- --model DIR [--rollouts 1,2,4,8] [--tokens 32]
 //!     [--device cpu|cuda] [--dtype f32|bf16] [--rows R] [--window W] [--sync N] [--out table.json]
+//!     [--profile STEPS]
 //! ```
 //!
 //! `DIR` is a Qwen-VL checkpoint folder (a fixture under `fixtures/qwen_vl/`, or the
@@ -23,6 +24,9 @@
 //! `--rows` answers in window slots, one attention per layer for the chunk), or `off` (one
 //! attention per answer); left out, the device's default (`auto` on a GPU, `off` on a CPU).
 //! `--sync N` has the host read the drawn tokens every N decoding steps (`decode_sync`).
+//! `--profile STEPS` times nothing: after the warm-up it admits the first `--rollouts`
+//! count, decodes two steps, then `STEPS` steps inside a profiler's range (for
+//! `ncu --profile-from-start off`; benches/gpu/run.sh's section 7).
 //! `--export DIR` also writes the prompts of the largest count's rollouts as the policy
 //! builds them (`prompts.json`: ids and image grids; `pixels.safetensors`: the patches), for
 //! `scripts/decode_table_torch.py`, which decodes the same prompts with transformers'
@@ -99,6 +103,10 @@ fn main() -> Result<()> {
     // the largest count, so that its answers' caches are not the first memory of that size
     // (on a CPU, fresh pages cost a fault each; a long run reuses its memory)
     warm_up(&policy, rollouts.iter().copied().max().unwrap_or(1))?;
+    if let Some(steps) = arg(&args, "--profile") {
+        let steps: usize = steps.parse().context("--profile: a number of decoding steps")?;
+        return profile(&policy, rollouts[0], steps);
+    }
     println!(
         "| rollouts | prefill s | decode s | tokens | tokens/s | per rollout | of roofline | peak memory |"
     );
@@ -181,6 +189,32 @@ fn run(policy: &QwenVlPolicy, n: usize, tokens: usize, salt: usize) -> Result<Ru
     }
     device.synchronize()?;
     Ok(Run { prefill_s, decode_s: t1.elapsed().as_secs_f64(), tokens: made })
+}
+
+/// `--profile STEPS`: `n` rollouts admitted and two steps decoded, then `steps` decoding
+/// steps inside the range a profiler started with `ncu --profile-from-start off` records
+/// (guirl::policy::device::profiler_range), so it sees a few steps' kernels, not a run's.
+fn profile(policy: &QwenVlPolicy, n: usize, steps: usize) -> Result<()> {
+    let mut dec = policy.step_decoder().context("the Qwen-VL policy decodes token by token")?;
+    for i in 0..n {
+        dec.admit(i as u64, &screen(777_000 + i), i as u64)?;
+    }
+    for _ in 0..2 {
+        dec.step()?;
+    }
+    guirl::policy::device::profiler_range(policy.device(), true)?;
+    let t = Instant::now();
+    let mut done = 0;
+    while done < steps && dec.live() > 0 {
+        dec.step()?;
+        done += 1;
+    }
+    guirl::policy::device::profiler_range(policy.device(), false)?;
+    println!(
+        "profiled {done} decoding steps of {n} rollouts ({:.3} s with the profiler)",
+        t.elapsed().as_secs_f64()
+    );
+    Ok(())
 }
 
 /// Write the prompts of `n` rollouts of different screenshots into `dir` (see the module

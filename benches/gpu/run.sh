@@ -35,6 +35,9 @@
 #     sampled every 200 ms). Not a default section: its files come in calls of their own
 #     (see browser.sh and docs/gpu.md), after section 4 on the same warm machine, or with
 #     GPU_SECTIONS="4 6" in one call.
+#  7. a profile of a few decoding steps (Nsight Compute, decode_table --profile): launches
+#     and device time per step, by kernel (scripts/ncu_summary.py). Not a default section:
+#     after section 4 on the same warm machine (it reads section 4's model).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 BUDGET=${1:-540}
@@ -215,6 +218,26 @@ h = u[len(u) // 2:]
 print(f"GPU busy (nvidia-smi utilization): {sum(u) / max(len(u), 1):.0f} % over the run, "
       f"{sum(h) / max(len(h), 1):.0f} % over its second half ({len(u)} samples)")' /tmp/util-$bound.txt
     [ -n "${OUT:-}" ] && cp /tmp/loop-run-$bound/phases.md "$OUT/loop-phases-$bound.md" 2>/dev/null
+  done
+fi
+fi
+if want 7; then
+section "7. where a decoding step's time goes: Nsight Compute over a few steps"
+# kernel by kernel over a whole run is far too slow (run 9: not through the warm-up in 80 s);
+# the bench opens the profiler's range for STEPS decoding steps alone (decode_table --profile)
+NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+MODEL=/tmp/qwen-speed/qwen3_vl_2b_bf16
+if [ -z "$NCU" ]; then echo "no ncu on this machine"
+elif [ ! -f $MODEL/config.json ]; then echo "no 2B-shaped model in $MODEL: run section 4 first"
+else
+  for n in ${GPU_PROFILE_ROLLOUTS:-1 32}; do
+    echo "### $n rollout(s), 3 steps"
+    timeout "$(cap 90)" $NCU --profile-from-start off --clock-control none --cache-control none \
+      --metrics gpu__time_duration.sum --csv --page raw --log-file /tmp/ncu-decode-$n.csv \
+      $BIN/decode_table --device cuda --dtype bf16 --model $MODEL --rollouts $n --tokens 32 --profile 3 \
+      || echo "ncu over $n rollout(s) failed (rc $?)"
+    python3 scripts/ncu_summary.py /tmp/ncu-decode-$n.csv 3
+    [ -n "${OUT:-}" ] && xz -c /tmp/ncu-decode-$n.csv > "$OUT/ncu-decode-$n.csv.xz"
   done
 fi
 fi

@@ -50,3 +50,38 @@ fn one_stream(dev: &Device) -> Result<()> {
 fn one_stream(_dev: &Device) -> Result<()> {
     Ok(())
 }
+
+/// Start (`true`) or stop (`false`) the range a profiler started with
+/// `ncu --profile-from-start off` records (the driver's `cuProfilerStart`/`Stop`), so that
+/// it records a few decoding steps rather than a whole run; without a profiler attached, or
+/// on a CPU, nothing happens.
+pub fn profiler_range(dev: &Device, on: bool) -> Result<()> {
+    dev.synchronize()?;
+    profiler_call(dev, on)
+}
+
+#[cfg(feature = "cuda")]
+fn profiler_call(dev: &Device, on: bool) -> Result<()> {
+    use candle_core::cuda_backend::cudarc::driver::sys;
+    let Device::Cuda(cuda) = dev else { return Ok(()) };
+    cuda.cuda_stream().context().bind_to_thread()?;
+    // SAFETY: a plain driver call on the bound context; it takes no arguments.
+    let r = unsafe {
+        if on {
+            sys::cuProfilerStart()
+        } else {
+            sys::cuProfilerStop()
+        }
+    };
+    anyhow::ensure!(
+        r == sys::CUresult::CUDA_SUCCESS,
+        "cuProfiler{}: {r:?}",
+        if on { "Start" } else { "Stop" }
+    );
+    Ok(())
+}
+
+#[cfg(not(feature = "cuda"))]
+fn profiler_call(_dev: &Device, _on: bool) -> Result<()> {
+    Ok(())
+}
