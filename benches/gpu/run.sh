@@ -156,7 +156,7 @@ b.write_big_checkpoint(sys.argv[1], sys.argv[2], "bf16", "cuda")' /tmp/qwen-spee
       --out "${OUT:-/tmp}/decode-table-rows128-$size.json" || echo "decode table (rows 128) $size failed (rc $?)"
     echo "### $size: rollout decoding table, per-answer attention in chunks of 8 (decode_window off)"
     timeout "$(cap 90)" $BIN/decode_table --device cuda --dtype bf16 --model /tmp/qwen-speed/qwen3_vl_${size}_bf16 \
-      --rollouts ${GPU_ROLLOUTS:-1,8,16,32,64,128} --tokens 32 --window off --rows 8 \
+      --rollouts ${GPU_OFF_ROLLOUTS:-1,16,64} --tokens 32 --window off --rows 8 \
       --out "${OUT:-/tmp}/decode-table-off-$size.json" || echo "decode table (window off) $size failed (rc $?)"
     echo "### $size: rollout decoding table, the host reading the tokens every 8 steps (decode_sync 8; the default is 1)"
     timeout "$(cap 60)" $BIN/decode_table --device cuda --dtype bf16 --model /tmp/qwen-speed/qwen3_vl_${size}_bf16 \
