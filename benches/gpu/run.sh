@@ -145,11 +145,14 @@ b.write_big_checkpoint(sys.argv[1], sys.argv[2], "bf16", "cuda")' /tmp/qwen-spee
     timeout "$(cap 120)" $BIN/decode_table --device cuda --dtype bf16 --model /tmp/qwen-speed/qwen3_vl_${size}_bf16 \
       --rollouts ${GPU_ROLLOUTS:-1,8,16,32,64,128} --tokens 32 --out "${OUT:-/tmp}/decode-table-$size.json" \
       --export /tmp/decode-prompts-$size || echo "decode table $size failed (rc $?)"
+    # GPU_TORCH=0 leaves PyTorch's side out (a rerun of guirl's side alone)
+    if [ "${GPU_TORCH:-1}" != 0 ]; then
     echo "### $size: the same prompts through PyTorch's generate (transformers sdpa + peft), side by side"
     timeout "$(cap 150)" python3 scripts/decode_table_torch.py --device cuda --dtype bf16 \
       --model /tmp/qwen-speed/qwen3_vl_${size}_bf16 --prompts /tmp/decode-prompts-$size \
       --rollouts ${GPU_ROLLOUTS:-1,8,16,32,64,128} --guirl "${OUT:-/tmp}/decode-table-$size.json" \
       --out "${OUT:-/tmp}/decode-table-torch-$size.json" || echo "PyTorch decode table $size failed (rc $?)"
+    fi
     echo "### $size: rollout decoding table, chunks of 128 window slots"
     timeout "$(cap 60)" $BIN/decode_table --device cuda --dtype bf16 --model /tmp/qwen-speed/qwen3_vl_${size}_bf16 \
       --rollouts ${GPU_WIDE_ROLLOUTS:-1,64,128} --tokens 32 --rows 128 \

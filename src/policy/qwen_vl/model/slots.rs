@@ -160,6 +160,11 @@ impl WindowKv {
         Ok(Slot { chunk: c, row })
     }
 
+    /// Whether any slot holds an answer.
+    pub fn in_use(&self) -> bool {
+        self.chunks.iter().any(|c| c.used.iter().any(|&u| u))
+    }
+
     /// Free a finished answer's slot.
     pub fn release(&mut self, slot: Slot) {
         let ch = &mut self.chunks[slot.chunk];
@@ -223,6 +228,11 @@ mod tests {
         assert_eq!(d, a, "the first free slot is taken again");
         assert_eq!(kv.chunk(0).len(0), 2);
         assert_eq!(kv.chunks(), 2);
+        assert!(kv.in_use());
+        for s in [b, c, d] {
+            kv.release(s);
+        }
+        assert!(!kv.in_use(), "every slot released");
     }
 
     #[test]

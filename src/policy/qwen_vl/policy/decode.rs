@@ -64,7 +64,7 @@ struct Answer {
     size: (u32, u32),
     /// Its own cache (empty when it decodes in a window slot).
     cache: KvCache,
-    /// Its window slot: the pool of its window size and the slot in it.
+    /// Its window slot: its window size (the pool's) and the slot in that pool.
     slot: Option<(usize, Slot)>,
     logits: Tensor,
     rng: rand_chacha::ChaCha8Rng,
@@ -90,7 +90,8 @@ struct InFlight {
     prefills: VecDeque<Prefill>,
     prefixes: VecDeque<Prefix>,
     answers: Vec<Answer>,
-    /// The answers' window slots: one pool of chunks per window size.
+    /// The answers' window slots: one pool of chunks per window size, dropped (its memory
+    /// with it) once no answer holds a slot of it.
     windows: Vec<WindowKv>,
     /// Steps drawn since the host last read the tokens (`decode_sync` at most).
     unread: Vec<Unread>,
@@ -169,7 +170,7 @@ impl InFlight {
                         self.windows.len() - 1
                     }
                 };
-                (KvCache::default(), Some((pool, self.windows[pool].admit(&q.cache)?)))
+                (KvCache::default(), Some((w, self.windows[pool].admit(&q.cache)?)))
             }
         };
         self.answers.push(Answer {
@@ -213,9 +214,12 @@ impl InFlight {
                 std::mem::take(&mut self.answers).into_iter().enumerate().partition(|(_, a)| a.done);
             rows = live.iter().map(|(r, _)| *r).collect();
             self.answers = live.into_iter().map(|(_, a)| a).collect();
-            for (pool, slot) in done.iter().filter_map(|(_, a)| a.slot) {
-                self.windows[pool].release(slot);
+            for (w, slot) in done.iter().filter_map(|(_, a)| a.slot) {
+                if let Some(pool) = self.windows.iter_mut().find(|k| k.window() == w) {
+                    pool.release(slot);
+                }
             }
+            self.windows.retain(WindowKv::in_use);
             done.into_iter()
                 .map(|(_, a)| Ok((a.id, p.finish(a.size, a.tokens, a.lps)?)))
                 .collect::<Result<_>>()?
@@ -279,12 +283,13 @@ impl InFlight {
     /// Run every live answer's last token (row `rows[i]` of `tok` for answer `i`) through the
     /// model, chunk by chunk of window slots (`decode_window`), pool by pool.
     fn step_windows(&mut self, p: &QwenVlPolicy, tok: &Tensor, rows: &[usize]) -> Result<()> {
-        for (pool, w) in self.windows.iter_mut().enumerate() {
+        for w in self.windows.iter_mut() {
+            let size = w.window();
             for c in 0..w.chunks() {
                 let chunk = w.chunk_mut(c);
                 let mut by_row: Vec<Option<usize>> = vec![None; chunk.rows()];
                 for (i, a) in self.answers.iter().enumerate() {
-                    if let Some((_, s)) = a.slot.filter(|(q, s)| *q == pool && s.chunk == c) {
+                    if let Some((_, s)) = a.slot.filter(|(q, s)| *q == size && s.chunk == c) {
                         by_row[s.row] = Some(i);
                     }
                 }
@@ -452,6 +457,13 @@ mod tests {
             assert!(
                 kept.answers.iter().all(|a| !a.logits.track_op()),
                 "an answer's logits hold a graph ({window:?})"
+            );
+            while session.live() > 0 {
+                session.step().unwrap();
+            }
+            assert!(
+                session.flight.windows.is_empty(),
+                "window slots kept after every answer ended ({window:?})"
             );
         }
     }
