@@ -6,7 +6,7 @@
 //! ```text
 //! cargo bench --bench decode_table -- --model DIR [--rollouts 1,2,4,8] [--tokens 32]
 //!     [--device cpu|cuda] [--dtype f32|bf16] [--rows R] [--window W] [--sync N] [--out table.json]
-//!     [--profile STEPS]
+//!     [--lora merged|separate] [--profile STEPS] [--mismatch N]
 //! ```
 //!
 //! `DIR` is a Qwen-VL checkpoint folder (a fixture under `fixtures/qwen_vl/`, or the
@@ -24,6 +24,13 @@
 //! `--rows` answers in window slots, one attention per layer for the chunk), or `off` (one
 //! attention per answer); left out, the device's default (`auto` on a GPU, `off` on a CPU).
 //! `--sync N` has the host read the drawn tokens every N decoding steps (`decode_sync`).
+//! `--lora merged|separate` decodes with `decode_lora` so (left out, the device's default).
+//! `--mismatch N` times nothing: it draws every adapter's B (seeded, standard deviation
+//! 0.01, as if trained a little: a fresh B is zero and a merged adapter would change
+//! nothing), decodes `N` rollouts and rescores their tokens as training does
+//! (`TrainablePolicy::score`), and prints how far the decoder's log-probs are from the
+//! trainer's (mean and largest absolute difference per token): the rollout engine's
+//! mismatch, which the importance ratio of the first update sees.
 //! `--profile STEPS` times nothing: after the warm-up it admits the first `--rollouts`
 //! count, decodes two steps, then `STEPS` steps inside a profiler's range (for
 //! `ncu --profile-from-start off`; benches/gpu/run.sh's section 7).
@@ -81,6 +88,8 @@ fn main() -> Result<()> {
     s.decode_rows = arg(&args, "--rows").map(|r| r.parse()).transpose().context("--rows")?;
     s.decode_window = arg(&args, "--window").map(|w| w.parse()).transpose().map_err(anyhow::Error::msg)?;
     s.decode_sync = arg(&args, "--sync").map(|n| n.parse()).transpose().context("--sync")?;
+    s.decode_lora = arg(&args, "--lora").map(|l| l.parse()).transpose().map_err(anyhow::Error::msg)?;
+    let adapters = s.decode_lora_on(&device);
     let window = s.decode_window_on(&device);
     let rows = s.decode_rows_on(&device);
     let sync = s.decode_sync_on(&device);
@@ -94,7 +103,8 @@ fn main() -> Result<()> {
     let roofline = bandwidth / weight_bytes;
     println!(
         "{backbone} {dtype} on {device:?}: {:.1} MB of text weights read per token, copy bandwidth {:.1} GB/s, \
-         roofline {:.0} tokens/s for one rollout; decode_rows {rows}, decode_window {window}, decode_sync {sync}, {tokens} new tokens",
+         roofline {:.0} tokens/s for one rollout; decode_rows {rows}, decode_window {window}, decode_sync {sync}, \
+         decode_lora {adapters}, {tokens} new tokens",
         weight_bytes / 1e6,
         bandwidth / 1e9,
         roofline
@@ -103,6 +113,9 @@ fn main() -> Result<()> {
     // the largest count, so that its answers' caches are not the first memory of that size
     // (on a CPU, fresh pages cost a fault each; a long run reuses its memory)
     warm_up(&policy, rollouts.iter().copied().max().unwrap_or(1))?;
+    if let Some(n) = arg(&args, "--mismatch") {
+        return mismatch(&policy, n.parse().context("--mismatch: a number of rollouts")?);
+    }
     if let Some(steps) = arg(&args, "--profile") {
         let steps: usize = steps.parse().context("--profile: a number of decoding steps")?;
         return profile(&policy, rollouts[0], steps);
@@ -138,7 +151,7 @@ fn main() -> Result<()> {
     if let Some(out) = arg(&args, "--out") {
         let doc = serde_json::json!({
             "backbone": backbone, "dtype": dtype, "device": format!("{device:?}"), "decode_rows": rows,
-            "decode_window": window, "decode_sync": sync, "new_tokens": tokens, "weight_bytes_per_token": weight_bytes,
+            "decode_window": window, "decode_sync": sync, "decode_lora": adapters, "new_tokens": tokens, "weight_bytes_per_token": weight_bytes,
             "copy_bandwidth": bandwidth,
             "roofline_one_rollout": roofline, "table": table,
         });
@@ -213,6 +226,47 @@ fn profile(policy: &QwenVlPolicy, n: usize, steps: usize) -> Result<()> {
     println!(
         "profiled {done} decoding steps of {n} rollouts ({:.3} s with the profiler)",
         t.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// `--mismatch N` (see the module docs): the decoder's log-probs against the trainer's
+/// rescoring of the same tokens, after drawing every adapter's B.
+fn mismatch(policy: &QwenVlPolicy, n: usize) -> Result<()> {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+    let bound = 0.01 * 3f32.sqrt(); // uniform with a standard deviation of 0.01
+    for (name, v) in policy.trainable_vars() {
+        if name.ends_with("lora_B") {
+            let vals: Vec<f32> = (0..v.elem_count()).map(|_| rng.gen_range(-bound..bound)).collect();
+            v.set(&Tensor::from_vec(vals, v.dims(), policy.device())?.to_dtype(v.dtype())?)?;
+        }
+    }
+    let states: Vec<ScreenState> = (0..n).map(|i| screen(555_000 + i)).collect();
+    let mut dec = policy.step_decoder().context("the Qwen-VL policy decodes token by token")?;
+    for (i, st) in states.iter().enumerate() {
+        dec.admit(i as u64, st, i as u64)?;
+    }
+    let mut decided = vec![None; n];
+    while dec.live() > 0 {
+        for (id, d) in dec.step()? {
+            decided[id as usize] = Some(d);
+        }
+    }
+    drop(dec);
+    let decided: Vec<_> = decided.into_iter().map(|d| d.expect("every answer ends")).collect();
+    let tokens: Vec<Vec<u32>> = decided.iter().map(|d| d.tokens.clone()).collect();
+    let scored = policy.score(&states, &tokens)?.logp.detach().to_dtype(DType::F32)?.to_vec2::<f32>()?;
+    let diffs: Vec<f32> = decided
+        .iter()
+        .zip(&scored)
+        .flat_map(|(d, row)| d.token_logprobs.iter().zip(row).map(|(a, b)| (a - b).abs()))
+        .collect();
+    let mean = diffs.iter().sum::<f32>() / diffs.len().max(1) as f32;
+    let max = diffs.iter().copied().fold(0f32, f32::max);
+    println!(
+        "mismatch over {} tokens of {n} rollouts: |decoder log-prob - trainer's| mean {mean:.2e}, largest {max:.2e}",
+        diffs.len()
     );
     Ok(())
 }

@@ -7,7 +7,7 @@ mod common;
 
 use candle_core::{Device, Tensor};
 use guirl::env::GuiAction;
-use guirl::policy::qwen_vl::{DecodeWindow, QwenPolicySettings, QwenVlPolicy};
+use guirl::policy::qwen_vl::{DecodeLora, DecodeWindow, QwenPolicySettings, QwenVlPolicy};
 use guirl::policy::{Policy, PolicyFailure, Sampling, TrainablePolicy};
 use guirl::train::optim::{AdamW, AdamWConfig};
 use std::path::{Path, PathBuf};
@@ -22,11 +22,13 @@ use common::synthetic_state as state;
 /// Each architecture with attention per answer over its own cache, and with window slots
 /// (`decode_window`: one attention per layer for a chunk of slots), sized per prompt or
 /// fixed.
-const DECODINGS: [(&str, DecodeWindow); 4] = [
-    ("qwen3_vl", DecodeWindow::Off),
-    ("qwen3_vl", DecodeWindow::Auto),
-    ("qwen2_5_vl", DecodeWindow::Off),
-    ("qwen2_5_vl", DecodeWindow::Tokens(512)),
+const DECODINGS: [(&str, DecodeWindow, DecodeLora); 6] = [
+    ("qwen3_vl", DecodeWindow::Off, DecodeLora::Separate),
+    ("qwen3_vl", DecodeWindow::Auto, DecodeLora::Separate),
+    ("qwen3_vl", DecodeWindow::Auto, DecodeLora::Merged),
+    ("qwen2_5_vl", DecodeWindow::Off, DecodeLora::Separate),
+    ("qwen2_5_vl", DecodeWindow::Off, DecodeLora::Merged),
+    ("qwen2_5_vl", DecodeWindow::Tokens(512), DecodeLora::Separate),
 ];
 
 fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
@@ -35,9 +37,16 @@ fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
 
 #[test]
 fn sampled_answers_rescored_give_the_same_logprobs() {
-    for arch in ["qwen3_vl", "qwen2_5_vl"] {
+    let cases = [
+        ("qwen3_vl", DecodeLora::Separate),
+        ("qwen2_5_vl", DecodeLora::Separate),
+        ("qwen3_vl", DecodeLora::Merged),
+    ];
+    for (arch, lora) in cases {
         let tmp = tempfile::tempdir().unwrap();
-        let mut p = QwenVlPolicy::new(settings(arch, tmp.path()), &Device::Cpu, 0).unwrap();
+        let mut s = settings(arch, tmp.path());
+        s.decode_lora = Some(lora);
+        let mut p = QwenVlPolicy::new(s, &Device::Cpu, 0).unwrap();
         perturb_b(&p);
         p.set_sampling(Sampling { temperature: 1.3, greedy: false, seed: 7 });
         let states =
@@ -69,10 +78,11 @@ fn sampled_answers_rescored_give_the_same_logprobs() {
 
 #[test]
 fn answers_decoded_together_are_bit_for_bit_those_decoded_alone() {
-    for (arch, window) in DECODINGS {
+    for (arch, window, lora) in DECODINGS {
         let tmp = tempfile::tempdir().unwrap();
         let mut s = settings(arch, tmp.path());
         s.decode_window = Some(window);
+        s.decode_lora = Some(lora);
         s.max_new_tokens = 12;
         s.decode_rows = Some(3);
         let mut p = QwenVlPolicy::new(s, &Device::Cpu, 0).unwrap();
@@ -95,7 +105,7 @@ fn answers_decoded_together_are_bit_for_bit_those_decoded_alone() {
             assert_eq!(
                 bits(&alone[0]),
                 together[i],
-                "{arch} {window:?}: state {i} alone differs from in the batch"
+                "{arch} {window:?} {lora:?}: state {i} alone differs from in the batch"
             );
         }
         let order = [4, 2, 0, 3, 1];
@@ -106,14 +116,14 @@ fn answers_decoded_together_are_bit_for_bit_those_decoded_alone() {
             assert_eq!(
                 bits(&shuffled[j]),
                 together[i],
-                "{arch} {window:?}: state {i} in another order differs"
+                "{arch} {window:?} {lora:?}: state {i} in another order differs"
             );
         }
         // the same prompt with other keys draws other answers (the shared prompt run does
         // not share the sampling)
         assert!(
             together[0] != together[1] || together[0] != together[3],
-            "{arch} {window:?}: one answer for three keys"
+            "{arch} {window:?} {lora:?}: one answer for three keys"
         );
     }
 }
@@ -123,10 +133,11 @@ fn answers_decoded_together_are_bit_for_bit_those_decoded_alone() {
 /// state gets decoded alone.
 #[test]
 fn answers_joining_a_decode_in_flight_are_bit_for_bit_those_decoded_alone() {
-    for (arch, window) in DECODINGS {
+    for (arch, window, lora) in DECODINGS {
         let tmp = tempfile::tempdir().unwrap();
         let mut s = settings(arch, tmp.path());
         s.decode_window = Some(window);
+        s.decode_lora = Some(lora);
         s.max_new_tokens = 10;
         s.decode_rows = Some(2);
         let mut p = QwenVlPolicy::new(s, &Device::Cpu, 0).unwrap();
@@ -152,15 +163,15 @@ fn answers_joining_a_decode_in_flight_are_bit_for_bit_those_decoded_alone() {
             }
             let live = dec.live();
             let done = dec.step().unwrap();
-            assert_eq!(dec.live(), live - done.len(), "{arch} {window:?}: finished answers leave");
+            assert_eq!(dec.live(), live - done.len(), "{arch} {window:?} {lora:?}: finished answers leave");
             for (id, d) in done {
                 assert!(
                     got[id as usize].replace(d).is_none(),
-                    "{arch} {window:?}: answer {id} returned twice"
+                    "{arch} {window:?} {lora:?}: answer {id} returned twice"
                 );
             }
             steps += 1;
-            assert!(steps < 100, "{arch} {window:?}: the decode never ended");
+            assert!(steps < 100, "{arch} {window:?} {lora:?}: the decode never ended");
         }
         for (i, d) in got.iter().enumerate() {
             let d = d.as_ref().unwrap();
@@ -168,10 +179,14 @@ fn answers_joining_a_decode_in_flight_are_bit_for_bit_those_decoded_alone() {
             assert_eq!(
                 bits(&alone[0]),
                 bits(d),
-                "{arch} {window:?}: state {i} joining at step {} differs",
+                "{arch} {window:?} {lora:?}: state {i} joining at step {} differs",
                 joins[i]
             );
-            assert!(!d.tokens.is_empty() && d.tokens.len() <= 10, "{arch} {window:?}: {:?}", d.tokens);
+            assert!(
+                !d.tokens.is_empty() && d.tokens.len() <= 10,
+                "{arch} {window:?} {lora:?}: {:?}",
+                d.tokens
+            );
         }
         // an empty decoder steps to nothing
         assert!(dec.step().unwrap().is_empty() && dec.live() == 0);
@@ -190,14 +205,14 @@ fn answers_read_every_few_steps_are_bit_for_bit_those_read_every_step() {
     let keys: Vec<u64> = (30..36).collect();
     let joins = [0usize, 0, 1, 2, 5, 7];
     let max = 14;
-    for (arch, window) in DECODINGS {
+    for (arch, window, lora) in DECODINGS {
         let model = copy_of(arch);
         let decode = |sync: usize| {
             let tmp = tempfile::tempdir().unwrap();
             let mut s = settings(arch, tmp.path());
             s.path = model.path().to_str().unwrap().to_string();
-            (s.decode_window, s.decode_sync, s.decode_rows, s.max_new_tokens) =
-                (Some(window), Some(sync), Some(2), max);
+            (s.decode_window, s.decode_lora, s.decode_sync, s.decode_rows, s.max_new_tokens) =
+                (Some(window), Some(lora), Some(sync), Some(2), max);
             let mut p = QwenVlPolicy::new(s, &Device::Cpu, 0).unwrap();
             perturb_b(&p);
             p.set_sampling(Sampling { temperature: 1.5, greedy: false, seed: 3 });
@@ -210,10 +225,13 @@ fn answers_read_every_few_steps_are_bit_for_bit_those_read_every_step() {
                     dec.admit(i as u64, &states[i], keys[i]).unwrap();
                 }
                 for (id, d) in dec.step().unwrap() {
-                    assert!(got[id as usize].replace(bits(&d)).is_none(), "{arch} {window:?}: {id} twice");
+                    assert!(
+                        got[id as usize].replace(bits(&d)).is_none(),
+                        "{arch} {window:?} {lora:?}: {id} twice"
+                    );
                 }
                 steps += 1;
-                assert!(steps < 100, "{arch} {window:?} sync {sync}: the decode never ended");
+                assert!(steps < 100, "{arch} {window:?} {lora:?} sync {sync}: the decode never ended");
             }
             (whole, got.into_iter().map(Option::unwrap).collect::<Vec<_>>())
         };
@@ -231,13 +249,22 @@ fn answers_read_every_few_steps_are_bit_for_bit_those_read_every_step() {
             .unwrap();
 
         let (every, joined) = decode(1);
-        assert_eq!(joined, every, "{arch} {window:?}: joining answers differ from a whole call");
+        assert_eq!(joined, every, "{arch} {window:?} {lora:?}: joining answers differ from a whole call");
         let ended: Vec<usize> = every.iter().map(|b| b.0.len()).filter(|&n| n < max).collect();
-        assert!(ended.len() >= 2, "{arch} {window:?}: answers end early with token {eos}: {every:?}");
+        assert!(
+            ended.len() >= 2,
+            "{arch} {window:?} {lora:?}: answers end early with token {eos}: {every:?}"
+        );
         for sync in [3, 4] {
             let (whole, late) = decode(sync);
-            assert_eq!(whole, every, "{arch} {window:?}: a whole call read every {sync} steps differs");
-            assert_eq!(late, joined, "{arch} {window:?}: joining answers read every {sync} steps differ");
+            assert_eq!(
+                whole, every,
+                "{arch} {window:?} {lora:?}: a whole call read every {sync} steps differs"
+            );
+            assert_eq!(
+                late, joined,
+                "{arch} {window:?} {lora:?}: joining answers read every {sync} steps differ"
+            );
         }
     }
 }
@@ -314,6 +341,9 @@ fn a_policy_step_moves_only_lora_and_the_reference_stays_as_it_was() {
     let text: String = target[0].iter().map(|&t| p.token_text(t)).collect();
     assert!(text.contains("500") && text.ends_with("<|im_end|>"), "{text}");
     let before_ref = reference.score(&states, &target).unwrap().logp;
+    // a frozen copy's forward builds no autograd graph (it would keep every layer's
+    // activations for a backward that never comes)
+    assert!(!before_ref.track_op(), "the reference's scores hold a graph");
     let vars = p.trainable_vars();
     assert!(vars.iter().all(|(n, _)| n.contains("lora_")), "only adapters by default");
     let before: Vec<Tensor> = vars.iter().map(|(_, v)| v.as_tensor().copy().unwrap()).collect();

@@ -78,6 +78,8 @@ pub struct ModelTable {
     pub decode_window: Option<crate::policy::qwen_vl::DecodeWindow>,
     /// `decode_sync` (Qwen-VL).
     pub decode_sync: Option<usize>,
+    /// `decode_lora` (Qwen-VL).
+    pub decode_lora: Option<crate::policy::qwen_vl::DecodeLora>,
     /// `dtype` (Qwen-VL).
     pub dtype: Option<String>,
     /// `train_modules` (Qwen-VL).

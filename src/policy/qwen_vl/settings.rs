@@ -68,12 +68,50 @@ pub struct QwenPolicySettings {
     /// [`QwenPolicySettings::decode_sync_on`] the device.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decode_sync: Option<usize>,
+    /// How decoding reads the LoRA adapters: `"merged"` (each adapted layer's weight with
+    /// its adapter merged in, `W + scale · B A` rounded once to the model's dtype, in a
+    /// copy made when a decoding session starts: one product a layer, the adapted
+    /// weights' memory again) or `"separate"` (the base product and the adapter's, the
+    /// low-rank term in f32, exactly as training computes the layer). Unset:
+    /// [`QwenPolicySettings::decode_lora_on`] the device.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decode_lora: Option<DecodeLora>,
     /// `f32` or `bf16` (weights and activations; adapters and their optimizer stay f32).
     #[serde(default = "default_dtype")]
     pub dtype: String,
     /// Modules trained whole beside the adapters (`embed_tokens`, `lm_head`, `norm`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub train_modules: Vec<String>,
+}
+
+/// How decoding reads the LoRA adapters (`decode_lora`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DecodeLora {
+    /// Merged into a copy of each adapted layer's weight for the session.
+    Merged,
+    /// Applied beside each layer's base product, as in training.
+    Separate,
+}
+
+impl std::fmt::Display for DecodeLora {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            DecodeLora::Merged => "merged",
+            DecodeLora::Separate => "separate",
+        })
+    }
+}
+
+impl std::str::FromStr for DecodeLora {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "merged" => Ok(DecodeLora::Merged),
+            "separate" => Ok(DecodeLora::Separate),
+            _ => Err(format!("decode_lora = {s:?}: use \"merged\" or \"separate\"")),
+        }
+    }
 }
 
 /// How answers being decoded hold their keys and values (`decode_window`): written
@@ -211,6 +249,14 @@ impl QwenPolicySettings {
         self.decode_window.unwrap_or(if device.is_cuda() { DecodeWindow::Auto } else { DecodeWindow::Off })
     }
 
+    /// `decode_lora`, or its default on `device`: separate on a CPU (decoding there is
+    /// the products' arithmetic, and separate adapters decode exactly what training
+    /// scores), merged on a GPU, where a decoding step's time is the kernels it issues and
+    /// an adapted layer's nine become one (docs/gpu.md, rollout decoding).
+    pub fn decode_lora_on(&self, device: &candle_core::Device) -> DecodeLora {
+        self.decode_lora.unwrap_or(if device.is_cuda() { DecodeLora::Merged } else { DecodeLora::Separate })
+    }
+
     /// `decode_sync`, or 1: the host reads the tokens at every step unless told. On a CPU
     /// waiting costs nothing and an ended answer's extra steps would cost compute; on an
     /// H200 reading every step was no slower than every 8th, the host being the bound
@@ -236,6 +282,7 @@ impl QwenPolicySettings {
             decode_rows: None,
             decode_window: None,
             decode_sync: None,
+            decode_lora: None,
             dtype: default_dtype(),
             train_modules: Vec::new(),
         }
@@ -312,6 +359,7 @@ mod tests {
         let mut s = QwenPolicySettings::new("qwen3_vl", "fixtures/qwen_vl/qwen3_vl");
         assert_eq!(s.decode_sync_on(&candle_core::Device::Cpu), 1);
         assert_eq!(s.decode_window_on(&candle_core::Device::Cpu), DecodeWindow::Off);
+        assert_eq!(s.decode_lora_on(&candle_core::Device::Cpu), DecodeLora::Separate);
         s.decode_sync = Some(4);
         assert_eq!(s.decode_sync_on(&candle_core::Device::Cpu), 4);
         s.check().unwrap();

@@ -4,7 +4,8 @@
 use super::nn::Linear;
 use super::QwenVl;
 use crate::policy::qwen_vl::train::lora::{
-    load_peft, save_peft, AdapterSnapshot, AdapterSwitch, LoraAdapter, LoraSettings, PeftAdapter,
+    load_peft, merge_weight, save_peft, AdapterSnapshot, AdapterSwitch, AdapterUse, LoraAdapter,
+    LoraSettings, MergedAdapters, PeftAdapter,
 };
 use anyhow::{bail, Result};
 use candle_core::{DType, Tensor, Var};
@@ -321,9 +322,30 @@ impl QwenVl {
         let whole = self
             .full
             .iter()
-            .map(|(_, _, v)| Ok((v.id(), v.as_tensor().copy()?)))
+            .map(|(_, _, v)| Ok((v.id(), v.as_tensor().copy()?.detach())))
             .collect::<Result<Vec<_>>>()?;
         Ok(Arc::new(AdapterSnapshot::new(pairs, whole)))
+    }
+
+    /// The adapters `from` selects merged into copies of their layers' weights, for
+    /// decoding ([`MergedAdapters`]); None when it selects none (no adapters, or off). The
+    /// live adapters are copied first, so the merged layers stay as they are now.
+    pub fn merge_adapters(&self, from: &AdapterUse) -> Result<Option<Arc<MergedAdapters>>> {
+        let snapshot = match from {
+            _ if self.lora.is_none() => return Ok(None),
+            AdapterUse::Off => return Ok(None),
+            AdapterUse::Live => self.snapshot_adapters()?,
+            AdapterUse::Snapshot(s) => s.clone(),
+        };
+        let mut merged = Vec::new();
+        for (_, lin) in self.sites() {
+            if let Some(ad) = &lin.lora {
+                let w = snapshot.whole(lin.weight.id()).unwrap_or(&lin.weight);
+                let (a, b) = snapshot.of(ad)?;
+                merged.push((ad, merge_weight(w, (a, b), ad.scale)?));
+            }
+        }
+        Ok(Some(Arc::new(MergedAdapters::new(snapshot, merged))))
     }
 
     /// Save a snapshot of the adapters as a PEFT folder (a resumed run's KL reference).

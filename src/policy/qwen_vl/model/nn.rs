@@ -49,6 +49,12 @@ impl Linear {
 
     /// The frozen layer alone, adapters ignored (the KL reference's forward).
     pub fn forward_base(&self, x: &Tensor) -> Result<Tensor> {
+        self.forward_over(x, &self.weight)
+    }
+
+    /// The layer over `weight` in place of its own (its adapter merged into it), bias
+    /// included.
+    fn forward_over(&self, x: &Tensor, weight: &Tensor) -> Result<Tensor> {
         let dims = x.dims().to_vec();
         let mut flat = x.reshape(((), self.in_dim()))?;
         // bf16/f16 with a bias on the CPU: product and bias in f32 and one rounding, as
@@ -57,7 +63,8 @@ impl Linear {
         if self.bias.is_some() && matches!(x.dtype(), DType::BF16 | DType::F16) && x.device().is_cpu() {
             flat = flat.to_dtype(DType::F32)?;
         }
-        let w = self.weight_for(&flat)?;
+        let w =
+            if weight.dtype() == flat.dtype() { weight.clone() } else { weight.to_dtype(flat.dtype())? };
         let mut y = if flat.track_op() && !w.track_op() {
             frozen_matmul(&flat, &w)?
         } else {
@@ -103,6 +110,11 @@ impl Linear {
 
 impl Module for Linear {
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        let merged =
+            self.lora.as_ref().map(LoraAdapter::merged).transpose().map_err(candle_core::Error::wrap)?;
+        if let Some(w) = merged.flatten() {
+            return self.forward_over(x, &w).map_err(candle_core::Error::wrap);
+        }
         if let Some(y) = self.forward_fused(x).map_err(candle_core::Error::wrap)? {
             return Ok(y);
         }

@@ -23,10 +23,17 @@
 //! so the same guarantee. With `"auto"` the slot size comes from the answer's own prompt
 //! (rounded up), and answers of each size have chunks of their own.
 //! `tests/qwen_vl_policy.rs` checks both bit for bit.
+//!
+//! With `decode_lora = "merged"` (the default on a GPU) a session merges the adapters into
+//! copies of their layers' weights when its first state is admitted, and decodes with
+//! those until it ends: one product an adapted layer instead of nine kernels. A session
+//! then decodes with the adapters as they were at its start; with separate adapters it
+//! reads them as they are at each step (the collector's sessions never span an update).
 
 use super::*;
 use crate::policy::qwen_vl::model::slots::{Slot, WindowKv};
 use crate::policy::qwen_vl::processor::ProcessedImage;
+use crate::policy::qwen_vl::train::lora::MergedAdapters;
 use crate::policy::qwen_vl::train::train_pass::PassState;
 use crate::policy::StepDecoder;
 use std::collections::VecDeque;
@@ -97,29 +104,45 @@ struct InFlight {
     unread: Vec<Unread>,
 }
 
-/// A decoding session over a policy (a shallow copy: the weights are shared, so an update
-/// between steps is seen by the next step).
+/// The adapter weights decoding reads (`decode_lora`), chosen once per session or call.
+#[derive(Clone)]
+pub(super) enum DecodeWeights {
+    /// The policy's own: each adapted layer runs its base product and its adapter's.
+    Separate,
+    /// The policy's adapters merged into copies of their layers' weights.
+    Merged(Arc<MergedAdapters>),
+}
+
+/// A decoding session over a policy (a shallow copy: the weights are shared).
 struct DecodeSession {
     policy: QwenVlPolicy,
     flight: InFlight,
+    /// Chosen (merged, if so) at the first admission.
+    weights: Option<DecodeWeights>,
 }
 
 impl DecodeSession {
     fn new(policy: QwenVlPolicy) -> Self {
         let flight = InFlight::new();
-        DecodeSession { policy, flight }
+        DecodeSession { policy, flight, weights: None }
     }
 }
 
 impl StepDecoder for DecodeSession {
     fn admit(&mut self, id: u64, state: &ScreenState, key: u64) -> Result<()> {
+        let w = match &self.weights {
+            Some(w) => w.clone(),
+            None => self.weights.insert(self.policy.decode_weights()?).clone(),
+        };
         let p = &self.policy;
-        p.decoding(|| self.flight.admit(p, id, state, key))
+        p.decoding(&w, || self.flight.admit(p, id, state, key))
     }
 
     fn step(&mut self) -> Result<Vec<(u64, Decision)>> {
+        // nothing admitted yet: nothing to decode
+        let Some(w) = self.weights.clone() else { return Ok(Vec::new()) };
         let p = &self.policy;
-        p.decoding(|| self.flight.step(p))
+        p.decoding(&w, || self.flight.step(p))
     }
 
     fn live(&self) -> usize {
@@ -326,31 +349,51 @@ impl QwenVlPolicy {
         Box::new(DecodeSession::new(self.clone()))
     }
 
-    /// `f`, a decoding call, with this policy's adapters and no autograd graph: the
+    /// The adapter weights a decoding session or call reads (`decode_lora`): merged now
+    /// from the adapters this policy uses, or the policy's own.
+    pub(super) fn decode_weights(&self) -> Result<DecodeWeights> {
+        Ok(match self.settings.decode_lora_on(&self.device) {
+            DecodeLora::Separate => DecodeWeights::Separate,
+            DecodeLora::Merged => {
+                self.model.merge_adapters(&self.mode)?.map_or(DecodeWeights::Separate, DecodeWeights::Merged)
+            }
+        })
+    }
+
+    /// `f`, a decoding call, with the adapter weights `w` and no autograd graph: the
     /// adapters (Vars) are read detached, so a prompt's pass does not keep every layer's
     /// activations for a backward that never comes (1.6 GB at its peak for a 1 075-token
     /// prompt at the 0.5B size). The values are the same bits.
-    pub(super) fn decoding<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    pub(super) fn decoding<T>(&self, w: &DecodeWeights, f: impl FnOnce() -> Result<T>) -> Result<T> {
         let _no_graph = self.model.text.pass().enter(PassState { no_grad: true, ..PassState::default() });
-        self.with_adapters(f)
+        match w {
+            DecodeWeights::Separate => self.with_adapters(f),
+            DecodeWeights::Merged(m) => {
+                let _use = self.model.lora().map(|(_, s)| s.scope_merged(m.clone()));
+                f()
+            }
+        }
     }
 
     /// Decode an answer for every state, state `i` sampling from the stream `keys[i]`.
     pub(super) fn decide_all(&self, states: &[ScreenState], keys: &[u64]) -> Result<Vec<Decision>> {
-        let mut flight = InFlight::new();
-        for (i, (state, &key)) in states.iter().zip(keys).enumerate() {
-            flight.admit(self, i as u64, state, key)?;
-        }
-        // every state is in: the prompts' own caches are no longer needed
-        flight.prefills.clear();
-        flight.prefixes.clear();
-        let mut out: Vec<Option<Decision>> = vec![None; states.len()];
-        while !flight.answers.is_empty() {
-            for (id, d) in flight.step(self)? {
-                out[id as usize] = Some(d);
+        let w = self.decode_weights()?;
+        self.decoding(&w, || {
+            let mut flight = InFlight::new();
+            for (i, (state, &key)) in states.iter().zip(keys).enumerate() {
+                flight.admit(self, i as u64, state, key)?;
             }
-        }
-        Ok(out.into_iter().map(|d| d.expect("every admitted answer finishes")).collect())
+            // every state is in: the prompts' own caches are no longer needed
+            flight.prefills.clear();
+            flight.prefixes.clear();
+            let mut out: Vec<Option<Decision>> = vec![None; states.len()];
+            while !flight.answers.is_empty() {
+                for (id, d) in flight.step(self)? {
+                    out[id as usize] = Some(d);
+                }
+            }
+            Ok(out.into_iter().map(|d| d.expect("every admitted answer finishes")).collect())
+        })
     }
 
     /// Run one prompt with its screenshot, keeping its cache and its last position's logits.
@@ -495,7 +538,14 @@ mod tests {
                 [true; 2],
                 "{what}: no graph outside decoding: the test shows nothing"
             );
-            assert_eq!(p.decoding(pass).unwrap(), [false; 2], "{what}: a decoding pass built a graph");
+            let merged = p.model.merge_adapters(&p.mode).unwrap().expect("the policy has adapters");
+            for w in [DecodeWeights::Separate, DecodeWeights::Merged(merged)] {
+                assert_eq!(
+                    p.decoding(&w, pass).unwrap(),
+                    [false; 2],
+                    "{what}: a decoding pass built a graph"
+                );
+            }
         }
     }
 }

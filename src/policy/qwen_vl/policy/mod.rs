@@ -25,7 +25,7 @@ use super::hub;
 use super::model::text::KvCache;
 use super::model::vision::VisionOutput;
 use super::model::QwenVl;
-pub use super::settings::{DecodeWindow, QwenPolicySettings};
+pub use super::settings::{DecodeLora, DecodeWindow, QwenPolicySettings};
 use super::train::lora::AdapterUse;
 use super::Arch;
 use crate::env::{GuiAction, ScreenState};
@@ -371,7 +371,7 @@ impl Policy for QwenVlPolicy {
         if states.len() != keys.len() {
             bail!("{} states with {} sampling keys", states.len(), keys.len());
         }
-        self.decoding(|| self.decide_all(states, keys))
+        self.decide_all(states, keys)
     }
 
     fn batch_invariant(&self) -> bool {

@@ -119,6 +119,47 @@ impl AdapterSnapshot {
     }
 }
 
+/// A snapshot's adapters merged into copies of their layers' weights, `W + scale · B A`
+/// rounded once to the weight's dtype: what decoding reads when `decode_lora = "merged"`.
+/// A layer then runs one product instead of its base product, two low-rank ones and the
+/// casts and sums around them (9 kernels a layer on a GPU, 7 layers a decoder block).
+/// The copies cost the adapted weights' memory again, and are freed with the last holder.
+pub struct MergedAdapters {
+    /// The adapters merged (and the modules trained whole, read from here).
+    snapshot: Arc<AdapterSnapshot>,
+    /// Each adapted layer's merged weight, by the id of its live A's `Var`.
+    weights: HashMap<TensorId, Tensor>,
+}
+
+impl MergedAdapters {
+    /// Merged weights of `snapshot`'s adapters: `weights` holds (live adapter, merged
+    /// weight) for every adapted layer.
+    pub(crate) fn new<'a>(
+        snapshot: Arc<AdapterSnapshot>,
+        weights: impl IntoIterator<Item = (&'a LoraAdapter, Tensor)>,
+    ) -> Self {
+        let weights = weights.into_iter().map(|(ad, w)| (ad.a.id(), w)).collect();
+        MergedAdapters { snapshot, weights }
+    }
+
+    /// The weight of `ad`'s layer with `ad` merged into it.
+    fn of(&self, ad: &LoraAdapter) -> Result<&Tensor> {
+        self.weights
+            .get(&ad.a.id())
+            .ok_or_else(|| anyhow!("the merged weights hold no copy of an adapter attached after them"))
+    }
+}
+
+/// `w + scale · b a` (`w` `[out, in]`, `a` `[r, in]`, `b` `[out, r]`), computed in f32 and
+/// rounded once to `w`'s dtype, outside any autograd graph (a snapshot's copies of the
+/// `Var`s track one: a weight built from them would send every product through the
+/// graph's slower path and keep the `Var`s alive).
+pub(crate) fn merge_weight(w: &Tensor, (a, b): (&Tensor, &Tensor), scale: f64) -> Result<Tensor> {
+    let f32 = |t: &Tensor| t.detach().to_dtype(DType::F32);
+    let delta = (f32(b)?.matmul(&f32(a)?)? * scale)?;
+    Ok((f32(w)? + delta)?.to_dtype(w.dtype())?.detach())
+}
+
 /// The switch of a model's adapters: which weights (live, none, a snapshot) the forwards
 /// that this thread runs use. The choice is the thread's, set for a scope, so forwards of
 /// the same model on other threads (a background collection, an update) choose their own.
@@ -132,22 +173,41 @@ impl Default for AdapterSwitch {
     }
 }
 
+/// What a switch selects on a thread: the adapter weights, and their merged layers when
+/// the forwards read those.
+type Selected = (AdapterUse, Option<Arc<MergedAdapters>>);
+
 thread_local! {
     /// The weights each switch selects on this thread (absent: the live ones).
-    static IN_USE: RefCell<HashMap<u64, AdapterUse>> = RefCell::new(HashMap::new());
+    static IN_USE: RefCell<HashMap<u64, Selected>> = RefCell::new(HashMap::new());
 }
 
 impl AdapterSwitch {
     /// Use `u` in this thread's forwards until the guard is dropped (then what was in use
     /// before).
     pub fn scope(&self, u: AdapterUse) -> AdapterScope {
-        let previous = IN_USE.with(|m| m.borrow_mut().insert(self.0, u));
+        self.select((u, None))
+    }
+
+    /// Use `m`'s merged layers (and its snapshot for the modules trained whole) in this
+    /// thread's forwards until the guard is dropped.
+    pub fn scope_merged(&self, m: Arc<MergedAdapters>) -> AdapterScope {
+        self.select((AdapterUse::Snapshot(m.snapshot.clone()), Some(m)))
+    }
+
+    fn select(&self, s: Selected) -> AdapterScope {
+        let previous = IN_USE.with(|m| m.borrow_mut().insert(self.0, s));
         AdapterScope { id: self.0, previous, _thread: PhantomData }
     }
 
     /// The weights this thread's forwards use.
     pub fn get(&self) -> AdapterUse {
-        IN_USE.with(|m| m.borrow().get(&self.0).cloned()).unwrap_or(AdapterUse::Live)
+        IN_USE.with(|m| m.borrow().get(&self.0).map(|s| s.0.clone())).unwrap_or(AdapterUse::Live)
+    }
+
+    /// The merged layers this thread's forwards read, if any.
+    fn merged(&self) -> Option<Arc<MergedAdapters>> {
+        IN_USE.with(|m| m.borrow().get(&self.0).and_then(|s| s.1.clone()))
     }
 }
 
@@ -155,7 +215,7 @@ impl AdapterSwitch {
 /// belongs to its thread (not `Send`).
 pub struct AdapterScope {
     id: u64,
-    previous: Option<AdapterUse>,
+    previous: Option<Selected>,
     _thread: PhantomData<*const ()>,
 }
 
@@ -241,9 +301,17 @@ impl LoraAdapter {
         })
     }
 
-    /// A copy of the live A and B (for a snapshot).
+    /// A copy of the live A and B (for a snapshot), outside the autograd graph: candle's
+    /// copy of a `Var` tracks it, and a forward over the copy would then build a graph
+    /// (every layer's activations kept) for a reference that is never trained.
     pub(crate) fn copy_weights(&self) -> Result<(Tensor, Tensor)> {
-        Ok((self.a.as_tensor().copy()?, self.b.as_tensor().copy()?))
+        Ok((self.a.as_tensor().copy()?.detach(), self.b.as_tensor().copy()?.detach()))
+    }
+
+    /// Its layer's weight with it merged, when this thread's forwards read merged layers
+    /// ([`AdapterSwitch::scope_merged`]).
+    pub(crate) fn merged(&self) -> Result<Option<Tensor>> {
+        self.switch.merged().map(|m| m.of(self).cloned()).transpose()
     }
 
     /// The (A, B) the switch selects on this thread, or None for no adapter.
@@ -449,6 +517,30 @@ pub fn load_peft(dir: &Path) -> Result<PeftAdapter> {
 mod tests {
     use super::*;
 
+    /// A merged weight computes what the base product plus the adapter's does, and holds no
+    /// graph even when made from tracked copies of the `Var`s.
+    #[test]
+    fn a_merged_weight_is_the_layer_with_its_adapter_and_outside_the_graph() {
+        let dev = Device::Cpu;
+        let w = Tensor::randn(0f32, 1.0, (6, 5), &dev).unwrap();
+        let a = Var::from_tensor(&Tensor::randn(0f32, 1.0, (2, 5), &dev).unwrap()).unwrap();
+        let b = Var::from_tensor(&Tensor::randn(0f32, 1.0, (6, 2), &dev).unwrap()).unwrap();
+        let (ta, tb) = (a.as_tensor().copy().unwrap(), b.as_tensor().copy().unwrap());
+        assert!(ta.track_op(), "candle's copy of a Var tracks it: the test shows nothing");
+        let merged = merge_weight(&w, (&ta, &tb), 0.5).unwrap();
+        assert!(!merged.track_op());
+        let x = Tensor::randn(0f32, 1.0, (3, 5), &dev).unwrap();
+        let want = (x.matmul(&w.t().unwrap()).unwrap()
+            + (x.matmul(&ta.t().unwrap()).unwrap().matmul(&tb.t().unwrap()).unwrap() * 0.5).unwrap())
+        .unwrap();
+        let got = x.matmul(&merged.t().unwrap()).unwrap();
+        let diff: f32 = (got - want).unwrap().abs().unwrap().max_all().unwrap().to_scalar().unwrap();
+        assert!(diff < 1e-5, "merged layer differs by {diff}");
+        // rounded once to the weight's dtype
+        let half = merge_weight(&w.to_dtype(DType::BF16).unwrap(), (&ta, &tb), 0.5).unwrap();
+        assert_eq!(half.dtype(), DType::BF16);
+    }
+
     /// What one thread selects is its own; a scope puts back what was in use before it.
     #[test]
     fn a_switch_selects_per_thread_and_per_scope() {
@@ -465,6 +557,14 @@ mod tests {
                 assert!(matches!(switch.get(), AdapterUse::Snapshot(_)));
             }
             assert!(matches!(switch.get(), AdapterUse::Off), "the inner scope put Off back");
+            {
+                let snap = Arc::new(AdapterSnapshot::new([], []));
+                let _merged = switch.scope_merged(Arc::new(MergedAdapters::new(snap, [])));
+                assert!(matches!(switch.get(), AdapterUse::Snapshot(_)) && switch.merged().is_some());
+                let _live = switch.scope(AdapterUse::Live);
+                assert!(switch.merged().is_none(), "a scope inside reads no merged layers");
+            }
+            assert!(switch.merged().is_none(), "merged layers end with their scope");
         }
         assert!(switch.get().is_live());
     }
