@@ -23,9 +23,11 @@
 #     128 rollouts of different screenshots, tokens/s and peak memory against the copy
 #     bandwidth's roofline measured in the same run (benches/decode_table.rs), with the
 #     GPU defaults (window slots sized per prompt, chunks of 32, the tokens read every
-#     step), beside PyTorch's `generate` over the same prompts
-#     (scripts/decode_table_torch.py); then chunks of 128 slots, per-answer attention in
-#     chunks of 8 (the default before 2026-12-04), and the tokens read every 8 steps;
+#     step, the adapters merged), beside PyTorch's `generate` over the same prompts
+#     (scripts/decode_table_torch.py, GPU_TORCH=0 leaves it out); then the adapters
+#     separate, the decoder's log-probs against the trainer's (merged and separate),
+#     chunks of 128 slots, per-answer attention in chunks of 8 (the default before
+#     2026-12-04), and the tokens read every 8 steps;
 #  5. NCCL's data-parallel gradient sum (tests/nccl.rs, the `nccl` feature), one rank per
 #     GPU, against the sum through the host;
 #  6. a whole RL iteration: `guirl train` of the 2B-shaped random model (section 4 writes
@@ -153,6 +155,15 @@ b.write_big_checkpoint(sys.argv[1], sys.argv[2], "bf16", "cuda")' /tmp/qwen-spee
       --rollouts ${GPU_ROLLOUTS:-1,8,16,32,64,128} --guirl "${OUT:-/tmp}/decode-table-$size.json" \
       --out "${OUT:-/tmp}/decode-table-torch-$size.json" || echo "PyTorch decode table $size failed (rc $?)"
     fi
+    echo "### $size: rollout decoding table, the adapters separate (decode_lora separate; the default merges them)"
+    timeout "$(cap 60)" $BIN/decode_table --device cuda --dtype bf16 --model /tmp/qwen-speed/qwen3_vl_${size}_bf16 \
+      --rollouts ${GPU_SEPARATE_ROLLOUTS:-1,32} --tokens 32 --lora separate \
+      --out "${OUT:-/tmp}/decode-table-separate-$size.json" || echo "decode table (separate) $size failed (rc $?)"
+    echo "### $size: the decoder's log-probs against the trainer's rescoring, merged and separate"
+    for lora in merged separate; do
+      timeout "$(cap 60)" $BIN/decode_table --device cuda --dtype bf16 --model /tmp/qwen-speed/qwen3_vl_${size}_bf16 \
+        --tokens 32 --lora $lora --mismatch 8 2>&1 | tail -1 | sed "s/^/$lora: /" || echo "mismatch ($lora) failed"
+    done
     echo "### $size: rollout decoding table, chunks of 128 window slots"
     timeout "$(cap 60)" $BIN/decode_table --device cuda --dtype bf16 --model /tmp/qwen-speed/qwen3_vl_${size}_bf16 \
       --rollouts ${GPU_WIDE_ROLLOUTS:-1,64,128} --tokens 32 --rows 128 \
@@ -233,7 +244,7 @@ MODEL=/tmp/qwen-speed/qwen3_vl_2b_bf16
 if [ -z "$NCU" ]; then echo "no ncu on this machine"
 elif [ ! -f $MODEL/config.json ]; then echo "no 2B-shaped model in $MODEL: run section 4 first"
 else
-  for n in ${GPU_PROFILE_ROLLOUTS:-1 32}; do
+  for n in ${GPU_PROFILE_ROLLOUTS:-1 8}; do
     echo "### $n rollout(s), 3 steps"
     timeout "$(cap 90)" $NCU --profile-from-start off --clock-control none --cache-control none \
       --metrics gpu__time_duration.sum --csv --page raw --log-file /tmp/ncu-decode-$n.csv \
