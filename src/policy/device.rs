@@ -51,6 +51,39 @@ fn one_stream(_dev: &Device) -> Result<()> {
     Ok(())
 }
 
+/// Bytes `dev` can still allocate: the memory free on the card plus what the memory pool
+/// keeps unused (guirl keeps freed memory there, see above, so the card's free memory alone
+/// would miss it). `None` on a CPU.
+pub fn allocatable(dev: &Device) -> Result<Option<u64>> {
+    allocatable_on(dev)
+}
+
+#[cfg(feature = "cuda")]
+fn allocatable_on(dev: &Device) -> Result<Option<u64>> {
+    use candle_core::cuda_backend::cudarc::driver::{result, sys};
+    let Device::Cuda(cuda) = dev else { return Ok(None) };
+    let ctx = cuda.cuda_stream().context().clone();
+    let (free, _) = ctx.mem_get_info()?;
+    let (mut reserved, mut used) = (0u64, 0u64);
+    // SAFETY: the device comes from a live, bound context; both attributes are u64s, as the
+    // driver documents them.
+    unsafe {
+        let pool = result::device::get_default_mem_pool(ctx.cu_device())?;
+        for (attr, out) in [
+            (sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &mut reserved),
+            (sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &mut used),
+        ] {
+            result::mem_pool::get_attribute(pool, attr, (out as *mut u64).cast())?;
+        }
+    }
+    Ok(Some(free as u64 + reserved.saturating_sub(used)))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn allocatable_on(_dev: &Device) -> Result<Option<u64>> {
+    Ok(None)
+}
+
 /// Start (`true`) or stop (`false`) the range a profiler started with
 /// `ncu --profile-from-start off` records (the driver's `cuProfilerStart`/`Stop`), so that
 /// it records a few decoding steps rather than a whole run; without a profiler attached, or

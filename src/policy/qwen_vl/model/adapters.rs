@@ -348,6 +348,13 @@ impl QwenVl {
         Ok(Some(Arc::new(MergedAdapters::new(snapshot, merged))))
     }
 
+    /// Bytes the merged copies of the adapted layers take ([`Self::merge_adapters`]).
+    pub fn merged_bytes(&self) -> u64 {
+        let sites = self.sites();
+        let adapted = sites.iter().filter(|(_, l)| l.lora.is_some());
+        adapted.map(|(_, l)| (l.weight.elem_count() * l.weight.dtype().size_in_bytes()) as u64).sum()
+    }
+
     /// Save a snapshot of the adapters as a PEFT folder (a resumed run's KL reference).
     pub fn save_snapshot(&self, snapshot: &AdapterSnapshot, dir: &Path) -> Result<()> {
         let Some((settings, switch)) = self.lora.clone() else {

@@ -30,11 +30,10 @@
 //! then decodes with the adapters as they were at its start; with separate adapters it
 //! reads them as they are at each step (the collector's sessions never span an update).
 
+use super::merged::DecodeWeights;
 use super::*;
 use crate::policy::qwen_vl::model::slots::{Slot, WindowKv};
 use crate::policy::qwen_vl::processor::ProcessedImage;
-use crate::policy::qwen_vl::train::lora::MergedAdapters;
-use crate::policy::qwen_vl::train::train_pass::PassState;
 use crate::policy::StepDecoder;
 use std::collections::VecDeque;
 
@@ -102,15 +101,6 @@ struct InFlight {
     windows: Vec<WindowKv>,
     /// Steps drawn since the host last read the tokens (`decode_sync` at most).
     unread: Vec<Unread>,
-}
-
-/// The adapter weights decoding reads (`decode_lora`), chosen once per session or call.
-#[derive(Clone)]
-pub(super) enum DecodeWeights {
-    /// The policy's own: each adapted layer runs its base product and its adapter's.
-    Separate,
-    /// The policy's adapters merged into copies of their layers' weights.
-    Merged(Arc<MergedAdapters>),
 }
 
 /// A decoding session over a policy (a shallow copy: the weights are shared).
@@ -347,32 +337,6 @@ impl QwenVlPolicy {
     /// join and leave between steps.
     pub(super) fn decode_session(&self) -> Box<dyn StepDecoder> {
         Box::new(DecodeSession::new(self.clone()))
-    }
-
-    /// The adapter weights a decoding session or call reads (`decode_lora`): merged now
-    /// from the adapters this policy uses, or the policy's own.
-    pub(super) fn decode_weights(&self) -> Result<DecodeWeights> {
-        Ok(match self.settings.decode_lora_on(&self.device) {
-            DecodeLora::Separate => DecodeWeights::Separate,
-            DecodeLora::Merged => {
-                self.model.merge_adapters(&self.mode)?.map_or(DecodeWeights::Separate, DecodeWeights::Merged)
-            }
-        })
-    }
-
-    /// `f`, a decoding call, with the adapter weights `w` and no autograd graph: the
-    /// adapters (Vars) are read detached, so a prompt's pass does not keep every layer's
-    /// activations for a backward that never comes (1.6 GB at its peak for a 1 075-token
-    /// prompt at the 0.5B size). The values are the same bits.
-    pub(super) fn decoding<T>(&self, w: &DecodeWeights, f: impl FnOnce() -> Result<T>) -> Result<T> {
-        let _no_graph = self.model.text.pass().enter(PassState { no_grad: true, ..PassState::default() });
-        match w {
-            DecodeWeights::Separate => self.with_adapters(f),
-            DecodeWeights::Merged(m) => {
-                let _use = self.model.lora().map(|(_, s)| s.scope_merged(m.clone()));
-                f()
-            }
-        }
     }
 
     /// Decode an answer for every state, state `i` sampling from the stream `keys[i]`.

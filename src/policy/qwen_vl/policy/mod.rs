@@ -43,6 +43,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 mod decode;
+mod merged;
 mod sample;
 
 /// The file in a checkpoint folder that says which backbone its adapter belongs to.
