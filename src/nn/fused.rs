@@ -56,16 +56,7 @@ pub fn fused_rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Option<Tenso
     };
     match (x.rank(), cos.dims()) {
         (4, &[b, 1, t, cd]) if cd == d && d % 2 == 0 && t == x.dim(2)? && (b == 1 || b == x.dim(0)?) => {
-            let shape = (b, t, d / 2);
-            let (c, s) =
-                (half(cos, b * t * d / 2)?.reshape(shape)?, half(sin, b * t * d / 2)?.reshape(shape)?);
-            let (c, s) = if b == x.dim(0)? {
-                (c, s)
-            } else {
-                let full = (x.dim(0)?, t, d / 2);
-                (c.broadcast_as(full)?.contiguous()?, s.broadcast_as(full)?.contiguous()?)
-            };
-            Ok(Some(rope4(x, c, s)?))
+            Ok(Some(RopeHalves::new(cos, sin, x.dtype())?.apply(x)?))
         }
         (3, &[n, 1, cd]) if cd == d && d % 2 == 0 && n == x.dim(0)? => {
             let (c, s) =
@@ -74,6 +65,39 @@ pub fn fused_rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Option<Tenso
             Ok(Some(rope4(&x4, c, s)?.squeeze(0)?.transpose(0, 1)?))
         }
         _ => Ok(None),
+    }
+}
+
+/// Rotary tables `[B, 1, T, D]` (repeating their first half) cut to the half candle's
+/// kernel reads, `[B, T, D/2]`, contiguous, in the rotated tensors' dtype. A decoding step
+/// makes them once for all its layers' queries and keys: cut per rotation, they cost two
+/// copies a rotation, four kernels a decoder layer.
+pub struct RopeHalves {
+    c: Tensor,
+    s: Tensor,
+}
+
+impl RopeHalves {
+    /// The halves of `cos` and `sin` `[B, 1, T, D]` for tensors of `dtype`.
+    pub fn new(cos: &Tensor, sin: &Tensor, dtype: DType) -> Result<Self> {
+        let (b, _, t, d) = cos.dims4()?;
+        let half =
+            |x: &Tensor| x.narrow(D::Minus1, 0, d / 2)?.to_dtype(dtype)?.contiguous()?.reshape((b, t, d / 2));
+        Ok(RopeHalves { c: half(cos)?, s: half(sin)? })
+    }
+
+    /// `x` `[B', H, T, D]` rotated (`B'` = `B`, or any when `B` is 1), by candle's kernel.
+    pub fn apply(&self, x: &Tensor) -> Result<Tensor> {
+        let (b, t, half) = self.c.dims3()?;
+        let (xb, _, xt, xd) = x.dims4()?;
+        if xt != t || xd != 2 * half || (b != xb && b != 1) {
+            candle_core::bail!("rotary tables [{b}, {t}, {half}] for a tensor {:?}", x.dims());
+        }
+        if b == xb {
+            return rope4(x, self.c.clone(), self.s.clone());
+        }
+        let full = (xb, t, half);
+        rope4(x, self.c.broadcast_as(full)?.contiguous()?, self.s.broadcast_as(full)?.contiguous()?)
     }
 }
 

@@ -11,6 +11,7 @@ use super::config::TextConfig;
 use super::nn::{apply_rope, attention, causal_mask, Linear, RmsNorm};
 use super::weights::Weights;
 use crate::nn::activation;
+use crate::nn::fused::RopeHalves;
 use crate::policy::qwen_vl::train::checkpoint::checkpointed;
 use crate::policy::qwen_vl::train::lora::{AdapterSwitch, AdapterUse, LoraAdapter};
 use crate::policy::qwen_vl::train::train_pass::TrainPass;
@@ -281,30 +282,31 @@ impl TextModel {
         };
         let mut x = self.embed(&padded.unsqueeze(1)?)?.reshape((rows, h))?;
         let (d, hd) = (self.dims(), self.cfg.head_dim);
-        let (cos, sin) = (cos.reshape((b, 1, 1, hd))?, sin.reshape((b, 1, 1, hd))?);
+        let rope = RopeHalves::new(&cos.reshape((b, 1, 1, hd))?, &sin.reshape((b, 1, 1, hd))?, x.dtype())?;
         for c in caches.iter_mut() {
             c.ensure_layers(self.layers.len());
             c.limit_to(self.cfg.max_position_embeddings);
         }
         for (i, layer) in self.layers.iter().enumerate() {
-            x = layer_decode(d, layer, &x, (&cos, &sin), caches, i)?;
+            x = layer_decode(d, layer, &x, &rope, caches, i)?;
         }
         self.final_norm(&x.narrow(0, 0, b)?)
     }
 }
 
 /// One decoder layer (`layer`) for one new token per row: `x` `[M, H]` (the first
-/// `caches.len()` rows real, the rest padding), tables `[B, 1, 1, D]`, each real row's cache.
+/// `caches.len()` rows real, the rest padding), the real rows' rotary tables, each real
+/// row's cache.
 fn layer_decode(
     dims: LayerDims,
     l: &Layer,
     x: &Tensor,
-    (cos, sin): (&Tensor, &Tensor),
+    rope: &RopeHalves,
     caches: &mut [&mut KvCache],
     layer: usize,
 ) -> Result<Tensor> {
     let (m, _) = x.dims2()?;
-    let (q, k, v) = project_rows(dims, l, x, (cos, sin), caches.len())?;
+    let (q, k, v) = project_rows(dims, l, x, rope, caches.len())?;
     let hd = dims.head_dim;
     let scale = (hd as f64).powf(-0.5);
     let mut out = Vec::with_capacity(m);
@@ -319,12 +321,12 @@ fn layer_decode(
 }
 
 /// A decoding step's rotated queries, keys and values `[B, n, 1, D]` for the first `b` rows
-/// of `x` `[M, H]` (the products run on all `M`), with tables `[B, 1, 1, D]`.
+/// of `x` `[M, H]` (the products run on all `M`), with the rows' rotary tables (`B` = `b`).
 fn project_rows(
     dims: LayerDims,
     l: &Layer,
     x: &Tensor,
-    (cos, sin): (&Tensor, &Tensor),
+    rope: &RopeHalves,
     b: usize,
 ) -> Result<(Tensor, Tensor, Tensor)> {
     let hd = dims.head_dim;
@@ -338,7 +340,7 @@ fn project_rows(
         q = qn.forward(&q)?;
         k = kn.forward(&k)?;
     }
-    Ok((apply_rope(&q, cos, sin)?, apply_rope(&k, cos, sin)?, v))
+    Ok((rope.apply(&q)?, rope.apply(&k)?, v))
 }
 
 /// The rest of a decoding step's layer after attention (`a` `[M, heads · D]`): the output

@@ -8,7 +8,7 @@
 //! softmax and the value product reduce over `W` positions, the masked ones adding zeros.
 
 use super::{finish_rows, project_rows, TextModel};
-use crate::nn::fused::group_heads;
+use crate::nn::fused::{group_heads, RopeHalves};
 use crate::policy::qwen_vl::model::slots::WindowChunk;
 use anyhow::{bail, Result};
 use candle_core::{DType, Tensor};
@@ -37,11 +37,11 @@ impl TextModel {
         let (h, hd) = (self.cfg.hidden_size, self.cfg.head_dim);
         let ids = ids.unsqueeze(1)?;
         let mut x = self.embed(&ids)?.reshape((r, h))?;
-        let (cos, sin) = (cos.reshape((r, 1, 1, hd))?, sin.reshape((r, 1, 1, hd))?);
+        let rope = RopeHalves::new(&cos.reshape((r, 1, 1, hd))?, &sin.reshape((r, 1, 1, hd))?, x.dtype())?;
         let (at, mask) = chunk.step_inputs()?;
         let scale = (hd as f64).powf(-0.5);
         for (i, layer) in self.layers.iter().enumerate() {
-            let (q, k, v) = project_rows(self.dims(), layer, &x, (&cos, &sin), r)?;
+            let (q, k, v) = project_rows(self.dims(), layer, &x, &rope, r)?;
             let (keys, values) = chunk.write(i, &at, &k, &v)?;
             let a = window_attention(&q, &keys, &values, &mask, scale)?;
             x = finish_rows(layer, &x, &a)?;
