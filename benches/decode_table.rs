@@ -6,7 +6,7 @@
 //! ```text
 //! cargo bench --bench decode_table -- --model DIR [--rollouts 1,2,4,8] [--tokens 32]
 //!     [--device cpu|cuda] [--dtype f32|bf16] [--rows R] [--window W] [--sync N] [--out table.json]
-//!     [--lora merged|separate] [--profile STEPS] [--mismatch N]
+//!     [--lora merged|separate] [--cache-uploads] [--profile STEPS] [--mismatch N]
 //! ```
 //!
 //! `DIR` is a Qwen-VL checkpoint folder (a fixture under `fixtures/qwen_vl/`, or the
@@ -25,6 +25,13 @@
 //! attention per answer); left out, the device's default (`auto` on a GPU, `off` on a CPU).
 //! `--sync N` has the host read the drawn tokens every N decoding steps (`decode_sync`).
 //! `--lora merged|separate` decodes with `decode_lora` so (left out, the device's default).
+//! `--cache-uploads` (CUDA) times the table with candle's upload cache on
+//! (`enable_cuda_graph_htod_cache`, made for graph capture): a kernel over a strided
+//! tensor then reads its dims and strides from a device buffer uploaded once per shape,
+//! where it otherwise uploads them at every launch, and host data of up to 4 KiB is kept
+//! on the device by its bytes. It measures how much of a decoding step's host time those
+//! small uploads are; the cache keeps every distinct small upload (the draws' uniforms
+//! among them) for the process's life, so it is a measurement, not a setting.
 //! `--mismatch N` times nothing: it draws every adapter's B (seeded, standard deviation
 //! 0.01, as if trained a little: a fresh B is zero and a merged adapter would change
 //! nothing), decodes `N` rollouts and rescores their tokens as training does
@@ -120,6 +127,12 @@ fn main() -> Result<()> {
         let steps: usize = steps.parse().context("--profile: a number of decoding steps")?;
         return profile(&policy, rollouts[0], steps);
     }
+    let _cached = if args.iter().any(|a| a == "--cache-uploads") {
+        println!("with candle's upload cache (dims, strides and small host data kept on the device)");
+        Some(cache_uploads(&device)?)
+    } else {
+        None
+    };
     println!(
         "| rollouts | prefill s | decode s | tokens | tokens/s | per rollout | of roofline | peak memory |"
     );
@@ -228,6 +241,21 @@ fn profile(policy: &QwenVlPolicy, n: usize, steps: usize) -> Result<()> {
         t.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// `--cache-uploads` (see the module docs): candle's upload cache on this thread until the
+/// returned guard is dropped.
+#[cfg(feature = "cuda")]
+fn cache_uploads(device: &Device) -> Result<Box<dyn std::any::Any>> {
+    match device {
+        Device::Cuda(d) => Ok(Box::new(d.enable_cuda_graph_htod_cache())),
+        _ => bail!("--cache-uploads: a CUDA device's cache (--device cuda)"),
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+fn cache_uploads(_device: &Device) -> Result<Box<dyn std::any::Any>> {
+    bail!("--cache-uploads: a CUDA device's cache (a `--features cuda` build, --device cuda)")
 }
 
 /// `--mismatch N` (see the module docs): the decoder's log-probs against the trainer's

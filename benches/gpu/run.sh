@@ -164,6 +164,10 @@ b.write_big_checkpoint(sys.argv[1], sys.argv[2], "bf16", "cuda")' /tmp/qwen-spee
       timeout "$(cap 60)" $BIN/decode_table --device cuda --dtype bf16 --model /tmp/qwen-speed/qwen3_vl_${size}_bf16 \
         --tokens 32 --lora $lora --mismatch 8 2>&1 | tail -1 | sed "s/^/$lora: /" || echo "mismatch ($lora) failed"
     done
+    echo "### $size: rollout decoding table, candle's upload cache on (strided kernels' dims and strides uploaded once per shape)"
+    timeout "$(cap 60)" $BIN/decode_table --device cuda --dtype bf16 --model /tmp/qwen-speed/qwen3_vl_${size}_bf16 \
+      --rollouts ${GPU_CACHE_ROLLOUTS:-1,32} --tokens 32 --cache-uploads \
+      --out "${OUT:-/tmp}/decode-table-cached-$size.json" || echo "decode table (upload cache) $size failed (rc $?)"
     echo "### $size: rollout decoding table, chunks of 128 window slots"
     timeout "$(cap 60)" $BIN/decode_table --device cuda --dtype bf16 --model /tmp/qwen-speed/qwen3_vl_${size}_bf16 \
       --rollouts ${GPU_WIDE_ROLLOUTS:-1,64,128} --tokens 32 --rows 128 \
