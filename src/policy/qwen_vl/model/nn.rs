@@ -63,8 +63,7 @@ impl Linear {
         if self.bias.is_some() && matches!(x.dtype(), DType::BF16 | DType::F16) && x.device().is_cpu() {
             flat = flat.to_dtype(DType::F32)?;
         }
-        let w =
-            if weight.dtype() == flat.dtype() { weight.clone() } else { weight.to_dtype(flat.dtype())? };
+        let w = in_dtype_of(weight, &flat)?;
         let mut y = if flat.track_op() && !w.track_op() {
             frozen_matmul(&flat, &w)?
         } else {
@@ -81,15 +80,6 @@ impl Linear {
 }
 
 impl Linear {
-    /// The weight in `x`'s dtype (a fully trained weight is an f32 Var even in a bf16 model).
-    fn weight_for(&self, x: &Tensor) -> Result<Tensor> {
-        if self.weight.dtype() == x.dtype() {
-            Ok(self.weight.clone())
-        } else {
-            Ok(self.weight.to_dtype(x.dtype())?)
-        }
-    }
-
     /// The layer with its adapter (if any and switched on) as one fused graph node.
     /// `None` when the composed path must run: no adapter, or a weight trained whole.
     fn forward_fused(&self, x: &Tensor) -> Result<Option<Tensor>> {
@@ -98,7 +88,7 @@ impl Linear {
         if self.weight.track_op() {
             return Ok(None);
         }
-        let w = self.weight_for(x)?;
+        let w = in_dtype_of(&self.weight, x)?;
         let mut dims = x.dims().to_vec();
         let flat = x.reshape(((), self.in_dim()))?;
         let mask = mask.map(|m| m.reshape(flat.shape())).transpose()?;
@@ -127,6 +117,11 @@ impl Module for Linear {
             None => Ok(y),
         }
     }
+}
+
+/// `w` in `x`'s dtype (a fully trained weight is an f32 Var even in a bf16 model).
+fn in_dtype_of(w: &Tensor, x: &Tensor) -> Result<Tensor> {
+    Ok(if w.dtype() == x.dtype() { w.clone() } else { w.to_dtype(x.dtype())? })
 }
 
 /// `x Wᵀ` for a weight that gets no gradient, with `x` in the graph.
