@@ -6,7 +6,8 @@
 //! ```text
 //! cargo bench --bench decode_table -- --model DIR [--rollouts 1,2,4,8] [--tokens 32]
 //!     [--device cpu|cuda] [--dtype f32|bf16] [--rows R] [--window W] [--sync N] [--out table.json]
-//!     [--lora merged|separate] [--cache-uploads] [--profile STEPS] [--mismatch N]
+//!     [--lora merged|separate] [--kernels eager|fused] [--cache-uploads] [--profile STEPS]
+//!     [--mismatch N]
 //! ```
 //!
 //! `DIR` is a Qwen-VL checkpoint folder (a fixture under `fixtures/qwen_vl/`, or the
@@ -25,6 +26,7 @@
 //! attention per answer); left out, the device's default (`auto` on a GPU, `off` on a CPU).
 //! `--sync N` has the host read the drawn tokens every N decoding steps (`decode_sync`).
 //! `--lora merged|separate` decodes with `decode_lora` so (left out, the device's default).
+//! `--kernels eager|fused` decodes with `decode_kernels` so (left out, the default).
 //! `--cache-uploads` (CUDA) times the table with candle's upload cache on
 //! (`enable_cuda_graph_htod_cache`, made for graph capture): a kernel over a strided
 //! tensor then reads its dims and strides from a device buffer uploaded once per shape,
@@ -96,7 +98,9 @@ fn main() -> Result<()> {
     s.decode_window = arg(&args, "--window").map(|w| w.parse()).transpose().map_err(anyhow::Error::msg)?;
     s.decode_sync = arg(&args, "--sync").map(|n| n.parse()).transpose().context("--sync")?;
     s.decode_lora = arg(&args, "--lora").map(|l| l.parse()).transpose().map_err(anyhow::Error::msg)?;
+    s.decode_kernels = arg(&args, "--kernels").map(|a| a.parse()).transpose().map_err(anyhow::Error::msg)?;
     let adapters = s.decode_lora_on(&device);
+    let kernels = s.decode_kernels_on(&device);
     let window = s.decode_window_on(&device);
     let rows = s.decode_rows_on(&device);
     let sync = s.decode_sync_on(&device);
@@ -111,7 +115,7 @@ fn main() -> Result<()> {
     println!(
         "{backbone} {dtype} on {device:?}: {:.1} MB of text weights read per token, copy bandwidth {:.1} GB/s, \
          roofline {:.0} tokens/s for one rollout; decode_rows {rows}, decode_window {window}, decode_sync {sync}, \
-         decode_lora {adapters}, {tokens} new tokens",
+         decode_lora {adapters}, decode_kernels {kernels}, {tokens} new tokens",
         weight_bytes / 1e6,
         bandwidth / 1e9,
         roofline
@@ -164,7 +168,7 @@ fn main() -> Result<()> {
     if let Some(out) = arg(&args, "--out") {
         let doc = serde_json::json!({
             "backbone": backbone, "dtype": dtype, "device": format!("{device:?}"), "decode_rows": rows,
-            "decode_window": window, "decode_sync": sync, "decode_lora": adapters, "new_tokens": tokens, "weight_bytes_per_token": weight_bytes,
+            "decode_window": window, "decode_sync": sync, "decode_lora": adapters, "decode_kernels": kernels, "new_tokens": tokens, "weight_bytes_per_token": weight_bytes,
             "copy_bandwidth": bandwidth,
             "roofline_one_rollout": roofline, "table": table,
         });

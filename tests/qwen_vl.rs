@@ -8,6 +8,7 @@ use candle_core::{DType, Device, Tensor, D};
 use common::qwen::*;
 use guirl::policy::qwen_vl::model::text::KvCache;
 use guirl::policy::qwen_vl::train::lora::LoraSettings;
+use guirl::policy::qwen_vl::DecodeKernels;
 use std::path::{Path, PathBuf};
 
 #[test]
@@ -199,12 +200,15 @@ fn images_of_one_size_encode_together_as_each_alone() {
 
 /// Rows decoded together (`step_rows`, chunks of a fixed row count) match transformers'
 /// cached decoding, and each row has exactly the bits it has when decoded alone: a
-/// result never depends on which other answers share the step. On the test device and
-/// dtype (`benches/gpu/run.sh` runs it on CUDA).
+/// result never depends on which other answers share the step. With eager attention and
+/// with the fused kernel (`decode_kernels`). On the test device and dtype
+/// (`benches/gpu/run.sh` runs it on CUDA).
 #[test]
 fn rows_decoded_together_equal_transformers_and_themselves_alone() {
     const ROWS: usize = 4;
-    for arch in ARCHS {
+    for (arch, attention) in
+        ARCHS.iter().flat_map(|a| [(*a, DecodeKernels::Eager), (*a, DecodeKernels::Fused)])
+    {
         let m = load(arch);
         let r = reference(arch);
         // three answers: the two cases, and the first case again
@@ -225,16 +229,24 @@ fn rows_decoded_together_equal_transformers_and_themselves_alone() {
             let toks: Vec<u32> = prefix.iter().map(|p| tokens(p.0)[k]).collect();
             let pos: Vec<i64> = prefix.iter().map(|p| (p.2 + k) as i64 + p.3).collect();
             let mut refs: Vec<&mut KvCache> = together.iter_mut().collect();
-            let h = m.step_rows(&toks, &pos, &mut refs, ROWS).unwrap();
+            let on = |t: &[u32]| Tensor::new(t, &device()).unwrap();
+            let h = m.step_rows_on(&on(&toks), &pos, &mut refs, ROWS, attention).unwrap();
             let batch = m.logits_rows(&h, ROWS).unwrap();
             for (i, cache) in alone.iter_mut().enumerate() {
-                let h1 = m.step_rows(&toks[i..=i], &pos[i..=i], &mut [cache], ROWS).unwrap();
+                let h1 =
+                    m.step_rows_on(&on(&toks[i..=i]), &pos[i..=i], &mut [cache], ROWS, attention).unwrap();
                 let one = m.logits_rows(&h1, ROWS).unwrap().squeeze(0).unwrap();
                 let row = batch.get(i).unwrap();
-                assert!(bits(&row) == bits(&one), "{arch} step {k}: row {i} differs from itself alone");
+                assert!(
+                    bits(&row) == bits(&one),
+                    "{arch} {attention:?} step {k}: row {i} differs from itself alone"
+                );
                 let want = r[&format!("{}.decode_logits", prefix[i].0)].get(k).unwrap();
                 let e = rel_err(&row, &want);
-                assert!(e <= tolerance(), "{arch} step {k} row {i}: relative error {e} against transformers");
+                assert!(
+                    e <= tolerance(),
+                    "{arch} {attention:?} step {k} row {i}: relative error {e} against transformers"
+                );
             }
         }
     }
@@ -598,4 +610,66 @@ fn config_keys_guirl_cannot_honour_are_refused_by_name() {
     c["vision_config"]["rope_parameters"]["factor"] = json!(2.0);
     let e = format!("{:#}", QwenVlConfig::from_json(&c, "config.json").unwrap_err());
     assert!(e.contains("vision_config.rope_parameters.factor"), "{e}");
+}
+
+/// The fused decoding attention (`guirl::nn::decode::attention`) on the test device, at
+/// Qwen3-VL 2B's head shape (16 query heads over 8 key/value heads of 128): each row is the
+/// attention over its own first positions that candle's ops compute in f32 on the CPU from
+/// the same inputs (within the dtype's rounding), a free row is zeros, and a row's bits do
+/// not depend on the other rows. `benches/gpu/run.sh` runs it on CUDA, the kernel's check.
+#[test]
+fn fused_decode_kernels_on_the_test_device_is_each_rows_own_attention() {
+    use guirl::nn::decode;
+    use rand::{Rng, SeedableRng};
+    let (dev, dt) = (device(), dtype());
+    let (r, h, hkv, w, d) = (5usize, 16usize, 8usize, 300usize, 128usize);
+    let scale = (d as f64).powf(-0.5);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+    let mut randn = |dims: &[usize]| {
+        let n = dims.iter().product();
+        let v: Vec<f32> = (0..n).map(|_| rng.gen_range(-2.0..2.0)).collect();
+        // rounded to the dtype under test first, so both sides read the same values
+        Tensor::from_vec(v, dims, &Device::Cpu).unwrap().to_dtype(dt).unwrap().to_dtype(DType::F32).unwrap()
+    };
+    let (q, k, v) = (randn(&[r, h, d]), randn(&[r, hkv, w, d]), randn(&[r, hkv, w, d]));
+    let on = |t: &Tensor| t.to_dtype(dt).unwrap().to_device(&dev).unwrap();
+    let run = |q: &Tensor, k: &Tensor, v: &Tensor, lens: &[u32]| {
+        let lens = Tensor::new(lens, &dev).unwrap();
+        let out = decode::attention(&on(q), &on(k), &on(v), &lens, scale).unwrap();
+        out.to_dtype(DType::F32).unwrap().to_device(&Device::Cpu).unwrap()
+    };
+    let lens = [1u32, 0, 77, 300, 150];
+    let got = run(&q, &k, &v, &lens);
+    let g = h / hkv;
+    for (row, &n) in lens.iter().enumerate() {
+        let out = got.get(row).unwrap();
+        if n == 0 {
+            assert_eq!(out.abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap(), 0.0, "a free row");
+            continue;
+        }
+        for head in 0..h {
+            let qv = q.get(row).unwrap().narrow(0, head, 1).unwrap(); // [1, D]
+            let kk = k.get(row).unwrap().get(head / g).unwrap().narrow(0, 0, n as usize).unwrap();
+            let vv = v.get(row).unwrap().get(head / g).unwrap().narrow(0, 0, n as usize).unwrap();
+            let s = (qv.matmul(&kk.t().unwrap()).unwrap() * scale).unwrap();
+            let p = candle_nn::ops::softmax_last_dim(&s).unwrap();
+            let want = p.matmul(&vv).unwrap().squeeze(0).unwrap();
+            let diff = (out.get(head).unwrap() - want).unwrap().abs().unwrap().max_all().unwrap();
+            let diff = diff.to_scalar::<f32>().unwrap();
+            let bound = if dt == DType::F32 { 1e-5 } else { 8e-3 };
+            assert!(diff <= bound, "{dt:?} on {dev:?}: row {row} (length {n}) head {head} differs by {diff}");
+        }
+    }
+    // row 3 beside other rows (other values, other lengths) keeps its bits
+    let mix = |t: &Tensor, u: &Tensor| {
+        Tensor::cat(
+            &[&u.narrow(0, 0, 3).unwrap(), &t.narrow(0, 3, 1).unwrap(), &u.narrow(0, 4, 1).unwrap()],
+            0,
+        )
+        .unwrap()
+    };
+    let (q2, k2, v2) = (randn(&[r, h, d]), randn(&[r, hkv, w, d]), randn(&[r, hkv, w, d]));
+    let other = run(&mix(&q, &q2), &mix(&k, &k2), &mix(&v, &v2), &[300, 12, 0, 300, 1]);
+    let bits = |t: &Tensor| t.get(3).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    assert_eq!(bits(&got), bits(&other), "{dt:?} on {dev:?}: row 3 depends on the other rows");
 }

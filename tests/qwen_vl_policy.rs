@@ -7,7 +7,7 @@ mod common;
 
 use candle_core::{Device, Tensor};
 use guirl::env::GuiAction;
-use guirl::policy::qwen_vl::{DecodeLora, DecodeWindow, QwenPolicySettings, QwenVlPolicy};
+use guirl::policy::qwen_vl::{DecodeKernels, DecodeLora, DecodeWindow, QwenPolicySettings, QwenVlPolicy};
 use guirl::policy::{Policy, PolicyFailure, Sampling, TrainablePolicy};
 use guirl::train::optim::{AdamW, AdamWConfig};
 use std::path::{Path, PathBuf};
@@ -21,14 +21,16 @@ use common::synthetic_state as state;
 
 /// Each architecture with attention per answer over its own cache, and with window slots
 /// (`decode_window`: one attention per layer for a chunk of slots), sized per prompt or
-/// fixed.
-const DECODINGS: [(&str, DecodeWindow, DecodeLora); 6] = [
-    ("qwen3_vl", DecodeWindow::Off, DecodeLora::Separate),
-    ("qwen3_vl", DecodeWindow::Auto, DecodeLora::Separate),
-    ("qwen3_vl", DecodeWindow::Auto, DecodeLora::Merged),
-    ("qwen2_5_vl", DecodeWindow::Off, DecodeLora::Separate),
-    ("qwen2_5_vl", DecodeWindow::Off, DecodeLora::Merged),
-    ("qwen2_5_vl", DecodeWindow::Tokens(512), DecodeLora::Separate),
+/// fixed; the attention eager or fused (`decode_kernels`) in either.
+const DECODINGS: [(&str, DecodeWindow, DecodeLora, DecodeKernels); 8] = [
+    ("qwen3_vl", DecodeWindow::Off, DecodeLora::Separate, DecodeKernels::Eager),
+    ("qwen3_vl", DecodeWindow::Auto, DecodeLora::Separate, DecodeKernels::Eager),
+    ("qwen3_vl", DecodeWindow::Auto, DecodeLora::Merged, DecodeKernels::Eager),
+    ("qwen3_vl", DecodeWindow::Auto, DecodeLora::Merged, DecodeKernels::Fused),
+    ("qwen2_5_vl", DecodeWindow::Off, DecodeLora::Separate, DecodeKernels::Eager),
+    ("qwen2_5_vl", DecodeWindow::Off, DecodeLora::Merged, DecodeKernels::Eager),
+    ("qwen2_5_vl", DecodeWindow::Off, DecodeLora::Separate, DecodeKernels::Fused),
+    ("qwen2_5_vl", DecodeWindow::Tokens(512), DecodeLora::Separate, DecodeKernels::Eager),
 ];
 
 fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
@@ -38,14 +40,18 @@ fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
 #[test]
 fn sampled_answers_rescored_give_the_same_logprobs() {
     let cases = [
-        ("qwen3_vl", DecodeLora::Separate),
-        ("qwen2_5_vl", DecodeLora::Separate),
-        ("qwen3_vl", DecodeLora::Merged),
+        ("qwen3_vl", DecodeLora::Separate, DecodeKernels::Eager, DecodeWindow::Off),
+        ("qwen2_5_vl", DecodeLora::Separate, DecodeKernels::Eager, DecodeWindow::Off),
+        ("qwen3_vl", DecodeLora::Merged, DecodeKernels::Eager, DecodeWindow::Off),
+        ("qwen3_vl", DecodeLora::Separate, DecodeKernels::Fused, DecodeWindow::Auto),
+        ("qwen2_5_vl", DecodeLora::Separate, DecodeKernels::Fused, DecodeWindow::Off),
     ];
-    for (arch, lora) in cases {
+    for (arch, lora, attention, window) in cases {
         let tmp = tempfile::tempdir().unwrap();
         let mut s = settings(arch, tmp.path());
-        s.decode_lora = Some(lora);
+        (s.decode_lora, s.decode_kernels, s.decode_window) = (Some(lora), Some(attention), Some(window));
+        let arch = format!("{arch} {attention:?} {window:?}");
+        let arch = arch.as_str();
         let mut p = QwenVlPolicy::new(s, &Device::Cpu, 0).unwrap();
         perturb_b(&p);
         p.set_sampling(Sampling { temperature: 1.3, greedy: false, seed: 7 });
@@ -78,11 +84,10 @@ fn sampled_answers_rescored_give_the_same_logprobs() {
 
 #[test]
 fn answers_decoded_together_are_bit_for_bit_those_decoded_alone() {
-    for (arch, window, lora) in DECODINGS {
+    for (arch, window, lora, attention) in DECODINGS {
         let tmp = tempfile::tempdir().unwrap();
         let mut s = settings(arch, tmp.path());
-        s.decode_window = Some(window);
-        s.decode_lora = Some(lora);
+        (s.decode_window, s.decode_lora, s.decode_kernels) = (Some(window), Some(lora), Some(attention));
         s.max_new_tokens = 12;
         s.decode_rows = Some(3);
         let mut p = QwenVlPolicy::new(s, &Device::Cpu, 0).unwrap();
@@ -105,7 +110,7 @@ fn answers_decoded_together_are_bit_for_bit_those_decoded_alone() {
             assert_eq!(
                 bits(&alone[0]),
                 together[i],
-                "{arch} {window:?} {lora:?}: state {i} alone differs from in the batch"
+                "{arch} {window:?} {lora:?} {attention:?}: state {i} alone differs from in the batch"
             );
         }
         let order = [4, 2, 0, 3, 1];
@@ -116,14 +121,14 @@ fn answers_decoded_together_are_bit_for_bit_those_decoded_alone() {
             assert_eq!(
                 bits(&shuffled[j]),
                 together[i],
-                "{arch} {window:?} {lora:?}: state {i} in another order differs"
+                "{arch} {window:?} {lora:?} {attention:?}: state {i} in another order differs"
             );
         }
         // the same prompt with other keys draws other answers (the shared prompt run does
         // not share the sampling)
         assert!(
             together[0] != together[1] || together[0] != together[3],
-            "{arch} {window:?} {lora:?}: one answer for three keys"
+            "{arch} {window:?} {lora:?} {attention:?}: one answer for three keys"
         );
     }
 }
@@ -133,11 +138,10 @@ fn answers_decoded_together_are_bit_for_bit_those_decoded_alone() {
 /// state gets decoded alone.
 #[test]
 fn answers_joining_a_decode_in_flight_are_bit_for_bit_those_decoded_alone() {
-    for (arch, window, lora) in DECODINGS {
+    for (arch, window, lora, attention) in DECODINGS {
         let tmp = tempfile::tempdir().unwrap();
         let mut s = settings(arch, tmp.path());
-        s.decode_window = Some(window);
-        s.decode_lora = Some(lora);
+        (s.decode_window, s.decode_lora, s.decode_kernels) = (Some(window), Some(lora), Some(attention));
         s.max_new_tokens = 10;
         s.decode_rows = Some(2);
         let mut p = QwenVlPolicy::new(s, &Device::Cpu, 0).unwrap();
@@ -163,15 +167,19 @@ fn answers_joining_a_decode_in_flight_are_bit_for_bit_those_decoded_alone() {
             }
             let live = dec.live();
             let done = dec.step().unwrap();
-            assert_eq!(dec.live(), live - done.len(), "{arch} {window:?} {lora:?}: finished answers leave");
+            assert_eq!(
+                dec.live(),
+                live - done.len(),
+                "{arch} {window:?} {lora:?} {attention:?}: finished answers leave"
+            );
             for (id, d) in done {
                 assert!(
                     got[id as usize].replace(d).is_none(),
-                    "{arch} {window:?} {lora:?}: answer {id} returned twice"
+                    "{arch} {window:?} {lora:?} {attention:?}: answer {id} returned twice"
                 );
             }
             steps += 1;
-            assert!(steps < 100, "{arch} {window:?} {lora:?}: the decode never ended");
+            assert!(steps < 100, "{arch} {window:?} {lora:?} {attention:?}: the decode never ended");
         }
         for (i, d) in got.iter().enumerate() {
             let d = d.as_ref().unwrap();
@@ -179,12 +187,12 @@ fn answers_joining_a_decode_in_flight_are_bit_for_bit_those_decoded_alone() {
             assert_eq!(
                 bits(&alone[0]),
                 bits(d),
-                "{arch} {window:?} {lora:?}: state {i} joining at step {} differs",
+                "{arch} {window:?} {lora:?} {attention:?}: state {i} joining at step {} differs",
                 joins[i]
             );
             assert!(
                 !d.tokens.is_empty() && d.tokens.len() <= 10,
-                "{arch} {window:?} {lora:?}: {:?}",
+                "{arch} {window:?} {lora:?} {attention:?}: {:?}",
                 d.tokens
             );
         }
@@ -205,7 +213,7 @@ fn answers_read_every_few_steps_are_bit_for_bit_those_read_every_step() {
     let keys: Vec<u64> = (30..36).collect();
     let joins = [0usize, 0, 1, 2, 5, 7];
     let max = 14;
-    for (arch, window, lora) in DECODINGS {
+    for (arch, window, lora, attention) in DECODINGS {
         let model = copy_of(arch);
         let decode = |sync: usize| {
             let tmp = tempfile::tempdir().unwrap();
@@ -213,6 +221,7 @@ fn answers_read_every_few_steps_are_bit_for_bit_those_read_every_step() {
             s.path = model.path().to_str().unwrap().to_string();
             (s.decode_window, s.decode_lora, s.decode_sync, s.decode_rows, s.max_new_tokens) =
                 (Some(window), Some(lora), Some(sync), Some(2), max);
+            s.decode_kernels = Some(attention);
             let mut p = QwenVlPolicy::new(s, &Device::Cpu, 0).unwrap();
             perturb_b(&p);
             p.set_sampling(Sampling { temperature: 1.5, greedy: false, seed: 3 });
@@ -227,11 +236,14 @@ fn answers_read_every_few_steps_are_bit_for_bit_those_read_every_step() {
                 for (id, d) in dec.step().unwrap() {
                     assert!(
                         got[id as usize].replace(bits(&d)).is_none(),
-                        "{arch} {window:?} {lora:?}: {id} twice"
+                        "{arch} {window:?} {lora:?} {attention:?}: {id} twice"
                     );
                 }
                 steps += 1;
-                assert!(steps < 100, "{arch} {window:?} {lora:?} sync {sync}: the decode never ended");
+                assert!(
+                    steps < 100,
+                    "{arch} {window:?} {lora:?} {attention:?} sync {sync}: the decode never ended"
+                );
             }
             (whole, got.into_iter().map(Option::unwrap).collect::<Vec<_>>())
         };
@@ -249,21 +261,24 @@ fn answers_read_every_few_steps_are_bit_for_bit_those_read_every_step() {
             .unwrap();
 
         let (every, joined) = decode(1);
-        assert_eq!(joined, every, "{arch} {window:?} {lora:?}: joining answers differ from a whole call");
+        assert_eq!(
+            joined, every,
+            "{arch} {window:?} {lora:?} {attention:?}: joining answers differ from a whole call"
+        );
         let ended: Vec<usize> = every.iter().map(|b| b.0.len()).filter(|&n| n < max).collect();
         assert!(
             ended.len() >= 2,
-            "{arch} {window:?} {lora:?}: answers end early with token {eos}: {every:?}"
+            "{arch} {window:?} {lora:?} {attention:?}: answers end early with token {eos}: {every:?}"
         );
         for sync in [3, 4] {
             let (whole, late) = decode(sync);
             assert_eq!(
                 whole, every,
-                "{arch} {window:?} {lora:?}: a whole call read every {sync} steps differs"
+                "{arch} {window:?} {lora:?} {attention:?}: a whole call read every {sync} steps differs"
             );
             assert_eq!(
                 late, joined,
-                "{arch} {window:?} {lora:?}: joining answers read every {sync} steps differ"
+                "{arch} {window:?} {lora:?} {attention:?}: joining answers read every {sync} steps differ"
             );
         }
     }

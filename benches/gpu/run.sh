@@ -24,8 +24,9 @@
 #     bandwidth's roofline measured in the same run (benches/decode_table.rs), with the
 #     GPU defaults (window slots sized per prompt, chunks of 32, the tokens read every
 #     step, the adapters merged), beside PyTorch's `generate` over the same prompts
-#     (scripts/decode_table_torch.py, GPU_TORCH=0 leaves it out); then the adapters
-#     separate, the decoder's log-probs against the trainer's (merged and separate),
+#     (scripts/decode_table_torch.py, GPU_TORCH=0 leaves it out); then the fused decoding
+#     kernels (decode_kernels fused: their log-probs against the trainer's, then their
+#     table, GPU_FUSED_ROLLOUTS); then the adapters separate, the decoder's log-probs against the trainer's (merged and separate),
 #     chunks of 128 slots, per-answer attention in chunks of 8 (the default before
 #     2026-12-04), and the tokens read every 8 steps;
 #  5. NCCL's data-parallel gradient sum (tests/nccl.rs, the `nccl` feature), one rank per
@@ -38,7 +39,8 @@
 #     (see browser.sh and docs/gpu.md), after section 4 on the same warm machine, or with
 #     GPU_SECTIONS="4 6" in one call.
 #  7. a profile of a few decoding steps (Nsight Compute, decode_table --profile): launches
-#     and device time per step, by kernel (scripts/ncu_summary.py). Not a default section:
+#     and device time per step, by kernel (scripts/ncu_summary.py); GPU_PROFILE_ARGS adds
+#     decode_table flags (GPU_PROFILE_ARGS="--kernels fused"). Not a default section:
 #     after section 4 on the same warm machine (it reads section 4's model).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -56,7 +58,7 @@ cap() { local left=$(( BUDGET - ($(date +%s) - start) )); (( left < $1 )) && ech
 
 section "1. device"
 nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total --format=csv || { echo "no GPU"; exit 1; }
-# section 4's binaries come in .gpubin, the others in .gpubin-more (benches/gpu/build.sh)
+# sections 2 and 4's binaries come in .gpubin, the others in .gpubin-more (benches/gpu/build.sh)
 for f in .gpubin/*.xz .gpubin-more/*.xz; do
   [ -f "$f" ] || continue
   b=$(basename "$f" .xz)
@@ -80,7 +82,8 @@ python3 -c 'import torch, transformers, peft; print("torch", torch.__version__, 
 want 2 && section "2. Qwen-VL parity on CUDA"
 want 2 && for dt in f32 bf16; do
   echo "### $dt"
-  GUIRL_TEST_DEVICE=cuda GUIRL_TEST_DTYPE=$dt timeout "$(cap 90)" $BIN/qwen_vl --test-threads 1 --nocapture 2>&1 \
+  # GPU_PARITY_TESTS: a test-name filter (GPU_PARITY_TESTS=fused: the fused kernels' tests alone)
+  GUIRL_TEST_DEVICE=cuda GUIRL_TEST_DTYPE=$dt timeout "$(cap 90)" $BIN/qwen_vl ${GPU_PARITY_TESTS:-} --test-threads 1 --nocapture 2>&1 \
     | grep -E "relative error|max diff|^test |test result|panicked|Error" || echo "parity tests failed to run"
 done
 
@@ -155,6 +158,15 @@ b.write_big_checkpoint(sys.argv[1], sys.argv[2], "bf16", "cuda")' /tmp/qwen-spee
       --rollouts ${GPU_ROLLOUTS:-1,8,16,32,64,128} --guirl "${OUT:-/tmp}/decode-table-$size.json" \
       --out "${OUT:-/tmp}/decode-table-torch-$size.json" || echo "PyTorch decode table $size failed (rc $?)"
     fi
+    # the fused decoding kernels (decode_kernels fused): first their log-probs against the
+    # trainer's, a check of the kernels at the model's size (eager's are in the loop below),
+    # then their table
+    echo "### $size: fused decoding kernels: the decoder's log-probs against the trainer's, then the decoding table"
+    timeout "$(cap 60)" $BIN/decode_table --device cuda --dtype bf16 --model /tmp/qwen-speed/qwen3_vl_${size}_bf16 \
+      --tokens 32 --kernels fused --mismatch 8 2>&1 | tail -1 | sed "s/^/fused: /" || echo "mismatch (fused) failed"
+    timeout "$(cap 60)" $BIN/decode_table --device cuda --dtype bf16 --model /tmp/qwen-speed/qwen3_vl_${size}_bf16 \
+      --rollouts ${GPU_FUSED_ROLLOUTS:-1,8,32,64} --tokens 32 --kernels fused \
+      --out "${OUT:-/tmp}/decode-table-fused-$size.json" || echo "decode table (fused) $size failed (rc $?)"
     echo "### $size: rollout decoding table, the adapters separate (decode_lora separate; the default merges them)"
     timeout "$(cap 60)" $BIN/decode_table --device cuda --dtype bf16 --model /tmp/qwen-speed/qwen3_vl_${size}_bf16 \
       --rollouts ${GPU_SEPARATE_ROLLOUTS:-1,32} --tokens 32 --lora separate \
@@ -253,6 +265,7 @@ else
     timeout "$(cap 90)" $NCU --profile-from-start off --clock-control none --cache-control none \
       --metrics gpu__time_duration.sum --csv --page raw --log-file /tmp/ncu-decode-$n.csv \
       $BIN/decode_table --device cuda --dtype bf16 --model $MODEL --rollouts $n --tokens 32 --profile 3 \
+      ${GPU_PROFILE_ARGS:-} \
       || echo "ncu over $n rollout(s) failed (rc $?)"
     python3 scripts/ncu_summary.py /tmp/ncu-decode-$n.csv 3
     [ -n "${OUT:-}" ] && xz -c /tmp/ncu-decode-$n.csv > "$OUT/ncu-decode-$n.csv.xz"

@@ -11,11 +11,15 @@
 //! - [`fused`]: RMSNorm, rotary embedding, the LoRA linear layer and attention as one node.
 //! - [`gemm`]: in-place and strided f32 products on the CPU.
 //! - [`custom_ops`]: the small policy's masked softmax, LayerNorm, GELU and bias add.
+//! - [`decode`]: decoding's kernels (the attention of one new token per row, the draw of
+//!   the next token), on the CPU and on CUDA, forward only: decoding keeps no graph.
 //!
-//! The Qwen-VL backbones use the first four, the small Candle policy the last.
+//! The Qwen-VL backbones use the first four and the last, the small Candle policy
+//! `custom_ops`.
 
 pub mod activation;
 pub mod attach;
 pub mod custom_ops;
+pub mod decode;
 pub mod fused;
 pub mod gemm;

@@ -80,6 +80,8 @@ pub struct ModelTable {
     pub decode_sync: Option<usize>,
     /// `decode_lora` (Qwen-VL).
     pub decode_lora: Option<crate::policy::qwen_vl::DecodeLora>,
+    /// `decode_kernels` (Qwen-VL).
+    pub decode_kernels: Option<crate::policy::qwen_vl::DecodeKernels>,
     /// `dtype` (Qwen-VL).
     pub dtype: Option<String>,
     /// `train_modules` (Qwen-VL).

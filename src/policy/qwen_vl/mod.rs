@@ -26,4 +26,4 @@ pub mod train;
 
 pub use model::config::{Arch, QwenVlConfig};
 pub use model::{Prompt, QwenVl};
-pub use policy::{DecodeLora, DecodeWindow, QwenPolicySettings, QwenVlPolicy};
+pub use policy::{DecodeKernels, DecodeLora, DecodeWindow, QwenPolicySettings, QwenVlPolicy};

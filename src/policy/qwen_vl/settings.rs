@@ -76,6 +76,15 @@ pub struct QwenPolicySettings {
     /// [`QwenPolicySettings::decode_lora_on`] the device.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decode_lora: Option<DecodeLora>,
+    /// How a decoding step's attention and draw run: `"eager"` (candle's ops one by one:
+    /// the attention's products, mask, softmax and casts as transformers' eager attention,
+    /// the draw's log-softmax and prefix sums) or `"fused"` ([`crate::nn::decode`]'s
+    /// kernels, on the CPU and on CUDA: one a layer in which each answer attends over its
+    /// own length alone, in f32, and one a step drawing every answer's token). Unset:
+    /// [`QwenPolicySettings::decode_kernels_on`] the device. Either way an answer is the
+    /// same bits whatever shares its batch; the two agree within rounding.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decode_kernels: Option<DecodeKernels>,
     /// `f32` or `bf16` (weights and activations; adapters and their optimizer stay f32).
     #[serde(default = "default_dtype")]
     pub dtype: String,
@@ -94,25 +103,41 @@ pub enum DecodeLora {
     Separate,
 }
 
-impl std::fmt::Display for DecodeLora {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            DecodeLora::Merged => "merged",
-            DecodeLora::Separate => "separate",
-        })
-    }
+/// How a decoding step's attention and draw run (`decode_kernels`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DecodeKernels {
+    /// candle's ops one by one.
+    Eager,
+    /// [`crate::nn::decode`]'s kernels: attention over each answer's own length, the draw.
+    Fused,
 }
 
-impl std::str::FromStr for DecodeLora {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "merged" => Ok(DecodeLora::Merged),
-            "separate" => Ok(DecodeLora::Separate),
-            _ => Err(format!("decode_lora = {s:?}: use \"merged\" or \"separate\"")),
+/// `Display` and `FromStr` of a setting written as one of a few words (the words serde
+/// reads), for the benches' flags and messages.
+macro_rules! words {
+    ($ty:ident, $key:literal, $($variant:ident = $word:literal),+) => {
+        impl std::fmt::Display for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(match self { $($ty::$variant => $word),+ })
+            }
         }
-    }
+        impl std::str::FromStr for $ty {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, String> {
+                match s {
+                    $($word => Ok($ty::$variant),)+
+                    _ => {
+                        let words: Vec<String> = [$($word),+].iter().map(|w| format!("{w:?}")).collect();
+                        Err(format!("{} = {s:?}: use {}", $key, words.join(" or ")))
+                    }
+                }
+            }
+        }
+    };
 }
+words!(DecodeLora, "decode_lora", Merged = "merged", Separate = "separate");
+words!(DecodeKernels, "decode_kernels", Eager = "eager", Fused = "fused");
 
 /// How answers being decoded hold their keys and values (`decode_window`): written
 /// `"auto"`, `"off"` or a number of tokens.
@@ -257,6 +282,12 @@ impl QwenPolicySettings {
         self.decode_lora.unwrap_or(if device.is_cuda() { DecodeLora::Merged } else { DecodeLora::Separate })
     }
 
+    /// `decode_kernels`, or its default: eager on both devices until the fused kernels
+    /// have run on a GPU (docs/gpu.md, rollout decoding).
+    pub fn decode_kernels_on(&self, _device: &candle_core::Device) -> DecodeKernels {
+        self.decode_kernels.unwrap_or(DecodeKernels::Eager)
+    }
+
     /// `decode_sync`, or 1: the host reads the tokens at every step unless told. On a CPU
     /// waiting costs nothing and an ended answer's extra steps would cost compute; on an
     /// H200 reading every step was no slower than every 8th, the host being the bound
@@ -283,6 +314,7 @@ impl QwenPolicySettings {
             decode_window: None,
             decode_sync: None,
             decode_lora: None,
+            decode_kernels: None,
             dtype: default_dtype(),
             train_modules: Vec::new(),
         }

@@ -19,6 +19,7 @@ pub mod weights;
 
 use super::chat::Chat;
 use super::processor::ImageProcessor;
+use super::settings::DecodeKernels;
 use super::train::lora::{AdapterSwitch, LoraSettings};
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor, Var};
@@ -238,21 +239,23 @@ impl QwenVl {
         rows: usize,
     ) -> Result<Tensor> {
         let ids = Tensor::new(tokens, &self.text_device())?;
-        self.step_rows_on(&ids, positions, caches, rows)
+        self.step_rows_on(&ids, positions, caches, rows, DecodeKernels::Eager)
     }
 
     /// [`QwenVl::step_rows`] with the tokens already on the device (`[B]` u32): a decoder
-    /// feeds back the tokens it drew without the host reading them.
+    /// feeds back the tokens it drew without the host reading them. Each row attends with
+    /// `kernels`' attention.
     pub fn step_rows_on(
         &self,
         tokens: &Tensor,
         positions: &[i64],
         caches: &mut [&mut KvCache],
         rows: usize,
+        kernels: DecodeKernels,
     ) -> Result<Tensor> {
         let pos = [positions.to_vec(), positions.to_vec(), positions.to_vec()];
         let (cos, sin) = text_cos_sin(&self.config.text, &pos, self.text_dtype(), &self.text_device())?;
-        self.text.decode(tokens, &cos, &sin, caches, rows)
+        self.text.decode(tokens, &cos, &sin, caches, rows, kernels)
     }
 
     /// Hidden states `[R, H]` of one more token for each row of a decoding chunk whose

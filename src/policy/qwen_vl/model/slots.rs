@@ -9,6 +9,7 @@
 //! answer gets never changes its bits: every row of a chunk runs the same shapes.
 
 use super::kv_cache::KvCache;
+use crate::policy::qwen_vl::settings::DecodeKernels;
 use anyhow::{bail, Result};
 use candle_core::{DType, Device, Tensor};
 
@@ -29,6 +30,17 @@ pub struct WindowChunk {
     lens: Vec<usize>,
     used: Vec<bool>,
     window: usize,
+    attention: DecodeKernels,
+}
+
+/// What a step's attention needs besides the buffers: the additive mask of eager
+/// attention, or the fused kernel's lengths.
+#[derive(Debug)]
+pub(crate) enum Attend {
+    /// `[R, 1, 1, W]` f32: 0 up to and including the position written, −∞ after.
+    Mask(Tensor),
+    /// `[R]` u32: each used row's length with the token written, 0 for a free row.
+    Lens(Tensor),
 }
 
 impl WindowChunk {
@@ -53,21 +65,29 @@ impl WindowChunk {
     }
 
     /// The step's write positions as scatter indices `[R, Hkv, 1, D]` (each row's length)
-    /// and the additive attention mask `[R, 1, 1, W]` (f32): 0 up to and including the
-    /// position written, −∞ after.
-    pub(crate) fn step_inputs(&self) -> Result<(Tensor, Tensor)> {
+    /// and what its attention reads besides the buffers ([`Attend`]).
+    pub(crate) fn step_inputs(&self) -> Result<(Tensor, Attend)> {
         let (r, hkv, w, d) = self.k[0].dims4()?;
         if let Some(row) = (0..r).find(|&i| self.lens[i] >= w) {
             bail!("decoding slot {row} is full ({w} tokens, model.decode_window)");
         }
         let at: Vec<u32> = self.lens.iter().flat_map(|&n| std::iter::repeat_n(n as u32, hkv * d)).collect();
-        let mask: Vec<f32> = self
-            .lens
-            .iter()
-            .flat_map(|&n| (0..w).map(move |j| if j <= n { 0.0 } else { f32::NEG_INFINITY }))
-            .collect();
         let device = self.k[0].device();
-        Ok((Tensor::from_vec(at, (r, hkv, 1, d), device)?, Tensor::from_vec(mask, (r, 1, 1, w), device)?))
+        let attend = match self.attention {
+            DecodeKernels::Eager => {
+                let mask: Vec<f32> = self
+                    .lens
+                    .iter()
+                    .flat_map(|&n| (0..w).map(move |j| if j <= n { 0.0 } else { f32::NEG_INFINITY }))
+                    .collect();
+                Attend::Mask(Tensor::from_vec(mask, (r, 1, 1, w), device)?)
+            }
+            DecodeKernels::Fused => {
+                let lens = self.lens.iter().zip(&self.used).map(|(&n, &u)| if u { n as u32 + 1 } else { 0 });
+                Attend::Lens(Tensor::new(lens.collect::<Vec<u32>>(), device)?)
+            }
+        };
+        Ok((Tensor::from_vec(at, (r, hkv, 1, d), device)?, attend))
     }
 
     /// Write one new key and value per row (`[R, Hkv, 1, D]`) at the positions `at` into
@@ -100,13 +120,15 @@ impl WindowChunk {
 pub struct WindowKv {
     rows: usize,
     window: usize,
+    attention: DecodeKernels,
     chunks: Vec<WindowChunk>,
 }
 
 impl WindowKv {
-    /// Chunks of `rows` slots of `window` tokens each (allocated when first needed).
-    pub fn new(rows: usize, window: usize) -> Self {
-        WindowKv { rows: rows.max(1), window, chunks: Vec::new() }
+    /// Chunks of `rows` slots of `window` tokens each (allocated when first needed), whose
+    /// steps attend with `attention`.
+    pub fn new(rows: usize, window: usize, attention: DecodeKernels) -> Self {
+        WindowKv { rows: rows.max(1), window, attention, chunks: Vec::new() }
     }
 
     /// Tokens a slot holds.
@@ -186,6 +208,7 @@ impl WindowKv {
             lens: vec![0; self.rows],
             used: vec![false; self.rows],
             window: self.window,
+            attention: self.attention,
         })
     }
 }
@@ -207,7 +230,7 @@ mod tests {
 
     #[test]
     fn slots_fill_chunks_in_order_and_free_slots_are_reused() {
-        let mut kv = WindowKv::new(2, 16);
+        let mut kv = WindowKv::new(2, 16, DecodeKernels::Eager);
         let a = kv.admit(&prompt(3, 2, 0.0)).unwrap();
         let b = kv.admit(&prompt(5, 2, 100.0)).unwrap();
         let c = kv.admit(&prompt(4, 2, 200.0)).unwrap();
@@ -237,10 +260,12 @@ mod tests {
 
     #[test]
     fn a_step_writes_each_row_at_its_length_and_masks_the_rest() {
-        let mut kv = WindowKv::new(2, 8);
+        let mut kv = WindowKv::new(2, 8, DecodeKernels::Eager);
         kv.admit(&prompt(3, 1, 0.0)).unwrap();
         let ch = kv.chunk_mut(0);
-        let (at, mask) = ch.step_inputs().unwrap();
+        let (at, Attend::Mask(mask)) = ch.step_inputs().unwrap() else {
+            panic!("eager attention takes a mask")
+        };
         let mask: Vec<f32> = mask.flatten_all().unwrap().to_vec1().unwrap();
         assert_eq!(
             &mask[..8],
@@ -262,5 +287,18 @@ mod tests {
         assert!(e.contains("decode_window"), "{e}");
         let e = kv.admit(&prompt(8, 1, 0.0)).unwrap_err().to_string();
         assert!(e.contains("8 tokens") && e.contains("window of 8"), "{e}");
+    }
+
+    #[test]
+    fn fused_attention_steps_take_each_used_rows_length_with_its_new_token() {
+        let mut kv = WindowKv::new(3, 8, DecodeKernels::Fused);
+        kv.admit(&prompt(3, 1, 0.0)).unwrap();
+        let b = kv.admit(&prompt(5, 1, 0.0)).unwrap();
+        kv.admit(&prompt(1, 1, 0.0)).unwrap();
+        kv.release(b);
+        let (_, Attend::Lens(lens)) = kv.chunk(0).step_inputs().unwrap() else {
+            panic!("fused attention takes lengths")
+        };
+        assert_eq!(lens.to_vec1::<u32>().unwrap(), [4, 0, 2], "a free row attends to nothing");
     }
 }

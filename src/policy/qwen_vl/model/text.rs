@@ -11,7 +11,9 @@ use super::config::TextConfig;
 use super::nn::{apply_rope, attention, causal_mask, Linear, RmsNorm};
 use super::weights::Weights;
 use crate::nn::activation;
+use crate::nn::decode;
 use crate::nn::fused::RopeHalves;
+use crate::policy::qwen_vl::settings::DecodeKernels;
 use crate::policy::qwen_vl::train::checkpoint::checkpointed;
 use crate::policy::qwen_vl::train::lora::{AdapterSwitch, AdapterUse, LoraAdapter};
 use crate::policy::qwen_vl::train::train_pass::TrainPass;
@@ -261,7 +263,7 @@ impl TextModel {
     /// The linear layers run on exactly `rows` rows (the real ones, then copies of the
     /// first): a product's kernel, and so its rounding, depends on the row count, never on
     /// the other rows' values, so a row's result is the same whichever states share the
-    /// step. Attention runs per row over its own cache.
+    /// step. Attention runs per row over its own cache, with `kernels`' attention.
     pub fn decode(
         &self,
         ids: &Tensor,
@@ -269,6 +271,7 @@ impl TextModel {
         sin: &Tensor,
         caches: &mut [&mut KvCache],
         rows: usize,
+        kernels: DecodeKernels,
     ) -> Result<Tensor> {
         let b = ids.dim(0)?;
         if b == 0 || b > rows || caches.len() != b {
@@ -287,8 +290,18 @@ impl TextModel {
             c.ensure_layers(self.layers.len());
             c.limit_to(self.cfg.max_position_embeddings);
         }
+        // the fused kernel's length of each row with the step's token, uploaded once a step
+        let lens = match kernels {
+            DecodeKernels::Eager => None,
+            DecodeKernels::Fused => Some(
+                caches
+                    .iter()
+                    .map(|c| Tensor::new(&[c.len() as u32 + 1], x.device()))
+                    .collect::<candle_core::Result<Vec<_>>>()?,
+            ),
+        };
         for (i, layer) in self.layers.iter().enumerate() {
-            x = layer_decode(d, layer, &x, &rope, caches, i)?;
+            x = layer_decode(d, layer, &x, &rope, caches, i, lens.as_deref())?;
         }
         self.final_norm(&x.narrow(0, 0, b)?)
     }
@@ -296,7 +309,7 @@ impl TextModel {
 
 /// One decoder layer (`layer`) for one new token per row: `x` `[M, H]` (the first
 /// `caches.len()` rows real, the rest padding), the real rows' rotary tables, each real
-/// row's cache.
+/// row's cache, and each real row's length for the fused attention (`None`: eager).
 fn layer_decode(
     dims: LayerDims,
     l: &Layer,
@@ -304,6 +317,7 @@ fn layer_decode(
     rope: &RopeHalves,
     caches: &mut [&mut KvCache],
     layer: usize,
+    fused_lens: Option<&[Tensor]>,
 ) -> Result<Tensor> {
     let (m, _) = x.dims2()?;
     let (q, k, v) = project_rows(dims, l, x, rope, caches.len())?;
@@ -312,7 +326,12 @@ fn layer_decode(
     let mut out = Vec::with_capacity(m);
     for (i, cache) in caches.iter_mut().enumerate() {
         let (ki, vi) = cache.append(layer, &k.narrow(0, i, 1)?, &v.narrow(0, i, 1)?)?;
-        out.push(attention(&q.narrow(0, i, 1)?, &ki, &vi, None, scale)?.reshape((1, dims.heads * hd))?);
+        let qi = q.narrow(0, i, 1)?;
+        let a = match fused_lens {
+            None => attention(&qi, &ki, &vi, None, scale)?,
+            Some(lens) => decode::attention(&qi.squeeze(2)?, &ki, &vi, &lens[i], scale)?,
+        };
+        out.push(a.reshape((1, dims.heads * hd))?);
     }
     // the padding rows' attention output: any values do (rows never mix)
     let pad = out[0].clone();

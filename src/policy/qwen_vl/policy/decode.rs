@@ -179,7 +179,9 @@ impl InFlight {
                 let pool = match self.windows.iter().position(|k| k.window() == w) {
                     Some(i) => i,
                     None => {
-                        self.windows.push(WindowKv::new(p.settings.decode_rows_on(&p.device), w));
+                        let (rows, attention) =
+                            (p.settings.decode_rows_on(&p.device), p.settings.decode_kernels_on(&p.device));
+                        self.windows.push(WindowKv::new(rows, w, attention));
                         self.windows.len() - 1
                     }
                 };
@@ -249,7 +251,8 @@ impl InFlight {
             let positions: Vec<i64> = chunk.iter().map(|a| (a.len + a.drawn - 1) as i64 + a.delta).collect();
             let logits = {
                 let mut caches: Vec<&mut KvCache> = chunk.iter_mut().map(|a| &mut a.cache).collect();
-                let h = p.model.step_rows_on(&tokens, &positions, &mut caches, chunk_rows)?;
+                let kernels = p.settings.decode_kernels_on(&p.device);
+                let h = p.model.step_rows_on(&tokens, &positions, &mut caches, chunk_rows, kernels)?;
                 // detached: kept until the next step, they must not hold this step's graph
                 p.model.logits_rows(&h, chunk_rows)?.detach()
             };

@@ -25,10 +25,11 @@ use super::hub;
 use super::model::text::KvCache;
 use super::model::vision::VisionOutput;
 use super::model::QwenVl;
-pub use super::settings::{DecodeLora, DecodeWindow, QwenPolicySettings};
+pub use super::settings::{DecodeKernels, DecodeLora, DecodeWindow, QwenPolicySettings};
 use super::train::lora::AdapterUse;
 use super::Arch;
 use crate::env::{GuiAction, ScreenState};
+use crate::nn::decode::draw::{draw, Pick};
 use crate::policy::api::coords::CoordMode;
 use crate::policy::api::parse::parse_answer;
 use crate::policy::api::prompt::{system_prompt, user_text, DEFAULT_PROMPT};
@@ -320,12 +321,18 @@ impl QwenVlPolicy {
     /// row `i` greedy or with one uniform draw from `rngs[i]`), left on the device: the
     /// tokens `[n]` (u32, to feed back) and `[n, 2]` f32 rows of token id and log-prob (ids
     /// are exact in f32, a vocabulary below 2^24) for the host to read when it needs them
-    /// ([`sample`]).
+    /// ([`sample`]; with `decode_kernels = "fused"`, [`draw`] in one kernel).
     fn draw_rows(
         &self,
         logits: &Tensor,
         rngs: &mut [&mut rand_chacha::ChaCha8Rng],
     ) -> Result<(Tensor, Tensor)> {
+        if self.settings.decode_kernels_on(&self.device) == DecodeKernels::Fused {
+            let u: Vec<f32> =
+                if self.sampling.greedy { Vec::new() } else { rngs.iter_mut().map(|r| r.gen()).collect() };
+            let pick = if self.sampling.greedy { Pick::Greedy } else { Pick::Sample(&u) };
+            return Ok(draw(logits, &self.banned, self.sampling.temperature, pick)?);
+        }
         let scaled =
             (logits.to_dtype(DType::F32)? / self.sampling.temperature)?.broadcast_add(&self.banned)?;
         let lp = candle_nn::ops::log_softmax(&scaled, D::Minus1)?;

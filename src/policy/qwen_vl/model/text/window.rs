@@ -1,15 +1,18 @@
 //! Decoding a chunk of answers with one attention per layer for the whole chunk
 //! (`decode_window`): every answer's keys and values sit in its slot of the chunk's
-//! `[R, Hkv, W, D]` buffers ([`WindowChunk`]), and attention runs over the whole window with
-//! each row's unwritten positions masked. Every product and reduction has the same shape
-//! whoever shares the chunk (`R` rows, `W` positions), so a row's result depends on its own
-//! slot alone: an answer is the same to the last bit alone or beside others. It is not the
-//! same bits as attention over the answer's own length ([`TextModel::decode`]): the
-//! softmax and the value product reduce over `W` positions, the masked ones adding zeros.
+//! `[R, Hkv, W, D]` buffers ([`WindowChunk`]). Eager attention (`decode_kernels`) runs
+//! over the whole window with each row's unwritten positions masked: every product and
+//! reduction has the same shape whoever shares the chunk (`R` rows, `W` positions), so a
+//! row's result depends on its own slot alone, and an answer is the same to the last bit
+//! alone or beside others. It is not the same bits as attention over the answer's own
+//! length ([`TextModel::decode`]): the softmax and the value product reduce over `W`
+//! positions, the masked ones adding zeros. Fused attention
+//! ([`crate::nn::decode::attention`]) reads each row's own length alone, in one kernel.
 
 use super::{finish_rows, project_rows, TextModel};
+use crate::nn::decode;
 use crate::nn::fused::{group_heads, RopeHalves};
-use crate::policy::qwen_vl::model::slots::WindowChunk;
+use crate::policy::qwen_vl::model::slots::{Attend, WindowChunk};
 use anyhow::{bail, Result};
 use candle_core::{DType, Tensor};
 
@@ -38,12 +41,17 @@ impl TextModel {
         let ids = ids.unsqueeze(1)?;
         let mut x = self.embed(&ids)?.reshape((r, h))?;
         let rope = RopeHalves::new(&cos.reshape((r, 1, 1, hd))?, &sin.reshape((r, 1, 1, hd))?, x.dtype())?;
-        let (at, mask) = chunk.step_inputs()?;
+        let (at, attend) = chunk.step_inputs()?;
         let scale = (hd as f64).powf(-0.5);
         for (i, layer) in self.layers.iter().enumerate() {
             let (q, k, v) = project_rows(self.dims(), layer, &x, &rope, r)?;
             let (keys, values) = chunk.write(i, &at, &k, &v)?;
-            let a = window_attention(&q, &keys, &values, &mask, scale)?;
+            let a = match &attend {
+                Attend::Mask(mask) => window_attention(&q, &keys, &values, mask, scale)?,
+                Attend::Lens(lens) => {
+                    decode::attention(&q.squeeze(2)?, &keys, &values, lens, scale)?.reshape((r, ()))?
+                }
+            };
             x = finish_rows(layer, &x, &a)?;
         }
         chunk.advance();
