@@ -618,7 +618,7 @@ fn config_keys_guirl_cannot_honour_are_refused_by_name() {
 /// the same inputs (within the dtype's rounding), a free row is zeros, and a row's bits do
 /// not depend on the other rows. `benches/gpu/run.sh` runs it on CUDA, the kernel's check.
 #[test]
-fn fused_decode_kernels_on_the_test_device_is_each_rows_own_attention() {
+fn fused_decode_attention_on_the_test_device_is_each_rows_own_attention() {
     use guirl::nn::decode;
     use rand::{Rng, SeedableRng};
     let (dev, dt) = (device(), dtype());
@@ -672,4 +672,66 @@ fn fused_decode_kernels_on_the_test_device_is_each_rows_own_attention() {
     let other = run(&mix(&q, &q2), &mix(&k, &k2), &mix(&v, &v2), &[300, 12, 0, 300, 1]);
     let bits = |t: &Tensor| t.get(3).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
     assert_eq!(bits(&got), bits(&other), "{dt:?} on {dev:?}: row 3 depends on the other rows");
+}
+
+/// The fused draw (`guirl::nn::decode::draw`) on the test device draws what the CPU's draws
+/// with the same uniforms (the same token, or its neighbour where the draw falls within
+/// rounding of a boundary), with the same log-probability, never a banned token, the
+/// greedy token exactly, and tokens at the frequencies of their probabilities. A
+/// vocabulary of Qwen-VL's size, logits in the dtype under test. `benches/gpu/run.sh`
+/// runs it on CUDA, the kernel's check.
+#[test]
+fn fused_draw_on_the_test_device_is_the_cpus_draw() {
+    use guirl::nn::decode::draw::{draw, Pick};
+    use rand::{Rng, SeedableRng};
+    let (dev, dt) = (device(), dtype());
+    let (n, v) = (6usize, 151_936usize);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+    let x: Vec<f32> = (0..n * v).map(|_| rng.gen_range(-6.0..6.0)).collect();
+    let x = Tensor::from_vec(x, (n, v), &Device::Cpu).unwrap().to_dtype(dt).unwrap();
+    let banned: Vec<f32> = (0..v).map(|i| if i % 5 == 2 { f32::NEG_INFINITY } else { 0.0 }).collect();
+    let banned = Tensor::new(banned, &Device::Cpu).unwrap();
+    let on = |t: &Tensor| t.to_device(&dev).unwrap();
+    let read = |(tok, both): (Tensor, Tensor)| {
+        let lp: Vec<f32> =
+            both.to_device(&Device::Cpu).unwrap().to_vec2::<f32>().unwrap().iter().map(|r| r[1]).collect();
+        (tok.to_device(&Device::Cpu).unwrap().to_vec1::<u32>().unwrap(), lp)
+    };
+    // the row's probabilities in f64, to say how far apart two tokens are in the CDF
+    let z = (x.to_dtype(DType::F32).unwrap() / 1.3).unwrap().broadcast_add(&banned).unwrap();
+    let lps = candle_nn::ops::log_softmax(&z, D::Minus1).unwrap().to_vec2::<f32>().unwrap();
+    for _ in 0..10 {
+        let u: Vec<f32> = (0..n).map(|_| rng.gen()).collect();
+        let (want, want_lp) = read(draw(&x, &banned, 1.3, Pick::Sample(&u)).unwrap());
+        let (got, got_lp) = read(draw(&on(&x), &on(&banned), 1.3, Pick::Sample(&u)).unwrap());
+        for r in 0..n {
+            let (a, b) = (got[r] as usize, want[r] as usize);
+            assert!(a < v && a % 5 != 2, "{dt:?} on {dev:?}: drew {a}, banned or past the end");
+            let between: f64 = lps[r][a.min(b)..a.max(b)].iter().map(|l| (*l as f64).exp()).sum();
+            assert!(a == b || between < 1e-4, "{dt:?} on {dev:?}: drew {a}, the CPU {b} (u {})", u[r]);
+            assert!((got_lp[r] - lps[r][a]).abs() < 1e-4, "{dt:?} on {dev:?}: log-prob {} of {a}", got_lp[r]);
+            if a == b {
+                assert!((got_lp[r] - want_lp[r]).abs() < 1e-4);
+            }
+        }
+    }
+    let greedy = |t: &Tensor, b: &Tensor| read(draw(t, b, 1.3, Pick::Greedy).unwrap()).0;
+    assert_eq!(greedy(&on(&x), &on(&banned)), greedy(&x, &banned), "{dt:?} on {dev:?}: greedy");
+    // three tokens with mass 0.2, 0.3 and 0.5, far apart
+    let mut y = vec![-1e4f32; v];
+    for (t, p) in [(10, 0.2f32), (75_000, 0.3), (v - 1, 0.5)] {
+        y[t] = p.ln();
+    }
+    let y = Tensor::from_vec(y, (1, v), &Device::Cpu).unwrap();
+    let free = Tensor::zeros(v, DType::F32, &Device::Cpu).unwrap();
+    let mut counts = std::collections::HashMap::new();
+    for k in 0..200 {
+        let u = [(k as f32 + 0.5) / 200.0];
+        *counts.entry(read(draw(&on(&y), &on(&free), 1.0, Pick::Sample(&u)).unwrap()).0[0]).or_insert(0) += 1;
+    }
+    assert_eq!(
+        (counts[&10], counts[&75_000], counts[&(v as u32 - 1)]),
+        (40, 60, 100),
+        "{dt:?} on {dev:?}: {counts:?}"
+    );
 }
