@@ -59,4 +59,4 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
 git describe --always --dirty > .gpubin/commit  # the bench's own "guirl at" line reads the copy's git
 pwd > .gpubin/built_at  # the test binary reads its fixtures from here (CARGO_MANIFEST_DIR)
 du -sh .gpubin .gpubin-more .whl .gpuloop
-echo "then with the device tool: carry .gpubin and .whl (and .gpubin-more for sections 2, 3, 5), command benches/gpu/run.sh (docs/gpu.md)"
+echo "then with the device tool: carry .gpubin and .whl (and .gpubin-more for sections 3 and 5), command benches/gpu/run.sh (docs/gpu.md)"
