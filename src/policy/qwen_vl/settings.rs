@@ -401,4 +401,26 @@ mod tests {
             assert!(e.contains(&format!("model.decode_sync = {bad}")) && e.contains("1 to 64"), "{e}");
         }
     }
+
+    #[test]
+    fn word_settings_parse_their_words_name_the_others_and_default_to_eager_kernels() {
+        let s = QwenPolicySettings::new("qwen3_vl", "fixtures/qwen_vl/qwen3_vl");
+        assert_eq!(s.decode_kernels_on(&candle_core::Device::Cpu), DecodeKernels::Eager);
+        for k in [DecodeKernels::Eager, DecodeKernels::Fused] {
+            assert_eq!(k.to_string().parse::<DecodeKernels>(), Ok(k));
+        }
+        assert_eq!("merged".parse::<DecodeLora>(), Ok(DecodeLora::Merged));
+        let e = "fast".parse::<DecodeKernels>().unwrap_err();
+        assert_eq!(e, r#"decode_kernels = "fast": use "eager" or "fused""#);
+        let e = "both".parse::<DecodeLora>().unwrap_err();
+        assert_eq!(e, r#"decode_lora = "both": use "merged" or "separate""#);
+        // a config's word is serde's: the same words
+        let t: QwenPolicySettings =
+            toml::from_str("backbone = \"qwen3_vl\"\npath = \"p\"\ndecode_kernels = \"fused\"").unwrap();
+        assert_eq!(t.decode_kernels, Some(DecodeKernels::Fused));
+        let e = toml::from_str::<QwenPolicySettings>(
+            "backbone = \"qwen3_vl\"\npath = \"p\"\ndecode_kernels = \"x\"",
+        );
+        assert!(e.unwrap_err().to_string().contains("eager"));
+    }
 }
