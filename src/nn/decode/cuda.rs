@@ -24,9 +24,11 @@ const MAX_HEAD: usize = 256;
 const MAX_GROUP_ELEMS: usize = 1024;
 
 /// The attention kernel's PTX for `g` query heads per key/value head and `epl` head
-/// elements per lane, compiled once per process.
-pub(crate) fn ptx(g: usize, epl: usize) -> Result<Arc<String>> {
-    compiled(&format!("attention_g{g}_e{epl}"), || format!("#define G {g}\n#define EPL {epl}\n{ATTENTION}"))
+/// elements per lane, compiled once per process, and its module's name.
+fn attention_ptx(g: usize, epl: usize) -> Result<(Arc<String>, String)> {
+    let key = format!("attention_g{g}_e{epl}");
+    let ptx = compiled(&key, || format!("#define G {g}\n#define EPL {epl}\n{ATTENTION}"))?;
+    Ok((ptx, format!("guirl_decode_{key}")))
 }
 
 /// The PTX of the source `src()` names `key`, compiled by NVRTC once per process.
@@ -139,55 +141,45 @@ impl AttentionOp {
         v: &CudaStorage,
         vl: &Layout,
     ) -> Result<(CudaStorage, Shape)> {
-        launch(self, q, ql, k, kl, v, vl)
-    }
-}
-
-fn launch(
-    op: &AttentionOp,
-    q: &CudaStorage,
-    ql: &Layout,
-    k: &CudaStorage,
-    kl: &Layout,
-    v: &CudaStorage,
-    vl: &Layout,
-) -> Result<(CudaStorage, Shape)> {
-    let dev = q.device.clone();
-    let (r, h, d) = ql.shape().dims3()?;
-    let hkv = kl.dims()[1];
-    let g = h / hkv;
-    if g > MAX_GROUP || d > MAX_HEAD || g * d > MAX_GROUP_ELEMS {
-        candle_core::bail!(
+        let dev = q.device.clone();
+        let (r, h, d) = ql.shape().dims3()?;
+        let hkv = kl.dims()[1];
+        let g = h / hkv;
+        if g > MAX_GROUP || d > MAX_HEAD || g * d > MAX_GROUP_ELEMS {
+            candle_core::bail!(
             "decode attention on CUDA takes at most {MAX_GROUP} query heads per key/value head, heads of \
              {MAX_HEAD} and {MAX_GROUP_ELEMS} elements a group; this model has {g} of {d}: set \
              model.decode_kernels = \"eager\""
         );
+        }
+        let (lens, ll) = self.lens.storage_and_layout();
+        let Storage::Cuda(lens) = &*lens else {
+            candle_core::bail!("decode attention: lengths not on the GPU")
+        };
+        let lens = lens.as_cuda_slice::<u32>()?.slice(ll.start_offset()..);
+        let epl = d.div_ceil(32);
+        let (ptx, module) = attention_ptx(g, epl)?;
+        let warps: usize = if g * d <= 512 { 16 } else { 8 };
+        let cfg = LaunchConfig {
+            grid_dim: (r as u32, hkv as u32, 1),
+            block_dim: ((warps * 32) as u32, 1, 1),
+            shared_mem_bytes: ((g * d + 2 * warps * g + warps * g * d) * 4) as u32,
+        };
+        let shape =
+            Launch { dev: &dev, cfg, h, hkv, d, w: self.w, scale: self.scale, ql, kl, vl, lens: &lens };
+        let slice = match (&q.slice, &k.slice, &v.slice) {
+            (CudaStorageSlice::F32(q), CudaStorageSlice::F32(k), CudaStorageSlice::F32(v)) => {
+                CudaStorageSlice::F32(shape.run(&module, "decode_attention_f32", &ptx, q, k, v)?)
+            }
+            (CudaStorageSlice::BF16(q), CudaStorageSlice::BF16(k), CudaStorageSlice::BF16(v)) => {
+                CudaStorageSlice::BF16(shape.run(&module, "decode_attention_bf16", &ptx, q, k, v)?)
+            }
+            _ => candle_core::bail!(
+                "decode attention on CUDA: f32 or bf16 only: set model.decode_kernels = \"eager\""
+            ),
+        };
+        Ok((CudaStorage { slice, device: dev }, ql.shape().clone()))
     }
-    let (lens, ll) = op.lens.storage_and_layout();
-    let Storage::Cuda(lens) = &*lens else { candle_core::bail!("decode attention: lengths not on the GPU") };
-    let lens = lens.as_cuda_slice::<u32>()?.slice(ll.start_offset()..);
-    let epl = d.div_ceil(32);
-    let ptx = ptx(g, epl)?;
-    let warps: usize = if g * d <= 512 { 16 } else { 8 };
-    let cfg = LaunchConfig {
-        grid_dim: (r as u32, hkv as u32, 1),
-        block_dim: ((warps * 32) as u32, 1, 1),
-        shared_mem_bytes: ((g * d + 2 * warps * g + warps * g * d) * 4) as u32,
-    };
-    let module = format!("guirl_decode_attention_g{g}_e{epl}");
-    let shape = Launch { dev: &dev, cfg, h, hkv, d, w: op.w, scale: op.scale, ql, kl, vl, lens: &lens };
-    let slice = match (&q.slice, &k.slice, &v.slice) {
-        (CudaStorageSlice::F32(q), CudaStorageSlice::F32(k), CudaStorageSlice::F32(v)) => {
-            CudaStorageSlice::F32(shape.run(&module, "decode_attention_f32", &ptx, q, k, v)?)
-        }
-        (CudaStorageSlice::BF16(q), CudaStorageSlice::BF16(k), CudaStorageSlice::BF16(v)) => {
-            CudaStorageSlice::BF16(shape.run(&module, "decode_attention_bf16", &ptx, q, k, v)?)
-        }
-        _ => candle_core::bail!(
-            "decode attention on CUDA: f32 or bf16 only: set model.decode_kernels = \"eager\""
-        ),
-    };
-    Ok((CudaStorage { slice, device: dev }, ql.shape().clone()))
 }
 
 /// One launch's shape and arguments other than the tensors.
@@ -231,7 +223,7 @@ impl Launch<'_> {
         b.arg(&h).arg(&hkv).arg(&d).arg(&w);
         b.arg(&qs[0]).arg(&qs[1]).arg(&ks[0]).arg(&ks[1]).arg(&ks[2]).arg(&vs[0]).arg(&vs[1]).arg(&vs[2]);
         b.arg(&self.scale);
-        // SAFETY: the arguments match kernel.cu's entry points, in order and type.
+        // SAFETY: the arguments match attention.cu's entry points, in order and type.
         unsafe { b.launch(self.cfg) }.w()?;
         Ok(out)
     }
@@ -245,7 +237,7 @@ mod tests {
     #[test]
     fn the_kernel_compiles() {
         for (g, epl) in [(2, 4), (1, 1), (4, 4), (8, 4), (1, 8)] {
-            let ptx = super::ptx(g, epl).unwrap();
+            let (ptx, _) = super::attention_ptx(g, epl).unwrap();
             assert!(ptx.contains("decode_attention_bf16") && ptx.contains("decode_attention_f32"));
         }
         let ptx = super::compiled("draw", || super::DRAW.to_string()).unwrap();

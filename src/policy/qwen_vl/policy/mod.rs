@@ -327,20 +327,19 @@ impl QwenVlPolicy {
         logits: &Tensor,
         rngs: &mut [&mut rand_chacha::ChaCha8Rng],
     ) -> Result<(Tensor, Tensor)> {
+        // one uniform draw per row unless greedy, the same for either kernel
+        let u: Vec<f32> =
+            if self.sampling.greedy { Vec::new() } else { rngs.iter_mut().map(|r| r.gen()).collect() };
+        let pick = if self.sampling.greedy { Pick::Greedy } else { Pick::Sample(&u) };
         if self.settings.decode_kernels_on(&self.device) == DecodeKernels::Fused {
-            let u: Vec<f32> =
-                if self.sampling.greedy { Vec::new() } else { rngs.iter_mut().map(|r| r.gen()).collect() };
-            let pick = if self.sampling.greedy { Pick::Greedy } else { Pick::Sample(&u) };
             return Ok(draw(logits, &self.banned, self.sampling.temperature, pick)?);
         }
         let scaled =
             (logits.to_dtype(DType::F32)? / self.sampling.temperature)?.broadcast_add(&self.banned)?;
         let lp = candle_nn::ops::log_softmax(&scaled, D::Minus1)?;
-        let tok = if self.sampling.greedy {
-            sample::greedy_rows(&lp)?
-        } else {
-            let u: Vec<f32> = rngs.iter_mut().map(|r| r.gen()).collect();
-            sample::sample_rows(&lp, &u)?
+        let tok = match pick {
+            Pick::Greedy => sample::greedy_rows(&lp)?,
+            Pick::Sample(u) => sample::sample_rows(&lp, u)?,
         };
         let lps = lp.gather(&tok.unsqueeze(1)?, 1)?;
         let both = Tensor::cat(&[tok.to_dtype(DType::F32)?.unsqueeze(1)?, lps], 1)?;
