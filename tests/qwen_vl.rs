@@ -735,3 +735,61 @@ fn fused_draw_on_the_test_device_is_the_cpus_draw() {
         "{dt:?} on {dev:?}: {counts:?}"
     );
 }
+
+/// The fused layer steps (`guirl::nn::decode::layer`) on the test device, at Qwen3-VL 2B's
+/// widths (hidden 2 048, heads of 128, MLP 6 144): the residual sum with its RMSNorm, a
+/// head's RMSNorm with its rotation and SwiGLU each equal candle's ops run in f32 on the
+/// CPU from the same inputs (within the dtype's rounding), and a row's bits do not depend
+/// on the other rows. `benches/gpu/run.sh` runs it on CUDA, the kernels' check.
+#[test]
+fn fused_layer_steps_on_the_test_device_are_candles_ops() {
+    use guirl::nn::decode::layer::{add_rms_norm, norm_rope, swiglu};
+    use rand::{Rng, SeedableRng};
+    let (dev, dt) = (device(), dtype());
+    let (m, h, heads, d, inter) = (5usize, 2048usize, 16usize, 128usize, 6144usize);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(9);
+    let mut randn = |dims: &[usize]| {
+        let n = dims.iter().product();
+        let v: Vec<f32> = (0..n).map(|_| rng.gen_range(-3.0..3.0)).collect();
+        Tensor::from_vec(v, dims, &Device::Cpu).unwrap().to_dtype(dt).unwrap().to_dtype(DType::F32).unwrap()
+    };
+    let on = |t: &Tensor| t.to_dtype(dt).unwrap().to_device(&dev).unwrap();
+    let back = |t: &Tensor| t.to_dtype(DType::F32).unwrap().to_device(&Device::Cpu).unwrap();
+    let bound = if dt == DType::F32 { 1e-5 } else { 3e-2 };
+    let close = |got: &Tensor, want: &Tensor, what: &str| {
+        let scale = want.abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+        let diff = (back(got) - want).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+        assert!(diff / scale <= bound, "{dt:?} on {dev:?}: {what} differs by {diff} (of {scale})");
+    };
+    let row_bits =
+        |t: &Tensor, r: usize| back(t).get(r).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+
+    let (x, delta, w) = (randn(&[m, h]), randn(&[m, h]), randn(&[h]));
+    let (sum, normed) = add_rms_norm(&on(&x), &on(&delta), &on(&w), 1e-6).unwrap();
+    let want_sum = (&x + &delta).unwrap();
+    close(&sum, &want_sum, "the residual sum");
+    close(&normed, &candle_nn::ops::rms_norm(&back(&sum), &w, 1e-6).unwrap(), "the sum's RMSNorm");
+    let (_, one) =
+        add_rms_norm(&on(&x.narrow(0, 3, 1).unwrap()), &on(&delta.narrow(0, 3, 1).unwrap()), &on(&w), 1e-6)
+            .unwrap();
+    assert_eq!(row_bits(&normed, 3), row_bits(&one, 0), "{dt:?} on {dev:?}: add_rms_norm's row 3 alone");
+
+    let (q, wq, angles) = (randn(&[m, heads, d]), randn(&[d]), randn(&[m, d / 2]));
+    let (cos, sin) = (angles.cos().unwrap(), angles.sin().unwrap());
+    let got = norm_rope(&on(&q), &on(&wq), 1e-6, &on(&cos), &on(&sin)).unwrap();
+    let want = candle_nn::rotary_emb::rope(
+        &candle_nn::ops::rms_norm(&q, &wq, 1e-6).unwrap().reshape((m, heads, 1, d)).unwrap(),
+        &cos.reshape((m, 1, d / 2)).unwrap(),
+        &sin.reshape((m, 1, d / 2)).unwrap(),
+    )
+    .unwrap()
+    .reshape((m, heads, d))
+    .unwrap();
+    close(&got, &want, "the heads' norm and rotation");
+    let row = |t: &Tensor| on(&t.narrow(0, 2, 1).unwrap());
+    let one = norm_rope(&row(&q), &on(&wq), 1e-6, &row(&cos), &row(&sin)).unwrap();
+    assert_eq!(row_bits(&got, 2), row_bits(&one, 0), "{dt:?} on {dev:?}: norm_rope's row 2 alone");
+
+    let (g, u) = (randn(&[m, inter]), randn(&[m, inter]));
+    close(&swiglu(&on(&g), &on(&u)).unwrap(), &(g.silu().unwrap() * &u).unwrap(), "SwiGLU");
+}

@@ -86,6 +86,11 @@ impl RopeHalves {
         Ok(RopeHalves { c: half(cos)?, s: half(sin)? })
     }
 
+    /// The tables' first halves, `cos` and `sin` `[B, T, D/2]`.
+    pub fn halves(&self) -> (&Tensor, &Tensor) {
+        (&self.c, &self.s)
+    }
+
     /// `x` `[B', H, T, D]` rotated (`B'` = `B`, or any when `B` is 1), by candle's kernel.
     pub fn apply(&self, x: &Tensor) -> Result<Tensor> {
         let (b, t, half) = self.c.dims3()?;

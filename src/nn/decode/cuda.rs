@@ -32,7 +32,7 @@ fn attention_ptx(g: usize, epl: usize) -> Result<(Arc<String>, String)> {
 }
 
 /// The PTX of the source `src()` names `key`, compiled by NVRTC once per process.
-fn compiled(key: &str, src: impl FnOnce() -> String) -> Result<Arc<String>> {
+pub(super) fn compiled(key: &str, src: impl FnOnce() -> String) -> Result<Arc<String>> {
     static CACHE: OnceLock<Mutex<HashMap<String, Arc<String>>>> = OnceLock::new();
     let mut cache = CACHE.get_or_init(Default::default).lock().expect("ptx cache");
     if let Some(p) = cache.get(key) {
@@ -48,10 +48,10 @@ fn compiled(key: &str, src: impl FnOnce() -> String) -> Result<Arc<String>> {
 }
 
 /// `t`'s contiguous data, from its layout's offset.
-fn contiguous<'a, T>(t: &'a CudaSlice<T>, l: &Layout, what: &str) -> Result<CudaView<'a, T>> {
+pub(super) fn contiguous<'a, T>(t: &'a CudaSlice<T>, l: &Layout, what: &str) -> Result<CudaView<'a, T>> {
     match l.contiguous_offsets() {
         Some((a, b)) => Ok(t.slice(a..b)),
-        None => candle_core::bail!("decode draw: {what} must be contiguous"),
+        None => candle_core::bail!("decoding kernel: {what} must be contiguous"),
     }
 }
 

@@ -9,12 +9,17 @@
 //!
 //! - [`mod@attention`]: one new token per row attending over that row's own cached length.
 //! - [`mod@draw`]: each row's next token drawn from its logits, with its log-probability.
+//! - [`layer`]: a layer's small steps fused: the residual sum with the next RMSNorm, a
+//!   head's RMSNorm with its rotary embedding, SwiGLU.
 
 pub mod attention;
 pub mod draw;
+pub mod layer;
 
 pub use attention::attention;
 pub use draw::draw;
 
 #[cfg(feature = "cuda")]
 mod cuda;
+#[cfg(feature = "cuda")]
+mod layer_cuda;

@@ -155,6 +155,11 @@ impl RmsNorm {
     pub(crate) fn forward_with(&self, x: &Tensor, weight: &Tensor) -> candle_core::Result<Tensor> {
         fused_rms_norm(x, weight, self.eps)
     }
+
+    /// The epsilon under the square root.
+    pub(crate) fn eps(&self) -> f64 {
+        self.eps
+    }
 }
 
 impl Module for RmsNorm {

@@ -30,7 +30,7 @@ pub struct WindowChunk {
     lens: Vec<usize>,
     used: Vec<bool>,
     window: usize,
-    attention: DecodeKernels,
+    kernels: DecodeKernels,
 }
 
 /// What a step's attention needs besides the buffers: the additive mask of eager
@@ -47,6 +47,11 @@ impl WindowChunk {
     /// Rows (slots) in the chunk.
     pub fn rows(&self) -> usize {
         self.lens.len()
+    }
+
+    /// The kernels its steps run with.
+    pub fn kernels(&self) -> DecodeKernels {
+        self.kernels
     }
 
     /// Decoder layers it holds.
@@ -73,7 +78,7 @@ impl WindowChunk {
         }
         let at: Vec<u32> = self.lens.iter().flat_map(|&n| std::iter::repeat_n(n as u32, hkv * d)).collect();
         let device = self.k[0].device();
-        let attend = match self.attention {
+        let attend = match self.kernels {
             DecodeKernels::Eager => {
                 let mask: Vec<f32> = self
                     .lens
@@ -208,7 +213,7 @@ impl WindowKv {
             lens: vec![0; self.rows],
             used: vec![false; self.rows],
             window: self.window,
-            attention: self.attention,
+            kernels: self.attention,
         })
     }
 }

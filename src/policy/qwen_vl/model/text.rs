@@ -11,9 +11,6 @@ use super::config::TextConfig;
 use super::nn::{apply_rope, attention, causal_mask, Linear, RmsNorm};
 use super::weights::Weights;
 use crate::nn::activation;
-use crate::nn::decode;
-use crate::nn::fused::RopeHalves;
-use crate::policy::qwen_vl::settings::DecodeKernels;
 use crate::policy::qwen_vl::train::checkpoint::checkpointed;
 use crate::policy::qwen_vl::train::lora::{AdapterSwitch, AdapterUse, LoraAdapter};
 use crate::policy::qwen_vl::train::train_pass::TrainPass;
@@ -22,6 +19,7 @@ use candle_core::{DType, Module, Tensor, Var, D};
 use std::sync::Arc;
 
 pub mod profile;
+mod step;
 mod window;
 
 /// One decoder layer (shared with the checkpointed layers' backward, hence `Arc`ed).
@@ -254,121 +252,6 @@ impl TextModel {
         }
         Ok(self.head.forward(hidden)?)
     }
-}
-
-impl TextModel {
-    /// Final hidden states `[B, H]` of one new token per row (`ids`, rotary tables `cos`/`sin`
-    /// `[B, D]`), row `i` attending to its own cache `caches[i]` and appended to it.
-    ///
-    /// The linear layers run on exactly `rows` rows (the real ones, then copies of the
-    /// first): a product's kernel, and so its rounding, depends on the row count, never on
-    /// the other rows' values, so a row's result is the same whichever states share the
-    /// step. Attention runs per row over its own cache, with `kernels`' attention.
-    pub fn decode(
-        &self,
-        ids: &Tensor,
-        cos: &Tensor,
-        sin: &Tensor,
-        caches: &mut [&mut KvCache],
-        rows: usize,
-        kernels: DecodeKernels,
-    ) -> Result<Tensor> {
-        let b = ids.dim(0)?;
-        if b == 0 || b > rows || caches.len() != b {
-            bail!("decoding {b} rows with {} caches in steps of {rows} rows", caches.len());
-        }
-        let h = self.cfg.hidden_size;
-        // padding rows repeat the first token (on the device: the ids may not be read yet)
-        let padded = match rows - b {
-            0 => ids.clone(),
-            n => Tensor::cat(&[ids.clone(), ids.narrow(0, 0, 1)?.broadcast_as(n)?.contiguous()?], 0)?,
-        };
-        let mut x = self.embed(&padded.unsqueeze(1)?)?.reshape((rows, h))?;
-        let (d, hd) = (self.dims(), self.cfg.head_dim);
-        let rope = RopeHalves::new(&cos.reshape((b, 1, 1, hd))?, &sin.reshape((b, 1, 1, hd))?, x.dtype())?;
-        for c in caches.iter_mut() {
-            c.ensure_layers(self.layers.len());
-            c.limit_to(self.cfg.max_position_embeddings);
-        }
-        // the fused kernel's length of each row with the step's token, uploaded once a step
-        let lens = match kernels {
-            DecodeKernels::Eager => None,
-            DecodeKernels::Fused => Some(
-                caches
-                    .iter()
-                    .map(|c| Tensor::new(&[c.len() as u32 + 1], x.device()))
-                    .collect::<candle_core::Result<Vec<_>>>()?,
-            ),
-        };
-        for (i, layer) in self.layers.iter().enumerate() {
-            x = layer_decode(d, layer, &x, &rope, caches, i, lens.as_deref())?;
-        }
-        self.final_norm(&x.narrow(0, 0, b)?)
-    }
-}
-
-/// One decoder layer (`layer`) for one new token per row: `x` `[M, H]` (the first
-/// `caches.len()` rows real, the rest padding), the real rows' rotary tables, each real
-/// row's cache, and each real row's length for the fused attention (`None`: eager).
-fn layer_decode(
-    dims: LayerDims,
-    l: &Layer,
-    x: &Tensor,
-    rope: &RopeHalves,
-    caches: &mut [&mut KvCache],
-    layer: usize,
-    fused_lens: Option<&[Tensor]>,
-) -> Result<Tensor> {
-    let (m, _) = x.dims2()?;
-    let (q, k, v) = project_rows(dims, l, x, rope, caches.len())?;
-    let hd = dims.head_dim;
-    let scale = (hd as f64).powf(-0.5);
-    let mut out = Vec::with_capacity(m);
-    for (i, cache) in caches.iter_mut().enumerate() {
-        let (ki, vi) = cache.append(layer, &k.narrow(0, i, 1)?, &v.narrow(0, i, 1)?)?;
-        let qi = q.narrow(0, i, 1)?;
-        let a = match fused_lens {
-            None => attention(&qi, &ki, &vi, None, scale)?,
-            Some(lens) => decode::attention(&qi.squeeze(2)?, &ki, &vi, &lens[i], scale)?,
-        };
-        out.push(a.reshape((1, dims.heads * hd))?);
-    }
-    // the padding rows' attention output: any values do (rows never mix)
-    let pad = out[0].clone();
-    out.resize(m, pad);
-    finish_rows(l, x, &Tensor::cat(&out, 0)?)
-}
-
-/// A decoding step's rotated queries, keys and values `[B, n, 1, D]` for the first `b` rows
-/// of `x` `[M, H]` (the products run on all `M`), with the rows' rotary tables (`B` = `b`).
-fn project_rows(
-    dims: LayerDims,
-    l: &Layer,
-    x: &Tensor,
-    rope: &RopeHalves,
-    b: usize,
-) -> Result<(Tensor, Tensor, Tensor)> {
-    let hd = dims.head_dim;
-    let y = l.input_norm.forward(x)?;
-    let heads = |lin: &Linear, n: usize| -> Result<Tensor> {
-        Ok(lin.forward(&y)?.narrow(0, 0, b)?.reshape((b, n, 1, hd))?)
-    };
-    let (mut q, mut k) = (heads(&l.q, dims.heads)?, heads(&l.k, dims.kv_heads)?);
-    let v = heads(&l.v, dims.kv_heads)?;
-    if let (Some(qn), Some(kn)) = (&l.q_norm, &l.k_norm) {
-        q = qn.forward(&q)?;
-        k = kn.forward(&k)?;
-    }
-    Ok((rope.apply(&q)?, rope.apply(&k)?, v))
-}
-
-/// The rest of a decoding step's layer after attention (`a` `[M, heads · D]`): the output
-/// projection, the residual, the MLP.
-fn finish_rows(l: &Layer, x: &Tensor, a: &Tensor) -> Result<Tensor> {
-    let x = (x + l.o.forward(a)?)?;
-    let y = l.post_norm.forward(&x)?;
-    let mlp = l.down.forward(&activation::swiglu(&l.gate.forward(&y)?, &l.up.forward(&y)?)?)?;
-    Ok((x + mlp)?)
 }
 
 /// One decoder layer: `x` `[B, T, H]` with rotary tables `cos`/`sin` `[B, 1, T, D]`, the

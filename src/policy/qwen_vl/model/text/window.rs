@@ -9,7 +9,8 @@
 //! positions, the masked ones adding zeros. Fused attention
 //! ([`crate::nn::decode::attention`]) reads each row's own length alone, in one kernel.
 
-use super::{finish_rows, project_rows, TextModel};
+use super::step::Step;
+use super::TextModel;
 use crate::nn::decode;
 use crate::nn::fused::{group_heads, RopeHalves};
 use crate::policy::qwen_vl::model::slots::{Attend, WindowChunk};
@@ -39,12 +40,15 @@ impl TextModel {
         }
         let (h, hd) = (self.cfg.hidden_size, self.cfg.head_dim);
         let ids = ids.unsqueeze(1)?;
-        let mut x = self.embed(&ids)?.reshape((r, h))?;
+        let x = self.embed(&ids)?.reshape((r, h))?;
         let rope = RopeHalves::new(&cos.reshape((r, 1, 1, hd))?, &sin.reshape((r, 1, 1, hd))?, x.dtype())?;
         let (at, attend) = chunk.step_inputs()?;
         let scale = (hd as f64).powf(-0.5);
+        let (mut x, mut y) = self.first_norm(x)?;
+        let kernels = chunk.kernels();
         for (i, layer) in self.layers.iter().enumerate() {
-            let (q, k, v) = project_rows(self.dims(), layer, &x, &rope, r)?;
+            let step = Step { dims: self.dims(), layer, rope: &rope, kernels, next: self.norm_after(i) };
+            let (q, k, v) = step.project(&y, r)?;
             let (keys, values) = chunk.write(i, &at, &k, &v)?;
             let a = match &attend {
                 Attend::Mask(mask) => window_attention(&q, &keys, &values, mask, scale)?,
@@ -52,10 +56,10 @@ impl TextModel {
                     decode::attention(&q.squeeze(2)?, &keys, &values, lens, scale)?.reshape((r, ()))?
                 }
             };
-            x = finish_rows(layer, &x, &a)?;
+            (x, y) = step.finish(&x, &a)?;
         }
         chunk.advance();
-        self.final_norm(&x)
+        Ok(y)
     }
 }
 

@@ -1,0 +1,114 @@
+// A decoding layer's small fused steps (src/nn/decode/layer.rs): the residual sum with the
+// next RMSNorm, a head's RMSNorm with its rotary embedding, SwiGLU. f32 inside, rounded
+// where the unfused ops round. Sums of squares are reduced in a fixed order (butterflies
+// within a warp, then the warps in order), so a row's bits never depend on other rows.
+// No headers: bf16 is handled as its bits (unsigned short).
+
+__device__ __forceinline__ float ld(const float* p, long i) { return p[i]; }
+__device__ __forceinline__ float ld(const unsigned short* p, long i) {
+  return __uint_as_float(((unsigned int)p[i]) << 16);
+}
+// round to nearest even, NaN kept a NaN
+__device__ __forceinline__ unsigned short to_bf16(float x) {
+  unsigned int u = __float_as_uint(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (unsigned short)(u >> 16);
+}
+__device__ __forceinline__ void st(float* p, long i, float x) { p[i] = x; }
+__device__ __forceinline__ void st(unsigned short* p, long i, float x) { p[i] = to_bf16(x); }
+// x rounded to the element type and back
+__device__ __forceinline__ float rnd(const float*, float x) { return x; }
+__device__ __forceinline__ float rnd(const unsigned short*, float x) {
+  return __uint_as_float(((unsigned int)to_bf16(x)) << 16);
+}
+
+// The block's sum of `v` (blockDim.x a multiple of 32, at most 1024), the same on every
+// thread, in a fixed order. `red` holds 33 floats.
+__device__ float block_sum(float v, float* red) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  int warps = blockDim.x / 32;
+  if (warps == 1) return v;
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x / 32] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float t = 0.f;
+    for (int i = 0; i < warps; i++) t += red[i];
+    red[32] = t;
+  }
+  __syncthreads();
+  return red[32];
+}
+
+// One block per row of [M, H]: out[0] = round(x + d), out[1] = round(s * w / rms(s)).
+template <typename T>
+__device__ void add_rms_norm(const T* x, const T* d, const T* w, T* out, int m, int h, float eps) {
+  __shared__ float red[33];
+  long row = blockIdx.x;
+  const T* xr = x + row * h;
+  const T* dr = d + row * h;
+  T* sr = out + row * h;
+  T* yr = out + ((long)m + row) * h;
+  float sq = 0.f;
+  for (int i = threadIdx.x; i < h; i += blockDim.x) {
+    float s = rnd(x, ld(xr, i) + ld(dr, i));
+    st(sr, i, s);
+    sq += s * s;
+  }
+  float scale = rsqrtf(block_sum(sq, red) / h + eps);
+  for (int i = threadIdx.x; i < h; i += blockDim.x) {
+    // the thread reads back what it wrote
+    st(yr, i, ld(sr, i) * scale * ld(w, i));
+  }
+}
+
+// One block per (row, head) of [R, n, D], D/2 threads rounded up to a warp: thread t owns
+// the pair (t, t + D/2). The normed value is rounded before the rotation.
+template <typename T>
+__device__ void norm_rope(const T* x, const T* w, const T* c, const T* s, T* out, int n, int d,
+                          float eps) {
+  __shared__ float red[33];
+  long head = blockIdx.x;
+  long row = head / n;
+  int half = d / 2, t = threadIdx.x;
+  const T* xh = x + head * d;
+  float a = 0.f, b = 0.f;
+  if (t < half) {
+    a = ld(xh, t);
+    b = ld(xh, t + half);
+  }
+  float scale = rsqrtf(block_sum(a * a + b * b, red) / d + eps);
+  if (t < half) {
+    float na = rnd(x, a * scale * ld(w, t));
+    float nb = rnd(x, b * scale * ld(w, t + half));
+    float ct = ld(c, row * half + t), stt = ld(s, row * half + t);
+    st(out, head * d + t, na * ct - nb * stt);
+    st(out, head * d + t + half, nb * ct + na * stt);
+  }
+}
+
+// Element-wise: round(round(silu(g)) * u).
+template <typename T>
+__device__ void swiglu(const T* g, const T* u, T* out, long len) {
+  for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < len; i += (long)gridDim.x * blockDim.x) {
+    float x = ld(g, i);
+    float si = rnd(g, x / (1.f + expf(-x)));
+    st(out, i, si * ld(u, i));
+  }
+}
+
+#define ENTRIES(SUFFIX, T)                                                                       \
+  extern "C" __global__ void decode_add_rms_norm_##SUFFIX(const T* x, const T* d, const T* w,    \
+                                                          T* out, int m, int h, float eps) {     \
+    add_rms_norm<T>(x, d, w, out, m, h, eps);                                                    \
+  }                                                                                              \
+  extern "C" __global__ void decode_norm_rope_##SUFFIX(const T* x, const T* w, const T* c,       \
+                                                       const T* s, T* out, int n, int d,         \
+                                                       float eps) {                              \
+    norm_rope<T>(x, w, c, s, out, n, d, eps);                                                    \
+  }                                                                                              \
+  extern "C" __global__ void decode_swiglu_##SUFFIX(const T* g, const T* u, T* out, long len) {  \
+    swiglu<T>(g, u, out, len);                                                                   \
+  }
+ENTRIES(f32, float)
+ENTRIES(bf16, unsigned short)

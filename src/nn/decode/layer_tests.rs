@@ -1,0 +1,130 @@
+use super::*;
+use candle_core::Device;
+use rand::{Rng, SeedableRng};
+
+fn randn(dims: &[usize], seed: u64) -> Tensor {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let n = dims.iter().product();
+    let data: Vec<f32> = (0..n).map(|_| rng.gen_range(-2.0..2.0)).collect();
+    Tensor::from_vec(data, dims, &Device::Cpu).unwrap()
+}
+
+fn values(t: &Tensor) -> Vec<f64> {
+    t.to_dtype(DType::F64).unwrap().flatten_all().unwrap().to_vec1().unwrap()
+}
+
+fn bits(t: &Tensor) -> Vec<f32> {
+    t.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1().unwrap()
+}
+
+/// Largest difference relative to the reference's largest magnitude.
+fn rel_diff(got: &Tensor, want: &[f64]) -> f64 {
+    let scale = want.iter().fold(0f64, |m, x| m.max(x.abs()));
+    values(got).iter().zip(want).fold(0f64, |m, (a, b)| m.max((a - b).abs())) / scale
+}
+
+/// RMSNorm of a vector in f64: the definition.
+fn rms_norm_ref(x: &[f64], w: &[f64], eps: f64) -> Vec<f64> {
+    let r = (x.iter().map(|v| v * v).sum::<f64>() / x.len() as f64 + eps).sqrt();
+    x.iter().zip(w).map(|(v, w)| v / r * w).collect()
+}
+
+#[test]
+fn add_rms_norm_is_the_sum_then_its_norm() {
+    let (m, h) = (3, 96);
+    let (x, d, w) = (randn(&[m, h], 1), randn(&[m, h], 2), randn(&[h], 3));
+    for dtype in [DType::F32, DType::BF16] {
+        let t = |a: &Tensor| a.to_dtype(dtype).unwrap();
+        let (sum, normed) = add_rms_norm(&t(&x), &t(&d), &t(&w), 1e-6).unwrap();
+        assert_eq!((sum.dims(), normed.dims(), normed.dtype()), (&[m, h][..], &[m, h][..], dtype));
+        // the sum is the dtype's sum, to the bit
+        assert_eq!(bits(&sum), bits(&(t(&x) + t(&d)).unwrap()), "{dtype:?}");
+        // the norm is of that rounded sum
+        let (s, wv) = (values(&sum), values(&t(&w)));
+        let want: Vec<f64> = s.chunks(h).flat_map(|row| rms_norm_ref(row, &wv, 1e-6)).collect();
+        let tol = if dtype == DType::F32 { 1e-6 } else { 1e-2 };
+        assert!(rel_diff(&normed, &want) < tol, "{dtype:?}: {}", rel_diff(&normed, &want));
+        // candle's kernel on the sum gives the same within one rounding
+        let candle = candle_nn::ops::rms_norm(&sum, &t(&w), 1e-6).unwrap();
+        assert!(rel_diff(&normed, &values(&candle)) < tol, "{dtype:?} against candle");
+    }
+}
+
+#[test]
+fn norm_rope_is_the_heads_norm_then_the_rotation() {
+    let (r, n, d) = (2, 3, 16);
+    let half = d / 2;
+    let (x, w) = (randn(&[r, n, d], 4), randn(&[d], 5));
+    let angles = randn(&[r, half], 6);
+    let (cos, sin) = (angles.cos().unwrap(), angles.sin().unwrap());
+    for dtype in [DType::F32, DType::BF16] {
+        let t = |a: &Tensor| a.to_dtype(dtype).unwrap();
+        let got = norm_rope(&t(&x), &t(&w), 1e-6, &t(&cos), &t(&sin)).unwrap();
+        assert_eq!((got.dims(), got.dtype()), (&[r, n, d][..], dtype));
+        let (xv, wv, cv, sv) = (values(&t(&x)), values(&t(&w)), values(&t(&cos)), values(&t(&sin)));
+        let mut want = vec![0f64; r * n * d];
+        for i in 0..r * n {
+            let y = rms_norm_ref(&xv[i * d..(i + 1) * d], &wv, 1e-6);
+            let row = i / n;
+            for e in 0..half {
+                let (c, s) = (cv[row * half + e], sv[row * half + e]);
+                want[i * d + e] = y[e] * c - y[e + half] * s;
+                want[i * d + e + half] = y[e + half] * c + y[e] * s;
+            }
+        }
+        let tol = if dtype == DType::F32 { 1e-6 } else { 2e-2 };
+        assert!(rel_diff(&got, &want) < tol, "{dtype:?}: {}", rel_diff(&got, &want));
+    }
+}
+
+/// The ops the fused ones replace, composed as a decoding step runs them: candle's
+/// RMSNorm, then its rope, from the same tables.
+#[test]
+fn norm_rope_agrees_with_candles_norm_and_rope() {
+    let (r, n, d) = (3, 4, 32);
+    let (x, w) = (randn(&[r, n, d], 7), randn(&[d], 8));
+    let angles = randn(&[r, d / 2], 9);
+    let (cos, sin) = (angles.cos().unwrap(), angles.sin().unwrap());
+    let normed = candle_nn::ops::rms_norm(&x, &w, 1e-6).unwrap();
+    let want = candle_nn::rotary_emb::rope(
+        &normed.reshape((r, n, 1, d)).unwrap(),
+        &cos.reshape((r, 1, d / 2)).unwrap(),
+        &sin.reshape((r, 1, d / 2)).unwrap(),
+    )
+    .unwrap();
+    let got = norm_rope(&x, &w, 1e-6, &cos, &sin).unwrap();
+    assert!(rel_diff(&got, &values(&want)) < 1e-6);
+}
+
+#[test]
+fn a_rows_bits_do_not_depend_on_the_other_rows() {
+    let (h, d) = (64, 16);
+    let (x, dl, w) = (randn(&[4, h], 10), randn(&[4, h], 11), randn(&[h], 12));
+    let (_, all) = add_rms_norm(&x, &dl, &w, 1e-6).unwrap();
+    let (_, one) = add_rms_norm(&x.narrow(0, 2, 1).unwrap(), &dl.narrow(0, 2, 1).unwrap(), &w, 1e-6).unwrap();
+    assert_eq!(bits(&all.narrow(0, 2, 1).unwrap()), bits(&one));
+    let (q, wq, ang) = (randn(&[4, 2, d], 13), randn(&[d], 14), randn(&[4, d / 2], 15));
+    let (c, s) = (ang.cos().unwrap(), ang.sin().unwrap());
+    let all = norm_rope(&q, &wq, 1e-6, &c, &s).unwrap();
+    let row = |t: &Tensor| t.narrow(0, 1, 1).unwrap();
+    let one = norm_rope(&row(&q), &wq, 1e-6, &row(&c), &row(&s)).unwrap();
+    assert_eq!(bits(&row(&all)), bits(&one));
+}
+
+#[test]
+fn swiglu_off_cuda_is_the_activation_modules() {
+    let (g, u) = (randn(&[3, 40], 16), randn(&[3, 40], 17));
+    assert_eq!(bits(&swiglu(&g, &u).unwrap()), bits(&crate::nn::activation::swiglu(&g, &u).unwrap()));
+}
+
+#[test]
+fn wrong_shapes_are_errors_that_say_what() {
+    let e = add_rms_norm(&randn(&[2, 8], 1), &randn(&[2, 9], 2), &randn(&[8], 3), 1e-6).unwrap_err();
+    assert!(e.to_string().contains("want two [M, H] and [H]"), "{e}");
+    let e = norm_rope(&randn(&[2, 3, 8], 1), &randn(&[8], 2), 1e-6, &randn(&[2, 8], 3), &randn(&[2, 4], 4))
+        .unwrap_err();
+    assert!(e.to_string().contains("want [R, n, D], [D] and two [R, D/2]"), "{e}");
+    let bf = randn(&[2, 8], 5).to_dtype(DType::BF16).unwrap();
+    let e = add_rms_norm(&randn(&[2, 8], 1), &bf, &randn(&[8], 3), 1e-6).unwrap_err();
+    assert!(e.to_string().contains("want one dtype"), "{e}");
+}
