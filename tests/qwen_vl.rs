@@ -738,12 +738,13 @@ fn fused_draw_on_the_test_device_is_the_cpus_draw() {
 
 /// The fused layer steps (`guirl::nn::decode::layer`) on the test device, at Qwen3-VL 2B's
 /// widths (hidden 2 048, heads of 128, MLP 6 144): the residual sum with its RMSNorm, a
-/// head's RMSNorm with its rotation and SwiGLU each equal candle's ops run in f32 on the
-/// CPU from the same inputs (within the dtype's rounding), and a row's bits do not depend
-/// on the other rows. `benches/gpu/run.sh` runs it on CUDA, the kernels' check.
+/// head's RMSNorm with its rotation, SwiGLU (of two products or one product's halves) and
+/// the split of one q/k/v product into heads each equal the CPU's result in f32 from the
+/// same inputs (within the dtype's rounding), and a row's bits do not depend on the other
+/// rows. `benches/gpu/run.sh` runs it on CUDA, the kernels' check.
 #[test]
 fn fused_layer_steps_on_the_test_device_are_candles_ops() {
-    use guirl::nn::decode::layer::{add_rms_norm, norm_rope, swiglu};
+    use guirl::nn::decode::layer::{add_rms_norm, norm_rope, split_heads, swiglu, swiglu_halves, HeadsIn};
     use rand::{Rng, SeedableRng};
     let (dev, dt) = (device(), dtype());
     let (m, h, heads, d, inter) = (5usize, 2048usize, 16usize, 128usize, 6144usize);
@@ -792,4 +793,33 @@ fn fused_layer_steps_on_the_test_device_are_candles_ops() {
 
     let (g, u) = (randn(&[m, inter]), randn(&[m, inter]));
     close(&swiglu(&on(&g), &on(&u)).unwrap(), &(g.silu().unwrap() * &u).unwrap(), "SwiGLU");
+    let gu = Tensor::cat(&[&g, &u], 1).unwrap();
+    close(
+        &swiglu_halves(&on(&gu)).unwrap(),
+        &(g.silu().unwrap() * &u).unwrap(),
+        "SwiGLU of one product's halves",
+    );
+
+    // one q/k/v product (16 + 2 × 8 heads of 128) split into heads: against the CPU's split
+    // in f32 (its own test checks it against the separate products' path)
+    let hkv = heads / 2;
+    let (qkv, bias, wk) = (randn(&[m, (heads + 2 * hkv) * d]), randn(&[(heads + 2 * hkv) * d]), randn(&[d]));
+    let split = |t: &dyn Fn(&Tensor) -> Tensor, rows: usize| {
+        let (qkv, bias, wq, wk, c, s) = (t(&qkv), t(&bias), t(&wq), t(&wk), t(&cos), t(&sin));
+        let (c, s) = (c.narrow(0, 0, rows).unwrap(), s.narrow(0, 0, rows).unwrap());
+        let inputs = HeadsIn {
+            heads: (heads, hkv, d),
+            bias: Some(&bias),
+            norms: Some((&wq, &wk, 1e-6)),
+            tables: (&c, &s),
+        };
+        split_heads(&qkv, rows, inputs).unwrap()
+    };
+    let (q, k, v) = split(&|t| on(t), m - 1);
+    let (cq, ck, cv) = split(&|t| t.clone(), m - 1);
+    close(&q, &cq, "the split's queries");
+    close(&k, &ck, "the split's keys");
+    close(&v, &cv, "the split's values");
+    let (q1, _, _) = split(&|t| on(t), 1);
+    assert_eq!(row_bits(&q, 0), row_bits(&q1, 0), "{dt:?} on {dev:?}: split_heads' row 0 alone");
 }

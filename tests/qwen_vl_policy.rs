@@ -21,8 +21,9 @@ use common::synthetic_state as state;
 
 /// Each architecture with attention per answer over its own cache, and with window slots
 /// (`decode_window`: one attention per layer for a chunk of slots), sized per prompt or
-/// fixed; the attention eager or fused (`decode_kernels`) in either.
-const DECODINGS: [(&str, DecodeWindow, DecodeLora, DecodeKernels); 8] = [
+/// fixed; the attention eager or fused (`decode_kernels`) in either. Merged and fused: one
+/// product a layer for q/k/v and one for gate/up, split by the fused kernels.
+const DECODINGS: [(&str, DecodeWindow, DecodeLora, DecodeKernels); 9] = [
     ("qwen3_vl", DecodeWindow::Off, DecodeLora::Separate, DecodeKernels::Eager),
     ("qwen3_vl", DecodeWindow::Auto, DecodeLora::Separate, DecodeKernels::Eager),
     ("qwen3_vl", DecodeWindow::Auto, DecodeLora::Merged, DecodeKernels::Eager),
@@ -30,6 +31,7 @@ const DECODINGS: [(&str, DecodeWindow, DecodeLora, DecodeKernels); 8] = [
     ("qwen2_5_vl", DecodeWindow::Off, DecodeLora::Separate, DecodeKernels::Eager),
     ("qwen2_5_vl", DecodeWindow::Off, DecodeLora::Merged, DecodeKernels::Eager),
     ("qwen2_5_vl", DecodeWindow::Off, DecodeLora::Separate, DecodeKernels::Fused),
+    ("qwen2_5_vl", DecodeWindow::Off, DecodeLora::Merged, DecodeKernels::Fused),
     ("qwen2_5_vl", DecodeWindow::Tokens(512), DecodeLora::Separate, DecodeKernels::Eager),
 ];
 
@@ -45,6 +47,8 @@ fn sampled_answers_rescored_give_the_same_logprobs() {
         ("qwen3_vl", DecodeLora::Merged, DecodeKernels::Eager, DecodeWindow::Off),
         ("qwen3_vl", DecodeLora::Separate, DecodeKernels::Fused, DecodeWindow::Auto),
         ("qwen2_5_vl", DecodeLora::Separate, DecodeKernels::Fused, DecodeWindow::Off),
+        ("qwen3_vl", DecodeLora::Merged, DecodeKernels::Fused, DecodeWindow::Auto),
+        ("qwen2_5_vl", DecodeLora::Merged, DecodeKernels::Fused, DecodeWindow::Off),
     ];
     for (arch, lora, attention, window) in cases {
         let tmp = tempfile::tempdir().unwrap();

@@ -2,10 +2,10 @@
 //! process, and its launches.
 
 use super::cuda::{compiled, contiguous};
-use super::layer::{AddRmsNorm, NormRope, Swiglu};
+use super::layer::{AddRmsNorm, NormRope, SplitHeads, Swiglu, SwigluHalves};
 use candle_core::cuda_backend::cudarc::driver::{CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::{CudaStorageSlice, WrapErr};
-use candle_core::{CudaDevice, CudaStorage, Layout, Result, Shape, Storage};
+use candle_core::{CudaDevice, CudaStorage, Layout, Result, Shape, Storage, StorageRef};
 
 const LAYER: &str = include_str!("layer.cu");
 const MODULE: &str = "guirl_decode_layer";
@@ -166,13 +166,80 @@ impl Swiglu {
     }
 }
 
+impl SwigluHalves {
+    /// `CustomOp1::cuda_fwd`: element-wise over the output, 256-thread blocks.
+    pub(super) fn forward_cuda(&self, gu: &CudaStorage, l: &Layout) -> Result<(CudaStorage, Shape)> {
+        let (m, two) = l.shape().dims2()?;
+        let (inter, len) = (two / 2, m * two / 2);
+        let blocks = len.div_ceil(256).clamp(1, 65_535) as u32;
+        let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+        let out = launch(&gu.device, "swiglu_halves", &[(gu, l)], len, cfg, &|a| {
+            a.ints = vec![inter as i32];
+            a.long = Some(len as i64);
+        })?;
+        Ok((out, Shape::from((m, inter))))
+    }
+}
+
+/// A tensor an op holds beside its inputs (`g`, its storage held), on the GPU; `or` where
+/// the op holds none (the kernel then never reads it).
+fn held<'a, 'b: 'a>(
+    g: &'a Option<(StorageRef<'b>, &'b Layout)>,
+    or: (&'a CudaStorage, &'a Layout),
+) -> Result<(&'a CudaStorage, &'a Layout)> {
+    match g {
+        None => Ok(or),
+        Some((st, l)) => match &**st {
+            Storage::Cuda(c) => Ok((c, *l)),
+            _ => candle_core::bail!("decode split_heads: a bias or norm weight not on the GPU"),
+        },
+    }
+}
+
+impl SplitHeads {
+    /// `CustomOp3::cuda_fwd`: one block per row and head, a thread per pair of elements.
+    pub(super) fn forward_cuda(
+        &self,
+        x: &CudaStorage,
+        xl: &Layout,
+        c: &CudaStorage,
+        cl: &Layout,
+        s: &CudaStorage,
+        sl: &Layout,
+    ) -> Result<(CudaStorage, Shape)> {
+        let (b, h, hkv, d) = (self.b, self.h, self.hkv, self.d);
+        if d > 2048 {
+            candle_core::bail!(
+                "decode split_heads on CUDA: heads of {d} elements, at most 2048: set model.decode_kernels = \"eager\""
+            );
+        }
+        let bias = self.bias.as_ref().map(|t| t.storage_and_layout());
+        let wq = self.norms.as_ref().map(|(q, _, _)| q.storage_and_layout());
+        let wk = self.norms.as_ref().map(|(_, k, _)| k.storage_and_layout());
+        let inputs =
+            [(x, xl), held(&bias, (x, xl))?, held(&wq, (x, xl))?, held(&wk, (x, xl))?, (c, cl), (s, sl)];
+        let width = (h + 2 * hkv) * d;
+        let (has_bias, has_norm) = (self.bias.is_some() as i32, self.norms.is_some() as i32);
+        let eps = self.norms.as_ref().map_or(0.0, |n| n.2);
+        let blocks = (b * (h + 2 * hkv)) as u32;
+        let cfg =
+            LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (threads(d / 2), 1, 1), shared_mem_bytes: 0 };
+        let out = launch(&x.device, "split_heads", &inputs, b * width, cfg, &|a| {
+            a.ints = vec![b as i32, h as i32, hkv as i32, d as i32, has_bias, has_norm];
+            a.long = Some(width as i64);
+            a.float = Some(eps);
+        })?;
+        Ok((out, Shape::from(b * width)))
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    /// `layer.cu` compiles (NVRTC needs no GPU) and has its six entry points.
+    /// `layer.cu` compiles (NVRTC needs no GPU) and has its ten entry points.
     #[test]
     fn the_layer_kernels_compile() {
         let ptx = super::layer_ptx().unwrap();
-        for name in ["add_rms_norm", "norm_rope", "swiglu"] {
+        for name in ["add_rms_norm", "norm_rope", "swiglu", "swiglu_halves", "split_heads"] {
             for t in ["f32", "bf16"] {
                 assert!(ptx.contains(&format!("decode_{name}_{t}")), "{name} {t}");
             }

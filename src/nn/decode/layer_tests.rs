@@ -128,3 +128,80 @@ fn wrong_shapes_are_errors_that_say_what() {
     let e = add_rms_norm(&randn(&[2, 8], 1), &bf, &randn(&[8], 3), 1e-6).unwrap_err();
     assert!(e.to_string().contains("want one dtype"), "{e}");
 }
+
+/// The split of one q/k/v product: each part as the separate products' path computes it
+/// (bias added and rounded, normed per head and rounded, rotated), for the queries and
+/// keys, and the values with their bias; with and without bias and norms, f32 and bf16.
+#[test]
+fn split_heads_is_each_parts_bias_norm_and_rotation() {
+    let (m, b, h, hkv, d) = (4, 3, 4, 2, 16);
+    let width = (h + 2 * hkv) * d;
+    let (qkv, bias, wq, wk) = (randn(&[m, width], 20), randn(&[width], 21), randn(&[d], 22), randn(&[d], 23));
+    let angles = randn(&[b, d / 2], 24);
+    let (cos, sin) = (angles.cos().unwrap(), angles.sin().unwrap());
+    for dtype in [DType::F32, DType::BF16] {
+        let t = |a: &Tensor| a.to_dtype(dtype).unwrap();
+        for (with_bias, with_norms) in [(false, false), (true, false), (false, true), (true, true)] {
+            let (bias_t, wq_t, wk_t, cos_t, sin_t) =
+                (with_bias.then(|| t(&bias)), t(&wq), t(&wk), t(&cos), t(&sin));
+            let inputs = HeadsIn {
+                heads: (h, hkv, d),
+                bias: bias_t.as_ref(),
+                norms: with_norms.then_some((&wq_t, &wk_t, 1e-6)),
+                tables: (&cos_t, &sin_t),
+            };
+            let (q, k, v) = split_heads(&t(&qkv), b, inputs).unwrap();
+            assert_eq!((q.dims(), k.dims(), v.dims()), (&[b, h, d][..], &[b, hkv, d][..], &[b, hkv, d][..]));
+            // the unfused path: the product's part (+ bias), then norm_rope or candle's rope
+            let part = |at: usize, n: usize| {
+                let x = t(&qkv).narrow(0, 0, b).unwrap().narrow(1, at * d, n * d).unwrap();
+                let x = match with_bias {
+                    true => x.broadcast_add(&t(&bias).narrow(0, at * d, n * d).unwrap()).unwrap(),
+                    false => x,
+                };
+                x.reshape((b, n, d)).unwrap()
+            };
+            let rotated = |x: Tensor, w: &Tensor| match with_norms {
+                true => norm_rope(&x, w, 1e-6, &t(&cos), &t(&sin)).unwrap(),
+                false => candle_nn::rotary_emb::rope(
+                    &x.unsqueeze(2).unwrap().contiguous().unwrap(),
+                    &t(&cos).unsqueeze(1).unwrap(),
+                    &t(&sin).unsqueeze(1).unwrap(),
+                )
+                .unwrap()
+                .squeeze(2)
+                .unwrap(),
+            };
+            let tol = if dtype == DType::F32 { 1e-6 } else { 2e-2 };
+            let what = format!("{dtype:?}, bias {with_bias}, norms {with_norms}");
+            assert!(rel_diff(&q, &values(&rotated(part(0, h), &wq_t))) < tol, "queries, {what}");
+            assert!(rel_diff(&k, &values(&rotated(part(h, hkv), &wk_t))) < tol, "keys, {what}");
+            assert_eq!(bits(&v), bits(&part(h + hkv, hkv)), "values, {what}");
+        }
+    }
+}
+
+#[test]
+fn swiglu_halves_is_swiglu_of_the_two_halves() {
+    let gu = randn(&[3, 40], 25);
+    let want =
+        crate::nn::activation::swiglu(&gu.narrow(1, 0, 20).unwrap(), &gu.narrow(1, 20, 20).unwrap()).unwrap();
+    assert_eq!(bits(&swiglu_halves(&gu).unwrap()), bits(&want));
+    let e = swiglu_halves(&randn(&[2, 7], 26)).unwrap_err();
+    assert!(e.to_string().contains("want an even count"), "{e}");
+}
+
+#[test]
+fn split_heads_refuses_shapes_that_do_not_fit() {
+    let (cos, sin) = (randn(&[2, 4], 1), randn(&[2, 4], 2));
+    let inputs = |bias| HeadsIn { heads: (2, 1, 8), bias, norms: None, tables: (&cos, &sin) };
+    // 3 heads' worth of columns where 2 + 2 × 1 heads need 32
+    let e = split_heads(&randn(&[2, 24], 3), 2, inputs(None)).unwrap_err();
+    assert!(e.to_string().contains("want [M ≥ b, (H + 2 Hkv) · D]"), "{e}");
+    // more rows asked than the product has
+    let e = split_heads(&randn(&[1, 32], 3), 2, inputs(None)).unwrap_err();
+    assert!(e.to_string().contains("2 rows of [1, 32]"), "{e}");
+    let bias = randn(&[31], 4);
+    let e = split_heads(&randn(&[2, 32], 3), 2, inputs(Some(&bias))).unwrap_err();
+    assert!(e.to_string().contains("a bias of"), "{e}");
+}

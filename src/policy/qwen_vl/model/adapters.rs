@@ -337,15 +337,34 @@ impl QwenVl {
             AdapterUse::Live => self.snapshot_adapters()?,
             AdapterUse::Snapshot(s) => s.clone(),
         };
+        let merge = |lin: &Linear, ad: &LoraAdapter| -> Result<Tensor> {
+            let w = snapshot.whole(lin.weight.id()).unwrap_or(&lin.weight);
+            let (a, b) = snapshot.of(ad)?;
+            merge_weight(w, (a, b), ad.scale)
+        };
+        // a layer's q/k/v and its gate/up, all adapted, merged and concatenated a group at a
+        // time for one product each when decoding with the fused kernels; the members read
+        // views of it, so the copy is made once and never twice at a time
+        let mut groups = Vec::new();
+        let mut grouped = std::collections::HashSet::new();
+        for members in self.text.product_groups() {
+            let ads: Option<Vec<&LoraAdapter>> = members.iter().map(|l| l.lora.as_ref()).collect();
+            let Some(ads) = ads else { continue };
+            let weights = members.iter().zip(&ads).map(|(l, ad)| merge(l, ad)).collect::<Result<Vec<_>>>()?;
+            let biases: Option<Vec<&Tensor>> = members.iter().map(|l| l.bias.as_ref()).collect();
+            let bias = biases.map(|b| Tensor::cat(&b, 0)).transpose()?;
+            grouped.extend(ads.iter().map(|ad| ad.a.id()));
+            groups.push((ads, Tensor::cat(&weights, 0)?, bias));
+        }
         let mut merged = Vec::new();
         for (_, lin) in self.sites() {
-            if let Some(ad) = &lin.lora {
-                let w = snapshot.whole(lin.weight.id()).unwrap_or(&lin.weight);
-                let (a, b) = snapshot.of(ad)?;
-                merged.push((ad, merge_weight(w, (a, b), ad.scale)?));
+            match &lin.lora {
+                Some(ad) if !grouped.contains(&ad.a.id()) => merged.push((ad, merge(lin, ad)?)),
+                _ => {}
             }
         }
-        Ok(Some(Arc::new(MergedAdapters::new(snapshot, merged))))
+        let merged = MergedAdapters::new(snapshot, merged).grouped(groups)?;
+        Ok(Some(Arc::new(merged)))
     }
 
     /// Bytes the merged copies of the adapted layers take ([`Self::merge_adapters`]).

@@ -332,6 +332,13 @@ impl TextModel {
 }
 
 impl TextModel {
+    /// The linear layers a decoding step runs as one product each when their merged
+    /// weights are concatenated (`decode_kernels = "fused"`, adapters merged): each layer's
+    /// q/k/v, and its gate/up, in output order.
+    pub(crate) fn product_groups(&self) -> Vec<Vec<&Linear>> {
+        self.layers.iter().flat_map(|l| [vec![&l.q, &l.k, &l.v], vec![&l.gate, &l.up]]).collect()
+    }
+
     /// Every linear layer of the decoder with its name under the language model.
     pub fn linears(&self) -> Vec<(String, &Linear)> {
         let mut out = Vec::new();

@@ -129,6 +129,10 @@ pub struct MergedAdapters {
     snapshot: Arc<AdapterSnapshot>,
     /// Each adapted layer's merged weight, by the id of its live A's `Var`.
     weights: HashMap<TensorId, Tensor>,
+    /// Merged weights concatenated for one product (a layer's q/k/v, its gate/up), with
+    /// their concatenated biases, by the id of the first layer's A; the layers' own entries
+    /// in `weights` are views of these.
+    groups: HashMap<TensorId, (Tensor, Option<Tensor>)>,
 }
 
 impl MergedAdapters {
@@ -139,7 +143,28 @@ impl MergedAdapters {
         weights: impl IntoIterator<Item = (&'a LoraAdapter, Tensor)>,
     ) -> Self {
         let weights = weights.into_iter().map(|(ad, w)| (ad.a.id(), w)).collect();
-        MergedAdapters { snapshot, weights }
+        MergedAdapters { snapshot, weights, groups: HashMap::new() }
+    }
+
+    /// The same, with `groups`: for each, its layers' adapters (in order), their merged
+    /// weights concatenated along the outputs, and their concatenated bias. Each layer's
+    /// own merged weight is a view of the concatenation (no second copy).
+    pub(crate) fn grouped<'a>(
+        mut self,
+        groups: impl IntoIterator<Item = (Vec<&'a LoraAdapter>, Tensor, Option<Tensor>)>,
+    ) -> Result<Self> {
+        for (members, cat, bias) in groups {
+            let mut at = 0;
+            for ad in &members {
+                let rows = ad.b.as_tensor().dim(0)?;
+                self.weights.insert(ad.a.id(), cat.narrow(0, at, rows)?);
+                at += rows;
+            }
+            if let Some(first) = members.first() {
+                self.groups.insert(first.a.id(), (cat, bias));
+            }
+        }
+        Ok(self)
     }
 
     /// The weight of `ad`'s layer with `ad` merged into it.
@@ -312,6 +337,12 @@ impl LoraAdapter {
     /// ([`AdapterSwitch::scope_merged`]).
     pub(crate) fn merged(&self) -> Result<Option<Tensor>> {
         self.switch.merged().map(|m| m.of(self).cloned()).transpose()
+    }
+
+    /// When this thread's forwards read merged layers and this adapter's layer is the first
+    /// of a concatenated group ([`MergedAdapters::grouped`]): the group's weight and bias.
+    pub(crate) fn merged_group(&self) -> Option<(Tensor, Option<Tensor>)> {
+        self.switch.merged().and_then(|m| m.groups.get(&self.a.id()).cloned())
     }
 
     /// The (A, B) the switch selects on this thread, or None for no adapter.

@@ -9,6 +9,7 @@
 //! next are one kernel when fused; the last layer's pair ends in the model's final norm.
 
 use super::{Layer, LayerDims, TextModel};
+use crate::nn::decode::layer::HeadsIn;
 use crate::nn::fused::{fused_rms_norm, RopeHalves};
 use crate::nn::{activation, decode};
 use crate::policy::qwen_vl::model::kv_cache::KvCache;
@@ -131,6 +132,9 @@ impl Step<'_> {
     /// `[M, H]` (normed; the products run on all `M`), the rotary tables' rows being `b`.
     pub(super) fn project(&self, y: &Tensor, b: usize) -> Result<(Tensor, Tensor, Tensor)> {
         let (l, hd) = (self.layer, self.dims.head_dim);
+        if let Some(split) = self.merged_split(y, b)? {
+            return Ok(split);
+        }
         let heads = |lin: &Linear, n: usize| -> Result<Tensor> {
             Ok(lin.forward(y)?.narrow(0, 0, b)?.reshape((b, n, 1, hd))?)
         };
@@ -156,16 +160,51 @@ impl Step<'_> {
         Ok((q, k, v))
     }
 
+    /// With the fused kernels and the layer's q/k/v merged into one weight
+    /// ([`crate::policy::qwen_vl::model::QwenVl::merge_adapters`]): one product and one
+    /// kernel for the heads (bias, norms, rotation). None otherwise.
+    fn merged_split(&self, y: &Tensor, b: usize) -> Result<Option<(Tensor, Tensor, Tensor)>> {
+        let l = self.layer;
+        if self.kernels != DecodeKernels::Fused {
+            return Ok(None);
+        }
+        let Some((w, bias)) = l.q.lora.as_ref().and_then(|a| a.merged_group()) else { return Ok(None) };
+        let norms = match (&l.q_norm, &l.k_norm) {
+            (Some(qn), Some(kn)) if qn.eps() == kn.eps() => Some((&qn.weight, &kn.weight, qn.eps())),
+            (None, None) => None,
+            _ => return Ok(None),
+        };
+        let qkv = Linear::from_tensors(w, None).forward_base(y)?;
+        let (c, s) = self.rope.halves();
+        let (c, s) = (c.reshape((b, ()))?, s.reshape((b, ()))?);
+        let d = self.dims;
+        let inputs = HeadsIn {
+            heads: (d.heads, d.kv_heads, d.head_dim),
+            bias: bias.as_ref(),
+            norms,
+            tables: (&c, &s),
+        };
+        let (q, k, v) = decode::layer::split_heads(&qkv, b, inputs)?;
+        Ok(Some((q.unsqueeze(2)?, k.unsqueeze(2)?, v.unsqueeze(2)?)))
+    }
+
     /// The rest of the layer after attention (`a` `[M, heads · D]`): the output projection,
     /// the residual, the MLP, the residual; the new residual stream and it under the next
     /// norm.
     pub(super) fn finish(&self, x: &Tensor, a: &Tensor) -> Result<(Tensor, Tensor)> {
         let l = self.layer;
         let (x, y) = self.add_norm(x, &l.o.forward(a)?, &Norm::of(&l.post_norm))?;
-        let (gate, up) = (l.gate.forward(&y)?, l.up.forward(&y)?);
-        let act = match self.kernels {
-            DecodeKernels::Eager => activation::swiglu(&gate, &up)?,
-            DecodeKernels::Fused => decode::layer::swiglu(&gate, &up)?,
+        let merged = match self.kernels {
+            DecodeKernels::Fused => l.gate.lora.as_ref().and_then(|a| a.merged_group()),
+            DecodeKernels::Eager => None,
+        };
+        let act = match (self.kernels, merged) {
+            // gate and up merged into one weight: one product, its halves' SwiGLU
+            (_, Some((w, bias))) => {
+                decode::layer::swiglu_halves(&Linear::from_tensors(w, bias).forward_base(&y)?)?
+            }
+            (DecodeKernels::Fused, None) => decode::layer::swiglu(&l.gate.forward(&y)?, &l.up.forward(&y)?)?,
+            (DecodeKernels::Eager, None) => activation::swiglu(&l.gate.forward(&y)?, &l.up.forward(&y)?)?,
         };
         self.add_norm(&x, &l.down.forward(&act)?, &self.next)
     }
