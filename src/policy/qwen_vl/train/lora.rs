@@ -129,9 +129,8 @@ pub struct MergedAdapters {
     snapshot: Arc<AdapterSnapshot>,
     /// Each adapted layer's merged weight, by the id of its live A's `Var`.
     weights: HashMap<TensorId, Tensor>,
-    /// Merged weights concatenated for one product (a layer's q/k/v, its gate/up), with
-    /// their concatenated biases, by the id of the first layer's A; the layers' own entries
-    /// in `weights` are views of these.
+    /// Merged weights (and biases) concatenated for one product (a layer's q/k/v, its
+    /// gate/up) by the first layer's A; the layers' entries in `weights` are views of them.
     groups: HashMap<TensorId, (Tensor, Option<Tensor>)>,
 }
 
@@ -146,9 +145,8 @@ impl MergedAdapters {
         MergedAdapters { snapshot, weights, groups: HashMap::new() }
     }
 
-    /// The same, with `groups`: for each, its layers' adapters (in order), their merged
-    /// weights concatenated along the outputs, and their concatenated bias. Each layer's
-    /// own merged weight is a view of the concatenation (no second copy).
+    /// The same, with `groups`: each its layers' adapters (in order), their merged weights
+    /// concatenated along the outputs (each layer's is a view of it) and their bias.
     pub(crate) fn grouped<'a>(
         mut self,
         groups: impl IntoIterator<Item = (Vec<&'a LoraAdapter>, Tensor, Option<Tensor>)>,
