@@ -63,31 +63,6 @@ __device__ void add_rms_norm(const T* x, const T* d, const T* w, T* out, int m, 
   }
 }
 
-// One block per (row, head) of [R, n, D], D/2 threads rounded up to a warp: thread t owns
-// the pair (t, t + D/2). The normed value is rounded before the rotation.
-template <typename T>
-__device__ void norm_rope(const T* x, const T* w, const T* c, const T* s, T* out, int n, int d,
-                          float eps) {
-  __shared__ float red[33];
-  long head = blockIdx.x;
-  long row = head / n;
-  int half = d / 2, t = threadIdx.x;
-  const T* xh = x + head * d;
-  float a = 0.f, b = 0.f;
-  if (t < half) {
-    a = ld(xh, t);
-    b = ld(xh, t + half);
-  }
-  float scale = rsqrtf(block_sum(a * a + b * b, red) / d + eps);
-  if (t < half) {
-    float na = rnd(x, a * scale * ld(w, t));
-    float nb = rnd(x, b * scale * ld(w, t + half));
-    float ct = ld(c, row * half + t), stt = ld(s, row * half + t);
-    st(out, head * d + t, na * ct - nb * stt);
-    st(out, head * d + t + half, nb * ct + na * stt);
-  }
-}
-
 // Element-wise: round(round(silu(g)) * u).
 template <typename T>
 __device__ void swiglu(const T* g, const T* u, T* out, long len) {
@@ -161,11 +136,6 @@ __device__ void split_heads(const T* x, const T* bias, const T* wq, const T* wk,
   extern "C" __global__ void decode_add_rms_norm_##SUFFIX(const T* x, const T* d, const T* w,    \
                                                           T* out, int m, int h, float eps) {     \
     add_rms_norm<T>(x, d, w, out, m, h, eps);                                                    \
-  }                                                                                              \
-  extern "C" __global__ void decode_norm_rope_##SUFFIX(const T* x, const T* w, const T* c,       \
-                                                       const T* s, T* out, int n, int d,         \
-                                                       float eps) {                              \
-    norm_rope<T>(x, w, c, s, out, n, d, eps);                                                    \
   }                                                                                              \
   extern "C" __global__ void decode_swiglu_##SUFFIX(const T* g, const T* u, T* out, long len) {  \
     swiglu<T>(g, u, out, len);                                                                   \

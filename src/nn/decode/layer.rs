@@ -1,9 +1,10 @@
 //! A decoding layer's small steps fused (`decode_kernels = "fused"`): where candle launches
-//! a kernel per step, one kernel does the whole row. At the 2B shape they remove five of a
-//! layer's twenty launches, about 140 of a step's 600 (docs/gpu.md's profile):
+//! a kernel per step, one kernel does the whole row. At the 2B shape they take a layer's
+//! 20 launches (the attention fused) to 15, or 11 with the adapters merged (docs/gpu.md):
 //!
 //! - [`add_rms_norm`]: the residual sum and the next RMSNorm (twice a layer);
-//! - [`norm_rope`]: the query's or key's per-head RMSNorm and its rotary embedding;
+//! - [`norm_rope`]: the query's or key's per-head RMSNorm and its rotary embedding (a
+//!   [`split_heads`] of query heads alone);
 //! - [`swiglu`]: `silu(gate) ⊙ up`; [`swiglu_halves`] over one product's two halves;
 //! - [`split_heads`]: one product of a layer's queries, keys and values split into heads,
 //!   with the bias, the q/k norms and the rotation (the merged adapters' concatenated
@@ -57,9 +58,11 @@ pub fn norm_rope(x: &Tensor, w: &Tensor, eps: f64, cos: &Tensor, sin: &Tensor) -
             sin.dims()
         );
     }
-    let t = |a: &Tensor| a.to_dtype(x.dtype())?.contiguous();
-    let op = NormRope { w: t(w)?, eps: eps as f32 };
-    x.contiguous()?.apply_op3_no_bwd(&t(cos)?, &t(sin)?, &op)
+    // the split of a product of query heads alone: no bias, every head normed by `w`
+    let inputs =
+        HeadsIn { heads: (x.dim(1)?, 0, d), bias: None, norms: Some((w, w, eps)), tables: (cos, sin) };
+    let (q, _, _) = split_heads(&x.reshape((r, ()))?, r, inputs)?;
+    Ok(q)
 }
 
 /// `silu(gate) ⊙ up`, the SiLU rounded before the product as the unfused ops do; one kernel
@@ -166,12 +169,6 @@ pub(super) struct AddRmsNorm {
     pub(super) eps: f32,
 }
 
-/// [`norm_rope`]'s op over `(x, cos, sin)`, the norm's weight beside them.
-pub(super) struct NormRope {
-    pub(super) w: Tensor,
-    pub(super) eps: f32,
-}
-
 /// [`swiglu`]'s op (CUDA only: the CPU path is the activation module's).
 pub(super) struct Swiglu;
 
@@ -230,18 +227,6 @@ fn rotate_head<T: WithDType>(v: &mut [f32], norm: Option<(&[T], f32)>, c: &[T], 
         y[e] = T::from_f64((a * ce - b * se) as f64);
         y[e + half] = T::from_f64((b * ce + a * se) as f64);
     }
-}
-
-fn norm_rope_cpu<T: WithDType>(x: &[T], c: &[T], s: &[T], w: &[T], dims: (usize, usize), eps: f32) -> Vec<T> {
-    let (n, d) = dims;
-    let half = d / 2;
-    let mut out = vec![T::zero(); x.len()];
-    out.par_chunks_mut(d).enumerate().for_each(|(i, y)| {
-        let row = i / n;
-        let mut v: Vec<f32> = x[i * d..(i + 1) * d].iter().map(|a| a.to_f64() as f32).collect();
-        rotate_head(&mut v, Some((w, eps)), &c[row * half..][..half], &s[row * half..][..half], y);
-    });
-    out
 }
 
 /// [`split_heads`] on the CPU: `x` the product's rows, `c`/`s` the tables, `bias` and
@@ -363,47 +348,6 @@ impl CustomOp3 for AddRmsNorm {
         wl: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
         self.forward_cuda(x, xl, d, dl, w, wl)
-    }
-}
-
-impl CustomOp3 for NormRope {
-    fn name(&self) -> &'static str {
-        "decode-norm-rope"
-    }
-
-    fn cpu_fwd(
-        &self,
-        x: &CpuStorage,
-        xl: &Layout,
-        c: &CpuStorage,
-        cl: &Layout,
-        s: &CpuStorage,
-        sl: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        let (_, n, d) = xl.shape().dims3()?;
-        let w = self.w.storage_and_layout();
-        let out = by_dtype!(x, "norm_rope", |T| norm_rope_cpu::<T>(
-            data(x, xl)?,
-            data(c, cl)?,
-            data(s, sl)?,
-            held::<T>(&w)?,
-            (n, d),
-            self.eps
-        ));
-        Ok((out, xl.shape().clone()))
-    }
-
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        x: &candle_core::CudaStorage,
-        xl: &Layout,
-        c: &candle_core::CudaStorage,
-        cl: &Layout,
-        s: &candle_core::CudaStorage,
-        sl: &Layout,
-    ) -> Result<(candle_core::CudaStorage, Shape)> {
-        self.forward_cuda(x, xl, c, cl, s, sl)
     }
 }
 

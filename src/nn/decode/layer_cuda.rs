@@ -2,7 +2,7 @@
 //! process, and its launches.
 
 use super::cuda::{compiled, contiguous};
-use super::layer::{AddRmsNorm, NormRope, SplitHeads, Swiglu, SwigluHalves};
+use super::layer::{AddRmsNorm, SplitHeads, Swiglu, SwigluHalves};
 use candle_core::cuda_backend::cudarc::driver::{CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::{CudaStorageSlice, WrapErr};
 use candle_core::{CudaDevice, CudaStorage, Layout, Result, Shape, Storage, StorageRef};
@@ -117,38 +117,6 @@ impl AddRmsNorm {
     }
 }
 
-impl NormRope {
-    /// `CustomOp3::cuda_fwd`: one block per row and head, a thread per pair of elements.
-    pub(super) fn forward_cuda(
-        &self,
-        x: &CudaStorage,
-        xl: &Layout,
-        c: &CudaStorage,
-        cl: &Layout,
-        s: &CudaStorage,
-        sl: &Layout,
-    ) -> Result<(CudaStorage, Shape)> {
-        let (r, n, d) = xl.shape().dims3()?;
-        if d > 2048 {
-            candle_core::bail!("decode norm_rope on CUDA: heads of {d} elements, at most 2048: set model.decode_kernels = \"eager\"");
-        }
-        let (w, wl) = self.w.storage_and_layout();
-        let Storage::Cuda(w) = &*w else { candle_core::bail!("decode norm_rope: weight not on the GPU") };
-        let cfg = LaunchConfig {
-            grid_dim: ((r * n) as u32, 1, 1),
-            block_dim: (threads(d / 2), 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let eps = self.eps;
-        let out =
-            launch(&x.device, "norm_rope", &[(x, xl), (w, wl), (c, cl), (s, sl)], r * n * d, cfg, &|a| {
-                a.ints = vec![n as i32, d as i32];
-                a.float = Some(eps);
-            })?;
-        Ok((out, xl.shape().clone()))
-    }
-}
-
 impl Swiglu {
     /// `CustomOp2::cuda_fwd`: element-wise over a grid of 256-thread blocks.
     pub(super) fn forward_cuda(
@@ -235,11 +203,11 @@ impl SplitHeads {
 
 #[cfg(test)]
 mod tests {
-    /// `layer.cu` compiles (NVRTC needs no GPU) and has its ten entry points.
+    /// `layer.cu` compiles (NVRTC needs no GPU) and has its eight entry points.
     #[test]
     fn the_layer_kernels_compile() {
         let ptx = super::layer_ptx().unwrap();
-        for name in ["add_rms_norm", "norm_rope", "swiglu", "swiglu_halves", "split_heads"] {
+        for name in ["add_rms_norm", "swiglu", "swiglu_halves", "split_heads"] {
             for t in ["f32", "bf16"] {
                 assert!(ptx.contains(&format!("decode_{name}_{t}")), "{name} {t}");
             }
