@@ -102,10 +102,12 @@ fn main() -> Result<()> {
     let adapters = s.decode_lora_on(&device);
     let kernels = s.decode_kernels_on(&device);
     let window = s.decode_window_on(&device);
-    let rows = s.decode_rows_on(&device);
+    // unset, each count decodes in one chunk of that many rows (a collector of that many envs)
+    let rows = s.decode_rows.map_or("the rollouts".to_string(), |r| r.to_string());
     let sync = s.decode_sync_on(&device);
     // the adapters the policy decodes with (its defaults), for another engine to match
     let lora = serde_json::json!({"rank": s.lora_rank, "alpha": s.lora_alpha, "targets": s.lora_targets});
+    let settings = s.clone();
     let mut policy = QwenVlPolicy::new(s, &device, 0)?;
     policy.set_sampling(Sampling { temperature: 1.0, greedy: false, seed: 1 });
 
@@ -147,6 +149,7 @@ fn main() -> Result<()> {
         let r = run(&policy, n, tokens, n)?;
         let mem = peak.stop();
         let rate = r.tokens as f64 / r.decode_s;
+        let chunk = settings.decode_rows_for(n);
         let of_roofline = rate / (roofline * n as f64);
         println!(
             "| {n} | {:.3} | {:.3} | {} | {rate:.1} | {:.1} | {:.1} % | {mem:.0} MiB |",
@@ -157,7 +160,7 @@ fn main() -> Result<()> {
             100.0 * of_roofline
         );
         table.push(serde_json::json!({
-            "rollouts": n, "prefill_s": r.prefill_s, "decode_s": r.decode_s, "tokens": r.tokens,
+            "rollouts": n, "decode_rows": chunk, "prefill_s": r.prefill_s, "decode_s": r.decode_s, "tokens": r.tokens,
             "tokens_per_s": rate, "of_roofline": of_roofline, "peak_mib": mem,
         }));
     }
@@ -186,7 +189,7 @@ struct Run {
 /// `n` rollouts admitted and decoded two steps (each answer's first token copies its
 /// prompt's cache), then dropped.
 fn warm_up(policy: &QwenVlPolicy, n: usize) -> Result<()> {
-    let mut dec = policy.step_decoder().context("the Qwen-VL policy decodes token by token")?;
+    let mut dec = policy.step_decoder(n).context("the Qwen-VL policy decodes token by token")?;
     for i in 0..n {
         dec.admit(i as u64, &screen(999_000 + i), i as u64)?;
     }
@@ -199,7 +202,7 @@ fn warm_up(policy: &QwenVlPolicy, n: usize) -> Result<()> {
 
 /// `n` rollouts of different screenshots (seeded by `salt`) through the policy's decoder.
 fn run(policy: &QwenVlPolicy, n: usize, tokens: usize, salt: usize) -> Result<Run> {
-    let mut dec = policy.step_decoder().context("the Qwen-VL policy decodes token by token")?;
+    let mut dec = policy.step_decoder(n).context("the Qwen-VL policy decodes token by token")?;
     let device = policy.device().clone();
     let t0 = Instant::now();
     for i in 0..n {
@@ -225,7 +228,7 @@ fn run(policy: &QwenVlPolicy, n: usize, tokens: usize, salt: usize) -> Result<Ru
 /// steps inside the range a profiler started with `ncu --profile-from-start off` records
 /// (guirl::policy::device::profiler_range), so it sees a few steps' kernels, not a run's.
 fn profile(policy: &QwenVlPolicy, n: usize, steps: usize) -> Result<()> {
-    let mut dec = policy.step_decoder().context("the Qwen-VL policy decodes token by token")?;
+    let mut dec = policy.step_decoder(n).context("the Qwen-VL policy decodes token by token")?;
     for i in 0..n {
         dec.admit(i as u64, &screen(777_000 + i), i as u64)?;
     }
@@ -275,7 +278,7 @@ fn mismatch(policy: &QwenVlPolicy, n: usize) -> Result<()> {
         }
     }
     let states: Vec<ScreenState> = (0..n).map(|i| screen(555_000 + i)).collect();
-    let mut dec = policy.step_decoder().context("the Qwen-VL policy decodes token by token")?;
+    let mut dec = policy.step_decoder(n).context("the Qwen-VL policy decodes token by token")?;
     for (i, st) in states.iter().enumerate() {
         dec.admit(i as u64, st, i as u64)?;
     }

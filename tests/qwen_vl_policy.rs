@@ -162,7 +162,9 @@ fn answers_joining_a_decode_in_flight_are_bit_for_bit_those_decoded_alone() {
         // (the step before which each state joins): two at the start, one that shares the
         // first's prompt three steps later, one while the first ones finish, one after
         let joins = [0usize, 0, 3, 9, 14];
-        let mut dec = p.step_decoder().expect("Qwen-VL decodes token by token");
+        // started for more answers than it ever has live: the rows set are kept
+        let mut dec = p.step_decoder(states.len()).expect("Qwen-VL decodes token by token");
+        assert_eq!(dec.rows(), 2);
         let mut got: Vec<Option<guirl::policy::Decision>> = vec![None; states.len()];
         let mut steps = 0;
         while got.iter().any(Option::is_none) {
@@ -205,6 +207,38 @@ fn answers_joining_a_decode_in_flight_are_bit_for_bit_those_decoded_alone() {
     }
 }
 
+/// With `decode_rows` unset a decoder takes as many rows as the answers it is started for
+/// (the collector's envs): its answers are those of `decode_rows` set to that count.
+#[test]
+fn a_decoder_without_decode_rows_steps_all_the_answers_it_is_started_for_together() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = settings("qwen3_vl", tmp.path());
+    assert_eq!(s.decode_rows, None);
+    let states = [state(0, &[]), state(1, &["click(10, 20)"]), state(2, &[])];
+    let keys = [40u64, 41, 42];
+    let mut p = QwenVlPolicy::new(s.clone(), &Device::Cpu, 0).unwrap();
+    perturb_b(&p);
+    p.set_sampling(Sampling { temperature: 1.5, greedy: false, seed: 9 });
+    assert_eq!(p.step_decoder(1000).unwrap().rows(), 256, "at most 256 rows");
+    let mut dec = p.step_decoder(3).unwrap();
+    assert_eq!(dec.rows(), 3);
+    for (i, st) in states.iter().enumerate() {
+        dec.admit(i as u64, st, keys[i]).unwrap();
+    }
+    let mut got = vec![None; 3];
+    while dec.live() > 0 {
+        for (id, d) in dec.step().unwrap() {
+            got[id as usize] = Some(bits(&d));
+        }
+    }
+    let mut three =
+        QwenVlPolicy::new(QwenPolicySettings { decode_rows: Some(3), ..s }, &Device::Cpu, 0).unwrap();
+    three.set_sampling(Sampling { temperature: 1.5, greedy: false, seed: 9 });
+    perturb_b(&three);
+    let whole: Vec<_> = three.act_keyed(&states, &keys).unwrap().iter().map(bits).collect();
+    assert_eq!(got.into_iter().map(Option::unwrap).collect::<Vec<_>>(), whole);
+}
+
 /// The host reads the drawn tokens every `decode_sync` steps (the tokens are fed back on the
 /// device in between): answers that end between reads run on until the next read and their
 /// extra tokens are dropped, so every answer is the same bits whatever the interval, also
@@ -230,7 +264,7 @@ fn answers_read_every_few_steps_are_bit_for_bit_those_read_every_step() {
             perturb_b(&p);
             p.set_sampling(Sampling { temperature: 1.5, greedy: false, seed: 3 });
             let whole: Vec<_> = p.act_keyed(&states, &keys).unwrap().iter().map(bits).collect();
-            let mut dec = p.step_decoder().unwrap();
+            let mut dec = p.step_decoder(2).unwrap();
             let mut got = vec![None; states.len()];
             let mut steps = 0;
             while got.iter().any(Option::is_none) {
@@ -436,9 +470,12 @@ fn a_saved_adapter_loads_back_as_a_checkpoint() {
             v.set(&(v.as_tensor() * 0.5).unwrap()).unwrap();
         }
     }
-    assert!(max_diff(&p.score(&states, &tokens).unwrap().logp, &want) > 0.0, "the live modules moved");
-    assert_eq!(max_diff(&r.score(&states, &tokens).unwrap().logp, &want), 0.0, "the reference kept its copy");
-    assert_eq!(max_diff(&r2.score(&states, &tokens).unwrap().logp, &want), 0.0, "and saved it");
+    // (within rounding: the reference's copy is a plain tensor, and a product of a few rows
+    // by a plain weight runs another kernel than by a trained one, `nn::few_rows`)
+    let moved = max_diff(&p.score(&states, &tokens).unwrap().logp, &want);
+    assert!(moved > 1e-3, "the live modules moved: {moved}");
+    assert!(max_diff(&r.score(&states, &tokens).unwrap().logp, &want) < 1e-5, "the reference kept its copy");
+    assert!(max_diff(&r2.score(&states, &tokens).unwrap().logp, &want) < 1e-5, "and saved it");
 }
 
 /// A copy of a fixture checkpoint (without its reference outputs) to break.

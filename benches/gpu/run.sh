@@ -22,13 +22,14 @@
 #     then the rollout decoding table: the policy's own continuous-batching decoder for 1 to
 #     128 rollouts of different screenshots, tokens/s and peak memory against the copy
 #     bandwidth's roofline measured in the same run (benches/decode_table.rs), with the
-#     GPU defaults (window slots sized per prompt, chunks of 32, the tokens read every
+#     GPU defaults (window slots sized per prompt, each count's rollouts in one chunk of
+#     that many rows, as a collector of that many envs decodes them, the tokens read every
 #     step, the adapters merged), beside PyTorch's `generate` over the same prompts
 #     (scripts/decode_table_torch.py, GPU_TORCH=0 leaves it out); then the fused decoding
 #     kernels (decode_kernels fused: their log-probs against the trainer's, then their
 #     table, GPU_FUSED_ROLLOUTS); then the adapters separate, the decoder's log-probs against the trainer's (merged and separate),
-#     chunks of 128 slots, per-answer attention in chunks of 8 (the default before
-#     2026-12-04), and the tokens read every 8 steps;
+#     chunks of 32 slots (the default before 2026-12-05), per-answer attention in chunks of
+#     8 (the default before 2026-12-04), and the tokens read every 8 steps;
 #  5. NCCL's data-parallel gradient sum (tests/nccl.rs, the `nccl` feature), one rank per
 #     GPU, against the sum through the host;
 #  6. a whole RL iteration: `guirl train` of the 2B-shaped random model (section 4 writes
@@ -180,10 +181,10 @@ b.write_big_checkpoint(sys.argv[1], sys.argv[2], "bf16", "cuda")' /tmp/qwen-spee
     timeout "$(cap 60)" $BIN/decode_table --device cuda --dtype bf16 --model /tmp/qwen-speed/qwen3_vl_${size}_bf16 \
       --rollouts ${GPU_CACHE_ROLLOUTS:-1,32} --tokens 32 --cache-uploads \
       --out "${OUT:-/tmp}/decode-table-cached-$size.json" || echo "decode table (upload cache) $size failed (rc $?)"
-    echo "### $size: rollout decoding table, chunks of 128 window slots"
+    echo "### $size: rollout decoding table, chunks of 32 window slots (the default before 2026-12-05)"
     timeout "$(cap 60)" $BIN/decode_table --device cuda --dtype bf16 --model /tmp/qwen-speed/qwen3_vl_${size}_bf16 \
-      --rollouts ${GPU_WIDE_ROLLOUTS:-1,64,128} --tokens 32 --rows 128 \
-      --out "${OUT:-/tmp}/decode-table-rows128-$size.json" || echo "decode table (rows 128) $size failed (rc $?)"
+      --rollouts ${GPU_WIDE_ROLLOUTS:-1,64,128} --tokens 32 --rows 32 \
+      --out "${OUT:-/tmp}/decode-table-rows32-$size.json" || echo "decode table (rows 32) $size failed (rc $?)"
     echo "### $size: rollout decoding table, per-answer attention in chunks of 8 (decode_window off)"
     timeout "$(cap 90)" $BIN/decode_table --device cuda --dtype bf16 --model /tmp/qwen-speed/qwen3_vl_${size}_bf16 \
       --rollouts ${GPU_OFF_ROLLOUTS:-1,16,64} --tokens 32 --window off --rows 8 \

@@ -13,6 +13,7 @@
 //!
 //! Elsewhere (CUDA, bf16, views the kernels do not take) the callers get candle's ops.
 
+use super::few_rows;
 use candle_core::{CpuStorage, DType, Device, InplaceOp3, Layout, Result, Storage, Tensor};
 use rayon::prelude::*;
 
@@ -112,8 +113,16 @@ pub fn product(lhs: &Tensor, rhs: &Tensor) -> Result<Tensor> {
     let (Some((ars, acs)), Some((brs, bcs))) = (strides(ll), strides(rl)) else {
         candle_core::bail!("product: rank-2 tensors only");
     };
-    let mut out: Vec<f32> = Vec::with_capacity(m * n);
     let (a, b) = (&a[ll.start_offset()..], &b[rl.start_offset()..]);
+    // a few contiguous rows by a weight stored in rows (`x Wᵀ`): decoding's products
+    if (1..=few_rows::MAX_ROWS).contains(&m) && (ars, acs) == (k as isize, 1) && (brs, bcs) == (1, k as isize)
+    {
+        let out = few_rows::by_columns(a, m, b, n, k);
+        drop((lhs_s, rhs_s));
+        let t = Tensor::from_vec(out, (n, m), &Device::Cpu)?;
+        return if m == 1 { t.reshape((1, n)) } else { t.t()?.contiguous() };
+    }
+    let mut out: Vec<f32> = Vec::with_capacity(m * n);
     let lhs_o = Operand { ptr: a.as_ptr().cast_mut(), rs: ars, cs: acs };
     let rhs_o = Operand { ptr: b.as_ptr().cast_mut(), rs: brs, cs: bcs };
     // SAFETY: the operands' strides and sizes are their layouts' own; `out` has room for

@@ -9,7 +9,8 @@
 //! - [`attach`]: an output computed outside the graph, hung on its inputs with a backward.
 //! - [`activation`]: SwiGLU, SiLU, tanh-GELU and the scaled, masked softmax.
 //! - [`fused`]: RMSNorm, rotary embedding, the LoRA linear layer and attention as one node.
-//! - [`gemm`]: in-place and strided f32 products on the CPU.
+//! - [`gemm`]: in-place and strided f32 products on the CPU; [`few_rows`]: decoding's
+//!   products of a few rows by a weight, the weight read once.
 //! - [`custom_ops`]: the small policy's masked softmax, LayerNorm, GELU and bias add.
 //! - [`decode`]: decoding's kernels (the attention of one new token per row, the draw of
 //!   the next token), on the CPU and on CUDA, forward only: decoding keeps no graph.
@@ -21,5 +22,6 @@ pub mod activation;
 pub mod attach;
 pub mod custom_ops;
 pub mod decode;
+pub mod few_rows;
 pub mod fused;
 pub mod gemm;

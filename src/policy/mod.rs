@@ -95,8 +95,10 @@ pub trait Policy: Send {
     /// A decoder that answers token by token and takes new states between its steps
     /// (continuous batching), for a policy whose answers are decoded that way; the
     /// collector then lets an env that becomes ready join the next step instead of waiting
-    /// for the answers in flight. `None` (the default): the policy answers whole calls.
-    fn step_decoder(&self) -> Option<Box<dyn StepDecoder>> {
+    /// for the answers in flight. `live` is the most answers the caller keeps in flight at
+    /// once (the collector: its env count), which the decoder may size its steps by.
+    /// `None` (the default): the policy answers whole calls.
+    fn step_decoder(&self, _live: usize) -> Option<Box<dyn StepDecoder>> {
         None
     }
 }
@@ -115,4 +117,7 @@ pub trait StepDecoder: Send {
     fn step(&mut self) -> anyhow::Result<Vec<(u64, Decision)>>;
     /// Answers admitted and not yet finished.
     fn live(&self) -> usize;
+    /// Rows each decoding step computes: answers advance together in batches of exactly
+    /// this many (more live answers run as further batches).
+    fn rows(&self) -> usize;
 }

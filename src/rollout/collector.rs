@@ -186,7 +186,7 @@ impl Collector {
         let mut first_wait: Option<Instant> = None;
         // A policy that decodes token by token takes each state as it comes (continuous
         // batching); the others are called once per batch of waiting states.
-        let mut decoder = policy.step_decoder();
+        let mut decoder = policy.step_decoder(handles.len());
         let mut answering: HashMap<u64, oneshot::Sender<Decision>> = HashMap::new();
         let mut admitted = 0u64;
         loop {

@@ -15,6 +15,7 @@
 //! two devices agree within rounding, not bit for bit. Forward only: decoding keeps no
 //! graph.
 
+use crate::nn::few_rows;
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Tensor, WithDType};
 use rayon::prelude::*;
 
@@ -102,8 +103,17 @@ fn cpu<T: WithDType>(
         let qrow = &q[q0 + r * qs[0] + head * qs[1]..][..d];
         let kat = |j: usize| &k[k0 + r * ks[0] + kh * ks[1] + j * ks[2]..][..d];
         let vat = |j: usize| &v[v0 + r * vs[0] + kh * vs[1] + j * vs[2]..][..d];
+        // f32 rows are read in place by a vectorised dot product; other dtypes widened first
+        let qf: Vec<f32> = qrow.iter().map(|x| f(*x)).collect();
         let scores: Vec<f32> = (0..n)
-            .map(|j| qrow.iter().zip(kat(j)).map(|(a, b)| f(*a) * f(*b)).sum::<f32>() * scale)
+            .map(|j| {
+                let kr = kat(j);
+                let s = match as_f32(kr) {
+                    Some(kr) => few_rows::dot(&qf, kr),
+                    None => few_rows::dot(&qf, &kr.iter().map(|x| f(*x)).collect::<Vec<_>>()),
+                };
+                s * scale
+            })
             .collect();
         let m = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         let p: Vec<f32> = scores.iter().map(|s| (s - m).exp()).collect();
@@ -119,6 +129,12 @@ fn cpu<T: WithDType>(
         }
     });
     out
+}
+
+/// `x` as f32 when `T` is f32.
+fn as_f32<T: WithDType>(x: &[T]) -> Option<&[f32]> {
+    // SAFETY: `T` is f32 itself (checked), so the slice's memory is f32s
+    (T::DTYPE == DType::F32).then(|| unsafe { std::slice::from_raw_parts(x.as_ptr().cast::<f32>(), x.len()) })
 }
 
 impl CustomOp3 for AttentionOp {

@@ -49,7 +49,9 @@ pub struct QwenPolicySettings {
     /// Rows each decoding step computes: the states of a rollout batch advance together
     /// in chunks of exactly this many rows (padded), so a state's answer is the same
     /// whichever states share its batch. 1 decodes every answer alone; identical prompts
-    /// still run once. Unset: [`QwenPolicySettings::decode_rows_on`] the device.
+    /// still run once. Unset: as many as the collector has envs
+    /// ([`QwenPolicySettings::decode_rows_for`]); a whole call's default is
+    /// [`QwenPolicySettings::decode_rows_on`] the device.
     #[serde(default)]
     pub decode_rows: Option<usize>,
     /// How answers being decoded hold their keys and values: `"auto"` (window slots sized
@@ -262,10 +264,20 @@ fn default_dtype() -> String {
 }
 
 impl QwenPolicySettings {
-    /// The decoding rows on `device`: as set, else 1 on the CPU (padding rows cost compute
-    /// there: chunks of 8 made one 0.5B answer 2.5× slower on a core, while a group of 8
-    /// answers decoded 1.7× faster than PyTorch) and 32 on a GPU, where a step's time is
-    /// the host issuing its kernels whatever the rows (docs/gpu.md, rollout decoding).
+    /// The decoding rows of a decoder that keeps at most `live` answers in flight (the
+    /// collector's envs): as set, else `live` (1 to 256), so that every answer the
+    /// collector can have in flight shares one pass of the weights. A step's time hardly
+    /// grows with its rows on a GPU (the host issuing kernels), and on a CPU the chunk of
+    /// all live answers wins once a few are live (docs/qwen-vl.md, speed: 0.5B, 2 cores,
+    /// chunks of 8 decoded 8 answers 2.5–3× faster than one at a time, one answer alone 2×
+    /// slower).
+    pub fn decode_rows_for(&self, live: usize) -> usize {
+        self.decode_rows.unwrap_or(live.clamp(1, 256))
+    }
+
+    /// The decoding rows of a whole call ([`crate::policy::Policy::act`]), fixed
+    /// whatever the call's size so an answer does not depend on it: as set, else 1 on a
+    /// CPU (padding rows cost compute there) and 32 on a GPU.
     pub fn decode_rows_on(&self, device: &candle_core::Device) -> usize {
         self.decode_rows.unwrap_or(if device.is_cuda() { 32 } else { 1 })
     }
@@ -381,12 +393,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn decode_rows_default_to_one_on_the_cpu_and_keep_what_was_set() {
+    fn decode_rows_default_to_the_envs_or_one_on_the_cpu_and_keep_what_was_set() {
         let mut s = QwenPolicySettings::new("qwen3_vl", "fixtures/qwen_vl/qwen3_vl");
         assert_eq!(s.decode_rows, None);
         assert_eq!(s.decode_rows_on(&candle_core::Device::Cpu), 1);
+        // a decoder for the collector's envs takes them all, within the rows allowed
+        assert_eq!((s.decode_rows_for(8), s.decode_rows_for(0), s.decode_rows_for(1000)), (8, 1, 256));
         s.decode_rows = Some(5);
         assert_eq!(s.decode_rows_on(&candle_core::Device::Cpu), 5);
+        assert_eq!(s.decode_rows_for(8), 5);
         s.decode_rows = Some(0);
         assert!(s.check().unwrap_err().to_string().contains("model.decode_rows = 0"));
         s.decode_rows = Some(5);

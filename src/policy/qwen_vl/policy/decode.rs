@@ -101,6 +101,8 @@ struct InFlight {
     windows: Vec<WindowKv>,
     /// Steps drawn since the host last read the tokens (`decode_sync` at most).
     unread: Vec<Unread>,
+    /// Rows each step computes: the answers advance in chunks of exactly this many.
+    rows: usize,
 }
 
 /// A decoding session over a policy (a shallow copy: the weights are shared).
@@ -112,8 +114,8 @@ struct DecodeSession {
 }
 
 impl DecodeSession {
-    fn new(policy: QwenVlPolicy) -> Self {
-        let flight = InFlight::new();
+    fn new(policy: QwenVlPolicy, rows: usize) -> Self {
+        let flight = InFlight::new(rows);
         DecodeSession { policy, flight, weights: None }
     }
 }
@@ -138,16 +140,21 @@ impl StepDecoder for DecodeSession {
     fn live(&self) -> usize {
         self.flight.answers.len()
     }
+
+    fn rows(&self) -> usize {
+        self.flight.rows
+    }
 }
 
 impl InFlight {
-    fn new() -> Self {
+    fn new(rows: usize) -> Self {
         InFlight {
             prefills: VecDeque::new(),
             prefixes: VecDeque::new(),
             answers: Vec::new(),
             windows: Vec::new(),
             unread: Vec::new(),
+            rows,
         }
     }
 
@@ -179,9 +186,8 @@ impl InFlight {
                 let pool = match self.windows.iter().position(|k| k.window() == w) {
                     Some(i) => i,
                     None => {
-                        let (rows, attention) =
-                            (p.settings.decode_rows_on(&p.device), p.settings.decode_kernels_on(&p.device));
-                        self.windows.push(WindowKv::new(rows, w, attention));
+                        let attention = p.settings.decode_kernels_on(&p.device);
+                        self.windows.push(WindowKv::new(self.rows, w, attention));
                         self.windows.len() - 1
                     }
                 };
@@ -245,7 +251,7 @@ impl InFlight {
             self.step_windows(p, &tok, &rows)?;
             return Ok(finished);
         }
-        let chunk_rows = p.settings.decode_rows_on(&p.device);
+        let chunk_rows = self.rows;
         for (chunk, rows) in self.answers.chunks_mut(chunk_rows).zip(rows.chunks(chunk_rows)) {
             let tokens = pick(&tok, rows)?;
             let positions: Vec<i64> = chunk.iter().map(|a| (a.len + a.drawn - 1) as i64 + a.delta).collect();
@@ -337,16 +343,18 @@ impl InFlight {
 
 impl QwenVlPolicy {
     /// A decoding session over a copy of this policy (its weights shared), which states
-    /// join and leave between steps.
-    pub(super) fn decode_session(&self) -> Box<dyn StepDecoder> {
-        Box::new(DecodeSession::new(self.clone()))
+    /// join and leave between steps, advancing in chunks of `rows` rows.
+    pub(super) fn decode_session(&self, rows: usize) -> Box<dyn StepDecoder> {
+        Box::new(DecodeSession::new(self.clone(), rows))
     }
 
     /// Decode an answer for every state, state `i` sampling from the stream `keys[i]`.
     pub(super) fn decide_all(&self, states: &[ScreenState], keys: &[u64]) -> Result<Vec<Decision>> {
         let w = self.decode_weights()?;
         self.decoding(&w, || {
-            let mut flight = InFlight::new();
+            // rows fixed by the settings, not by the call: a state's answer must not
+            // depend on how many states share the call
+            let mut flight = InFlight::new(self.settings.decode_rows_on(&self.device));
             for (i, (state, &key)) in states.iter().zip(keys).enumerate() {
                 flight.admit(self, i as u64, state, key)?;
             }
@@ -432,7 +440,7 @@ mod tests {
         let p = QwenVlPolicy::new(s, &Device::Cpu, 0).unwrap();
         let (ids, _) = p.prompt(&screen(10)).unwrap();
         let split = ids.iter().position(|&t| t == p.model.config.image_token_id).unwrap();
-        let mut session = DecodeSession::new(p);
+        let mut session = DecodeSession::new(p, 2);
         for (i, shade) in [10, 200, 90].into_iter().enumerate() {
             session.admit(i as u64, &screen(shade), i as u64).unwrap();
         }
@@ -453,7 +461,7 @@ mod tests {
             s.max_new_tokens = 4;
             s.decode_window = Some(window);
             let p = QwenVlPolicy::new(s, &Device::Cpu, 0).unwrap();
-            let mut session = DecodeSession::new(p);
+            let mut session = DecodeSession::new(p, 2);
             session.admit(0, &screen(10), 1).unwrap();
             session.admit(1, &screen(200), 2).unwrap();
             let kept = &session.flight;

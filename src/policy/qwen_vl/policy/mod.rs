@@ -386,8 +386,8 @@ impl Policy for QwenVlPolicy {
         true
     }
 
-    fn step_decoder(&self) -> Option<Box<dyn crate::policy::StepDecoder>> {
-        Some(self.decode_session())
+    fn step_decoder(&self, live: usize) -> Option<Box<dyn crate::policy::StepDecoder>> {
+        Some(self.decode_session(self.settings.decode_rows_for(live)))
     }
 
     fn info(&self) -> serde_json::Value {
