@@ -309,7 +309,9 @@ mod tests {
         let c = Tensor::randn(0f32, 1.0, (5, 3), &dev).unwrap();
         let plain = x.matmul(&w.t().unwrap()).unwrap();
         let frozen = frozen_matmul(&x, &w).unwrap();
-        assert_eq!(frozen.to_vec2::<f32>().unwrap(), plain.to_vec2::<f32>().unwrap());
+        // within rounding: a few rows by a plain weight run `nn::few_rows`, not candle's kernel
+        let diff = (&frozen - &plain).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+        assert!(diff < 1e-5, "{diff}");
         let g_plain = (plain * &c).unwrap().sum_all().unwrap().backward().unwrap();
         let g_frozen = (frozen * &c).unwrap().sum_all().unwrap().backward().unwrap();
         let gx = |g: &candle_core::backprop::GradStore| g.get(&x).unwrap().to_vec2::<f32>().unwrap();
