@@ -103,16 +103,18 @@ fn cpu<T: WithDType>(
         let qrow = &q[q0 + r * qs[0] + head * qs[1]..][..d];
         let kat = |j: usize| &k[k0 + r * ks[0] + kh * ks[1] + j * ks[2]..][..d];
         let vat = |j: usize| &v[v0 + r * vs[0] + kh * vs[1] + j * vs[2]..][..d];
-        // f32 rows are read in place by a vectorised dot product; other dtypes widened first
+        // f32 rows are read in place by a vectorised dot product; other dtypes widened first,
+        // into one buffer reused for every position
         let qf: Vec<f32> = qrow.iter().map(|x| f(*x)).collect();
+        let mut wide = vec![0f32; d];
         let scores: Vec<f32> = (0..n)
             .map(|j| {
                 let kr = kat(j);
-                let s = match as_f32(kr) {
-                    Some(kr) => few_rows::dot(&qf, kr),
-                    None => few_rows::dot(&qf, &kr.iter().map(|x| f(*x)).collect::<Vec<_>>()),
-                };
-                s * scale
+                let kr = as_f32(kr).unwrap_or_else(|| {
+                    wide.iter_mut().zip(kr).for_each(|(o, x)| *o = f(*x));
+                    &wide
+                });
+                few_rows::dot(&qf, kr) * scale
             })
             .collect();
         let m = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);

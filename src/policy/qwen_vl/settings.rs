@@ -267,10 +267,9 @@ impl QwenPolicySettings {
     /// The decoding rows of a decoder that keeps at most `live` answers in flight (the
     /// collector's envs): as set, else `live` (1 to 256), so that every answer the
     /// collector can have in flight shares one pass of the weights. A step's time hardly
-    /// grows with its rows on a GPU (the host issuing kernels), and on a CPU the chunk of
-    /// all live answers wins once a few are live (docs/qwen-vl.md, speed: 0.5B, 2 cores,
-    /// chunks of 8 decoded 8 answers 2.5–3× faster than one at a time, one answer alone 2×
-    /// slower).
+    /// grows with its rows on a GPU (the host issuing kernels), nor on a CPU for a few rows
+    /// (`nn::few_rows`); padding rows still cost compute on a CPU when few answers are live
+    /// (docs/qwen-vl.md, speed).
     pub fn decode_rows_for(&self, live: usize) -> usize {
         self.decode_rows.unwrap_or(live.clamp(1, 256))
     }
