@@ -137,6 +137,30 @@ fn answers_decoded_together_are_bit_for_bit_those_decoded_alone() {
     }
 }
 
+/// A chunk wider than a few rows is padded to its rows (its products' rounding depends on
+/// the row count, on a CPU from 9 rows), so an answer decoded alone in it is the same bits
+/// as beside nine others; narrower chunks run their live rows alone (the test above).
+#[test]
+fn answers_in_a_chunk_of_more_than_eight_rows_are_padded_and_bit_for_bit_those_decoded_alone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut s = settings("qwen2_5_vl", tmp.path());
+    (s.decode_window, s.decode_lora, s.decode_kernels) =
+        (Some(DecodeWindow::Off), Some(DecodeLora::Separate), Some(DecodeKernels::Fused));
+    s.max_new_tokens = 6;
+    s.decode_rows = Some(10);
+    let mut p = QwenVlPolicy::new(s, &Device::Cpu, 0).unwrap();
+    perturb_b(&p);
+    p.set_sampling(Sampling { temperature: 1.5, greedy: false, seed: 3 });
+    let history: [&[&str]; 3] = [&[], &["click(10, 20)"], &["click(10, 20)", "key(Enter)"]];
+    let states: Vec<_> = (0..10usize).map(|i| state(i as u32 % 4, history[i % 3])).collect();
+    let keys: Vec<u64> = (30..40).collect();
+    let together: Vec<_> = p.act_keyed(&states, &keys).unwrap().iter().map(bits).collect();
+    for i in [0, 5, 9] {
+        let alone = p.act_keyed(&states[i..=i], &keys[i..=i]).unwrap();
+        assert_eq!(bits(&alone[0]), together[i], "state {i} alone differs from in a chunk of 10");
+    }
+}
+
 /// Continuous batching: answers that join a decode in flight, a few steps apart, leave as
 /// they finish and share steps with whoever is live then are bit for bit the answers each
 /// state gets decoded alone.

@@ -81,6 +81,17 @@ impl InplaceOp3 for AddProduct {
         let k = ll.dims()[1];
         let d = &mut d[dl.start_offset()..];
         let (a, b) = (&a[ll.start_offset()..], &b[rl.start_offset()..]);
+        // a few rows by a weight stored in rows (a LoRA B in decoding): the same kernel as
+        // `product`'s, so each row's bits do not depend on the row count
+        if few_rows_by_weight(m, k, (ars, acs), (brs, bcs)) {
+            let p = few_rows::by_columns(a, m, b, n, k);
+            for i in 0..m {
+                for j in 0..n {
+                    d[(i as isize * drs + j as isize * dcs) as usize] += self.beta * p[j * m + i];
+                }
+            }
+            return Ok(());
+        }
         let dst = Operand { ptr: d.as_mut_ptr(), rs: drs, cs: dcs };
         let lhs = Operand { ptr: a.as_ptr().cast_mut(), rs: ars, cs: acs };
         let rhs = Operand { ptr: b.as_ptr().cast_mut(), rs: brs, cs: bcs };
@@ -115,8 +126,7 @@ pub fn product(lhs: &Tensor, rhs: &Tensor) -> Result<Tensor> {
     };
     let (a, b) = (&a[ll.start_offset()..], &b[rl.start_offset()..]);
     // a few contiguous rows by a weight stored in rows (`x Wᵀ`): decoding's products
-    if (1..=few_rows::MAX_ROWS).contains(&m) && (ars, acs) == (k as isize, 1) && (brs, bcs) == (1, k as isize)
-    {
+    if few_rows_by_weight(m, k, (ars, acs), (brs, bcs)) {
         let out = few_rows::by_columns(a, m, b, n, k);
         drop((lhs_s, rhs_s));
         let t = Tensor::from_vec(out, (n, m), &Device::Cpu)?;
@@ -157,6 +167,37 @@ struct Operand {
 // SAFETY: the threads of `split_gemm` write disjoint blocks of `dst` and only read the inputs
 unsafe impl Send for Operand {}
 unsafe impl Sync for Operand {}
+
+/// Whether `[m, k] · rhs` with these strides is [`few_rows`]' case: at most
+/// [`few_rows::MAX_ROWS`] contiguous rows by a weight stored in rows, read transposed.
+fn few_rows_by_weight(m: usize, k: usize, lhs: (isize, isize), rhs: (isize, isize)) -> bool {
+    (1..=few_rows::MAX_ROWS).contains(&m) && lhs == (k as isize, 1) && rhs == (1, k as isize)
+}
+
+/// The most rows a product on `device` in `dtype` can have with each row's result the same
+/// bits whatever the row count, for decoding's products (contiguous rows by a weight
+/// stored in rows, outside the autograd graph): [`few_rows::MAX_ROWS`] for f32 on the CPU,
+/// where [`product`] and [`add_product`] run them through [`few_rows`]; 1 elsewhere (the
+/// `gemm` crate and cuBLAS choose their blocking, and so the rounding, by the row count).
+pub fn invariant_rows(device: &Device, dtype: DType) -> usize {
+    if device.is_cpu() && dtype == DType::F32 {
+        few_rows::MAX_ROWS
+    } else {
+        1
+    }
+}
+
+/// The rows a decoding step of `live` answers runs when answers advance in chunks of `rows`
+/// and each must get the same bits whatever shares its chunk: `rows` (the chunk padded with
+/// copies), or `live` alone where no chunk of up to `rows` rows changes the products'
+/// rounding ([`invariant_rows`]) and padding would only cost.
+pub fn padded_rows(live: usize, rows: usize, device: &Device, dtype: DType) -> usize {
+    if rows <= invariant_rows(device, dtype) {
+        live
+    } else {
+        rows
+    }
+}
 
 /// Rows of the left operand up to which a product by a transposed weight runs transposed.
 const FEW_ROWS: usize = 256;
@@ -273,6 +314,31 @@ mod tests {
         assert!(!add_product(&y3, &h, &b.t().unwrap(), 1.0).unwrap());
         let wrong = Tensor::zeros((36, 29), DType::F32, &dev).unwrap();
         assert!(!add_product(&wrong, &h, &b.t().unwrap(), 1.0).unwrap());
+    }
+
+    /// A few rows' low-rank term (a LoRA B in decoding) runs `few_rows`: equal to the
+    /// composed sum within rounding, and each row the same bits whatever rows share the
+    /// call, so a decoding step of up to eight rows needs no padding on the CPU in f32.
+    #[test]
+    fn a_few_rows_low_rank_term_rounds_each_row_as_alone() {
+        let dev = Device::Cpu;
+        let h = Tensor::randn(0f32, 1.0, (8, 16), &dev).unwrap();
+        let b = Tensor::randn(0f32, 1.0, (300, 16), &dev).unwrap();
+        let y0 = Tensor::randn(0f32, 1.0, (8, 300), &dev).unwrap();
+        let all = y0.copy().unwrap();
+        assert!(add_product(&all, &h, &b.t().unwrap(), 0.25).unwrap());
+        let want = (&y0 + (h.matmul(&b.t().unwrap()).unwrap() * 0.25).unwrap()).unwrap();
+        let d = (&all - &want).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap();
+        assert!(d.to_scalar::<f32>().unwrap() < 1e-5);
+        for m in 1..=8 {
+            let part = y0.narrow(0, 0, m).unwrap().copy().unwrap();
+            assert!(add_product(&part, &h.narrow(0, 0, m).unwrap(), &b.t().unwrap(), 0.25).unwrap());
+            let got = part.to_vec2::<f32>().unwrap();
+            assert_eq!(got[..], all.narrow(0, 0, m).unwrap().to_vec2::<f32>().unwrap()[..], "{m} rows");
+        }
+        let cpu = |rows| padded_rows(2, rows, &dev, DType::F32);
+        assert_eq!((cpu(2), cpu(8), cpu(9)), (2, 2, 9));
+        assert_eq!(padded_rows(2, 3, &dev, DType::BF16), 3);
     }
 
     /// Products large enough to be split, wide and tall, on a pool of three threads (blocks

@@ -47,9 +47,10 @@ pub struct QwenPolicySettings {
     #[serde(default = "default_max_new")]
     pub max_new_tokens: usize,
     /// Rows each decoding step computes: the states of a rollout batch advance together
-    /// in chunks of exactly this many rows (padded), so a state's answer is the same
-    /// whichever states share its batch. 1 decodes every answer alone; identical prompts
-    /// still run once. Unset: as many as the collector has envs
+    /// in chunks of this many rows, padded where a product's rounding depends on its row
+    /// count (on a GPU, in bf16, above 8 rows: `nn::gemm::padded_rows`), so a state's
+    /// answer is the same whichever states share its batch. 1 decodes every answer alone;
+    /// identical prompts still run once. Unset: as many as the collector has envs
     /// ([`QwenPolicySettings::decode_rows_for`]); a whole call's default is
     /// [`QwenPolicySettings::decode_rows_on`] the device.
     #[serde(default)]
@@ -267,18 +268,26 @@ impl QwenPolicySettings {
     /// The decoding rows of a decoder that keeps at most `live` answers in flight (the
     /// collector's envs): as set, else `live` (1 to 256), so that every answer the
     /// collector can have in flight shares one pass of the weights. A step's time hardly
-    /// grows with its rows on a GPU (the host issuing kernels), nor on a CPU for a few rows
-    /// (`nn::few_rows`); padding rows still cost compute on a CPU when few answers are live
-    /// (docs/qwen-vl.md, speed).
+    /// grows with its rows on a GPU (the host issuing kernels); on a CPU in f32 a chunk of
+    /// up to 8 rows runs only its live rows (`nn::gemm::padded_rows`), and a wider one pays
+    /// for its padding rows when few answers are live (docs/qwen-vl.md, speed).
     pub fn decode_rows_for(&self, live: usize) -> usize {
         self.decode_rows.unwrap_or(live.clamp(1, 256))
     }
 
     /// The decoding rows of a whole call ([`crate::policy::Policy::act`]), fixed
-    /// whatever the call's size so an answer does not depend on it: as set, else 1 on a
-    /// CPU (padding rows cost compute there) and 32 on a GPU.
-    pub fn decode_rows_on(&self, device: &candle_core::Device) -> usize {
-        self.decode_rows.unwrap_or(if device.is_cuda() { 32 } else { 1 })
+    /// whatever the call's size so an answer does not depend on it: as set, else `free`
+    /// where products of up to `free` rows round each row alike whatever their count
+    /// (`nn::gemm::invariant_rows`: 8 for f32 on a CPU; such chunks run unpadded), else 1
+    /// on a CPU (padding rows would cost compute) and 32 on a GPU.
+    pub fn decode_rows_on(&self, device: &candle_core::Device, free: usize) -> usize {
+        self.decode_rows.unwrap_or(if free > 1 {
+            free
+        } else if device.is_cuda() {
+            32
+        } else {
+            1
+        })
     }
 
     /// `decode_window`, or its default on `device`: per-answer attention on a CPU (the
@@ -395,11 +404,13 @@ mod tests {
     fn decode_rows_default_to_the_envs_or_one_on_the_cpu_and_keep_what_was_set() {
         let mut s = QwenPolicySettings::new("qwen3_vl", "fixtures/qwen_vl/qwen3_vl");
         assert_eq!(s.decode_rows, None);
-        assert_eq!(s.decode_rows_on(&candle_core::Device::Cpu), 1);
+        let cpu = candle_core::Device::Cpu;
+        // a whole call: unpadded chunks where a few rows round alike (f32), else one row
+        assert_eq!((s.decode_rows_on(&cpu, 8), s.decode_rows_on(&cpu, 1)), (8, 1));
         // a decoder for the collector's envs takes them all, within the rows allowed
         assert_eq!((s.decode_rows_for(8), s.decode_rows_for(0), s.decode_rows_for(1000)), (8, 1, 256));
         s.decode_rows = Some(5);
-        assert_eq!(s.decode_rows_on(&candle_core::Device::Cpu), 5);
+        assert_eq!((s.decode_rows_on(&cpu, 8), s.decode_rows_on(&cpu, 1)), (5, 5));
         assert_eq!(s.decode_rows_for(8), 5);
         s.decode_rows = Some(0);
         assert!(s.check().unwrap_err().to_string().contains("model.decode_rows = 0"));

@@ -21,6 +21,7 @@ use super::chat::Chat;
 use super::processor::ImageProcessor;
 use super::settings::DecodeKernels;
 use super::train::lora::{AdapterSwitch, LoraSettings};
+use crate::nn::gemm;
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor, Var};
 use config::QwenVlConfig;
@@ -275,16 +276,25 @@ impl QwenVl {
     }
 
     /// Logits `[B, V]` of hidden rows `[B, H]` (`B ≤ rows`), the head run on exactly `rows`
-    /// rows (the real ones, then copies of the first), as in [`QwenVl::step_rows`].
+    /// rows (the real ones, then copies of the first) where the count changes the
+    /// product's rounding ([`gemm::padded_rows`]), as in [`QwenVl::step_rows`].
     pub fn logits_rows(&self, hidden: &Tensor, rows: usize) -> Result<Tensor> {
         let b = hidden.dim(0)?;
         if b == 0 || b > rows {
             bail!("{b} hidden rows for a head of {rows} rows");
         }
+        let rows = gemm::padded_rows(b, rows, hidden.device(), hidden.dtype());
         let first = hidden.narrow(0, 0, 1)?;
         let mut parts = vec![hidden.clone()];
         parts.extend(std::iter::repeat_n(first, rows - b));
         Ok(self.text.logits(&Tensor::cat(&parts, 0)?)?.narrow(0, 0, b)?)
+    }
+
+    /// The most rows a decoding step can run with each row's bits the same whatever the
+    /// count ([`gemm::invariant_rows`] on the text model's device and dtype): chunks of up
+    /// to this many rows need no padding.
+    pub fn invariant_rows(&self) -> usize {
+        gemm::invariant_rows(&self.text_device(), self.text_dtype())
     }
 
     /// Logits `[N, V]` of hidden rows `[N, H]`.

@@ -382,7 +382,7 @@ impl Policy for QwenVlPolicy {
     }
 
     fn batch_invariant(&self) -> bool {
-        // fixed-row decoding (see `decode`); tested bit for bit on the CPU
+        // fixed-row (or row-count-free) decoding (see `decode`); tested bit for bit on the CPU
         true
     }
 

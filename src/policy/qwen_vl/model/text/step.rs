@@ -11,7 +11,7 @@
 use super::{Layer, LayerDims, TextModel};
 use crate::nn::decode::layer::HeadsIn;
 use crate::nn::fused::{fused_rms_norm, RopeHalves};
-use crate::nn::{activation, decode};
+use crate::nn::{activation, decode, gemm};
 use crate::policy::qwen_vl::model::kv_cache::KvCache;
 use crate::policy::qwen_vl::model::nn::{attention, Linear, RmsNorm};
 use crate::policy::qwen_vl::settings::DecodeKernels;
@@ -37,7 +37,8 @@ impl TextModel {
     /// The linear layers run on exactly `rows` rows (the real ones, then copies of the
     /// first): a product's kernel, and so its rounding, depends on the row count, never on
     /// the other rows' values, so a row's result is the same whichever states share the
-    /// step. Attention runs per row over its own cache, with `kernels`' attention.
+    /// step. Where no count up to `rows` changes the rounding ([`gemm::padded_rows`]: f32
+    /// on a CPU, up to 8 rows) the real rows run alone. Attention runs per row over its own cache, with `kernels`' attention.
     pub fn decode(
         &self,
         ids: &Tensor,
@@ -52,6 +53,7 @@ impl TextModel {
             bail!("decoding {b} rows with {} caches in steps of {rows} rows", caches.len());
         }
         let h = self.cfg.hidden_size;
+        let rows = gemm::padded_rows(b, rows, ids.device(), self.dtype());
         // padding rows repeat the first token (on the device: the ids may not be read yet)
         let padded = match rows - b {
             0 => ids.clone(),
