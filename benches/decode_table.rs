@@ -6,7 +6,8 @@
 //! ```text
 //! cargo bench --bench decode_table -- --model DIR [--rollouts 1,2,4,8] [--tokens 32]
 //!     [--device cpu|cuda] [--dtype f32|bf16] [--rows R] [--window W] [--sync N] [--out table.json]
-//!     [--lora merged|separate] [--kernels eager|fused] [--cache-uploads] [--profile STEPS]
+//!     [--lora merged|separate] [--kernels eager|fused] [--invariant false] [--cache-uploads]
+//!     [--profile STEPS]
 //!     [--mismatch N]
 //! ```
 //!
@@ -27,6 +28,8 @@
 //! `--sync N` has the host read the drawn tokens every N decoding steps (`decode_sync`).
 //! `--lora merged|separate` decodes with `decode_lora` so (left out, the device's default).
 //! `--kernels eager|fused` decodes with `decode_kernels` so (left out, the default).
+//! `--invariant false` decodes with `batch_invariant = false` (a chunk's live answers alone,
+//! unpadded): beside `--rows R` padded, what batch invariance costs.
 //! `--cache-uploads` (CUDA) times the table with candle's upload cache on
 //! (`enable_cuda_graph_htod_cache`, made for graph capture): a kernel over a strided
 //! tensor then reads its dims and strides from a device buffer uploaded once per shape,
@@ -99,9 +102,13 @@ fn main() -> Result<()> {
     s.decode_sync = arg(&args, "--sync").map(|n| n.parse()).transpose().context("--sync")?;
     s.decode_lora = arg(&args, "--lora").map(|l| l.parse()).transpose().map_err(anyhow::Error::msg)?;
     s.decode_kernels = arg(&args, "--kernels").map(|a| a.parse()).transpose().map_err(anyhow::Error::msg)?;
+    if let Some(v) = arg(&args, "--invariant") {
+        s.batch_invariant = v.parse().context("--invariant: true or false")?;
+    }
     let adapters = s.decode_lora_on(&device);
     let kernels = s.decode_kernels_on(&device);
     let window = s.decode_window_on(&device);
+    let invariant = s.batch_invariant;
     // unset, each count decodes in one chunk of that many rows (a collector of that many envs)
     let rows = s.decode_rows.map_or("the rollouts".to_string(), |r| r.to_string());
     let sync = s.decode_sync_on(&device);
@@ -117,7 +124,7 @@ fn main() -> Result<()> {
     println!(
         "{backbone} {dtype} on {device:?}: {:.1} MB of text weights read per token, copy bandwidth {:.1} GB/s, \
          roofline {:.0} tokens/s for one rollout; decode_rows {rows}, decode_window {window}, decode_sync {sync}, \
-         decode_lora {adapters}, decode_kernels {kernels}, {tokens} new tokens",
+         decode_lora {adapters}, decode_kernels {kernels}, batch_invariant {invariant}, {tokens} new tokens",
         weight_bytes / 1e6,
         bandwidth / 1e9,
         roofline
@@ -171,7 +178,8 @@ fn main() -> Result<()> {
     if let Some(out) = arg(&args, "--out") {
         let doc = serde_json::json!({
             "backbone": backbone, "dtype": dtype, "device": format!("{device:?}"), "decode_rows": rows,
-            "decode_window": window, "decode_sync": sync, "decode_lora": adapters, "decode_kernels": kernels, "new_tokens": tokens, "weight_bytes_per_token": weight_bytes,
+            "decode_window": window, "decode_sync": sync, "decode_lora": adapters, "decode_kernels": kernels,
+            "batch_invariant": invariant, "new_tokens": tokens, "weight_bytes_per_token": weight_bytes,
             "copy_bandwidth": bandwidth,
             "roofline_one_rollout": roofline, "table": table,
         });

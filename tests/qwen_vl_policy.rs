@@ -161,6 +161,29 @@ fn answers_in_a_chunk_of_more_than_eight_rows_are_padded_and_bit_for_bit_those_d
     }
 }
 
+/// With `batch_invariant = false` a chunk runs its live answers alone: an answer decoded
+/// alone in a chunk of 10 is the one a chunk of 1 decodes (not the padded chunk's, above),
+/// and the policy says it is no longer batch invariant.
+#[test]
+fn without_batch_invariance_a_chunk_runs_only_its_live_answers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut s = settings("qwen2_5_vl", tmp.path());
+    (s.decode_window, s.decode_lora, s.decode_kernels) =
+        (None, Some(DecodeLora::Separate), Some(DecodeKernels::Fused));
+    s.max_new_tokens = 6;
+    let states: Vec<_> = (0..3u32).map(|i| state(i, &[])).collect();
+    let keys = [50u64, 51, 52];
+    let decode = |rows: usize, invariant: bool| {
+        let s = QwenPolicySettings { decode_rows: Some(rows), batch_invariant: invariant, ..s.clone() };
+        let mut p = QwenVlPolicy::new(s, &Device::Cpu, 0).unwrap();
+        perturb_b(&p);
+        p.set_sampling(Sampling { temperature: 1.5, greedy: false, seed: 4 });
+        assert_eq!(p.batch_invariant(), invariant);
+        (0..3).map(|i| bits(&p.act_keyed(&states[i..=i], &keys[i..=i]).unwrap()[0])).collect::<Vec<_>>()
+    };
+    assert_eq!(decode(10, false), decode(1, true));
+}
+
 /// Continuous batching: answers that join a decode in flight, a few steps apart, leave as
 /// they finish and share steps with whoever is live then are bit for bit the answers each
 /// state gets decoded alone.

@@ -82,6 +82,8 @@ pub struct ModelTable {
     pub decode_lora: Option<crate::policy::qwen_vl::DecodeLora>,
     /// `decode_kernels` (Qwen-VL).
     pub decode_kernels: Option<crate::policy::qwen_vl::DecodeKernels>,
+    /// `batch_invariant` (Qwen-VL).
+    pub batch_invariant: Option<bool>,
     /// `dtype` (Qwen-VL).
     pub dtype: Option<String>,
     /// `train_modules` (Qwen-VL).

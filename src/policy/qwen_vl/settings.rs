@@ -90,6 +90,16 @@ pub struct QwenPolicySettings {
     /// same bits whatever shares its batch; the two agree within rounding.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decode_kernels: Option<DecodeKernels>,
+    /// Whether an answer is the same bits whatever shares its decoding steps (default
+    /// `true`): chunks run on exactly `decode_rows` rows, padded with copies where a
+    /// product's rounding depends on the row count (see `decode_rows`). `false` runs only
+    /// the live answers of a chunk, faster where a wide chunk has few answers live
+    /// (docs/qwen-vl.md, what invariance costs), but an answer's last bits then depend on
+    /// what shared its steps, so a run with several envs is no longer reproducible to the
+    /// bit. Needs per-answer caches (`decode_window = "off"`, the default when `false`):
+    /// window slots always run whole chunks.
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub batch_invariant: bool,
     /// `f32` or `bf16` (weights and activations; adapters and their optimizer stay f32).
     #[serde(default = "default_dtype")]
     pub dtype: String,
@@ -248,6 +258,12 @@ impl<'de> Deserialize<'de> for DecodeWindow {
 fn is_zero(x: &f64) -> bool {
     *x == 0.0
 }
+fn yes() -> bool {
+    true
+}
+fn is_true(b: &bool) -> bool {
+    *b
+}
 fn default_rank() -> usize {
     LoraSettings::default().rank
 }
@@ -292,9 +308,14 @@ impl QwenPolicySettings {
 
     /// `decode_window`, or its default on `device`: per-answer attention on a CPU (the
     /// windows read every slot position and gained nothing there), window slots sized per
-    /// prompt on a GPU (faster from 8 rollouts up on an H200: docs/gpu.md).
+    /// prompt on a GPU (faster from 8 rollouts up on an H200: docs/gpu.md); per-answer
+    /// attention wherever `batch_invariant` is off (window chunks always run whole).
     pub fn decode_window_on(&self, device: &candle_core::Device) -> DecodeWindow {
-        self.decode_window.unwrap_or(if device.is_cuda() { DecodeWindow::Auto } else { DecodeWindow::Off })
+        self.decode_window.unwrap_or(if device.is_cuda() && self.batch_invariant {
+            DecodeWindow::Auto
+        } else {
+            DecodeWindow::Off
+        })
     }
 
     /// `decode_lora`, or its default on `device`: separate on a CPU (decoding there is
@@ -343,6 +364,7 @@ impl QwenPolicySettings {
             decode_sync: None,
             decode_lora: None,
             decode_kernels: None,
+            batch_invariant: true,
             dtype: default_dtype(),
             train_modules: Vec::new(),
         }
@@ -389,6 +411,13 @@ impl QwenPolicySettings {
                  max_new_tokens, or \"auto\" to size each answer's window from its prompt"
             );
         }
+        if let Some(w) = self.decode_window.filter(|w| !self.batch_invariant && *w != DecodeWindow::Off) {
+            bail!(
+                "model.batch_invariant = false with model.decode_window = {w}: window slots always run \
+                 whole chunks, so only per-answer caches can run the live answers alone; set \
+                 model.decode_window = \"off\" (the default with batch_invariant = false)"
+            );
+        }
         if !matches!(self.dtype.as_str(), "f32" | "bf16") {
             bail!("model.dtype = {:?}: use \"f32\" or \"bf16\"", self.dtype);
         }
@@ -417,6 +446,27 @@ mod tests {
         s.decode_rows = Some(5);
         s.decode_window = Some(DecodeWindow::Tokens(8));
         assert!(s.check().unwrap_err().to_string().contains("model.decode_window = 8"));
+    }
+
+    /// Giving up batch invariance needs per-answer caches: window slots are refused with
+    /// what to set, and the window's default turns off.
+    #[test]
+    fn batch_invariance_is_given_up_only_with_per_answer_caches() {
+        let mut s = QwenPolicySettings::new("qwen3_vl", "fixtures/qwen_vl/qwen3_vl");
+        assert!(s.batch_invariant);
+        s.batch_invariant = false;
+        assert!(s.check().is_ok());
+        assert_eq!(s.decode_window_on(&candle_core::Device::Cpu), DecodeWindow::Off);
+        for w in [DecodeWindow::Auto, DecodeWindow::Tokens(512)] {
+            s.decode_window = Some(w);
+            let e = s.check().unwrap_err().to_string();
+            assert!(
+                e.contains("model.batch_invariant = false") && e.contains("decode_window = \"off\""),
+                "{e}"
+            );
+        }
+        s.decode_window = Some(DecodeWindow::Off);
+        assert!(s.check().is_ok());
     }
 
     #[test]

@@ -22,7 +22,9 @@
 //! ([`crate::policy::qwen_vl::model::slots`]): the same shapes whoever shares the chunk,
 //! so the same guarantee. With `"auto"` the slot size comes from the answer's own prompt
 //! (rounded up), and answers of each size have chunks of their own.
-//! `tests/qwen_vl_policy.rs` checks both bit for bit.
+//! `tests/qwen_vl_policy.rs` checks both bit for bit. With `batch_invariant = false` a chunk
+//! runs its live answers alone (per-answer caches only): faster when few are live, no longer
+//! the same bits whatever shares the chunk.
 //!
 //! With `decode_lora = "merged"` (the default on a GPU) a session merges the adapters into
 //! copies of their layers' weights when its first state is admitted, and decodes with
@@ -253,14 +255,17 @@ impl InFlight {
         }
         let chunk_rows = self.rows;
         for (chunk, rows) in self.answers.chunks_mut(chunk_rows).zip(rows.chunks(chunk_rows)) {
+            // the chunk's rows (padded where that changes the rounding), or its live answers
+            // alone where invariance was given up for speed
+            let run = if p.settings.batch_invariant { chunk_rows } else { chunk.len() };
             let tokens = pick(&tok, rows)?;
             let positions: Vec<i64> = chunk.iter().map(|a| (a.len + a.drawn - 1) as i64 + a.delta).collect();
             let logits = {
                 let mut caches: Vec<&mut KvCache> = chunk.iter_mut().map(|a| &mut a.cache).collect();
                 let kernels = p.settings.decode_kernels_on(&p.device);
-                let h = p.model.step_rows_on(&tokens, &positions, &mut caches, chunk_rows, kernels)?;
+                let h = p.model.step_rows_on(&tokens, &positions, &mut caches, run, kernels)?;
                 // detached: kept until the next step, they must not hold this step's graph
-                p.model.logits_rows(&h, chunk_rows)?.detach()
+                p.model.logits_rows(&h, run)?.detach()
             };
             for (r, a) in chunk.iter_mut().enumerate() {
                 a.logits = logits.get(r)?;

@@ -382,8 +382,9 @@ impl Policy for QwenVlPolicy {
     }
 
     fn batch_invariant(&self) -> bool {
-        // fixed-row (or row-count-free) decoding (see `decode`); tested bit for bit on the CPU
-        true
+        // fixed-row (or row-count-free) decoding (see `decode`), unless the settings gave it
+        // up; tested bit for bit on the CPU
+        self.settings.batch_invariant
     }
 
     fn step_decoder(&self, live: usize) -> Option<Box<dyn crate::policy::StepDecoder>> {
