@@ -430,7 +430,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn decode_rows_default_to_the_envs_or_one_on_the_cpu_and_keep_what_was_set() {
+    fn decode_rows_default_to_the_envs_or_the_rows_that_round_alike_and_keep_what_was_set() {
         let mut s = QwenPolicySettings::new("qwen3_vl", "fixtures/qwen_vl/qwen3_vl");
         assert_eq!(s.decode_rows, None);
         let cpu = candle_core::Device::Cpu;

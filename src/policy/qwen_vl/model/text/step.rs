@@ -38,7 +38,8 @@ impl TextModel {
     /// first): a product's kernel, and so its rounding, depends on the row count, never on
     /// the other rows' values, so a row's result is the same whichever states share the
     /// step. Where no count up to `rows` changes the rounding ([`gemm::padded_rows`]: f32
-    /// on a CPU, up to 8 rows) the real rows run alone. Attention runs per row over its own cache, with `kernels`' attention.
+    /// on a CPU, up to 8 rows) the real rows run alone. Attention runs per row over its own
+    /// cache, with `kernels`' attention.
     pub fn decode(
         &self,
         ids: &Tensor,
