@@ -152,9 +152,8 @@ fn load(model: &Path, inputs: &Inputs, base: &Path, env: &Env) -> Result<Bench> 
     s.lora_rank = inputs.lora_rank;
     s.lora_alpha = inputs.lora_alpha;
     s.dtype = env.dtype.clone();
-    let settings = s.clone();
-    let mut policy = QwenVlPolicy::new(s, &device, 0)?;
-    let rows = settings.decode_rows_on(&device, policy.model().invariant_rows());
+    let mut policy = QwenVlPolicy::new(s.clone(), &device, 0)?;
+    let rows = s.decode_rows_on(&device, policy.model().invariant_rows());
     std::fs::remove_file(&tmp).ok();
     // start from the same adapter values as the PyTorch side
     policy.load(&base.join(&inputs.adapter))?;

@@ -147,16 +147,13 @@ unsafe fn block_avx2<const A: usize, const B: usize>(
                 }
             }
         }
-        for (i, s) in s1.iter().enumerate() {
-            let r = reduce8(s);
-            for (j, wj) in w8.chunks_exact(k).enumerate() {
-                o8[j * m + i] = tail(first[i], wj, r[j]);
-            }
-        }
-        for (i, s) in s2.iter().enumerate() {
-            let r = reduce8(s);
-            for (j, wj) in w8.chunks_exact(k).enumerate() {
-                o8[j * m + A + i] = tail(second[i], wj, r[j]);
+        // each group's rows, their sums, and where they start in an output column
+        for (rows, sums, at) in [(&first[..], &s1[..], 0), (&second[..], &s2[..], A)] {
+            for (i, s) in sums.iter().enumerate() {
+                let r = reduce8(s);
+                for (j, wj) in w8.chunks_exact(k).enumerate() {
+                    o8[j * m + at + i] = tail(rows[i], wj, r[j]);
+                }
             }
         }
     }

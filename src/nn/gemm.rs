@@ -291,6 +291,12 @@ unsafe fn split_gemm(
 mod tests {
     use super::*;
 
+    /// The largest absolute difference between two tensors of one shape.
+    fn max_diff(p: &Tensor, q: &Tensor) -> f32 {
+        let d = (p - q).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap();
+        d.to_scalar::<f32>().unwrap()
+    }
+
     #[test]
     fn add_product_and_product_match_matmul_for_transposed_operands() {
         let dev = Device::Cpu;
@@ -299,16 +305,12 @@ mod tests {
         let b = Tensor::randn(0f32, 1.0, (29, 8), &dev).unwrap();
         let h = product(&x, &a.t().unwrap()).unwrap();
         let want_h = x.matmul(&a.t().unwrap()).unwrap();
-        let close = |p: &Tensor, q: &Tensor| {
-            let d = (p - q).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap();
-            d.to_scalar::<f32>().unwrap()
-        };
-        assert!(close(&h, &want_h) < 1e-5);
+        assert!(max_diff(&h, &want_h) < 1e-5);
         let y = Tensor::randn(0f32, 1.0, (37, 29), &dev).unwrap();
         let want = (&y + (h.matmul(&b.t().unwrap()).unwrap() * 0.5).unwrap()).unwrap();
         let y = y.copy().unwrap();
         assert!(add_product(&y, &h, &b.t().unwrap(), 0.5).unwrap());
-        assert!(close(&y, &want) < 1e-5, "{}", close(&y, &want));
+        assert!(max_diff(&y, &want) < 1e-5, "{}", max_diff(&y, &want));
         // what it does not take, it says so (the caller composes)
         let y3 = Tensor::zeros((1, 37, 29), DType::F32, &dev).unwrap();
         assert!(!add_product(&y3, &h, &b.t().unwrap(), 1.0).unwrap());
@@ -328,8 +330,7 @@ mod tests {
         let all = y0.copy().unwrap();
         assert!(add_product(&all, &h, &b.t().unwrap(), 0.25).unwrap());
         let want = (&y0 + (h.matmul(&b.t().unwrap()).unwrap() * 0.25).unwrap()).unwrap();
-        let d = (&all - &want).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap();
-        assert!(d.to_scalar::<f32>().unwrap() < 1e-5);
+        assert!(max_diff(&all, &want) < 1e-5);
         for m in 1..=8 {
             let part = y0.narrow(0, 0, m).unwrap().copy().unwrap();
             assert!(add_product(&part, &h.narrow(0, 0, m).unwrap(), &b.t().unwrap(), 0.25).unwrap());
@@ -347,10 +348,6 @@ mod tests {
     fn split_products_match_matmul() {
         let dev = Device::Cpu;
         let pool = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
-        let max_diff = |p: &Tensor, q: &Tensor| {
-            let d = (p - q).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap();
-            d.to_scalar::<f32>().unwrap()
-        };
         pool.install(|| {
             for (m, k, n) in [(70, 300, 333), (333, 300, 70)] {
                 let x = Tensor::randn(0f32, 1.0, (m, k), &dev).unwrap();
@@ -389,8 +386,7 @@ mod tests {
                 pool.install(|| product(&x, &w.t().unwrap()).unwrap()),
             ] {
                 assert_eq!(got.dims(), &[m, 2000]);
-                let d = (&got - &want).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap();
-                assert!(d.to_scalar::<f32>().unwrap() < 1e-3, "{m} rows");
+                assert!(max_diff(&got, &want) < 1e-3, "{m} rows");
             }
         }
     }
@@ -406,7 +402,6 @@ mod tests {
         let g = grads.get(w.as_tensor()).expect("the weight's gradient");
         // ∂Σ(x Wᵀ)/∂W = 1ᵀ x for every row of W
         let want = x.sum_keepdim(0).unwrap().broadcast_as((5, 6)).unwrap();
-        let d = (g - want).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap();
-        assert!(d.to_scalar::<f32>().unwrap() < 1e-5);
+        assert!(max_diff(g, &want) < 1e-5);
     }
 }
