@@ -8,7 +8,7 @@ mod common;
 use candle_core::{Device, Tensor};
 use guirl::env::GuiAction;
 use guirl::policy::qwen_vl::{DecodeKernels, DecodeLora, DecodeWindow, QwenPolicySettings, QwenVlPolicy};
-use guirl::policy::{Policy, PolicyFailure, Sampling, TrainablePolicy};
+use guirl::policy::{copy_trainable, Policy, PolicyFailure, Sampling, TrainablePolicy};
 use guirl::train::optim::{AdamW, AdamWConfig};
 use std::path::{Path, PathBuf};
 
@@ -393,11 +393,18 @@ fn a_frozen_copy_decodes_unchanged_while_the_live_adapters_train_on_another_thre
         p.set_sampling(sampling);
         let mut frozen = p.reference().unwrap();
         frozen.set_sampling(sampling);
+        // the copy an overlapped run collects on, on a GPU on a second stream: every weight
+        // its own (the base read again, the trainable ones copied), frozen from it as above
+        let copy = p.copy_on(&Device::Cpu).unwrap().expect("a live policy copies itself");
+        let mut copied = copy.reference().unwrap();
+        copied.set_sampling(sampling);
         let states = vec![state(0, &[]), state(1, &["click(10, 20)"]), state(2, &["key(Enter)"])];
         let keys = [31u64, 32, 33];
         let alone: Vec<_> = frozen.act_keyed(&states, &keys).unwrap().iter().map(bits).collect();
         let live_before: Vec<_> = p.act_keyed(&states, &keys).unwrap().iter().map(bits).collect();
         assert_eq!(live_before, alone, "{arch}: the copy starts as the live policy");
+        let from_copy: Vec<_> = copied.act_keyed(&states, &keys).unwrap().iter().map(bits).collect();
+        assert_eq!(from_copy, alone, "{arch}: the policy's own copy decodes as the live policy");
         let target: Vec<Vec<u32>> =
             states.iter().map(|st| p.encode(st, &GuiAction::Click { x: 35, y: 20 }).unwrap()).collect();
         let done = std::sync::atomic::AtomicBool::new(false);
@@ -425,6 +432,14 @@ fn a_frozen_copy_decodes_unchanged_while_the_live_adapters_train_on_another_thre
         assert_ne!(live_after, live_before, "{arch}: the update did not move the live policy");
         let after: Vec<_> = frozen.act_keyed(&states, &keys).unwrap().iter().map(bits).collect();
         assert_eq!(after, alone, "{arch}: the copy after the update ({rounds} rounds during it)");
+        let copy_after: Vec<_> = copied.act_keyed(&states, &keys).unwrap().iter().map(bits).collect();
+        assert_eq!(copy_after, alone, "{arch}: the policy's own copy moved with the update");
+        // the next freeze: the copy's trainable weights refreshed from the live ones
+        copy_trainable(&p, copy.as_ref()).unwrap();
+        let mut refreshed = copy.reference().unwrap();
+        refreshed.set_sampling(sampling);
+        let now: Vec<_> = refreshed.act_keyed(&states, &keys).unwrap().iter().map(bits).collect();
+        assert_eq!(now, live_after, "{arch}: the refreshed copy decodes as the live policy now");
     }
 }
 

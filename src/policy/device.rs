@@ -1,33 +1,61 @@
-//! The CUDA device every guirl model runs on, opened for one stream.
+//! The CUDA device every guirl model runs on, opened on one stream of its own.
 //!
-//! candle runs a device's work on one stream, but cudarc, under it, starts in its
-//! multi-stream mode: every buffer gets two CUDA events, and every kernel argument waits on
-//! one and records the other, so each op costs several driver calls on the host. And the
-//! driver's memory pool gives freed memory back at every synchronisation, so the next pass
-//! maps it again. A training pass is thousands of small ops: measured on an H100 (docs/gpu.md),
-//! the host issuing them was the whole Qwen-VL update's time, the GPU waiting. guirl keeps
-//! each tensor on its device's one stream, so it turns the events off and keeps freed
-//! memory in the pool (as PyTorch's caching allocator does).
+//! candle's `Device::new_cuda` queues work on CUDA's per-thread default stream: each host
+//! thread that issues work gets its own stream, and nothing orders one thread's kernels
+//! after another's. guirl issues from several threads (the tokio workers a training run's
+//! task moves between, an overlapped collection, the policy server's blocking pool), so
+//! an optimizer step queued on one thread could still be writing the adapters when a
+//! collection on another starts reading them. The device is opened on one explicit
+//! stream instead (`Device::new_cuda_with_stream`): every thread's work is ordered on it,
+//! and a synchronisation waits for all of it.
+//!
+//! cudarc, under candle, also starts in its multi-stream mode: every buffer gets two CUDA
+//! events, and every kernel argument waits on one and records the other, so each op costs
+//! several driver calls on the host. And the driver's memory pool gives freed memory back
+//! at every synchronisation, so the next pass maps it again. A training pass is thousands
+//! of small ops: measured on an H100 (docs/gpu.md), the host issuing them was the whole
+//! Qwen-VL update's time, the GPU waiting. guirl keeps each tensor on its device's one
+//! stream, so it turns the events off and keeps freed memory in the pool (as PyTorch's
+//! caching allocator does).
 
 use anyhow::Result;
 use candle_core::Device;
 
-/// CUDA device `ordinal`, set up as above; `GUIRL_CUDA_DEFAULTS=1` keeps cudarc's and the
-/// driver's defaults (to measure the difference).
+/// CUDA device `ordinal` on a stream of its own, set up as above; `GUIRL_CUDA_DEFAULTS=1`
+/// keeps cudarc's events and the driver's pool setting (to measure the difference).
 pub fn cuda(ordinal: usize) -> Result<Device> {
-    let dev = Device::new_cuda(ordinal)?;
+    let dev = Device::new_cuda_with_stream(ordinal)?;
     if std::env::var_os("GUIRL_CUDA_DEFAULTS").is_none_or(|v| v == "0") {
         one_stream(&dev)?;
     }
     Ok(dev)
 }
 
+/// Another handle on `dev`'s GPU, on a stream of its own and set up as [`cuda`]: work queued
+/// through it runs beside `dev`'s, unordered with it (a collection beside the update).
+/// Tensors do not move between the two but by `to_device`, after the source's
+/// `synchronize`. `None` on a CPU.
+pub fn second_stream(dev: &Device) -> Result<Option<Device>> {
+    second_stream_of(dev)
+}
+
+#[cfg(feature = "cuda")]
+fn second_stream_of(dev: &Device) -> Result<Option<Device>> {
+    let Device::Cuda(c) = dev else { return Ok(None) };
+    Ok(Some(cuda(c.cuda_stream().context().ordinal())?))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn second_stream_of(_dev: &Device) -> Result<Option<Device>> {
+    Ok(None)
+}
+
 #[cfg(feature = "cuda")]
 fn one_stream(dev: &Device) -> Result<()> {
     use candle_core::cuda_backend::cudarc::driver::{result, sys};
     let Device::Cuda(cuda) = dev else { return Ok(()) };
-    // SAFETY: guirl never hands a tensor to another stream: candle queues all of a device's
-    // work on its one stream, so the per-buffer events order nothing that the stream does
+    // SAFETY: guirl never hands a tensor to another stream: all of a device's work is queued
+    // on its one stream (opened above, whatever thread issues it), so the per-buffer events order nothing that the stream does
     // not already order. Buffers made before this call keep their events, harmlessly.
     unsafe { cuda.disable_event_tracking() };
     let ctx = cuda.cuda_stream().context().clone();

@@ -95,6 +95,15 @@ pub trait TrainablePolicy: Policy {
     /// updates (a copy of the weights, or the same base weights with adapters off).
     fn reference(&self) -> Result<Box<dyn TrainablePolicy>>;
 
+    /// A copy of this policy holding every weight of its own on `device`, its trainable
+    /// weights as they are now; `None` where the policy makes none (the trainer then
+    /// shares weights through [`Self::reference`]). An overlapped run collects on such a
+    /// copy on a second stream of its GPU ([`crate::policy::device::second_stream`]).
+    fn copy_on(&self, device: &Device) -> Result<Option<Box<dyn TrainablePolicy>>> {
+        let _ = device;
+        Ok(None)
+    }
+
     /// A short description for logs and `config.json` diffs (architecture, size).
     fn describe(&self) -> String {
         self.name()
@@ -110,6 +119,25 @@ pub trait TrainablePolicy: Policy {
     fn reads_previous_screenshot(&self) -> bool {
         false
     }
+}
+
+/// Set `to`'s trainable weights to `from`'s (the same names and shapes, wherever each
+/// lives): `from`'s device is synchronised first, so work still queued there (an
+/// optimizer step) has written them before another stream reads them.
+pub fn copy_trainable(from: &dyn TrainablePolicy, to: &dyn TrainablePolicy) -> Result<()> {
+    let (src, dst) = (from.trainable_vars(), to.trainable_vars());
+    let names = |v: &[(String, Var)]| v.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
+    anyhow::ensure!(
+        names(&src) == names(&dst),
+        "copying trainable weights between policies of different adapters: {} against {} tensors",
+        src.len(),
+        dst.len()
+    );
+    from.device().synchronize()?;
+    for ((_, s), (_, d)) in src.iter().zip(&dst) {
+        d.set(&s.as_tensor().to_device(to.device())?)?;
+    }
+    Ok(())
 }
 
 /// A sampling stream key for step `step` of the `job`-th episode of a collection.

@@ -2,7 +2,8 @@
 //! weights and the next iteration's collection under way. The trainer's side of the
 //! overlap, and its schedule, are in `overlap.rs`.
 
-use crate::policy::TrainablePolicy;
+use crate::policy::device::second_stream;
+use crate::policy::{copy_trainable, TrainablePolicy};
 use crate::rollout::Collector;
 use crate::train::config::TrainConfig;
 use crate::train::dynamic_sampling::Collection;
@@ -29,6 +30,20 @@ pub(crate) struct Overlap {
     pub(super) behaviour: Option<Box<dyn TrainablePolicy>>,
     /// The next iteration's collection.
     pub(super) pending: Option<Pending>,
+    /// The policy's copy on a second stream of its GPU, which the behaviour weights are
+    /// frozen from.
+    copy: StreamCopy,
+}
+
+/// The policy's copy on a second stream, made at the first freeze.
+#[derive(Default)]
+enum StreamCopy {
+    #[default]
+    NotYet,
+    /// On a CPU, for a policy that makes no copy, or where making it failed: the behaviour
+    /// weights share the policy's base weights and stream.
+    Shared,
+    Made(Box<dyn TrainablePolicy>),
 }
 
 /// A background collection's results.
@@ -66,8 +81,52 @@ impl Overlap {
             );
             return Ok(Overlap::default());
         }
-        let mut b = policy.reference()?;
+        let mut overlap = Overlap::default();
+        let mut b = overlap.freeze(policy)?;
         b.load(&dir).with_context(|| format!("loading the behaviour weights {}", dir.display()))?;
-        Ok(Overlap { behaviour: Some(b), pending: None })
+        overlap.behaviour = Some(b);
+        Ok(overlap)
     }
+
+    /// A frozen copy of `policy`'s weights as they are now, for a collection that runs
+    /// beside the update. On a GPU it lives on a second stream (a copy of the whole policy
+    /// there, made once, its trainable weights refreshed at each freeze), so the
+    /// collection's kernels and host reads do not queue behind the update's; elsewhere it
+    /// shares the policy's base weights ([`TrainablePolicy::reference`]).
+    pub(super) fn freeze(
+        &mut self,
+        policy: &dyn TrainablePolicy,
+    ) -> anyhow::Result<Box<dyn TrainablePolicy>> {
+        if matches!(self.copy, StreamCopy::NotYet) {
+            self.copy = match stream_copy(policy) {
+                Ok(Some(copy)) => StreamCopy::Made(copy),
+                Ok(None) => StreamCopy::Shared,
+                Err(e) => {
+                    tracing::warn!(
+                        "overlapped collections share the update's stream: no copy of the policy on a second \
+                         stream ({e:#})"
+                    );
+                    StreamCopy::Shared
+                }
+            };
+        }
+        match &self.copy {
+            StreamCopy::Made(copy) => {
+                copy_trainable(policy, copy.as_ref())?;
+                copy.reference()
+            }
+            _ => policy.reference(),
+        }
+    }
+}
+
+/// `policy` copied onto a second stream of its GPU; `None` on a CPU or where the policy
+/// makes no copy.
+fn stream_copy(policy: &dyn TrainablePolicy) -> anyhow::Result<Option<Box<dyn TrainablePolicy>>> {
+    let Some(device) = second_stream(policy.device())? else { return Ok(None) };
+    let copy = policy.copy_on(&device)?;
+    if copy.is_some() {
+        tracing::info!("overlapped collections decode on a copy of the policy on a second stream of its GPU");
+    }
+    Ok(copy)
 }

@@ -3,7 +3,7 @@
 //! Lock-step training (`max_staleness = 0`) takes turns: collect iteration k with the
 //! weights w_k, update w_k → w_(k+1), collect k + 1, … With `max_staleness = 1` the
 //! collection of iteration k + 1 runs while update k does, with a frozen copy of the
-//! weights update k starts from:
+//! weights update k starts from (on a GPU on a second stream, `Overlap::freeze`):
 //!
 //! ```text
 //! iteration 0:   collect(w_0)                      update w_0 → w_1
@@ -108,7 +108,7 @@ impl Trainer {
         if self.cfg.rollout.max_staleness == 0 {
             return Ok(());
         }
-        let behaviour = self.policy.reference()?;
+        let behaviour = self.overlap.freeze(self.policy.as_ref())?;
         let next = it + 1;
         let runs = next < self.cfg.run.iterations && self.cfg.run.max_env_steps.is_none_or(|b| env_steps < b);
         if runs {

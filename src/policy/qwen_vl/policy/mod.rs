@@ -511,6 +511,19 @@ impl TrainablePolicy for QwenVlPolicy {
         Ok(Box::new(QwenVlPolicy { mode, ..self.clone() }))
     }
 
+    fn copy_on(&self, device: &Device) -> Result<Option<Box<dyn TrainablePolicy>>> {
+        // a frozen reference is not copied: its snapshot would have to move too
+        if !self.mode.is_live() {
+            return Ok(None);
+        }
+        // the base weights read again from the checkpoint (the settings hold the absolute
+        // path), the adapters and whole-trained modules copied over
+        let mut copy = QwenVlPolicy::new(self.settings.clone(), device, 0)?;
+        (copy.system, copy.sampling) = (self.system.clone(), self.sampling);
+        crate::policy::copy_trainable(self, &copy)?;
+        Ok(Some(Box::new(copy)))
+    }
+
     fn describe(&self) -> String {
         let params: usize = self.model.lora_vars().iter().map(|(_, v)| v.elem_count()).sum();
         format!(
