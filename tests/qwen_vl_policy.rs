@@ -743,7 +743,9 @@ fn a_padded_batch_scores_and_trains_as_each_state_alone() {
         let p = QwenVlPolicy::new(s, &Device::Cpu, 0).unwrap();
         perturb_b(&p);
         // two screenshots of one size (states 0 and 3 share one), so the vision tower sees
-        // the batch's two distinct images together and each once
+        // the batch's two distinct images together and each once; states 0 and 3 also share
+        // their text before the screenshot, which the batch runs once for both, while state
+        // 2 (another size, so another system prompt) runs whole
         let mut states = vec![
             state(0, &[]),
             state(1, &["click(10, 20)", "key(Enter)", "type(\"a longer history\")"]),

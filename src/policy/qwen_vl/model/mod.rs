@@ -62,6 +62,20 @@ pub struct Prompt {
     pub delta: i64,
 }
 
+/// A text prefix several prompts share, run once in a training pass
+/// ([`QwenVl::run_prefix`]).
+pub struct PromptPrefix {
+    ids: Vec<u32>,
+    states: text::SharedPrefix,
+}
+
+impl PromptPrefix {
+    /// Its token ids.
+    pub fn ids(&self) -> &[u32] {
+        &self.ids
+    }
+}
+
 impl Prompt {
     /// Append answer tokens: text, whatever their ids, at positions continuing the prompt's.
     pub fn extend(&mut self, tokens: &[u32]) {
@@ -174,9 +188,46 @@ impl QwenVl {
     /// padding after it. One pass instead of `B`: on a GPU the training pass's time is the
     /// host issuing kernels (docs/gpu.md), so `B` sequences cost about what one does.
     pub fn hidden_batch(&self, prompts: &[Prompt], visions: &[Option<&VisionOutput>]) -> Result<Tensor> {
+        self.hidden_batch_after(None, prompts, visions)
+    }
+
+    /// A training pass's text prefix (`ids`, no image) run once for the prompts that all
+    /// start with it ([`Self::hidden_batch_after`]), each layer's keys and values in the graph.
+    pub fn run_prefix(&self, ids: &[u32]) -> Result<PromptPrefix> {
+        if ids.is_empty() || ids.contains(&self.config.image_token_id) {
+            bail!("a shared prefix must be text of at least one token, no image placeholder");
+        }
+        let prompt = self.prompt(ids.to_vec(), &[])?;
+        let device = self.text_device();
+        let (cos, sin) = text_cos_sin(&self.config.text, &prompt.positions, self.text_dtype(), &device)?;
+        let t = Tensor::new(ids, &device)?.unsqueeze(0)?;
+        let states = self.text.run_prefix(&t, &cos.unsqueeze(0)?, &sin.unsqueeze(0)?)?;
+        Ok(PromptPrefix { ids: ids.to_vec(), states })
+    }
+
+    /// [`Self::hidden_batch`] of prompts that all start with `prefix` (run once by
+    /// [`Self::run_prefix`]), over their tokens after it: `[B, T, H]`, `T` the longest
+    /// remainder. Gradients reach the prefix through every row.
+    pub fn hidden_batch_after(
+        &self,
+        prefix: Option<&PromptPrefix>,
+        prompts: &[Prompt],
+        visions: &[Option<&VisionOutput>],
+    ) -> Result<Tensor> {
         if prompts.len() != visions.len() {
             bail!("{} prompts with {} vision outputs", prompts.len(), visions.len());
         }
+        let from = prefix.map_or(0, |p| p.ids.len());
+        let mut tails = Vec::with_capacity(prompts.len());
+        for p in prompts {
+            if prefix.is_some_and(|q| p.ids.len() <= from || p.ids[..from] != q.ids[..]) {
+                bail!("a prompt of {} tokens does not continue the shared prefix of {from}", p.ids.len());
+            }
+            let positions = p.positions.clone().map(|axis| axis[from..].to_vec());
+            // the delta of a tail: its padding continues the whole prompt's positions
+            tails.push(Prompt { ids: p.ids[from..].to_vec(), positions, delta: p.delta + from as i64 });
+        }
+        let prompts = &tails;
         let device = self.text_device();
         let dtype = self.text_dtype();
         let t = prompts.iter().map(|p| p.ids.len()).max().unwrap_or(0);
@@ -214,7 +265,10 @@ impl QwenVl {
             (Some(Tensor::cat(&embeds, 0)?), levels)
         };
         let visual = embeds.as_ref().map(|e| VisualRows { rows: &rows, embeds: e, deepstack: &deepstack });
-        self.text.forward(&ids, &cos, &sin, visual, None)
+        match prefix {
+            Some(q) => self.text.forward_shared(&ids, &cos, &sin, visual, &q.states),
+            None => self.text.forward(&ids, &cos, &sin, visual, None),
+        }
     }
 
     /// Hidden state `[1, H]` of one more token at sequence index `index` (decoding).

@@ -204,22 +204,71 @@ impl TextModel {
         cos: &Tensor,
         sin: &Tensor,
         visual: Option<VisualRows>,
-        mut cache: Option<&mut KvCache>,
+        cache: Option<&mut KvCache>,
+    ) -> Result<Tensor> {
+        let before = match cache {
+            Some(c) => Before::Cache(c),
+            None => Before::Nothing,
+        };
+        let x = self.layers_forward(ids, cos, sin, visual.as_ref(), before)?;
+        self.final_norm(&x)
+    }
+
+    /// A training pass's prefix that several sequences share, run once: text `ids` `[1, P]`
+    /// with their rotary tables; each layer's keys and values stay in the graph, so the
+    /// gradients of every sequence that continues it ([`Self::forward_shared`]) reach it.
+    pub fn run_prefix(&self, ids: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<SharedPrefix> {
+        let mut prefix = SharedPrefix { len: ids.dim(1)?, layers: Vec::with_capacity(self.layers.len()) };
+        self.layers_forward(ids, cos, sin, None, Before::Keep(&mut prefix.layers))?;
+        Ok(prefix)
+    }
+
+    /// [`Self::forward`] of `ids` `[B, T]` continuing `prefix`: every row attends to the
+    /// prefix's keys and values, then causally to its own tokens (a training pass; no
+    /// gradient checkpointing).
+    pub fn forward_shared(
+        &self,
+        ids: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        visual: Option<VisualRows>,
+        prefix: &SharedPrefix,
+    ) -> Result<Tensor> {
+        if prefix.layers.len() != self.layers.len() {
+            bail!("a shared prefix of {} layers for a model of {}", prefix.layers.len(), self.layers.len());
+        }
+        let x = self.layers_forward(ids, cos, sin, visual.as_ref(), Before::Shared(prefix))?;
+        self.final_norm(&x)
+    }
+
+    /// The decoder's layers over `ids`' embeddings (the final norm apart).
+    fn layers_forward(
+        &self,
+        ids: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        visual: Option<&VisualRows>,
+        mut before: Before,
     ) -> Result<Tensor> {
         let t = ids.dim(1)?;
         let mut x = self.embed(ids)?;
-        if let Some(v) = &visual {
+        if let Some(v) = visual {
             x = place_rows(&x, v.rows, v.embeds, true)?;
         }
-        let past = cache.as_ref().map(|c| c.len()).unwrap_or(0);
-        if let Some(c) = cache.as_mut() {
-            c.ensure_layers(self.layers.len());
-            c.limit_to(self.cfg.max_position_embeddings);
-        }
+        let past = match &mut before {
+            Before::Cache(c) => {
+                c.ensure_layers(self.layers.len());
+                c.limit_to(self.cfg.max_position_embeddings);
+                c.len()
+            }
+            Before::Shared(p) => p.len,
+            Before::Nothing | Before::Keep(_) => 0,
+        };
         let mask = if t > 1 { Some(causal_mask(t, past + t, x.dtype(), x.device())?) } else { None };
         let (cos, sin) = (cos.unsqueeze(1)?, sin.unsqueeze(1)?);
-        // decoding (a cache) never checkpoints: only a training pass's whole-sequence forward
-        let checkpoint = cache.is_none() && self.pass.get().checkpoint;
+        // only a training pass's whole-sequence forward checkpoints (never decoding, nor
+        // the two parts of a shared prefix)
+        let checkpoint = matches!(before, Before::Nothing) && self.pass.get().checkpoint;
         for (i, layer) in self.layers.iter().enumerate() {
             x = if checkpoint {
                 let (l, dims, c, s, m) = (layer.clone(), self.dims(), cos.clone(), sin.clone(), mask.clone());
@@ -228,19 +277,24 @@ impl TextModel {
                     &self.pass,
                     &adapters,
                     &x,
-                    Arc::new(move |x| layer_forward(dims, &l, x, &c, &s, m.as_ref(), None)),
+                    Arc::new(move |x| layer_forward(dims, &l, x, &c, &s, m.as_ref(), Past::None)),
                 )?
             } else {
-                let slot = cache.as_deref_mut().map(|c| (c, i));
-                layer_forward(self.dims(), layer, &x, &cos, &sin, mask.as_ref(), slot)?
+                let past = match &mut before {
+                    Before::Nothing => Past::None,
+                    Before::Cache(c) => Past::Cache(c, i),
+                    Before::Shared(p) => Past::Shared(&p.layers[i].0, &p.layers[i].1),
+                    Before::Keep(kept) => Past::Keep(kept),
+                };
+                layer_forward(self.dims(), layer, &x, &cos, &sin, mask.as_ref(), past)?
             };
-            if let Some(v) = &visual {
+            if let Some(v) = visual {
                 if let Some(feat) = v.deepstack.get(i) {
                     x = place_rows(&x, v.rows, feat, false)?;
                 }
             }
         }
-        self.final_norm(&x)
+        Ok(x)
     }
 
     /// Logits `[N, V]` of hidden states `[N, H]` (call it on the rows you need only: the
@@ -254,8 +308,50 @@ impl TextModel {
     }
 }
 
+/// The keys and values of a training pass's shared prefix, per layer `[1, kv_heads, P, D]`
+/// (in the graph), from [`TextModel::run_prefix`].
+pub struct SharedPrefix {
+    len: usize,
+    layers: Vec<(Tensor, Tensor)>,
+}
+
+impl SharedPrefix {
+    /// The prefix's length in tokens.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it holds no token.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// What a forward's tokens come after.
+enum Before<'a> {
+    /// Nothing: they are the whole sequence.
+    Nothing,
+    /// A cache (decoding), which they are appended to.
+    Cache(&'a mut KvCache),
+    /// A shared prefix (a training pass).
+    Shared(&'a SharedPrefix),
+    /// Nothing; they are a shared prefix, each layer's keys and values kept here.
+    Keep(&'a mut Vec<(Tensor, Tensor)>),
+}
+
+/// What one layer's attention reads before its own tokens (see [`Before`]).
+pub(crate) enum Past<'a> {
+    None,
+    /// Layer `i`'s slot of a cache, appended to.
+    Cache(&'a mut KvCache, usize),
+    /// A shared prefix's keys and values `[1, kv_heads, P, D]`, read before each row's own.
+    Shared(&'a Tensor, &'a Tensor),
+    /// The layer's keys and values are pushed here.
+    Keep(&'a mut Vec<(Tensor, Tensor)>),
+}
+
 /// One decoder layer: `x` `[B, T, H]` with rotary tables `cos`/`sin` `[B, 1, T, D]`, the
-/// additive mask, and (decoding) the layer's cache slot.
+/// additive mask, and what comes before the tokens (decoding: the layer's cache slot).
 pub(crate) fn layer_forward(
     dims: LayerDims,
     l: &Layer,
@@ -263,7 +359,7 @@ pub(crate) fn layer_forward(
     cos: &Tensor,
     sin: &Tensor,
     mask: Option<&Tensor>,
-    cache: Option<(&mut KvCache, usize)>,
+    past: Past,
 ) -> Result<Tensor> {
     let (b, t, _) = x.dims3()?;
     let hd = dims.head_dim;
@@ -279,8 +375,17 @@ pub(crate) fn layer_forward(
     let q = apply_rope(&q.transpose(1, 2)?, cos, sin)?;
     let mut k = apply_rope(&k.transpose(1, 2)?, cos, sin)?;
     let mut v = v;
-    if let Some((c, i)) = cache {
-        (k, v) = c.append(i, &k, &v)?;
+    match past {
+        Past::None => {}
+        Past::Cache(c, i) => (k, v) = c.append(i, &k, &v)?,
+        Past::Shared(pk, pv) => {
+            // every row reads the one prefix: its gradient is the rows' sum
+            let (b, heads, _, d) = k.dims4()?;
+            let p = pk.dim(2)?;
+            k = Tensor::cat(&[&pk.broadcast_as((b, heads, p, d))?, &k], 2)?;
+            v = Tensor::cat(&[&pv.broadcast_as((b, heads, p, d))?, &v], 2)?;
+        }
+        Past::Keep(kept) => kept.push((k.clone(), v.clone())),
     }
     let scale = (hd as f64).powf(-0.5);
     let a = attention(&q, &k, &v, mask, scale)?;

@@ -2,6 +2,7 @@
 //! prompt, the training pass's forward (`TrainablePolicy::score`/`score_train`).
 
 use super::*;
+use crate::policy::qwen_vl::model::Prompt;
 use crate::policy::qwen_vl::train::train_pass::{sample_key, PassState};
 
 impl QwenVlPolicy {
@@ -89,12 +90,8 @@ impl QwenVlPolicy {
         // the screenshots the cache lacks go through the vision tower together
         let visions = self.visions(&images.iter().collect::<Vec<_>>())?;
         let vis: Vec<Option<&VisionOutput>> = visions.iter().map(|v| Some(v.as_ref())).collect();
-        let h = self.model.hidden_batch(&prompts, &vis)?;
         let answers: Vec<&Vec<u32>> = tokens.iter().filter(|t| !t.is_empty()).collect();
-        let mut rows = Vec::new();
-        for (b, (start, t)) in starts.iter().zip(&answers).enumerate() {
-            rows.push(h.get(b)?.narrow(0, *start, t.len())?);
-        }
+        let rows = self.answer_rows(&prompts, &vis, &starts, &answers)?;
         let all: Vec<u32> = answers.iter().flat_map(|t| t.iter().copied()).collect();
         let (lp, ent) = self.token_scores(&Tensor::cat(&rows, 0)?, &all)?;
         let mut out = Vec::new();
@@ -108,6 +105,60 @@ impl QwenVlPolicy {
             }
         }
         Ok(out)
+    }
+
+    /// The hidden rows `[n_b, H]` each answer's tokens are predicted from (prompt `b`'s rows
+    /// from `starts[b]` on). Prompts that share their text before the screenshot (the
+    /// system prompt and the user turn's opening: the same at every step of a task) run it
+    /// once as a prefix their remainders continue, as decoding does; the others run as
+    /// one padded batch. Not under gradient checkpointing, which recomputes whole sequences.
+    fn answer_rows(
+        &self,
+        prompts: &[Prompt],
+        vis: &[Option<&VisionOutput>],
+        starts: &[usize],
+        answers: &[&Vec<u32>],
+    ) -> Result<Vec<Tensor>> {
+        let image = self.model.config.image_token_id;
+        let mut groups: Vec<(&[u32], Vec<usize>)> = Vec::new();
+        let mut alone = Vec::new();
+        if !self.model.text.pass().get().checkpoint {
+            for (b, p) in prompts.iter().enumerate() {
+                let split = p.ids.iter().position(|&t| t == image).unwrap_or(0);
+                match groups.iter_mut().find(|(ids, _)| *ids == &p.ids[..split]) {
+                    Some((_, members)) => members.push(b),
+                    None if split > 0 => groups.push((&p.ids[..split], vec![b])),
+                    None => alone.push(b),
+                }
+            }
+        } else {
+            alone.extend(0..prompts.len());
+        }
+        // a prefix of one prompt saves nothing: those prompts join the padded batch
+        for (_, members) in groups.iter().filter(|(_, m)| m.len() == 1) {
+            alone.push(members[0]);
+        }
+        groups.retain(|(_, m)| m.len() > 1);
+        let mut rows: Vec<Option<Tensor>> = vec![None; prompts.len()];
+        let mut run = |prefix: Option<&[u32]>, members: &[usize]| -> Result<()> {
+            let prefix = prefix.map(|ids| self.model.run_prefix(ids)).transpose()?;
+            let from = prefix.as_ref().map_or(0, |p| p.ids().len());
+            let ps: Vec<Prompt> = members.iter().map(|&b| prompts[b].clone()).collect();
+            let vs: Vec<Option<&VisionOutput>> = members.iter().map(|&b| vis[b]).collect();
+            let h = self.model.hidden_batch_after(prefix.as_ref(), &ps, &vs)?;
+            for (j, &b) in members.iter().enumerate() {
+                rows[b] = Some(h.get(j)?.narrow(0, starts[b] - from, answers[b].len())?);
+            }
+            Ok(())
+        };
+        for (ids, members) in &groups {
+            run(Some(ids), members)?;
+        }
+        if !alone.is_empty() {
+            alone.sort_unstable();
+            run(None, &alone)?;
+        }
+        Ok(rows.into_iter().map(|r| r.expect("every prompt is in a group or the batch")).collect())
     }
 
     /// Log-probs of `tokens` and the entropies at hidden rows `[n, H]`, one row per token.

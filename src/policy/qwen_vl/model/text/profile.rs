@@ -93,7 +93,7 @@ impl TextModel {
             })?);
         }
         out.push(time("whole layer", 1, &[&bth], &|v| {
-            super::layer_forward(d, l, v[0].as_tensor(), &cos, &sin, Some(&mask), None)
+            super::layer_forward(d, l, v[0].as_tensor(), &cos, &sin, Some(&mask), super::Past::None)
         })?);
         let loss = (out[0].forward_s, out[0].backward_s, out[0].backward_issued_s);
         for p in out.iter_mut().skip(1) {
