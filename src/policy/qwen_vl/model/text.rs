@@ -224,8 +224,8 @@ impl TextModel {
     }
 
     /// [`Self::forward`] of `ids` `[B, T]` continuing `prefix`: every row attends to the
-    /// prefix's keys and values, then causally to its own tokens (a training pass; no
-    /// gradient checkpointing).
+    /// prefix's keys and values, then causally to its own tokens (a training pass; with
+    /// gradient checkpointing each layer's node takes the prefix's keys and values too).
     pub fn forward_shared(
         &self,
         ids: &Tensor,
@@ -266,18 +266,30 @@ impl TextModel {
         };
         let mask = if t > 1 { Some(causal_mask(t, past + t, x.dtype(), x.device())?) } else { None };
         let (cos, sin) = (cos.unsqueeze(1)?, sin.unsqueeze(1)?);
-        // only a training pass's whole-sequence forward checkpoints (never decoding, nor
-        // the two parts of a shared prefix)
-        let checkpoint = matches!(before, Before::Nothing) && self.pass.get().checkpoint;
+        // a training pass checkpoints its sequences' layers (never decoding, nor a shared
+        // prefix's pass: its activations, one prefix's, are kept)
+        let checkpoint = matches!(before, Before::Nothing | Before::Shared(_)) && self.pass.get().checkpoint;
         for (i, layer) in self.layers.iter().enumerate() {
             x = if checkpoint {
                 let (l, dims, c, s, m) = (layer.clone(), self.dims(), cos.clone(), sin.clone(), mask.clone());
                 let adapters: Vec<&LoraAdapter> = layer.adapters().collect();
+                // the prefix's keys and values as one input of the checkpointed node
+                let kv = match &before {
+                    Before::Shared(p) => Some(Tensor::stack(&[&p.layers[i].0, &p.layers[i].1], 0)?),
+                    _ => None,
+                };
                 checkpointed(
                     &self.pass,
                     &adapters,
                     &x,
-                    Arc::new(move |x| layer_forward(dims, &l, x, &c, &s, m.as_ref(), Past::None)),
+                    kv.as_ref(),
+                    Arc::new(move |x, kv| match kv {
+                        Some(kv) => {
+                            let (k, v) = (kv.get(0)?, kv.get(1)?);
+                            layer_forward(dims, &l, x, &c, &s, m.as_ref(), Past::Shared(&k, &v))
+                        }
+                        None => layer_forward(dims, &l, x, &c, &s, m.as_ref(), Past::None),
+                    }),
                 )?
             } else {
                 let past = match &mut before {

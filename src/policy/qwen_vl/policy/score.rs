@@ -111,7 +111,7 @@ impl QwenVlPolicy {
     /// from `starts[b]` on). Prompts that share their text before the screenshot (the
     /// system prompt and the user turn's opening: the same at every step of a task) run it
     /// once as a prefix their remainders continue, as decoding does; the others run as
-    /// one padded batch. Not under gradient checkpointing, which recomputes whole sequences.
+    /// one padded batch.
     fn answer_rows(
         &self,
         prompts: &[Prompt],
@@ -122,17 +122,13 @@ impl QwenVlPolicy {
         let image = self.model.config.image_token_id;
         let mut groups: Vec<(&[u32], Vec<usize>)> = Vec::new();
         let mut alone = Vec::new();
-        if !self.model.text.pass().get().checkpoint {
-            for (b, p) in prompts.iter().enumerate() {
-                let split = p.ids.iter().position(|&t| t == image).unwrap_or(0);
-                match groups.iter_mut().find(|(ids, _)| *ids == &p.ids[..split]) {
-                    Some((_, members)) => members.push(b),
-                    None if split > 0 => groups.push((&p.ids[..split], vec![b])),
-                    None => alone.push(b),
-                }
+        for (b, p) in prompts.iter().enumerate() {
+            let split = p.ids.iter().position(|&t| t == image).unwrap_or(0);
+            match groups.iter_mut().find(|(ids, _)| *ids == &p.ids[..split]) {
+                Some((_, members)) => members.push(b),
+                None if split > 0 => groups.push((&p.ids[..split], vec![b])),
+                None => alone.push(b),
             }
-        } else {
-            alone.extend(0..prompts.len());
         }
         // a prefix of one prompt saves nothing: those prompts join the padded batch
         for (_, members) in groups.iter().filter(|(_, m)| m.len() == 1) {

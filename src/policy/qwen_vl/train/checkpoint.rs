@@ -15,27 +15,30 @@
 
 use super::lora::{AdapterSwitch, AdapterUse, LoraAdapter};
 use super::train_pass::{PassState, TrainPass};
-use crate::nn::attach::attach2;
+use crate::nn::attach::{attach2, attach3};
 use anyhow::{bail, Result};
 use candle_core::{Tensor, Var};
 use std::sync::Arc;
 
-/// A layer's forward on its input, everything else (weights, rope tables, mask) captured.
-pub(crate) type LayerFn = Arc<dyn Fn(&Tensor) -> Result<Tensor> + Send + Sync>;
+/// A layer's forward on its input and, over a shared prefix, the prefix's keys and values
+/// stacked `[2, 1, kv_heads, P, D]`; everything else (weights, rope tables, mask) captured.
+pub(crate) type LayerFn = Arc<dyn Fn(&Tensor, Option<&Tensor>) -> Result<Tensor> + Send + Sync>;
 
-/// `layer` on `x` `[B, T, H]`, checkpointed (see the module docs). `layer_adapters` are the
+/// `layer` on `x` `[B, T, H]` (after a shared prefix's keys and values `prefix_kv`, which
+/// get their gradient too), checkpointed (see the module docs). `layer_adapters` are the
 /// layer's LoRA adapters, whose live A and B are its trainable tensors; `layer` runs the
 /// plain forward, with no cache.
 pub(crate) fn checkpointed(
     pass: &TrainPass,
     layer_adapters: &[&LoraAdapter],
     x: &Tensor,
+    prefix_kv: Option<&Tensor>,
     layer: LayerFn,
 ) -> Result<Tensor> {
     let state = PassState { no_grad: false, ..pass.get() };
     let out = {
         let _no_grad = pass.enter(PassState { no_grad: true, ..state });
-        layer(&x.detach())?
+        layer(&x.detach(), prefix_kv.map(Tensor::detach).as_ref())?
     };
     if out.track_op() {
         bail!(
@@ -60,10 +63,17 @@ pub(crate) fn checkpointed(
     let anchor = vars.first().cloned().unwrap_or_else(|| x.clone());
     let ck = Checkpoint { layer, pass: pass.clone(), state, adapters, vars };
     // the output is handed over as the node's forward; its backward recomputes the layer
-    Ok(attach2([x, &anchor], out, "checkpointed-decoder-layer", move |[x, _anchor], grad| {
-        let dx = ck.recompute(x, grad).map_err(|e| candle_core::Error::Msg(format!("{e:#}")))?;
-        Ok((dx, None))
-    })?)
+    let failed = |e: anyhow::Error| candle_core::Error::Msg(format!("{e:#}"));
+    Ok(match prefix_kv {
+        None => attach2([x, &anchor], out, "checkpointed-decoder-layer", move |[x, _anchor], grad| {
+            let (dx, _) = ck.recompute(x, None, grad).map_err(failed)?;
+            Ok((dx, None))
+        })?,
+        Some(kv) => attach3([x, kv, &anchor], out, "checkpointed-decoder-layer", move |[x, kv, _], grad| {
+            let (dx, dkv) = ck.recompute(x, Some(kv), grad).map_err(failed)?;
+            Ok((dx, dkv, None))
+        })?,
+    })
 }
 
 /// What the node's backward needs to recompute the layer.
@@ -79,22 +89,36 @@ struct Checkpoint {
 }
 
 impl Checkpoint {
-    /// The input's gradient (when `x` is in the graph), after adding the layer's adapter
-    /// gradients to the side store.
-    fn recompute(&self, x: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
+    /// The gradients of the input and of the prefix's keys and values (each when in the
+    /// graph), after adding the layer's adapter gradients to the side store.
+    fn recompute(
+        &self,
+        x: &Tensor,
+        kv: Option<&Tensor>,
+        grad: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
         let _state = self.pass.enter(self.state);
         let _use = self.adapters.as_ref().map(|(s, u)| s.scope(u.clone()));
-        let result = (|| -> Result<Option<Tensor>> {
-            let need_dx = x.track_op();
-            let input = if need_dx { Var::from_tensor(&x.detach())?.as_tensor().clone() } else { x.detach() };
-            let out = (self.layer)(&input)?;
+        let result = (|| -> Result<(Option<Tensor>, Option<Tensor>)> {
+            // a fresh leaf for each input the graph wants a gradient of
+            let leaf = |t: &Tensor| -> Result<Tensor> {
+                Ok(if t.track_op() { Var::from_tensor(&t.detach())?.as_tensor().clone() } else { t.detach() })
+            };
+            let input = leaf(x)?;
+            let kv_in = kv.map(leaf).transpose()?;
+            let out = (self.layer)(&input, kv_in.as_ref())?;
             let grads = (out * grad.detach())?.sum_all()?.backward()?;
             for v in &self.vars {
                 if let Some(g) = grads.get(v) {
                     self.pass.add_side_grad(v.id(), g.clone())?;
                 }
             }
-            Ok(if need_dx { grads.get(&input).cloned() } else { None })
+            let dx = if x.track_op() { grads.get(&input).cloned() } else { None };
+            let dkv = match (kv, &kv_in) {
+                (Some(k), Some(leaf)) if k.track_op() => grads.get(leaf).cloned(),
+                _ => None,
+            };
+            Ok((dx, dkv))
         })();
         result
     }
