@@ -54,8 +54,9 @@ fn second_stream_of(_dev: &Device) -> Result<Option<Device>> {
 fn one_stream(dev: &Device) -> Result<()> {
     use candle_core::cuda_backend::cudarc::driver::{result, sys};
     let Device::Cuda(cuda) = dev else { return Ok(()) };
-    // SAFETY: guirl never hands a tensor to another stream: all of a device's work is queued
-    // on its one stream (opened above, whatever thread issues it), so the per-buffer events order nothing that the stream does
+    // SAFETY: guirl never hands a tensor to another stream but through `to_device` after a
+    // synchronisation (`second_stream`): all of a device's work is queued on its one stream,
+    // whatever thread issues it, so the per-buffer events order nothing that the stream does
     // not already order. Buffers made before this call keep their events, harmlessly.
     unsafe { cuda.disable_event_tracking() };
     let ctx = cuda.cuda_stream().context().clone();

@@ -327,18 +327,6 @@ pub struct SharedPrefix {
     layers: Vec<(Tensor, Tensor)>,
 }
 
-impl SharedPrefix {
-    /// The prefix's length in tokens.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether it holds no token.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-}
-
 /// What a forward's tokens come after.
 enum Before<'a> {
     /// Nothing: they are the whole sequence.
