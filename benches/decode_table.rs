@@ -216,6 +216,7 @@ fn run(policy: &QwenVlPolicy, n: usize, tokens: usize, salt: usize) -> Result<Ru
     for i in 0..n {
         dec.admit(i as u64, &screen(salt * 1000 + i), i as u64)?;
     }
+    dec.prefill()?;
     device.synchronize()?;
     let prefill_s = t0.elapsed().as_secs_f64();
     let t1 = Instant::now();

@@ -1,7 +1,7 @@
 //! NCCL's gradient sum (the `nccl` feature) on every GPU this machine has, one rank per GPU,
 //! against the same sum through the host. Runs where a GPU is: `benches/gpu/run.sh`.
 
-use candle_core::{DType, Device, Tensor, Var};
+use candle_core::{DType, Tensor, Var};
 use guirl::dist::tensors::all_reduce_grads;
 use guirl::dist::{GpuSum, ProcessGroup, Rendezvous};
 use std::net::TcpListener;
@@ -27,7 +27,8 @@ fn group(rank: usize, world: usize, port: u16, gpu_sum: GpuSum) -> ProcessGroup 
 /// rank has a gradient for (values that depend on the rank), one with a gradient on rank 0
 /// only, and one with a gradient on no rank. Summed over the ranks with `gpu_sum`.
 fn summed(pg: &ProcessGroup, rank: usize) -> Vec<Option<Vec<f32>>> {
-    let dev = Device::new_cuda(rank).unwrap();
+    // the device as guirl opens it: one stream of its own (policy::device)
+    let dev = guirl::policy::device::cuda(rank).unwrap();
     let a = Var::from_tensor(&Tensor::zeros((3, 4), DType::F32, &dev).unwrap()).unwrap();
     let b = Var::from_tensor(&Tensor::zeros(5, DType::BF16, &dev).unwrap()).unwrap();
     let c = Var::from_tensor(&Tensor::zeros(2, DType::F32, &dev).unwrap()).unwrap();

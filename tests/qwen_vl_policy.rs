@@ -184,6 +184,48 @@ fn without_batch_invariance_a_chunk_runs_only_its_live_answers() {
     assert_eq!(decode(10, false), decode(1, true));
 }
 
+/// Without batch invariance the prompts admitted together run together (their screenshots
+/// in one call of the vision tower, their remainders in one right-padded pass over the
+/// shared prefix): each answer is the one its prompt run alone gives, the same tokens and
+/// log-probs within rounding, for prompts of different lengths and a group's repeated one.
+#[test]
+fn without_batch_invariance_prompts_run_together_give_the_answers_run_alone() {
+    for arch in ["qwen3_vl", "qwen2_5_vl"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut s = settings(arch, tmp.path());
+        (s.decode_window, s.decode_lora, s.decode_kernels) =
+            (None, Some(DecodeLora::Separate), Some(DecodeKernels::Eager));
+        s.max_new_tokens = 8;
+        // one row a chunk either way: only how the prompts ran differs
+        s.decode_rows = Some(1);
+        let states = [
+            state(0, &[]),
+            state(1, &["click(10, 20)"]),
+            state(0, &[]),
+            state(2, &["click(10, 20)", "key(Enter)"]),
+        ];
+        let keys = [60u64, 61, 62, 63];
+        let decode = |invariant: bool| {
+            let s = QwenPolicySettings { batch_invariant: invariant, ..s.clone() };
+            let mut p = QwenVlPolicy::new(s, &Device::Cpu, 0).unwrap();
+            perturb_b(&p);
+            p.set_sampling(Sampling { temperature: 1.5, greedy: false, seed: 6 });
+            p.act_keyed(&states, &keys).unwrap()
+        };
+        let (alone, together) = (decode(true), decode(false));
+        for (i, (a, t)) in alone.iter().zip(&together).enumerate() {
+            assert_eq!(a.tokens, t.tokens, "{arch} state {i}: prompts run together changed the answer");
+            let diff = a
+                .token_logprobs
+                .iter()
+                .zip(&t.token_logprobs)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0f32, f32::max);
+            assert!(diff < 1e-4, "{arch} state {i}: log-probs differ by {diff}");
+        }
+    }
+}
+
 /// Continuous batching: answers that join a decode in flight, a few steps apart, leave as
 /// they finish and share steps with whoever is live then are bit for bit the answers each
 /// state gets decoded alone.

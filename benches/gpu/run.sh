@@ -30,8 +30,8 @@
 #     table, GPU_FUSED_ROLLOUTS); then the adapters separate, the decoder's log-probs against the trainer's (merged and separate),
 #     chunks of 32 slots (the default before 2026-12-05), per-answer attention in chunks of
 #     8 (the default before 2026-12-04), what batch invariance costs (one chunk of 64 rows
-#     with per-answer attention, padded and then its live answers alone,
-#     GPU_INVARIANCE_ROLLOUTS), and the tokens read every 8 steps;
+#     with per-answer attention, padded and then its live answers alone, the prompts
+#     alone and then together, GPU_INVARIANCE_ROLLOUTS), and the tokens read every 8 steps;
 #  5. NCCL's data-parallel gradient sum (tests/nccl.rs, the `nccl` feature), one rank per
 #     GPU, against the sum through the host;
 #  6. a whole RL iteration: `guirl train` of the 2B-shaped random model (section 4 writes
@@ -191,7 +191,7 @@ b.write_big_checkpoint(sys.argv[1], sys.argv[2], "bf16", "cuda")' /tmp/qwen-spee
     timeout "$(cap 90)" $BIN/decode_table --device cuda --dtype bf16 --model /tmp/qwen-speed/qwen3_vl_${size}_bf16 \
       --rollouts ${GPU_OFF_ROLLOUTS:-1,16,64} --tokens 32 --window off --rows 8 \
       --out "${OUT:-/tmp}/decode-table-off-$size.json" || echo "decode table (window off) $size failed (rc $?)"
-    echo "### $size: what batch invariance costs: per-answer attention in one chunk of 64 rows, padded (the default), then each chunk's live answers alone (batch_invariant false)"
+    echo "### $size: what batch invariance costs: per-answer attention in one chunk of 64 rows, padded and each prompt alone (the default), then each chunk's live answers alone and the prompts admitted together run in one pass (batch_invariant false): the prefill column shows the second"
     for inv in true false; do
       timeout "$(cap 60)" $BIN/decode_table --device cuda --dtype bf16 --model /tmp/qwen-speed/qwen3_vl_${size}_bf16 \
         --rollouts ${GPU_INVARIANCE_ROLLOUTS:-1,8,64} --tokens 32 --window off --rows 64 --invariant $inv \

@@ -111,8 +111,16 @@ pub trait Policy: Send {
 /// [`Policy::batch_invariant`] promises for whole calls).
 pub trait StepDecoder: Send {
     /// Start answering `state`, drawing from the sampling stream `key` ([`stream_key`]):
-    /// its prompt runs now; `id` names its decision in [`StepDecoder::step`]'s results.
+    /// its prompt runs now, or with the others admitted before the next
+    /// [`StepDecoder::prefill`] or step; `id` names its decision in [`StepDecoder::step`]'s
+    /// results.
     fn admit(&mut self, id: u64, state: &ScreenState, key: u64) -> anyhow::Result<()>;
+    /// Run the prompts of the states admitted since the last step, where the decoder runs
+    /// them together rather than in `admit` (the next `step` runs them otherwise): a caller
+    /// that times prompts apart from decoding calls it after admitting.
+    fn prefill(&mut self) -> anyhow::Result<()> {
+        Ok(())
+    }
     /// Advance every live answer one token; returns the decisions of those that finished.
     fn step(&mut self) -> anyhow::Result<Vec<(u64, Decision)>>;
     /// Answers admitted and not yet finished.

@@ -258,6 +258,7 @@ impl Collector {
                     answering.insert(admitted, reply);
                     admitted += 1;
                 }
+                off_runtime(|| dec.prefill())?;
                 let prefilled = Instant::now();
                 if dec.live() > 0 {
                     stats.policy_calls += 1;

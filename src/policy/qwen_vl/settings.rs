@@ -92,9 +92,11 @@ pub struct QwenPolicySettings {
     pub decode_kernels: Option<DecodeKernels>,
     /// Whether an answer is the same bits whatever shares its decoding steps (default
     /// `true`): chunks run on exactly `decode_rows` rows, padded with copies where a
-    /// product's rounding depends on the row count (see `decode_rows`). `false` runs only
-    /// the live answers of a chunk, faster where a wide chunk has few answers live
-    /// (docs/qwen-vl.md, what invariance costs), but an answer's last bits then depend on
+    /// product's rounding depends on the row count (see `decode_rows`), and every prompt
+    /// runs alone. `false` runs only the live answers of a chunk, faster where a wide chunk
+    /// has few answers live, and the prompts admitted between two steps together (their
+    /// screenshots in one call of the vision tower, their remainders in one padded pass;
+    /// docs/qwen-vl.md, what invariance costs), but an answer's last bits then depend on
     /// what shared its steps, so a run with several envs is no longer reproducible to the
     /// bit. Needs per-answer caches (`decode_window = "off"`, the default when `false`):
     /// window slots always run whole chunks.

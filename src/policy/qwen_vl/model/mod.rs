@@ -214,20 +214,61 @@ impl QwenVl {
         prompts: &[Prompt],
         visions: &[Option<&VisionOutput>],
     ) -> Result<Tensor> {
-        if prompts.len() != visions.len() {
-            bail!("{} prompts with {} vision outputs", prompts.len(), visions.len());
+        let tails = tails(prefix.map_or(&[][..], |p| &p.ids), prompts, visions.len())?;
+        let b = self.padded(&tails, visions)?;
+        match prefix {
+            Some(q) => self.text.forward_shared(&b.ids, &b.cos, &b.sin, b.visual(), &q.states),
+            None => self.text.forward(&b.ids, &b.cos, &b.sin, b.visual(), None),
         }
-        let from = prefix.map_or(0, |p| p.ids.len());
-        let mut tails = Vec::with_capacity(prompts.len());
-        for p in prompts {
-            if prefix.is_some_and(|q| p.ids.len() <= from || p.ids[..from] != q.ids[..]) {
-                bail!("a prompt of {} tokens does not continue the shared prefix of {from}", p.ids.len());
+    }
+
+    /// Decoding's prompts run together: prompts that all start with the `from` tokens whose
+    /// keys and values `prefix` (a decoding cache of one row) holds, each with its image's
+    /// features, in one right-padded pass over their remainders. Returns, per prompt, its
+    /// cache (the prefix's, its own tokens appended, room made for `reserve` more) and its
+    /// last position's hidden state `[H]`. Each row's results are what
+    /// [`Self::hidden_from`] gives it alone up to the rounding of the products' row count:
+    /// a throughput path, not a batch-invariant one.
+    pub fn prefill_batch(
+        &self,
+        prefix: &KvCache,
+        prompts: &[Prompt],
+        visions: &[&VisionOutput],
+        reserve: usize,
+    ) -> Result<Vec<(KvCache, Tensor)>> {
+        let from = prefix.len();
+        let image = self.config.image_token_id;
+        if from == 0 {
+            bail!("prompts run together continue a text prefix of at least one token");
+        }
+        let first = &prompts.first().context("no prompt to run")?.ids;
+        if first[..from.min(first.len())].contains(&image) {
+            bail!("a prefix of {from} tokens holds an image placeholder; it must be text");
+        }
+        let visions: Vec<Option<&VisionOutput>> = visions.iter().map(|v| Some(*v)).collect();
+        let tails = tails(&first[..from.min(first.len())], prompts, visions.len())?;
+        let b = self.padded(&tails, &visions)?;
+        let (hidden, kv) = self.text.forward_after_cache(&b.ids, &b.cos, &b.sin, b.visual(), prefix)?;
+        let mut out = Vec::with_capacity(tails.len());
+        for (row, tail) in tails.iter().enumerate() {
+            let n = tail.ids.len();
+            let mut cache = prefix.clone();
+            cache.reserve(reserve);
+            for (layer, (k, v)) in kv.iter().enumerate() {
+                cache.append(
+                    layer,
+                    &k.narrow(0, row, 1)?.narrow(2, 0, n)?,
+                    &v.narrow(0, row, 1)?.narrow(2, 0, n)?,
+                )?;
             }
-            let positions = p.positions.clone().map(|axis| axis[from..].to_vec());
-            // the delta of a tail: its padding continues the whole prompt's positions
-            tails.push(Prompt { ids: p.ids[from..].to_vec(), positions, delta: p.delta + from as i64 });
+            out.push((cache, hidden.get(row)?.get(n - 1)?));
         }
-        let prompts = &tails;
+        Ok(out)
+    }
+
+    /// Right-padded inputs of prompts `prompts` (remainders after a shared prefix, their
+    /// deltas continuing the whole prompts' positions) with their images' features.
+    fn padded(&self, prompts: &[Prompt], visions: &[Option<&VisionOutput>]) -> Result<Padded> {
         let device = self.text_device();
         let dtype = self.text_dtype();
         let t = prompts.iter().map(|p| p.ids.len()).max().unwrap_or(0);
@@ -264,11 +305,7 @@ impl QwenVl {
                 deepstack.iter().map(|l| Tensor::cat(l, 0)).collect::<candle_core::Result<Vec<_>>>()?;
             (Some(Tensor::cat(&embeds, 0)?), levels)
         };
-        let visual = embeds.as_ref().map(|e| VisualRows { rows: &rows, embeds: e, deepstack: &deepstack });
-        match prefix {
-            Some(q) => self.text.forward_shared(&ids, &cos, &sin, visual, &q.states),
-            None => self.text.forward(&ids, &cos, &sin, visual, None),
-        }
+        Ok(Padded { ids, cos, sin, rows, embeds, deepstack })
     }
 
     /// Hidden state `[1, H]` of one more token at sequence index `index` (decoding).
@@ -363,4 +400,39 @@ impl QwenVl {
     fn text_dtype(&self) -> DType {
         self.text.dtype()
     }
+}
+
+/// A padded batch's inputs ([`QwenVl::padded`]).
+struct Padded {
+    ids: Tensor,
+    cos: Tensor,
+    sin: Tensor,
+    rows: Tensor,
+    embeds: Option<Tensor>,
+    deepstack: Vec<Tensor>,
+}
+
+impl Padded {
+    fn visual(&self) -> Option<VisualRows<'_>> {
+        self.embeds.as_ref().map(|e| VisualRows { rows: &self.rows, embeds: e, deepstack: &self.deepstack })
+    }
+}
+
+/// Each of `prompts` after the text `prefix` they all start with (all of it when empty),
+/// its positions and delta continuing the whole prompt's, for `visions` vision outputs.
+fn tails(prefix: &[u32], prompts: &[Prompt], visions: usize) -> Result<Vec<Prompt>> {
+    if prompts.len() != visions {
+        bail!("{} prompts with {visions} vision outputs", prompts.len());
+    }
+    let from = prefix.len();
+    let mut tails = Vec::with_capacity(prompts.len());
+    for p in prompts {
+        if from > 0 && (p.ids.len() <= from || p.ids[..from] != *prefix) {
+            bail!("a prompt of {} tokens does not continue the shared prefix of {from}", p.ids.len());
+        }
+        let positions = p.positions.clone().map(|axis| axis[from..].to_vec());
+        // the delta of a tail: its padding continues the whole prompt's positions
+        tails.push(Prompt { ids: p.ids[from..].to_vec(), positions, delta: p.delta + from as i64 });
+    }
+    Ok(tails)
 }

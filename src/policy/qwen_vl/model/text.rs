@@ -241,6 +241,34 @@ impl TextModel {
         self.final_norm(&x)
     }
 
+    /// Decoding's prompts run together: [`Self::forward`] of `ids` `[B, T]` (right-padded)
+    /// after the text `prefix` they share, held in a decoding cache of one row; each row
+    /// attends to the prefix, then causally to its own tokens. Returns the hidden states and
+    /// every layer's keys and values of the rows' own tokens, `[B, kv_heads, T, D]`, for the
+    /// caller to cut into each row's cache.
+    pub fn forward_after_cache(
+        &self,
+        ids: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        visual: Option<VisualRows>,
+        prefix: &KvCache,
+    ) -> Result<(Tensor, Vec<(Tensor, Tensor)>)> {
+        let layers = (0..self.layers.len())
+            .map(|i| match prefix.layer(i) {
+                Some(kv) => kv,
+                None => {
+                    bail!("a prefix cache of {} layers for a model of {}", prefix.depth(), self.layers.len())
+                }
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let shared = SharedPrefix { len: prefix.len(), layers };
+        let mut kept = Vec::with_capacity(self.layers.len());
+        let x =
+            self.layers_forward(ids, cos, sin, visual.as_ref(), Before::SharedKeep(&shared, &mut kept))?;
+        Ok((self.final_norm(&x)?, kept))
+    }
+
     /// The decoder's layers over `ids`' embeddings (the final norm apart).
     fn layers_forward(
         &self,
@@ -261,7 +289,7 @@ impl TextModel {
                 c.limit_to(self.cfg.max_position_embeddings);
                 c.len()
             }
-            Before::Shared(p) => p.len,
+            Before::Shared(p) | Before::SharedKeep(p, _) => p.len,
             Before::Nothing | Before::Keep(_) => 0,
         };
         let mask = if t > 1 { Some(causal_mask(t, past + t, x.dtype(), x.device())?) } else { None };
@@ -286,7 +314,7 @@ impl TextModel {
                     Arc::new(move |x, kv| match kv {
                         Some(kv) => {
                             let (k, v) = (kv.get(0)?, kv.get(1)?);
-                            layer_forward(dims, &l, x, &c, &s, m.as_ref(), Past::Shared(&k, &v))
+                            layer_forward(dims, &l, x, &c, &s, m.as_ref(), Past::Shared(&k, &v, None))
                         }
                         None => layer_forward(dims, &l, x, &c, &s, m.as_ref(), Past::None),
                     }),
@@ -295,7 +323,8 @@ impl TextModel {
                 let past = match &mut before {
                     Before::Nothing => Past::None,
                     Before::Cache(c) => Past::Cache(c, i),
-                    Before::Shared(p) => Past::Shared(&p.layers[i].0, &p.layers[i].1),
+                    Before::Shared(p) => Past::Shared(&p.layers[i].0, &p.layers[i].1, None),
+                    Before::SharedKeep(p, kept) => Past::Shared(&p.layers[i].0, &p.layers[i].1, Some(kept)),
                     Before::Keep(kept) => Past::Keep(kept),
                 };
                 layer_forward(self.dims(), layer, &x, &cos, &sin, mask.as_ref(), past)?
@@ -335,6 +364,9 @@ enum Before<'a> {
     Cache(&'a mut KvCache),
     /// A shared prefix (a training pass).
     Shared(&'a SharedPrefix),
+    /// A shared prefix (decoding's prompts run together), each layer's keys and values of
+    /// the tokens after it kept here.
+    SharedKeep(&'a SharedPrefix, &'a mut Vec<(Tensor, Tensor)>),
     /// Nothing; they are a shared prefix, each layer's keys and values kept here.
     Keep(&'a mut Vec<(Tensor, Tensor)>),
 }
@@ -344,8 +376,9 @@ pub(crate) enum Past<'a> {
     None,
     /// Layer `i`'s slot of a cache, appended to.
     Cache(&'a mut KvCache, usize),
-    /// A shared prefix's keys and values `[1, kv_heads, P, D]`, read before each row's own.
-    Shared(&'a Tensor, &'a Tensor),
+    /// A shared prefix's keys and values `[1, kv_heads, P, D]`, read before each row's own;
+    /// the rows' own keys and values are pushed to the vector where one is given.
+    Shared(&'a Tensor, &'a Tensor, Option<&'a mut Vec<(Tensor, Tensor)>>),
     /// The layer's keys and values are pushed here.
     Keep(&'a mut Vec<(Tensor, Tensor)>),
 }
@@ -378,7 +411,10 @@ pub(crate) fn layer_forward(
     match past {
         Past::None => {}
         Past::Cache(c, i) => (k, v) = c.append(i, &k, &v)?,
-        Past::Shared(pk, pv) => {
+        Past::Shared(pk, pv, keep) => {
+            if let Some(kept) = keep {
+                kept.push((k.clone(), v.clone()));
+            }
             // every row reads the one prefix: its gradient is the rows' sum
             let (b, heads, _, d) = k.dims4()?;
             let p = pk.dim(2)?;

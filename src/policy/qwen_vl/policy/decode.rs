@@ -23,8 +23,9 @@
 //! so the same guarantee. With `"auto"` the slot size comes from the answer's own prompt
 //! (rounded up), and answers of each size have chunks of their own.
 //! `tests/qwen_vl_policy.rs` checks both bit for bit. With `batch_invariant = false` a chunk
-//! runs its live answers alone (per-answer caches only): faster when few are live, no longer
-//! the same bits whatever shares the chunk.
+//! runs its live answers alone (per-answer caches only), and the prompts admitted between
+//! two steps run together (`prefill.rs`): faster when few answers are live or many prompts
+//! arrive at once, no longer the same bits whatever shares the chunk or the pass.
 //!
 //! With `decode_lora = "merged"` (the default on a GPU) a session merges the adapters into
 //! copies of their layers' weights when its first state is admitted, and decodes with
@@ -33,6 +34,7 @@
 //! reads them as they are at each step (the collector's sessions never span an update).
 
 use super::merged::DecodeWeights;
+use super::prefill::{Prefill, Prefix};
 use super::*;
 use crate::policy::qwen_vl::model::slots::{Slot, WindowKv};
 use crate::policy::qwen_vl::processor::ProcessedImage;
@@ -42,28 +44,6 @@ use std::collections::VecDeque;
 /// Prompts kept after their prefill, for states admitted later with the same prompt and
 /// screenshot (a group's members reach their first step at different times).
 const PREFILLS_KEPT: usize = 8;
-
-/// Prompt prefixes kept (the text before the screenshot: system prompt, the user turn's
-/// opening). A task's prompts share one; a few tasks or screen sizes at once get one each.
-const PREFIXES_KEPT: usize = 4;
-
-/// The keys and values of a prompt prefix, run once for every prompt that starts with it.
-struct Prefix {
-    ids: Vec<u32>,
-    cache: KvCache,
-}
-
-/// One prompt run once, for every state that has it.
-struct Prefill {
-    ids: Vec<u32>,
-    img: ProcessedImage,
-    cache: KvCache,
-    /// Logits `[V]` of the answer's first token.
-    logits: Tensor,
-    /// The prompt's length and M-RoPE delta.
-    len: usize,
-    delta: i64,
-}
 
 /// An answer being decoded.
 struct Answer {
@@ -93,9 +73,21 @@ struct Unread {
     both: Tensor,
 }
 
+/// A state admitted without `batch_invariant` whose prompt has not run yet: it runs with
+/// the others admitted before the next step.
+struct Waiting {
+    id: u64,
+    size: (u32, u32),
+    key: u64,
+    ids: Vec<u32>,
+    img: ProcessedImage,
+}
+
 /// The answers in flight and the prompts kept for sharing.
 struct InFlight {
     prefills: VecDeque<Prefill>,
+    /// States whose prompts run together at the next step (`batch_invariant = false`).
+    waiting: Vec<Waiting>,
     prefixes: VecDeque<Prefix>,
     answers: Vec<Answer>,
     /// The answers' window slots: one pool of chunks per window size, dropped (its memory
@@ -132,6 +124,12 @@ impl StepDecoder for DecodeSession {
         p.decoding(&w, || self.flight.admit(p, id, state, key))
     }
 
+    fn prefill(&mut self) -> Result<()> {
+        let Some(w) = self.weights.clone() else { return Ok(()) };
+        let p = &self.policy;
+        p.decoding(&w, || self.flight.run_waiting(p))
+    }
+
     fn step(&mut self) -> Result<Vec<(u64, Decision)>> {
         // nothing admitted yet: nothing to decode
         let Some(w) = self.weights.clone() else { return Ok(Vec::new()) };
@@ -140,7 +138,7 @@ impl StepDecoder for DecodeSession {
     }
 
     fn live(&self) -> usize {
-        self.flight.answers.len()
+        self.flight.answers.len() + self.flight.waiting.len()
     }
 
     fn rows(&self) -> usize {
@@ -152,6 +150,7 @@ impl InFlight {
     fn new(rows: usize) -> Self {
         InFlight {
             prefills: VecDeque::new(),
+            waiting: Vec::new(),
             prefixes: VecDeque::new(),
             answers: Vec::new(),
             windows: Vec::new(),
@@ -160,28 +159,82 @@ impl InFlight {
         }
     }
 
-    /// Run `state`'s prompt (or find it run) and start its answer.
+    /// Run `state`'s prompt (or find it run) and start its answer; without
+    /// `batch_invariant` a prompt not yet run waits for the next step's
+    /// ([`InFlight::run_waiting`]).
     fn admit(&mut self, p: &QwenVlPolicy, id: u64, state: &ScreenState, key: u64) -> Result<()> {
         let (ids, img) = p.prompt(state)?;
-        let same = |q: &Prefill| q.ids == ids && q.img.grid == img.grid && q.img.patches == img.patches;
-        let j = match self.prefills.iter().position(same) {
+        let size = state.screenshot.dimensions();
+        let j = match self.prefills.iter().position(|q| same(q, &ids, &img)) {
             Some(j) => j,
+            None if !p.settings.batch_invariant => {
+                self.waiting.push(Waiting { id, size, key, ids, img });
+                return Ok(());
+            }
             None => {
-                if self.prefills.len() == PREFILLS_KEPT {
-                    self.prefills.pop_front();
-                }
-                self.prefills.push_back(p.prefill(ids, img, &mut self.prefixes)?);
+                let q = p.prefill(ids, img, &mut self.prefixes)?;
+                self.keep(q);
                 self.prefills.len() - 1
             }
         };
         let q = &self.prefills[j];
-        let need = q.len + p.settings.max_new_tokens;
+        let start = (q.cache.clone(), q.logits.clone(), q.len, q.delta);
+        self.start(p, start, id, size, key)
+    }
+
+    /// Keep a prompt run for states admitted later with the same prompt.
+    fn keep(&mut self, q: Prefill) {
+        if self.prefills.len() == PREFILLS_KEPT {
+            self.prefills.pop_front();
+        }
+        self.prefills.push_back(q);
+    }
+
+    /// The waiting states' prompts run together (each distinct prompt once), and their
+    /// answers start, in the order they were admitted.
+    fn run_waiting(&mut self, p: &QwenVlPolicy) -> Result<()> {
+        if self.waiting.is_empty() {
+            return Ok(());
+        }
+        let mut distinct: Vec<(Vec<u32>, ProcessedImage)> = Vec::new();
+        let mut starts = Vec::with_capacity(self.waiting.len());
+        for w in std::mem::take(&mut self.waiting) {
+            let j = match distinct.iter().position(|(ids, img)| *ids == w.ids && same_image(img, &w.img)) {
+                Some(j) => j,
+                None => {
+                    distinct.push((w.ids, w.img));
+                    distinct.len() - 1
+                }
+            };
+            starts.push((j, w.id, w.size, w.key));
+        }
+        let ran = p.prefill_together(distinct, &mut self.prefixes)?;
+        for (j, id, size, key) in starts {
+            let q = &ran[j];
+            self.start(p, (q.cache.clone(), q.logits.clone(), q.len, q.delta), id, size, key)?;
+        }
+        for q in ran {
+            self.keep(q);
+        }
+        Ok(())
+    }
+
+    /// Start answer `id` from its prompt's cache, first logits, length and M-RoPE delta.
+    fn start(
+        &mut self,
+        p: &QwenVlPolicy,
+        (cache, logits, len, delta): (KvCache, Tensor, usize, i64),
+        id: u64,
+        size: (u32, u32),
+        key: u64,
+    ) -> Result<()> {
+        let need = len + p.settings.max_new_tokens;
         let (cache, slot) = match p.settings.decode_window_on(&p.device).slot_for(need) {
-            None => (q.cache.clone(), None),
+            None => (cache, None),
             Some(w) if need > w => bail!(
                 "a prompt of {} tokens and max_new_tokens = {} need a decoding window of {need} \
                  tokens: raise model.decode_window (now {w}) to at least {need}, or set it to \"auto\"",
-                q.len,
+                len,
                 p.settings.max_new_tokens,
             ),
             Some(w) => {
@@ -193,18 +246,18 @@ impl InFlight {
                         self.windows.len() - 1
                     }
                 };
-                (KvCache::default(), Some((w, self.windows[pool].admit(&q.cache)?)))
+                (KvCache::default(), Some((w, self.windows[pool].admit(&cache)?)))
             }
         };
         self.answers.push(Answer {
             id,
-            size: state.screenshot.dimensions(),
+            size,
             cache,
             slot,
-            logits: q.logits.clone(),
+            logits,
             rng: stream_rng(p.sampling.seed, key),
-            len: q.len,
-            delta: q.delta,
+            len,
+            delta,
             drawn: 0,
             tokens: Vec::new(),
             lps: Vec::new(),
@@ -218,6 +271,7 @@ impl InFlight {
     /// drawn `max_new_tokens`) the host reads what was drawn: the answers that ended leave
     /// with their decisions, their tokens after the end dropped.
     fn step(&mut self, p: &QwenVlPolicy) -> Result<Vec<(u64, Decision)>> {
+        self.run_waiting(p)?;
         if self.answers.is_empty() {
             return Ok(Vec::new());
         }
@@ -295,6 +349,15 @@ impl InFlight {
     }
 }
 
+/// Whether prompt `q` is `ids` with screenshot `img`.
+fn same(q: &Prefill, ids: &[u32], img: &ProcessedImage) -> bool {
+    q.ids == ids && same_image(&q.img, img)
+}
+
+fn same_image(a: &ProcessedImage, b: &ProcessedImage) -> bool {
+    a.grid == b.grid && a.patches == b.patches
+}
+
 /// Rows `rows` of the tokens `tok` `[n]`: a view where they are consecutive (no answer left
 /// in between), else a gather.
 fn pick(tok: &Tensor, rows: &[usize]) -> Result<Tensor> {
@@ -364,6 +427,7 @@ impl QwenVlPolicy {
             for (i, (state, &key)) in states.iter().zip(keys).enumerate() {
                 flight.admit(self, i as u64, state, key)?;
             }
+            flight.run_waiting(self)?;
             // every state is in: the prompts' own caches are no longer needed
             flight.prefills.clear();
             flight.prefixes.clear();
@@ -375,47 +439,6 @@ impl QwenVlPolicy {
             }
             Ok(out.into_iter().map(|d| d.expect("every admitted answer finishes")).collect())
         })
-    }
-
-    /// Run one prompt with its screenshot, keeping its cache and its last position's logits.
-    ///
-    /// The text before the screenshot (the system prompt and the user turn's opening) is
-    /// the same at every step of every episode of a task: its keys and values come from
-    /// `prefixes`, run there once. Every prompt runs this way, its prefix found or not, so a
-    /// prompt's results never depend on what ran before it.
-    fn prefill(
-        &self,
-        ids: Vec<u32>,
-        img: ProcessedImage,
-        prefixes: &mut VecDeque<Prefix>,
-    ) -> Result<Prefill> {
-        let vision = self.vision(&img)?;
-        let prompt = self.model.prompt(ids.clone(), &[img.grid])?;
-        let split = ids.iter().position(|&t| t == self.model.config.image_token_id).unwrap_or(0);
-        let mut cache = if split == 0 { KvCache::default() } else { self.prefix(&ids[..split], prefixes)? };
-        // room for the rest and the longest answer: every answer then appends in place
-        cache.reserve(self.settings.max_new_tokens);
-        let len = prompt.ids.len();
-        let h = self.model.hidden_from(&prompt, split, Some(&vision), &mut cache)?;
-        // Detached: with LoRA adapters (Vars) in the model, the logits would otherwise hold
-        // the prompt's whole autograd graph, every layer's activations (about 2.4 GB for a
-        // 1 075-token prompt at the 0.5B size), for as long as the prompt is kept.
-        let logits = self.model.logits(&h.get(len - split - 1)?.unsqueeze(0)?)?.squeeze(0)?.detach();
-        Ok(Prefill { ids, img, cache, logits, len, delta: prompt.delta })
-    }
-
-    /// A cache holding text `ids`' keys and values (a prompt's prefix), run now unless kept.
-    fn prefix(&self, ids: &[u32], prefixes: &mut VecDeque<Prefix>) -> Result<KvCache> {
-        if let Some(q) = prefixes.iter().find(|q| q.ids == ids) {
-            return Ok(q.cache.clone());
-        }
-        let mut cache = KvCache::default();
-        self.model.hidden(&self.model.prompt(ids.to_vec(), &[])?, None, Some(&mut cache))?;
-        if prefixes.len() == PREFIXES_KEPT {
-            prefixes.pop_front();
-        }
-        prefixes.push_back(Prefix { ids: ids.to_vec(), cache: cache.clone() });
-        Ok(cache)
     }
 }
 
@@ -455,6 +478,38 @@ mod tests {
         assert_eq!(kept.prefixes.len(), 1, "one prefix for the three");
         assert_eq!(kept.prefixes[0].ids, ids[..split]);
         assert_eq!(kept.prefixes[0].cache.len(), split);
+    }
+
+    /// Without batch invariance an admitted state's prompt waits: the prompts admitted
+    /// before the next step run together then (each distinct one once), and every state's
+    /// answer starts from its own.
+    #[test]
+    fn without_batch_invariance_prompts_wait_and_run_together() {
+        let mut s = QwenPolicySettings::new("qwen3_vl", "fixtures/qwen_vl/qwen3_vl");
+        (s.max_new_tokens, s.batch_invariant) = (4, false);
+        let p = QwenVlPolicy::new(s, &Device::Cpu, 0).unwrap();
+        let mut session = DecodeSession::new(p, 4);
+        for (i, shade) in [10, 200, 10].into_iter().enumerate() {
+            session.admit(i as u64, &screen(shade), i as u64).unwrap();
+        }
+        assert_eq!(session.flight.waiting.len(), 3, "no prompt runs at admission");
+        assert!(session.flight.prefills.is_empty() && session.flight.answers.is_empty());
+        assert_eq!(session.live(), 3, "waiting states are live");
+        session.prefill().unwrap();
+        let kept = &session.flight;
+        assert!(kept.waiting.is_empty());
+        assert_eq!(kept.prefills.len(), 2, "two distinct prompts, each run once");
+        assert_eq!(kept.prefixes.len(), 1, "one prefix for both");
+        assert_eq!(kept.answers.len(), 3);
+        let ids: Vec<u64> = kept.answers.iter().map(|a| a.id).collect();
+        assert_eq!(ids, [0, 1, 2], "answers start in the order admitted");
+        let lens: Vec<usize> = kept.answers.iter().map(|a| a.cache.len()).collect();
+        assert!(
+            lens.iter().zip(&kept.answers).all(|(&l, a)| l == a.len),
+            "each cache holds its prompt: {lens:?}"
+        );
+        let done = session.step().unwrap();
+        assert!(done.iter().all(|(id, _)| *id < 3));
     }
 
     /// What a session keeps between calls must not hold an autograd graph: with LoRA

@@ -12,8 +12,9 @@
 //!   end-of-turn token.
 //! - Rollouts decode with KV caches in a session that states join and leave between
 //!   token steps (continuous batching, `decode.rs`): each prompt runs alone (identical ones
-//!   once), the answers advance together in chunks of a fixed row count, so a result never
-//!   depends on what shared its batch or when it joined. Training scores
+//!   once, `prefill.rs`), the answers advance together in chunks of a fixed row count, so a
+//!   result never depends on what shared its batch or when it joined (`batch_invariant =
+//!   false` gives that up for speed: prompts run together, chunks unpadded). Training scores
 //!   the prompt and the answer in one differentiable pass, the LM head only at the
 //!   answer's positions.
 //! - The vision tower is frozen: its output per screenshot is cached across the update
@@ -45,6 +46,7 @@ use std::sync::{Arc, Mutex};
 
 mod decode;
 mod merged;
+mod prefill;
 mod sample;
 
 /// The file in a checkpoint folder that says which backbone its adapter belongs to.
