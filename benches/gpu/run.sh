@@ -37,8 +37,9 @@
 #  6. a whole RL iteration: `guirl train` of the 2B-shaped random model (section 4 writes
 #     it), bf16, LoRA, GRPO 8 groups x 8 rollouts x up to 5 steps on MiniWoB++ click-test
 #     with real browsers (benches/gpu/browser.sh's headless shell, from .gpuloop/), at
-#     max_staleness 0 then 1: the run's phase table and the GPU's busy share (nvidia-smi
-#     sampled every 200 ms). Not a default section: its files come in calls of their own
+#     max_staleness 0 then 1 (GPU_LOOP_INVARIANT="true false": each also with
+#     batch_invariant = false, the prompts run together): the run's phase table and the
+#     GPU's busy share (nvidia-smi sampled every 200 ms). Not a default section: its files come in calls of their own
 #     (see browser.sh and docs/gpu.md), after section 4 on the same warm machine, or with
 #     GPU_SECTIONS="4 6" in one call.
 #  7. a profile of a few decoding steps (Nsight Compute, decode_table --profile): launches
@@ -239,24 +240,29 @@ elif [ ! -f $MODEL/config.json ]; then echo "no 2B-shaped model in $MODEL: run s
 else
   export GUIRL_CHROMIUM=$BR/chromium-headless-shell GUIRL_CHROMEDRIVER=$BR/chromedriver \
     GUIRL_MINIWOB_DIR=$BR/miniwob-html FONTCONFIG_FILE=$BR/fonts/fonts.conf
+  # GPU_LOOP_INVARIANT="true false" also runs each bound with batch_invariant = false
+  # (prompts run together, chunks unpadded): the prefill phase beside the default's
+  for inv in ${GPU_LOOP_INVARIANT:-true}; do
   for bound in ${GPU_LOOP_BOUNDS:-0 1}; do
-    echo "### max_staleness = $bound"
+    tag=$bound; [ "$inv" = true ] || tag=$bound-batched
+    echo "### max_staleness = $bound, batch_invariant = $inv"
     sed -e "s#@MODEL@#$MODEL#; s#@PROMPT@#$PWD/configs/prompts/short.md#; s#@BOUND@#$bound#" \
-      -e "s#@ITERATIONS@#${GPU_LOOP_ITERATIONS:-3}#; s#@ENVS@#${GPU_LOOP_ENVS:-16}#" \
-      benches/gpu/loop.toml > /tmp/loop-$bound.toml
-    rm -rf /tmp/loop-run-$bound
-    nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 200 > /tmp/util-$bound.txt &
+      -e "s#@ITERATIONS@#${GPU_LOOP_ITERATIONS:-3}#; s#@ENVS@#${GPU_LOOP_ENVS:-16}#; s#@INVARIANT@#$inv#" \
+      benches/gpu/loop.toml > /tmp/loop-$tag.toml
+    rm -rf /tmp/loop-run-$tag
+    nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 200 > /tmp/util-$tag.txt &
     SAMPLER=$!
-    LD_LIBRARY_PATH=$BR/lib:${LD_LIBRARY_PATH:-} timeout "$(cap 240)" $BIN/guirl train /tmp/loop-$bound.toml \
-      --out /tmp/loop-run-$bound 2>&1 | grep -v "blocked a page's request" | tail -25
+    LD_LIBRARY_PATH=$BR/lib:${LD_LIBRARY_PATH:-} timeout "$(cap 240)" $BIN/guirl train /tmp/loop-$tag.toml \
+      --out /tmp/loop-run-$tag 2>&1 | grep -v "blocked a page's request" | tail -25
     kill $SAMPLER 2>/dev/null
     # the busy share over the run's second half too (the first loads the model, starts browsers)
     python3 -c 'import sys
 u = [float(x) for x in open(sys.argv[1]) if x.strip().isdigit()]
 h = u[len(u) // 2:]
 print(f"GPU busy (nvidia-smi utilization): {sum(u) / max(len(u), 1):.0f} % over the run, "
-      f"{sum(h) / max(len(h), 1):.0f} % over its second half ({len(u)} samples)")' /tmp/util-$bound.txt
-    [ -n "${OUT:-}" ] && cp /tmp/loop-run-$bound/phases.md "$OUT/loop-phases-$bound.md" 2>/dev/null
+      f"{sum(h) / max(len(h), 1):.0f} % over its second half ({len(u)} samples)")' /tmp/util-$tag.txt
+    [ -n "${OUT:-}" ] && cp /tmp/loop-run-$tag/phases.md "$OUT/loop-phases-$tag.md" 2>/dev/null
+  done
   done
 fi
 fi
