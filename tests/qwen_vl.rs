@@ -736,6 +736,26 @@ fn fused_draw_on_the_test_device_is_the_cpus_draw() {
     );
 }
 
+/// LoRA dropout's keyed masks (`guirl::nn::dropout`) drawn on the test device are the
+/// CPU's, bit for bit, over more elements than one launch's grid covers in a pass.
+/// `benches/gpu/run.sh` runs it on CUDA, the kernel's check.
+#[test]
+fn fused_dropout_mask_on_the_test_device_is_the_cpus() {
+    use guirl::nn::dropout::keyed_mask;
+    let dev = device();
+    let shape = candle_core::Shape::from((8, 340, 6_144));
+    for (key, id, p) in [(11u64, 3u64, 0.05), (12, 3, 0.3)] {
+        let cpu = keyed_mask(key, id, p, &shape, &Device::Cpu).unwrap();
+        let got = keyed_mask(key, id, p, &shape, &dev).unwrap().to_device(&Device::Cpu).unwrap();
+        let differ = cpu.ne(&got).unwrap().to_dtype(DType::F32).unwrap().sum_all().unwrap();
+        assert_eq!(
+            differ.to_scalar::<f32>().unwrap(),
+            0.0,
+            "on {dev:?}, p {p}: elements differ from the CPU's"
+        );
+    }
+}
+
 /// The fused layer steps (`guirl::nn::decode::layer`) on the test device, at Qwen3-VL 2B's
 /// widths (hidden 2 048, heads of 128, MLP 6 144): the residual sum with its RMSNorm, a
 /// head's RMSNorm with its rotation, SwiGLU (of two products or one product's halves) and

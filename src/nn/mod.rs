@@ -22,6 +22,9 @@ pub mod activation;
 pub mod attach;
 pub mod custom_ops;
 pub mod decode;
+pub mod dropout;
+#[cfg(feature = "cuda")]
+mod dropout_cuda;
 pub mod few_rows;
 pub mod fused;
 pub mod gemm;

@@ -32,7 +32,7 @@ fn attention_ptx(g: usize, epl: usize) -> Result<(Arc<String>, String)> {
 }
 
 /// The PTX of the source `src()` names `key`, compiled by NVRTC once per process.
-pub(super) fn compiled(key: &str, src: impl FnOnce() -> String) -> Result<Arc<String>> {
+pub(crate) fn compiled(key: &str, src: impl FnOnce() -> String) -> Result<Arc<String>> {
     static CACHE: OnceLock<Mutex<HashMap<String, Arc<String>>>> = OnceLock::new();
     let mut cache = CACHE.get_or_init(Default::default).lock().expect("ptx cache");
     if let Some(p) = cache.get(key) {

@@ -20,6 +20,6 @@ pub use attention::attention;
 pub use draw::draw;
 
 #[cfg(feature = "cuda")]
-mod cuda;
+pub(super) mod cuda;
 #[cfg(feature = "cuda")]
 mod layer_cuda;

@@ -26,9 +26,11 @@ impl QwenVlPolicy {
             })
         };
         let scored = self.with_adapters(|| {
-            // Without LoRA dropout the states run as one padded batch: one pass, not one per state.
-            if !dropout && states.len() > 1 {
-                let _train = pass.map(|_| enter(None));
+            // The states run as one padded batch: one pass, not one per state. With LoRA
+            // dropout its masks are drawn for the whole batch from the pass's key (each row
+            // its own part of them).
+            if states.len() > 1 {
+                let _train = pass.map(|k| enter(dropout.then_some(k)));
                 return self.score_batch(states, tokens);
             }
             let mut out = Vec::with_capacity(states.len());
@@ -111,7 +113,8 @@ impl QwenVlPolicy {
     /// from `starts[b]` on). Prompts that share their text before the screenshot (the
     /// system prompt and the user turn's opening: the same at every step of a task) run it
     /// once as a prefix their remainders continue, as decoding does; the others run as
-    /// one padded batch.
+    /// one padded batch. With LoRA dropout in force all run in the padded batch: a prefix
+    /// run once would drop the same inputs of it for every state.
     fn answer_rows(
         &self,
         prompts: &[Prompt],
@@ -120,10 +123,11 @@ impl QwenVlPolicy {
         answers: &[&Vec<u32>],
     ) -> Result<Vec<Tensor>> {
         let image = self.model.config.image_token_id;
+        let share = self.model.text.pass().get().dropout_key.is_none();
         let mut groups: Vec<(&[u32], Vec<usize>)> = Vec::new();
         let mut alone = Vec::new();
         for (b, p) in prompts.iter().enumerate() {
-            let split = p.ids.iter().position(|&t| t == image).unwrap_or(0);
+            let split = if share { p.ids.iter().position(|&t| t == image).unwrap_or(0) } else { 0 };
             match groups.iter_mut().find(|(ids, _)| *ids == &p.ids[..split]) {
                 Some((_, members)) => members.push(b),
                 None if split > 0 => groups.push((&p.ids[..split], vec![b])),

@@ -10,7 +10,7 @@
 //! layer's recomputation in the backward pass draws exactly the masks its forward drew.
 
 use candle_core::{backprop::GradStore, Device, Shape, Tensor, TensorId};
-use rand::{Rng, RngCore};
+use rand::RngCore;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::marker::PhantomData;
@@ -113,8 +113,9 @@ impl Drop for PassGuard {
     }
 }
 
-/// An inverted-dropout mask of `shape`: each element 0 with probability `p`, else
-/// `1 / (1 − p)`, drawn from `(key, id)` alone.
+/// An inverted-dropout mask of `shape` on `device`: each element 0 with probability `p`,
+/// else `1 / (1 − p)`, drawn from `(key, id)` alone, on the device itself
+/// ([`crate::nn::dropout::keyed_mask`]).
 pub fn dropout_mask(
     key: u64,
     id: u64,
@@ -122,15 +123,7 @@ pub fn dropout_mask(
     shape: &Shape,
     device: &Device,
 ) -> candle_core::Result<Tensor> {
-    let mut rng = crate::policy::trainable::stream_rng(key, id);
-    let n = shape.elem_count();
-    let mut bits = vec![0u32; n];
-    rng.fill(bits.as_mut_slice());
-    // u < p ⇔ bits < p·2³² (bits uniform on 0..2³²)
-    let cut = (p * 4_294_967_296.0) as u64;
-    let keep = (1.0 / (1.0 - p)) as f32;
-    let values: Vec<f32> = bits.into_iter().map(|b| if (b as u64) < cut { 0.0 } else { keep }).collect();
-    Tensor::from_vec(values, shape, device)
+    crate::nn::dropout::keyed_mask(key, id, p, shape, device)
 }
 
 /// The key of sample `index`'s forward within a pass keyed `pass`.
@@ -141,20 +134,6 @@ pub fn sample_key(pass: u64, index: usize) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn masks_are_keyed_scaled_and_drop_about_p() {
-        let dev = Device::Cpu;
-        let shape = Shape::from((40, 50));
-        let m = |k, id| dropout_mask(k, id, 0.25, &shape, &dev).unwrap().flatten_all().unwrap();
-        let a = m(1, 2).to_vec1::<f32>().unwrap();
-        assert_eq!(a, m(1, 2).to_vec1::<f32>().unwrap(), "same key and id, same mask");
-        assert_ne!(a, m(1, 3).to_vec1::<f32>().unwrap(), "another adapter, another mask");
-        assert_ne!(a, m(2, 2).to_vec1::<f32>().unwrap(), "another pass, another mask");
-        let dropped = a.iter().filter(|&&v| v == 0.0).count() as f64 / a.len() as f64;
-        assert!((dropped - 0.25).abs() < 0.03, "dropped {dropped}");
-        assert!(a.iter().all(|&v| v == 0.0 || (v - 1.0 / 0.75).abs() < 1e-6));
-    }
 
     #[test]
     fn a_guard_restores_the_previous_state() {
