@@ -71,7 +71,7 @@ fn loss_and_grads(p: &QwenVlPolicy) -> (f32, Vec<(String, Vec<f32>)>) {
 
 /// max |a − b| / max |b|.
 fn rel(a: &[f32], b: &[f32]) -> f32 {
-    let d = a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+    let d = common::qwen::max_abs_diff(a, b);
     d / b.iter().map(|x| x.abs()).fold(f32::MIN_POSITIVE, f32::max)
 }
 

@@ -16,7 +16,7 @@ fn fixture(arch: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/qwen_vl").join(arch)
 }
 
-use common::qwen::{bits, perturb_b, policy_settings as settings};
+use common::qwen::{bits, max_abs_diff, perturb_b, policy_settings as settings};
 use common::synthetic_state as state;
 
 /// Each architecture with attention per answer over its own cache, and with window slots
@@ -215,12 +215,7 @@ fn without_batch_invariance_prompts_run_together_give_the_answers_run_alone() {
         let (alone, together) = (decode(true), decode(false));
         for (i, (a, t)) in alone.iter().zip(&together).enumerate() {
             assert_eq!(a.tokens, t.tokens, "{arch} state {i}: prompts run together changed the answer");
-            let diff = a
-                .token_logprobs
-                .iter()
-                .zip(&t.token_logprobs)
-                .map(|(x, y)| (x - y).abs())
-                .fold(0f32, f32::max);
+            let diff = max_abs_diff(&a.token_logprobs, &t.token_logprobs);
             assert!(diff < 1e-4, "{arch} state {i}: log-probs differ by {diff}");
         }
     }

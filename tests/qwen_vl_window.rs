@@ -8,7 +8,7 @@
 mod common;
 
 use candle_core::{Device, Tensor};
-use common::qwen::{bits, perturb_b, policy_settings};
+use common::qwen::{bits, max_abs_diff, perturb_b, policy_settings};
 use common::synthetic_state as state;
 use guirl::policy::qwen_vl::{DecodeWindow, QwenVlPolicy};
 use guirl::policy::{Policy, Sampling, TrainablePolicy};
@@ -39,12 +39,7 @@ fn window_decoding_gives_per_answer_decodings_answers_within_rounding() {
         let ((a, _), (b, windowed)) = (&runs[0], &runs[1]);
         for (i, (a, b)) in a.iter().zip(b).enumerate() {
             assert_eq!(a.tokens, b.tokens, "{arch} state {i}: greedy tokens differ");
-            let diff = a
-                .token_logprobs
-                .iter()
-                .zip(&b.token_logprobs)
-                .map(|(x, y)| (x - y).abs())
-                .fold(0f32, f32::max);
+            let diff = max_abs_diff(&a.token_logprobs, &b.token_logprobs);
             assert!(diff < 1e-4, "{arch} state {i}: log-probs differ by {diff}");
         }
         // sampled answers rescored (one pass over prompt and answer) give their log-probs

@@ -65,6 +65,11 @@ pub fn grids(t: &Tensor) -> Vec<[usize; 3]> {
         .collect()
 }
 
+/// max |a − b| over two equally long runs of values.
+pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max)
+}
+
 /// max |a − b| / max |b|: the relative error the parity tests bound.
 pub fn rel_err(a: &Tensor, b: &Tensor) -> f32 {
     assert_eq!(a.dims(), b.dims());

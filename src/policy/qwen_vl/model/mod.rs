@@ -115,6 +115,30 @@ impl QwenVl {
         self.vision.forward(pixel_values, grids).context("the vision tower failed")
     }
 
+    /// A prompt's text before its first image placeholder (the system prompt and the user
+    /// turn's opening: the same at every step of a task), empty when it starts with one.
+    pub fn text_prefix<'a>(&self, ids: &'a [u32]) -> &'a [u32] {
+        let image = self.config.image_token_id;
+        &ids[..ids.iter().position(|&t| t == image).unwrap_or(0)]
+    }
+
+    /// The indices of `prompts` (token ids) grouped by their [`Self::text_prefix`], in
+    /// order of first appearance: the prompts a shared prefix pass can serve.
+    pub fn by_text_prefix<'a>(
+        &self,
+        prompts: impl IntoIterator<Item = &'a [u32]>,
+    ) -> Vec<(&'a [u32], Vec<usize>)> {
+        let mut groups: Vec<(&[u32], Vec<usize>)> = Vec::new();
+        for (i, ids) in prompts.into_iter().enumerate() {
+            let prefix = self.text_prefix(ids);
+            match groups.iter_mut().find(|(p, _)| *p == prefix) {
+                Some((_, members)) => members.push(i),
+                None => groups.push((prefix, vec![i])),
+            }
+        }
+        groups
+    }
+
     /// Positions for a prompt's ids with these image grids.
     pub fn prompt(&self, ids: Vec<u32>, grids: &[[usize; 3]]) -> Result<Prompt> {
         let (positions, delta) =
@@ -237,16 +261,13 @@ impl QwenVl {
         reserve: usize,
     ) -> Result<Vec<(KvCache, Tensor)>> {
         let from = prefix.len();
-        let image = self.config.image_token_id;
-        if from == 0 {
-            bail!("prompts run together continue a text prefix of at least one token");
-        }
         let first = &prompts.first().context("no prompt to run")?.ids;
-        if first[..from.min(first.len())].contains(&image) {
-            bail!("a prefix of {from} tokens holds an image placeholder; it must be text");
+        let text = &first[..from.min(first.len())];
+        if from == 0 || text.contains(&self.config.image_token_id) {
+            bail!("prompts run together continue a text prefix of at least one token, no image placeholder");
         }
         let visions: Vec<Option<&VisionOutput>> = visions.iter().map(|v| Some(*v)).collect();
-        let tails = tails(&first[..from.min(first.len())], prompts, visions.len())?;
+        let tails = tails(text, prompts, visions.len())?;
         let b = self.padded(&tails, &visions)?;
         let (hidden, kv) = self.text.forward_after_cache(&b.ids, &b.cos, &b.sin, b.visual(), prefix)?;
         let mut out = Vec::with_capacity(tails.len());

@@ -177,8 +177,7 @@ impl InFlight {
                 self.prefills.len() - 1
             }
         };
-        let q = &self.prefills[j];
-        let start = (q.cache.clone(), q.logits.clone(), q.len, q.delta);
+        let start = begin(&self.prefills[j]);
         self.start(p, start, id, size, key)
     }
 
@@ -210,8 +209,7 @@ impl InFlight {
         }
         let ran = p.prefill_together(distinct, &mut self.prefixes)?;
         for (j, id, size, key) in starts {
-            let q = &ran[j];
-            self.start(p, (q.cache.clone(), q.logits.clone(), q.len, q.delta), id, size, key)?;
+            self.start(p, begin(&ran[j]), id, size, key)?;
         }
         for q in ran {
             self.keep(q);
@@ -347,6 +345,12 @@ impl InFlight {
         }
         Ok(())
     }
+}
+
+/// What an answer starts from in prompt `q`: shallow copies of its cache and first logits,
+/// its length and M-RoPE delta.
+fn begin(q: &Prefill) -> (KvCache, Tensor, usize, i64) {
+    (q.cache.clone(), q.logits.clone(), q.len, q.delta)
 }
 
 /// Whether prompt `q` is `ids` with screenshot `img`.

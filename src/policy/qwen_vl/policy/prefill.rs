@@ -57,7 +57,7 @@ impl QwenVlPolicy {
     ) -> Result<Prefill> {
         let vision = self.vision(&img)?;
         let prompt = self.model.prompt(ids.clone(), &[img.grid])?;
-        let split = ids.iter().position(|&t| t == self.model.config.image_token_id).unwrap_or(0);
+        let split = self.model.text_prefix(&ids).len();
         let mut cache = if split == 0 { KvCache::default() } else { self.prefix(&ids[..split], prefixes)? };
         // room for the rest and the longest answer: every answer then appends in place
         cache.reserve(self.settings.max_new_tokens);
@@ -81,15 +81,11 @@ impl QwenVlPolicy {
         todo: Vec<(Vec<u32>, ProcessedImage)>,
         prefixes: &mut VecDeque<Prefix>,
     ) -> Result<Vec<Prefill>> {
-        let image = self.model.config.image_token_id;
-        let mut groups: Vec<(Vec<u32>, Vec<usize>)> = Vec::new();
-        for (i, (ids, _)) in todo.iter().enumerate() {
-            let prefix = &ids[..ids.iter().position(|&t| t == image).unwrap_or(0)];
-            match groups.iter_mut().find(|(p, _)| p == prefix) {
-                Some((_, members)) => members.push(i),
-                None => groups.push((prefix.to_vec(), vec![i])),
-            }
-        }
+        let groups: Vec<(Vec<u32>, Vec<usize>)> =
+            (self.model.by_text_prefix(todo.iter().map(|(ids, _)| ids.as_slice())))
+                .into_iter()
+                .map(|(prefix, members)| (prefix.to_vec(), members))
+                .collect();
         let mut todo: Vec<Option<(Vec<u32>, ProcessedImage)>> = todo.into_iter().map(Some).collect();
         let mut out: Vec<Option<Prefill>> = (0..todo.len()).map(|_| None).collect();
         for (prefix, members) in groups {

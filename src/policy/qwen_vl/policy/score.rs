@@ -122,23 +122,14 @@ impl QwenVlPolicy {
         starts: &[usize],
         answers: &[&Vec<u32>],
     ) -> Result<Vec<Tensor>> {
-        let image = self.model.config.image_token_id;
-        let share = self.model.text.pass().get().dropout_key.is_none();
-        let mut groups: Vec<(&[u32], Vec<usize>)> = Vec::new();
-        let mut alone = Vec::new();
-        for (b, p) in prompts.iter().enumerate() {
-            let split = if share { p.ids.iter().position(|&t| t == image).unwrap_or(0) } else { 0 };
-            match groups.iter_mut().find(|(ids, _)| *ids == &p.ids[..split]) {
-                Some((_, members)) => members.push(b),
-                None if split > 0 => groups.push((&p.ids[..split], vec![b])),
-                None => alone.push(b),
-            }
-        }
-        // a prefix of one prompt saves nothing: those prompts join the padded batch
-        for (_, members) in groups.iter().filter(|(_, m)| m.len() == 1) {
-            alone.push(members[0]);
-        }
-        groups.retain(|(_, m)| m.len() > 1);
+        let mut groups = self.model.by_text_prefix(prompts.iter().map(|p| p.ids.as_slice()));
+        // no text before the screenshot, or a prefix of one prompt, saves nothing, and with
+        // LoRA dropout in force nothing is shared: those prompts join the padded batch
+        let dropout = self.model.text.pass().get().dropout_key.is_some();
+        let shared = |ids: &[u32], members: &[usize]| !dropout && !ids.is_empty() && members.len() > 1;
+        let mut alone: Vec<usize> =
+            groups.iter().filter(|(ids, m)| !shared(ids, m)).flat_map(|(_, m)| m.iter().copied()).collect();
+        groups.retain(|(ids, m)| shared(ids, m));
         let mut rows: Vec<Option<Tensor>> = vec![None; prompts.len()];
         let mut run = |prefix: Option<&[u32]>, members: &[usize]| -> Result<()> {
             let prefix = prefix.map(|ids| self.model.run_prefix(ids)).transpose()?;

@@ -16,7 +16,7 @@
 //! `base_model.model.<module>.lora_A.weight` / `lora_B.weight`, and `adapter_config.json`
 //! with `r`, `lora_alpha`, `lora_dropout`, `target_modules`, `peft_type = "LORA"`.
 
-use super::train_pass::{dropout_mask, TrainPass};
+use super::train_pass::TrainPass;
 use anyhow::{anyhow, bail, Context, Result};
 use candle_core::{DType, Device, Tensor, TensorId, Var};
 use serde_json::json;
@@ -361,12 +361,12 @@ impl LoraAdapter {
         let pass = self.pass.get();
         // a checkpointed layer's forward builds no graph: detached views of A and B
         let (a, b) = if pass.no_grad { (a.detach(), b.detach()) } else { (a, b) };
-        let mask = match pass.dropout_key {
-            Some(key) if self.dropout > 0.0 => {
-                Some(dropout_mask(key, self.id, self.dropout, x.shape(), x.device())?.to_dtype(x.dtype())?)
-            }
-            _ => None,
-        };
+        let mask = (pass.dropout_key.filter(|_| self.dropout > 0.0))
+            .map(|key| {
+                crate::nn::dropout::keyed_mask(key, self.id, self.dropout, x.shape(), x.device())?
+                    .to_dtype(x.dtype())
+            })
+            .transpose()?;
         Ok(Some((a, b, mask)))
     }
 

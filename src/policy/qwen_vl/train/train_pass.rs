@@ -5,11 +5,12 @@
 //! it for the length of a training pass and puts it back after, so rollouts, evaluation and
 //! the KL reference's pass never see it. The state is the thread's: a collection running on
 //! another thread during an update (an overlapped run) never sees the update's pass. Dropout masks are drawn from the pass's key (the
-//! run's seed and the update step, see `train::seeds::pass_key`) and the adapter's own id,
-//! never from a global generator: the same run gives the same masks, and a checkpointed
+//! run's seed and the update step, see `train::seeds::pass_key`) and the adapter's own id
+//! ([`crate::nn::dropout::keyed_mask`], on the model's device), never from a global
+//! generator: the same run gives the same masks, and a checkpointed
 //! layer's recomputation in the backward pass draws exactly the masks its forward drew.
 
-use candle_core::{backprop::GradStore, Device, Shape, Tensor, TensorId};
+use candle_core::{backprop::GradStore, Tensor, TensorId};
 use rand::RngCore;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -111,19 +112,6 @@ impl Drop for PassGuard {
     fn drop(&mut self) {
         STATES.with(|m| m.borrow_mut().insert(self.id, self.previous));
     }
-}
-
-/// An inverted-dropout mask of `shape` on `device`: each element 0 with probability `p`,
-/// else `1 / (1 − p)`, drawn from `(key, id)` alone, on the device itself
-/// ([`crate::nn::dropout::keyed_mask`]).
-pub fn dropout_mask(
-    key: u64,
-    id: u64,
-    p: f64,
-    shape: &Shape,
-    device: &Device,
-) -> candle_core::Result<Tensor> {
-    crate::nn::dropout::keyed_mask(key, id, p, shape, device)
 }
 
 /// The key of sample `index`'s forward within a pass keyed `pass`.
