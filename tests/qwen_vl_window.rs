@@ -3,7 +3,7 @@
 //! log-probs, and a prompt that does not fit a fixed window is an error naming the key;
 //! with `"auto"` each answer's slot is sized from its own prompt, and answers of different
 //! sizes decoded together are each the bits it gets alone. (That answers are bit for bit
-//! the same whatever shares the chunk is in qwen_vl_policy.rs.)
+//! the same whatever shares the chunk is in qwen_vl_decode.rs.)
 
 mod common;
 

@@ -70,6 +70,23 @@ pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max)
 }
 
+/// The largest `|a - b|` of two tensors of one shape.
+pub fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
+    (a - b).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap()
+}
+
+/// A copy of a fixture checkpoint's files (not its adapter folders), to edit or break.
+pub fn copy_of(arch: &str) -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    for e in std::fs::read_dir(dir(arch)).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_file() {
+            std::fs::copy(e.path(), tmp.path().join(e.file_name())).unwrap();
+        }
+    }
+    tmp
+}
+
 /// max |a − b| / max |b|: the relative error the parity tests bound.
 pub fn rel_err(a: &Tensor, b: &Tensor) -> f32 {
     assert_eq!(a.dims(), b.dims());

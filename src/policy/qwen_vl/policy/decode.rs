@@ -22,7 +22,7 @@
 //! ([`crate::policy::qwen_vl::model::slots`]): the same shapes whoever shares the chunk,
 //! so the same guarantee. With `"auto"` the slot size comes from the answer's own prompt
 //! (rounded up), and answers of each size have chunks of their own.
-//! `tests/qwen_vl_policy.rs` checks both bit for bit. With `batch_invariant = false` a chunk
+//! `tests/qwen_vl_decode.rs` checks both bit for bit. With `batch_invariant = false` a chunk
 //! runs its live answers alone (per-answer caches only), and the prompts admitted between
 //! two steps run together (`prefill.rs`): faster when few answers are live or many prompts
 //! arrive at once, no longer the same bits whatever shares the chunk or the pass.
