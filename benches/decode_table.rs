@@ -6,7 +6,7 @@
 //! ```text
 //! cargo bench --bench decode_table -- --model DIR [--rollouts 1,2,4,8] [--tokens 32]
 //!     [--device cpu|cuda] [--dtype f32|bf16] [--rows R] [--window W] [--sync N] [--out table.json]
-//!     [--lora merged|separate] [--kernels eager|fused] [--invariant false] [--cache-uploads]
+//!     [--lora merged|separate] [--kernels eager|fused] [--invariant false] [--graph] [--cache-uploads]
 //!     [--profile STEPS]
 //!     [--mismatch N]
 //! ```
@@ -30,6 +30,8 @@
 //! `--kernels eager|fused` decodes with `decode_kernels` so (left out, the default).
 //! `--invariant false` decodes with `batch_invariant = false` (a chunk's live answers alone,
 //! unpadded): beside `--rows R` padded, what batch invariance costs.
+//! `--graph` (CUDA) decodes with `decode_graph = true`: each chunk's steps captured as a
+//! CUDA graph at its second step and replayed after (the capture is timed with the rest).
 //! `--cache-uploads` (CUDA) times the table with candle's upload cache on
 //! (`enable_cuda_graph_htod_cache`, made for graph capture): a kernel over a strided
 //! tensor then reads its dims and strides from a device buffer uploaded once per shape,
@@ -105,6 +107,8 @@ fn main() -> Result<()> {
     if let Some(v) = arg(&args, "--invariant") {
         s.batch_invariant = v.parse().context("--invariant: true or false")?;
     }
+    s.decode_graph = args.iter().any(|a| a == "--graph");
+    let graph = s.decode_graph;
     let adapters = s.decode_lora_on(&device);
     let kernels = s.decode_kernels_on(&device);
     let window = s.decode_window_on(&device);
@@ -124,7 +128,8 @@ fn main() -> Result<()> {
     println!(
         "{backbone} {dtype} on {device:?}: {:.1} MB of text weights read per token, copy bandwidth {:.1} GB/s, \
          roofline {:.0} tokens/s for one rollout; decode_rows {rows}, decode_window {window}, decode_sync {sync}, \
-         decode_lora {adapters}, decode_kernels {kernels}, batch_invariant {invariant}, {tokens} new tokens",
+         decode_lora {adapters}, decode_kernels {kernels}, batch_invariant {invariant}, decode_graph {graph}, \
+         {tokens} new tokens",
         weight_bytes / 1e6,
         bandwidth / 1e9,
         roofline

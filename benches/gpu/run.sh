@@ -27,7 +27,8 @@
 #     step, the adapters merged), beside PyTorch's `generate` over the same prompts
 #     (scripts/decode_table_torch.py, GPU_TORCH=0 leaves it out); then the fused decoding
 #     kernels (decode_kernels fused: their log-probs against the trainer's, then their
-#     table, GPU_FUSED_ROLLOUTS); then the adapters separate, the decoder's log-probs against the trainer's (merged and separate),
+#     table, GPU_FUSED_ROLLOUTS); then each chunk's step captured as a CUDA graph
+#     (decode_graph, eager and fused kernels, GPU_GRAPH_ROLLOUTS); then the adapters separate, the decoder's log-probs against the trainer's (merged and separate),
 #     chunks of 32 slots (the default before 2026-12-05), per-answer attention in chunks of
 #     8 (the default before 2026-12-04), what batch invariance costs (one chunk of 64 rows
 #     with per-answer attention, padded and then its live answers alone, the prompts
@@ -171,6 +172,14 @@ b.write_big_checkpoint(sys.argv[1], sys.argv[2], "bf16", "cuda")' /tmp/qwen-spee
     timeout "$(cap 60)" $BIN/decode_table --device cuda --dtype bf16 --model /tmp/qwen-speed/qwen3_vl_${size}_bf16 \
       --rollouts ${GPU_FUSED_ROLLOUTS:-1,8,32,64} --tokens 32 --kernels fused \
       --out "${OUT:-/tmp}/decode-table-fused-$size.json" || echo "decode table (fused) $size failed (rc $?)"
+    # each chunk's decoding step captured once as a CUDA graph and replayed (decode_graph),
+    # with eager and with fused kernels: one launch a step instead of every kernel's
+    echo "### $size: decoding steps captured as CUDA graphs (decode_graph), eager then fused kernels"
+    for k in eager fused; do
+      timeout "$(cap 60)" $BIN/decode_table --device cuda --dtype bf16 --model /tmp/qwen-speed/qwen3_vl_${size}_bf16 \
+        --rollouts ${GPU_GRAPH_ROLLOUTS:-1,8,32,64} --tokens 32 --kernels $k --graph \
+        --out "${OUT:-/tmp}/decode-table-graph-$k-$size.json" || echo "decode table (graph, $k) $size failed (rc $?)"
+    done
     echo "### $size: rollout decoding table, the adapters separate (decode_lora separate; the default merges them)"
     timeout "$(cap 60)" $BIN/decode_table --device cuda --dtype bf16 --model /tmp/qwen-speed/qwen3_vl_${size}_bf16 \
       --rollouts ${GPU_SEPARATE_ROLLOUTS:-1,32} --tokens 32 --lora separate \

@@ -84,6 +84,8 @@ pub struct ModelTable {
     pub decode_kernels: Option<crate::policy::qwen_vl::DecodeKernels>,
     /// `batch_invariant` (Qwen-VL).
     pub batch_invariant: Option<bool>,
+    /// `decode_graph` (Qwen-VL).
+    pub decode_graph: Option<bool>,
     /// `dtype` (Qwen-VL).
     pub dtype: Option<String>,
     /// `train_modules` (Qwen-VL).

@@ -149,7 +149,7 @@ pub fn perturb_b(p: &QwenVlPolicy) {
         if name.ends_with("lora_B") {
             // uniform with a standard deviation of 0.05
             let vals: Vec<f32> = (0..v.elem_count()).map(|_| rng.gen_range(-0.0866..0.0866)).collect();
-            v.set(&Tensor::from_vec(vals, v.dims(), &Device::Cpu).unwrap()).unwrap();
+            v.set(&Tensor::from_vec(vals, v.dims(), v.device()).unwrap()).unwrap();
         }
     }
 }

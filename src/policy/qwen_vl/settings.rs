@@ -102,6 +102,13 @@ pub struct QwenPolicySettings {
     /// window slots always run whole chunks.
     #[serde(default = "yes", skip_serializing_if = "is_true")]
     pub batch_invariant: bool,
+    /// Capture each window chunk's decoding step once as a CUDA graph and replay it at
+    /// every later step (default `false`): one launch a step instead of every layer's
+    /// kernels, the same results. Needs a CUDA device and window slots (`decode_window`
+    /// not `"off"`); where a step cannot be captured the log says so and it runs
+    /// uncaptured. Not yet run on a GPU (docs/gpu.md).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub decode_graph: bool,
     /// `f32` or `bf16` (weights and activations; adapters and their optimizer stay f32).
     #[serde(default = "default_dtype")]
     pub dtype: String,
@@ -266,6 +273,9 @@ fn yes() -> bool {
 fn is_true(b: &bool) -> bool {
     *b
 }
+fn is_false(b: &bool) -> bool {
+    !*b
+}
 fn default_rank() -> usize {
     LoraSettings::default().rank
 }
@@ -367,6 +377,7 @@ impl QwenPolicySettings {
             decode_lora: None,
             decode_kernels: None,
             batch_invariant: true,
+            decode_graph: false,
             dtype: default_dtype(),
             train_modules: Vec::new(),
         }
@@ -420,8 +431,26 @@ impl QwenPolicySettings {
                  model.decode_window = \"off\" (the default with batch_invariant = false)"
             );
         }
+        if self.decode_graph && (self.decode_window == Some(DecodeWindow::Off) || !self.batch_invariant) {
+            bail!(
+                "model.decode_graph = true needs window slots, whose steps keep their shapes from token to \
+                 token: leave model.decode_window unset (\"auto\" on a GPU) or give it a number of tokens, \
+                 and model.batch_invariant true"
+            );
+        }
         if !matches!(self.dtype.as_str(), "f32" | "bf16") {
             bail!("model.dtype = {:?}: use \"f32\" or \"bf16\"", self.dtype);
+        }
+        Ok(())
+    }
+
+    /// What depends on the device the policy runs on, or an error naming the key.
+    pub(crate) fn check_on(&self, device: &candle_core::Device) -> Result<()> {
+        if self.decode_graph && !device.is_cuda() {
+            bail!(
+                "model.decode_graph = true captures decoding steps as CUDA graphs, which needs a CUDA \
+                 device (device = \"cuda\" at the config's top level, in a build with --features cuda); remove it on a CPU"
+            );
         }
         Ok(())
     }
@@ -430,6 +459,25 @@ impl QwenPolicySettings {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn decode_graph_needs_window_slots_and_a_cuda_device() {
+        let mut s = QwenPolicySettings::new("qwen3_vl", "fixtures/qwen_vl/qwen3_vl");
+        s.decode_graph = true;
+        s.check().unwrap();
+        let e = s.check_on(&candle_core::Device::Cpu).unwrap_err().to_string();
+        assert!(e.contains("model.decode_graph") && e.contains("CUDA device"), "{e}");
+        s.decode_window = Some(DecodeWindow::Off);
+        let e = s.check().unwrap_err().to_string();
+        assert!(e.contains("model.decode_graph") && e.contains("model.decode_window"), "{e}");
+        s.decode_window = None;
+        s.batch_invariant = false;
+        let e = s.check().unwrap_err().to_string();
+        assert!(e.contains("model.batch_invariant true"), "{e}");
+        let t: QwenPolicySettings =
+            toml::from_str("backbone = \"qwen3_vl\"\npath = \"p\"\ndecode_graph = true").unwrap();
+        assert!(t.decode_graph);
+    }
 
     #[test]
     fn decode_rows_default_to_the_envs_or_the_rows_that_round_alike_and_keep_what_was_set() {

@@ -9,6 +9,7 @@
 mod adapters;
 pub mod config;
 pub mod config_keys;
+pub(crate) mod graph;
 pub mod kv_cache;
 pub mod nn;
 pub mod rope;

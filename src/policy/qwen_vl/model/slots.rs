@@ -7,7 +7,14 @@
 //! An answer takes the first free slot (a new chunk when every slot is taken) and gets a
 //! copy of its prompt's cache; a finished answer frees its slot for the next. Which slot an
 //! answer gets never changes its bits: every row of a chunk runs the same shapes.
+//!
+//! A step's inputs (tokens, rotary tables, write positions, lengths or mask) are written
+//! into buffers allocated once per chunk ([`StepInputs`]) before the step runs, and the
+//! step reads them there: what a step depends on besides the weights and the buffers lives
+//! at the same addresses at every step, which a step captured as a CUDA graph
+//! (`decode_graph`, [`super::graph`]) needs.
 
+use super::graph::StepGraph;
 use super::kv_cache::KvCache;
 use crate::policy::qwen_vl::settings::DecodeKernels;
 use anyhow::{bail, Result};
@@ -31,6 +38,63 @@ pub struct WindowChunk {
     used: Vec<bool>,
     window: usize,
     kernels: DecodeKernels,
+    /// The step's inputs, allocated at the first step.
+    inputs: Option<StepInputs>,
+    /// Its steps captured as a CUDA graph, or run as they come.
+    pub(crate) graph: StepGraph,
+}
+
+/// A chunk's step inputs, in buffers written in place at every step.
+pub(crate) struct StepInputs {
+    /// `[R]` u32: each row's token.
+    pub(crate) tokens: Tensor,
+    /// `[R, D]`: each row's rotary tables at its position.
+    pub(crate) cos: Tensor,
+    pub(crate) sin: Tensor,
+    /// `[R, Hkv, 1, D]` u32: each row's write position (its length).
+    pub(crate) at: Tensor,
+    pub(crate) attend: Attend,
+}
+
+impl StepInputs {
+    /// Every tensor its own contiguous copy (the buffers; `tokens` may be a view of a draw).
+    fn owned(self) -> Result<Self> {
+        Ok(StepInputs {
+            tokens: self.tokens.copy()?,
+            cos: self.cos.copy()?,
+            sin: self.sin.copy()?,
+            at: self.at.copy()?,
+            attend: match self.attend {
+                Attend::Mask(m) => Attend::Mask(m.copy()?),
+                Attend::Lens(l) => Attend::Lens(l.copy()?),
+            },
+        })
+    }
+
+    /// Copy `fresh`'s values into these buffers, in place.
+    fn write(&self, fresh: &StepInputs) -> Result<()> {
+        let set = |buf: &Tensor, src: &Tensor| -> Result<()> {
+            if buf.dims() != src.dims() || buf.dtype() != src.dtype() {
+                bail!(
+                    "a decoding step's input {:?} {:?} for a buffer {:?} {:?}",
+                    src.dims(),
+                    src.dtype(),
+                    buf.dims(),
+                    buf.dtype()
+                );
+            }
+            Ok(buf.slice_set(&src.contiguous()?, 0, 0)?)
+        };
+        set(&self.tokens, &fresh.tokens)?;
+        set(&self.cos, &fresh.cos)?;
+        set(&self.sin, &fresh.sin)?;
+        set(&self.at, &fresh.at)?;
+        match (&self.attend, &fresh.attend) {
+            (Attend::Mask(b), Attend::Mask(m)) => set(b, m),
+            (Attend::Lens(b), Attend::Lens(l)) => set(b, l),
+            _ => bail!("a chunk's steps attend one way"),
+        }
+    }
 }
 
 /// What a step's attention needs besides the buffers: the additive mask of eager
@@ -95,6 +159,26 @@ impl WindowChunk {
         Ok((Tensor::from_vec(at, (r, hkv, 1, d), device)?, attend))
     }
 
+    /// Write the step's inputs into the chunk's buffers: the rows' tokens `[R]` and rotary
+    /// tables `[R, D]`, and from the rows' lengths the write positions and the attention's
+    /// mask or lengths ([`Self::step_inputs`]).
+    pub(crate) fn prepare(&mut self, tokens: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<()> {
+        let (at, attend) = self.step_inputs()?;
+        let fresh = StepInputs { tokens: tokens.clone(), cos: cos.clone(), sin: sin.clone(), at, attend };
+        match &self.inputs {
+            Some(buffers) => buffers.write(&fresh),
+            None => {
+                self.inputs = Some(fresh.owned()?);
+                Ok(())
+            }
+        }
+    }
+
+    /// The inputs [`Self::prepare`] wrote.
+    pub(crate) fn inputs(&self) -> Result<&StepInputs> {
+        self.inputs.as_ref().ok_or_else(|| anyhow::anyhow!("a decoding step's inputs were not prepared"))
+    }
+
     /// Write one new key and value per row (`[R, Hkv, 1, D]`) at the positions `at` into
     /// layer `layer`'s buffers, in place, and return the buffers.
     pub(crate) fn write(
@@ -126,14 +210,16 @@ pub struct WindowKv {
     rows: usize,
     window: usize,
     attention: DecodeKernels,
+    /// Whether its chunks' steps are captured as CUDA graphs (`decode_graph`).
+    graph: bool,
     chunks: Vec<WindowChunk>,
 }
 
 impl WindowKv {
     /// Chunks of `rows` slots of `window` tokens each (allocated when first needed), whose
-    /// steps attend with `attention`.
-    pub fn new(rows: usize, window: usize, attention: DecodeKernels) -> Self {
-        WindowKv { rows: rows.max(1), window, attention, chunks: Vec::new() }
+    /// steps attend with `attention`, captured as CUDA graphs with `graph` (on a CUDA device).
+    pub fn new(rows: usize, window: usize, attention: DecodeKernels, graph: bool) -> Self {
+        WindowKv { rows: rows.max(1), window, attention, graph, chunks: Vec::new() }
     }
 
     /// Tokens a slot holds.
@@ -214,6 +300,8 @@ impl WindowKv {
             used: vec![false; self.rows],
             window: self.window,
             kernels: self.attention,
+            inputs: None,
+            graph: StepGraph::new(self.graph),
         })
     }
 }
@@ -235,7 +323,7 @@ mod tests {
 
     #[test]
     fn slots_fill_chunks_in_order_and_free_slots_are_reused() {
-        let mut kv = WindowKv::new(2, 16, DecodeKernels::Eager);
+        let mut kv = WindowKv::new(2, 16, DecodeKernels::Eager, false);
         let a = kv.admit(&prompt(3, 2, 0.0)).unwrap();
         let b = kv.admit(&prompt(5, 2, 100.0)).unwrap();
         let c = kv.admit(&prompt(4, 2, 200.0)).unwrap();
@@ -265,7 +353,7 @@ mod tests {
 
     #[test]
     fn a_step_writes_each_row_at_its_length_and_masks_the_rest() {
-        let mut kv = WindowKv::new(2, 8, DecodeKernels::Eager);
+        let mut kv = WindowKv::new(2, 8, DecodeKernels::Eager, false);
         kv.admit(&prompt(3, 1, 0.0)).unwrap();
         let ch = kv.chunk_mut(0);
         let (at, Attend::Mask(mask)) = ch.step_inputs().unwrap() else {
@@ -296,7 +384,7 @@ mod tests {
 
     #[test]
     fn fused_attention_steps_take_each_used_rows_length_with_its_new_token() {
-        let mut kv = WindowKv::new(3, 8, DecodeKernels::Fused);
+        let mut kv = WindowKv::new(3, 8, DecodeKernels::Fused, false);
         kv.admit(&prompt(3, 1, 0.0)).unwrap();
         let b = kv.admit(&prompt(5, 1, 0.0)).unwrap();
         kv.admit(&prompt(1, 1, 0.0)).unwrap();
@@ -305,5 +393,34 @@ mod tests {
             panic!("fused attention takes lengths")
         };
         assert_eq!(lens.to_vec1::<u32>().unwrap(), [4, 0, 2], "a free row attends to nothing");
+    }
+
+    /// A step's inputs go into the chunk's buffers, written in place from the second step
+    /// on: the same tensors (the addresses a captured step reads), the step's values.
+    #[test]
+    fn step_inputs_are_written_into_buffers_kept_for_the_chunk() {
+        let mut kv = WindowKv::new(2, 8, DecodeKernels::Fused, false);
+        kv.admit(&prompt(3, 1, 0.0)).unwrap();
+        let ch = kv.chunk_mut(0);
+        assert!(ch.inputs().is_err(), "nothing to read before the first step");
+        let table = |x: f32| Tensor::full(x, (2, 4), &Device::Cpu).unwrap();
+        let draw = Tensor::new(&[9u32, 5, 6], &Device::Cpu).unwrap();
+        // the tokens are a view of a draw's rows, as the decoder passes them
+        ch.prepare(&draw.narrow(0, 1, 2).unwrap(), &table(1.0), &table(2.0)).unwrap();
+        let ids = |i: &StepInputs| (i.tokens.id(), i.cos.id(), i.sin.id(), i.at.id());
+        let first = ids(ch.inputs().unwrap());
+        ch.advance();
+        ch.prepare(&Tensor::new(&[7u32, 8], &Device::Cpu).unwrap(), &table(3.0), &table(4.0)).unwrap();
+        let i = ch.inputs().unwrap();
+        assert_eq!(ids(i), first, "the same buffers");
+        assert_eq!(i.tokens.to_vec1::<u32>().unwrap(), [7, 8]);
+        assert_eq!(i.cos.flatten_all().unwrap().to_vec1::<f32>().unwrap(), [3.0; 8]);
+        assert_eq!(i.sin.flatten_all().unwrap().to_vec1::<f32>().unwrap(), [4.0; 8]);
+        assert_eq!(i.at.flatten_all().unwrap().to_vec1::<u32>().unwrap()[0], 4, "row 0 writes at its length");
+        let Attend::Lens(lens) = &i.attend else { panic!("fused attention takes lengths") };
+        assert_eq!(lens.to_vec1::<u32>().unwrap(), [5, 0]);
+        let e =
+            ch.prepare(&Tensor::new(&[7u32], &Device::Cpu).unwrap(), &table(0.0), &table(0.0)).unwrap_err();
+        assert!(e.to_string().contains("decoding step's input"), "{e}");
     }
 }

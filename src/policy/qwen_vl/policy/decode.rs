@@ -240,7 +240,7 @@ impl InFlight {
                     Some(i) => i,
                     None => {
                         let attention = p.settings.decode_kernels_on(&p.device);
-                        self.windows.push(WindowKv::new(self.rows, w, attention));
+                        self.windows.push(WindowKv::new(self.rows, w, attention, p.settings.decode_graph));
                         self.windows.len() - 1
                     }
                 };

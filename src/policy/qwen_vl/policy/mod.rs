@@ -92,6 +92,7 @@ impl QwenVlPolicy {
     /// from `seed`).
     pub fn new(mut settings: QwenPolicySettings, device: &Device, seed: u64) -> Result<Self> {
         settings.check()?;
+        settings.check_on(device)?;
         // Absolute paths, so a saved checkpoint loads from any working directory.
         if !settings.path.starts_with("hf:") {
             if let Ok(abs) = std::fs::canonicalize(&settings.path) {

@@ -13,6 +13,7 @@ use super::step::Step;
 use super::TextModel;
 use crate::nn::decode;
 use crate::nn::fused::{group_heads, RopeHalves};
+use crate::policy::qwen_vl::model::graph::StepGraph;
 use crate::policy::qwen_vl::model::slots::{Attend, WindowChunk};
 use anyhow::{bail, Result};
 use candle_core::{DType, Tensor};
@@ -21,7 +22,10 @@ impl TextModel {
     /// Final hidden states `[R, H]` of one new token for each of the chunk's `R` rows (`ids`,
     /// rotary tables `cos`/`sin` `[R, D]`): row `r` is written into its slot at the slot's
     /// length and attends to what the slot holds. Free rows compute too (any token does);
-    /// their outputs are to be ignored.
+    /// their outputs are to be ignored. The inputs are first written into the chunk's
+    /// buffers, and the step reads them there (captured as a CUDA graph with
+    /// `decode_graph`); a captured step's output is the chunk's buffer, valid until its next
+    /// step.
     pub fn decode_window(
         &self,
         ids: &Tensor,
@@ -38,19 +42,36 @@ impl TextModel {
                 self.layers.len()
             );
         }
+        chunk.prepare(ids, cos, sin)?;
+        let mut graph = std::mem::replace(&mut chunk.graph, StepGraph::Off);
+        let y = graph.step(ids.device(), || self.window_body(chunk));
+        chunk.graph = graph;
+        let y = y?;
+        chunk.advance();
+        Ok(y)
+    }
+
+    /// The step itself, over the inputs the chunk's buffers hold: the embedding of its
+    /// tokens, every layer with its keys and values written into the chunk's windows, the
+    /// final norm.
+    fn window_body(&self, chunk: &WindowChunk) -> Result<Tensor> {
+        let r = chunk.rows();
+        let inputs = chunk.inputs()?;
         let (h, hd) = (self.cfg.hidden_size, self.cfg.head_dim);
-        let ids = ids.unsqueeze(1)?;
-        let x = self.embed(&ids)?.reshape((r, h))?;
-        let rope = RopeHalves::new(&cos.reshape((r, 1, 1, hd))?, &sin.reshape((r, 1, 1, hd))?, x.dtype())?;
-        let (at, attend) = chunk.step_inputs()?;
+        let x = self.embed(&inputs.tokens.unsqueeze(1)?)?.reshape((r, h))?;
+        let rope = RopeHalves::new(
+            &inputs.cos.reshape((r, 1, 1, hd))?,
+            &inputs.sin.reshape((r, 1, 1, hd))?,
+            x.dtype(),
+        )?;
         let scale = (hd as f64).powf(-0.5);
         let (mut x, mut y) = self.first_norm(x)?;
         let kernels = chunk.kernels();
         for (i, layer) in self.layers.iter().enumerate() {
             let step = Step { dims: self.dims(), layer, rope: &rope, kernels, next: self.norm_after(i) };
             let (q, k, v) = step.project(&y, r)?;
-            let (keys, values) = chunk.write(i, &at, &k, &v)?;
-            let a = match &attend {
+            let (keys, values) = chunk.write(i, &inputs.at, &k, &v)?;
+            let a = match &inputs.attend {
                 Attend::Mask(mask) => window_attention(&q, &keys, &values, mask, scale)?,
                 Attend::Lens(lens) => {
                     decode::attention(&q.squeeze(2)?, &keys, &values, lens, scale)?.reshape((r, ()))?
@@ -58,7 +79,6 @@ impl TextModel {
             };
             (x, y) = step.finish(&x, &a)?;
         }
-        chunk.advance();
         Ok(y)
     }
 }
