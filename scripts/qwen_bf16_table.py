@@ -5,7 +5,7 @@ guirl's bf16 parity is measured against transformers in f32 (the committed refer
 What bf16 itself costs is what transformers loses when it runs the same checkpoint, the
 same inputs and the same adapters in bf16. This script measures that, for every row of
 the table, and writes transformers' bf16 outputs beside the errors so that the Rust test
-`bf16_error_table` (tests/qwen_vl.rs) prints both columns from one run:
+`bf16_error_table` (tests/qwen_vl_bf16.rs) prints both columns from one run:
 
     /tmp/ref/bin/python scripts/qwen_bf16_table.py [OUT_DIR]   # default /tmp/guirl_qwen_bf16
     GUIRL_BF16_REFERENCE=/tmp/guirl_qwen_bf16 cargo test --release --test qwen_vl bf16_error_table -- --nocapture

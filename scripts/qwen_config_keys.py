@@ -4,7 +4,7 @@
 For both architectures it takes the keys of a default config as transformers saves it
 (`to_dict()`: the top level, `text_config`, `vision_config`, and both `rope_parameters`
 objects) and the fields of the six config classes, and fails naming any key the table
-has in neither its section nor `any`. `tests/qwen_vl.rs` checks the other half: that the
+has in neither its section nor `any`. `tests/qwen_vl/config.rs` checks the other half: that the
 table and the reader's list (`src/policy/qwen_vl/model/config_keys.rs`) agree.
 
     /tmp/ref/bin/python scripts/qwen_config_keys.py   # transformers 5.24 when last run

@@ -11,7 +11,7 @@
 # Sections, most important first; each gets at most what is left of BUDGET_S, so a slow
 # section cannot eat the report:
 #  1. the card and driver;
-#  2. Qwen-VL parity on CUDA against transformers (tests/qwen_vl.rs): f32 (bound 1e-4) and
+#  2. Qwen-VL parity on CUDA against transformers (tests/qwen_vl/): f32 (bound 1e-4) and
 #     bf16 (bound 3e-2);
 #  3. the small policy: forward+backward+AdamW on CUDA against the same binary on the
 #     machine's CPU (benches/policy_speed.rs; the per-step losses must agree), and the same
