@@ -9,10 +9,10 @@
 //! answer gets never changes its bits: every row of a chunk runs the same shapes.
 //!
 //! A step's inputs (tokens, rotary tables, write positions, lengths or mask) are written
-//! into buffers allocated once per chunk ([`StepInputs`]) before the step runs, and the
+//! into buffers allocated once per chunk (`StepInputs`) before the step runs, and the
 //! step reads them there: what a step depends on besides the weights and the buffers lives
 //! at the same addresses at every step, which a step captured as a CUDA graph
-//! (`decode_graph`, [`super::graph`]) needs.
+//! (`decode_graph`, `model/graph.rs`) needs.
 
 use super::graph::StepGraph;
 use super::kv_cache::KvCache;
