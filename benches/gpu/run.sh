@@ -39,7 +39,8 @@
 #     it), bf16, LoRA, GRPO 8 groups x 8 rollouts x up to 5 steps on MiniWoB++ click-test
 #     with real browsers (benches/gpu/browser.sh's headless shell, from .gpuloop/), at
 #     max_staleness 0 then 1 (GPU_LOOP_INVARIANT="true false": each also with
-#     batch_invariant = false, the prompts run together): the run's phase table and the
+#     batch_invariant = false, the prompts run together; GPU_LOOP_KERNELS=fused and
+#     GPU_LOOP_GRAPH=true decode with the fused kernels and captured steps): the run's phase table and the
 #     GPU's busy share (nvidia-smi sampled every 200 ms). Not a default section: its files come in calls of their own
 #     (see browser.sh and docs/gpu.md), after section 4 on the same warm machine, or with
 #     GPU_SECTIONS="4 6" in one call.
@@ -254,9 +255,14 @@ else
   for inv in ${GPU_LOOP_INVARIANT:-true}; do
   for bound in ${GPU_LOOP_BOUNDS:-0 1}; do
     tag=$bound; [ "$inv" = true ] || tag=$bound-batched
-    echo "### max_staleness = $bound, batch_invariant = $inv"
+    # GPU_LOOP_KERNELS=fused and GPU_LOOP_GRAPH=true decode with the fused kernels and the
+    # steps captured as CUDA graphs (the graph needs batch_invariant = true)
+    kernels=${GPU_LOOP_KERNELS:-eager}; graph=${GPU_LOOP_GRAPH:-false}
+    [ "$kernels" = eager ] || tag=$tag-$kernels; [ "$graph" = false ] || tag=$tag-graph
+    echo "### max_staleness = $bound, batch_invariant = $inv, decode_kernels = $kernels, decode_graph = $graph"
     sed -e "s#@MODEL@#$MODEL#; s#@PROMPT@#$PWD/configs/prompts/short.md#; s#@BOUND@#$bound#" \
       -e "s#@ITERATIONS@#${GPU_LOOP_ITERATIONS:-3}#; s#@ENVS@#${GPU_LOOP_ENVS:-16}#; s#@INVARIANT@#$inv#" \
+      -e "s#@KERNELS@#$kernels#; s#@GRAPH@#$graph#" \
       benches/gpu/loop.toml > /tmp/loop-$tag.toml
     rm -rf /tmp/loop-run-$tag
     nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 200 > /tmp/util-$tag.txt &
