@@ -91,7 +91,8 @@ struct InFlight {
     prefixes: VecDeque<Prefix>,
     answers: Vec<Answer>,
     /// The answers' window slots: one pool of chunks per window size, dropped (its memory
-    /// with it) once no answer holds a slot of it.
+    /// with it) once no answer holds a slot of it, unless its steps are captured
+    /// (`decode_graph`: kept for the session).
     windows: Vec<WindowKv>,
     /// Steps drawn since the host last read the tokens (`decode_sync` at most).
     unread: Vec<Unread>,
@@ -294,7 +295,11 @@ impl InFlight {
                     pool.release(slot);
                 }
             }
-            self.windows.retain(WindowKv::in_use);
+            // an emptied pool goes, its memory with it; with captured steps it stays for the
+            // session, so answers arriving later replay its chunks' graphs, not capture anew
+            if !p.settings.decode_graph {
+                self.windows.retain(WindowKv::in_use);
+            }
             done.into_iter()
                 .map(|(_, a)| Ok((a.id, p.finish(a.size, a.tokens, a.lps)?)))
                 .collect::<Result<_>>()?
