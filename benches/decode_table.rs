@@ -68,12 +68,23 @@ fn arg(args: &[String], name: &str) -> Option<String> {
     args.get(i + 1).cloned()
 }
 
+/// What `--help` prints (the flags are described in this file's module docs).
+const USAGE: &str = "cargo bench --bench decode_table -- --model DIR [--rollouts 1,2,4,8] [--tokens 32]
+    [--device cpu|cuda] [--dtype f32|bf16] [--rows R] [--window W|auto|off] [--sync N] [--out table.json]
+    [--lora merged|separate] [--kernels eager|fused] [--invariant false] [--graph] [--cache-uploads]
+    [--profile STEPS] [--mismatch N] [--export DIR]
+(each flag is described at the top of benches/decode_table.rs)";
+
 fn main() -> Result<()> {
     // the allocator as `guirl train` has it: freed memory is kept for reuse, not faulted
     // in again page by page
     guirl::cli::tune_allocator();
     // `cargo bench` adds `--bench`; our flags take values.
     let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        println!("{USAGE}");
+        return Ok(());
+    }
     let device = match arg(&args, "--device").unwrap_or_else(|| "cpu".into()).as_str() {
         "cpu" => Device::Cpu,
         "cuda" => guirl::policy::device::cuda(0)
@@ -81,7 +92,9 @@ fn main() -> Result<()> {
         other => bail!("--device {other:?}: use cpu or cuda"),
     };
     let dtype = arg(&args, "--dtype").unwrap_or_else(|| "f32".into());
-    let model = PathBuf::from(arg(&args, "--model").context("--model DIR: a Qwen-VL checkpoint folder")?);
+    let model = PathBuf::from(
+        arg(&args, "--model").context("--model DIR: a Qwen-VL checkpoint folder (--help lists the flags)")?,
+    );
     let rollouts: Vec<usize> = arg(&args, "--rollouts")
         .unwrap_or_else(|| "1,2,4,8".into())
         .split(',')
