@@ -3,13 +3,7 @@
 //! session the collector uses) for 1 to N concurrent rollouts of different screenshots,
 //! with the peak memory, against the memory-bandwidth roofline measured in the same run.
 //!
-//! ```text
-//! cargo bench --bench decode_table -- --model DIR [--rollouts 1,2,4,8] [--tokens 32]
-//!     [--device cpu|cuda] [--dtype f32|bf16] [--rows R] [--window W] [--sync N] [--out table.json]
-//!     [--lora merged|separate] [--kernels eager|fused] [--invariant false] [--graph] [--cache-uploads]
-//!     [--profile STEPS]
-//!     [--mismatch N]
-//! ```
+//! Its flags are `USAGE` below (what `--help` prints), each described here.
 //!
 //! `DIR` is a Qwen-VL checkpoint folder (a fixture under `fixtures/qwen_vl/`, or the
 //! random-weight sizes `scripts/bench_qwen_speed.py` writes). Each rollout gets its own
@@ -68,7 +62,7 @@ fn arg(args: &[String], name: &str) -> Option<String> {
     args.get(i + 1).cloned()
 }
 
-/// What `--help` prints (the flags are described in this file's module docs).
+/// The flags, as `--help` prints them (each is described in this file's module docs).
 const USAGE: &str = "cargo bench --bench decode_table -- --model DIR [--rollouts 1,2,4,8] [--tokens 32]
     [--device cpu|cuda] [--dtype f32|bf16] [--rows R] [--window W|auto|off] [--sync N] [--out table.json]
     [--lora merged|separate] [--kernels eager|fused] [--invariant false] [--graph] [--cache-uploads]

@@ -10,7 +10,9 @@ use candle_core::{Device, Tensor};
 use guirl::policy::qwen_vl::{DecodeKernels, DecodeLora, DecodeWindow, QwenPolicySettings, QwenVlPolicy};
 use guirl::policy::{Policy, PolicyFailure, Sampling, TrainablePolicy};
 
-use common::qwen::{bits, copy_of, max_abs_diff, max_diff, perturb_b, policy_settings as settings};
+use common::qwen::{
+    bits, copy_of, decode_joining, max_abs_diff, max_diff, perturb_b, policy_settings as settings,
+};
 use common::synthetic_state as state;
 
 /// Each architecture with attention per answer over its own cache, and with window slots
@@ -239,30 +241,9 @@ fn answers_joining_a_decode_in_flight_are_bit_for_bit_those_decoded_alone() {
         // started for more answers than it ever has live: the rows set are kept
         let mut dec = p.step_decoder(states.len()).expect("Qwen-VL decodes token by token");
         assert_eq!(dec.rows(), 2);
-        let mut got: Vec<Option<guirl::policy::Decision>> = vec![None; states.len()];
-        let mut steps = 0;
-        while got.iter().any(Option::is_none) {
-            for (i, _) in joins.iter().enumerate().filter(|(_, &j)| j == steps) {
-                dec.admit(i as u64, &states[i], keys[i]).unwrap();
-            }
-            let live = dec.live();
-            let done = dec.step().unwrap();
-            assert_eq!(
-                dec.live(),
-                live - done.len(),
-                "{arch} {window:?} {lora:?} {attention:?}: finished answers leave"
-            );
-            for (id, d) in done {
-                assert!(
-                    got[id as usize].replace(d).is_none(),
-                    "{arch} {window:?} {lora:?} {attention:?}: answer {id} returned twice"
-                );
-            }
-            steps += 1;
-            assert!(steps < 100, "{arch} {window:?} {lora:?} {attention:?}: the decode never ended");
-        }
+        let what = format!("{arch} {window:?} {lora:?} {attention:?}");
+        let got = decode_joining(dec.as_mut(), &states, &keys, &joins, &what);
         for (i, d) in got.iter().enumerate() {
-            let d = d.as_ref().unwrap();
             let alone = p.act_keyed(&states[i..=i], &keys[i..=i]).unwrap();
             assert_eq!(
                 bits(&alone[0]),
@@ -339,25 +320,10 @@ fn answers_read_every_few_steps_are_bit_for_bit_those_read_every_step() {
             p.set_sampling(Sampling { temperature: 1.5, greedy: false, seed: 3 });
             let whole: Vec<_> = p.act_keyed(&states, &keys).unwrap().iter().map(bits).collect();
             let mut dec = p.step_decoder(2).unwrap();
-            let mut got = vec![None; states.len()];
-            let mut steps = 0;
-            while got.iter().any(Option::is_none) {
-                for i in (0..states.len()).filter(|&i| joins[i] == steps) {
-                    dec.admit(i as u64, &states[i], keys[i]).unwrap();
-                }
-                for (id, d) in dec.step().unwrap() {
-                    assert!(
-                        got[id as usize].replace(bits(&d)).is_none(),
-                        "{arch} {window:?} {lora:?} {attention:?}: {id} twice"
-                    );
-                }
-                steps += 1;
-                assert!(
-                    steps < 100,
-                    "{arch} {window:?} {lora:?} {attention:?} sync {sync}: the decode never ended"
-                );
-            }
-            (whole, got.into_iter().map(Option::unwrap).collect::<Vec<_>>())
+            let what = format!("{arch} {window:?} {lora:?} {attention:?} sync {sync}");
+            let got: Vec<_> =
+                decode_joining(dec.as_mut(), &states, &keys, &joins, &what).iter().map(bits).collect();
+            (whole, got)
         };
         // a token that several answers draw after their first (so not all end at once)
         let mut count = std::collections::HashMap::new();

@@ -154,6 +154,36 @@ pub fn perturb_b(p: &QwenVlPolicy) {
     }
 }
 
+/// Decode `states` (sampling streams `keys`) in `dec`, state `i` admitted before step
+/// `joins[i]`, as the collector admits envs that become ready: the decisions in state order.
+/// Checks on the way that a finished answer leaves at once, that no answer comes back twice
+/// and that the decode ends (`what` names the setting in the messages).
+pub fn decode_joining(
+    dec: &mut dyn guirl::policy::StepDecoder,
+    states: &[guirl::env::ScreenState],
+    keys: &[u64],
+    joins: &[usize],
+    what: &str,
+) -> Vec<guirl::policy::Decision> {
+    let mut got: Vec<Option<guirl::policy::Decision>> = vec![None; states.len()];
+    let mut steps = 0;
+    while got.iter().any(Option::is_none) {
+        for i in (0..states.len()).filter(|&i| joins[i] == steps) {
+            dec.admit(i as u64, &states[i], keys[i]).unwrap();
+        }
+        dec.prefill().unwrap();
+        let live = dec.live();
+        let done = dec.step().unwrap();
+        assert_eq!(dec.live(), live - done.len(), "{what}: finished answers leave");
+        for (id, d) in done {
+            assert!(got[id as usize].replace(d).is_none(), "{what}: answer {id} returned twice");
+        }
+        steps += 1;
+        assert!(steps < 100, "{what}: the decode never ended");
+    }
+    got.into_iter().map(Option::unwrap).collect()
+}
+
 /// A decision's tokens and log-probs as bits, for exact comparison.
 pub fn bits(d: &guirl::policy::Decision) -> (Vec<u32>, Vec<u32>) {
     (d.tokens.clone(), d.token_logprobs.iter().map(|x| x.to_bits()).collect())

@@ -276,20 +276,8 @@ fn decoded_with_captured_steps_on_the_test_device_are_the_uncaptured_answers() {
         perturb_b(&p);
         p.set_sampling(Sampling { temperature: 1.5, greedy: false, seed: 5 });
         let mut dec = p.step_decoder(states.len()).expect("Qwen-VL decodes token by token");
-        let mut got: Vec<Option<Decision>> = vec![None; states.len()];
-        let mut steps = 0;
-        while got.iter().any(Option::is_none) {
-            for (i, _) in joins.iter().enumerate().filter(|(_, &j)| j == steps) {
-                dec.admit(i as u64, &states[i], 30 + i as u64).unwrap();
-            }
-            dec.prefill().unwrap();
-            for (id, d) in dec.step().unwrap() {
-                got[id as usize] = Some(d);
-            }
-            steps += 1;
-            assert!(steps < 100, "the decode never ended");
-        }
-        got.into_iter().map(Option::unwrap).collect()
+        let keys: Vec<u64> = (30..35).collect();
+        decode_joining(dec.as_mut(), &states, &keys, &joins, &format!("{kernels:?}, graph {graph}"))
     };
     for kernels in [DecodeKernels::Eager, DecodeKernels::Fused] {
         let (plain, captured) = (decode(kernels, false), decode(kernels, true));
