@@ -252,7 +252,7 @@ impl Bench {
                 let toks: Vec<u32> = tokens[start..end].iter().map(|t| *t.last().expect("a token")).collect();
                 let mut refs: Vec<&mut KvCache> = caches[start..end].iter_mut().collect();
                 let h = m.step_rows(&toks, &vec![pos; end - start], &mut refs, rows)?;
-                let out = m.logits_rows(&h, rows)?;
+                let out = m.logits_rows(&h, rows, guirl::policy::qwen_vl::DecodeKernels::Eager)?;
                 for (r, l) in logits[start..end].iter_mut().enumerate() {
                     *l = out.get(r)?;
                 }

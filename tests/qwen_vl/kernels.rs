@@ -236,6 +236,69 @@ fn fused_layer_steps_on_the_test_device_are_candles_ops() {
     assert_eq!(row_bits(&q, 0), row_bits(&q1, 0), "{dt:?} on {dev:?}: split_heads' row 0 alone");
 }
 
+/// The fused products of a few rows (`guirl::nn::decode::rows`) on the test device, at
+/// Qwen3-VL 2B's widths (q/k/v merged 4 096 × 2 048 with a bias, down 2 048 × 6 144, an
+/// odd 37 × 64), 1 to 8 rows: each equals the product and bias the CPU computes in f32 from
+/// the same inputs (within the dtype's rounding), and a row's bits are the same alone, among
+/// 8 rows and at another place. `benches/gpu/run.sh` runs it on CUDA, the kernel's check.
+#[test]
+fn fused_rows_product_on_the_test_device_is_the_cpus_product() {
+    use guirl::nn::decode::rows::{product, takes, MAX_ROWS};
+    use rand::{Rng, SeedableRng};
+    let (dev, dt) = (device(), dtype());
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
+    let mut randn = |dims: &[usize]| {
+        let n = dims.iter().product();
+        let v: Vec<f32> = (0..n).map(|_| rng.gen_range(-1.0..1.0)).collect();
+        Tensor::from_vec(v, dims, &Device::Cpu).unwrap().to_dtype(dt).unwrap().to_dtype(DType::F32).unwrap()
+    };
+    let on = |t: &Tensor| t.to_dtype(dt).unwrap().to_device(&dev).unwrap();
+    let back = |t: &Tensor| t.to_dtype(DType::F32).unwrap().to_device(&Device::Cpu).unwrap();
+    let bound = if dt == DType::F32 { 1e-5 } else { 1e-2 };
+    let row_bits =
+        |t: &Tensor, r: usize| back(t).get(r).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    for (n, k, with_bias) in [(4096usize, 2048usize, true), (2048, 6144, false), (37, 64, true)] {
+        let (w, b, x) = (randn(&[n, k]), randn(&[n]), randn(&[MAX_ROWS, k]));
+        let bias = with_bias.then(|| on(&b));
+        let (wd, xd) = (on(&w), on(&x));
+        for m in 1..=MAX_ROWS {
+            let xm = xd.narrow(0, 0, m).unwrap().contiguous().unwrap();
+            if !takes(&xm, &wd, bias.as_ref()) {
+                // bf16 on a CPU runs candle's product: the kernel is f32 there
+                assert!(
+                    dev.is_cpu() && dt == DType::BF16,
+                    "{dt:?} on {dev:?}: {m} rows by {n} × {k} not taken"
+                );
+                return;
+            }
+            let got = product(&xm, &wd, bias.as_ref()).unwrap();
+            let mut want = x.narrow(0, 0, m).unwrap().matmul(&w.t().unwrap()).unwrap();
+            if with_bias {
+                want = want.broadcast_add(&b).unwrap();
+            }
+            let scale = want.abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+            let diff =
+                (back(&got) - &want).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+            assert!(
+                diff / scale <= bound,
+                "{dt:?} on {dev:?}: {m} rows by {n} × {k} differ by {diff} (of {scale})"
+            );
+            if m == MAX_ROWS {
+                for r in [0, 3, MAX_ROWS - 1] {
+                    let alone =
+                        product(&xd.narrow(0, r, 1).unwrap().contiguous().unwrap(), &wd, bias.as_ref())
+                            .unwrap();
+                    assert_eq!(
+                        row_bits(&got, r),
+                        row_bits(&alone, 0),
+                        "{dt:?} on {dev:?}: row {r} of {n} × {k} alone"
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// Decoding steps captured as CUDA graphs (`decode_graph`) give, on the test device, the
 /// answers uncaptured steps give, bit for bit: tokens and log-probs of answers that join a
 /// decode in flight and leave as they end (a chunk's graph replays with rows freed and

@@ -225,11 +225,11 @@ fn rows_decoded_together_equal_transformers_and_themselves_alone() {
             let mut refs: Vec<&mut KvCache> = together.iter_mut().collect();
             let on = |t: &[u32]| Tensor::new(t, &device()).unwrap();
             let h = m.step_rows_on(&on(&toks), &pos, &mut refs, ROWS, attention).unwrap();
-            let batch = m.logits_rows(&h, ROWS).unwrap();
+            let batch = m.logits_rows(&h, ROWS, attention).unwrap();
             for (i, cache) in alone.iter_mut().enumerate() {
                 let h1 =
                     m.step_rows_on(&on(&toks[i..=i]), &pos[i..=i], &mut [cache], ROWS, attention).unwrap();
-                let one = m.logits_rows(&h1, ROWS).unwrap().squeeze(0).unwrap();
+                let one = m.logits_rows(&h1, ROWS, attention).unwrap().squeeze(0).unwrap();
                 let row = batch.get(i).unwrap();
                 assert!(
                     bits(&row) == bits(&one),

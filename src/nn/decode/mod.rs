@@ -11,10 +11,13 @@
 //! - [`mod@draw`]: each row's next token drawn from its logits, with its log-probability.
 //! - [`layer`]: a layer's small steps fused: the residual sum with the next RMSNorm, a
 //!   head's RMSNorm with its rotary embedding, SwiGLU.
+//! - [`rows`]: the linear layers' and the LM head's products of a few rows, each weight
+//!   read once with every row.
 
 pub mod attention;
 pub mod draw;
 pub mod layer;
+pub mod rows;
 
 pub use attention::attention;
 pub use draw::draw;
@@ -23,3 +26,5 @@ pub use draw::draw;
 pub(super) mod cuda;
 #[cfg(feature = "cuda")]
 mod layer_cuda;
+#[cfg(feature = "cuda")]
+mod rows_cuda;

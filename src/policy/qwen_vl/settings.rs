@@ -85,7 +85,9 @@ pub struct QwenPolicySettings {
     /// `"fused"` ([`crate::nn::decode`]'s kernels, on the CPU and on CUDA: one a layer in
     /// which each answer attends over its own length alone, in f32, the residual sum with
     /// the next norm, the query's and key's norms with their rotation and SwiGLU one kernel
-    /// each, and one a step drawing every answer's token). Unset:
+    /// each, the linear layers' and the LM head's products of up to 8 rows one kernel that
+    /// reads each weight once for all of them, and one a step drawing every answer's
+    /// token). Unset:
     /// [`QwenPolicySettings::decode_kernels_on`] the device. Either way an answer is the
     /// same bits whatever shares its batch; the two agree within rounding.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -134,7 +136,7 @@ pub enum DecodeKernels {
     /// candle's ops one by one.
     Eager,
     /// [`crate::nn::decode`]'s kernels: attention over each answer's own length, the
-    /// layer's small steps fused, the draw.
+    /// layer's small steps fused, products of a few rows, the draw.
     Fused,
 }
 

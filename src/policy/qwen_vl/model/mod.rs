@@ -388,10 +388,11 @@ impl QwenVl {
         self.text.decode_window(tokens, &cos, &sin, chunk)
     }
 
-    /// Logits `[B, V]` of hidden rows `[B, H]` (`B ≤ rows`), the head run on exactly `rows`
-    /// rows (the real ones, then copies of the first) where the count changes the
-    /// product's rounding ([`gemm::padded_rows`]), as in [`QwenVl::step_rows`].
-    pub fn logits_rows(&self, hidden: &Tensor, rows: usize) -> Result<Tensor> {
+    /// Logits `[B, V]` of a decoding step's hidden rows `[B, H]` (`B ≤ rows`), the head run
+    /// with `kernels` on exactly `rows` rows (the real ones, then copies of the first) where
+    /// the count changes the product's rounding ([`gemm::padded_rows`]), as in
+    /// [`QwenVl::step_rows`].
+    pub fn logits_rows(&self, hidden: &Tensor, rows: usize, kernels: DecodeKernels) -> Result<Tensor> {
         let b = hidden.dim(0)?;
         if b == 0 || b > rows {
             bail!("{b} hidden rows for a head of {rows} rows");
@@ -400,7 +401,7 @@ impl QwenVl {
         let first = hidden.narrow(0, 0, 1)?;
         let mut parts = vec![hidden.clone()];
         parts.extend(std::iter::repeat_n(first, rows - b));
-        Ok(self.text.logits(&Tensor::cat(&parts, 0)?)?.narrow(0, 0, b)?)
+        Ok(self.text.step_logits(&Tensor::cat(&parts, 0)?, kernels)?.narrow(0, 0, b)?)
     }
 
     /// The most rows a decoding step can run with each row's bits the same whatever the

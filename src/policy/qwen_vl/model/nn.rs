@@ -47,6 +47,16 @@ impl Linear {
         self.weight.dims()[1]
     }
 
+    /// The weight a decoding step multiplies by, outside the graph: the layer's own
+    /// without an adapter, the merged copy where this thread's forwards read merged layers;
+    /// None where an adapter runs beside the layer.
+    pub(crate) fn step_weight(&self) -> Result<Option<Tensor>> {
+        match &self.lora {
+            None => Ok(Some(self.weight.clone())),
+            Some(l) => l.merged(),
+        }
+    }
+
     /// The frozen layer alone, adapters ignored (the KL reference's forward).
     pub fn forward_base(&self, x: &Tensor) -> Result<Tensor> {
         self.forward_over(x, &self.weight)

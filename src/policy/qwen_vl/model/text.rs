@@ -10,7 +10,8 @@
 use super::config::TextConfig;
 use super::nn::{apply_rope, attention, causal_mask, Linear, RmsNorm};
 use super::weights::Weights;
-use crate::nn::activation;
+use crate::nn::{activation, decode};
+use crate::policy::qwen_vl::settings::DecodeKernels;
 use crate::policy::qwen_vl::train::checkpoint::checkpointed;
 use crate::policy::qwen_vl::train::lora::{AdapterSwitch, AdapterUse, LoraAdapter};
 use crate::policy::qwen_vl::train::train_pass::TrainPass;
@@ -346,6 +347,19 @@ impl TextModel {
             return Ok(Linear::from_tensors(w, self.head.bias.clone()).forward(hidden)?);
         }
         Ok(self.head.forward(hidden)?)
+    }
+
+    /// Logits `[N, V]` of a decoding step's hidden rows `[N, H]`: with the fused kernels and
+    /// a head outside the graph and without an adapter, one kernel for a few rows
+    /// ([`decode::rows::product`]); [`TextModel::logits`] otherwise.
+    pub fn step_logits(&self, hidden: &Tensor, kernels: DecodeKernels) -> Result<Tensor> {
+        if kernels == DecodeKernels::Fused && self.head.lora.is_none() {
+            let w = self.frozen_whole(&self.head.weight).unwrap_or_else(|| self.head.weight.clone());
+            if decode::rows::takes(hidden, &w, self.head.bias.as_ref()) {
+                return Ok(decode::rows::product(hidden, &w, self.head.bias.as_ref())?);
+            }
+        }
+        self.logits(hidden)
     }
 }
 

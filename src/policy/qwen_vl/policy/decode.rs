@@ -322,7 +322,7 @@ impl InFlight {
                 let kernels = p.settings.decode_kernels_on(&p.device);
                 let h = p.model.step_rows_on(&tokens, &positions, &mut caches, run, kernels)?;
                 // detached: kept until the next step, they must not hold this step's graph
-                p.model.logits_rows(&h, run)?.detach()
+                p.model.logits_rows(&h, run, kernels)?.detach()
             };
             for (r, a) in chunk.iter_mut().enumerate() {
                 a.logits = logits.get(r)?;
@@ -406,7 +406,8 @@ impl InFlight {
                         })
                     })
                     .collect();
-                let logits = p.model.logits(&p.model.step_window(&tokens, &positions, chunk)?)?.detach();
+                let h = p.model.step_window(&tokens, &positions, chunk)?;
+                let logits = p.model.logits_rows(&h, h.dim(0)?, chunk.kernels())?.detach();
                 for (r, i) in by_row.iter().enumerate() {
                     if let Some(i) = i {
                         self.answers[*i].logits = logits.get(r)?;

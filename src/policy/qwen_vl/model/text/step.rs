@@ -139,7 +139,7 @@ impl Step<'_> {
             return Ok(split);
         }
         let heads = |lin: &Linear, n: usize| -> Result<Tensor> {
-            Ok(lin.forward(y)?.narrow(0, 0, b)?.reshape((b, n, 1, hd))?)
+            Ok(self.linear(lin, y)?.narrow(0, 0, b)?.reshape((b, n, 1, hd))?)
         };
         let (q, k) = (heads(&l.q, self.dims.heads)?, heads(&l.k, self.dims.kv_heads)?);
         let v = heads(&l.v, self.dims.kv_heads)?;
@@ -177,7 +177,7 @@ impl Step<'_> {
             (None, None) => None,
             _ => return Ok(None),
         };
-        let qkv = Linear::from_tensors(w, None).forward_base(y)?;
+        let qkv = self.product(y, &w, None)?;
         let (c, s) = self.rope.halves();
         let (c, s) = (c.reshape((b, ()))?, s.reshape((b, ()))?);
         let d = self.dims;
@@ -196,20 +196,40 @@ impl Step<'_> {
     /// norm.
     pub(super) fn finish(&self, x: &Tensor, a: &Tensor) -> Result<(Tensor, Tensor)> {
         let l = self.layer;
-        let (x, y) = self.add_norm(x, &l.o.forward(a)?, &Norm::of(&l.post_norm))?;
+        let (x, y) = self.add_norm(x, &self.linear(&l.o, a)?, &Norm::of(&l.post_norm))?;
         let merged = match self.kernels {
             DecodeKernels::Fused => l.gate.lora.as_ref().and_then(|a| a.merged_group()),
             DecodeKernels::Eager => None,
         };
         let act = match (self.kernels, merged) {
             // gate and up merged into one weight: one product, its halves' SwiGLU
-            (_, Some((w, bias))) => {
-                decode::layer::swiglu_halves(&Linear::from_tensors(w, bias).forward_base(&y)?)?
+            (_, Some((w, bias))) => decode::layer::swiglu_halves(&self.product(&y, &w, bias.as_ref())?)?,
+            (DecodeKernels::Fused, None) => {
+                decode::layer::swiglu(&self.linear(&l.gate, &y)?, &self.linear(&l.up, &y)?)?
             }
-            (DecodeKernels::Fused, None) => decode::layer::swiglu(&l.gate.forward(&y)?, &l.up.forward(&y)?)?,
             (DecodeKernels::Eager, None) => activation::swiglu(&l.gate.forward(&y)?, &l.up.forward(&y)?)?,
         };
-        self.add_norm(&x, &l.down.forward(&act)?, &self.next)
+        self.add_norm(&x, &self.linear(&l.down, &act)?, &self.next)
+    }
+
+    /// `lin` on `y`: with the fused kernels and the layer's weight outside the graph (no
+    /// adapter, or merged into it), [`Step::product`]; the layer's own forward otherwise.
+    fn linear(&self, lin: &Linear, y: &Tensor) -> Result<Tensor> {
+        if self.kernels == DecodeKernels::Fused {
+            if let Some(w) = lin.step_weight()? {
+                return self.product(y, &w, lin.bias.as_ref());
+            }
+        }
+        Ok(lin.forward(y)?)
+    }
+
+    /// `y Wᵀ + b`: with the fused kernels one kernel for a few rows
+    /// ([`decode::rows::product`]) where it takes them, candle's product otherwise.
+    fn product(&self, y: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+        if self.kernels == DecodeKernels::Fused && decode::rows::takes(y, w, bias) {
+            return Ok(decode::rows::product(y, w, bias)?);
+        }
+        Linear::from_tensors(w.clone(), bias.cloned()).forward_base(y)
     }
 
     /// `x + delta` and it normed by `norm`.
