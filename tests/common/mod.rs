@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod qwen;
+pub mod trainer;
 
 use guirl::env::{EnvConfig, GuiEnv};
 use std::path::PathBuf;

@@ -57,6 +57,7 @@ mod success_rules;
 mod tensorboard;
 mod torn_tails;
 mod train;
+mod train_batch;
 mod train_ppo;
 mod viewer;
 mod visible_elements;

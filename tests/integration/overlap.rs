@@ -9,6 +9,7 @@
 //! concurrency is not (on a multi-threaded runtime, and on MiniWoB++ pages, runs vary,
 //! lock-step ones included: see docs/rollout-overlap.md).
 
+use crate::common::trainer::train;
 use crate::determinism::{metrics, weights};
 use guirl::policy::Sampling;
 use guirl::rollout::Collector;
@@ -53,11 +54,6 @@ interval = 1
         task.display()
     ))
     .unwrap()
-}
-
-pub(crate) async fn train(cfg: TrainConfig, dir: &Path, resume: bool) {
-    let mut t = Trainer::new(cfg, dir.to_path_buf(), resume, false).unwrap();
-    t.run(Arc::new(AtomicBool::new(false))).await.unwrap();
 }
 
 pub(crate) fn ckpt(dir: &Path, it: u64) -> std::path::PathBuf {

@@ -5,8 +5,9 @@
 //! training pass and the background collection do not see each other
 //! (tests/qwen_vl_policy.rs checks that part on two threads, bit for bit).
 
+use crate::common::trainer::train;
 use crate::determinism::metrics;
-use crate::overlap::{ckpt, train};
+use crate::overlap::ckpt;
 use guirl::train::TrainConfig;
 use std::collections::BTreeMap;
 use std::path::Path;

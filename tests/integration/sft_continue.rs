@@ -2,11 +2,10 @@
 //! the trainer runs it: two epochs, then two more from the clone's checkpoint, give the
 //! weights of four epochs in one run (real oracle demonstrations, real tiny policy).
 
-use guirl::train::trainer::{Trainer, SFT_OPTIMIZER_FILE};
+use crate::common::trainer::train;
+use guirl::train::trainer::SFT_OPTIMIZER_FILE;
 use guirl::train::TrainConfig;
 use std::path::Path;
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 
 fn config(sft: &str, init: Option<&Path>) -> TrainConfig {
     let init = init.map(|p| format!("init = {:?}\n", p.display().to_string())).unwrap_or_default();
@@ -19,11 +18,6 @@ fn config(sft: &str, init: Option<&Path>) -> TrainConfig {
     c.resolve();
     c.validate().unwrap();
     c
-}
-
-async fn train(cfg: TrainConfig, dir: &Path) {
-    let mut t = Trainer::new(cfg, dir.to_path_buf(), false, false).unwrap();
-    t.run(Arc::new(AtomicBool::new(false))).await.unwrap();
 }
 
 fn weights(dir: &Path) -> Vec<(String, Vec<u32>)> {
@@ -44,16 +38,16 @@ async fn two_more_epochs_from_the_clone_are_four_epochs_of_one_run() {
     let root = tempfile::tempdir().unwrap();
     let (long, clone, more) = (root.path().join("long"), root.path().join("clone"), root.path().join("more"));
     // Four epochs on oracle demonstrations recorded by this run.
-    train(config("oracle_episodes = 6\nepochs = 4", None), &long).await;
+    train(config("oracle_episodes = 6\nepochs = 4", None), &long, false).await;
     // The same demonstrations: two epochs, then two more from the clone's checkpoint.
     let demos = format!("dir = {:?}", long.join("demos").display().to_string());
-    train(config(&format!("{demos}\nepochs = 2"), None), &clone).await;
+    train(config(&format!("{demos}\nepochs = 2"), None), &clone, false).await;
     let init = clone.join("checkpoints/iter-000000");
     assert!(init.join(SFT_OPTIMIZER_FILE).is_file(), "the clone keeps cloning's optimizer");
-    train(config(&format!("{demos}\nepochs = 2\nstart_epoch = 2"), Some(&init)), &more).await;
+    train(config(&format!("{demos}\nepochs = 2\nstart_epoch = 2"), Some(&init)), &more, false).await;
     assert!(weights(&more) == weights(&long), "2 + 2 epochs from the clone differ from 4 in one run");
     // Without start_epoch the same run repeats the clone's first two epochs instead.
     let again = root.path().join("again");
-    train(config(&format!("{demos}\nepochs = 2"), Some(&init)), &again).await;
+    train(config(&format!("{demos}\nepochs = 2"), Some(&init)), &again, false).await;
     assert!(weights(&again) != weights(&long));
 }

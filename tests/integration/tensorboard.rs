@@ -4,6 +4,7 @@
 //! (clients/python/tests/test_tensorboard.py reads such a file with TensorBoard's own reader.)
 
 use crate::common;
+use crate::common::trainer::train;
 
 use common::repo;
 use guirl::train::tensorboard::{Event, EventKind, ValueKind, FILE_VERSION, TENSORBOARD_DIR};
@@ -12,8 +13,6 @@ use guirl::train::TrainConfig;
 use prost::Message;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 
 fn config(iterations: u64, extra: &str) -> TrainConfig {
     let task = repo("fixtures/tasks/two-buttons.toml");
@@ -42,11 +41,6 @@ episodes = 2
         task.display()
     ))
     .unwrap()
-}
-
-async fn train(cfg: TrainConfig, dir: &Path, resume: bool) {
-    let mut t = Trainer::new(cfg, dir.to_path_buf(), resume, false).unwrap();
-    t.run(Arc::new(AtomicBool::new(false))).await.unwrap();
 }
 
 fn event_files(run: &Path) -> Vec<PathBuf> {

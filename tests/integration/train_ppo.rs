@@ -2,6 +2,7 @@
 //! with GAE, is checkpointed, and a resumed run continues with the same critic.
 
 use crate::common;
+use crate::common::trainer::train;
 
 use common::repo;
 use guirl::train::trainer::Trainer;
@@ -51,11 +52,6 @@ interval = 1
         task.display()
     ))
     .unwrap()
-}
-
-async fn train(cfg: TrainConfig, dir: &Path, resume: bool) {
-    let mut t = Trainer::new(cfg, dir.to_path_buf(), resume, false).unwrap();
-    t.run(Arc::new(AtomicBool::new(false))).await.unwrap();
 }
 
 fn tensors(file: &Path) -> Vec<(String, Vec<f32>)> {
