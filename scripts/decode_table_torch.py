@@ -40,7 +40,8 @@ import threading
 import time
 
 # the Qwen speed bench's helpers (this folder is on the path when a script runs from it)
-from bench_qwen_speed import reset_peak, rss_mib, torch_dtype
+from qwen_speed_setup import torch_dtype
+from qwen_speed_torch import reset_peak, rss_mib
 
 
 class GpuUsed:

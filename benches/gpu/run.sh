@@ -123,8 +123,8 @@ want 4 && for size in ${GPU_SIZES:-2b tiny}; do
   if [ "${GPU_SPEED:-1}" = 0 ]; then
     # the decode tables alone: only write the random checkpoint the speed bench would
     [ "$size" = tiny ] && continue
-    timeout "$(cap 120)" python3 -c 'import sys; sys.path.insert(0, "scripts"); import bench_qwen_speed as b
-b.write_big_checkpoint(sys.argv[1], sys.argv[2], "bf16", "cuda")' /tmp/qwen-speed/qwen3_vl_${size}_bf16 $size \
+    timeout "$(cap 120)" python3 -c 'import sys; sys.path.insert(0, "scripts"); import qwen_speed_setup as s
+s.write_big_checkpoint(sys.argv[1], sys.argv[2], "bf16", "cuda")' /tmp/qwen-speed/qwen3_vl_${size}_bf16 $size \
       || echo "writing the $size checkpoint failed (rc $?)"
   else
   timeout "$(cap 300)" python3 scripts/bench_qwen_speed.py --device cuda --dtype bf16 --sizes $size \
