@@ -48,7 +48,8 @@ pub struct QwenPolicySettings {
     pub max_new_tokens: usize,
     /// Rows each decoding step computes: the states of a rollout batch advance together
     /// in chunks of this many rows, padded where a product's rounding depends on its row
-    /// count (on a GPU, in bf16, above 8 rows: `nn::gemm::padded_rows`), so a state's
+    /// count (on a GPU and in bf16 at any count, on a CPU in f32 above 8 rows:
+    /// `nn::gemm::padded_rows`), so a state's
     /// answer is the same whichever states share its batch. 1 decodes every answer alone;
     /// identical prompts still run once. Unset: as many as the collector has envs
     /// ([`QwenPolicySettings::decode_rows_for`]); a whole call's default is
