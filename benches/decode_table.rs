@@ -3,98 +3,202 @@
 //! session the collector uses) for 1 to N concurrent rollouts of different screenshots,
 //! with the peak memory, against the memory-bandwidth roofline measured in the same run.
 //!
-//! Its flags are `USAGE` below (what `--help` prints), each described here.
+//! `--help` lists the flags, each with what it does (their doc comments on `Cli` below).
 //!
-//! `DIR` is a Qwen-VL checkpoint folder (a fixture under `fixtures/qwen_vl/`, or the
-//! random-weight sizes `scripts/bench_qwen_speed.py` writes). Each rollout gets its own
-//! screenshot (no prompt is shared) and samples at temperature 1; all are admitted at
-//! once, so prefill and decode are timed apart. The roofline for one rollout is the
-//! bandwidth of a large on-device copy, measured here, over the bytes of text weights one
-//! token reads (every decoder layer's matrices and the LM head); n rollouts share those
-//! reads, so their roofline is n times that until compute bounds it. Peak memory, sampled
-//! every 20 ms: the bytes allocated on a CPU (glibc's `mallinfo2`), `nvidia-smi`'s used
-//! memory on a GPU. Before the table a warm-up admits the largest count and decodes two
-//! steps, with the allocator set as `guirl train` sets it, so that the table times
-//! decoding in memory a long run would reuse, not a CPU's first-touch page faults.
-//! `--window W` decodes with `decode_window = W`: a number of tokens or `auto` (a chunk of
-//! `--rows` answers in window slots, one attention per layer for the chunk), or `off` (one
-//! attention per answer); left out, the device's default (`auto` on a GPU, `off` on a CPU).
-//! `--sync N` has the host read the drawn tokens every N decoding steps (`decode_sync`).
-//! `--lora merged|separate` decodes with `decode_lora` so (left out, the device's default).
-//! `--kernels eager|fused` decodes with `decode_kernels` so (left out, the default).
-//! `--invariant false` decodes with `batch_invariant = false` (a chunk's live answers alone,
-//! unpadded): beside `--rows R` padded, what batch invariance costs.
-//! `--graph` (CUDA) decodes with `decode_graph = true`: each chunk's steps captured as a
-//! CUDA graph at its second step and replayed after (the capture is timed with the rest).
-//! `--cache-uploads` (CUDA) times the table with candle's upload cache on
-//! (`enable_cuda_graph_htod_cache`, made for graph capture): a kernel over a strided
-//! tensor then reads its dims and strides from a device buffer uploaded once per shape,
-//! where it otherwise uploads them at every launch, and host data of up to 4 KiB is kept
-//! on the device by its bytes. It measures how much of a decoding step's host time those
-//! small uploads are; the cache keeps every distinct small upload (the draws' uniforms
-//! among them) for the process's life, so it is a measurement, not a setting.
-//! `--mismatch N` times nothing: it draws every adapter's B (seeded, standard deviation
-//! 0.01, as if trained a little: a fresh B is zero and a merged adapter would change
-//! nothing), decodes `N` rollouts and rescores their tokens as training does
-//! (`TrainablePolicy::score`), and prints how far the decoder's log-probs are from the
-//! trainer's (mean and largest absolute difference per token): the rollout engine's
-//! mismatch, which the importance ratio of the first update sees.
-//! `--profile STEPS` times nothing: after the warm-up it admits the first `--rollouts`
-//! count, decodes two steps, then `STEPS` steps inside a profiler's range (for
-//! `ncu --profile-from-start off`; benches/gpu/run.sh's section 7).
-//! `--export DIR` also writes the prompts of the largest count's rollouts as the policy
-//! builds them (`prompts.json`: ids and image grids; `pixels.safetensors`: the patches), for
-//! `scripts/decode_table_torch.py`, which decodes the same prompts with transformers'
-//! `generate` and prints both tables side by side.
+//! Each rollout gets its own screenshot (no prompt is shared) and samples at temperature
+//! 1; all are admitted at once, so prefill and decode are timed apart. The roofline for
+//! one rollout is the bandwidth of a large on-device copy, measured here, over the bytes
+//! of text weights one token reads (every decoder layer's matrices and the LM head); n
+//! rollouts share those reads, so their roofline is n times that until compute bounds it.
+//! Peak memory, sampled every 20 ms: the bytes allocated on a CPU (glibc's `mallinfo2`),
+//! `nvidia-smi`'s used memory on a GPU. Before the table a warm-up admits the largest
+//! count and decodes two steps, with the allocator set as `guirl train` sets it, so that
+//! the table times decoding in memory a long run would reuse, not a CPU's first-touch page
+//! faults.
 
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor};
+use clap::{Parser, ValueEnum};
 use guirl::env::ScreenState;
-use guirl::policy::qwen_vl::{QwenPolicySettings, QwenVlPolicy};
+use guirl::policy::qwen_vl::{DecodeKernels, DecodeLora, DecodeWindow, QwenPolicySettings, QwenVlPolicy};
 use guirl::policy::{Policy, Sampling, TrainablePolicy};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-fn arg(args: &[String], name: &str) -> Option<String> {
-    let i = args.iter().position(|a| a == name)?;
-    args.get(i + 1).cloned()
+/// Tokens per second of the Qwen-VL policy's decoder for 1 to N concurrent rollouts of
+/// different screenshots, with the peak memory, against the memory-bandwidth roofline
+/// measured in the same run.
+#[derive(Parser)]
+#[command(
+    name = "decode_table",
+    bin_name = "decode_table",
+    after_help = "From the repository: `cargo bench --bench decode_table -- FLAGS`."
+)]
+struct Cli {
+    /// A Qwen-VL checkpoint folder: a fixture under `fixtures/qwen_vl/`, or one of the
+    /// random-weight sizes `scripts/bench_qwen_speed.py` writes.
+    #[arg(long, value_name = "DIR")]
+    model: PathBuf,
+    /// The counts of concurrent rollouts, one row of the table each.
+    #[arg(long, value_name = "N,...", value_delimiter = ',', value_parser = count, default_value = "1,2,4,8")]
+    rollouts: Vec<usize>,
+    /// New tokens each rollout decodes (`max_new_tokens`).
+    #[arg(long, value_name = "N", default_value_t = 32)]
+    tokens: usize,
+    /// Where the policy decodes (`cuda`: a `--features cuda` build and a GPU).
+    #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
+    device: DeviceArg,
+    /// The weights' dtype (the policy's `dtype`).
+    #[arg(long, value_enum, default_value_t = Dtype::F32)]
+    dtype: Dtype,
+    /// Rows of a decoding chunk (`decode_rows`); left out, each count decodes in one chunk
+    /// of that many rows (a collector of that many envs).
+    #[arg(long, value_name = "R")]
+    rows: Option<usize>,
+    /// Decode with `decode_window = W`: a number of tokens or `auto` (a chunk of `--rows`
+    /// answers in window slots, one attention per layer for the chunk), or `off` (one
+    /// attention per answer); left out, the device's default (`auto` on a GPU, `off` on a
+    /// CPU).
+    #[arg(long, value_name = "W|auto|off")]
+    window: Option<DecodeWindow>,
+    /// Have the host read the drawn tokens every N decoding steps (`decode_sync`); left
+    /// out, the device's default.
+    #[arg(long, value_name = "N")]
+    sync: Option<usize>,
+    /// Also write the table as JSON, with the settings it ran with, the bytes read per
+    /// token, the copy bandwidth and the roofline.
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+    /// Decode with `decode_lora` so (left out, the device's default).
+    #[arg(long, value_enum)]
+    lora: Option<Lora>,
+    /// Decode with `decode_kernels` so (left out, the default).
+    #[arg(long, value_enum)]
+    kernels: Option<Kernels>,
+    /// Decode with `batch_invariant` so: `false` decodes a chunk's live answers alone,
+    /// unpadded; beside `--rows R` padded, what batch invariance costs.
+    #[arg(long, value_name = "true|false")]
+    invariant: Option<bool>,
+    /// (CUDA) Decode with `decode_graph = true`: each chunk's steps captured as a CUDA
+    /// graph at its second step and replayed after (the capture is timed with the rest).
+    #[arg(long)]
+    graph: bool,
+    /// (CUDA) Time the table with candle's upload cache on (`enable_cuda_graph_htod_cache`,
+    /// made for graph capture).
+    ///
+    /// A kernel over a strided tensor then reads its dims and strides from a device buffer
+    /// uploaded once per shape, where it otherwise uploads them at every launch, and host
+    /// data of up to 4 KiB is kept on the device by its bytes. It measures how much of a
+    /// decoding step's host time those small uploads are; the cache keeps every distinct
+    /// small upload (the draws' uniforms among them) for the process's life, so it is a
+    /// measurement, not a setting.
+    #[arg(long)]
+    cache_uploads: bool,
+    /// Time nothing: after the warm-up, admit the first `--rollouts` count, decode two
+    /// steps, then STEPS steps inside a profiler's range (for `ncu --profile-from-start
+    /// off`; benches/gpu/run.sh's section 7).
+    #[arg(long, value_name = "STEPS")]
+    profile: Option<usize>,
+    /// Time nothing: draw every adapter's B, decode N rollouts and rescore their tokens as
+    /// training does, and print how far the decoder's log-probs are from the trainer's.
+    ///
+    /// B is drawn seeded, with a standard deviation of 0.01, as if trained a little (a
+    /// fresh B is zero and a merged adapter would change nothing); the rescoring is
+    /// `TrainablePolicy::score`. The mean and largest absolute difference per token are
+    /// the rollout engine's mismatch, which the importance ratio of the first update sees.
+    #[arg(long, value_name = "N")]
+    mismatch: Option<usize>,
+    /// Also write the prompts of the largest count's rollouts as the policy builds them
+    /// (`prompts.json`: ids and image grids; `pixels.safetensors`: the patches), for
+    /// `scripts/decode_table_torch.py`, which decodes the same prompts with transformers'
+    /// `generate` and prints both tables side by side.
+    #[arg(long, value_name = "DIR")]
+    export: Option<PathBuf>,
 }
 
-/// The flags, as `--help` prints them (each is described in this file's module docs).
-const USAGE: &str = "cargo bench --bench decode_table -- --model DIR [--rollouts 1,2,4,8] [--tokens 32]
-    [--device cpu|cuda] [--dtype f32|bf16] [--rows R] [--window W|auto|off] [--sync N] [--out table.json]
-    [--lora merged|separate] [--kernels eager|fused] [--invariant false] [--graph] [--cache-uploads]
-    [--profile STEPS] [--mismatch N] [--export DIR]
-(each flag is described at the top of benches/decode_table.rs)";
+/// A count of rollouts in `--rollouts` (spaces around it allowed, as in `1, 8`).
+fn count(s: &str) -> Result<usize, String> {
+    s.trim().parse().map_err(|e| format!("{s:?} is not a count: {e}"))
+}
+
+/// Where the policy decodes (`--device`).
+#[derive(Clone, Copy, ValueEnum)]
+enum DeviceArg {
+    Cpu,
+    Cuda,
+}
+
+/// The weights' dtype (`--dtype`): the two the policy loads.
+#[derive(Clone, Copy, ValueEnum)]
+enum Dtype {
+    F32,
+    Bf16,
+}
+
+impl Dtype {
+    /// As the policy's settings write it.
+    fn name(self) -> &'static str {
+        match self {
+            Dtype::F32 => "f32",
+            Dtype::Bf16 => "bf16",
+        }
+    }
+}
+
+/// `--lora`: how decoding reads the LoRA adapters ([`DecodeLora`]).
+#[derive(Clone, Copy, ValueEnum)]
+enum Lora {
+    /// Merged into a copy of each adapted layer's weight for the session.
+    Merged,
+    /// Applied beside each layer's base product, as in training.
+    Separate,
+}
+
+impl From<Lora> for DecodeLora {
+    fn from(l: Lora) -> Self {
+        match l {
+            Lora::Merged => DecodeLora::Merged,
+            Lora::Separate => DecodeLora::Separate,
+        }
+    }
+}
+
+/// `--kernels`: how a decoding step's attention, small steps and draw run ([`DecodeKernels`]).
+#[derive(Clone, Copy, ValueEnum)]
+enum Kernels {
+    /// candle's ops one by one.
+    Eager,
+    /// guirl's decoding kernels: attention over each answer's own length, the layer's
+    /// small steps fused, products of a few rows, the draw.
+    Fused,
+}
+
+impl From<Kernels> for DecodeKernels {
+    fn from(k: Kernels) -> Self {
+        match k {
+            Kernels::Eager => DecodeKernels::Eager,
+            Kernels::Fused => DecodeKernels::Fused,
+        }
+    }
+}
 
 fn main() -> Result<()> {
     // the allocator as `guirl train` has it: freed memory is kept for reuse, not faulted
     // in again page by page
     guirl::cli::tune_allocator();
-    // `cargo bench` adds `--bench`; our flags take values.
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
-    if args.iter().any(|a| a == "--help" || a == "-h") {
-        println!("{USAGE}");
-        return Ok(());
-    }
-    let device = match arg(&args, "--device").unwrap_or_else(|| "cpu".into()).as_str() {
-        "cpu" => Device::Cpu,
-        "cuda" => guirl::policy::device::cuda(0)
+    // `cargo bench` adds `--bench`
+    let cli = Cli::parse_from(std::env::args().filter(|a| a != "--bench"));
+    let device = match cli.device {
+        DeviceArg::Cpu => Device::Cpu,
+        DeviceArg::Cuda => guirl::policy::device::cuda(0)
             .context("--device cuda needs a `--features cuda` build and a GPU")?,
-        other => bail!("--device {other:?}: use cpu or cuda"),
     };
-    let dtype = arg(&args, "--dtype").unwrap_or_else(|| "f32".into());
-    let model = PathBuf::from(
-        arg(&args, "--model").context("--model DIR: a Qwen-VL checkpoint folder (--help lists the flags)")?,
-    );
-    let rollouts: Vec<usize> = arg(&args, "--rollouts")
-        .unwrap_or_else(|| "1,2,4,8".into())
-        .split(',')
-        .map(|s| s.trim().parse().with_context(|| format!("--rollouts: {s:?} is not a count")))
-        .collect::<Result<_>>()?;
-    let tokens: usize = arg(&args, "--tokens").map_or(Ok(32), |s| s.parse()).context("--tokens")?;
+    let dtype = cli.dtype.name().to_string();
+    let model = cli.model;
+    let rollouts = cli.rollouts;
+    let tokens = cli.tokens;
     let config: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(model.join("config.json")).with_context(|| {
             format!("{}: cannot read config.json; --model takes a Qwen-VL checkpoint folder", model.display())
@@ -106,15 +210,15 @@ fn main() -> Result<()> {
     let mut s = QwenPolicySettings::new(backbone, model.to_str().context("model path")?);
     s.dtype = dtype.clone();
     s.max_new_tokens = tokens;
-    s.decode_rows = arg(&args, "--rows").map(|r| r.parse()).transpose().context("--rows")?;
-    s.decode_window = arg(&args, "--window").map(|w| w.parse()).transpose().map_err(anyhow::Error::msg)?;
-    s.decode_sync = arg(&args, "--sync").map(|n| n.parse()).transpose().context("--sync")?;
-    s.decode_lora = arg(&args, "--lora").map(|l| l.parse()).transpose().map_err(anyhow::Error::msg)?;
-    s.decode_kernels = arg(&args, "--kernels").map(|a| a.parse()).transpose().map_err(anyhow::Error::msg)?;
-    if let Some(v) = arg(&args, "--invariant") {
-        s.batch_invariant = v.parse().context("--invariant: true or false")?;
+    s.decode_rows = cli.rows;
+    s.decode_window = cli.window;
+    s.decode_sync = cli.sync;
+    s.decode_lora = cli.lora.map(DecodeLora::from);
+    s.decode_kernels = cli.kernels.map(DecodeKernels::from);
+    if let Some(v) = cli.invariant {
+        s.batch_invariant = v;
     }
-    s.decode_graph = args.iter().any(|a| a == "--graph");
+    s.decode_graph = cli.graph;
     let graph = s.decode_graph;
     let adapters = s.decode_lora_on(&device);
     let kernels = s.decode_kernels_on(&device);
@@ -145,14 +249,13 @@ fn main() -> Result<()> {
     // the largest count, so that its answers' caches are not the first memory of that size
     // (on a CPU, fresh pages cost a fault each; a long run reuses its memory)
     warm_up(&policy, rollouts.iter().copied().max().unwrap_or(1))?;
-    if let Some(n) = arg(&args, "--mismatch") {
-        return mismatch(&policy, n.parse().context("--mismatch: a number of rollouts")?);
+    if let Some(n) = cli.mismatch {
+        return mismatch(&policy, n);
     }
-    if let Some(steps) = arg(&args, "--profile") {
-        let steps: usize = steps.parse().context("--profile: a number of decoding steps")?;
+    if let Some(steps) = cli.profile {
         return profile(&policy, rollouts[0], steps);
     }
-    let _cached = if args.iter().any(|a| a == "--cache-uploads") {
+    let _cached = if cli.cache_uploads {
         println!("with candle's upload cache (dims, strides and small host data kept on the device)");
         Some(cache_uploads(&device)?)
     } else {
@@ -183,11 +286,11 @@ fn main() -> Result<()> {
             "tokens_per_s": rate, "of_roofline": of_roofline, "peak_mib": mem,
         }));
     }
-    if let Some(dir) = arg(&args, "--export") {
+    if let Some(dir) = cli.export {
         let n = rollouts.iter().copied().max().unwrap_or(1);
-        export(&policy, n, tokens, lora, std::path::Path::new(&dir))?;
+        export(&policy, n, tokens, lora, &dir)?;
     }
-    if let Some(out) = arg(&args, "--out") {
+    if let Some(out) = cli.out {
         let doc = serde_json::json!({
             "backbone": backbone, "dtype": dtype, "device": format!("{device:?}"), "decode_rows": rows,
             "decode_window": window, "decode_sync": sync, "decode_lora": adapters, "decode_kernels": kernels,
@@ -195,7 +298,8 @@ fn main() -> Result<()> {
             "copy_bandwidth": bandwidth,
             "roofline_one_rollout": roofline, "table": table,
         });
-        std::fs::write(&out, serde_json::to_string_pretty(&doc)?).with_context(|| out.clone())?;
+        std::fs::write(&out, serde_json::to_string_pretty(&doc)?)
+            .with_context(|| out.display().to_string())?;
     }
     Ok(())
 }
@@ -271,7 +375,7 @@ fn profile(policy: &QwenVlPolicy, n: usize, steps: usize) -> Result<()> {
     Ok(())
 }
 
-/// `--cache-uploads` (see the module docs): candle's upload cache on this thread until the
+/// `--cache-uploads` (see its flag): candle's upload cache on this thread until the
 /// returned guard is dropped.
 #[cfg(feature = "cuda")]
 fn cache_uploads(device: &Device) -> Result<Box<dyn std::any::Any>> {
@@ -286,7 +390,7 @@ fn cache_uploads(_device: &Device) -> Result<Box<dyn std::any::Any>> {
     bail!("--cache-uploads: a CUDA device's cache (a `--features cuda` build, --device cuda)")
 }
 
-/// `--mismatch N` (see the module docs): the decoder's log-probs against the trainer's
+/// `--mismatch N` (see its flag): the decoder's log-probs against the trainer's
 /// rescoring of the same tokens, after drawing every adapter's B.
 fn mismatch(policy: &QwenVlPolicy, n: usize) -> Result<()> {
     use rand::{Rng, SeedableRng};
@@ -332,8 +436,7 @@ fn mismatch(policy: &QwenVlPolicy, n: usize) -> Result<()> {
     Ok(())
 }
 
-/// Write the prompts of `n` rollouts of different screenshots into `dir` (see the module
-/// docs): what another engine needs to decode exactly what the policy's decoder did.
+/// Write the prompts of `n` rollouts of different screenshots into `dir` (`--export`): what another engine needs to decode exactly what the policy's decoder did.
 fn export(
     policy: &QwenVlPolicy,
     n: usize,

@@ -6,28 +6,89 @@
 //!     cargo bench --bench policy_speed -- [tiny|small|base] [batch] [cpu|cuda] [export=DIR]
 //! ```
 //!
-//! With `export=DIR` it times nothing: it writes the seeded weights, the prepared batch and
-//! the first training step's loss, gradient norm and post-AdamW loss into DIR
-//! (`speed::export`), for `scripts/small_policy_torch.py` (the same policy in PyTorch) to
-//! check itself against and time on the same batch.
+//! `--help` lists the arguments, each with what it does.
 
 use candle_core::Device;
+use clap::{Parser, ValueEnum};
 use guirl::policy::vlm::{speed, VlmConfig};
+use std::path::PathBuf;
+
+/// Training and acting throughput of the Candle VLM policy: 3 warm-up and 10 timed
+/// training steps on a synthetic batch, and acting on 1 and 8 states.
+#[derive(Parser)]
+#[command(
+    name = "policy_speed",
+    bin_name = "policy_speed",
+    after_help = "From the repository: `cargo bench --bench policy_speed -- [PRESET] [BATCH] [DEVICE] \
+                  [export=DIR]`."
+)]
+struct Cli {
+    /// The policy's size (`VlmConfig::preset`).
+    #[arg(value_enum, default_value_t = Preset::Small)]
+    preset: Preset,
+    /// Samples in the training batch.
+    #[arg(default_value_t = 32)]
+    batch: usize,
+    /// Where it runs; left out, CUDA in a `--features cuda` build, else the CPU. `cpu`
+    /// runs a CUDA build on the host (candle's `cuda_if_available` only asks whether the
+    /// feature is compiled in, so an empty CUDA_VISIBLE_DEVICES fails).
+    #[arg(value_enum)]
+    device: Option<DeviceArg>,
+    /// Time nothing: write the seeded weights, the prepared batch and the first training
+    /// step's loss, gradient norm and post-AdamW loss into DIR (`speed::export`), for
+    /// `scripts/small_policy_torch.py` (the same policy in PyTorch) to check itself against
+    /// and time on the same batch. Also written `export=DIR` after the positional
+    /// arguments, as the scripts write it.
+    #[arg(long, value_name = "DIR")]
+    export: Option<PathBuf>,
+}
+
+/// `VlmConfig::preset`'s sizes.
+#[derive(Clone, Copy, ValueEnum)]
+enum Preset {
+    /// For tests: 4×5 image tokens, d_model 32, one layer each side.
+    Tiny,
+    /// The CPU default: a 72×96 image as 9×12 tokens of width 64, three encoder and two
+    /// decoder layers.
+    Small,
+    /// For a GPU: the full MiniWoB screenshot as 20×26 tokens of width 256, six encoder
+    /// and four decoder layers.
+    Base,
+}
+
+impl Preset {
+    /// The name `VlmConfig::preset` takes.
+    fn name(self) -> &'static str {
+        match self {
+            Preset::Tiny => "tiny",
+            Preset::Small => "small",
+            Preset::Base => "base",
+        }
+    }
+}
+
+/// Where it runs (the third argument).
+#[derive(Clone, Copy, PartialEq, ValueEnum)]
+enum DeviceArg {
+    Cpu,
+    Cuda,
+}
 
 fn main() -> anyhow::Result<()> {
-    // `cargo bench` passes `--bench`; keep only our positional arguments.
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
-    let export = args.iter().find_map(|a| a.strip_prefix("export=")).map(std::path::PathBuf::from);
-    let args: Vec<&String> = args.iter().filter(|a| !a.starts_with("export=")).collect();
-    let preset = args.first().map_or("small", |a| a.as_str());
-    let batch: usize = args.get(1).map(|b| b.parse()).transpose()?.unwrap_or(32);
-    // Third argument `cpu` runs a CUDA build on the host (candle's `cuda_if_available`
-    // only asks whether the feature is compiled in, so an empty CUDA_VISIBLE_DEVICES fails).
-    let device = match args.get(2).map(|a| a.as_str()) {
-        Some("cpu") => Device::Cpu,
-        Some("cuda") | None if cfg!(feature = "cuda") => guirl::policy::device::cuda(0)?,
+    // `cargo bench` passes `--bench`; `export=DIR` is the scripts' spelling of `--export DIR`
+    let args = std::env::args().filter(|a| a != "--bench").map(|a| match a.strip_prefix("export=") {
+        Some(dir) => format!("--export={dir}"),
+        None => a,
+    });
+    let cli = Cli::parse_from(args);
+    let (preset, batch, export) = (cli.preset.name(), cli.batch, cli.export);
+    let device = match cli.device {
+        Some(DeviceArg::Cpu) => Device::Cpu,
+        Some(DeviceArg::Cuda) | None if cfg!(feature = "cuda") => guirl::policy::device::cuda(0)?,
         None => Device::Cpu,
-        Some(other) => anyhow::bail!("device `{other}`: expected `cpu` or `cuda` (a --features cuda build)"),
+        Some(DeviceArg::Cuda) => {
+            anyhow::bail!("device `cuda`: expected `cpu` or `cuda` (a --features cuda build)")
+        }
     };
     let cfg = VlmConfig::preset(preset)?;
     if let Some(dir) = export {

@@ -132,7 +132,7 @@ s.write_big_checkpoint(sys.argv[1], sys.argv[2], "bf16", "cuda")' /tmp/qwen-spee
   [ -f /tmp/qwen-speed/guirl.log ] && { echo "guirl side's log (tail):"; tail -5 /tmp/qwen-speed/guirl.log; }
   [ -n "${OUT:-}" ] && mv /tmp/qwen-speed/results.json "$OUT/qwen-speed-$size.json" 2>/dev/null
   fi
-  # where one decoder layer's time goes: its parts alone against the whole (benches/qwen_speed.rs `profile`)
+  # where one decoder layer's time goes: its parts alone against the whole (benches/qwen_speed/parts.rs, mode `profile`)
   if [ "${GPU_SPEED:-1}" != 0 ] && [ "$size" != tiny ] && [ -f /tmp/qwen-speed/$size/inputs.json ]; then
     echo "### $size: one decoder layer, part by part"
     timeout "$(cap 60)" $BIN/qwen_speed profile --device cuda --dtype bf16 --model /tmp/qwen-speed/qwen3_vl_${size}_bf16 \

@@ -1,4 +1,4 @@
-//! The clients of benches/serve_speed.rs: one env each way (in-process, REST, WebSocket;
+//! The clients of the serve_speed bench (main.rs): one env each way (in-process, REST, WebSocket;
 //! JSON or binary frames), each stepping the same seeded random actions and ending every
 //! step with the screenshot's pixels in hand.
 

@@ -1,6 +1,6 @@
 //! Where a decoder layer's training time goes: each of its parts timed alone at the model's
 //! real shapes, forward and backward, on the model's device (the GPU speed bench's
-//! breakdown, `benches/qwen_speed.rs` `profile`). The parts' sum set against the whole
+//! breakdown, `benches/qwen_speed/parts.rs`, mode `profile`). The parts' sum set against the whole
 //! layer shows what the glue between them (reshapes, transposes, residual adds, and
 //! candle's zero-filled gradient sums) costs.
 

@@ -6,8 +6,7 @@
 //! cargo bench --bench serve_speed -- [steps=300] [load_sessions=16] [load_steps=200] [--busy] [--latency-only]
 //! ```
 //!
-//! `--latency-only` measures section 1 alone (a quick look, or a profile of the paths) and
-//! writes no JSON.
+//! `--help` lists the arguments, each with what it does. The sections:
 //!
 //! 1. Step latency, one env, the same seeded random actions each way, on a MiniWoB++ task
 //!    and on a website page at 1280×720: in-process `GuiEnv`, REST and the WebSocket in
@@ -24,15 +23,13 @@
 //! 2. Aggregate steps/s of 8 envs at once: in-process vs 8 sessions of one server, REST
 //!    and WebSocket, raw pixels in binary frames and in shared memory, in 3 rounds each
 //!    against the in-process runs either side (the spread over rounds is printed).
-//!    With `--busy`, 1 and 2 are measured twice: as the machine is, and beside one
-//!    thread spinning on a core.
 //! 3. Load: N sessions x M random steps (half REST, half WebSocket, JSON/PNG) plus clients
 //!    that vanish mid-episode (dropped WebSockets, REST connections cut mid-request); then
 //!    every request must have had its answer, and no session or browser may be left.
 
-#[path = "serve_speed/clients.rs"]
 mod clients;
 
+use clap::Parser;
 use clients::{Client, Path, Target};
 use guirl::serve::env_server::{router, serve, ServeConfig};
 use serde_json::{json, Value};
@@ -40,6 +37,35 @@ use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// What `guirl serve` costs over the in-process env, and whether it holds under load: a
+/// markdown report, and target/serve_speed.json.
+#[derive(Parser)]
+#[command(
+    name = "serve_speed",
+    bin_name = "serve_speed",
+    after_help = "From the repository: `cargo bench --bench serve_speed -- [steps=300] [load_sessions=16] \
+                  [load_steps=200] [--busy] [--latency-only]`."
+)]
+struct Cli {
+    /// Steps of each path in section 1 (latency); each of section 2's clients takes a
+    /// third of them, at least 8. Also written `steps=N`.
+    #[arg(long, value_name = "N", default_value_t = 300)]
+    steps: usize,
+    /// Sessions of section 3's load. Also written `load_sessions=N`.
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    load_sessions: usize,
+    /// Random steps each session of section 3's load takes. Also written `load_steps=N`.
+    #[arg(long, value_name = "N", default_value_t = 200)]
+    load_steps: usize,
+    /// Measure sections 1 and 2 twice: as the machine is, and beside one thread spinning
+    /// on a core.
+    #[arg(long)]
+    busy: bool,
+    /// Measure section 1 alone (a quick look, or a profile of the paths) and write no JSON.
+    #[arg(long)]
+    latency_only: bool,
+}
 
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -201,20 +227,15 @@ fn spin(stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> anyhow::Result<()> {
-    let busy = std::env::args().any(|a| a == "--busy");
-    let latency_only = std::env::args().any(|a| a == "--latency-only");
-    let (mut steps, mut load_sessions, mut load_steps) = (300, 16, 200);
-    for a in std::env::args().skip(1).filter(|a| !a.starts_with("--")) {
-        let parsed = a.split_once('=').and_then(|(k, v)| Some((k, v.parse::<usize>().ok()?)));
-        match parsed {
-            Some(("steps", n)) => steps = n,
-            Some(("load_sessions", n)) => load_sessions = n,
-            Some(("load_steps", n)) => load_steps = n,
-            _ => anyhow::bail!(
-                "{a:?}: give steps=N, load_sessions=N or load_steps=N (and --busy, --latency-only)"
-            ),
+    // `cargo bench` adds `--bench`; `KEY=N`, as the docs write the counts, is `--KEY N` to
+    // clap (`load_sessions=16`: `--load-sessions 16`)
+    let args = std::env::args().filter(|a| a != "--bench").map(|a| match a.split_once('=') {
+        Some((key @ ("steps" | "load_sessions" | "load_steps"), n)) => {
+            format!("--{}={n}", key.replace('_', "-"))
         }
-    }
+        _ => a,
+    });
+    let Cli { steps, load_sessions, load_steps, busy, latency_only } = Cli::parse_from(args);
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     println!("# guirl serve: speed and load ({cores} cores, random actions)\n");
     let browsers_before = browser_processes();
