@@ -4,7 +4,7 @@
 //! candle evaluates `exp` and `tanh` through libm one element at a time, and its SiLU's
 //! backward is a chain of elementwise nodes, each a tensor written and a zero tensor added
 //! into. In the 0.5B Qwen3-VL LoRA update that was about 6 % of the time in `exp`/`tanh`
-//! alone (`docs/qwen-vl.md` § Speed). Here `exp` is a branch-free polynomial the compiler
+//! alone (`docs/qwen-vl-speed.md`). Here `exp` is a branch-free polynomial the compiler
 //! vectorises, built for AVX-512 and AVX2 and chosen at run time, split over rayon's threads.
 //! bf16 and f16 on the CPU go through the f32 path and are rounded once, as transformers
 //! computes these in f32; on CUDA the same functions run candle's ops.

@@ -99,7 +99,7 @@ pub struct QwenPolicySettings {
     /// runs alone. `false` runs only the live answers of a chunk, faster where a wide chunk
     /// has few answers live, and the prompts admitted between two steps together (their
     /// screenshots in one call of the vision tower, their remainders in one padded pass;
-    /// docs/qwen-vl.md, what invariance costs), but an answer's last bits then depend on
+    /// docs/qwen-vl-speed.md, what batch invariance costs), but an answer's last bits then depend on
     /// what shared its steps, so a run with several envs is no longer reproducible to the
     /// bit. Needs per-answer caches (`decode_window = "off"`, the default when `false`):
     /// window slots always run whole chunks.
@@ -301,7 +301,7 @@ impl QwenPolicySettings {
     /// collector can have in flight shares one pass of the weights. A step's time hardly
     /// grows with its rows on a GPU (the host issuing kernels); on a CPU in f32 a chunk of
     /// up to 8 rows runs only its live rows (`nn::gemm::padded_rows`), and a wider one pays
-    /// for its padding rows when few answers are live (docs/qwen-vl.md, speed).
+    /// for its padding rows when few answers are live (docs/qwen-vl-speed.md, chunks of rows).
     pub fn decode_rows_for(&self, live: usize) -> usize {
         self.decode_rows.unwrap_or(live.clamp(1, 256))
     }
@@ -342,7 +342,7 @@ impl QwenPolicySettings {
     }
 
     /// `decode_kernels`, or its default: fused on a CPU, where they decode 1.2–1.3× faster
-    /// (docs/qwen-vl.md, speed); eager on a GPU until the fused kernels have run on one
+    /// (docs/qwen-vl-speed.md, fused kernels); eager on a GPU until the fused kernels have run on one
     /// (docs/gpu.md, rollout decoding).
     pub fn decode_kernels_on(&self, device: &candle_core::Device) -> DecodeKernels {
         self.decode_kernels.unwrap_or(if device.is_cuda() {
