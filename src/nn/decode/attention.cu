@@ -1,30 +1,13 @@
-// Decoding attention (src/nn/decode_attention.rs): one block per (row, key/value head).
+// Decoding attention (src/nn/decode/attention.rs): one block per (row, key/value head).
 // Compiled by NVRTC with G (query heads per key/value head) and EPL (head elements per
 // lane, ceil(D / 32)) defined in front, so the per-lane arrays are registers.
-// No headers: bf16 is handled as its bits (unsigned short).
+// Element access (ld, st, neg_inf): elems.cuh, put in front.
 #ifndef G
 #error "G undefined"
 #endif
 #ifndef EPL
 #error "EPL undefined"
 #endif
-
-__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
-__device__ __forceinline__ float ld(const float* p, long i) { return p[i]; }
-__device__ __forceinline__ float ld(const unsigned short* p, long i) {
-  return __uint_as_float(((unsigned int)p[i]) << 16);
-}
-__device__ __forceinline__ void st(float* p, long i, float x) { p[i] = x; }
-// round to nearest even, NaN kept a NaN
-__device__ __forceinline__ void st(unsigned short* p, long i, float x) {
-  unsigned int u = __float_as_uint(x);
-  if ((u & 0x7fffffffu) > 0x7f800000u) {
-    p[i] = (unsigned short)((u >> 16) | 0x40u);
-    return;
-  }
-  u += 0x7fffu + ((u >> 16) & 1u);
-  p[i] = (unsigned short)(u >> 16);
-}
 
 // One position's score for each of the G query heads (the whole warp ends with the same
 // bits: each butterfly step adds the same two values on both lanes), then the online

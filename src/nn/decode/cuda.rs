@@ -31,7 +31,12 @@ fn attention_ptx(g: usize, epl: usize) -> Result<(Arc<String>, String)> {
     Ok((ptx, format!("guirl_decode_{key}")))
 }
 
-/// The PTX of the source `src()` names `key`, compiled by NVRTC once per process.
+/// The element access every kernel source shares (bf16 as its bits, read and written
+/// through f32), put in front of each.
+const ELEMS: &str = include_str!("elems.cuh");
+
+/// The PTX of the source `src()` names `key`, with [`ELEMS`] in front, compiled by NVRTC
+/// once per process.
 pub(crate) fn compiled(key: &str, src: impl FnOnce() -> String) -> Result<Arc<String>> {
     static CACHE: OnceLock<Mutex<HashMap<String, Arc<String>>>> = OnceLock::new();
     let mut cache = CACHE.get_or_init(Default::default).lock().expect("ptx cache");
@@ -39,7 +44,7 @@ pub(crate) fn compiled(key: &str, src: impl FnOnce() -> String) -> Result<Arc<St
         return Ok(p.clone());
     }
     let opts = CompileOptions { options: vec!["--std=c++14".into()], ..Default::default() };
-    let ptx = compile_ptx_with_opts(src(), opts).map_err(|e| {
+    let ptx = compile_ptx_with_opts(format!("{ELEMS}\n{}", src()), opts).map_err(|e| {
         candle_core::Error::Msg(format!("decoding kernel {key}: NVRTC could not compile it: {e}"))
     })?;
     let p = Arc::new(ptx.to_src());

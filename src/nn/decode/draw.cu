@@ -1,13 +1,7 @@
 // Decoding's draw (src/nn/decode/draw.rs): one block per row; thread t owns the contiguous
 // run [t*c, (t+1)*c) of the vocabulary. The runs' sums are prefix-summed in a fixed order
 // (a warp scan, then the warps'), so a row's token and log-probability depend on its own
-// logits and draw alone. No headers: bf16 is handled as its bits (unsigned short).
-
-__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
-__device__ __forceinline__ float ldx(const float* p, long i) { return p[i]; }
-__device__ __forceinline__ float ldx(const unsigned short* p, long i) {
-  return __uint_as_float(((unsigned int)p[i]) << 16);
-}
+// logits and draw alone. Element access (ld, neg_inf): elems.cuh, put in front.
 
 // the block's largest (value, index) pair, the smallest index among equal values; every
 // thread gets it
@@ -60,7 +54,7 @@ __device__ void draw(const T* x, const float* banned, const float* u, float* out
   float m = neg_inf();
   int arg = v;
   for (int i = lo; i < hi; i++) {
-    float z = ldx(row, i) / temp + banned[i];
+    float z = ld(row, i) / temp + banned[i];
     if (z > m) { m = z; arg = i; }
   }
   block_argmax(&m, &arg, sm, sa);
@@ -68,7 +62,7 @@ __device__ void draw(const T* x, const float* banned, const float* u, float* out
   float s = 0.f;
   int last = -1;
   for (int i = lo; i < hi; i++) {
-    float p = expf(ldx(row, i) / temp + banned[i] - m);
+    float p = expf(ld(row, i) / temp + banned[i] - m);
     if (p > 0.f) last = i;
     s += p;
   }
@@ -105,7 +99,7 @@ __device__ void draw(const T* x, const float* banned, const float* u, float* out
       float acc = 0.f;
       int tok = last;
       for (int i = lo; i < hi; i++) {
-        acc += expf(ldx(row, i) / temp + banned[i] - m);
+        acc += expf(ld(row, i) / temp + banned[i] - m);
         if (acc > rest) { tok = i; break; }
       }
       s_tok = tok;
@@ -115,7 +109,7 @@ __device__ void draw(const T* x, const float* banned, const float* u, float* out
   if (threadIdx.x == 0) {
     int tok = greedy ? arg : (s_tok >= 0 ? s_tok : last_row);
     if (tok < 0 || tok >= v) tok = 0;  // a row with no token of mass: nothing to draw
-    float z = ldx(row, tok) / temp + banned[tok];
+    float z = ld(row, tok) / temp + banned[tok];
     out[2 * (long)blockIdx.x] = (float)tok;
     out[2 * (long)blockIdx.x + 1] = z - m - logf(total);
   }

@@ -3,26 +3,7 @@
 // q/k/v product into heads. f32 inside, rounded
 // where the unfused ops round. Sums of squares are reduced in a fixed order (butterflies
 // within a warp, then the warps in order), so a row's bits never depend on other rows.
-// No headers: bf16 is handled as its bits (unsigned short).
-
-__device__ __forceinline__ float ld(const float* p, long i) { return p[i]; }
-__device__ __forceinline__ float ld(const unsigned short* p, long i) {
-  return __uint_as_float(((unsigned int)p[i]) << 16);
-}
-// round to nearest even, NaN kept a NaN
-__device__ __forceinline__ unsigned short to_bf16(float x) {
-  unsigned int u = __float_as_uint(x);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (unsigned short)(u >> 16);
-}
-__device__ __forceinline__ void st(float* p, long i, float x) { p[i] = x; }
-__device__ __forceinline__ void st(unsigned short* p, long i, float x) { p[i] = to_bf16(x); }
-// x rounded to the element type and back
-__device__ __forceinline__ float rnd(const float*, float x) { return x; }
-__device__ __forceinline__ float rnd(const unsigned short*, float x) {
-  return __uint_as_float(((unsigned int)to_bf16(x)) << 16);
-}
+// Element access (ld, st, rnd): elems.cuh, put in front.
 
 // The block's sum of `v` (blockDim.x a multiple of 32, at most 1024), the same on every
 // thread, in a fixed order. `red` holds 33 floats.

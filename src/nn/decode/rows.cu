@@ -9,6 +9,7 @@
 // (warps a block). A column's sum runs in an order fixed by K, SPLIT and the lane alone
 // (each lane's elements in order, fmaf; the lanes by a butterfly; the SPLIT parts in
 // order), never by M: a row's bits do not depend on the other rows nor on their count.
+// Element access (ld, st): elems.cuh, put in front.
 
 __device__ __forceinline__ void unpack(const float4& v, float* f) {
   f[0] = v.x; f[1] = v.y; f[2] = v.z; f[3] = v.w;
@@ -21,22 +22,6 @@ __device__ __forceinline__ void unpack(const uint4& v, float* f) {
     f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
   }
 }
-__device__ __forceinline__ float ld(const float* p, long i) { return p[i]; }
-__device__ __forceinline__ float ld(const unsigned short* p, long i) {
-  return __uint_as_float(((unsigned int)p[i]) << 16);
-}
-// round to nearest even, NaN kept a NaN
-__device__ __forceinline__ void st(float* p, long i, float x) { p[i] = x; }
-__device__ __forceinline__ void st(unsigned short* p, long i, float x) {
-  unsigned int u = __float_as_uint(x);
-  if ((u & 0x7fffffffu) > 0x7f800000u) {
-    p[i] = (unsigned short)((u >> 16) | 0x40u);
-    return;
-  }
-  u += 0x7fffu + ((u >> 16) & 1u);
-  p[i] = (unsigned short)(u >> 16);
-}
-
 #if VEC == 4
 typedef float4 Pack;
 #else
