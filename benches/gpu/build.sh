@@ -33,6 +33,9 @@ if [ ! -f "$CUDA_HOME/lib/stubs/libcuda.so" ]; then
     | sed -E 's/pub unsafe fn (cu[A-Za-z0-9_]+)\(/int \1(void){return 999;}/' > "$CUDA_HOME/lib/stubs/libcuda_stub.c"
   gcc -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$CUDA_HOME/lib/stubs/libcuda.so" "$CUDA_HOME/lib/stubs/libcuda_stub.c"
 fi
+# the link finds the stub through this too: a CUDA build cached from before the stub existed
+# (its build scripts' search paths saved without it) fails with "unable to find -lcuda"
+export LIBRARY_PATH="$CUDA_HOME/lib/stubs${LIBRARY_PATH:+:$LIBRARY_PATH}"
 export CUDA_COMPUTE_CAP=90 CUDAFORGE_THREADS=2
 cargo build --release --features cuda --target-dir target-cuda --bin guirl --bench policy_speed --bench qwen_speed --bench decode_table
 # test binaries: the Qwen-VL parity tests run on the GPU too
