@@ -6,14 +6,11 @@ use crate::inputs::{Env, Inputs};
 use anyhow::{Context, Result};
 use candle_core::{DType, Device, Tensor, D};
 use guirl::env::{GuiAction, ScreenState};
-use guirl::policy::api::prompt::{system_prompt, user_text};
 use guirl::policy::qwen_vl::model::text::KvCache;
-use guirl::policy::qwen_vl::processor::ProcessedImage;
 use guirl::policy::qwen_vl::train::train_pass::PassState;
 use guirl::policy::qwen_vl::{QwenPolicySettings, QwenVlPolicy};
 use guirl::policy::TrainablePolicy;
 use guirl::train::optim::{AdamW, AdamWConfig};
-use serde_json::json;
 use std::path::Path;
 use std::time::Instant;
 
@@ -22,8 +19,6 @@ pub struct Bench {
     pub policy: QwenVlPolicy,
     /// The policy's `decode_rows`.
     pub rows: usize,
-    /// The system prompt of the inputs.
-    system: String,
     /// The samples' screens.
     pub states: Vec<ScreenState>,
     /// The samples' answers as the policy's tokens.
@@ -67,27 +62,10 @@ pub fn load(model: &Path, inputs: &Inputs, base: &Path, env: &Env) -> Result<Ben
         answers.push(policy.encode(&state, &action)?);
         states.push(state);
     }
-    Ok(Bench { policy, rows, system: inputs.system_prompt.clone(), states, answers, device })
+    Ok(Bench { policy, rows, states, answers, device })
 }
 
 impl Bench {
-    /// The prompt ids and processed screenshot the policy builds for `state` (its
-    /// `prompt()` is private; this is the same sequence of public calls).
-    pub fn prompt(&self, state: &ScreenState) -> Result<(Vec<u32>, ProcessedImage)> {
-        let m = self.policy.model();
-        let img = m.processor.process(&state.screenshot);
-        let (w, h) = state.screenshot.dimensions();
-        let system = system_prompt(&self.system, &self.policy.coords().describe(w, h));
-        let user = user_text(state, &[], false);
-        let messages = json!([
-            {"role": "system", "content": system},
-            {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": user}]},
-        ]);
-        let rendered = m.chat.render(&messages, true)?;
-        let ids = m.chat.encode_prompt(&rendered, &[img.tokens(m.config.vision.spatial_merge_size)])?;
-        Ok((ids, img))
-    }
-
     /// GRPO's clipped surrogate at ratio 1 (the first epoch):
     /// `L = −Σ_t mask·exp(logp − sg(logp))·A / Σ mask` (its gradient is `−A ∇logp`).
     pub fn loss(
@@ -122,7 +100,7 @@ impl Bench {
         let m = self.policy.model();
         let _no_graph = m.text.pass().enter(PassState { no_grad: true, ..PassState::default() });
         let rows = self.rows;
-        let (ids, img) = self.prompt(state)?;
+        let (ids, img) = self.policy.prompt(state)?;
         let (px, grids) = m.processor.batch(std::slice::from_ref(&img), &self.device)?;
         let vision = m.encode_images(&px, &grids)?;
         let prompt = m.prompt(ids, &grids)?;

@@ -19,7 +19,7 @@ pub fn profile(model: &Path, inputs: &Inputs, base: &Path, out: &Path, env: &Env
         .states
         .iter()
         .zip(&b.answers)
-        .map(|(s, a)| b.prompt(s).map(|(ids, _)| ids.len() + a.len()))
+        .map(|(s, a)| b.policy.prompt(s).map(|(ids, _)| ids.len() + a.len()))
         .collect::<Result<Vec<_>>>()?
         .into_iter()
         .max()

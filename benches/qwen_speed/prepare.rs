@@ -26,7 +26,7 @@ pub fn prepare(model: &Path, inputs: &Inputs, base: &Path, out: &Path, env: &Env
     let mut pixels: HashMap<String, Tensor> = HashMap::new();
     let m = b.policy.model();
     for (i, (s, ans)) in b.states.iter().zip(&b.answers).enumerate() {
-        let (ids, img) = b.prompt(s)?;
+        let (ids, img) = b.policy.prompt(s)?;
         let (px, grids) = m.processor.batch(std::slice::from_ref(&img), &b.device)?;
         pixels.insert(format!("pixel_values.{i}"), px.to_device(&Device::Cpu)?);
         samples.push(json!({"input_ids": ids, "grid": grids[0], "answer": ans}));

@@ -89,7 +89,7 @@ pub fn time(model: &Path, inputs: &Inputs, base: &Path, out: &Path, env: &Env) -
         .states
         .iter()
         .zip(&b.answers)
-        .map(|(s, a)| b.prompt(s).map(|(ids, _)| ids.len() + a.len()))
+        .map(|(s, a)| b.policy.prompt(s).map(|(ids, _)| ids.len() + a.len()))
         .sum::<Result<usize>>()?;
     let answer_tokens: usize = b.answers.iter().map(Vec::len).sum();
     let mut times = Vec::new();
@@ -120,7 +120,7 @@ pub fn time(model: &Path, inputs: &Inputs, base: &Path, out: &Path, env: &Env) -
     let t = Instant::now();
     let mut images = Vec::new();
     for s in &states {
-        images.push(b.prompt(s)?.1);
+        images.push(b.policy.prompt(s)?.1);
     }
     let prompt_s = t.elapsed().as_secs_f64();
     // the vision tower alone, the minibatch's screenshots in one call as the policy runs
