@@ -10,14 +10,15 @@ if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 
 # chromium-headless-shell is the same Chromium without its UI: guirl's headless runs use it
 # (faster); headful runs and the fallback use chromium. xvfb (a virtual X display) and
-# xdotool (OS-level input) are for the test of `guirl play --headful --capture`.
+# xdotool (OS-level input) are for the test of `guirl play --headful --capture`. g++ compiles
+# the CUDA kernels' sources for the host in the tests (src/nn/kernel/host.rs).
 if ! command -v chromedriver >/dev/null 2>&1 || ! command -v chromium >/dev/null 2>&1 \
   || [ ! -x /usr/lib/chromium/chromium-headless-shell ] || ! command -v Xvfb >/dev/null 2>&1 \
-  || ! command -v xdotool >/dev/null 2>&1; then
-  echo "setup: installing chromium, chromium-driver, chromium-headless-shell, xvfb and xdotool with apt-get"
+  || ! command -v xdotool >/dev/null 2>&1 || ! command -v g++ >/dev/null 2>&1; then
+  echo "setup: installing chromium, chromium-driver, chromium-headless-shell, xvfb, xdotool and g++ with apt-get"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver chromium-headless-shell \
-    xvfb xdotool >/dev/null
+    xvfb xdotool g++ >/dev/null
 fi
 
 # As root, guirl runs each browser as an unprivileged user so that Chromium's sandbox can

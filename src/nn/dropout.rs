@@ -77,9 +77,9 @@ impl CustomOp1 for MaskOp {
     fn cuda_fwd(
         &self,
         s: &candle_core::CudaStorage,
-        _: &Layout,
+        l: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        self.forward_cuda(s)
+        super::kernel::cuda::run(self, &[(s, l)])
     }
 }
 
@@ -112,6 +112,24 @@ mod tests {
         assert_ne!(m, values(&keyed_mask(7, 3, 0.25, &shape, &Device::Cpu).unwrap()), "another id");
         assert!(values(&keyed_mask(7, 2, 0.0, &shape, &Device::Cpu).unwrap()).iter().all(|&v| v == 1.0));
         assert!(keyed_mask(7, 2, 1.0, &shape, &Device::Cpu).is_err());
+    }
+
+    /// `dropout.cu` run on the host (`nn::kernel::host`, CUDA's threads emulated) draws the
+    /// CPU's mask bit for bit, across blocks and a last block partly past the end.
+    #[test]
+    fn the_cuda_kernel_on_the_host_draws_the_cpus_mask() {
+        for (key, p, shape) in [(7, 0.25, Shape::from((3, 700))), (9, 0.1, Shape::from(5))] {
+            let cpu = keyed_mask(key, 2, p, &shape, &Device::Cpu).unwrap();
+            let op = MaskOp {
+                seed: seed(key, 2),
+                cut: (p * 4_294_967_296.0) as u64,
+                keep: (1.0 / (1.0 - p)) as f32,
+                shape,
+            };
+            let on = Tensor::zeros(1, DType::F32, &Device::Cpu).unwrap();
+            let host = crate::nn::kernel::host::run(&op, &[&on]).unwrap();
+            assert_eq!(values(&host), values(&cpu));
+        }
     }
 
     #[test]

@@ -14,6 +14,8 @@
 //! - [`custom_ops`]: the small policy's masked softmax, LayerNorm, GELU and bias add.
 //! - [`decode`]: decoding's kernels (the attention of one new token per row, the draw of
 //!   the next token), on the CPU and on CUDA, forward only: decoding keeps no graph.
+//! - [`kernel`]: the launches of guirl's own CUDA kernels (decoding's, dropout's masks),
+//!   described without a device, run on a card or, in the tests, on the host.
 //!
 //! The Qwen-VL backbones use the first four and the last, the small Candle policy
 //! `custom_ops`.
@@ -23,8 +25,10 @@ pub mod attach;
 pub mod custom_ops;
 pub mod decode;
 pub mod dropout;
-#[cfg(feature = "cuda")]
-mod dropout_cuda;
+#[cfg(any(feature = "cuda", test))]
+mod dropout_launch;
 pub mod few_rows;
 pub mod fused;
 pub mod gemm;
+#[cfg(any(feature = "cuda", test))]
+pub(crate) mod kernel;

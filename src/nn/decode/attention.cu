@@ -1,7 +1,7 @@
 // Decoding attention (src/nn/decode/attention.rs): one block per (row, key/value head).
 // Compiled by NVRTC with G (query heads per key/value head) and EPL (head elements per
 // lane, ceil(D / 32)) defined in front, so the per-lane arrays are registers.
-// Element access (ld, st, neg_inf): elems.cuh, put in front.
+// Element access (ld, st, neg_inf): src/nn/kernel/elems.cuh, put in front.
 #ifndef G
 #error "G undefined"
 #endif

@@ -181,7 +181,7 @@ impl CustomOp3 for AttentionOp {
         v: &candle_core::CudaStorage,
         vl: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        self.forward_cuda(q, ql, k, kl, v, vl)
+        crate::nn::kernel::cuda::run(self, &[(q, ql), (k, kl), (v, vl)])
     }
 }
 

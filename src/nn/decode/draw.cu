@@ -1,7 +1,7 @@
 // Decoding's draw (src/nn/decode/draw.rs): one block per row; thread t owns the contiguous
 // run [t*c, (t+1)*c) of the vocabulary. The runs' sums are prefix-summed in a fixed order
 // (a warp scan, then the warps'), so a row's token and log-probability depend on its own
-// logits and draw alone. Element access (ld, neg_inf): elems.cuh, put in front.
+// logits and draw alone. Element access (ld, neg_inf): src/nn/kernel/elems.cuh, put in front.
 
 // the block's largest (value, index) pair, the smallest index among equal values; every
 // thread gets it

@@ -3,7 +3,7 @@
 // q/k/v product into heads. f32 inside, rounded
 // where the unfused ops round. Sums of squares are reduced in a fixed order (butterflies
 // within a warp, then the warps in order), so a row's bits never depend on other rows.
-// Element access (ld, st, rnd): elems.cuh, put in front.
+// Element access (ld, st, rnd): src/nn/kernel/elems.cuh, put in front.
 
 // The block's sum of `v` (blockDim.x a multiple of 32, at most 1024), the same on every
 // thread, in a fixed order. `red` holds 33 floats.

@@ -347,7 +347,7 @@ impl CustomOp3 for AddRmsNorm {
         w: &candle_core::CudaStorage,
         wl: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        self.forward_cuda(x, xl, d, dl, w, wl)
+        crate::nn::kernel::cuda::run(self, &[(x, xl), (d, dl), (w, wl)])
     }
 }
 
@@ -392,7 +392,7 @@ impl CustomOp3 for SplitHeads {
         s: &candle_core::CudaStorage,
         sl: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        self.forward_cuda(x, xl, c, cl, s, sl)
+        crate::nn::kernel::cuda::run(self, &[(x, xl), (c, cl), (s, sl)])
     }
 }
 
@@ -411,7 +411,7 @@ impl candle_core::CustomOp1 for SwigluHalves {
         gu: &candle_core::CudaStorage,
         l: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        self.forward_cuda(gu, l)
+        crate::nn::kernel::cuda::run(self, &[(gu, l)])
     }
 }
 
@@ -432,7 +432,7 @@ impl CustomOp2 for Swiglu {
         u: &candle_core::CudaStorage,
         ul: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        self.forward_cuda(g, gl, u, ul)
+        crate::nn::kernel::cuda::run(self, &[(g, gl), (u, ul)])
     }
 }
 

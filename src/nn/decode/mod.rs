@@ -22,9 +22,13 @@ pub mod rows;
 pub use attention::attention;
 pub use draw::draw;
 
-#[cfg(feature = "cuda")]
-pub(super) mod cuda;
-#[cfg(feature = "cuda")]
-mod layer_cuda;
-#[cfg(feature = "cuda")]
-mod rows_cuda;
+#[cfg(any(feature = "cuda", test))]
+mod attention_launch;
+#[cfg(any(feature = "cuda", test))]
+mod draw_launch;
+#[cfg(test)]
+mod host_tests;
+#[cfg(any(feature = "cuda", test))]
+mod layer_launch;
+#[cfg(any(feature = "cuda", test))]
+mod rows_launch;

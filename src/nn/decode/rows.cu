@@ -9,7 +9,7 @@
 // (warps a block). A column's sum runs in an order fixed by K, SPLIT and the lane alone
 // (each lane's elements in order, fmaf; the lanes by a butterfly; the SPLIT parts in
 // order), never by M: a row's bits do not depend on the other rows nor on their count.
-// Element access (ld, st): elems.cuh, put in front.
+// Element access (ld, st): src/nn/kernel/elems.cuh, put in front.
 
 __device__ __forceinline__ void unpack(const float4& v, float* f) {
   f[0] = v.x; f[1] = v.y; f[2] = v.z; f[3] = v.w;

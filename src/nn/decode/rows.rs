@@ -68,26 +68,6 @@ pub fn product(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> 
 /// The op (no parameters: the shapes say it all).
 pub(super) struct RowsOp;
 
-/// Warps a CUDA block runs, and the most that share one weight row.
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-pub(super) const WARPS: usize = 8;
-
-/// How many warps share each weight row on CUDA for `n` rows of `k` elements read `vec` at
-/// a time: enough for about 8 192 warps in all (an H200 keeps 8 448 resident), at most
-/// [`WARPS`], each warp's share a whole number of loads. Set by the shape alone, so a
-/// layer's sums keep their order whatever the rows.
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-pub(super) fn split(n: usize, k: usize, vec: usize) -> usize {
-    let mut s = 1;
-    while s < WARPS && n * s * 2 <= 8192 {
-        s *= 2;
-    }
-    while s > 1 && !k.is_multiple_of(s * vec) {
-        s /= 2;
-    }
-    s
-}
-
 /// The contiguous f32 data of a storage.
 fn f32s<'a>(s: &'a CpuStorage, l: &Layout) -> Result<&'a [f32]> {
     match (s, l.contiguous_offsets()) {
@@ -141,7 +121,7 @@ impl CustomOp2 for RowsOp {
         w: &candle_core::CudaStorage,
         wl: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        self.forward_cuda(x, xl, w, wl, None)
+        crate::nn::kernel::cuda::run(self, &[(x, xl), (w, wl)])
     }
 }
 
@@ -172,7 +152,7 @@ impl CustomOp3 for RowsOp {
         b: &candle_core::CudaStorage,
         bl: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        self.forward_cuda(x, xl, w, wl, Some((b, bl)))
+        crate::nn::kernel::cuda::run(self, &[(x, xl), (w, wl), (b, bl)])
     }
 }
 

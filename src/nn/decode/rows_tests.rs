@@ -92,17 +92,3 @@ fn what_the_kernel_cannot_take_falls_back() {
     let err = product(&nine, &w, None).unwrap_err().to_string();
     assert!(err.contains("at most 8 contiguous rows"), "{err}");
 }
-
-/// The warps sharing a weight row follow the shape alone, never exceed a block, and leave
-/// each warp whole 16-byte loads.
-#[test]
-fn the_split_is_the_shapes_alone() {
-    assert_eq!(split(2048, 2048, 8), 4); // o: 2 048 rows, 8 192 warps
-    assert_eq!(split(4096, 2048, 8), 2); // q/k/v merged
-    assert_eq!(split(151_936, 2048, 8), 1); // the LM head
-    assert_eq!(split(256, 2048, 8), WARPS);
-    for (n, k, vec) in [(8, 24, 8), (8, 40, 4), (1, 8, 8), (3, 1000, 4)] {
-        let s = split(n, k, vec);
-        assert!((1..=WARPS).contains(&s) && k % (s * vec) == 0, "{n} × {k}: {s}");
-    }
-}

@@ -1,4 +1,4 @@
-// Element access shared by the decoding kernels' sources (src/nn/decode/cuda.rs puts it in
+// Element access shared by the decoding kernels' sources (src/nn/kernel/ puts it in
 // front of each before NVRTC compiles it). No headers: bf16 is handled as its bits
 // (unsigned short), read and written through f32.
 

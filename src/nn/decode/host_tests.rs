@@ -1,0 +1,195 @@
+//! The CUDA kernels' own sources run on the host (`nn::kernel::host`: CUDA's threads
+//! emulated, with the sanitizers), each launch as the card would get it, against the
+//! CPU's ops: what a kernel computes, where it reads and writes, its launch's shape and
+//! arguments. A card's memory model, math library and speed stay for the GPU tests.
+
+use super::attention::AttentionOp;
+use super::draw::DrawOp;
+use super::layer::{AddRmsNorm, SplitHeads, Swiglu, SwigluHalves};
+use super::rows::RowsOp;
+use crate::nn::kernel::host;
+use candle_core::{DType, Device, Tensor};
+use rand::{Rng, SeedableRng};
+
+fn randn(dims: &[usize], seed: u64) -> Tensor {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let n = dims.iter().product();
+    let data: Vec<f32> = (0..n).map(|_| rng.gen_range(-1.0..1.0)).collect();
+    Tensor::from_vec(data, dims, &Device::Cpu).unwrap()
+}
+
+fn values(t: &Tensor) -> Vec<f64> {
+    t.to_dtype(DType::F64).unwrap().flatten_all().unwrap().to_vec1().unwrap()
+}
+
+fn bits(t: &Tensor) -> Vec<u32> {
+    t.to_dtype(DType::F32)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1::<f32>()
+        .unwrap()
+        .iter()
+        .map(|x| x.to_bits())
+        .collect()
+}
+
+/// The largest difference between `got` and `want`, relative to `want`'s largest value.
+fn rel_diff(got: &Tensor, want: &Tensor) -> f64 {
+    assert_eq!(got.dims(), want.dims());
+    let (g, w) = (values(got), values(want));
+    let scale = w.iter().fold(1e-30f64, |m, x| m.max(x.abs()));
+    g.iter().zip(&w).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max) / scale
+}
+
+/// Rows by a weight, f32 and bf16, 1 to 8 rows, with and without a bias, over shapes
+/// whose weight rows take 8, 4, 2 and 1 warps each: the CPU's product within rounding, and
+/// a row's bits the same alone as among the others.
+#[test]
+fn few_rows_products_on_the_host_are_the_cpus() {
+    let run = |x: &Tensor, w: &Tensor, b: Option<&Tensor>| {
+        let got = host::run(&RowsOp, &[x, w].into_iter().chain(b).collect::<Vec<_>>()).unwrap();
+        let f = |t: &Tensor| t.to_dtype(DType::F32).unwrap();
+        let mut want = f(x).matmul(&f(w).t().unwrap()).unwrap();
+        if let Some(b) = b {
+            want = want.broadcast_add(&f(b)).unwrap();
+        }
+        let tol = if x.dtype() == DType::F32 { 1e-6 } else { 1e-2 };
+        let d = rel_diff(&got, &want);
+        assert!(d < tol, "{:?} by {:?} {:?}, bias {}: {d}", x.dims(), w.dims(), x.dtype(), b.is_some());
+        got
+    };
+    // (weight rows, k, dtype, rows, with the bias): warps a weight row 8, 1, 8, 4, 2
+    for (n, k, dt, ms) in [
+        (37, 64, DType::F32, &[1, 3, 8][..]),
+        (70, 200, DType::BF16, &[1, 3, 8]),
+        (40, 128, DType::BF16, &[8]),
+        (1500, 64, DType::F32, &[3]),
+        (2500, 128, DType::BF16, &[8]),
+    ] {
+        let w = randn(&[n, k], 1).to_dtype(dt).unwrap();
+        let b = randn(&[n], 2).to_dtype(dt).unwrap();
+        for &m in ms {
+            let x = randn(&[m, k], 3 + m as u64).to_dtype(dt).unwrap();
+            let together = run(&x, &w, Some(&b));
+            if n < 100 {
+                run(&x, &w, None);
+                let row = x.narrow(0, m - 1, 1).unwrap();
+                let alone = run(&row, &w, Some(&b));
+                assert_eq!(bits(&alone), bits(&together.narrow(0, m - 1, 1).unwrap()), "{n} × {k} {dt:?}");
+            }
+        }
+    }
+}
+
+/// Attention of one token per row over its own first positions, f32 and bf16: grouped and
+/// ungrouped heads, a head of 128 (the 2B model's), rows of length 0, 1, part and all of
+/// the window, keys and values that are views of a longer buffer: the CPU's within
+/// rounding, and a row's bits the same alone.
+#[test]
+fn decode_attention_on_the_host_is_the_cpus() {
+    for (r, h, hkv, w, d, lens) in [
+        (3, 4, 2, 16, 8, vec![5u32, 16, 1]),
+        (4, 8, 2, 40, 40, vec![0, 39, 7, 40]),
+        (2, 4, 2, 20, 128, vec![20, 3]),
+    ] {
+        for dt in [DType::F32, DType::BF16] {
+            let q = randn(&[r, h, d], 1).to_dtype(dt).unwrap();
+            // the cache's window is longer than the positions attended to
+            let k = randn(&[r, hkv, w + 5, d], 2).to_dtype(dt).unwrap().narrow(2, 0, w).unwrap();
+            let v = randn(&[r, hkv, w + 5, d], 3).to_dtype(dt).unwrap().narrow(2, 0, w).unwrap();
+            let l = Tensor::new(lens.as_slice(), &Device::Cpu).unwrap();
+            let scale = 1.0 / (d as f32).sqrt();
+            let op = AttentionOp { lens: l.clone(), w, scale };
+            let got = host::run(&op, &[&q, &k, &v]).unwrap();
+            let want = super::attention(&q, &k, &v, &l, scale as f64).unwrap();
+            let tol = if dt == DType::F32 { 1e-5 } else { 1e-2 };
+            let diff = rel_diff(&got, &want);
+            assert!(diff < tol, "{r} rows, {h}/{hkv} heads of {d}, {dt:?}: {diff}");
+            let one = |t: &Tensor| t.narrow(0, r - 1, 1).unwrap();
+            let op = AttentionOp { lens: one(&l), w, scale };
+            let alone = host::run(&op, &[&one(&q), &one(&k), &one(&v)]).unwrap();
+            assert_eq!(bits(&alone), bits(&one(&got)), "a row alone, {h}/{hkv} heads of {d}, {dt:?}");
+        }
+    }
+}
+
+/// The draw over a vocabulary the block's threads split unevenly, some tokens banned,
+/// sampled and greedy, f32 and bf16 logits: the CPU's tokens, its log-probs within
+/// rounding.
+#[test]
+fn decode_draw_on_the_host_is_the_cpus() {
+    let (n, v) = (3, 3001);
+    let mut ban = vec![0f32; v];
+    for i in (0..v).step_by(7) {
+        ban[i] = f32::NEG_INFINITY;
+    }
+    let banned = Tensor::new(ban.as_slice(), &Device::Cpu).unwrap();
+    let u = [0.1f32, 0.55, 0.93];
+    for dt in [DType::F32, DType::BF16] {
+        let x = (randn(&[n, v], 5) * 4.0).unwrap().to_dtype(dt).unwrap();
+        for greedy in [false, true] {
+            let pick = if greedy { super::draw::Pick::Greedy } else { super::draw::Pick::Sample(&u) };
+            let (_, want) = super::draw(&x, &banned, 0.8, pick).unwrap();
+            let draws = if greedy {
+                Tensor::zeros(n, DType::F32, &Device::Cpu).unwrap()
+            } else {
+                Tensor::new(&u, &Device::Cpu).unwrap()
+            };
+            let got = host::run(&DrawOp { temperature: 0.8, greedy }, &[&x, &banned, &draws]).unwrap();
+            let (g, w) = (got.to_vec2::<f32>().unwrap(), want.to_vec2::<f32>().unwrap());
+            for (a, b) in g.iter().zip(&w) {
+                assert_eq!(a[0], b[0], "token, {dt:?}, greedy {greedy}");
+                assert!((a[1] - b[1]).abs() < 1e-4, "log-prob {} against {}, {dt:?}", a[1], b[1]);
+            }
+        }
+    }
+}
+
+/// The layer's fused steps, f32 and bf16, widths not a multiple of a warp: the residual
+/// sum with its norm, SwiGLU (two inputs, and halves of one), and the split into heads
+/// with and without a bias and per-head norms, against the CPU's.
+#[test]
+fn the_layer_steps_on_the_host_are_the_cpus() {
+    for dt in [DType::F32, DType::BF16] {
+        let tol = if dt == DType::F32 { 1e-5 } else { 1e-2 };
+        let t = |dims: &[usize], seed| randn(dims, seed).to_dtype(dt).unwrap();
+        let (x, d, w) = (t(&[3, 200], 1), t(&[3, 200], 2), t(&[200], 3));
+        let got = host::run(&AddRmsNorm { eps: 1e-6 }, &[&x, &d, &w]).unwrap();
+        let (sum, norm) = super::layer::add_rms_norm(&x, &d, &w, 1e-6).unwrap();
+        assert!(rel_diff(&got, &Tensor::stack(&[sum, norm], 0).unwrap()) < tol, "add_rms_norm {dt:?}");
+
+        let (g, u) = (t(&[3, 300], 4), t(&[3, 300], 5));
+        let want = crate::nn::activation::swiglu(&g, &u).unwrap();
+        assert!(rel_diff(&host::run(&Swiglu, &[&g, &u]).unwrap(), &want) < tol, "swiglu {dt:?}");
+        let gu = Tensor::cat(&[&g, &u], 1).unwrap();
+        assert!(rel_diff(&host::run(&SwigluHalves, &[&gu]).unwrap(), &want) < tol, "swiglu_halves {dt:?}");
+
+        let (b, m, h, hkv, hd) = (2, 3, 4, 2, 64);
+        let width = (h + 2 * hkv) * hd;
+        let (qkv, cos, sin) = (t(&[m, width], 6), t(&[b, hd / 2], 7), t(&[b, hd / 2], 8));
+        let (bias, wq, wk) = (t(&[width], 9), t(&[hd], 10), t(&[hd], 11));
+        for (with_bias, with_norms) in [(false, false), (true, false), (false, true), (true, true)] {
+            let inputs = super::layer::HeadsIn {
+                heads: (h, hkv, hd),
+                bias: with_bias.then_some(&bias),
+                norms: with_norms.then_some((&wq, &wk, 1e-6)),
+                tables: (&cos, &sin),
+            };
+            let (q, k, v) = super::layer::split_heads(&qkv, b, inputs).unwrap();
+            let flat = |a: &Tensor| a.flatten_all().unwrap();
+            let want = Tensor::cat(&[flat(&q), flat(&k), flat(&v)], 0).unwrap();
+            let op = SplitHeads {
+                b,
+                h,
+                hkv,
+                d: hd,
+                bias: with_bias.then(|| bias.clone()),
+                norms: with_norms.then(|| (wq.clone(), wk.clone(), 1e-6)),
+            };
+            let got = host::run(&op, &[&qkv, &cos, &sin]).unwrap();
+            let diff = rel_diff(&got, &want);
+            assert!(diff < tol, "split_heads {dt:?}, bias {with_bias}, norms {with_norms}: {diff}");
+        }
+    }
+}
