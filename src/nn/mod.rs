@@ -14,8 +14,9 @@
 //! - [`custom_ops`]: the small policy's masked softmax, LayerNorm, GELU and bias add.
 //! - [`decode`]: decoding's kernels (the attention of one new token per row, the draw of
 //!   the next token), on the CPU and on CUDA, forward only: decoding keeps no graph.
-//! - [`kernel`]: the launches of guirl's own CUDA kernels (decoding's, dropout's masks),
-//!   described without a device, run on a card or, in the tests, on the host.
+//! - `kernel` (crate-private): the launches of guirl's own CUDA kernels (decoding's,
+//!   dropout's masks), described without a device, run on a card or, in the tests, on
+//!   the host.
 //!
 //! The Qwen-VL backbones use the first four and the last, the small Candle policy
 //! `custom_ops`.
