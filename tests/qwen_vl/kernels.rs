@@ -238,12 +238,13 @@ fn fused_layer_steps_on_the_test_device_are_candles_ops() {
 
 /// The fused products of a few rows (`guirl::nn::decode::rows`) on the test device, at
 /// Qwen3-VL 2B's widths (q/k/v merged 4 096 × 2 048 with a bias, down 2 048 × 6 144, an
-/// odd 37 × 64), 1 to 8 rows: each equals the product and bias the CPU computes in f32 from
-/// the same inputs (within the dtype's rounding), and a row's bits are the same alone, among
-/// 8 rows and at another place. `benches/gpu/run.sh` runs it on CUDA, the kernel's check.
+/// odd 37 × 64), 1 to as many rows as the device takes (16 on CUDA, 8 on the CPU): each
+/// equals the product and bias the CPU computes in f32 from the same inputs (within the
+/// dtype's rounding), and a row's bits are the same alone, among the others and at another
+/// place. `benches/gpu/run.sh` runs it on CUDA, the kernel's check.
 #[test]
 fn fused_rows_product_on_the_test_device_is_the_cpus_product() {
-    use guirl::nn::decode::rows::{product, takes, MAX_ROWS};
+    use guirl::nn::decode::rows::{max_rows, product, takes};
     use rand::{Rng, SeedableRng};
     let (dev, dt) = (device(), dtype());
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
@@ -257,11 +258,12 @@ fn fused_rows_product_on_the_test_device_is_the_cpus_product() {
     let bound = if dt == DType::F32 { 1e-5 } else { 1e-2 };
     let row_bits =
         |t: &Tensor, r: usize| back(t).get(r).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    let most = max_rows(&dev);
     for (n, k, with_bias) in [(4096usize, 2048usize, true), (2048, 6144, false), (37, 64, true)] {
-        let (w, b, x) = (randn(&[n, k]), randn(&[n]), randn(&[MAX_ROWS, k]));
+        let (w, b, x) = (randn(&[n, k]), randn(&[n]), randn(&[most, k]));
         let bias = with_bias.then(|| on(&b));
         let (wd, xd) = (on(&w), on(&x));
-        for m in 1..=MAX_ROWS {
+        for m in 1..=most {
             let xm = xd.narrow(0, 0, m).unwrap().contiguous().unwrap();
             if !takes(&xm, &wd, bias.as_ref()) {
                 // bf16 on a CPU runs candle's product: the kernel is f32 there
@@ -283,8 +285,8 @@ fn fused_rows_product_on_the_test_device_is_the_cpus_product() {
                 diff / scale <= bound,
                 "{dt:?} on {dev:?}: {m} rows by {n} × {k} differ by {diff} (of {scale})"
             );
-            if m == MAX_ROWS {
-                for r in [0, 3, MAX_ROWS - 1] {
+            if m == most {
+                for r in [0, 3, most - 1] {
                     let alone =
                         product(&xd.narrow(0, r, 1).unwrap().contiguous().unwrap(), &wd, bias.as_ref())
                             .unwrap();

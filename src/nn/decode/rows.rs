@@ -4,9 +4,10 @@
 //! A decoding step multiplies one to a few rows by every weight of the model, once: its
 //! products are the weights read from memory, not arithmetic. On an H200 cuBLAS's kernels
 //! for 1 to 32 rows read them at about 1.6 TB/s of the card's 4.3 (docs/gpu.md, run 11's
-//! profile: q/o 1.2, k/v 0.6, gate/up 2.4). `rows.cu` streams each weight row through
-//! one or more warps with 16-byte loads and dots it with every input row while it is in the
-//! registers, as `nn::few_rows` does on the CPU.
+//! profile: q/o 1.2, k/v 0.6, gate/up 2.4). `rows.cu` streams one to four weight rows at a
+//! time through one or more warps with 16-byte loads and dots them with every input row
+//! while they are in the registers, as `nn::few_rows` does on the CPU (up to 8 rows there,
+//! 16 on CUDA).
 //!
 //! Each output element is summed in f32 in an order fixed by `k` and the weight's row
 //! count alone, then rounded once with its bias: a row's bits do not depend on the other
@@ -14,13 +15,23 @@
 //! as the unfused product; the CUDA kernel agrees with it within rounding.
 
 use super::super::few_rows;
-use candle_core::{CpuStorage, CustomOp2, CustomOp3, DType, Layout, Result, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp2, CustomOp3, DType, Device, Layout, Result, Shape, Tensor};
 
-/// Most rows [`product`] takes (the kernel keeps a sum per row in registers).
-pub const MAX_ROWS: usize = few_rows::MAX_ROWS;
+/// Most rows [`product`] takes on any device (the kernel keeps a sum per row and weight
+/// row in registers): [`max_rows`] says how many on each.
+pub const MAX_ROWS: usize = 16;
+
+/// Most rows [`product`] takes on `device`: 16 on CUDA, 8 on the CPU (`nn::few_rows`).
+pub fn max_rows(device: &Device) -> usize {
+    if device.is_cuda() {
+        MAX_ROWS
+    } else {
+        few_rows::MAX_ROWS
+    }
+}
 
 /// Whether [`product`] takes `x` `[m, k]` by `w` `[n, k]` with `bias` `[n]`: `m` from 1 to
-/// [`MAX_ROWS`], all of one dtype (f32 on the CPU; f32 or bf16 on CUDA) and device,
+/// [`max_rows`], all of one dtype (f32 on the CPU; f32 or bf16 on CUDA) and device,
 /// contiguous, outside the autograd graph, and on CUDA rows that 16-byte loads can read
 /// (`k` a multiple of 8, each tensor's start aligned). Elsewhere a step runs candle's
 /// product.
@@ -34,7 +45,7 @@ pub fn takes(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> bool {
         t.dtype() == dt && t.is_contiguous() && !t.track_op() && t.device().same_device(x.device())
     };
     let bias_ok = bias.is_none_or(|b| plain(b) && b.dims() == [n]);
-    (1..=MAX_ROWS).contains(&m)
+    (1..=max_rows(x.device())).contains(&m)
         && k == kw
         && k > 0
         && dtype_ok
@@ -51,12 +62,13 @@ pub fn takes(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> bool {
 pub fn product(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
     if !takes(x, w, bias) {
         candle_core::bail!(
-            "decode rows: {:?} {:?} by {:?} {:?}: want at most {MAX_ROWS} contiguous rows by a \
-             weight of the same dtype stored in rows",
+            "decode rows: {:?} {:?} by {:?} {:?}: want at most {} contiguous rows by a weight of the \
+             same dtype stored in rows",
             x.dims(),
             x.dtype(),
             w.dims(),
-            w.dtype()
+            w.dtype(),
+            max_rows(x.device())
         );
     }
     match bias {

@@ -2,10 +2,9 @@
 // kernel's source compiles as C++20 and each CUDA thread runs as an OS thread. A block's
 // threads run together, the blocks one after another, so a block's __shared__ variables
 // are statics; __syncthreads and the warp shuffles are barriers. A thread that returns
-// leaves its barriers (as on a card); a shuffle that reads a lane which has returned aborts.
+// leaves its barriers (as on a card); a shuffle with a lane which has returned aborts.
 #include <math.h>
 
-#include <atomic>
 #include <barrier>
 #include <cstdint>
 #include <cstdio>
@@ -48,13 +47,19 @@ inline long max(long a, long b) { return a > b ? a : b; }
 inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
 inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }
 
-// One warp's exchange: its barrier, a slot per lane, which lanes have returned.
+// One warp's exchange: its barrier and two slots per lane, each a value and the shuffle
+// it belongs to (a shuffle writes one set while a lane still reading the last one reads
+// the other).
+struct guirl_slot {
+  uint64_t value;
+  unsigned shuffle;
+};
 struct guirl_warp {
   std::unique_ptr<std::barrier<>> bar;
-  uint64_t slot[32];
-  std::atomic<bool> gone[32];
+  guirl_slot slot[2][32];
 };
 static guirl_warp guirl_warps[32];
+static thread_local unsigned guirl_shuffles;  // this thread's shuffles so far in the block
 static std::unique_ptr<std::barrier<>> guirl_block;
 // a block's dynamic shared memory (`extern __shared__ T name[];` becomes a pointer to it)
 static unsigned char* guirl_dynamic_shared;
@@ -66,16 +71,21 @@ T guirl_exchange(T v, int src) {
   static_assert(sizeof(T) <= 8, "a shuffle of more than 8 bytes");
   guirl_warp& w = guirl_warps[threadIdx.x / 32];
   const int lane = threadIdx.x % 32;
-  memcpy(&w.slot[lane], &v, sizeof(T));
+  const unsigned n = guirl_shuffles++;
+  guirl_slot* slot = w.slot[n & 1];
+  memcpy(&slot[lane].value, &v, sizeof(T));
+  slot[lane].shuffle = n;
+  // One barrier: no lane writes this set again before every lane has passed the next
+  // shuffle's barrier, so after reading this one. A lane that has returned has left the
+  // barrier and never wrote this shuffle's slot.
   w.bar->arrive_and_wait();
-  if (w.gone[src]) {
+  if (slot[src].shuffle != n) {
     fprintf(stderr, "guirl host: thread %u (block %u, %u, %u) shuffles with lane %d of its warp, which has returned\n",
             threadIdx.x, blockIdx.x, blockIdx.y, blockIdx.z, src);
     abort();
   }
   T r;
-  memcpy(&r, &w.slot[src], sizeof(T));
-  w.bar->arrive_and_wait();
+  memcpy(&r, &slot[src].value, sizeof(T));
   return r;
 }
 template <class T>
@@ -106,7 +116,8 @@ static void guirl_start_block(unsigned block, size_t shared) {
   for (unsigned w = 0; w * 32 < block; w++) {
     const unsigned lanes = block - w * 32 < 32 ? block - w * 32 : 32;
     guirl_warps[w].bar = std::make_unique<std::barrier<>>(lanes);
-    for (unsigned l = 0; l < 32; l++) guirl_warps[w].gone[l] = l >= lanes;
+    for (auto& set : guirl_warps[w].slot)
+      for (auto& s : set) s.shuffle = ~0u;
   }
 }
 
@@ -133,10 +144,9 @@ void guirl_run(guirl_dim3 grid, unsigned block, size_t shared, F body) {
       threadIdx = {t, 0, 0};
       while (at < total) {
         blockIdx = {(unsigned)(at % grid.x), (unsigned)(at / grid.x % grid.y), (unsigned)(at / grid.x / grid.y)};
+        guirl_shuffles = 0;
         body();
-        guirl_warp& w = guirl_warps[t / 32];
-        w.gone[t % 32] = true;
-        w.bar->arrive_and_drop();
+        guirl_warps[t / 32].bar->arrive_and_drop();
         guirl_block->arrive_and_drop();
         between.arrive_and_wait();
       }
