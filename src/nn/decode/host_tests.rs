@@ -119,50 +119,51 @@ fn decode_attention_on_the_host_is_the_cpus() {
     }
 }
 
-/// The draw over a vocabulary the block's threads split unevenly, some tokens banned,
-/// sampled and greedy, f32 and bf16 logits: the CPU's tokens, its log-probs within
-/// rounding.
+/// The draw over vocabularies the block's threads split unevenly (Qwen-VL's own among
+/// them), some tokens banned, sampled and greedy, f32 and bf16 logits: the CPU's tokens,
+/// its log-probs within rounding.
 #[test]
 fn decode_draw_on_the_host_is_the_cpus() {
-    let (n, v) = (3, 3001);
-    let mut ban = vec![0f32; v];
-    for i in (0..v).step_by(7) {
-        ban[i] = f32::NEG_INFINITY;
-    }
-    let banned = Tensor::new(ban.as_slice(), &Device::Cpu).unwrap();
-    let u = [0.1f32, 0.55, 0.93];
-    for dt in [DType::F32, DType::BF16] {
-        let x = (randn(&[n, v], 5) * 4.0).unwrap().to_dtype(dt).unwrap();
-        for greedy in [false, true] {
-            let pick = if greedy { super::draw::Pick::Greedy } else { super::draw::Pick::Sample(&u) };
-            let (_, want) = super::draw(&x, &banned, 0.8, pick).unwrap();
-            let draws = if greedy {
-                Tensor::zeros(n, DType::F32, &Device::Cpu).unwrap()
-            } else {
-                Tensor::new(&u, &Device::Cpu).unwrap()
-            };
-            let got = host::run(&DrawOp { temperature: 0.8, greedy }, &[&x, &banned, &draws]).unwrap();
-            let (g, w) = (got.to_vec2::<f32>().unwrap(), want.to_vec2::<f32>().unwrap());
-            for (a, b) in g.iter().zip(&w) {
-                assert_eq!(a[0], b[0], "token, {dt:?}, greedy {greedy}");
-                assert!((a[1] - b[1]).abs() < 1e-4, "log-prob {} against {}, {dt:?}", a[1], b[1]);
+    for (n, v) in [(3, 3001), (2, 151_936)] {
+        let ban: Vec<f32> = (0..v).map(|i| if i % 7 == 0 { f32::NEG_INFINITY } else { 0.0 }).collect();
+        let banned = Tensor::new(ban.as_slice(), &Device::Cpu).unwrap();
+        let u = &[0.1f32, 0.55, 0.93][..n];
+        for dt in [DType::F32, DType::BF16] {
+            let x = (randn(&[n, v], 5) * 4.0).unwrap().to_dtype(dt).unwrap();
+            for greedy in [false, true] {
+                let pick = if greedy { super::draw::Pick::Greedy } else { super::draw::Pick::Sample(u) };
+                let (_, want) = super::draw(&x, &banned, 0.8, pick).unwrap();
+                let draws = if greedy {
+                    Tensor::zeros(n, DType::F32, &Device::Cpu).unwrap()
+                } else {
+                    Tensor::new(u, &Device::Cpu).unwrap()
+                };
+                let got = host::run(&DrawOp { temperature: 0.8, greedy }, &[&x, &banned, &draws]).unwrap();
+                let (g, w) = (got.to_vec2::<f32>().unwrap(), want.to_vec2::<f32>().unwrap());
+                for (a, b) in g.iter().zip(&w) {
+                    assert_eq!(a[0], b[0], "token of {v}, {dt:?}, greedy {greedy}");
+                    assert!((a[1] - b[1]).abs() < 1e-4, "log-prob {} against {}, {v} {dt:?}", a[1], b[1]);
+                }
             }
         }
     }
 }
 
-/// The layer's fused steps, f32 and bf16, widths not a multiple of a warp: the residual
-/// sum with its norm, SwiGLU (two inputs, and halves of one), and the split into heads
-/// with and without a bias and per-head norms, against the CPU's.
+/// The layer's fused steps, f32 and bf16, widths not a multiple of a warp and the 2B
+/// model's: the residual sum with its norm, SwiGLU (two inputs, and halves of one), and
+/// the split into heads with and without a bias and per-head norms, against the CPU's.
 #[test]
 fn the_layer_steps_on_the_host_are_the_cpus() {
     for dt in [DType::F32, DType::BF16] {
         let tol = if dt == DType::F32 { 1e-5 } else { 1e-2 };
         let t = |dims: &[usize], seed| randn(dims, seed).to_dtype(dt).unwrap();
-        let (x, d, w) = (t(&[3, 200], 1), t(&[3, 200], 2), t(&[200], 3));
-        let got = host::run(&AddRmsNorm { eps: 1e-6 }, &[&x, &d, &w]).unwrap();
-        let (sum, norm) = super::layer::add_rms_norm(&x, &d, &w, 1e-6).unwrap();
-        assert!(rel_diff(&got, &Tensor::stack(&[sum, norm], 0).unwrap()) < tol, "add_rms_norm {dt:?}");
+        for h in [200, 2048] {
+            let (x, d, w) = (t(&[3, h], 1), t(&[3, h], 2), t(&[h], 3));
+            let got = host::run(&AddRmsNorm { eps: 1e-6 }, &[&x, &d, &w]).unwrap();
+            let (sum, norm) = super::layer::add_rms_norm(&x, &d, &w, 1e-6).unwrap();
+            let diff = rel_diff(&got, &Tensor::stack(&[sum, norm], 0).unwrap());
+            assert!(diff < tol, "add_rms_norm {h} {dt:?}: {diff}");
+        }
 
         let (g, u) = (t(&[3, 300], 4), t(&[3, 300], 5));
         let want = crate::nn::activation::swiglu(&g, &u).unwrap();
@@ -170,31 +171,37 @@ fn the_layer_steps_on_the_host_are_the_cpus() {
         let gu = Tensor::cat(&[&g, &u], 1).unwrap();
         assert!(rel_diff(&host::run(&SwigluHalves, &[&gu]).unwrap(), &want) < tol, "swiglu_halves {dt:?}");
 
-        let (b, m, h, hkv, hd) = (2, 3, 4, 2, 64);
-        let width = (h + 2 * hkv) * hd;
-        let (qkv, cos, sin) = (t(&[m, width], 6), t(&[b, hd / 2], 7), t(&[b, hd / 2], 8));
-        let (bias, wq, wk) = (t(&[width], 9), t(&[hd], 10), t(&[hd], 11));
-        for (with_bias, with_norms) in [(false, false), (true, false), (false, true), (true, true)] {
-            let inputs = super::layer::HeadsIn {
-                heads: (h, hkv, hd),
-                bias: with_bias.then_some(&bias),
-                norms: with_norms.then_some((&wq, &wk, 1e-6)),
-                tables: (&cos, &sin),
-            };
-            let (q, k, v) = super::layer::split_heads(&qkv, b, inputs).unwrap();
-            let flat = |a: &Tensor| a.flatten_all().unwrap();
-            let want = Tensor::cat(&[flat(&q), flat(&k), flat(&v)], 0).unwrap();
-            let op = SplitHeads {
-                b,
-                h,
-                hkv,
-                d: hd,
-                bias: with_bias.then(|| bias.clone()),
-                norms: with_norms.then(|| (wq.clone(), wk.clone(), 1e-6)),
-            };
-            let got = host::run(&op, &[&qkv, &cos, &sin]).unwrap();
-            let diff = rel_diff(&got, &want);
-            assert!(diff < tol, "split_heads {dt:?}, bias {with_bias}, norms {with_norms}: {diff}");
+        // (rows, of rows in the product, query heads, key/value heads, head size): the 2B
+        // model's last
+        for (b, m, h, hkv, hd) in [(2, 3, 4, 2, 64), (2, 2, 16, 8, 128)] {
+            let width = (h + 2 * hkv) * hd;
+            let (qkv, cos, sin) = (t(&[m, width], 6), t(&[b, hd / 2], 7), t(&[b, hd / 2], 8));
+            let (bias, wq, wk) = (t(&[width], 9), t(&[hd], 10), t(&[hd], 11));
+            for (with_bias, with_norms) in [(false, false), (true, false), (false, true), (true, true)] {
+                let inputs = super::layer::HeadsIn {
+                    heads: (h, hkv, hd),
+                    bias: with_bias.then_some(&bias),
+                    norms: with_norms.then_some((&wq, &wk, 1e-6)),
+                    tables: (&cos, &sin),
+                };
+                let (q, k, v) = super::layer::split_heads(&qkv, b, inputs).unwrap();
+                let flat = |a: &Tensor| a.flatten_all().unwrap();
+                let want = Tensor::cat(&[flat(&q), flat(&k), flat(&v)], 0).unwrap();
+                let op = SplitHeads {
+                    b,
+                    h,
+                    hkv,
+                    d: hd,
+                    bias: with_bias.then(|| bias.clone()),
+                    norms: with_norms.then(|| (wq.clone(), wk.clone(), 1e-6)),
+                };
+                let got = host::run(&op, &[&qkv, &cos, &sin]).unwrap();
+                let diff = rel_diff(&got, &want);
+                assert!(
+                    diff < tol,
+                    "split_heads {h}/{hkv} of {hd} {dt:?}, bias {with_bias}, norms {with_norms}: {diff}"
+                );
+            }
         }
     }
 }
