@@ -121,9 +121,13 @@ fn compiled(launch: &Launch, elems: &[Elem]) -> Result<PathBuf> {
         return Ok(exe);
     }
     std::fs::create_dir_all(&dir)?;
-    let src = dir.join(format!("kernel-{}.cpp", std::process::id()));
+    // names of this compile's own: tests in other threads and processes compile beside it
+    static COMPILES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let unique =
+        format!("{}-{}", std::process::id(), COMPILES.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    let src = dir.join(format!("kernel-{unique}.cpp"));
     std::fs::write(&src, &program)?;
-    let tmp = dir.join(format!("kernel-{}", std::process::id()));
+    let tmp = dir.join(format!("kernel-{unique}"));
     let out = Command::new(&cxx).args(flags).arg("-o").arg(&tmp).arg(&src).output().map_err(|e| {
         candle_core::Error::Msg(format!(
             "the kernel tests compile CUDA sources for the host with a C++20 compiler, and `{cxx}` \
