@@ -171,7 +171,7 @@ s.write_big_checkpoint(sys.argv[1], sys.argv[2], "bf16", "cuda")' /tmp/qwen-spee
     timeout "$(cap 60)" $BIN/decode_table --device cuda --dtype bf16 --model /tmp/qwen-speed/qwen3_vl_${size}_bf16 \
       --tokens 32 --kernels fused --mismatch 8 2>&1 | tail -1 | sed "s/^/fused: /" || echo "mismatch (fused) failed"
     timeout "$(cap 60)" $BIN/decode_table --device cuda --dtype bf16 --model /tmp/qwen-speed/qwen3_vl_${size}_bf16 \
-      --rollouts ${GPU_FUSED_ROLLOUTS:-1,8,32,64} --tokens 32 --kernels fused \
+      --rollouts ${GPU_FUSED_ROLLOUTS:-1,8,16,32,64} --tokens 32 --kernels fused \
       --out "${OUT:-/tmp}/decode-table-fused-$size.json" || echo "decode table (fused) $size failed (rc $?)"
     # each chunk's decoding step captured once as a CUDA graph and replayed (decode_graph),
     # with eager and with fused kernels: one launch a step instead of every kernel's
