@@ -10,10 +10,12 @@
 //! carries the draw past the row's last token with mass, that token is taken. The
 //! log-probability is `z[token] − max − ln(total)`, log-softmax's value.
 //!
-//! On the CPU one pass per row in index order, the sums in f64; on CUDA one block per row, each thread
-//! summing a contiguous run of the vocabulary, the runs' prefix sums in a fixed order, and
-//! the thread whose run holds the draw walking it. The two agree within rounding (a draw
-//! that falls within rounding of a boundary may take the neighbouring token).
+//! On the CPU one pass per row in index order, the sums in f64; on CUDA one block per row,
+//! each warp summing a contiguous range of the vocabulary (its lanes reading 32 consecutive
+//! tokens at a time, so that the loads coalesce), the ranges' prefix sums in a fixed order,
+//! and the warp whose range holds the draw walking it 32 tokens at a time. The two agree
+//! within rounding (a draw that falls within rounding of a boundary may take the
+//! neighbouring token).
 
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Tensor, WithDType};
 use rayon::prelude::*;

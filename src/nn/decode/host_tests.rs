@@ -149,6 +149,30 @@ fn decode_draw_on_the_host_is_the_cpus() {
     }
 }
 
+/// Draws at the ends of [0, 1), with the vocabulary's tail banned, and a row whose mass is
+/// one token's: the CPU's tokens and log-probs.
+#[test]
+fn extreme_draws_on_the_host_are_the_cpus() {
+    let v = 5000;
+    let tail: Vec<f32> =
+        (0..v).map(|i| if i >= 4000 || i % 5 == 0 { f32::NEG_INFINITY } else { 0.0 }).collect();
+    let mut one = vec![f32::NEG_INFINITY; v];
+    one[2047] = 0.0;
+    let x = randn(&[3, v], 9);
+    for ban in [tail, one] {
+        let banned = Tensor::new(ban.as_slice(), &Device::Cpu).unwrap();
+        let u = [0.0f32, 1.0 - f32::EPSILON, 0.999_999_9];
+        let (_, want) = super::draw(&x, &banned, 1.0, super::draw::Pick::Sample(&u)).unwrap();
+        let draws = Tensor::new(&u, &Device::Cpu).unwrap();
+        let got = host::run(&DrawOp { temperature: 1.0, greedy: false }, &[&x, &banned, &draws]).unwrap();
+        let (g, w) = (got.to_vec2::<f32>().unwrap(), want.to_vec2::<f32>().unwrap());
+        for (r, (a, b)) in g.iter().zip(&w).enumerate() {
+            assert_eq!(a[0], b[0], "u = {}: token", u[r]);
+            assert!((a[1] - b[1]).abs() < 1e-4, "u = {}: log-prob {} against {}", u[r], a[1], b[1]);
+        }
+    }
+}
+
 /// The layer's fused steps, f32 and bf16, widths not a multiple of a warp and the 2B
 /// model's: the residual sum with its norm, SwiGLU (two inputs, and halves of one), and
 /// the split into heads with and without a bias and per-head norms, against the CPU's.
