@@ -90,11 +90,12 @@ fn few_rows_products_on_the_host_are_the_cpus() {
 /// Attention of one token per row over its own first positions, f32 and bf16: grouped and
 /// ungrouped heads, a head of 128 (the 2B model's), rows of length 0, 1, part and all of
 /// the window, keys and values that are views of a longer buffer: the CPU's within
-/// rounding, and a row's bits the same alone.
+/// rounding, and a row's bits the same alone. The last row takes the whole window, so a
+/// load past its length reads past the buffer, where the sanitizer sees it.
 #[test]
 fn decode_attention_on_the_host_is_the_cpus() {
     for (r, h, hkv, w, d, lens) in [
-        (3, 4, 2, 16, 8, vec![5u32, 16, 1]),
+        (3, 4, 2, 16, 8, vec![5u32, 1, 16]),
         (4, 8, 2, 40, 40, vec![0, 39, 7, 40]),
         (2, 4, 2, 20, 128, vec![20, 3]),
     ] {
