@@ -9,14 +9,8 @@ use super::layer::{AddRmsNorm, SplitHeads, Swiglu, SwigluHalves};
 use super::rows::RowsOp;
 use crate::nn::kernel::host;
 use candle_core::{DType, Device, Tensor};
-use rand::{Rng, SeedableRng};
 
-fn randn(dims: &[usize], seed: u64) -> Tensor {
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-    let n = dims.iter().product();
-    let data: Vec<f32> = (0..n).map(|_| rng.gen_range(-1.0..1.0)).collect();
-    Tensor::from_vec(data, dims, &Device::Cpu).unwrap()
-}
+use super::test_inputs::randn;
 
 fn values(t: &Tensor) -> Vec<f64> {
     t.to_dtype(DType::F64).unwrap().flatten_all().unwrap().to_vec1().unwrap()

@@ -1,12 +1,7 @@
 use super::*;
-use candle_core::Device;
-use rand::{Rng, SeedableRng};
 
 fn randn(dims: &[usize], seed: u64) -> Tensor {
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-    let n = dims.iter().product();
-    let data: Vec<f32> = (0..n).map(|_| rng.gen_range(-2.0..2.0)).collect();
-    Tensor::from_vec(data, dims, &Device::Cpu).unwrap()
+    crate::nn::decode::test_inputs::uniform(dims, seed, 2.0)
 }
 
 fn values(t: &Tensor) -> Vec<f64> {

@@ -32,3 +32,5 @@ mod host_tests;
 mod layer_launch;
 #[cfg(any(feature = "cuda", test))]
 mod rows_launch;
+#[cfg(test)]
+mod test_inputs;

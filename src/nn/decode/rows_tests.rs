@@ -1,13 +1,7 @@
 use super::*;
 use candle_core::{Device, Var};
-use rand::{Rng, SeedableRng};
 
-fn randn(dims: &[usize], seed: u64) -> Tensor {
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-    let n = dims.iter().product();
-    let data: Vec<f32> = (0..n).map(|_| rng.gen_range(-1.0..1.0)).collect();
-    Tensor::from_vec(data, dims, &Device::Cpu).unwrap()
-}
+use crate::nn::decode::test_inputs::randn;
 
 fn f32s(t: &Tensor) -> Vec<f32> {
     t.flatten_all().unwrap().to_vec1().unwrap()
