@@ -12,7 +12,8 @@ impl Kernel for MaskOp {
             [Arg::Out, Arg::U64(n as u64), Arg::U64(self.seed), Arg::U64(self.cut), Arg::F32(self.keep)];
         Ok(Launch {
             module: "guirl_dropout".into(),
-            source: include_str!("dropout.cu").into(),
+            defines: String::new(),
+            file: include_str!("dropout.cu"),
             entry: "dropout_mask_f32".into(),
             grid: (n.div_ceil(256).clamp(1, 65_535) as u32, 1, 1),
             block: 256,

@@ -51,7 +51,8 @@ impl Kernel for AttentionOp {
         args.push(Arg::F32(self.scale));
         Ok(Launch {
             module: format!("guirl_decode_attention_g{g}_e{epl}"),
-            source: format!("#define G {g}\n#define EPL {epl}\n{ATTENTION}"),
+            defines: format!("#define G {g}\n#define EPL {epl}\n"),
+            file: ATTENTION,
             entry: format!("decode_attention_{}", e.suffix()),
             grid: (r as u32, hkv as u32, 1),
             block: (warps * 32) as u32,
@@ -84,7 +85,7 @@ mod tests {
                     Layout::contiguous(3),
                 );
                 let l = op.launch(&[(e, &q), (e, &kv), (e, &kv), (Elem::U32, &lens)]).unwrap();
-                let ptx = crate::nn::kernel::cuda::compiled(&l.module, &l.source).unwrap();
+                let ptx = crate::nn::kernel::cuda::compiled(&l.module, || l.text()).unwrap();
                 assert!(ptx.contains(&l.entry), "{}", l.module);
             }
         }

@@ -28,7 +28,8 @@ impl Kernel for DrawOp {
         let (n, v) = xl.shape().dims2()?;
         Ok(Launch {
             module: "guirl_decode_draw".into(),
-            source: DRAW.into(),
+            defines: String::new(),
+            file: DRAW,
             entry: format!("decode_draw_{}", x.suffix()),
             grid: (n as u32, 1, 1),
             block: 1024,
@@ -59,7 +60,7 @@ mod tests {
         let l = DrawOp { temperature: 1.0, greedy: false }
             .launch(&[(Elem::BF16, &x), (Elem::F32, &v), (Elem::F32, &u)])
             .unwrap();
-        let ptx = crate::nn::kernel::cuda::compiled(&l.module, &l.source).unwrap();
+        let ptx = crate::nn::kernel::cuda::compiled(&l.module, || l.text()).unwrap();
         assert!(ptx.contains("decode_draw_bf16") && ptx.contains("decode_draw_f32"));
     }
 }

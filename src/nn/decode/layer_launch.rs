@@ -23,7 +23,8 @@ fn launch(
     }
     Ok(Launch {
         module: "guirl_decode_layer".into(),
-        source: LAYER.into(),
+        defines: String::new(),
+        file: LAYER,
         entry: format!("decode_{name}_{}", e.suffix()),
         grid: (grid as u32, 1, 1),
         block,
@@ -122,7 +123,8 @@ mod tests {
     /// `layer.cu` compiles (NVRTC needs no GPU) and has its eight entry points.
     #[test]
     fn the_layer_kernels_compile() {
-        let ptx = crate::nn::kernel::cuda::compiled("guirl_decode_layer", super::LAYER).unwrap();
+        let ptx =
+            crate::nn::kernel::cuda::compiled("guirl_decode_layer", || super::LAYER.to_string()).unwrap();
         for name in ["add_rms_norm", "swiglu", "swiglu_halves", "split_heads"] {
             for t in ["f32", "bf16"] {
                 assert!(ptx.contains(&format!("decode_{name}_{t}")), "{name} {t}");

@@ -68,7 +68,8 @@ impl Kernel for RowsOp {
         );
         Ok(Launch {
             module: format!("guirl_decode_{key}"),
-            source: format!("{defines}{ROWS}"),
+            defines,
+            file: ROWS,
             entry: "decode_rows".into(),
             grid: (n.div_ceil(c).div_ceil(WARPS / s) as u32, 1, 1),
             block: WARPS as u32 * 32,
@@ -121,7 +122,7 @@ mod tests {
             {
                 let (x, w) = (Layout::contiguous((m, k)), Layout::contiguous((n, k)));
                 let l = RowsOp.launch(&[(e, &x), (e, &w)]).unwrap();
-                let ptx = crate::nn::kernel::cuda::compiled(&l.module, &l.source).unwrap();
+                let ptx = crate::nn::kernel::cuda::compiled(&l.module, || l.text()).unwrap();
                 assert!(ptx.contains("decode_rows"), "{}", l.module);
             }
         }

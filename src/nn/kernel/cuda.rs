@@ -10,9 +10,9 @@ use candle_core::{CudaDevice, CudaStorage, Layout, Result, Shape, Storage};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-/// The PTX of `source` ([`ELEMS`] in front), compiled by NVRTC once per process under the
-/// name `module`.
-pub(crate) fn compiled(module: &str, source: &str) -> Result<Arc<String>> {
+/// The PTX of `source()` ([`ELEMS`] in front), compiled by NVRTC once per process under the
+/// name `module` (`source` runs only then).
+pub(crate) fn compiled(module: &str, source: impl FnOnce() -> String) -> Result<Arc<String>> {
     use candle_core::cuda_backend::cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
     static CACHE: OnceLock<Mutex<HashMap<String, Arc<String>>>> = OnceLock::new();
     let mut cache = CACHE.get_or_init(Default::default).lock().expect("ptx cache");
@@ -20,7 +20,7 @@ pub(crate) fn compiled(module: &str, source: &str) -> Result<Arc<String>> {
         return Ok(p.clone());
     }
     let opts = CompileOptions { options: vec!["--std=c++14".into()], ..Default::default() };
-    let ptx = compile_ptx_with_opts(format!("{ELEMS}\n{source}"), opts)
+    let ptx = compile_ptx_with_opts(format!("{ELEMS}\n{}", source()), opts)
         .map_err(|e| candle_core::Error::Msg(format!("kernel {module}: NVRTC could not compile it: {e}")))?;
     let p = Arc::new(ptx.to_src());
     cache.insert(module.to_string(), p.clone());
@@ -110,7 +110,7 @@ fn execute(dev: &CudaDevice, launch: &Launch, views: &[&View]) -> Result<Out> {
             Elem::U32 => Out::U32(dev.alloc::<u32>(n)?),
         }
     };
-    let ptx = compiled(&launch.module, &launch.source)?;
+    let ptx = compiled(&launch.module, || launch.text())?;
     let func = dev.get_or_load_custom_func(&launch.entry, &launch.module, &ptx)?;
     let mut b = func.builder();
     for a in &launch.args {

@@ -155,7 +155,7 @@ fn fnv(s: &str) -> u64 {
 /// memory made a pointer) and a `main` that reads the launch and writes the output.
 fn program(launch: &Launch, elems: &[Elem]) -> String {
     let source: String = launch
-        .source
+        .text()
         .lines()
         .map(|line| match line.trim().strip_prefix("extern __shared__ ") {
             // `extern __shared__ float sh[];` → `float* sh = (float*)guirl_dynamic_shared;`
@@ -251,7 +251,8 @@ mod tests {
         fn launch(&self, _: &[(Elem, &Layout)]) -> Result<Launch> {
             Ok(Launch {
                 module: "guirl_probe".into(),
-                source: format!(
+                file: "",
+                defines: format!(
                     "extern \"C\" __global__ void probe(const float* x, float* out) {{\n  const int t = threadIdx.x;\n  {}\n}}",
                     self.body
                 ),

@@ -88,10 +88,13 @@ pub(crate) enum Arg {
 /// One kernel launch: what to compile, where to enter, how many threads, what to pass.
 #[derive(Debug, Clone)]
 pub(crate) struct Launch {
-    /// A name unique to `source` (NVRTC's module; each is compiled once per process).
+    /// A name unique to the source (NVRTC's module; each is compiled once per process).
     pub module: String,
-    /// The kernel's source, after [`ELEMS`]: its defines, then its `.cu` file.
-    pub source: String,
+    /// The text before the kernel's `.cu` file (after [`ELEMS`]): its defines.
+    pub defines: String,
+    /// The `.cu` file. Kept apart from `defines` so that a launch copies no source: the
+    /// text is put together only where it is compiled ([`Launch::text`]).
+    pub file: &'static str,
     pub entry: String,
     pub grid: (u32, u32, u32),
     /// Threads a block (one dimension).
@@ -102,6 +105,13 @@ pub(crate) struct Launch {
     /// The output's element type, its length in elements (the kernel writes every one)
     /// and the shape the op returns.
     pub out: (Elem, usize, Shape),
+}
+
+impl Launch {
+    /// The source to compile, after [`ELEMS`]: the defines, then the file.
+    pub(crate) fn text(&self) -> String {
+        format!("{}{}", self.defines, self.file)
+    }
 }
 
 /// An op whose forward on CUDA is one launch of its own kernel.
