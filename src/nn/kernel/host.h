@@ -1,7 +1,8 @@
 // CUDA's device-side vocabulary for the host (src/nn/kernel/host.rs, the tests only): a
 // kernel's source compiles as C++20 and each CUDA thread runs as an OS thread. A block's
 // threads run together, the blocks one after another, so a block's __shared__ variables
-// are statics; __syncthreads and the warp shuffles are barriers. A thread that returns
+// are statics (in a section of their own, refilled with 0xff bytes before each block, so
+// what a block reads before it writes is NaN, as the dynamic shared memory); __syncthreads and the warp shuffles are barriers. A thread that returns
 // leaves its barriers (as on a card); a shuffle with a lane which has returned aborts.
 #include <math.h>
 
@@ -24,7 +25,11 @@ static guirl_dim3 blockDim, gridDim;
 #define __device__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
-#define __shared__ static
+#define __shared__ static __attribute__((section("guirl_shared")))
+
+// The linker's bounds of the statics' section (absent where a kernel has none).
+extern "C" unsigned char __start_guirl_shared[] __attribute__((weak));
+extern "C" unsigned char __stop_guirl_shared[] __attribute__((weak));
 
 struct alignas(16) float4 {
   float x, y, z, w;
@@ -109,9 +114,15 @@ T __shfl_sync(unsigned, T v, int src, int width = 32) {
   return guirl_exchange(v, lane / width * width + src % width);
 }
 
-// A block's fresh state: its barriers, which lanes exist, its dynamic shared memory.
+// Byte by byte and uninstrumented: the section holds AddressSanitizer's redzones too.
+__attribute__((no_sanitize_address)) static void guirl_fill(unsigned char* from, unsigned char* to) {
+  for (volatile unsigned char* p = from; p < to; p++) *p = 0xff;
+}
+
+// A block's fresh state: its barriers, which lanes exist, its shared memory.
 static void guirl_start_block(unsigned block, size_t shared) {
   memset(guirl_dynamic_shared, 0xff, shared + 16);  // what was never written reads as NaN
+  if (__start_guirl_shared) guirl_fill(__start_guirl_shared, __stop_guirl_shared);
   guirl_block = std::make_unique<std::barrier<>>(block);
   for (unsigned w = 0; w * 32 < block; w++) {
     const unsigned lanes = block - w * 32 < 32 ? block - w * 32 : 32;

@@ -272,8 +272,9 @@ mod tests {
     }
 
     /// What the emulation is for: a right kernel runs (a shuffle and a barrier among
-    /// them), and a read past an input, an output element left unwritten and a shuffle
-    /// with a lane that has returned are each an error that says so.
+    /// them), and a read past an input, an output element left unwritten, a read of shared
+    /// memory before any thread wrote it and a shuffle with a lane that has returned are
+    /// each an error that says so.
     #[test]
     fn the_emulation_runs_kernels_and_catches_their_faults() {
         let sum =
@@ -286,6 +287,17 @@ mod tests {
 
         let unwritten = probe("if (t != 5) out[t] = x[t];").unwrap_err().to_string();
         assert!(unwritten.contains("1 of its 64 output elements were never written"), "{unwritten}");
+
+        // static shared memory starts as NaN bits, not zeros, so the read-before-write shows
+        let early =
+            probe("__shared__ float s[64];\n  out[t] = s[(t + 1) % 64];\n  __syncthreads();\n  s[t] = x[t];")
+                .unwrap_err()
+                .to_string();
+        assert!(early.contains("64 of its 64 output elements were never written"), "{early}");
+        let shared =
+            probe("__shared__ float s[64];\n  s[t] = x[t];\n  __syncthreads();\n  out[t] = s[(t + 1) % 64];")
+                .unwrap();
+        assert_eq!(shared, (0..64).map(|t| ((t + 1) % 64) as f32).collect::<Vec<_>>());
 
         let gone =
             probe("if (t == 3) return;\n  out[t] = __shfl_xor_sync(0xffffffffu, x[t], 1);").unwrap_err();
