@@ -190,6 +190,10 @@ fn resume_after_sigkill_loses_no_finished_episode_and_repeats_none() {
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("policy: oracle → random") && err.contains("tasks:"), "{err}");
+    // page time changes outcomes: another clock is another bench
+    let o = args(&["--resume", "--virtual-time-ms", "100"]).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("these differ: env:") && err.contains("\"virtual_time_ms\":100"), "{err}");
 
     let o = args(&["--resume"]).output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

@@ -63,7 +63,7 @@ pub fn export(args: ExportArgs) -> anyhow::Result<()> {
     }
     let mut skipped = Vec::new();
     if r.skipped_infrastructure > 0 {
-        skipped.push(format!("{} env_error/policy_error", r.skipped_infrastructure));
+        skipped.push(format!("{} env_error/policy_error/judge_error", r.skipped_infrastructure));
     }
     if r.skipped_empty > 0 {
         skipped.push(format!("{} without steps or screenshots", r.skipped_empty));

@@ -152,7 +152,7 @@ pub fn default_out(dir: &Path, layout: Layout, format: Format) -> PathBuf {
 /// Group-relative advantage of each trajectory's reward, `(R − mean_g R) / (std_g R + ε)`
 /// (population std, [`group_advantages`] as GRPO trains with it), for trajectories that
 /// share a recorded `group` id with at least one other; `None` for the rest and for
-/// `env_error` / `policy_error` rollouts (left out of their group's statistics).
+/// `env_error` / `policy_error` / `judge_error` rollouts (left out of their group's statistics).
 pub fn episode_advantages(set: &TrajectorySet) -> Vec<Option<f64>> {
     let grouped: Vec<usize> =
         (0..set.trajectories.len()).filter(|&i| set.trajectories[i].trajectory.group.is_some()).collect();
@@ -275,7 +275,7 @@ fn write_rows<R: Row>(
     }
     if report.rows == 0 {
         bail!(
-            "no episode of {} left to export as {} ({} env_error/policy_error, {} without steps or screenshots, {} with missing frames)",
+            "no episode of {} left to export as {} ({} env_error/policy_error/judge_error, {} without steps or screenshots, {} with missing frames)",
             set.dir.display(),
             opts.layout.name(),
             report.skipped_infrastructure,

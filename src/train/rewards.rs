@@ -18,8 +18,8 @@
 //!   better than an earlier one (the return from step t is −γ^(T−t)), so the step-level
 //!   estimators learn to put failure off, by stalling until the step limit; failures and
 //!   truncations at 0 remove that.
-//! - `[algo] overlong_penalty`: a rollout that ran into the last `overlong_window` steps
-//!   before `rollout.max_steps` loses up to `overlong_weight` ([`overlong_penalty`]; on by
+//! - `[algo.overlong_penalty]`: a rollout that ran into the last `window` steps before
+//!   `rollout.max_steps` loses up to `weight` ([`overlong_penalty`]; on by
 //!   default for `dapo`).
 //!
 //! Each correction changes the episode reward (`outcome.reward`); step-level estimators

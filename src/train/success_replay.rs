@@ -19,7 +19,7 @@
 //!   mixes two instances of the task, as in ARPO.
 //! - **Off-policy correction.** A replayed step trains with the log-probs stored when it
 //!   was sampled as π_old, so its importance ratio π_θ / π_old is clipped by the
-//!   objective's `clip_eps` (`clip_eps_high`) as for fresh rollouts; with a positive
+//!   objective's `clip_low` / `clip_high` as for fresh rollouts; with a positive
 //!   advantage the clip stops the push once the policy already favours the replayed
 //!   actions by more than 1 + ε. This is the correction ARPO and DART-GUI use.
 //! - **Counting.** Replayed trajectories cost no env steps and are left out of the rollout

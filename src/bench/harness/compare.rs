@@ -89,7 +89,7 @@ pub fn notes(a: &Report, b: &Report) -> Vec<String> {
     if !ra.observation.is_empty() && !rb.observation.is_empty() && ra.observation != rb.observation {
         out.push(format!("observation differs: A {}, B {}", ra.observation, rb.observation));
     }
-    if !ra.env.is_null() && !rb.env.is_null() && ra.env != rb.env {
+    if !ra.env.is_null() && !rb.env.is_null() && super::env_options_differ(&ra.env, &rb.env) {
         out.push(format!("env options differ: A {}, B {}", ra.env, rb.env));
     }
     out

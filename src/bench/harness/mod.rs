@@ -81,7 +81,17 @@ fn env_json(env: &EnvConfig) -> serde_json::Value {
         "max_steps": env.max_steps,
         "strict_actions": env.strict_actions,
         "wall_clock_ms": env.wall_clock_ms,
+        "virtual_time_ms": env.virtual_time_ms,
     })
+}
+
+/// Whether two benches' env options differ. A key one side lacks (written before guirl
+/// recorded it) is not counted: what it was is unknown.
+pub(crate) fn env_options_differ(a: &serde_json::Value, b: &serde_json::Value) -> bool {
+    match (a.as_object(), b.as_object()) {
+        (Some(a), Some(b)) => a.iter().any(|(k, v)| b.get(k).is_some_and(|w| w != v)),
+        _ => a != b,
+    }
 }
 
 /// Folder (relative to the bench folder) of a task's trajectory set.
@@ -136,7 +146,7 @@ fn open_manifest(opts: &BenchOptions) -> anyhow::Result<Manifest> {
             if old.seed != wanted.seed {
                 diffs.push(format!("seed: {} → {}", old.seed, wanted.seed));
             }
-            if old.env != wanted.env {
+            if env_options_differ(&old.env, &wanted.env) {
                 diffs.push(format!("env: {} → {}", old.env, wanted.env));
             }
             if !diffs.is_empty() {
@@ -384,5 +394,21 @@ impl Bars {
             t.finish_and_clear();
             e.finish_and_clear();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::env_options_differ;
+    use serde_json::json;
+
+    #[test]
+    fn env_options_differ_on_a_shared_key_only() {
+        let new = json!({"max_steps": 10, "virtual_time_ms": 100});
+        assert!(env_options_differ(&json!({"max_steps": 10, "virtual_time_ms": null}), &new));
+        assert!(env_options_differ(&json!({"max_steps": 12}), &new));
+        // a bench written before page time was recorded: unknown, not a difference
+        assert!(!env_options_differ(&json!({"max_steps": 10}), &new));
+        assert!(!env_options_differ(&new, &new));
     }
 }
