@@ -4,11 +4,13 @@
 //!
 //! It checks what a kernel computes and where it reads and writes: the sums, the indexing,
 //! the launch's grid and arguments (a pointer of the wrong element type does not compile),
-//! reads past a buffer, every output element written. Not what only a card shows: its
-//! memory model, its math library's last bits (`expf` is the host's), its speed.
+//! reads past a buffer, every output element written. [`run_for_races`] builds the same
+//! program under ThreadSanitizer instead: memory one thread of a block writes and another
+//! reads with no barrier between. Not what only a card shows: its memory model beyond
+//! that, its math library's last bits (`expf` is the host's), its speed.
 //!
-//! The program is compiled once per source and argument list into the temporary folder
-//! (`c++`, or `$CXX`: C++20, as `scripts/setup.sh` installs).
+//! The program is compiled once per source, argument list and check into the temporary
+//! folder (`c++`, or `$CXX`: C++20, as `scripts/setup.sh` installs).
 
 use super::{Arg, Elem, Kernel, Launch, ELEMS};
 use candle_core::{CpuStorage, Device, Layout, Result, Storage, Tensor};
@@ -23,16 +25,48 @@ const SHIM: &str = include_str!("host.h");
 /// reaches).
 const HUNG: Duration = Duration::from_secs(300);
 
+/// What a host program is built to catch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Check {
+    /// Reads and writes past a buffer, and undefined behaviour (AddressSanitizer, UBSan).
+    Bounds,
+    /// Data races between the threads of a block: memory one writes and another reads or
+    /// writes with no barrier between (ThreadSanitizer alone: it cannot share a build with
+    /// AddressSanitizer, and UBSan's own checks race in its eyes as threads start).
+    Races,
+}
+
+impl Check {
+    fn sanitize(self) -> &'static str {
+        match self {
+            Check::Bounds => "-fsanitize=address,undefined",
+            Check::Races => "-fsanitize=thread",
+        }
+    }
+}
+
 /// `op`'s launch over `args` (its custom op's arguments) and what it holds, all on the CPU,
 /// run on the host as a card would run it: the kernel's output.
 pub(crate) fn run<K: Kernel>(op: &K, args: &[&Tensor]) -> Result<Tensor> {
+    run_checked(op, args, Check::Bounds)
+}
+
+/// [`run`] under ThreadSanitizer: an error where two threads of a block touch the same
+/// memory, one of them writing, with no `__syncthreads` (or shuffle: the emulation's
+/// shuffles are barriers of their warp) between. Blocks run one after another here, so
+/// races between blocks are not seen.
+pub(crate) fn run_for_races<K: Kernel>(op: &K, args: &[&Tensor]) -> Result<Tensor> {
+    run_checked(op, args, Check::Races)
+}
+
+fn run_checked<K: Kernel>(op: &K, args: &[&Tensor], check: Check) -> Result<Tensor> {
     let held = op.held();
     let inputs: Vec<&Tensor> = args.iter().copied().chain(held.iter()).collect();
     let elems = inputs.iter().map(|t| Elem::of(t.dtype(), "host kernel")).collect::<Result<Vec<_>>>()?;
     let layouts: Vec<Layout> = inputs.iter().map(|t| t.layout().clone()).collect();
     let described: Vec<(Elem, &Layout)> = elems.iter().copied().zip(&layouts).collect();
     let launch = op.launch(&described)?;
-    let exe = compiled(&launch, &elems)?;
+    let exe = compiled(&launch, &elems, check)?;
     let mut stdin = Vec::new();
     let (gx, gy, gz) = launch.grid;
     for v in [gx, gy, gz, launch.block] {
@@ -101,7 +135,7 @@ fn reachable_bytes(t: &Tensor) -> Result<Vec<u8>> {
 
 /// The C++ program for `launch` (its source, entry and argument list; the values come on
 /// its standard input), compiled once: its path.
-fn compiled(launch: &Launch, elems: &[Elem]) -> Result<PathBuf> {
+fn compiled(launch: &Launch, elems: &[Elem], check: Check) -> Result<PathBuf> {
     let program = program(launch, elems);
     let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
     let flags = [
@@ -109,7 +143,7 @@ fn compiled(launch: &Launch, elems: &[Elem]) -> Result<PathBuf> {
         "-O1",
         "-g",
         "-pthread",
-        "-fsanitize=address,undefined",
+        check.sanitize(),
         "-fno-sanitize-recover=all",
         "-fno-omit-frame-pointer",
         "-w",
@@ -199,6 +233,7 @@ fn program(launch: &Launch, elems: &[Elem]) -> String {
 fn execute(exe: &PathBuf, stdin: &[u8], launch: &Launch) -> Result<Vec<u8>> {
     let mut child = Command::new(exe)
         .env("ASAN_OPTIONS", "detect_leaks=0")
+        .env("TSAN_OPTIONS", "halt_on_error=1")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -269,6 +304,20 @@ mod tests {
     fn probe(body: &'static str) -> Result<Vec<f32>> {
         let x = Tensor::arange(0f32, 64., &Device::Cpu)?;
         run(&Probe { body, n: 64 }, &[&x])?.to_vec1()
+    }
+
+    /// ThreadSanitizer's build sees a block's threads share memory without a barrier, and
+    /// passes the same kernel with one.
+    #[test]
+    fn the_race_check_sees_a_missing_barrier() {
+        let x = Tensor::arange(0f32, 64., &Device::Cpu).unwrap();
+        let race = |body| run_for_races(&Probe { body, n: 64 }, &[&x]);
+        let want: Vec<f32> = (0..64).map(|t| ((t + 32) % 64) as f32).collect();
+        let synced =
+            race("__shared__ float s[64];\n  s[t] = x[t];\n  __syncthreads();\n  out[t] = s[(t + 32) % 64];");
+        assert_eq!(synced.unwrap().to_vec1::<f32>().unwrap(), want);
+        let racy = race("__shared__ float s[64];\n  s[t] = x[t];\n  out[t] = s[(t + 32) % 64];").unwrap_err();
+        assert!(racy.to_string().contains("ThreadSanitizer: data race"), "{racy}");
     }
 
     /// What the emulation is for: a right kernel runs (a shuffle and a barrier among
