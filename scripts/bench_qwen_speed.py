@@ -9,7 +9,7 @@ One command runs everything on CPU (about 15 minutes on a 2-core machine):
 `cargo bench --bench qwen_speed --no-run`. `--sizes tiny` for a quick run, `--threads 2`
 for one thread count, `--profile` to also time the decoder's matmuls alone, `--work DIR`
 for the scratch folder. On a GPU, benches/gpu/run.sh calls it with `--device cuda --dtype
-bf16 --sizes tiny,2b --guirl-bench BINARY`; that path has not yet run on a GPU.)
+bf16 --sizes SIZE --guirl-bench BINARY`, one size at a time: docs/gpu.md has its runs.)
 
 For each model size and thread count, both sides run the same computation on the same
 inputs, each in a fresh process (so the peak RSS is its own):

@@ -33,14 +33,16 @@
 //! - [`bench`](mod@bench): environment speed (`guirl bench-env`), the benchmark harness (`guirl
 //!   bench`) and the learning benchmark (`guirl bench-learn`).
 //! - [`dist`]: data-parallel training over several processes (one per GPU, or CPU hosts):
-//!   the ranks' rendezvous, gathers and gradient sums over TCP. It sits below `rollout`,
-//!   whose collector splits its jobs over the ranks.
+//!   the ranks' rendezvous, gathers and gradient sums over TCP (gradients on CUDA over NCCL
+//!   in a build with the `nccl` feature). It sits below `rollout`, whose collector splits
+//!   its jobs over the ranks.
 //! - [`serve`]: environments over REST and WebSocket for Python trainers (`guirl serve`),
 //!   and a checkpoint behind an OpenAI-compatible API (`guirl serve-policy`).
 //! - [`export`]: trajectory sets as parquet / JSON lines for veRL, TRL and `datasets`.
 //! - [`doctor`]: checks of the set-up (`guirl doctor`).
-//! - [`nn`]: the CPU kernels both Candle policies train with, each with its own backward
-//!   (candle's fused ops have none).
+//! - [`nn`]: guirl's own kernels: those both Candle policies train with, each with its own
+//!   backward (candle's fused ops have none); decoding's, forward only, on the CPU and on
+//!   CUDA; dropout's masks; and the launches of its CUDA kernels.
 //!
 //! # Example: open an env, reset, step, record
 //!

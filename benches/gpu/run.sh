@@ -88,7 +88,8 @@ python3 -c 'import torch, transformers, peft; print("torch", torch.__version__, 
 want 2 && section "2. Qwen-VL parity on CUDA"
 want 2 && for dt in f32 bf16; do
   echo "### $dt"
-  # GPU_PARITY_TESTS: test-name filters (GPU_PARITY_TESTS=fused: the fused kernels' tests alone)
+  # GPU_PARITY_TESTS: test-name filters, substrings (GPU_PARITY_TESTS=fused: the fused kernels' tests,
+  # and one config test whose name holds "refused")
   GUIRL_TEST_DEVICE=cuda GUIRL_TEST_DTYPE=$dt timeout "$(cap 90)" $BIN/qwen_vl ${GPU_PARITY_TESTS:-} --test-threads 1 --nocapture 2>&1 \
     | grep -E "relative error|max diff|^test |test result|panicked|Error" || echo "parity tests failed to run"
 done

@@ -7,7 +7,8 @@ use std::path::PathBuf;
 #[derive(Debug, Clone, clap::Args)]
 #[command(next_help_heading = "Browser")]
 pub struct BrowserArgs {
-    /// chromedriver binary to start (default: $GUIRL_CHROMEDRIVER, then /usr/bin/chromedriver).
+    /// chromedriver binary to start (default: $GUIRL_CHROMEDRIVER, then /usr/bin/chromedriver, then
+    /// PATH).
     #[arg(long, value_name = "PATH")]
     pub chromedriver: Option<PathBuf>,
     /// Attach to this WebDriver endpoint instead (a chromedriver elsewhere, a Selenium Grid).

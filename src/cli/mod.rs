@@ -55,7 +55,8 @@ enum Command {
     /// `:reset [SEED]`, `:quit`), from a terminal or a piped actions file; `--record`
     /// keeps the finished episodes as demonstrations.
     Play(play::PlayArgs),
-    /// Train a policy with GRPO from a TOML config.
+    /// Train a policy from a TOML config: reinforcement learning (GRPO family, PPO, GiGPO)
+    /// and/or behaviour cloning.
     Train(train::TrainArgs),
     /// Train a reward model (P(success) from the final screenshot and the instruction)
     /// on recorded trajectory folders; a website spec uses it with `reward = "model:PATH"`.

@@ -232,9 +232,10 @@ impl BrowserConfig {
     }
 }
 
-/// The Chromium binary to ask a remote endpoint for: `--chromium`/`$GUIRL_CHROMIUM` if
-/// given, else Debian's `/usr/bin/chromium` when the endpoint is on this machine (a Grid
-/// node would otherwise look for Google Chrome), else the endpoint's default.
+/// The Chromium binary to ask a remote endpoint for: the config's `chromium` or
+/// `$GUIRL_CHROMIUM` if given, else Debian's `/usr/bin/chromium` when the endpoint is on
+/// this machine (a Grid node would otherwise look for Google Chrome), else the endpoint's
+/// default.
 pub(crate) fn remote_chromium(cfg: &BrowserConfig, url: &str) -> Option<PathBuf> {
     if let Some(p) = cfg
         .chromium

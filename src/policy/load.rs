@@ -1,5 +1,6 @@
 //! Loading a trained policy from a checkpoint folder, whichever family wrote it, and what it
-//! the module root so the root (the traits every policy implements) depends on no policy.
+//! observes. Kept out of the module root so the root (the traits every policy implements)
+//! depends on no policy.
 
 use super::observation::Observation;
 use super::{qwen_vl, vlm, TrainablePolicy};

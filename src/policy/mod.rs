@@ -108,7 +108,8 @@ pub trait Policy: Send {
 ///
 /// An answer must not depend on what shares its steps, to the last bit: the same state and
 /// key give the same decision whenever it was admitted and whatever else was live (what
-/// [`Policy::batch_invariant`] promises for whole calls).
+/// [`Policy::batch_invariant`] promises for whole calls), unless the policy's settings give
+/// that up (Qwen-VL's `batch_invariant = false`; its `batch_invariant()` then says so).
 pub trait StepDecoder: Send {
     /// Start answering `state`, drawing from the sampling stream `key` ([`stream_key`]):
     /// its prompt runs now, or with the others admitted before the next
@@ -126,6 +127,8 @@ pub trait StepDecoder: Send {
     /// Answers admitted and not yet finished.
     fn live(&self) -> usize;
     /// Rows each decoding step computes: answers advance together in batches of exactly
-    /// this many (more live answers run as further batches).
+    /// this many (more live answers run as further batches), or of at most this many where
+    /// the policy's settings give up batch invariance (a batch then runs its live answers
+    /// alone).
     fn rows(&self) -> usize;
 }

@@ -11,7 +11,7 @@
 //! ```
 //!
 //! The two convolutions are non-overlapping, written as patchify + matmul (as the policy's
-//! stem), so the graph has only ops with a backward pass (CANDLE-TRAINING.md): reshape /
+//! stem), so the graph has only ops with a backward pass (docs/contributing/candle.md): reshape /
 //! permute, matmul, [`fused`] GELU and bias add, `index_select` for the word table.
 //!
 //! Each model puts its own head on the features ([`ScalarHead`]: one number a row). The

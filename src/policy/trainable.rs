@@ -6,10 +6,10 @@
 //! exactly those token ids with [`TrainablePolicy::score`] (differentiable). It saves and
 //! loads weights through the policy, and asks it for a frozen reference for the KL term.
 //!
-//! Two kinds of implementation are foreseen: a model trained whole (the small VLM, whose
-//! reference is an independent copy of its weights) and a pretrained backbone with
-//! adapters (whose reference can be the same weights with the adapters off). The trainer
-//! names neither: it holds a `Box<dyn TrainablePolicy>`.
+//! Two kinds implement it: a model trained whole (the small VLM, whose reference is an
+//! independent copy of its weights) and a pretrained backbone with adapters (Qwen-VL, whose
+//! reference shares the frozen base weights and holds a snapshot of the adapters and of any
+//! weights trained whole). The trainer names neither: it holds a `Box<dyn TrainablePolicy>`.
 
 use super::Policy;
 use crate::env::{GuiAction, ScreenState};
@@ -92,7 +92,7 @@ pub trait TrainablePolicy: Policy {
     fn load(&mut self, dir: &Path) -> Result<()>;
 
     /// A frozen reference for the KL term: the policy as it is now, unaffected by later
-    /// updates (a copy of the weights, or the same base weights with adapters off).
+    /// updates (a copy of the weights, or the same base weights with a snapshot of the adapters).
     fn reference(&self) -> Result<Box<dyn TrainablePolicy>>;
 
     /// A copy of this policy holding every weight of its own on `device`, its trainable

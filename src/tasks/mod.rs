@@ -23,8 +23,8 @@ use std::path::{Path, PathBuf};
 
 /// What scores a task's episodes when they end, in place of (or beside) a success check
 /// in the page: a website spec's `reward = "model:PATH"` or `reward = "judge:MODEL@URL"`.
-/// The env does not run it (it knows no models): the collector applies it to every
-/// finished episode (`rollout/collector.rs`).
+/// The env does not run it (it knows no models): `rollout/scoring.rs` applies it to every
+/// finished episode, for the collector, `play`, `replay` and `serve`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LearnedReward {
     /// The model that scores.

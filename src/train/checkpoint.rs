@@ -1,9 +1,15 @@
-//! Checkpoints: a folder that is also a policy (`model.safetensors` + `config.json`), plus
-//! the optimizer state and the trainer's position, enough to resume exactly.
+//! Checkpoints: a folder that is also a policy (the files its kind saves), plus the
+//! optimizer state and the trainer's position, enough to resume exactly.
 //!
 //! ```text
-//! runs/<name>/checkpoints/iter-000010/{model.safetensors, config.json, optimizer.safetensors, trainer.json}
-//!                                      (+ critic.safetensors, critic.json, critic_optimizer.safetensors: PPO)
+//! runs/<name>/checkpoints/iter-000010/
+//!     model.safetensors, config.json                        the policy: guirl's small policy
+//!     adapter_model.safetensors, adapter_config.json,       the policy: Qwen-VL (PEFT's layout
+//!       qwen_policy.json                                      and the policy's settings)
+//!     optimizer.safetensors, trainer.json
+//!     (+ critic.safetensors, critic.json, critic_optimizer.safetensors: PPO)
+//!     (+ behaviour/: the policy the next iteration collects with: [rollout] max_staleness = 1)
+//!     (+ success_replay/: the success replay buffer, a trajectory set: [algo] success_replay)
 //! runs/<name>/checkpoints/iter-000000/ after [sft]: + sft_optimizer.safetensors (cloning's AdamW)
 //! runs/<name>/checkpoints/latest   a relative symlink to the newest checkpoint folder
 //! runs/<name>/checkpoints/best     a relative symlink to the one with the best held-out success

@@ -315,7 +315,7 @@ impl TrainConfig {
     }
 
     /// [`TrainConfig::load`] through [`TrainConfig::parse_migrating`]: the config and what
-    /// moved in its `[algo]`.
+    /// moved in its `[algo]` and `[model]`.
     pub fn load_migrating(path: &Path) -> anyhow::Result<(TrainConfig, Vec<String>)> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read train config {}", path.display()))?;

@@ -8,7 +8,8 @@
 //!   [`model`] (`ModelConfig`: the kind as a [`model::ModelVariant`] carrying its own
 //!   settings, and `init`), [`model_kind`] (the kinds, the small policy's keys),
 //!   [`model_table`] (the table as written), [`model_migrate`] (the old `backbone = ...`
-//!   form refused with its new form, or migrated on resume).
+//!   form refused with its new form, or migrated on resume). [`example_config`]: the
+//!   documented example (`guirl train --example-config`).
 //! - [`trainer`]: the iteration loop only (collect → score → advantages → update → log);
 //!   [`algorithm`]: what depends on the kind, one implementation per family with its own
 //!   state (PPO's critic and warm-up, GiGPO's anchor states), and the KL to the
@@ -17,18 +18,25 @@
 //!   [`rewards`]: truncation / give-up corrections and DAPO's overlong penalty;
 //!   [`sft`]: behaviour cloning; [`demos`]: oracle demonstrations; [`eval`]: held-out
 //!   evaluation and `best`.
+//! - Around the collection: [`curriculum`]: which task each group trains on (`[tasks]
+//!   sampling`); [`branch`]: rollout trees, more rollouts from a mid-episode state of a
+//!   group; [`success_replay`]: past successes replayed into groups that all failed;
+//!   [`seeds`]: the seeds of the trainer's random draws.
 //! - [`advantage`]: advantage estimators, one file each (GRPO / Dr. GRPO, RLOO,
 //!   REINFORCE++, GiGPO, GAE) from a `TrainingBatch`.
 //! - [`value`]: PPO's critic (a value network over the screenshot and instruction, its
 //!   clipped loss, its own optimizer); GAE is [`advantage::gae`].
 //! - [`objective`]: the clipped surrogate (token-level, GSPO sequence-level, dual clip),
 //!   its aggregation, the k1 / k2 / k3 KL estimators and the entropy bonus, on tensors;
-//!   [`kl`]: the KL in the reward and the adaptive KL coefficient.
+//!   [`kl`]: the KL in the reward and the adaptive KL coefficient; [`decoupled`]: the
+//!   decoupled PPO objective for rollouts of older weights (`max_staleness = 1`).
 //! - [`optim`]: AdamW with savable state, gradient-norm clipping, learning-rate schedules.
 //! - [`metrics`]: one JSON line per iteration in `metrics.jsonl`; [`plots`] draws them;
-//!   [`tensorboard`] writes them (and a few screenshots) as TensorBoard event files.
+//!   [`tensorboard`] writes them (and a few screenshots) as TensorBoard event files;
+//!   [`phase_table`]: where an iteration's time went, printed at the end and in `phases.md`.
 //! - [`checkpoint`]: atomic checkpoints and the `latest` / `best` links;
 //!   [`run_folder`]: one run per folder, resumes with the run's own config.
+//! - [`reward_model`]: training the learned reward model (`guirl train-reward`).
 
 pub mod advantage;
 pub mod algo_check;

@@ -1,11 +1,13 @@
 //! The optimizer side of a training step: AdamW whose state can be saved (candle-nn's
 //! keeps its moments private), global gradient-norm clipping, learning-rate schedules.
 //!
-//! A step, as the trainer does it:
+//! A step, as the trainer does it (the learning rate set once an iteration):
 //! ```text
-//! let mut grads = loss.backward()?;
+//! opt.set_lr(schedule.lr(iteration));
+//! let mut grads = policy.gradients(&loss)?;  // not loss.backward(): checkpointed layers
+//! if let Some(g) = pg { all_reduce_grads(g, &mut grads, opt.vars())?; }  // data parallel
 //! let grad_norm = clip_grad_norm(&mut grads, opt.vars(), cfg.max_grad_norm)?;
-//! if grad_norm.is_finite() { opt.set_lr(schedule.lr(iteration)); opt.step(&grads)?; }
+//! if grad_norm.is_finite() && grad_norm > 0.0 { opt.step(&grads)?; }
 //! ```
 
 use anyhow::{bail, Context};

@@ -1,6 +1,7 @@
 //! Pretrained vision-language backbones: Qwen3-VL and Qwen2.5-VL (the base of UI-TARS-1.5),
-//! read from Hugging Face checkpoint folders and written with differentiable ops only, so
-//! guirl's trainer can fine-tune them (LoRA) from task rewards.
+//! read from Hugging Face checkpoint folders, with a backward through every layer (fused
+//! kernels with hand-written backwards, `crate::nn`), so guirl's trainer can fine-tune them
+//! (LoRA) from task rewards.
 //!
 //! - [`model`]: the checkpoint as a model: config, weights, the vision and text towers,
 //!   rope and layers.

@@ -86,11 +86,11 @@ pub struct QwenPolicySettings {
     /// `"fused"` ([`crate::nn::decode`]'s kernels, on the CPU and on CUDA: one a layer in
     /// which each answer attends over its own length alone, in f32, the residual sum with
     /// the next norm, the query's and key's norms with their rotation and SwiGLU one kernel
-    /// each, the linear layers' and the LM head's products of up to 8 rows one kernel that
-    /// reads each weight once for all of them, and one a step drawing every answer's
-    /// token). Unset:
-    /// [`QwenPolicySettings::decode_kernels_on`] the device. Either way an answer is the
-    /// same bits whatever shares its batch; the two agree within rounding.
+    /// each, the linear layers' and the LM head's products of up to 8 rows on a CPU, 16 on
+    /// CUDA, one kernel that reads each weight once for all of them, and one a step drawing
+    /// every answer's token). Unset: [`QwenPolicySettings::decode_kernels_on`] the device.
+    /// Either way an answer is the same bits whatever shares its batch (unless
+    /// `batch_invariant = false`); the two agree within rounding.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decode_kernels: Option<DecodeKernels>,
     /// Whether an answer is the same bits whatever shares its decoding steps (default

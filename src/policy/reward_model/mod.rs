@@ -1,9 +1,9 @@
 //! The learned reward model: P(success | final screenshot, instruction, [action history]).
 //!
 //! A task without a success check (a website spec with `reward = "model:PATH"`) is scored
-//! by it when an episode ends (the collector applies it, `rollout/collector.rs`); a task
-//! with both logs how often the two agree. It is trained on recorded trajectory folders
-//! and their outcomes by `guirl train-reward` (`train/reward_model/`).
+//! by it when an episode ends (`rollout/scoring.rs`, for the collector, `play`, `replay`
+//! and `serve`); a task with both logs how often the two agree. It is trained on recorded
+//! trajectory folders and their outcomes by `guirl train-reward` (`train/reward_model/`).
 //!
 //! A model is a folder:
 //!
@@ -231,7 +231,7 @@ impl RewardModel {
 }
 
 /// Binary cross-entropy on logits, mean over the batch, in a numerically stable form that
-/// uses only ops with a backward pass (CANDLE-TRAINING.md):
+/// uses only ops with a backward pass (docs/contributing/candle.md):
 ///
 /// ```text
 /// ℓ(z, y) = −y·log σ(z) − (1 − y)·log(1 − σ(z)) = max(z, 0) − z·y + log(1 + e^{−|z|})

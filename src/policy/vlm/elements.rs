@@ -1,5 +1,6 @@
 //! The `elements` input: one encoder token per visible element of the page
-//! (`ScreenState.elements`, what the page's accessibility tree names, in document order).
+//! (`ScreenState.elements`: the interactive elements `observe.js` finds in the DOM and
+//! hit-tests as reachable in the screenshot, in document order).
 //!
 //! An element's token is the sum of learned parts:
 //!

@@ -8,7 +8,7 @@
 //! (≤ `max_action_tokens` positions) per token. In training, the decoder's self-attention
 //! is T×T and its cross-attention T×N, far cheaper than causal attention over N+T.
 //!
-//! Only ops with a backward pass are used (see CANDLE-TRAINING.md): softmax, LayerNorm and
+//! Only ops with a backward pass are used (see docs/contributing/candle.md): softmax, LayerNorm and
 //! GELU from [`crate::nn::custom_ops`] (CPU kernels with a fused backward; `ops::softmax(x,
 //! D::Minus1)`, `ops::layer_norm_slow` and `Tensor::gelu` elsewhere), plain matmul
 //! attention with separate q/k/v projections, patchify by reshape/permute.

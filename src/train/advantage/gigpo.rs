@@ -10,7 +10,7 @@
 //! A^E_i     = (R_i − mean_g R) / (std + eps)                 (GRPO; adv_std as for grpo)
 //! G_{i,t}   = Σ_{k ≥ t} γ^{k−t} r_{i,k}                      (return from step t)
 //! S(s)      = {(j, k) in group g : s_{j,k} = s}              (same screenshot, hashed)
-//! A^S_{i,t} = (G_{i,t} − mean_{S} G) / (std_{S} G + eps)     (gigpo_step_std = false:
+//! A^S_{i,t} = (G_{i,t} − mean_{S} G) / (std_{S} G + eps)     ([algo.gigpo] step_std = false:
 //!                                                             G_{i,t} − mean_S G);
 //!             0 when |S| = 1
 //! A_{i,t}   = A^E_i + ω · A^S_{i,t}

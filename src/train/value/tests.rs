@@ -33,7 +33,7 @@ fn weights(c: &Critic) -> Vec<Vec<f32>> {
 
 #[test]
 fn every_critic_weight_gets_a_gradient() {
-    // The guard CANDLE-TRAINING.md asks for: an op without backward in the graph would
+    // The guard docs/contributing/candle.md asks for: an op without backward in the graph would
     // leave every weight before it without a gradient, silently.
     let c = critic(1, 1e-3);
     let p = fixed_batch(&c);

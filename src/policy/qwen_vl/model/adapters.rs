@@ -63,7 +63,8 @@ impl QwenVl {
 
 impl QwenVl {
     /// Attach fresh adapters (A random, B zero) to the language model's layers named in
-    /// `settings.targets`; returns the switch that turns them all on or off.
+    /// `settings.targets` and the vision tower's named in `settings.vision_targets`; returns
+    /// the switch that turns them all on or off.
     pub fn attach_lora(&mut self, settings: &LoraSettings, seed: u64) -> Result<AdapterSwitch> {
         let switch = AdapterSwitch::default();
         let device = self.text_device();

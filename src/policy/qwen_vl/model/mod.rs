@@ -1,10 +1,13 @@
 //! A whole Qwen-VL checkpoint: vision tower, language model, tokenizer, processor.
 //!
 //! Shaped like candle-transformers' own models: [`config`] (`config.json`, the
-//! architecture resolved once), [`weights`] (safetensors, either name layout), [`vision`]
-//! and [`text`] (the towers), [`rope`] (M-RoPE and the vision rotary tables) and [`nn`]
-//! (the layers, over the kernels of [`crate::nn`]); adapters (LoRA in PEFT layout) in
-//! `adapters.rs`.
+//! architecture resolved once; [`config_keys`]: every key it accepts and why), [`weights`]
+//! (safetensors, either name layout), [`vision`] and [`text`] (the towers), [`rope`]
+//! (M-RoPE and the vision rotary tables) and [`nn`] (the layers, over the kernels of
+//! [`crate::nn`]); adapters (LoRA in PEFT layout) in `adapters.rs`. Decoding's state:
+//! [`kv_cache`] (the decoder's key/value cache, grown in blocks), [`slots`] (answers' keys and
+//! values in fixed windows, `decode_window`) and `graph` (a window chunk's decoding step
+//! captured once as a CUDA graph and replayed, `decode_graph`).
 
 mod adapters;
 pub mod config;

@@ -1,8 +1,11 @@
-//! The layers the Qwen-VL models are built from, written with differentiable ops only.
+//! The layers the Qwen-VL models are built from, each with a backward wherever it is in a graph.
 //!
 //! candle's fused `rms_norm`, `layer_norm`, `softmax_last_dim` and `rope` have no backward
 //! (docs/contributing/candle.md): a LoRA adapter behind them would silently get no
-//! gradient. Everything here is composed from ops that have one.
+//! gradient. In a graph, RMSNorm, rope, attention and the LoRA layer run `crate::nn::fused`'s
+//! kernels with a hand-written backward attached (`attach`), a frozen weight's product skips
+//! the weight's gradient (`frozen_matmul`), and LayerNorm is composed from differentiable ops.
+//! Outside a graph the fused kernels run alone.
 
 use super::weights::Weights;
 use crate::nn::attach::attach;

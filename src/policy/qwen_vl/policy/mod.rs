@@ -17,8 +17,9 @@
 //!   false` gives that up for speed: prompts run together, chunks unpadded). Training scores
 //!   the prompt and the answer in one differentiable pass, the LM head only at the
 //!   answer's positions.
-//! - The vision tower is frozen: its output per screenshot is cached across the update
-//!   epochs of an iteration.
+//! - The vision tower is frozen, its output per screenshot cached across the update epochs
+//!   of an iteration, unless `lora_vision_targets` gives it adapters (its output is then
+//!   computed fresh, in the graph).
 //! - The KL reference is the policy as it was when the reference was made (after behaviour
 //!   cloning, the clone): the same base weights with a snapshot of the adapters.
 
