@@ -275,7 +275,7 @@ def table(ctx, results, checks):
     groups = [
         "",
         "A group: G answers of one prompt decoded together, greedy, every answer the same length "
-        "(guirl: the prompt run once, the answers in chunks of `decode_rows` rows; PyTorch: the "
+        "(guirl: the prompt run once, the G answers in one chunk of G rows; PyTorch: the "
         "prompt repeated G times in one `generate` batch, as `num_return_sequences` does):",
         "",
         "| size | threads | G | guirl tokens/s | PyTorch tokens/s | guirl / PyTorch |",

@@ -17,7 +17,7 @@ use std::time::Instant;
 /// The policy with the inputs' adapter loaded, and the inputs' samples as it sees them.
 pub struct Bench {
     pub policy: QwenVlPolicy,
-    /// The policy's `decode_rows`.
+    /// The rows a group of answers decodes in (`decode_rows`, else the group's size).
     pub rows: usize,
     /// The samples' screens.
     pub states: Vec<ScreenState>,
@@ -38,7 +38,9 @@ pub fn load(model: &Path, inputs: &Inputs, base: &Path, env: &Env) -> Result<Ben
     s.lora_alpha = inputs.lora_alpha;
     s.dtype = env.dtype.clone();
     let mut policy = QwenVlPolicy::new(s.clone(), &device, 0)?;
-    let rows = s.decode_rows_on(&device, policy.model().invariant_rows());
+    // a group's answers in one chunk, as a collector with as many envs decodes them (a whole
+    // call would pad them to 32 rows on a GPU; runs 6-8 decoded 8 rows)
+    let rows = s.decode_rows_for(inputs.group.max(1));
     std::fs::remove_file(&tmp).ok();
     // start from the same adapter values as the PyTorch side
     policy.load(&base.join(&inputs.adapter))?;
@@ -83,8 +85,8 @@ impl Bench {
     }
 
     /// Greedy decoding of `n` tokens for each of `group` answers after `state`'s prompt, as
-    /// `act` does it (the prompt run once with a KV cache, the answers advancing together
-    /// in chunks of `decode_rows` rows, vision placeholders banned) except that end-of-turn
+    /// the policy decodes a group (the prompt run once with a KV cache, the answers advancing
+    /// together in one chunk of as many rows, vision placeholders banned) except that end-of-turn
     /// is banned too, so every answer has exactly `n` tokens (PyTorch: `min_new_tokens = n`).
     /// Returns the first answer's tokens and the time to the first token (vision + prefill).
     /// Runs in a no-grad pass, as the policy's decoding does: the adapters (Vars) are read

@@ -1,5 +1,4 @@
-//! LoRA adapters on the language model's linear layers (and the vision tower's, with
-//! `lora_vision_targets`), saved and loaded in PEFT's layout.
+//! LoRA adapters on the linear layers (the vision tower's too with `lora_vision_targets`), in PEFT's layout.
 //!
 //! An adapter adds `scale · (dropout(x) Aᵀ) Bᵀ` to a frozen layer, `A` `[r, in]`, `B` `[out, r]`,
 //! `scale = alpha / r`. A starts Kaiming-uniform and B at zero (PEFT's default), so a new
