@@ -40,7 +40,7 @@ pub fn load(model: &Path, inputs: &Inputs, base: &Path, env: &Env) -> Result<Ben
     let mut policy = QwenVlPolicy::new(s.clone(), &device, 0)?;
     // a group's answers in one chunk, as a collector with as many envs decodes them (a whole
     // call would pad them to 32 rows on a GPU; runs 6-8 decoded 8 rows)
-    let rows = s.decode_rows_for(inputs.group.max(1));
+    let rows = s.decode_rows_for(inputs.gen.group.max(1));
     std::fs::remove_file(&tmp).ok();
     // start from the same adapter values as the PyTorch side
     policy.load(&base.join(&inputs.adapter))?;
