@@ -233,41 +233,30 @@ fn the_layer_steps_on_the_host_are_the_cpus() {
 /// bounds-checked run's, bit for bit.
 #[test]
 fn the_kernels_share_a_blocks_memory_behind_barriers() {
-    let same = |what: &str, op: &dyn Fn(bool) -> candle_core::Result<Tensor>| {
-        let raced = op(true).unwrap_or_else(|e| panic!("{what}: {e}"));
-        assert_eq!(bits(&raced), bits(&op(false).unwrap()), "{what}");
-    };
-    fn pick<K: crate::nn::kernel::Kernel>(
-        op: &K,
-        args: &[&Tensor],
-        races: bool,
-    ) -> candle_core::Result<Tensor> {
-        if races {
-            host::run_for_races(op, args)
-        } else {
-            host::run(op, args)
-        }
+    fn same<K: crate::nn::kernel::Kernel>(what: &str, op: &K, args: &[&Tensor]) {
+        let raced = host::run_for_races(op, args).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(bits(&raced), bits(&host::run(op, args).unwrap()), "{what}");
     }
     // products: 8 warps sharing a weight row, and 2 sharing groups of 2 rows
     for (n, k, dt, m) in [(37, 64, DType::F32, 3), (1031, 16, DType::BF16, 8)] {
         let (x, w, b) = (randn(&[m, k], 3), randn(&[n, k], 1), randn(&[n], 2));
         let (x, w, b) = (x.to_dtype(dt).unwrap(), w.to_dtype(dt).unwrap(), b.to_dtype(dt).unwrap());
-        same(&format!("rows {n} × {k}"), &|r| pick(&RowsOp, &[&x, &w, &b], r));
+        same(&format!("rows {n} × {k}"), &RowsOp, &[&x, &w, &b]);
     }
     let (q, k, v) = (randn(&[3, 4, 8], 1), randn(&[3, 2, 16, 8], 2), randn(&[3, 2, 16, 8], 3));
     let lens = Tensor::new(&[5u32, 1, 16], &Device::Cpu).unwrap();
     let op = AttentionOp { lens, w: 16, scale: 0.35 };
-    same("attention", &|r| pick(&op, &[&q, &k, &v], r));
+    same("attention", &op, &[&q, &k, &v]);
     let x = randn(&[2, 3001], 5);
     let banned = Tensor::zeros(3001, DType::F32, &Device::Cpu).unwrap();
     let draws = Tensor::new(&[0.1f32, 0.93], &Device::Cpu).unwrap();
-    same("draw", &|r| pick(&DrawOp { temperature: 0.8, greedy: false }, &[&x, &banned, &draws], r));
+    same("draw", &DrawOp { temperature: 0.8, greedy: false }, &[&x, &banned, &draws]);
     let (x, d, w) = (randn(&[2, 200], 1), randn(&[2, 200], 2), randn(&[200], 3));
-    same("add_rms_norm", &|r| pick(&AddRmsNorm { eps: 1e-6 }, &[&x, &d, &w], r));
+    same("add_rms_norm", &AddRmsNorm { eps: 1e-6 }, &[&x, &d, &w]);
     let (qkv, cos, sin) = (randn(&[2, 8 * 64], 6), randn(&[2, 32], 7), randn(&[2, 32], 8));
     let (wq, wk) = (randn(&[64], 10), randn(&[64], 11));
     let op = SplitHeads { b: 2, h: 4, hkv: 2, d: 64, bias: None, norms: Some((wq, wk, 1e-6)) };
-    same("split_heads", &|r| pick(&op, &[&qkv, &cos, &sin], r));
+    same("split_heads", &op, &[&qkv, &cos, &sin]);
     let (g, u) = (randn(&[2, 300], 4), randn(&[2, 300], 5));
-    same("swiglu", &|r| pick(&Swiglu, &[&g, &u], r));
+    same("swiglu", &Swiglu, &[&g, &u]);
 }

@@ -1,9 +1,10 @@
 // CUDA's device-side vocabulary for the host (src/nn/kernel/host.rs, the tests only): a
 // kernel's source compiles as C++20 and each CUDA thread runs as an OS thread. A block's
 // threads run together, the blocks one after another, so a block's __shared__ variables
-// are statics (in a section of their own, refilled with 0xff bytes before each block, so
-// what a block reads before it writes is NaN, as the dynamic shared memory); __syncthreads and the warp shuffles are barriers. A thread that returns
-// leaves its barriers (as on a card); a shuffle with a lane which has returned aborts.
+// are statics, in a section of their own refilled with 0xff bytes before each block (what a
+// block reads before it writes is NaN, as in the dynamic shared memory). __syncthreads and
+// the warp shuffles are barriers. A thread that returns leaves its barriers (as on a card);
+// a shuffle with a lane which has returned aborts.
 #include <math.h>
 
 #include <barrier>
