@@ -288,6 +288,23 @@ def table(ctx, results, checks):
                 f"| {size} | {threads} | {g['group']} | {g['tokens_per_s']:.3g} | {t['tokens_per_s']:.3g} | "
                 f"**{g['tokens_per_s'] / t['tokens_per_s']:.2f}x** |"
             )
+    group_updates = [
+        "",
+        "guirl alone: an update on a group's first step, G answers after one screen and one prompt in one "
+        "minibatch (shared: the prompt runs once, the answers apart), beside the same minibatch whose "
+        "instructions end in G different digits (apart: as many tokens, every prompt run whole), in turns:",
+        "",
+        "| size | threads | G | shared s | apart s | apart / shared |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for (size, threads), r in results.items():
+        u = r["guirl"].get("group_update")
+        if u:
+            group_updates.append(
+                f"| {size} | {threads} | {u['group']} | {u['shared_median_s']:.3f} | {u['apart_median_s']:.3f} | "
+                f"**{u['speedup']:.2f}x** |"
+            )
+    groups += group_updates
     shapes = ["", "Shapes and checks:", ""]
     for size, c in checks.items():
         plan = PLAN[ctx.device][size]

@@ -367,7 +367,8 @@ fn vision_adapters_train_through_the_policy_and_are_never_served_from_the_vision
 /// Several states are scored as one right-padded batch (one pass, not one per state: on a
 /// GPU the pass's time is the host issuing kernels). Each state's log-probs, entropies and
 /// the LoRA gradients equal those of the states scored one at a time, with prompts and
-/// answers of different lengths, an empty answer, and gradient checkpointing on or off.
+/// answers of different lengths, an empty answer, states that are the same but for their
+/// answers, and gradient checkpointing on or off.
 #[test]
 fn a_padded_batch_scores_and_trains_as_each_state_alone() {
     for (arch, checkpoint) in [("qwen3_vl", false), ("qwen2_5_vl", false), ("qwen3_vl", true)] {
@@ -380,12 +381,16 @@ fn a_padded_batch_scores_and_trains_as_each_state_alone() {
         // two screenshots of one size (states 0 and 3 share one), so the vision tower sees
         // the batch's two distinct images together and each once; states 0 and 3 also share
         // their text before the screenshot, which the batch runs once for both, while state
-        // 2 (another size, so another system prompt) runs whole
+        // 2 (another size, so another system prompt) runs whole; states 4 and 5 are state
+        // 0 again (a group's first step: one screen, one prompt), which the batch runs once
+        // for the three, their answers apart
         let mut states = vec![
             state(0, &[]),
             state(1, &["click(10, 20)", "key(Enter)", "type(\"a longer history\")"]),
             state(2, &["click(10, 20)"]),
             state(3, &["key(Tab)"]),
+            state(0, &[]),
+            state(0, &[]),
         ];
         states[2].screenshot = image::RgbImage::from_fn(70, 45, |x, y| {
             image::Rgb([(y * 4) as u8, 200 - x as u8, (x ^ y) as u8])
@@ -396,6 +401,8 @@ fn a_padded_batch_scores_and_trains_as_each_state_alone() {
             Vec::new(),
             p.encode(&states[2], &GuiAction::Type { text: "hello there".into() }).unwrap(),
             p.encode(&states[3], &GuiAction::Click { x: 5, y: 40 }).unwrap(),
+            p.encode(&states[4], &GuiAction::Type { text: "another answer".into() }).unwrap(),
+            p.encode(&states[5], &GuiAction::Click { x: 60, y: 3 }).unwrap(),
         ];
         let batch = p.score_train(&states, &tokens, 3).unwrap();
         let vars = p.trainable_vars();

@@ -40,7 +40,8 @@
 #     with real browsers (benches/gpu/browser.sh's headless shell, from .gpuloop/), at
 #     max_staleness 0 then 1 (GPU_LOOP_INVARIANT="true false": each also with
 #     batch_invariant = false, the prompts run together; GPU_LOOP_KERNELS=fused and
-#     GPU_LOOP_GRAPH=true decode with the fused kernels and captured steps): the run's phase table and the
+#     GPU_LOOP_GRAPH=true decode with the fused kernels and captured steps;
+#     GPU_LOOP_ORDER=group_steps cuts the update's minibatches by group and step): the run's phase table and the
 #     GPU's busy share (nvidia-smi sampled every 200 ms). Not a default section: its files come in calls of their own
 #     (see browser.sh and docs/gpu.md), after section 4 on the same warm machine, or with
 #     GPU_SECTIONS="4 6" in one call.
@@ -258,12 +259,14 @@ else
     tag=$bound; [ "$inv" = true ] || tag=$bound-batched
     # GPU_LOOP_KERNELS=fused and GPU_LOOP_GRAPH=true decode with the fused kernels and the
     # steps captured as CUDA graphs (the graph needs batch_invariant = true)
-    kernels=${GPU_LOOP_KERNELS:-eager}; graph=${GPU_LOOP_GRAPH:-false}
+    kernels=${GPU_LOOP_KERNELS:-eager}; graph=${GPU_LOOP_GRAPH:-false}; order=${GPU_LOOP_ORDER:-shuffled}
     [ "$kernels" = eager ] || tag=$tag-$kernels; [ "$graph" = false ] || tag=$tag-graph
-    echo "### max_staleness = $bound, batch_invariant = $inv, decode_kernels = $kernels, decode_graph = $graph"
+    [ "$order" = shuffled ] || tag=$tag-$order
+    echo "### max_staleness = $bound, batch_invariant = $inv, decode_kernels = $kernels, decode_graph = $graph," \
+      "minibatch_order = $order"
     sed -e "s#@MODEL@#$MODEL#; s#@PROMPT@#$PWD/configs/prompts/short.md#; s#@BOUND@#$bound#" \
       -e "s#@ITERATIONS@#${GPU_LOOP_ITERATIONS:-3}#; s#@ENVS@#${GPU_LOOP_ENVS:-16}#; s#@INVARIANT@#$inv#" \
-      -e "s#@KERNELS@#$kernels#; s#@GRAPH@#$graph#" \
+      -e "s#@KERNELS@#$kernels#; s#@GRAPH@#$graph#; s#@ORDER@#$order#" \
       benches/gpu/loop.toml > /tmp/loop-$tag.toml
     rm -rf /tmp/loop-run-$tag
     nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 200 > /tmp/util-$tag.txt &

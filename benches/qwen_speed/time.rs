@@ -1,7 +1,7 @@
 //! `time`: generation, the update and one update in phases, as the comparison's table
 //! reports them.
 
-use crate::bench::load;
+use crate::bench::{load, Bench};
 use crate::inputs::{Env, GenSpec, Inputs};
 use crate::stats::{median, reset_peak, rss};
 use anyhow::Result;
@@ -154,6 +154,7 @@ pub fn time(model: &Path, inputs: &Inputs, base: &Path, out: &Path, env: &Env) -
     let opt_s = t.elapsed().as_secs_f64();
     drop(grads);
     let launch_us = launch_cost(env)?;
+    let group_update = group_update(&b, inputs, env, &mut round)?;
 
     let report = json!({
         "side": "guirl",
@@ -182,6 +183,7 @@ pub fn time(model: &Path, inputs: &Inputs, base: &Path, out: &Path, env: &Env) -
             "decode_rows": b.rows,
         },
         "group_gen": group_json(g, &group_times),
+        "group_update": group_update,
         "phases_s": {
             "prompt_and_preprocess": prompt_s,
             "vision": vision_s,
@@ -196,6 +198,52 @@ pub fn time(model: &Path, inputs: &Inputs, base: &Path, out: &Path, env: &Env) -
     std::fs::write(out, serde_json::to_string_pretty(&report)?)?;
     println!("{}", serde_json::to_string(&report)?);
     Ok(())
+}
+
+/// A GRPO group's first step updated on: `group` answers (the samples', in turn) after
+/// the first sample's screen, one minibatch, the policy running their one prompt once
+/// ("shared"); beside it, in turns, the same minibatch with each copy's instruction ending
+/// in another digit ("apart": as many tokens, one screenshot, but every prompt runs whole,
+/// as all did before 2026-12-06). `null` without a group.
+fn group_update(b: &Bench, inputs: &Inputs, env: &Env, round: &mut usize) -> Result<serde_json::Value> {
+    let g = inputs.gen.group;
+    if g < 2 {
+        return Ok(serde_json::Value::Null);
+    }
+    let answers: Vec<Vec<u32>> = (0..g).map(|i| b.answers[i % b.answers.len()].clone()).collect();
+    let adv: Vec<f32> = (0..g).map(|i| inputs.advantages[i % inputs.advantages.len()]).collect();
+    let mut opt = b.optimizer(inputs)?;
+    let (mut shared, mut apart) = (Vec::new(), Vec::new());
+    for r in 0..inputs.update.warmup + inputs.update.reps {
+        for same in [true, false] {
+            *round += 1;
+            // one screenshot (new each round, so each round encodes it once); the copies'
+            // instructions end in one digit, the same digit or each its own
+            let screen = fresh(&b.states[..1], *round).remove(0);
+            let states: Vec<ScreenState> = (0..g)
+                .map(|i| {
+                    let mut s = screen.clone();
+                    s.instruction = format!("{} #{}", s.instruction, if same { 0 } else { i % 10 });
+                    s
+                })
+                .collect();
+            let t = Instant::now();
+            let (loss, _) = b.loss(&states, &answers, &adv)?;
+            opt.step(&loss.backward()?)?;
+            env.sync()?;
+            let dt = t.elapsed().as_secs_f64();
+            if r >= inputs.update.warmup {
+                if same { &mut shared } else { &mut apart }.push(dt);
+            }
+            eprintln!(
+                "guirl update of a group of {g}, {} rep {r}: {dt:.3}s",
+                if same { "shared" } else { "apart" }
+            );
+        }
+    }
+    let (s, a) = (median(&shared), median(&apart));
+    Ok(json!({ "group": g, "shared_times_s": shared, "apart_times_s": apart, "shared_median_s": s,
+               "apart_median_s": a, "speedup": a / s }))
 }
 
 /// What one small elementwise op costs the host to issue, in microseconds: 2 000 `x + 1`

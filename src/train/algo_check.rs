@@ -5,7 +5,7 @@
 //! keys every kind shares, each with its reason beside it.
 
 use super::advantage::options::StepCredit;
-use super::algo_config::{AlgoConfig, AlgoKind, KlMode};
+use super::algo_config::{AlgoConfig, AlgoKind, AlgoVariant, GspoConfig, GspoLevel, KlMode, MinibatchOrder};
 use super::objective::KlEstimator;
 
 impl AlgoConfig {
@@ -109,6 +109,14 @@ impl AlgoConfig {
             check(k > 0.0 && k.is_finite(), format!("algo.kl_target must be > 0, got {k}"));
             // The adaptive β scales β: from 0 it stays 0.
             check(a.beta > 0.0, "algo.kl_target needs algo.beta > 0 (the coefficient it starts from)".into());
+        }
+        if a.minibatch_order == MinibatchOrder::GroupSteps {
+            check(
+                !matches!(a.variant, AlgoVariant::Gspo(GspoConfig { level: GspoLevel::Trajectory })),
+                "algo.minibatch_order = \"group_steps\" cannot be used with [algo.gspo] level = \"trajectory\", \
+                 whose minibatches hold whole trajectories; leave minibatch_order out"
+                    .into(),
+            );
         }
         if let Some(k) = a.target_kl {
             check(

@@ -12,7 +12,8 @@ use super::rewards::TrainReward;
 use serde::{Deserialize, Serialize};
 
 pub use super::algo_kind::{
-    AlgoKind, AlgoVariant, DynamicSampling, GigpoConfig, GspoConfig, GspoLevel, OverlongPenalty, PpoConfig,
+    AlgoKind, AlgoVariant, DynamicSampling, GigpoConfig, GspoConfig, GspoLevel, MinibatchOrder,
+    OverlongPenalty, PpoConfig,
 };
 
 /// `[algo]`, read: the kind with its own settings, the shared keys, and the techniques.
@@ -63,6 +64,8 @@ pub struct AlgoConfig {
     pub behaviour_weight_cap: Option<f64>,
     /// Samples (steps) per optimizer step.
     pub minibatch: usize,
+    /// How the samples are cut into minibatches.
+    pub minibatch_order: MinibatchOrder,
     /// Peak learning rate.
     pub lr: f64,
     /// Decay after warmup.
@@ -146,6 +149,7 @@ impl Default for AlgoConfig {
             target_kl: None,
             behaviour_weight_cap: None,
             minibatch: 16,
+            minibatch_order: MinibatchOrder::Shuffled,
             lr: 1e-4,
             lr_schedule: LrSchedule::Constant,
             warmup: 0,
@@ -320,6 +324,7 @@ impl From<AlgoConfig> for AlgoTable {
             target_kl: a.target_kl,
             behaviour_weight_cap: a.behaviour_weight_cap,
             minibatch: a.minibatch,
+            minibatch_order: a.minibatch_order,
             lr: a.lr,
             lr_schedule: a.lr_schedule,
             warmup: a.warmup,
@@ -372,6 +377,7 @@ impl TryFrom<AlgoTable> for AlgoConfig {
             target_kl: t.target_kl,
             behaviour_weight_cap: t.behaviour_weight_cap,
             minibatch: t.minibatch,
+            minibatch_order: t.minibatch_order,
             lr: t.lr,
             lr_schedule: t.lr_schedule,
             warmup: t.warmup,

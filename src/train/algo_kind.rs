@@ -161,6 +161,19 @@ pub enum GspoLevel {
     Trajectory,
 }
 
+/// How an iteration's update cuts its samples into minibatches (`[algo] minibatch_order`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MinibatchOrder {
+    /// Every sample in a random order of its own (each epoch anew).
+    #[default]
+    Shuffled,
+    /// The samples of one group at one env step kept next to each other, those sets in a
+    /// random order: a GRPO group's first steps (one screen, one prompt) mostly share a
+    /// minibatch, whose pass then runs their prompt once. As many optimizer steps.
+    GroupSteps,
+}
+
 /// `[algo.gspo]`: GSPO's own keys.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]

@@ -5,7 +5,9 @@
 //! documented on `AlgoConfig` and in docs/reference/config.md.
 
 use super::advantage::options::{AdvStd, StepCredit};
-use super::algo_kind::{AlgoKind, DynamicSampling, GigpoConfig, GspoConfig, OverlongPenalty, PpoConfig};
+use super::algo_kind::{
+    AlgoKind, DynamicSampling, GigpoConfig, GspoConfig, MinibatchOrder, OverlongPenalty, PpoConfig,
+};
 use super::kl::KlMode;
 use super::objective::{KlEstimator, LossAgg};
 use super::optim::LrSchedule;
@@ -55,6 +57,8 @@ pub struct AlgoTable {
     pub behaviour_weight_cap: Option<f64>,
     /// `minibatch`.
     pub minibatch: usize,
+    /// `minibatch_order`.
+    pub minibatch_order: MinibatchOrder,
     /// `lr`.
     pub lr: f64,
     /// `lr_schedule`.

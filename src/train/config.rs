@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 pub use super::algo_config::{
     AlgoConfig, AlgoKind, AlgoVariant, DynamicSampling, GigpoConfig, GspoConfig, GspoLevel, KlMode,
-    OverlongPenalty, PpoConfig,
+    MinibatchOrder, OverlongPenalty, PpoConfig,
 };
 pub use super::model::{ModelConfig, ModelKind, ModelPreset, ModelVariant};
 pub use super::model_kind::SmallModel;

@@ -262,6 +262,16 @@ fn bad_values_are_named() {
         ("algo", "kl_target = 0.01", "algo.kl_target needs algo.beta > 0"),
         ("algo", "beta = 0.1\nkl_target = -1.0", "algo.kl_target must be > 0"),
         ("algo", "kl_horizon = 0.0", "algo.kl_horizon must be > 0"),
+        (
+            "algo",
+            "kind = \"gspo\"\nminibatch_order = \"group_steps\"\n[algo.gspo]\nlevel = \"trajectory\"",
+            "algo.minibatch_order = \"group_steps\" cannot be used with [algo.gspo] level = \"trajectory\"",
+        ),
+        (
+            "algo",
+            "minibatch_order = \"grouped\"",
+            "unknown variant `grouped`, expected `shuffled` or `group_steps`",
+        ),
         ("algo", "target_kl = 0.0", "algo.target_kl must be > 0"),
         ("algo", "target_kl = -0.01", "algo.target_kl must be > 0"),
         ("algo", "target_kl = nan", "algo.target_kl must be > 0"),
@@ -423,6 +433,13 @@ fn discounted_step_credit_over_a_negative_failure_reward_is_warned_about() {
     assert_eq!(algo("kind = \"reinforce_pp\"\ngamma = 1.0").stalling_warning(-1.0), None);
     assert_eq!(algo("kind = \"grpo\"\ngamma = 0.9").stalling_warning(-1.0), None);
     assert_eq!(algo("kind = \"reinforce_pp\"\ngamma = 0.9").stalling_warning(0.0), None);
+}
+
+#[test]
+fn minibatch_order_is_shuffled_by_default_and_parses() {
+    assert_eq!(parse_ok(MINIMAL).algo.minibatch_order, MinibatchOrder::Shuffled);
+    let c = parse_ok(&format!("{MINIMAL}[algo]\nminibatch_order = \"group_steps\"\n"));
+    assert_eq!(c.algo.minibatch_order, MinibatchOrder::GroupSteps);
 }
 
 #[test]

@@ -48,7 +48,9 @@ pub struct Decoupled {
 /// Make `samples` (collected by older weights) train against `policy` as π_prox: each
 /// sample's recorded log-probs (π_behav) give its `behaviour_weight`, and its `old_logp`
 /// becomes the policy's own log-probs of the same tokens, scored `chunk` samples at a time
-/// at the policy's current sampling temperature. Call before the update's first step.
+/// at the policy's current sampling temperature, a group's samples of one env step in the
+/// same chunk where they fit (a GRPO group's first steps share one prompt, which a Qwen-VL
+/// policy then runs once). Call before the update's first step.
 pub fn decouple(
     policy: &dyn TrainablePolicy,
     samples: &mut [Sample],
@@ -56,12 +58,15 @@ pub fn decouple(
     cap: f64,
 ) -> anyhow::Result<Decoupled> {
     let (mut sum, mut capped, mut n) = (0.0, 0usize, 0usize);
-    for part in samples.chunks_mut(chunk.max(1)) {
-        let states: Vec<ScreenState> = part.iter().map(|s| s.state.clone()).collect();
-        let tokens: Vec<Vec<u32>> = part.iter().map(|s| s.tokens.clone()).collect();
+    let mut order: Vec<usize> = (0..samples.len()).collect();
+    order.sort_by_key(|&k| (samples[k].group, samples[k].state.step));
+    for part in order.chunks(chunk.max(1)) {
+        let states: Vec<ScreenState> = part.iter().map(|&k| samples[k].state.clone()).collect();
+        let tokens: Vec<Vec<u32>> = part.iter().map(|&k| samples[k].tokens.clone()).collect();
         let logp =
             policy.score(&states, &tokens)?.logp.to_dtype(candle_core::DType::F32)?.to_vec2::<f32>()?;
-        for (s, row) in part.iter_mut().zip(logp) {
+        for (&k, row) in part.iter().zip(logp) {
+            let s = &mut samples[k];
             ensure!(
                 row.len() >= s.tokens.len() && s.old_logp.len() == s.tokens.len(),
                 "rescoring a rollout's {} tokens gave {} log-probs ({} recorded)",
@@ -115,6 +120,10 @@ mod tests {
     fn decoupling_rescores_prox_and_weights_the_behaviour_tokens() {
         let mut p = VlmPolicy::new(VlmConfig::tiny(), &Device::Cpu, 4).unwrap();
         let mut samples = rollout(&mut p, 4);
+        // groups 1, 0, 1, 0: rescored in the order 1, 3, 0, 2, each sample its own rows
+        for (k, s) in samples.iter_mut().enumerate() {
+            s.group = 1 - k % 2;
+        }
         // The behaviour policy is the current one: the weights are 1 up to the rounding of
         // one-state sampling against a batched rescoring.
         let recorded: Vec<Vec<f32>> = samples.iter().map(|s| s.old_logp.clone()).collect();

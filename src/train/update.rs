@@ -21,7 +21,7 @@
 //!                                  minibatches and epochs of the iteration
 //! ```
 
-use super::config::{AlgoConfig, AlgoVariant, GspoConfig, GspoLevel};
+use super::config::{AlgoConfig, AlgoVariant, GspoConfig, GspoLevel, MinibatchOrder};
 use super::metrics::mean_loss_stats;
 use super::objective::{policy_loss, LossInputs, LossStats, Whole};
 use super::optim::{clip_grad_norm, AdamW};
@@ -75,6 +75,7 @@ pub(crate) fn samples(
                     old_logp: step.token_logprobs.clone(),
                     adv: a[i] as f32,
                     traj: index[g][j],
+                    group: g,
                     behaviour_weight: None,
                 });
             }
@@ -100,6 +101,10 @@ pub struct Sample {
     /// Which trajectory of the iteration the step belongs to (any id, equal for the steps
     /// of one trajectory).
     pub traj: usize,
+    /// Which group of the iteration its trajectory belongs to (any id, equal for the
+    /// rollouts of one group; `minibatch_order = "group_steps"` keeps a group's samples of
+    /// one env step together).
+    pub group: usize,
     /// Each token's decoupled-objective weight `min(π_prox / π_behav, cap)` when the
     /// rollout's policy is older than π_old (see `decoupled.rs`); `None`: it is π_old.
     pub behaviour_weight: Option<Vec<f32>>,
@@ -147,32 +152,60 @@ fn padded(rows: &[&[f32]], t: usize, device: &Device) -> candle_core::Result<Ten
     Tensor::from_vec(flat, (rows.len(), t), device)
 }
 
-/// Minibatches of sample indices: `order` cut into `size`-long pieces, or, `by_traj`, whole
-/// trajectories in the order their first sample appears in `order`, cut once a piece holds
-/// at least `size` samples.
-fn minibatches(samples: &[Sample], order: &[usize], size: usize, by_traj: bool) -> Vec<Vec<usize>> {
-    if !by_traj {
-        return order.chunks(size).map(<[usize]>::to_vec).collect();
-    }
-    let mut trajs: Vec<usize> = Vec::new();
-    let mut members: std::collections::HashMap<usize, Vec<usize>> = Default::default();
-    let mut by_id: Vec<(usize, usize)> = samples.iter().enumerate().map(|(k, s)| (s.traj, k)).collect();
-    by_id.sort_unstable();
-    for (t, k) in by_id {
-        members.entry(t).or_default().push(k);
-    }
-    for &k in order {
-        let t = samples[k].traj;
-        if !trajs.contains(&t) {
-            trajs.push(t);
+/// What a minibatch keeps together ([`minibatches`]).
+#[derive(Clone, Copy)]
+enum Units {
+    /// Nothing: samples one by one.
+    Samples,
+    /// Whole trajectories (GSPO's trajectory-level ratio).
+    Trajectories,
+    /// A group's samples of one env step (`minibatch_order = "group_steps"`).
+    GroupSteps,
+}
+
+impl Units {
+    fn of(algo: &AlgoConfig) -> Units {
+        match (&algo.variant, algo.minibatch_order) {
+            (AlgoVariant::Gspo(GspoConfig { level: GspoLevel::Trajectory }), _) => Units::Trajectories,
+            (_, MinibatchOrder::GroupSteps) => Units::GroupSteps,
+            (_, MinibatchOrder::Shuffled) => Units::Samples,
         }
     }
+}
+
+/// Minibatches of sample indices: `order` cut into `size`-long pieces; with
+/// [`Units::GroupSteps`], first reordered so a group's samples of one env step follow each
+/// other (the sets in the order their first sample appears in `order`), then cut alike;
+/// with [`Units::Trajectories`], whole trajectories in the order their first sample
+/// appears in `order`, cut once a piece holds at least `size` samples.
+fn minibatches(samples: &[Sample], order: &[usize], size: usize, units: Units) -> Vec<Vec<usize>> {
+    let key = |k: usize| match units {
+        Units::Samples => None,
+        Units::Trajectories => Some((samples[k].traj, 0)),
+        Units::GroupSteps => Some((samples[k].group, samples[k].state.step)),
+    };
+    if key(0).is_none() || samples.is_empty() {
+        return order.chunks(size).map(<[usize]>::to_vec).collect();
+    }
+    let mut sets: Vec<Vec<usize>> = Vec::new();
+    let mut at: std::collections::HashMap<(usize, u32), usize> = Default::default();
+    for &k in order {
+        let set = *at.entry(key(k).expect("units")).or_insert_with(|| {
+            sets.push(Vec::new());
+            sets.len() - 1
+        });
+        sets[set].push(k);
+    }
+    if let Units::GroupSteps = units {
+        return sets.concat().chunks(size).map(<[usize]>::to_vec).collect();
+    }
     let mut out: Vec<Vec<usize>> = vec![Vec::new()];
-    for t in trajs {
+    for mut set in sets {
+        set.sort_unstable(); // a trajectory's samples in their order
         if out.last().is_some_and(|c| c.len() >= size) {
             out.push(Vec::new());
         }
-        out.last_mut().expect("one").extend(&members[&t]);
+        out.last_mut().expect("one").extend(set);
     }
     out.retain(|c| !c.is_empty());
     out
@@ -273,14 +306,14 @@ pub fn update_parallel(
         );
     }
     let loss_cfg = algo.loss_config();
-    let by_traj = matches!(algo.variant, AlgoVariant::Gspo(GspoConfig { level: GspoLevel::Trajectory }));
+    let units = Units::of(algo);
+    let by_traj = matches!(units, Units::Trajectories);
     let mut out = UpdateStats::default();
     let (mut all, mut norms) = (Vec::new(), Vec::new());
     'epochs: for epoch in 0..algo.epochs {
         let mut order: Vec<usize> = (0..samples.len()).collect();
         order.shuffle(&mut rng_for(seed, iteration, 100 + epoch as u64));
-        for (mb, chunk) in
-            minibatches(samples, &order, algo.minibatch.max(1), by_traj).into_iter().enumerate()
+        for (mb, chunk) in minibatches(samples, &order, algo.minibatch.max(1), units).into_iter().enumerate()
         {
             // Data parallel: this rank's part, with the whole minibatch's counts.
             let (part, whole) = match pg {

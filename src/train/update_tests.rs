@@ -26,6 +26,7 @@ pub(crate) fn rollout_with(p: &mut VlmPolicy, n: usize, seed: u64, states_seed: 
             old_logp: d.token_logprobs,
             adv: if i % 2 == 0 { 1.0 } else { -1.0 },
             traj: i / 2,
+            group: i / 4,
             behaviour_weight: None,
         })
         .collect()
@@ -111,6 +112,38 @@ fn target_kl_stops_the_update_early_and_only_when_set() {
     assert!(up.first.unwrap().approx_kl_old < 1.5e-5, "{:?}", up.first);
 }
 
+/// `minibatch_order = "group_steps"`: a group's samples of one env step follow each other
+/// (a GRPO group's first steps, one prompt, then share a minibatch), the sets in the order
+/// their first sample appears; minibatches keep their size, so the optimizer steps are as
+/// many as shuffled.
+#[test]
+fn group_step_minibatches_keep_a_groups_steps_together() {
+    let mut p = VlmPolicy::new(VlmConfig::tiny(), &Device::Cpu, 2).unwrap();
+    let mut samples = rollout(&mut p, 8);
+    // groups 0 and 1, each of two rollouts of steps 0 and 1
+    for (k, s) in samples.iter_mut().enumerate() {
+        (s.group, s.traj, s.state.step) = (k / 4, k / 2, (k % 2) as u32);
+    }
+    let order = [5, 2, 7, 1, 0, 4, 3, 6];
+    let mb = minibatches(&samples, &order, 3, Units::GroupSteps);
+    // (group, step) (1, 1): 5 7 | (0, 0): 2 0 | (0, 1): 1 3 | (1, 0): 4 6, cut in threes
+    assert_eq!(mb, vec![vec![5, 7, 2], vec![0, 1, 3], vec![4, 6]]);
+    assert_eq!(
+        minibatches(&samples, &order, 3, Units::Samples),
+        vec![vec![5, 2, 7], vec![1, 0, 4], vec![3, 6]]
+    );
+    // A real update in that order takes as many steps as shuffled, and starts at ratio 1.
+    let shuffled = AlgoConfig { minibatch: 3, lr: 1e-3, ..Default::default() };
+    let grouped = AlgoConfig { minibatch_order: MinibatchOrder::GroupSteps, ..shuffled.clone() };
+    for algo in [shuffled, grouped] {
+        let p = VlmPolicy::new(VlmConfig::tiny(), &Device::Cpu, 2).unwrap(); // the weights that sampled
+        let mut opt = AdamW::new(p.named_vars(), algo.adamw_config()).unwrap();
+        let up = update(&p, None, &mut opt, &samples, &algo, 0, 0).unwrap();
+        assert!((up.first.unwrap().ratio_mean - 1.0).abs() < 1e-5);
+        assert_eq!((up.optimizer_steps, up.skipped_steps), (3, 0), "{:?}: {up:?}", algo.minibatch_order);
+    }
+}
+
 #[test]
 fn gspo_trajectory_minibatches_hold_whole_trajectories() {
     let mut p = VlmPolicy::new(VlmConfig::tiny(), &Device::Cpu, 2).unwrap();
@@ -120,11 +153,11 @@ fn gspo_trajectory_minibatches_hold_whole_trajectories() {
     }
     // Trajectories in the order their first step appears: 3 (k6), 0 (k0), 2 (k3), 1 (k2);
     // a minibatch is closed once it holds >= 3 steps.
-    let mb = minibatches(&samples, &[6, 0, 3, 2, 5, 1, 4], 3, true);
+    let mb = minibatches(&samples, &[6, 0, 3, 2, 5, 1, 4], 3, Units::Trajectories);
     assert_eq!(mb, vec![vec![6, 0, 1], vec![3, 4, 5], vec![2]]);
     let seg = segments(&samples, &mb[0], &Device::Cpu).unwrap().to_vec2::<f32>().unwrap();
     assert_eq!(seg, vec![vec![0.0, 1.0, 1.0], vec![1.0, 0.0, 0.0]]);
-    assert_eq!(minibatches(&samples, &[6, 0, 3], 2, false), vec![vec![6, 0], vec![3]]);
+    assert_eq!(minibatches(&samples, &[6, 0, 3], 2, Units::Samples), vec![vec![6, 0], vec![3]]);
     // A real update with the trajectory-level ratio starts at ratio 1.
     let algo = AlgoConfig {
         variant: AlgoVariant::Gspo(GspoConfig { level: GspoLevel::Trajectory }),

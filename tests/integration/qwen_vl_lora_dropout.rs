@@ -141,6 +141,7 @@ fn samples(p: &mut QwenVlPolicy) -> Vec<Sample> {
             old_logp: d.token_logprobs,
             adv: if i % 2 == 0 { 1.0 } else { -1.0 },
             traj: i,
+            group: i,
             behaviour_weight: None,
         })
         .collect()

@@ -66,8 +66,8 @@ pub struct Prompt {
     pub delta: i64,
 }
 
-/// A text prefix several prompts share, run once in a training pass
-/// ([`QwenVl::run_prefix`]).
+/// A prefix several prompts share, run once in a training pass ([`QwenVl::run_prefix`],
+/// [`QwenVl::extend_prefix`]).
 pub struct PromptPrefix {
     ids: Vec<u32>,
     states: text::SharedPrefix,
@@ -225,16 +225,57 @@ impl QwenVl {
         if ids.is_empty() || ids.contains(&self.config.image_token_id) {
             bail!("a shared prefix must be text of at least one token, no image placeholder");
         }
-        let prompt = self.prompt(ids.to_vec(), &[])?;
+        self.extend_prefix(None, &self.prompt(ids.to_vec(), &[])?, ids.len(), None)
+    }
+
+    /// A longer prefix run once for the prompts that all start with it: `prompt`'s tokens
+    /// before `upto`, continuing `parent` (their first tokens, already run) when given,
+    /// with `vision`, the features of the screenshot whose placeholders lie in that span.
+    /// States that show one screen with one prompt (a group's first step) so run their
+    /// whole prompt once, and only their answers apart.
+    pub fn extend_prefix(
+        &self,
+        parent: Option<&PromptPrefix>,
+        prompt: &Prompt,
+        upto: usize,
+        vision: Option<&VisionOutput>,
+    ) -> Result<PromptPrefix> {
+        let from = parent.map_or(0, |p| p.ids.len());
+        if upto <= from || upto > prompt.ids.len() || parent.is_some_and(|p| prompt.ids[..from] != p.ids) {
+            bail!(
+                "a prefix up to token {upto} of a prompt of {} tokens cannot continue a prefix of {from} \
+                 it does not start with",
+                prompt.ids.len()
+            );
+        }
+        let image = self.config.image_token_id;
+        let span = &prompt.ids[from..upto];
+        let rows: Vec<u32> = (0..span.len() as u32).filter(|&i| span[i as usize] == image).collect();
+        if rows.is_empty() != vision.is_none() {
+            bail!(
+                "a prefix with {} image placeholders needs a screenshot's features, and only then",
+                rows.len()
+            );
+        }
         let device = self.text_device();
-        let (cos, sin) = text_cos_sin(&self.config.text, &prompt.positions, self.text_dtype(), &device)?;
-        let t = Tensor::new(ids, &device)?.unsqueeze(0)?;
-        let states = self.text.run_prefix(&t, &cos.unsqueeze(0)?, &sin.unsqueeze(0)?)?;
-        Ok(PromptPrefix { ids: ids.to_vec(), states })
+        let positions = prompt.positions.clone().map(|axis| axis[from..upto].to_vec());
+        let (cos, sin) = text_cos_sin(&self.config.text, &positions, self.text_dtype(), &device)?;
+        let t = Tensor::new(span, &device)?.unsqueeze(0)?;
+        let rows = Tensor::new(rows.as_slice(), &device)?;
+        let visual = vision.map(|v| VisualRows { rows: &rows, embeds: &v.embeds, deepstack: &v.deepstack });
+        let states = self.text.run_prefix(
+            parent.map(|p| &p.states),
+            &t,
+            &cos.unsqueeze(0)?,
+            &sin.unsqueeze(0)?,
+            visual,
+        )?;
+        Ok(PromptPrefix { ids: prompt.ids[..upto].to_vec(), states })
     }
 
     /// [`Self::hidden_batch`] of prompts that all start with `prefix` (run once by
-    /// [`Self::run_prefix`]), over their tokens after it: `[B, T, H]`, `T` the longest
+    /// [`Self::run_prefix`] or [`Self::extend_prefix`]), over their tokens after it (no
+    /// vision output for a prompt whose screenshot is in the prefix): `[B, T, H]`, `T` the longest
     /// remainder. Gradients reach the prefix through every row.
     pub fn hidden_batch_after(
         &self,
@@ -444,7 +485,7 @@ impl Padded {
     }
 }
 
-/// Each of `prompts` after the text `prefix` they all start with (all of it when empty),
+/// Each of `prompts` after the `prefix` they all start with (all of it when empty),
 /// its positions and delta continuing the whole prompt's, for `visions` vision outputs.
 fn tails(prefix: &[u32], prompts: &[Prompt], visions: usize) -> Result<Vec<Prompt>> {
     if prompts.len() != visions {

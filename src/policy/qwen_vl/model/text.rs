@@ -215,13 +215,37 @@ impl TextModel {
         self.final_norm(&x)
     }
 
-    /// A training pass's prefix that several sequences share, run once: text `ids` `[1, P]`
-    /// with their rotary tables; each layer's keys and values stay in the graph, so the
-    /// gradients of every sequence that continues it ([`Self::forward_shared`]) reach it.
-    pub fn run_prefix(&self, ids: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<SharedPrefix> {
-        let mut prefix = SharedPrefix { len: ids.dim(1)?, layers: Vec::with_capacity(self.layers.len()) };
-        self.layers_forward(ids, cos, sin, None, Before::Keep(&mut prefix.layers))?;
-        Ok(prefix)
+    /// A training pass's prefix that several sequences share, run once: `ids` `[1, P]` with
+    /// their rotary tables and the visual rows of a screenshot among them, continuing
+    /// `parent` (a shorter prefix) when given. Each layer's keys and values stay in the
+    /// graph, so the gradients of every sequence that continues it ([`Self::forward_shared`])
+    /// reach it.
+    pub fn run_prefix(
+        &self,
+        parent: Option<&SharedPrefix>,
+        ids: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        visual: Option<VisualRows>,
+    ) -> Result<SharedPrefix> {
+        let mut kept = Vec::with_capacity(self.layers.len());
+        let before = match parent {
+            Some(p) if p.layers.len() != self.layers.len() => {
+                bail!("a shared prefix of {} layers for a model of {}", p.layers.len(), self.layers.len())
+            }
+            Some(p) => Before::SharedKeep(p, &mut kept),
+            None => Before::Keep(&mut kept),
+        };
+        self.layers_forward(ids, cos, sin, visual.as_ref(), before)?;
+        let len = ids.dim(1)?;
+        let Some(p) = parent else { return Ok(SharedPrefix { len, layers: kept }) };
+        let layers = p
+            .layers
+            .iter()
+            .zip(kept)
+            .map(|((pk, pv), (k, v))| Ok((Tensor::cat(&[pk, &k], 2)?, Tensor::cat(&[pv, &v], 2)?)))
+            .collect::<Result<_>>()?;
+        Ok(SharedPrefix { len: p.len + len, layers })
     }
 
     /// [`Self::forward`] of `ids` `[B, T]` continuing `prefix`: every row attends to the

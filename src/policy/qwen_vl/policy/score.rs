@@ -2,7 +2,7 @@
 //! prompt, the training pass's forward (`TrainablePolicy::score`/`score_train`).
 
 use super::*;
-use crate::policy::qwen_vl::model::Prompt;
+use crate::policy::qwen_vl::model::{Prompt, PromptPrefix};
 use crate::policy::qwen_vl::train::train_pass::{sample_key, PassState};
 
 impl QwenVlPolicy {
@@ -77,9 +77,11 @@ impl QwenVlPolicy {
     /// [`Self::score_one`] for every state in one padded pass ([`QwenVl::hidden_batch`]);
     /// the LM head runs once over all the answers' rows.
     fn score_batch(&self, states: &[ScreenState], tokens: &[Vec<u32>]) -> Result<Vec<(Tensor, Tensor)>> {
-        let (mut prompts, mut images, mut starts) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut prompts, mut images, mut starts, mut screens) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for (state, t) in states.iter().zip(tokens).filter(|(_, t)| !t.is_empty()) {
             let (ids, img) = self.prompt(state)?;
+            screens.push(vision_key(&img));
             starts.push(ids.len() - 1);
             let mut prompt = self.model.prompt(ids, &[img.grid])?;
             prompt.extend(t);
@@ -93,7 +95,7 @@ impl QwenVlPolicy {
         let visions = self.visions(&images.iter().collect::<Vec<_>>())?;
         let vis: Vec<Option<&VisionOutput>> = visions.iter().map(|v| Some(v.as_ref())).collect();
         let answers: Vec<&Vec<u32>> = tokens.iter().filter(|t| !t.is_empty()).collect();
-        let rows = self.answer_rows(&prompts, &vis, &starts, &answers)?;
+        let rows = self.answer_rows(&prompts, &vis, &screens, &starts, &answers)?;
         let all: Vec<u32> = answers.iter().flat_map(|t| t.iter().copied()).collect();
         let (lp, ent) = self.token_scores(&Tensor::cat(&rows, 0)?, &all)?;
         let mut out = Vec::new();
@@ -112,42 +114,54 @@ impl QwenVlPolicy {
     /// The hidden rows `[n_b, H]` each answer's tokens are predicted from (prompt `b`'s rows
     /// from `starts[b]` on). Prompts that share their text before the screenshot (the
     /// system prompt and the user turn's opening: the same at every step of a task) run it
-    /// once as a prefix their remainders continue, as decoding does; the others run as
-    /// one padded batch. With LoRA dropout in force all run in the padded batch: a prefix
-    /// run once would drop the same inputs of it for every state.
+    /// once as a prefix their remainders continue, as decoding does; prompts that are the
+    /// same, screenshot (`screens[b]`, its key) included, continue it once more with all
+    /// but their last token, so only their answers run apart. The others run as one padded
+    /// batch. With LoRA dropout in force all run in the padded batch: a prefix run once
+    /// would drop the same inputs of it for every state.
     fn answer_rows(
         &self,
         prompts: &[Prompt],
         vis: &[Option<&VisionOutput>],
+        screens: &[u64],
         starts: &[usize],
         answers: &[&Vec<u32>],
     ) -> Result<Vec<Tensor>> {
-        let mut groups = self.model.by_text_prefix(prompts.iter().map(|p| p.ids.as_slice()));
-        // no text before the screenshot, or a prefix of one prompt, saves nothing, and with
-        // LoRA dropout in force nothing is shared: those prompts join the padded batch
-        let dropout = self.model.text.pass().get().dropout_key.is_some();
-        let shared = |ids: &[u32], members: &[usize]| !dropout && !ids.is_empty() && members.len() > 1;
-        let mut alone: Vec<usize> =
-            groups.iter().filter(|(ids, m)| !shared(ids, m)).flat_map(|(_, m)| m.iter().copied()).collect();
-        groups.retain(|(ids, m)| shared(ids, m));
         let mut rows: Vec<Option<Tensor>> = vec![None; prompts.len()];
-        let mut run = |prefix: Option<&[u32]>, members: &[usize]| -> Result<()> {
-            let prefix = prefix.map(|ids| self.model.run_prefix(ids)).transpose()?;
-            let from = prefix.as_ref().map_or(0, |p| p.ids().len());
+        let mut run = |prefix: Option<&PromptPrefix>, members: &[usize], images: bool| -> Result<()> {
+            let from = prefix.map_or(0, |p| p.ids().len());
             let ps: Vec<Prompt> = members.iter().map(|&b| prompts[b].clone()).collect();
-            let vs: Vec<Option<&VisionOutput>> = members.iter().map(|&b| vis[b]).collect();
-            let h = self.model.hidden_batch_after(prefix.as_ref(), &ps, &vs)?;
+            let vs: Vec<Option<&VisionOutput>> =
+                members.iter().map(|&b| if images { vis[b] } else { None }).collect();
+            let h = self.model.hidden_batch_after(prefix, &ps, &vs)?;
             for (j, &b) in members.iter().enumerate() {
                 rows[b] = Some(h.get(j)?.narrow(0, starts[b] - from, answers[b].len())?);
             }
             Ok(())
         };
-        for (ids, members) in &groups {
-            run(Some(ids), members)?;
+        let mut alone: Vec<usize> = Vec::new();
+        if self.model.text.pass().get().dropout_key.is_some() {
+            alone = (0..prompts.len()).collect();
+        } else {
+            for (ids, members) in self.model.by_text_prefix(prompts.iter().map(|p| p.ids.as_slice())) {
+                // no text before the screenshot, or a prefix of one prompt, saves nothing
+                let text =
+                    (!ids.is_empty() && members.len() > 1).then(|| self.model.run_prefix(ids)).transpose()?;
+                let (same, rest) = same_prompts(&members, prompts, starts, screens);
+                for set in same {
+                    let b = set[0];
+                    let whole = self.model.extend_prefix(text.as_ref(), &prompts[b], starts[b], vis[b])?;
+                    run(Some(&whole), &set, false)?;
+                }
+                match &text {
+                    Some(t) if !rest.is_empty() => run(Some(t), &rest, true)?,
+                    _ => alone.extend(rest),
+                }
+            }
         }
         if !alone.is_empty() {
             alone.sort_unstable();
-            run(None, &alone)?;
+            run(None, &alone, true)?;
         }
         Ok(rows.into_iter().map(|r| r.expect("every prompt is in a group or the batch")).collect())
     }
@@ -163,5 +177,59 @@ impl QwenVlPolicy {
         let finite = lp.clamp(-1e9f32, 0f32)?;
         let entropy = (finite.exp()? * &finite)?.sum(D::Minus1)?.neg()?;
         Ok((chosen, entropy))
+    }
+}
+
+/// `members`' prompts that are the same, screenshot included, in sets of two or more (in
+/// order of first appearance), and the rest: prompt `b` is its ids up to `starts[b]` (its
+/// answer follows) with screenshot `screens[b]`.
+fn same_prompts(
+    members: &[usize],
+    prompts: &[Prompt],
+    starts: &[usize],
+    screens: &[u64],
+) -> (Vec<Vec<usize>>, Vec<usize>) {
+    let key = |b: usize| (&prompts[b].ids[..=starts[b]], screens[b]);
+    let mut sets: Vec<Vec<usize>> = Vec::new();
+    for &b in members {
+        match sets.iter_mut().find(|s| key(s[0]) == key(b)) {
+            Some(s) => s.push(b),
+            None => sets.push(vec![b]),
+        }
+    }
+    let (same, single): (Vec<_>, Vec<_>) = sets.into_iter().partition(|s| s.len() > 1);
+    (same, single.into_iter().flatten().collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn prompt(ids: &[u32]) -> Prompt {
+        let p: Vec<i64> = (0..ids.len() as i64).collect();
+        Prompt { ids: ids.to_vec(), positions: [p.clone(), p.clone(), p], delta: 0 }
+    }
+
+    /// Same ids before the answer and the same screenshot make a set; another answer does
+    /// not matter, another screenshot or another prompt does.
+    #[test]
+    fn prompts_that_differ_only_in_their_answers_make_a_set() {
+        let prompts = [
+            prompt(&[1, 2, 3, 9, 9]), // answer 9 9 after 1 2 3
+            prompt(&[1, 2, 3, 7]),    // the same prompt, another answer
+            prompt(&[1, 2, 3, 9, 9]), // the same prompt and answer, another screenshot
+            prompt(&[1, 2, 4, 9]),    // another prompt
+            prompt(&[1, 2, 3, 8]),    // the first set again
+            prompt(&[1, 2, 4, 5]),    // the other prompt again
+        ];
+        let starts = [2, 2, 2, 2, 2, 2];
+        let screens = [10, 10, 11, 10, 10, 10];
+        let (same, rest) = same_prompts(&[0, 1, 2, 3, 4, 5], &prompts, &starts, &screens);
+        assert_eq!(same, vec![vec![0, 1, 4], vec![3, 5]]);
+        assert_eq!(rest, vec![2]);
+        // among members only
+        let (same, rest) = same_prompts(&[1, 2, 3], &prompts, &starts, &screens);
+        assert!(same.is_empty());
+        assert_eq!(rest, vec![1, 2, 3]);
     }
 }
