@@ -407,6 +407,19 @@ fn a_padded_batch_scores_and_trains_as_each_state_alone() {
         let batch = p.score_train(&states, &tokens, 3).unwrap();
         let vars = p.trainable_vars();
         let grads = p.gradients(&batch.logp.sum_all().unwrap()).unwrap();
+        // the three copies alone in a pass: one set is all of it, its whole prompt one prefix
+        let copies = [0, 4, 5];
+        let set_states: Vec<_> = copies.iter().map(|&i| states[i].clone()).collect();
+        let set_tokens: Vec<_> = copies.iter().map(|&i| tokens[i].clone()).collect();
+        let set = p.score_train(&set_states, &set_tokens, 3).unwrap();
+        for (j, &i) in copies.iter().enumerate() {
+            let n = tokens[i].len();
+            let d = max_diff(
+                &set.logp.get(j).unwrap().narrow(0, 0, n).unwrap(),
+                &batch.logp.get(i).unwrap().narrow(0, 0, n).unwrap(),
+            );
+            assert!(d < 1e-5, "{arch}: copy {i} in a pass of its set: log-probs differ by {d}");
+        }
         // the states alone on a twin with the same weights and its own, empty vision cache:
         // there each screenshot goes through the vision tower alone, in the batch together
         let q = QwenVlPolicy::new(p_settings, &Device::Cpu, 0).unwrap();

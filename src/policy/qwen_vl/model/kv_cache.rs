@@ -15,6 +15,29 @@ use anyhow::{bail, Result};
 use candle_core::{Tensor, D};
 use std::sync::Arc;
 
+/// The keys and values of a training pass's shared prefix, per layer `[1, kv_heads, P, D]`
+/// (in the graph), from [`super::text::TextModel::run_prefix`]: no cache, but what a cache
+/// would hold, each sequence that continues it reading it whole.
+pub struct SharedPrefix {
+    pub(super) len: usize,
+    pub(super) layers: Vec<(Tensor, Tensor)>,
+}
+
+impl SharedPrefix {
+    /// This prefix continued by more tokens, each layer's keys and values `kept` appended.
+    pub(super) fn extended(&self, kept: Vec<(Tensor, Tensor)>) -> Result<SharedPrefix> {
+        let mut layers = Vec::with_capacity(kept.len());
+        for ((pk, pv), (k, v)) in self.layers.iter().zip(kept) {
+            layers.push((Tensor::cat(&[pk, &k], 2)?, Tensor::cat(&[pv, &v], 2)?));
+        }
+        let len = match layers.first() {
+            Some((k, _)) => k.dim(2)?,
+            None => self.len,
+        };
+        Ok(SharedPrefix { len, layers })
+    }
+}
+
 /// Tokens a buffer grows by when it is full.
 pub const BLOCK: usize = 64;
 

@@ -55,7 +55,7 @@ pub(crate) struct LayerDims {
     kv_heads: usize,
 }
 
-pub use super::kv_cache::KvCache;
+pub use super::kv_cache::{KvCache, SharedPrefix};
 
 /// Visual inputs placed into the token sequence: flat `[B·T]` row indices of the image
 /// placeholders, their embeddings, and the DeepStack features for the same rows.
@@ -237,15 +237,10 @@ impl TextModel {
             None => Before::Keep(&mut kept),
         };
         self.layers_forward(ids, cos, sin, visual.as_ref(), before)?;
-        let len = ids.dim(1)?;
-        let Some(p) = parent else { return Ok(SharedPrefix { len, layers: kept }) };
-        let layers = p
-            .layers
-            .iter()
-            .zip(kept)
-            .map(|((pk, pv), (k, v))| Ok((Tensor::cat(&[pk, &k], 2)?, Tensor::cat(&[pv, &v], 2)?)))
-            .collect::<Result<_>>()?;
-        Ok(SharedPrefix { len: p.len + len, layers })
+        match parent {
+            Some(p) => p.extended(kept),
+            None => Ok(SharedPrefix { len: ids.dim(1)?, layers: kept }),
+        }
     }
 
     /// [`Self::forward`] of `ids` `[B, T]` continuing `prefix`: every row attends to the
@@ -385,13 +380,6 @@ impl TextModel {
         }
         self.logits(hidden)
     }
-}
-
-/// The keys and values of a training pass's shared prefix, per layer `[1, kv_heads, P, D]`
-/// (in the graph), from [`TextModel::run_prefix`].
-pub struct SharedPrefix {
-    len: usize,
-    layers: Vec<(Tensor, Tensor)>,
 }
 
 /// What a forward's tokens come after.

@@ -144,10 +144,13 @@ impl QwenVlPolicy {
             alone = (0..prompts.len()).collect();
         } else {
             for (ids, members) in self.model.by_text_prefix(prompts.iter().map(|p| p.ids.as_slice())) {
-                // no text before the screenshot, or a prefix of one prompt, saves nothing
-                let text =
-                    (!ids.is_empty() && members.len() > 1).then(|| self.model.run_prefix(ids)).transpose()?;
                 let (same, rest) = same_prompts(&members, prompts, starts, screens);
+                // no text before the screenshot, or a prefix of one prompt, saves nothing; nor
+                // does a pass of its own when one set is all of them
+                let one_set = same.len() == 1 && rest.is_empty();
+                let text = (!ids.is_empty() && members.len() > 1 && !one_set)
+                    .then(|| self.model.run_prefix(ids))
+                    .transpose()?;
                 for set in same {
                     let b = set[0];
                     let whole = self.model.extend_prefix(text.as_ref(), &prompts[b], starts[b], vis[b])?;
