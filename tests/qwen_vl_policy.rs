@@ -368,13 +368,23 @@ fn vision_adapters_train_through_the_policy_and_are_never_served_from_the_vision
 /// GPU the pass's time is the host issuing kernels). Each state's log-probs, entropies and
 /// the LoRA gradients equal those of the states scored one at a time, with prompts and
 /// answers of different lengths, an empty answer, states that are the same but for their
-/// answers, and gradient checkpointing on or off.
+/// answers, gradient checkpointing on or off, and adapters in the vision tower.
 #[test]
 fn a_padded_batch_scores_and_trains_as_each_state_alone() {
-    for (arch, checkpoint) in [("qwen3_vl", false), ("qwen2_5_vl", false), ("qwen3_vl", true)] {
+    // (with vision adapters the tower runs in the pass, each screenshot once for its states)
+    let cases = [
+        ("qwen3_vl", false, false),
+        ("qwen2_5_vl", false, false),
+        ("qwen3_vl", true, false),
+        ("qwen3_vl", false, true),
+    ];
+    for (arch, checkpoint, vision) in cases {
         let tmp = tempfile::tempdir().unwrap();
         let mut s = settings(arch, tmp.path());
         s.gradient_checkpointing = checkpoint;
+        if vision {
+            s.lora_vision_targets = vec!["qkv".into(), "linear_fc2".into()];
+        }
         let p_settings = s.clone();
         let p = QwenVlPolicy::new(s, &Device::Cpu, 0).unwrap();
         perturb_b(&p);
@@ -441,7 +451,7 @@ fn a_padded_batch_scores_and_trains_as_each_state_alone() {
             let row = |x: &Tensor| x.get(i).unwrap().narrow(0, 0, n).unwrap();
             let lone = |x: &Tensor| x.get(0).unwrap().narrow(0, 0, n).unwrap();
             let d = max_diff(&row(&batch.logp), &lone(&one.logp));
-            assert!(d < 1e-5, "{arch} (checkpoint {checkpoint}) state {i}: log-probs differ by {d}");
+            assert!(d < 1e-5, "{arch} (checkpoint {checkpoint}, vision adapters {vision}) state {i}: log-probs differ by {d}");
             let d = max_diff(&row(&batch.entropy), &lone(&one.entropy));
             assert!(d < 1e-5, "{arch} state {i}: entropies differ by {d}");
             let g = q.gradients(&one.logp.sum_all().unwrap()).unwrap();
@@ -457,7 +467,7 @@ fn a_padded_batch_scores_and_trains_as_each_state_alone() {
             let d = max_diff(got, want) / scale;
             assert!(
                 d < 1e-4,
-                "{arch} (checkpoint {checkpoint}): {name}'s gradient differs by {d} (relative)"
+                "{arch} (checkpoint {checkpoint}, vision adapters {vision}): {name}'s gradient differs by {d} (relative)"
             );
         }
     }

@@ -41,7 +41,7 @@
 #     max_staleness 0 then 1 (GPU_LOOP_INVARIANT="true false": each also with
 #     batch_invariant = false, the prompts run together; GPU_LOOP_KERNELS=fused and
 #     GPU_LOOP_GRAPH=true decode with the fused kernels and captured steps;
-#     GPU_LOOP_ORDER=group_steps cuts the update's minibatches by group and step): the run's phase table and the
+#     GPU_LOOP_ORDER="shuffled group_steps" also cuts the update's minibatches by group and step): the run's phase table and the
 #     GPU's busy share (nvidia-smi sampled every 200 ms). Not a default section: its files come in calls of their own
 #     (see browser.sh and docs/gpu.md), after section 4 on the same warm machine, or with
 #     GPU_SECTIONS="4 6" in one call.
@@ -254,12 +254,15 @@ else
     GUIRL_MINIWOB_DIR=$BR/miniwob-html FONTCONFIG_FILE=$BR/fonts/fonts.conf
   # GPU_LOOP_INVARIANT="true false" also runs each bound with batch_invariant = false
   # (prompts run together, chunks unpadded): the prefill phase beside the default's
+  # GPU_LOOP_ORDER="shuffled group_steps" also runs each with the update's minibatches cut by
+  # group and env step (a group's first steps then score their prompt once)
+  for order in ${GPU_LOOP_ORDER:-shuffled}; do
   for inv in ${GPU_LOOP_INVARIANT:-true}; do
   for bound in ${GPU_LOOP_BOUNDS:-0 1}; do
     tag=$bound; [ "$inv" = true ] || tag=$bound-batched
     # GPU_LOOP_KERNELS=fused and GPU_LOOP_GRAPH=true decode with the fused kernels and the
     # steps captured as CUDA graphs (the graph needs batch_invariant = true)
-    kernels=${GPU_LOOP_KERNELS:-eager}; graph=${GPU_LOOP_GRAPH:-false}; order=${GPU_LOOP_ORDER:-shuffled}
+    kernels=${GPU_LOOP_KERNELS:-eager}; graph=${GPU_LOOP_GRAPH:-false}
     [ "$kernels" = eager ] || tag=$tag-$kernels; [ "$graph" = false ] || tag=$tag-graph
     [ "$order" = shuffled ] || tag=$tag-$order
     echo "### max_staleness = $bound, batch_invariant = $inv, decode_kernels = $kernels, decode_graph = $graph," \
@@ -281,6 +284,7 @@ h = u[len(u) // 2:]
 print(f"GPU busy (nvidia-smi utilization): {sum(u) / max(len(u), 1):.0f} % over the run, "
       f"{sum(h) / max(len(h), 1):.0f} % over its second half ({len(u)} samples)")' /tmp/util-$tag.txt
     [ -n "${OUT:-}" ] && cp /tmp/loop-run-$tag/phases.md "$OUT/loop-phases-$tag.md" 2>/dev/null
+  done
   done
   done
 fi

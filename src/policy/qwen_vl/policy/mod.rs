@@ -77,6 +77,21 @@ mod score;
 /// Vision outputs kept at most (screenshots of one iteration's update).
 const VISION_CACHE: usize = 4096;
 
+/// Each of `imgs` (`keys` theirs) once, in order, but those `skip` names.
+fn distinct<'a>(
+    keys: &[u64],
+    imgs: &[&'a super::processor::ProcessedImage],
+    skip: impl Fn(u64) -> bool,
+) -> Vec<(u64, &'a super::processor::ProcessedImage)> {
+    let mut out: Vec<(u64, &super::processor::ProcessedImage)> = Vec::new();
+    for (&k, &img) in keys.iter().zip(imgs) {
+        if !skip(k) && !out.iter().any(|(t, _)| *t == k) {
+            out.push((k, img));
+        }
+    }
+    out
+}
+
 /// The vision cache's key of a screenshot: its grid and pixels.
 fn vision_key(img: &super::processor::ProcessedImage) -> u64 {
     use std::hash::{Hash, Hasher};
@@ -258,23 +273,26 @@ impl QwenVlPolicy {
     /// The vision tower's output for each of `imgs`: from the cache where it is there, the
     /// rest encoded in one call (images of one size attend as one batch) and cached.
     fn visions(&self, imgs: &[&super::processor::ProcessedImage]) -> Result<Vec<Arc<VisionOutput>>> {
+        let keys: Vec<u64> = imgs.iter().map(|img| vision_key(img)).collect();
         if self.model.vision.has_adapters() {
             // the tower's output depends on adapters that change every step, and on which
-            // of them are switched on (the reference): computed fresh, in the graph
-            return self.encode_split(imgs);
+            // of them are switched on (the reference): computed fresh, in the graph, each
+            // screenshot once (its states' gradients meet in its output), unless LoRA
+            // dropout draws each state's own masks
+            if self.model.text.pass().get().dropout_key.is_some() {
+                return self.encode_split(imgs);
+            }
+            let todo = distinct(&keys, imgs, |_| false);
+            let encoded = self.encode_split(&todo.iter().map(|(_, img)| *img).collect::<Vec<_>>())?;
+            let found: HashMap<u64, Arc<VisionOutput>> = todo.iter().map(|(k, _)| *k).zip(encoded).collect();
+            return Ok(keys.iter().map(|k| found[k].clone()).collect());
         }
-        let keys: Vec<u64> = imgs.iter().map(|img| vision_key(img)).collect();
         let mut found: HashMap<u64, Arc<VisionOutput>> = {
             let cache = self.vision_cache.lock().expect("vision cache");
             keys.iter().filter_map(|k| Some((*k, cache.get(k)?.clone()))).collect()
         };
         // each missing screenshot once, however many states show it
-        let mut todo: Vec<(u64, &super::processor::ProcessedImage)> = Vec::new();
-        for (&k, &img) in keys.iter().zip(imgs) {
-            if !found.contains_key(&k) && !todo.iter().any(|(t, _)| *t == k) {
-                todo.push((k, img));
-            }
-        }
+        let todo = distinct(&keys, imgs, |k| found.contains_key(&k));
         if !todo.is_empty() {
             let encoded = self.encode_split(&todo.iter().map(|(_, img)| *img).collect::<Vec<_>>())?;
             let mut cache = self.vision_cache.lock().expect("vision cache");
