@@ -184,7 +184,7 @@ fn minibatches(samples: &[Sample], order: &[usize], size: usize, units: Units) -
         Units::Trajectories => Some((samples[k].traj, 0)),
         Units::GroupSteps => Some((samples[k].group, samples[k].state.step)),
     };
-    if key(0).is_none() || samples.is_empty() {
+    if let Units::Samples = units {
         return order.chunks(size).map(<[usize]>::to_vec).collect();
     }
     let mut sets: Vec<Vec<usize>> = Vec::new();

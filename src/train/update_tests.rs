@@ -132,6 +132,10 @@ fn group_step_minibatches_keep_a_groups_steps_together() {
         minibatches(&samples, &order, 3, Units::Samples),
         vec![vec![5, 2, 7], vec![1, 0, 4], vec![3, 6]]
     );
+    // no samples (every group flat): no minibatch, whatever the units
+    for units in [Units::Samples, Units::Trajectories, Units::GroupSteps] {
+        assert!(minibatches(&[], &[], 3, units).is_empty());
+    }
     // A real update in that order takes as many steps as shuffled, and starts at ratio 1.
     let shuffled = AlgoConfig { minibatch: 3, lr: 1e-3, ..Default::default() };
     let grouped = AlgoConfig { minibatch_order: MinibatchOrder::GroupSteps, ..shuffled.clone() };
