@@ -59,7 +59,7 @@ pub fn decouple(
 ) -> anyhow::Result<Decoupled> {
     let (mut sum, mut capped, mut n) = (0.0, 0usize, 0usize);
     let mut order: Vec<usize> = (0..samples.len()).collect();
-    order.sort_by_key(|&k| (samples[k].group, samples[k].state.step));
+    order.sort_by_key(|&k| samples[k].group_step());
     for part in order.chunks(chunk.max(1)) {
         let states: Vec<ScreenState> = part.iter().map(|&k| samples[k].state.clone()).collect();
         let tokens: Vec<Vec<u32>> = part.iter().map(|&k| samples[k].tokens.clone()).collect();

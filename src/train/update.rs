@@ -110,6 +110,14 @@ pub struct Sample {
     pub behaviour_weight: Option<Vec<f32>>,
 }
 
+impl Sample {
+    /// Its group and env step: the samples of a group's one step (at its first, one screen
+    /// and one prompt) go together where the order lets them.
+    pub fn group_step(&self) -> (usize, u32) {
+        (self.group, self.state.step)
+    }
+}
+
 /// What the update did.
 #[derive(Debug, Clone, Default)]
 pub struct UpdateStats {
@@ -182,7 +190,7 @@ fn minibatches(samples: &[Sample], order: &[usize], size: usize, units: Units) -
     let key = |k: usize| match units {
         Units::Samples => None,
         Units::Trajectories => Some((samples[k].traj, 0)),
-        Units::GroupSteps => Some((samples[k].group, samples[k].state.step)),
+        Units::GroupSteps => Some(samples[k].group_step()),
     };
     if let Units::Samples = units {
         return order.chunks(size).map(<[usize]>::to_vec).collect();

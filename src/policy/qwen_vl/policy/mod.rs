@@ -274,6 +274,15 @@ impl QwenVlPolicy {
     /// rest encoded in one call (images of one size attend as one batch) and cached.
     fn visions(&self, imgs: &[&super::processor::ProcessedImage]) -> Result<Vec<Arc<VisionOutput>>> {
         let keys: Vec<u64> = imgs.iter().map(|img| vision_key(img)).collect();
+        self.visions_keyed(imgs, &keys)
+    }
+
+    /// [`Self::visions`] of `imgs` whose keys ([`vision_key`]) the caller has already.
+    fn visions_keyed(
+        &self,
+        imgs: &[&super::processor::ProcessedImage],
+        keys: &[u64],
+    ) -> Result<Vec<Arc<VisionOutput>>> {
         if self.model.vision.has_adapters() {
             // the tower's output depends on adapters that change every step, and on which
             // of them are switched on (the reference): computed fresh, in the graph, each
@@ -282,7 +291,7 @@ impl QwenVlPolicy {
             if self.model.text.pass().get().dropout_key.is_some() {
                 return self.encode_split(imgs);
             }
-            let todo = distinct(&keys, imgs, |_| false);
+            let todo = distinct(keys, imgs, |_| false);
             let encoded = self.encode_split(&todo.iter().map(|(_, img)| *img).collect::<Vec<_>>())?;
             let found: HashMap<u64, Arc<VisionOutput>> = todo.iter().map(|(k, _)| *k).zip(encoded).collect();
             return Ok(keys.iter().map(|k| found[k].clone()).collect());
@@ -292,7 +301,7 @@ impl QwenVlPolicy {
             keys.iter().filter_map(|k| Some((*k, cache.get(k)?.clone()))).collect()
         };
         // each missing screenshot once, however many states show it
-        let todo = distinct(&keys, imgs, |k| found.contains_key(&k));
+        let todo = distinct(keys, imgs, |k| found.contains_key(&k));
         if !todo.is_empty() {
             let encoded = self.encode_split(&todo.iter().map(|(_, img)| *img).collect::<Vec<_>>())?;
             let mut cache = self.vision_cache.lock().expect("vision cache");

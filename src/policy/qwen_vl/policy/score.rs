@@ -92,7 +92,7 @@ impl QwenVlPolicy {
             return tokens.iter().map(|_| self.no_scores()).collect();
         }
         // the screenshots the cache lacks go through the vision tower together
-        let visions = self.visions(&images.iter().collect::<Vec<_>>())?;
+        let visions = self.visions_keyed(&images.iter().collect::<Vec<_>>(), &screens)?;
         let vis: Vec<Option<&VisionOutput>> = visions.iter().map(|v| Some(v.as_ref())).collect();
         let answers: Vec<&Vec<u32>> = tokens.iter().filter(|t| !t.is_empty()).collect();
         let rows = self.answer_rows(&prompts, &vis, &screens, &starts, &answers)?;
