@@ -189,10 +189,11 @@ pub fn invariant_rows(device: &Device, dtype: DType) -> usize {
 
 /// The rows a decoding step of `live` answers runs when answers advance in chunks of `rows`
 /// and each must get the same bits whatever shares its chunk: `rows` (the chunk padded with
-/// copies), or `live` alone where no chunk of up to `rows` rows changes the products'
-/// rounding ([`invariant_rows`]) and padding would only cost.
-pub fn padded_rows(live: usize, rows: usize, device: &Device, dtype: DType) -> usize {
-    if rows <= invariant_rows(device, dtype) {
+/// copies), or `live` alone where no count up to `invariant` changes the products' rounding
+/// (the step's [`invariant_rows`], or the fused kernels' `nn::decode::rows::invariant_rows`)
+/// and a chunk of `rows` fits, so padding would only cost.
+pub fn padded_rows(live: usize, rows: usize, invariant: usize) -> usize {
+    if rows <= invariant {
         live
     } else {
         rows
@@ -337,9 +338,9 @@ mod tests {
             let got = part.to_vec2::<f32>().unwrap();
             assert_eq!(got[..], all.narrow(0, 0, m).unwrap().to_vec2::<f32>().unwrap()[..], "{m} rows");
         }
-        let cpu = |rows| padded_rows(2, rows, &dev, DType::F32);
+        let cpu = |rows| padded_rows(2, rows, invariant_rows(&dev, DType::F32));
         assert_eq!((cpu(2), cpu(8), cpu(9)), (2, 2, 9));
-        assert_eq!(padded_rows(2, 3, &dev, DType::BF16), 3);
+        assert_eq!(padded_rows(2, 3, invariant_rows(&dev, DType::BF16)), 3);
     }
 
     /// Products large enough to be split, wide and tall, on a pool of three threads (blocks

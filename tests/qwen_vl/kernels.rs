@@ -351,3 +351,43 @@ fn decoded_with_captured_steps_on_the_test_device_are_the_uncaptured_answers() {
         }
     }
 }
+
+/// Answers decoded together on the test device are bit for bit those decoded alone, at the
+/// device's default rows for a whole call, with attention per answer: eager and fused
+/// kernels, adapters merged and separate. On CUDA eager steps pad to 32 rows, and fused
+/// ones run up to 16 live rows as they are, where a product the fused kernel does not
+/// take (a separate adapter's) runs padded to 16 rows; on a CPU, in f32, up to 8 rows run
+/// as they are.
+#[test]
+fn decoded_together_on_the_test_device_are_bit_for_bit_those_decoded_alone() {
+    use guirl::policy::qwen_vl::{DecodeLora, DecodeWindow, QwenVlPolicy};
+    use guirl::policy::{Policy, Sampling, TrainablePolicy};
+    let device = device();
+    let tmp = tempfile::tempdir().unwrap();
+    let states = [
+        crate::common::synthetic_state(0, &[]),
+        crate::common::synthetic_state(1, &["click(10, 20)"]),
+        crate::common::synthetic_state(0, &[]),
+        crate::common::synthetic_state(2, &["click(10, 20)", "key(Enter)"]),
+        crate::common::synthetic_state(3, &[]),
+    ];
+    let keys: Vec<u64> = (40..45).collect();
+    for kernels in [DecodeKernels::Eager, DecodeKernels::Fused] {
+        for lora in [DecodeLora::Merged, DecodeLora::Separate] {
+            let mut s = policy_settings("qwen3_vl", tmp.path());
+            s.dtype = if dtype() == DType::BF16 { "bf16" } else { "f32" }.into();
+            (s.decode_window, s.decode_lora, s.decode_kernels) =
+                (Some(DecodeWindow::Off), Some(lora), Some(kernels));
+            s.max_new_tokens = 8;
+            let mut p = QwenVlPolicy::new(s, &device, 0).unwrap();
+            perturb_b(&p);
+            p.set_sampling(Sampling { temperature: 1.5, greedy: false, seed: 9 });
+            let together: Vec<_> = p.act_keyed(&states, &keys).unwrap().iter().map(bits).collect();
+            assert!(together.iter().all(|(t, _)| !t.is_empty()), "{kernels:?} {lora:?}: an empty answer");
+            for i in [0, 3, 4] {
+                let alone = p.act_keyed(&states[i..=i], &keys[i..=i]).unwrap();
+                assert_eq!(bits(&alone[0]), together[i], "{kernels:?} {lora:?}: state {i} alone differs");
+            }
+        }
+    }
+}

@@ -14,7 +14,7 @@
 //! rows nor on how many there are. On the CPU (f32) this is `nn::few_rows`, the same bits
 //! as the unfused product; the CUDA kernel agrees with it within rounding.
 
-use super::super::few_rows;
+use super::super::{few_rows, gemm};
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, DType, Device, Layout, Result, Shape, Tensor};
 
 /// Most rows [`product`] takes on any device (the kernel keeps a sum per row and weight
@@ -75,6 +75,43 @@ pub fn product(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> 
         None => x.apply_op2_no_bwd(w, &RowsOp),
         Some(b) => x.apply_op3_no_bwd(w, b, &RowsOp),
     }
+}
+
+/// The most rows a decoding step with the fused kernels runs as they are, each row's bits
+/// the same whatever the count: [`MAX_ROWS`] on CUDA in f32 or bf16, where the products run
+/// through [`product`] and what it does not take through [`fallback`]; elsewhere
+/// [`gemm::invariant_rows`] (8 for f32 on the CPU, `nn::few_rows`'s).
+pub fn invariant_rows(device: &Device, dtype: DType) -> usize {
+    cuda_invariant_rows(device.is_cuda(), dtype).unwrap_or_else(|| gemm::invariant_rows(device, dtype))
+}
+
+/// [`MAX_ROWS`] on CUDA in the dtypes [`product`] takes there, else none.
+fn cuda_invariant_rows(cuda: bool, dtype: DType) -> Option<usize> {
+    (cuda && matches!(dtype, DType::F32 | DType::BF16)).then_some(MAX_ROWS)
+}
+
+/// `f(x)`: a product of the rows `x` `[m, k]` that [`product`] does not take (an adapter kept
+/// apart, a shape its loads cannot read) in a step that runs up to [`invariant_rows`] rows
+/// as they are. On CUDA `f` runs on exactly [`MAX_ROWS`] rows (`x`'s, then copies of its
+/// first) and its first `m` are kept, since cuBLAS picks its kernel, and so its rounding, by
+/// the count; elsewhere, and from [`MAX_ROWS`] rows on (a step padded to its chunk), on `x`.
+pub fn fallback(x: &Tensor, f: impl FnOnce(&Tensor) -> Result<Tensor>) -> Result<Tensor> {
+    match cuda_invariant_rows(x.device().is_cuda(), x.dtype()) {
+        Some(rows) => on_rows(x, rows, f),
+        None => f(x),
+    }
+}
+
+/// `f` on `x`'s rows padded to `rows` with copies of its first (as they are from `rows` on),
+/// its first `m` rows kept.
+fn on_rows(x: &Tensor, rows: usize, f: impl FnOnce(&Tensor) -> Result<Tensor>) -> Result<Tensor> {
+    let m = x.dim(0)?;
+    if m == 0 || m >= rows {
+        return f(x);
+    }
+    let first = x.narrow(0, 0, 1)?;
+    let copies = first.broadcast_as([&[rows - m][..], &x.dims()[1..]].concat())?.contiguous()?;
+    f(&Tensor::cat(&[x, &copies], 0)?)?.narrow(0, 0, m)
 }
 
 /// The op (no parameters: the shapes say it all).

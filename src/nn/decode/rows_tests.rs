@@ -87,3 +87,46 @@ fn what_the_kernel_cannot_take_falls_back() {
     let err = product(&nine, &w, None).unwrap_err().to_string();
     assert!(err.contains("at most 8 contiguous rows"), "{err}");
 }
+
+/// The fused kernels run up to 16 rows unpadded on CUDA in f32 and bf16 alone; elsewhere
+/// candle's products decide ([`gemm::invariant_rows`]: 8 for f32 on the CPU).
+#[test]
+fn steps_run_unpadded_up_to_the_rows_every_product_rounds_alike() {
+    assert_eq!(cuda_invariant_rows(true, DType::BF16), Some(MAX_ROWS));
+    assert_eq!(cuda_invariant_rows(true, DType::F32), Some(MAX_ROWS));
+    assert_eq!(cuda_invariant_rows(true, DType::F16), None);
+    assert_eq!(cuda_invariant_rows(false, DType::F32), None);
+    assert_eq!(invariant_rows(&Device::Cpu, DType::F32), few_rows::MAX_ROWS);
+    assert_eq!(invariant_rows(&Device::Cpu, DType::BF16), 1);
+}
+
+/// A product the kernel does not take runs on exactly the padded rows (copies of the first
+/// row after the real ones), and the real rows' results come back; from that many rows on,
+/// and on the CPU, it runs on the rows as they are.
+#[test]
+fn a_product_the_kernel_does_not_take_runs_on_padded_rows() {
+    let (x, w) = (randn(&[3, 16], 1), randn(&[5, 16], 2));
+    let want = x.matmul(&w.t().unwrap()).unwrap();
+    let seen = std::cell::Cell::new(0);
+    let f = |y: &Tensor| {
+        seen.set(y.dim(0)?);
+        y.matmul(&w.t()?)
+    };
+    let got = on_rows(&x, MAX_ROWS, f).unwrap();
+    assert_eq!(seen.get(), MAX_ROWS);
+    assert_eq!(f32s(&got), f32s(&want));
+    for (rows, m) in [(3, 3), (2, 3)] {
+        on_rows(&x, rows, f).unwrap();
+        assert_eq!(seen.get(), m, "{rows} rows");
+    }
+    fallback(&x, f).unwrap();
+    assert_eq!(seen.get(), 3, "on the CPU the rows as they are");
+    let pad = |y: &Tensor| {
+        let first = y.get(0)?.to_vec1::<f32>()?;
+        for r in 3..y.dim(0)? {
+            assert_eq!(y.get(r)?.to_vec1::<f32>()?, first, "padding row {r}");
+        }
+        Ok(y.clone())
+    };
+    on_rows(&x, 8, pad).unwrap();
+}

@@ -48,8 +48,9 @@ pub struct QwenPolicySettings {
     pub max_new_tokens: usize,
     /// Rows each decoding step computes: the states of a rollout batch advance together
     /// in chunks of this many rows, padded where a product's rounding depends on its row
-    /// count (on a GPU and in bf16 at any count, on a CPU in f32 above 8 rows:
-    /// `nn::gemm::padded_rows`), so a state's
+    /// count (in bf16 on a CPU and with eager kernels on a GPU at any count, on a CPU in
+    /// f32 above 8 rows, with fused kernels on a GPU above 16: `nn::gemm::padded_rows`),
+    /// so a state's
     /// answer is the same whichever states share its batch. 1 decodes every answer alone;
     /// identical prompts still run once. Unset: as many as the collector has envs
     /// ([`QwenPolicySettings::decode_rows_for`]); a whole call's default is
@@ -309,8 +310,9 @@ impl QwenPolicySettings {
     /// The decoding rows of a whole call ([`crate::policy::Policy::act`]), fixed
     /// whatever the call's size so an answer does not depend on it: as set, else `free`
     /// where products of up to `free` rows round each row alike whatever their count
-    /// (`nn::gemm::invariant_rows`: 8 for f32 on a CPU; such chunks run unpadded), else 1
-    /// on a CPU (padding rows would cost compute) and 32 on a GPU.
+    /// (`QwenVl::invariant_rows`: 8 for f32 on a CPU, 16 with the fused kernels on CUDA;
+    /// such chunks run unpadded), else 1 on a CPU (padding rows would cost compute) and 32
+    /// on a GPU.
     pub fn decode_rows_on(&self, device: &candle_core::Device, free: usize) -> usize {
         self.decode_rows.unwrap_or(if free > 1 {
             free

@@ -441,18 +441,18 @@ impl QwenVl {
         if b == 0 || b > rows {
             bail!("{b} hidden rows for a head of {rows} rows");
         }
-        let rows = gemm::padded_rows(b, rows, hidden.device(), hidden.dtype());
+        let rows = gemm::padded_rows(b, rows, self.text.invariant_rows(kernels));
         let first = hidden.narrow(0, 0, 1)?;
         let mut parts = vec![hidden.clone()];
         parts.extend(std::iter::repeat_n(first, rows - b));
         Ok(self.text.step_logits(&Tensor::cat(&parts, 0)?, kernels)?.narrow(0, 0, b)?)
     }
 
-    /// The most rows a decoding step can run with each row's bits the same whatever the
-    /// count ([`gemm::invariant_rows`] on the text model's device and dtype): chunks of up
-    /// to this many rows need no padding.
-    pub fn invariant_rows(&self) -> usize {
-        gemm::invariant_rows(&self.text_device(), self.text_dtype())
+    /// The most rows a decoding step with `kernels` can run with each row's bits the same
+    /// whatever the count ([`text::TextModel::invariant_rows`]: 8 for f32 on a CPU, 16 on CUDA
+    /// with the fused kernels): chunks of up to this many rows need no padding.
+    pub fn invariant_rows(&self, kernels: DecodeKernels) -> usize {
+        self.text.invariant_rows(kernels)
     }
 
     /// Logits `[N, V]` of hidden rows `[N, H]`.

@@ -370,15 +370,20 @@ impl TextModel {
 
     /// Logits `[N, V]` of a decoding step's hidden rows `[N, H]`: with the fused kernels and
     /// a head outside the graph and without an adapter, one kernel for a few rows
-    /// ([`decode::rows::product`]); [`TextModel::logits`] otherwise.
+    /// ([`decode::rows::product`]), else [`TextModel::logits`] on rows that keep each
+    /// row's rounding ([`decode::rows::fallback`]); [`TextModel::logits`] with eager ones.
     pub fn step_logits(&self, hidden: &Tensor, kernels: DecodeKernels) -> Result<Tensor> {
-        if kernels == DecodeKernels::Fused && self.head.lora.is_none() {
+        if kernels == DecodeKernels::Eager {
+            return self.logits(hidden);
+        }
+        if self.head.lora.is_none() {
             let w = self.frozen_whole(&self.head.weight).unwrap_or_else(|| self.head.weight.clone());
             if decode::rows::takes(hidden, &w, self.head.bias.as_ref()) {
                 return Ok(decode::rows::product(hidden, &w, self.head.bias.as_ref())?);
             }
         }
-        self.logits(hidden)
+        // rows that keep each row's rounding whatever the step's count
+        Ok(decode::rows::fallback(hidden, |h| self.logits(h).map_err(candle_core::Error::wrap))?)
     }
 }
 

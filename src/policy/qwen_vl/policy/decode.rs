@@ -432,8 +432,9 @@ impl QwenVlPolicy {
         self.decoding(&w, || {
             // rows fixed by the settings, not by the call: a state's answer must not
             // depend on how many states share the call
+            let kernels = self.settings.decode_kernels_on(&self.device);
             let mut flight =
-                InFlight::new(self.settings.decode_rows_on(&self.device, self.model.invariant_rows()));
+                InFlight::new(self.settings.decode_rows_on(&self.device, self.model.invariant_rows(kernels)));
             for (i, (state, &key)) in states.iter().zip(keys).enumerate() {
                 flight.admit(self, i as u64, state, key)?;
             }

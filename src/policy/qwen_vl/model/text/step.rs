@@ -54,7 +54,7 @@ impl TextModel {
             bail!("decoding {b} rows with {} caches in steps of {rows} rows", caches.len());
         }
         let h = self.cfg.hidden_size;
-        let rows = gemm::padded_rows(b, rows, ids.device(), self.dtype());
+        let rows = gemm::padded_rows(b, rows, self.invariant_rows(kernels));
         // padding rows repeat the first token (on the device: the ids may not be read yet)
         let padded = match rows - b {
             0 => ids.clone(),
@@ -99,6 +99,17 @@ impl TextModel {
             (x, y) = step.finish(&x, &Tensor::cat(&out, 0)?)?;
         }
         Ok(y.narrow(0, 0, b)?)
+    }
+
+    /// The most rows a decoding step with `kernels` runs as they are, each row's bits the
+    /// same whatever the count: [`gemm::invariant_rows`] with candle's products, the fused
+    /// products' [`decode::rows::invariant_rows`] (16 on CUDA) with the fused kernels.
+    pub fn invariant_rows(&self, kernels: DecodeKernels) -> usize {
+        let device = self.embed.device();
+        match kernels {
+            DecodeKernels::Eager => gemm::invariant_rows(device, self.dtype()),
+            DecodeKernels::Fused => decode::rows::invariant_rows(device, self.dtype()),
+        }
     }
 
     /// The residual stream `x` and `x` under the first layer's input norm.
@@ -213,23 +224,31 @@ impl Step<'_> {
     }
 
     /// `lin` on `y`: with the fused kernels and the layer's weight outside the graph (no
-    /// adapter, or merged into it), [`Step::product`]; the layer's own forward otherwise.
+    /// adapter, or merged into it), [`Step::product`]; the layer's own forward otherwise
+    /// (with the fused kernels on rows that keep each row's rounding,
+    /// [`decode::rows::fallback`]).
     fn linear(&self, lin: &Linear, y: &Tensor) -> Result<Tensor> {
-        if self.kernels == DecodeKernels::Fused {
-            if let Some(w) = lin.step_weight()? {
-                return self.product(y, &w, lin.bias.as_ref());
-            }
+        match self.kernels {
+            DecodeKernels::Eager => Ok(lin.forward(y)?),
+            DecodeKernels::Fused => match lin.step_weight()? {
+                Some(w) => self.product(y, &w, lin.bias.as_ref()),
+                None => Ok(decode::rows::fallback(y, |y| lin.forward(y))?),
+            },
         }
-        Ok(lin.forward(y)?)
     }
 
     /// `y Wᵀ + b`: with the fused kernels one kernel for a few rows
-    /// ([`decode::rows::product`]) where it takes them, candle's product otherwise.
+    /// ([`decode::rows::product`]) where it takes them, else candle's product (on rows that
+    /// keep each row's rounding, [`decode::rows::fallback`]); candle's product with eager ones.
     fn product(&self, y: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
-        if self.kernels == DecodeKernels::Fused && decode::rows::takes(y, w, bias) {
-            return Ok(decode::rows::product(y, w, bias)?);
+        let plain = |y: &Tensor| Linear::from_tensors(w.clone(), bias.cloned()).forward_base(y);
+        match self.kernels {
+            DecodeKernels::Eager => plain(y),
+            DecodeKernels::Fused if decode::rows::takes(y, w, bias) => Ok(decode::rows::product(y, w, bias)?),
+            DecodeKernels::Fused => {
+                Ok(decode::rows::fallback(y, |y| plain(y).map_err(candle_core::Error::wrap))?)
+            }
         }
-        Linear::from_tensors(w.clone(), bias.cloned()).forward_base(y)
     }
 
     /// `x + delta` and it normed by `norm`.
