@@ -20,6 +20,7 @@ use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor};
 use clap::{Parser, ValueEnum};
 use guirl::env::ScreenState;
+use guirl::policy::device::{DeviceFlag, DtypeFlag};
 use guirl::policy::qwen_vl::{DecodeKernels, DecodeLora, DecodeWindow, QwenPolicySettings, QwenVlPolicy};
 use guirl::policy::{Policy, Sampling, TrainablePolicy};
 use std::path::PathBuf;
@@ -48,11 +49,11 @@ struct Cli {
     #[arg(long, value_name = "N", default_value_t = 32)]
     tokens: usize,
     /// Where the policy decodes (`cuda`: a `--features cuda` build and a GPU).
-    #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
-    device: DeviceArg,
+    #[arg(long, value_enum, default_value_t = DeviceFlag::Cpu)]
+    device: DeviceFlag,
     /// The weights' dtype (the policy's `dtype`).
-    #[arg(long, value_enum, default_value_t = Dtype::F32)]
-    dtype: Dtype,
+    #[arg(long, value_enum, default_value_t = DtypeFlag::F32)]
+    dtype: DtypeFlag,
     /// Rows of a decoding chunk (`decode_rows`); left out, each count decodes in one chunk
     /// of that many rows (a collector of that many envs).
     #[arg(long, value_name = "R")]
@@ -123,30 +124,6 @@ fn count(s: &str) -> Result<usize, String> {
     s.trim().parse().map_err(|e| format!("{s:?} is not a count: {e}"))
 }
 
-/// Where the policy decodes (`--device`).
-#[derive(Clone, Copy, ValueEnum)]
-enum DeviceArg {
-    Cpu,
-    Cuda,
-}
-
-/// The weights' dtype (`--dtype`): the two the policy loads.
-#[derive(Clone, Copy, ValueEnum)]
-enum Dtype {
-    F32,
-    Bf16,
-}
-
-impl Dtype {
-    /// As the policy's settings write it.
-    fn name(self) -> &'static str {
-        match self {
-            Dtype::F32 => "f32",
-            Dtype::Bf16 => "bf16",
-        }
-    }
-}
-
 /// `--lora`: how decoding reads the LoRA adapters ([`DecodeLora`]).
 #[derive(Clone, Copy, ValueEnum)]
 enum Lora {
@@ -190,11 +167,7 @@ fn main() -> Result<()> {
     guirl::cli::tune_allocator();
     // `cargo bench` adds `--bench`
     let cli = Cli::parse_from(std::env::args().filter(|a| a != "--bench"));
-    let device = match cli.device {
-        DeviceArg::Cpu => Device::Cpu,
-        DeviceArg::Cuda => guirl::policy::device::cuda(0)
-            .context("--device cuda needs a `--features cuda` build and a GPU")?,
-    };
+    let device = cli.device.open()?;
     let dtype = cli.dtype.name().to_string();
     let model = cli.model;
     let rollouts = cli.rollouts;

@@ -10,6 +10,7 @@
 
 use candle_core::Device;
 use clap::{Parser, ValueEnum};
+use guirl::policy::device::DeviceFlag;
 use guirl::policy::vlm::{speed, VlmConfig};
 use std::path::PathBuf;
 
@@ -33,7 +34,7 @@ struct Cli {
     /// runs a CUDA build on the host (candle's `cuda_if_available` only asks whether the
     /// feature is compiled in, so an empty CUDA_VISIBLE_DEVICES fails).
     #[arg(value_enum)]
-    device: Option<DeviceArg>,
+    device: Option<DeviceFlag>,
     /// Time nothing: write the seeded weights, the prepared batch and the first training
     /// step's loss, gradient norm and post-AdamW loss into DIR (`speed::export`), for
     /// `scripts/small_policy_torch.py` (the same policy in PyTorch) to check itself against
@@ -67,13 +68,6 @@ impl Preset {
     }
 }
 
-/// Where it runs (the third argument).
-#[derive(Clone, Copy, PartialEq, ValueEnum)]
-enum DeviceArg {
-    Cpu,
-    Cuda,
-}
-
 fn main() -> anyhow::Result<()> {
     // `cargo bench` passes `--bench`; `export=DIR` is the scripts' spelling of `--export DIR`
     let args = std::env::args().filter(|a| a != "--bench").map(|a| match a.strip_prefix("export=") {
@@ -83,10 +77,10 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse_from(args);
     let (preset, batch, export) = (cli.preset.name(), cli.batch, cli.export);
     let device = match cli.device {
-        Some(DeviceArg::Cpu) => Device::Cpu,
-        Some(DeviceArg::Cuda) | None if cfg!(feature = "cuda") => guirl::policy::device::cuda(0)?,
+        Some(DeviceFlag::Cpu) => Device::Cpu,
+        Some(DeviceFlag::Cuda) | None if cfg!(feature = "cuda") => guirl::policy::device::cuda(0)?,
         None => Device::Cpu,
-        Some(DeviceArg::Cuda) => {
+        Some(DeviceFlag::Cuda) => {
             anyhow::bail!("device `cuda`: expected `cpu` or `cuda` (a --features cuda build)")
         }
     };

@@ -29,8 +29,8 @@ mod stats;
 mod time;
 
 use anyhow::{Context, Result};
-use candle_core::Device;
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
+use guirl::policy::device::{DeviceFlag, DtypeFlag};
 use inputs::{Env, Inputs};
 use std::path::{Path, PathBuf};
 
@@ -98,35 +98,11 @@ struct Flags {
     #[arg(long, value_name = "PATH")]
     out: PathBuf,
     /// Where the policy runs (`cuda`: a `--features cuda` build and a GPU).
-    #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
-    device: DeviceArg,
+    #[arg(long, value_enum, default_value_t = DeviceFlag::Cpu)]
+    device: DeviceFlag,
     /// The weights' dtype.
-    #[arg(long, value_enum, default_value_t = Dtype::F32)]
-    dtype: Dtype,
-}
-
-/// Where the policy runs (`--device`).
-#[derive(Clone, Copy, ValueEnum)]
-enum DeviceArg {
-    Cpu,
-    Cuda,
-}
-
-/// The weights' dtype (`--dtype`): the two the policy loads.
-#[derive(Clone, Copy, ValueEnum)]
-enum Dtype {
-    F32,
-    Bf16,
-}
-
-impl Dtype {
-    /// As the policy's settings write it.
-    fn name(self) -> &'static str {
-        match self {
-            Dtype::F32 => "f32",
-            Dtype::Bf16 => "bf16",
-        }
-    }
+    #[arg(long, value_enum, default_value_t = DtypeFlag::F32)]
+    dtype: DtypeFlag,
 }
 
 fn main() -> Result<()> {
@@ -135,11 +111,7 @@ fn main() -> Result<()> {
     // `cargo bench` adds `--bench`
     let cli = Cli::parse_from(std::env::args().filter(|a| a != "--bench"));
     let f = cli.mode.flags();
-    let device = match f.device {
-        DeviceArg::Cpu => Device::Cpu,
-        DeviceArg::Cuda => guirl::policy::device::cuda(0)
-            .context("--device cuda needs a `--features cuda` build and a GPU")?,
-    };
+    let device = f.device.open()?;
     let (model, inputs_path, out) = (&f.model, &f.inputs, &f.out);
     let inputs: Inputs = serde_json::from_str(
         &std::fs::read_to_string(inputs_path).with_context(|| format!("{}", inputs_path.display()))?,

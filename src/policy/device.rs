@@ -18,8 +18,48 @@
 //! stream, so it turns the events off and keeps freed memory in the pool (as PyTorch's
 //! caching allocator does).
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use candle_core::Device;
+
+/// A device named on a command line (`--device cpu|cuda`, the benches' flag).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DeviceFlag {
+    /// The host's CPU.
+    Cpu,
+    /// GPU 0, opened by [`cuda`].
+    Cuda,
+}
+
+impl DeviceFlag {
+    /// The device it names; CUDA without a `--features cuda` build or a GPU is an error
+    /// that says so.
+    pub fn open(self) -> Result<Device> {
+        match self {
+            DeviceFlag::Cpu => Ok(Device::Cpu),
+            DeviceFlag::Cuda => cuda(0).context("--device cuda needs a `--features cuda` build and a GPU"),
+        }
+    }
+}
+
+/// A Qwen-VL policy's weight dtype named on a command line (`--dtype f32|bf16`, the
+/// benches' flag): the two it loads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DtypeFlag {
+    /// 32-bit floats.
+    F32,
+    /// bfloat16.
+    Bf16,
+}
+
+impl DtypeFlag {
+    /// As the policy's settings write it (`[model] dtype`).
+    pub fn name(self) -> &'static str {
+        match self {
+            DtypeFlag::F32 => "f32",
+            DtypeFlag::Bf16 => "bf16",
+        }
+    }
+}
 
 /// CUDA device `ordinal` on a stream of its own, set up as above; `GUIRL_CUDA_DEFAULTS=1`
 /// keeps cudarc's events and the driver's pool setting (to measure the difference).
