@@ -84,12 +84,6 @@ pub async fn train(args: TrainArgs) -> anyhow::Result<()> {
         TrainConfig::load(path)?
     };
     let rendezvous = crate::dist::Rendezvous::from_env()?;
-    // Refused before any rank starts (see `Trainer::new_in_group`).
-    anyhow::ensure!(
-        cfg.rollout.max_staleness == 0 || (rendezvous.is_none() && args.nproc.is_none_or(|n| n <= 1)),
-        "{}",
-        crate::train::trainer::behaviour::data_parallel_refusal(cfg.rollout.max_staleness)
-    );
     if let Some(n) = args.nproc.filter(|&n| n > 1) {
         anyhow::ensure!(
             rendezvous.is_none(),

@@ -50,6 +50,8 @@ pub struct ProcessGroup {
     gpu_sum: GpuSum,
     #[cfg(feature = "nccl")]
     nccl: std::sync::OnceLock<nccl::Nccl>,
+    /// How the group met, for [`ProcessGroup::another`].
+    met: (Rendezvous, String),
 }
 
 impl std::fmt::Debug for ProcessGroup {
@@ -196,11 +198,15 @@ impl ProcessGroup {
     pub fn connect(rv: &Rendezvous, fingerprint: &str) -> anyhow::Result<ProcessGroup> {
         let deadline = Instant::now() + rv.timeout;
         let peers = if rv.rank == 0 {
-            Peers::Root(accept_all(rv, fingerprint, deadline)?)
+            Peers::Root(accept_all(listen(&rv.addr)?, rv, fingerprint, deadline)?)
         } else {
             Peers::Member(join(rv, fingerprint, deadline)?)
         };
-        Ok(ProcessGroup {
+        Ok(ProcessGroup::of(rv, fingerprint, peers))
+    }
+
+    fn of(rv: &Rendezvous, fingerprint: &str, peers: Peers) -> ProcessGroup {
+        ProcessGroup {
             rank: rv.rank,
             world: rv.world,
             local_rank: rv.local_rank,
@@ -208,7 +214,30 @@ impl ProcessGroup {
             gpu_sum: rv.gpu_sum,
             #[cfg(feature = "nccl")]
             nccl: std::sync::OnceLock::new(),
-        })
+            met: (rv.clone(), fingerprint.to_string()),
+        }
+    }
+
+    /// The same ranks over connections of their own (a collective on every rank, like the
+    /// others): the two groups' collectives never meet, so each rank may run the other
+    /// group's from another thread at the same time, in whatever order (an overlapped
+    /// collection's exchange beside the update's sums). Rank 0 listens on a port the
+    /// system picks, on `MASTER_ADDR`'s host, and sends it over this group. Gradients on
+    /// a GPU are summed through the host in it.
+    pub fn another(&self) -> anyhow::Result<ProcessGroup> {
+        let (rv, fingerprint) = &self.met;
+        let host = rv.addr.rsplit_once(':').map_or(rv.addr.as_str(), |(h, _)| h);
+        let listener = if self.is_root() { Some(listen(&format!("{host}:0"))?) } else { None };
+        let port = listener.as_ref().map(|l| l.local_addr()).transpose()?.map_or(0, |a| a.port());
+        let port = self.broadcast(port.to_le_bytes().to_vec())?;
+        let port = u16::from_le_bytes(port.try_into().map_err(|_| anyhow::anyhow!("rank 0 sent no port"))?);
+        let rv = Rendezvous { addr: format!("{host}:{port}"), gpu_sum: GpuSum::Host, ..rv.clone() };
+        let deadline = Instant::now() + rv.timeout;
+        let peers = match listener {
+            Some(l) => Peers::Root(accept_all(l, &rv, fingerprint, deadline)?),
+            None => Peers::Member(join(&rv, fingerprint, deadline)?),
+        };
+        Ok(ProcessGroup::of(&rv, fingerprint, peers))
     }
 
     /// This process's rank.
@@ -379,14 +408,21 @@ pub fn share(n: usize, rank: usize, world: usize) -> std::ops::Range<usize> {
     (rank * n / world)..((rank + 1) * n / world)
 }
 
-fn accept_all(rv: &Rendezvous, fingerprint: &str, deadline: Instant) -> anyhow::Result<Vec<TcpStream>> {
-    let listener = TcpListener::bind(&rv.addr).with_context(|| {
-        format!(
-            "rank 0 cannot listen on {} (MASTER_ADDR:MASTER_PORT); is another run using the port?",
-            rv.addr
-        )
+/// Rank 0's listener on `addr`.
+fn listen(addr: &str) -> anyhow::Result<TcpListener> {
+    let listener = TcpListener::bind(addr).with_context(|| {
+        format!("rank 0 cannot listen on {addr} (MASTER_ADDR:MASTER_PORT); is another run using the port?")
     })?;
     listener.set_nonblocking(true)?;
+    Ok(listener)
+}
+
+fn accept_all(
+    listener: TcpListener,
+    rv: &Rendezvous,
+    fingerprint: &str,
+    deadline: Instant,
+) -> anyhow::Result<Vec<TcpStream>> {
     let mut slots: Vec<Option<TcpStream>> = (1..rv.world).map(|_| None).collect();
     while slots.iter().any(Option::is_none) {
         let (mut s, _) = match listener.accept() {

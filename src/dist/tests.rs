@@ -208,3 +208,49 @@ fn gradients_sum_over_ranks_and_absent_ones_stay_absent() {
         assert_eq!(b, vec![5.0, 6.0]);
     }
 }
+
+/// A second group of the same ranks runs its collectives beside the first's, from another
+/// thread of each rank and in another order on each: every answer is its own group's
+/// (one group would hand rank 0 the wrong rank's parts, or hang).
+#[test]
+fn another_group_runs_its_collectives_beside_the_first() {
+    let out = on_ranks(
+        3,
+        |_| "cfg".into(),
+        |pg| {
+            let other = std::sync::Arc::new(pg.another().unwrap());
+            let r = pg.rank();
+            let o = other.clone();
+            let beside = std::thread::spawn(move || {
+                if r == 1 {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                (0..20u8).map(|i| o.all_gather(Ok(vec![100 + i, r as u8])).unwrap()).collect::<Vec<_>>()
+            });
+            if r != 1 {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let sums: Vec<f32> = (0..20)
+                .map(|i| {
+                    let mut xs = [(r + i) as f32];
+                    pg.all_reduce_f32(&mut xs).unwrap();
+                    xs[0]
+                })
+                .collect();
+            (sums, beside.join().unwrap(), other.rank(), other.world())
+        },
+    );
+    for (r, o) in out.into_iter().enumerate() {
+        let (sums, gathered, rank, world) = o.unwrap();
+        assert_eq!((rank, world), (r, 3));
+        assert_eq!(sums, (0..20).map(|i| (3 + 3 * i) as f32).collect::<Vec<_>>(), "rank {r}");
+        for (i, g) in gathered.iter().enumerate() {
+            let i = i as u8;
+            assert_eq!(
+                g,
+                &vec![vec![100 + i, 0], vec![100 + i, 1], vec![100 + i, 2]],
+                "rank {r}, gather {i}"
+            );
+        }
+    }
+}

@@ -49,7 +49,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-pub mod behaviour;
+mod behaviour;
 mod cloning;
 mod folder;
 pub mod overlap;
@@ -87,6 +87,9 @@ pub struct Trainer {
     replay: SuccessReplay,
     /// The ranks of a data-parallel run ([`crate::dist`]); `None`: this process alone.
     group: Option<Arc<ProcessGroup>>,
+    /// The ranks as the collector exchanges episodes: `group`, or with `max_staleness > 0`
+    /// the same ranks over connections of their own ([`ProcessGroup::another`]).
+    collect_group: Option<Arc<ProcessGroup>>,
     /// `[rollout] max_staleness = 1`: the behaviour weights and the collection under way.
     overlap: behaviour::Overlap,
 }
@@ -119,9 +122,6 @@ impl Trainer {
         force: bool,
         group: Option<Arc<ProcessGroup>>,
     ) -> anyhow::Result<Trainer> {
-        if group.is_some() && cfg.rollout.max_staleness > 0 {
-            bail!("{}", behaviour::data_parallel_refusal(cfg.rollout.max_staleness));
-        }
         let device = cfg.candle_device_for_rank(group.as_ref().map_or(0, |g| g.local_rank()))?;
         let tasks =
             cfg.tasks.ids.iter().map(|id| crate::tasks::load_task(id)).collect::<anyhow::Result<Vec<_>>>()?;
@@ -197,7 +197,13 @@ impl Trainer {
         // Bit-exact runs whatever the timing and the number of browsers: each state has a
         // forward pass of its own, never shaped by whichever other envs were waiting.
         collector.one_state_per_call = true;
-        collector.group = group.clone();
+        // An overlapped collection exchanges its episodes while the update sums gradients:
+        // over connections of its own, so that the two never meet.
+        let collect_group = match &group {
+            Some(g) if cfg.rollout.max_staleness > 0 => Some(Arc::new(g.another()?)),
+            g => g.clone(),
+        };
+        collector.group = collect_group.clone();
         Ok(Trainer {
             cfg,
             run_dir,
@@ -214,6 +220,7 @@ impl Trainer {
             sft_opt: None,
             replay,
             group,
+            collect_group,
             overlap,
         })
     }
@@ -431,7 +438,7 @@ impl Trainer {
         collector.progress = self.collector.progress;
         collector.batch_wait = self.collector.batch_wait;
         collector.one_state_per_call = self.collector.one_state_per_call;
-        collector.group = self.group.clone();
+        collector.group = self.collect_group.clone();
         self.collector = collector;
     }
 }

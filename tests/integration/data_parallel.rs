@@ -50,6 +50,25 @@ async fn two_ranks_repeat_exactly_and_record_what_one_process_records() {
     assert_eq!(demos(&a), demos(&one), "the ranks' demonstrations, gathered, are one process's");
 }
 
+/// Collections that overlap updates (`max_staleness = 1`) over two ranks: each rank's
+/// background collection exchanges its episodes over connections of its own while the
+/// update sums gradients, so a run repeats bit for bit and trains on rollouts one update
+/// old from its second iteration on.
+#[test]
+fn two_ranks_overlap_collections_with_updates_and_repeat_exactly() {
+    let root = tempfile::tempdir().unwrap();
+    let cfg = root.path().join("c.toml");
+    std::fs::write(&cfg, config_text(3, 1).replace("[rollout]\n", "[rollout]\nmax_staleness = 1\n")).unwrap();
+    let (a, b) = (root.path().join("a"), root.path().join("b"));
+    let log = ok(guirl_train(&cfg, &a, &["--nproc", "2"]).output().unwrap());
+    ok(guirl_train(&cfg, &b, &["--nproc", "2"]).output().unwrap());
+    assert_same_run(&a, &b, "two ranks at bound 1, twice", 3);
+    assert!(!log.contains("held other weights"), "the ranks drifted apart:\n{log}");
+    let stale: Vec<Option<u64>> =
+        metrics(&a).iter().filter_map(|l| l.get("staleness").map(|s| s.as_u64())).collect();
+    assert_eq!(stale, [Some(0), Some(1), Some(1)], "the iterations' staleness");
+}
+
 /// Rank 1 killed mid-run: rank 0 and the launcher say which rank stopped and how to go
 /// on, and `--resume --nproc 2` finishes the run from its last checkpoint.
 #[test]

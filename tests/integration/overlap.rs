@@ -250,8 +250,6 @@ fn unsupported_overlap_configs_name_the_key() {
         &[],
     );
     assert!(e.contains("/nonexistent: no such checkpoint folder") && !e.contains("max_staleness"), "{e}");
-    let e = run("[rollout]\nmax_staleness = 1", &["--nproc", "2"]);
-    assert!(e.contains("rollout.max_staleness = 1") && e.contains("data-parallel"), "{e}");
 }
 
 /// The figure of docs/rollout-overlap.md: GRPO from scratch on click-test (the recipe of

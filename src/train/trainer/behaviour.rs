@@ -14,15 +14,6 @@ use std::path::Path;
 /// The folder of a checkpoint holding the weights its next iteration collects with.
 pub const BEHAVIOUR_DIR: &str = "behaviour";
 
-/// Why a data-parallel run cannot overlap yet (the message of its refusal).
-pub fn data_parallel_refusal(max_staleness: u32) -> String {
-    format!(
-        "rollout.max_staleness = {max_staleness} is not supported in data-parallel runs yet (each rank's \
-         background collection would interleave with the update's collectives): set \
-         rollout.max_staleness = 0, or train in one process"
-    )
-}
-
 /// The overlap's state between iterations (empty with `max_staleness = 0`).
 #[derive(Default)]
 pub(crate) struct Overlap {
