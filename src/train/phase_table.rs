@@ -131,13 +131,15 @@ impl PhaseTable {
             row("policy: whole calls", self.whole_calls);
         }
         row("envs (the policy waiting)", self.env_wait);
+        let share = self.compute_share();
         let _ = write!(
             out,
             "\n{:.1} env steps an iteration, {:.1} ms each (action, settling, screenshot). The policy's \
-             compute (prefill, decode, scoring, update) is {:.0} % of the iteration's wall-clock.\n",
+             compute (prefill, decode, scoring, update) is {:.0} % of the iteration's wall-clock{}.\n",
             self.env_steps,
             self.env_step_ms,
-            100.0 * self.compute_share()
+            100.0 * share,
+            if share > 1.0 { " (over 100 %: the collection computed while the update did)" } else { "" }
         );
         out
     }
@@ -186,6 +188,11 @@ mod tests {
         let md = t.markdown();
         assert!(md.contains("| policy: decode | 2.000 | 18 % |"), "{md}");
         assert!(!md.contains("whole calls"), "{md}");
+        assert!(md.contains("is 68 % of the iteration's wall-clock.") && !md.contains("over 100"), "{md}");
+        // an overlapped iteration: the collection's 6 s of decoding ran during the update
+        let overlapped = PhaseTable::of(&[m[0].clone(), line(40.0, 30, 0.5, 8.0, 0.5, 6.0)]).unwrap();
+        let md2 = overlapped.markdown();
+        assert!(md2.contains("(over 100 %: the collection computed while the update did)"), "{md2}");
         assert!(PhaseTable::of(&[]).is_none());
         assert!(md.contains("mean of 2 iteration(s), the run's first left out"), "{md}");
         let one = PhaseTable::of(&m[..1]).unwrap();
