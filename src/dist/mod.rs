@@ -408,10 +408,14 @@ pub fn share(n: usize, rank: usize, world: usize) -> std::ops::Range<usize> {
     (rank * n / world)..((rank + 1) * n / world)
 }
 
-/// Rank 0's listener on `addr`.
+/// Rank 0's listener on `addr` (`MASTER_ADDR:MASTER_PORT`, or port 0 for a port the
+/// system picks).
 fn listen(addr: &str) -> anyhow::Result<TcpListener> {
-    let listener = TcpListener::bind(addr).with_context(|| {
-        format!("rank 0 cannot listen on {addr} (MASTER_ADDR:MASTER_PORT); is another run using the port?")
+    let listener = TcpListener::bind(addr).with_context(|| match addr.strip_suffix(":0") {
+        Some(host) => format!("rank 0 cannot listen on a second port of {host} (MASTER_ADDR)"),
+        None => format!(
+            "rank 0 cannot listen on {addr} (MASTER_ADDR:MASTER_PORT); is another run using the port?"
+        ),
     })?;
     listener.set_nonblocking(true)?;
     Ok(listener)
