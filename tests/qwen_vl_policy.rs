@@ -371,17 +371,20 @@ fn vision_adapters_train_through_the_policy_and_are_never_served_from_the_vision
 /// answers, gradient checkpointing on or off, and adapters in the vision tower.
 #[test]
 fn a_padded_batch_scores_and_trains_as_each_state_alone() {
-    // (with vision adapters the tower runs in the pass, each screenshot once for its states)
+    // (with vision adapters the tower runs in the pass, each screenshot once for its states;
+    // the last case runs the same states' prompts whole, `score_same_states_once = false`)
     let cases = [
-        ("qwen3_vl", false, false),
-        ("qwen2_5_vl", false, false),
-        ("qwen3_vl", true, false),
-        ("qwen3_vl", false, true),
+        ("qwen3_vl", false, false, true),
+        ("qwen2_5_vl", false, false, true),
+        ("qwen3_vl", true, false, true),
+        ("qwen3_vl", false, true, true),
+        ("qwen2_5_vl", false, false, false),
     ];
-    for (arch, checkpoint, vision) in cases {
+    for (arch, checkpoint, vision, once) in cases {
         let tmp = tempfile::tempdir().unwrap();
         let mut s = settings(arch, tmp.path());
         s.gradient_checkpointing = checkpoint;
+        s.score_same_states_once = once;
         if vision {
             s.lora_vision_targets = vec!["qkv".into(), "linear_fc2".into()];
         }

@@ -41,7 +41,8 @@
 #     max_staleness 0 then 1 (GPU_LOOP_INVARIANT="true false": each also with
 #     batch_invariant = false, the prompts run together; GPU_LOOP_KERNELS=fused and
 #     GPU_LOOP_GRAPH=true decode with the fused kernels and captured steps;
-#     GPU_LOOP_ORDER="shuffled group_steps" also cuts the update's minibatches by group and step): the run's phase table and the
+#     GPU_LOOP_ORDER="shuffled group_steps" also cuts the update's minibatches by group and step;
+#     GPU_LOOP_ONCE="true false" also scores every state's prompt whole): the run's phase table and the
 #     GPU's busy share (nvidia-smi sampled every 200 ms). Not a default section: its files come in calls of their own
 #     (see browser.sh and docs/gpu.md), after section 4 on the same warm machine, or with
 #     GPU_SECTIONS="4 6" in one call.
@@ -256,6 +257,9 @@ else
   # (prompts run together, chunks unpadded): the prefill phase beside the default's
   # GPU_LOOP_ORDER="shuffled group_steps" also runs each with the update's minibatches cut by
   # group and env step (a group's first steps then score their prompt once)
+  # GPU_LOOP_ONCE="true false" also runs each with score_same_states_once = false (every
+  # state's prompt whole in the update's padded batch: the passes a shared prompt saves or adds)
+  for once in ${GPU_LOOP_ONCE:-true}; do
   for order in ${GPU_LOOP_ORDER:-shuffled}; do
   for inv in ${GPU_LOOP_INVARIANT:-true}; do
   for bound in ${GPU_LOOP_BOUNDS:-0 1}; do
@@ -264,12 +268,12 @@ else
     # steps captured as CUDA graphs (the graph needs batch_invariant = true)
     kernels=${GPU_LOOP_KERNELS:-eager}; graph=${GPU_LOOP_GRAPH:-false}
     [ "$kernels" = eager ] || tag=$tag-$kernels; [ "$graph" = false ] || tag=$tag-graph
-    [ "$order" = shuffled ] || tag=$tag-$order
+    [ "$order" = shuffled ] || tag=$tag-$order; [ "$once" = true ] || tag=$tag-whole
     echo "### max_staleness = $bound, batch_invariant = $inv, decode_kernels = $kernels, decode_graph = $graph," \
-      "minibatch_order = $order"
+      "minibatch_order = $order, score_same_states_once = $once"
     sed -e "s#@MODEL@#$MODEL#; s#@PROMPT@#$PWD/configs/prompts/short.md#; s#@BOUND@#$bound#" \
       -e "s#@ITERATIONS@#${GPU_LOOP_ITERATIONS:-3}#; s#@ENVS@#${GPU_LOOP_ENVS:-16}#; s#@INVARIANT@#$inv#" \
-      -e "s#@KERNELS@#$kernels#; s#@GRAPH@#$graph#; s#@ORDER@#$order#" \
+      -e "s#@KERNELS@#$kernels#; s#@GRAPH@#$graph#; s#@ORDER@#$order#; s#@ONCE@#$once#" \
       benches/gpu/loop.toml > /tmp/loop-$tag.toml
     rm -rf /tmp/loop-run-$tag
     nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 200 > /tmp/util-$tag.txt &
@@ -284,6 +288,7 @@ h = u[len(u) // 2:]
 print(f"GPU busy (nvidia-smi utilization): {sum(u) / max(len(u), 1):.0f} % over the run, "
       f"{sum(h) / max(len(h), 1):.0f} % over its second half ({len(u)} samples)")' /tmp/util-$tag.txt
     [ -n "${OUT:-}" ] && cp /tmp/loop-run-$tag/phases.md "$OUT/loop-phases-$tag.md" 2>/dev/null
+  done
   done
   done
   done

@@ -86,6 +86,8 @@ pub struct ModelTable {
     pub batch_invariant: Option<bool>,
     /// `decode_graph` (Qwen-VL).
     pub decode_graph: Option<bool>,
+    /// `score_same_states_once` (Qwen-VL).
+    pub score_same_states_once: Option<bool>,
     /// `dtype` (Qwen-VL).
     pub dtype: Option<String>,
     /// `train_modules` (Qwen-VL).

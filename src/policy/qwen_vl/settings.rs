@@ -113,6 +113,14 @@ pub struct QwenPolicySettings {
     /// uncaptured. Not yet run on a GPU (docs/gpu.md).
     #[serde(default, skip_serializing_if = "is_false")]
     pub decode_graph: bool,
+    /// States that a training pass scores with the same prompt and screenshot (a GRPO
+    /// group's first steps) run that prompt once and only their answers apart (default
+    /// `true`): fewer tokens, but two passes of their own per set of two or more, which on
+    /// a GPU may cost more than the tokens saved (docs/qwen-vl-speed.md, a group's prompt,
+    /// scored once). `false` runs each in the pass's one padded batch. The scores are the
+    /// same either way, within rounding.
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub score_same_states_once: bool,
     /// `f32` or `bf16` (weights and activations; adapters and their optimizer stay f32).
     #[serde(default = "default_dtype")]
     pub dtype: String,
@@ -383,6 +391,7 @@ impl QwenPolicySettings {
             decode_kernels: None,
             batch_invariant: true,
             decode_graph: false,
+            score_same_states_once: true,
             dtype: default_dtype(),
             train_modules: Vec::new(),
         }

@@ -144,7 +144,8 @@ impl QwenVlPolicy {
             alone = (0..prompts.len()).collect();
         } else {
             for (ids, members) in self.model.by_text_prefix(prompts.iter().map(|p| p.ids.as_slice())) {
-                let (same, rest) = same_prompts(&members, prompts, starts, screens);
+                let once = self.settings.score_same_states_once;
+                let (same, rest) = same_prompts(once, &members, prompts, starts, screens);
                 // no text before the screenshot, or a prefix of one prompt, saves nothing; nor
                 // does a pass of its own when one set is all of them
                 let one_set = same.len() == 1 && rest.is_empty();
@@ -185,13 +186,18 @@ impl QwenVlPolicy {
 
 /// `members`' prompts that are the same, screenshot included, in sets of two or more (in
 /// order of first appearance), and the rest: prompt `b` is its ids up to `starts[b]` (its
-/// answer follows) with screenshot `screens[b]`.
+/// answer follows) with screenshot `screens[b]`. No sets unless `once`
+/// (`score_same_states_once`).
 fn same_prompts(
+    once: bool,
     members: &[usize],
     prompts: &[Prompt],
     starts: &[usize],
     screens: &[u64],
 ) -> (Vec<Vec<usize>>, Vec<usize>) {
+    if !once {
+        return (Vec::new(), members.to_vec());
+    }
     let key = |b: usize| (&prompts[b].ids[..=starts[b]], screens[b]);
     let mut sets: Vec<Vec<usize>> = Vec::new();
     for &b in members {
@@ -227,11 +233,15 @@ mod tests {
         ];
         let starts = [2, 2, 2, 2, 2, 2];
         let screens = [10, 10, 11, 10, 10, 10];
-        let (same, rest) = same_prompts(&[0, 1, 2, 3, 4, 5], &prompts, &starts, &screens);
+        let (same, rest) = same_prompts(true, &[0, 1, 2, 3, 4, 5], &prompts, &starts, &screens);
         assert_eq!(same, vec![vec![0, 1, 4], vec![3, 5]]);
         assert_eq!(rest, vec![2]);
+        // `score_same_states_once = false`: every prompt whole
+        let (same, rest) = same_prompts(false, &[0, 1, 2, 3, 4, 5], &prompts, &starts, &screens);
+        assert!(same.is_empty());
+        assert_eq!(rest, vec![0, 1, 2, 3, 4, 5]);
         // among members only
-        let (same, rest) = same_prompts(&[1, 2, 3], &prompts, &starts, &screens);
+        let (same, rest) = same_prompts(true, &[1, 2, 3], &prompts, &starts, &screens);
         assert!(same.is_empty());
         assert_eq!(rest, vec![1, 2, 3]);
     }
