@@ -230,12 +230,16 @@ fn the_layer_steps_on_the_host_are_the_cpus() {
 /// Every kernel under ThreadSanitizer, at shapes where several warps share a block's
 /// memory (the products' warp parts, the norms' and the draw's sums, the attention's
 /// scores): no two threads touch it without a barrier between, and the output is the
-/// bounds-checked run's, bit for bit.
+/// bounds-checked run's, bit for bit. So is the output with the blocks run last first: no
+/// block reads what another writes, and no two write one output.
 #[test]
 fn the_kernels_share_a_blocks_memory_behind_barriers() {
     fn same<K: crate::nn::kernel::Kernel>(what: &str, op: &K, args: &[&Tensor]) {
         let raced = host::run_for_races(op, args).unwrap_or_else(|e| panic!("{what}: {e}"));
-        assert_eq!(bits(&raced), bits(&host::run(op, args).unwrap()), "{what}");
+        let plain = bits(&host::run(op, args).unwrap());
+        assert_eq!(bits(&raced), plain, "{what}");
+        let reversed = host::run_blocks_reversed(op, args).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(bits(&reversed), plain, "{what}, blocks last first");
     }
     // products: 8 warps sharing a weight row, and 2 sharing groups of 2 rows
     for (n, k, dt, m) in [(37, 64, DType::F32, 3), (1031, 16, DType::BF16, 8)] {

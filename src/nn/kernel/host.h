@@ -135,9 +135,9 @@ static void guirl_start_block(unsigned block, size_t shared) {
 
 // Runs `body` as every thread of a grid of `grid` blocks of `block` threads: one OS thread
 // per thread of a block, kept from block to block (the next block starts once every
-// thread has returned from this one).
+// thread has returned from this one), the blocks in order or, `reversed`, last first.
 template <class F>
-void guirl_run(guirl_dim3 grid, unsigned block, size_t shared, F body) {
+void guirl_run(guirl_dim3 grid, unsigned block, size_t shared, bool reversed, F body) {
   gridDim = grid;
   blockDim = {block, 1, 1};
   void* dyn = nullptr;
@@ -155,7 +155,8 @@ void guirl_run(guirl_dim3 grid, unsigned block, size_t shared, F body) {
     threads.emplace_back([&, t] {
       threadIdx = {t, 0, 0};
       while (at < total) {
-        blockIdx = {(unsigned)(at % grid.x), (unsigned)(at / grid.x % grid.y), (unsigned)(at / grid.x / grid.y)};
+        const unsigned long b = reversed ? total - 1 - at : at;
+        blockIdx = {(unsigned)(b % grid.x), (unsigned)(b / grid.x % grid.y), (unsigned)(b / grid.x / grid.y)};
         guirl_shuffles = 0;
         body();
         guirl_warps[t / 32].bar->arrive_and_drop();

@@ -48,18 +48,32 @@ impl Check {
 /// `op`'s launch over `args` (its custom op's arguments) and what it holds, all on the CPU,
 /// run on the host as a card would run it: the kernel's output.
 pub(crate) fn run<K: Kernel>(op: &K, args: &[&Tensor]) -> Result<Tensor> {
-    run_checked(op, args, Check::Bounds)
+    run_checked(op, args, Check::Bounds, BlockOrder::InOrder)
+}
+
+/// [`run`] with the blocks last first. A card runs blocks in no set order, side by side;
+/// the emulation runs them one after another, so a block that reads what another block
+/// writes, or two blocks writing one output, give other bits in the other order.
+pub(crate) fn run_blocks_reversed<K: Kernel>(op: &K, args: &[&Tensor]) -> Result<Tensor> {
+    run_checked(op, args, Check::Bounds, BlockOrder::Reversed)
+}
+
+/// The order the emulation runs a grid's blocks in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BlockOrder {
+    InOrder,
+    Reversed,
 }
 
 /// [`run`] under ThreadSanitizer: an error where two threads of a block touch the same
 /// memory, one of them writing, with no `__syncthreads` (or shuffle: the emulation's
 /// shuffles are barriers of their warp) between. Blocks run one after another here, so
-/// races between blocks are not seen.
+/// races between blocks are not seen ([`run_blocks_reversed`] looks for them).
 pub(crate) fn run_for_races<K: Kernel>(op: &K, args: &[&Tensor]) -> Result<Tensor> {
-    run_checked(op, args, Check::Races)
+    run_checked(op, args, Check::Races, BlockOrder::InOrder)
 }
 
-fn run_checked<K: Kernel>(op: &K, args: &[&Tensor], check: Check) -> Result<Tensor> {
+fn run_checked<K: Kernel>(op: &K, args: &[&Tensor], check: Check, order: BlockOrder) -> Result<Tensor> {
     let held = op.held();
     let inputs: Vec<&Tensor> = args.iter().copied().chain(held.iter()).collect();
     let elems = inputs.iter().map(|t| Elem::of(t.dtype(), "host kernel")).collect::<Result<Vec<_>>>()?;
@@ -73,6 +87,7 @@ fn run_checked<K: Kernel>(op: &K, args: &[&Tensor], check: Check) -> Result<Tens
         stdin.extend(v.to_le_bytes());
     }
     stdin.extend((launch.shared as u64).to_le_bytes());
+    stdin.extend(u64::from(order == BlockOrder::Reversed).to_le_bytes());
     for t in &inputs {
         let bytes = reachable_bytes(t)?;
         stdin.extend((bytes.len() as u64).to_le_bytes());
@@ -204,6 +219,7 @@ fn program(launch: &Launch, elems: &[Elem]) -> String {
     let (out, _, _) = &launch.out;
     let mut main = String::from("int main() {\n  guirl_dim3 grid;\n  unsigned block;\n");
     main += "  guirl_read(&grid, 12);\n  guirl_read(&block, 4);\n  const size_t shared = guirl_u64();\n";
+    main += "  const bool reversed = guirl_u64() != 0;\n";
     for (i, e) in elems.iter().enumerate() {
         main += &format!("  auto* in{i} = guirl_input<{}>();\n", e.c_type());
     }
@@ -224,7 +240,11 @@ fn program(launch: &Launch, elems: &[Elem]) -> String {
             call.push(format!("s{i}"));
         }
     }
-    main += &format!("  guirl_run(grid, block, shared, [&] {{ {}({}); }});\n", launch.entry, call.join(", "));
+    main += &format!(
+        "  guirl_run(grid, block, shared, reversed, [&] {{ {}({}); }});\n",
+        launch.entry,
+        call.join(", ")
+    );
     main += "  fwrite(out, sizeof(*out), len, stdout);\n  return 0;\n}\n";
     format!("{SHIM}\n{ELEMS}\n{source}\n{main}")
 }
@@ -275,11 +295,12 @@ mod tests {
     use super::*;
     use candle_core::Shape;
 
-    /// A kernel of the test's own: `body` over `n` threads of one block, reading `x` and
-    /// writing `n` floats.
+    /// A kernel of the test's own: `body` over `n` threads in `blocks` blocks, reading `x`
+    /// and writing `n` floats.
     struct Probe {
         body: &'static str,
         n: usize,
+        blocks: usize,
     }
 
     impl Kernel for Probe {
@@ -292,8 +313,8 @@ mod tests {
                     self.body
                 ),
                 entry: "probe".into(),
-                grid: (1, 1, 1),
-                block: self.n as u32,
+                grid: (self.blocks as u32, 1, 1),
+                block: (self.n / self.blocks) as u32,
                 shared: 0,
                 args: vec![Arg::Input(0), Arg::Out],
                 out: (Elem::F32, self.n, Shape::from(self.n)),
@@ -303,7 +324,7 @@ mod tests {
 
     fn probe(body: &'static str) -> Result<Vec<f32>> {
         let x = Tensor::arange(0f32, 64., &Device::Cpu)?;
-        run(&Probe { body, n: 64 }, &[&x])?.to_vec1()
+        run(&Probe { body, n: 64, blocks: 1 }, &[&x])?.to_vec1()
     }
 
     /// ThreadSanitizer's build sees a block's threads share memory without a barrier, and
@@ -311,13 +332,35 @@ mod tests {
     #[test]
     fn the_race_check_sees_a_missing_barrier() {
         let x = Tensor::arange(0f32, 64., &Device::Cpu).unwrap();
-        let race = |body| run_for_races(&Probe { body, n: 64 }, &[&x]);
+        let race = |body| run_for_races(&Probe { body, n: 64, blocks: 1 }, &[&x]);
         let want: Vec<f32> = (0..64).map(|t| ((t + 32) % 64) as f32).collect();
         let synced =
             race("__shared__ float s[64];\n  s[t] = x[t];\n  __syncthreads();\n  out[t] = s[(t + 32) % 64];");
         assert_eq!(synced.unwrap().to_vec1::<f32>().unwrap(), want);
         let racy = race("__shared__ float s[64];\n  s[t] = x[t];\n  out[t] = s[(t + 32) % 64];").unwrap_err();
         assert!(racy.to_string().contains("ThreadSanitizer: data race"), "{racy}");
+    }
+
+    /// A block that reads what an earlier block wrote gives other bits with the blocks run
+    /// last first; blocks that keep to their own outputs give the same.
+    #[test]
+    fn reversed_blocks_show_a_block_reading_another() {
+        let x = Tensor::arange(0f32, 64., &Device::Cpu).unwrap();
+        let bits = |t: Tensor| t.to_vec1::<f32>().unwrap().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        let both = |body| {
+            let p = Probe { body, n: 64, blocks: 4 };
+            (bits(run(&p, &[&x]).unwrap()), run_blocks_reversed(&p, &[&x]).map(bits))
+        };
+        let (a, b) = both("const int i = blockIdx.x * 16 + t;\n  out[i] = 2.0f * x[i];");
+        assert_eq!(a, b.unwrap());
+        // last first, the read finds the output's unwritten fill (NaN bits), which the sum keeps
+        let (a, b) = both(
+            "const int i = blockIdx.x * 16 + t;\n  out[i] = x[i];\n  if (blockIdx.x > 0) out[i] += out[i - 16];",
+        );
+        match b {
+            Ok(b) => assert_ne!(a, b, "a block reading the block before it"),
+            Err(e) => assert!(e.to_string().contains("never written"), "{e}"),
+        }
     }
 
     /// What the emulation is for: a right kernel runs (a shuffle and a barrier among
