@@ -200,6 +200,18 @@ pub fn padded_rows(live: usize, rows: usize, invariant: usize) -> usize {
     }
 }
 
+/// `f` on `x`'s rows padded to `rows` with copies of its first (a decoding step's padding
+/// rows, [`padded_rows`]), its first `m` rows kept; on `x` as it is from `rows` rows on.
+pub fn on_rows(x: &Tensor, rows: usize, f: impl FnOnce(&Tensor) -> Result<Tensor>) -> Result<Tensor> {
+    let m = x.dim(0)?;
+    if m == 0 || m >= rows {
+        return f(x);
+    }
+    let first = x.narrow(0, 0, 1)?;
+    let copies = first.broadcast_as([&[rows - m][..], &x.dims()[1..]].concat())?.contiguous()?;
+    f(&Tensor::cat(&[x, &copies], 0)?)?.narrow(0, 0, m)
+}
+
 /// Rows of the left operand up to which a product by a transposed weight runs transposed.
 const FEW_ROWS: usize = 256;
 

@@ -87,9 +87,6 @@ pub struct Trainer {
     replay: SuccessReplay,
     /// The ranks of a data-parallel run ([`crate::dist`]); `None`: this process alone.
     group: Option<Arc<ProcessGroup>>,
-    /// The ranks as the collector exchanges episodes: `group`, or with `max_staleness > 0`
-    /// the same ranks over connections of their own ([`ProcessGroup::another`]).
-    collect_group: Option<Arc<ProcessGroup>>,
     /// `[rollout] max_staleness = 1`: the behaviour weights and the collection under way.
     overlap: behaviour::Overlap,
 }
@@ -199,11 +196,10 @@ impl Trainer {
         collector.one_state_per_call = true;
         // An overlapped collection exchanges its episodes while the update sums gradients:
         // over connections of its own, so that the two never meet.
-        let collect_group = match &group {
+        collector.group = match &group {
             Some(g) if cfg.rollout.max_staleness > 0 => Some(Arc::new(g.another()?)),
             g => g.clone(),
         };
-        collector.group = collect_group.clone();
         Ok(Trainer {
             cfg,
             run_dir,
@@ -220,7 +216,6 @@ impl Trainer {
             sft_opt: None,
             replay,
             group,
-            collect_group,
             overlap,
         })
     }
@@ -438,7 +433,8 @@ impl Trainer {
         collector.progress = self.collector.progress;
         collector.batch_wait = self.collector.batch_wait;
         collector.one_state_per_call = self.collector.one_state_per_call;
-        collector.group = self.collect_group.clone();
+        // (`group`, or the same ranks over connections of their own: see `new_in_group`)
+        collector.group = self.collector.group.clone();
         self.collector = collector;
     }
 }

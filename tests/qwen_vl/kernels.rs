@@ -312,8 +312,7 @@ fn decoded_with_captured_steps_on_the_test_device_are_the_uncaptured_answers() {
     let device = device();
     let tmp = tempfile::tempdir().unwrap();
     let base = {
-        let mut s = policy_settings("qwen3_vl", tmp.path());
-        s.dtype = if dtype() == DType::BF16 { "bf16" } else { "f32" }.into();
+        let mut s = settings_in_test_dtype(tmp.path());
         (s.decode_window, s.decode_lora) = (Some(DecodeWindow::Auto), Some(DecodeLora::Merged));
         (s.max_new_tokens, s.decode_rows) = (10, Some(2));
         s
@@ -374,8 +373,7 @@ fn decoded_together_on_the_test_device_are_bit_for_bit_those_decoded_alone() {
     let keys: Vec<u64> = (40..45).collect();
     for kernels in [DecodeKernels::Eager, DecodeKernels::Fused] {
         for lora in [DecodeLora::Merged, DecodeLora::Separate] {
-            let mut s = policy_settings("qwen3_vl", tmp.path());
-            s.dtype = if dtype() == DType::BF16 { "bf16" } else { "f32" }.into();
+            let mut s = settings_in_test_dtype(tmp.path());
             (s.decode_window, s.decode_lora, s.decode_kernels) =
                 (Some(DecodeWindow::Off), Some(lora), Some(kernels));
             s.max_new_tokens = 8;
@@ -390,4 +388,11 @@ fn decoded_together_on_the_test_device_are_bit_for_bit_those_decoded_alone() {
             }
         }
     }
+}
+
+/// The tiny Qwen3-VL policy's settings (`policy_settings`) in the test dtype.
+fn settings_in_test_dtype(dir: &std::path::Path) -> guirl::policy::qwen_vl::QwenPolicySettings {
+    let mut s = policy_settings("qwen3_vl", dir);
+    s.dtype = if dtype() == DType::BF16 { "bf16" } else { "f32" }.into();
+    s
 }

@@ -97,21 +97,9 @@ fn cuda_invariant_rows(cuda: bool, dtype: DType) -> Option<usize> {
 /// the count; elsewhere, and from [`MAX_ROWS`] rows on (a step padded to its chunk), on `x`.
 pub fn fallback(x: &Tensor, f: impl FnOnce(&Tensor) -> Result<Tensor>) -> Result<Tensor> {
     match cuda_invariant_rows(x.device().is_cuda(), x.dtype()) {
-        Some(rows) => on_rows(x, rows, f),
+        Some(rows) => gemm::on_rows(x, rows, f),
         None => f(x),
     }
-}
-
-/// `f` on `x`'s rows padded to `rows` with copies of its first (as they are from `rows` on),
-/// its first `m` rows kept.
-fn on_rows(x: &Tensor, rows: usize, f: impl FnOnce(&Tensor) -> Result<Tensor>) -> Result<Tensor> {
-    let m = x.dim(0)?;
-    if m == 0 || m >= rows {
-        return f(x);
-    }
-    let first = x.narrow(0, 0, 1)?;
-    let copies = first.broadcast_as([&[rows - m][..], &x.dims()[1..]].concat())?.contiguous()?;
-    f(&Tensor::cat(&[x, &copies], 0)?)?.narrow(0, 0, m)
 }
 
 /// The op (no parameters: the shapes say it all).

@@ -112,11 +112,11 @@ fn a_product_the_kernel_does_not_take_runs_on_padded_rows() {
         seen.set(y.dim(0)?);
         y.matmul(&w.t()?)
     };
-    let got = on_rows(&x, MAX_ROWS, f).unwrap();
+    let got = gemm::on_rows(&x, MAX_ROWS, f).unwrap();
     assert_eq!(seen.get(), MAX_ROWS);
     assert_eq!(f32s(&got), f32s(&want));
     for (rows, m) in [(3, 3), (2, 3)] {
-        on_rows(&x, rows, f).unwrap();
+        gemm::on_rows(&x, rows, f).unwrap();
         assert_eq!(seen.get(), m, "{rows} rows");
     }
     fallback(&x, f).unwrap();
@@ -128,5 +128,5 @@ fn a_product_the_kernel_does_not_take_runs_on_padded_rows() {
         }
         Ok(y.clone())
     };
-    on_rows(&x, 8, pad).unwrap();
+    gemm::on_rows(&x, 8, pad).unwrap();
 }

@@ -442,10 +442,8 @@ impl QwenVl {
             bail!("{b} hidden rows for a head of {rows} rows");
         }
         let rows = gemm::padded_rows(b, rows, self.text.invariant_rows(kernels));
-        let first = hidden.narrow(0, 0, 1)?;
-        let mut parts = vec![hidden.clone()];
-        parts.extend(std::iter::repeat_n(first, rows - b));
-        Ok(self.text.step_logits(&Tensor::cat(&parts, 0)?, kernels)?.narrow(0, 0, b)?)
+        let logits = |h: &Tensor| self.text.step_logits(h, kernels).map_err(candle_core::Error::wrap);
+        Ok(gemm::on_rows(hidden, rows, logits)?)
     }
 
     /// The most rows a decoding step with `kernels` can run with each row's bits the same
