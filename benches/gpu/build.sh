@@ -40,6 +40,13 @@ export CUDA_COMPUTE_CAP=90 CUDAFORGE_THREADS=2
 cargo build --release --features cuda --target-dir target-cuda --bin guirl --bench policy_speed --bench qwen_speed --bench decode_table
 # test binaries: the Qwen-VL parity tests run on the GPU too
 cargo test --release --features cuda --target-dir target-cuda --test qwen_vl --no-run 2>&1 | tee /tmp/gpu-test-build.log
+# guirl's own kernels, before any GPU time is spent on them: NVRTC compiles each and ptxas
+# assembles it for the card, neither needing a GPU; a kernel that does not compile, or whose
+# blocks ask for more registers or shared memory than the card has, or spill, fails here
+# (the test binary runs here on the stub driver, which these tests never call)
+ln -sf libcuda.so "$CUDA_HOME/lib/stubs/libcuda.so.1"
+LD_LIBRARY_PATH="$CUDA_HOME/lib:$CUDA_HOME/lib/stubs" \
+  cargo test --release --features cuda --target-dir target-cuda --lib -- compile nn::kernel::fit
 # and NCCL's gradient sum (tests/nccl.rs), the one binary built with the `nccl` feature
 cargo test --release --features nccl --target-dir target-cuda --test nccl --no-run 2>&1 | tee -a /tmp/gpu-test-build.log
 # The device tool carries at most 64 MiB a call, the tracked files (17 MB) included: xz

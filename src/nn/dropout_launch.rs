@@ -23,3 +23,17 @@ impl Kernel for MaskOp {
         })
     }
 }
+
+#[cfg(all(test, feature = "cuda"))]
+mod tests {
+    use super::*;
+
+    /// `dropout.cu` compiles, and its blocks fit a card with nothing spilled (NVRTC and
+    /// ptxas need no GPU).
+    #[test]
+    fn the_kernel_compiles() {
+        let op = MaskOp { shape: (4, 2048).into(), seed: 7, cut: 0, keep: 0.9 };
+        let l = op.launch(&[]).unwrap();
+        crate::nn::kernel::fit::assert_launch_fits(&l);
+    }
+}

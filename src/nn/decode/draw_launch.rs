@@ -52,15 +52,18 @@ impl Kernel for DrawOp {
 mod tests {
     use super::*;
 
-    /// `draw.cu` compiles with both entry points (NVRTC needs no GPU).
+    /// `draw.cu` compiles, and both entry points' blocks fit a card with nothing spilled
+    /// (NVRTC and ptxas need no GPU).
     #[test]
     fn the_kernel_compiles() {
-        let (x, v) = (Layout::contiguous((2, 100)), Layout::contiguous(100));
+        let (x, v) = (Layout::contiguous((2, 151_936)), Layout::contiguous(151_936));
         let u = Layout::contiguous(2);
-        let l = DrawOp { temperature: 1.0, greedy: false }
-            .launch(&[(Elem::BF16, &x), (Elem::F32, &v), (Elem::F32, &u)])
-            .unwrap();
-        let ptx = crate::nn::kernel::cuda::compiled(&l.module, || l.text()).unwrap();
-        assert!(ptx.contains("decode_draw_bf16") && ptx.contains("decode_draw_f32"));
+        for e in [Elem::BF16, Elem::F32] {
+            let l = DrawOp { temperature: 1.0, greedy: false }
+                .launch(&[(e, &x), (Elem::F32, &v), (Elem::F32, &u)])
+                .unwrap();
+            assert_eq!(l.entry, format!("decode_draw_{}", e.suffix()));
+            crate::nn::kernel::fit::assert_launch_fits(&l);
+        }
     }
 }

@@ -7,11 +7,14 @@
 //! the CPU under an emulation of CUDA's threads (a thread per CUDA thread, barriers for
 //! `__syncthreads` and the warp shuffles, AddressSanitizer on every buffer) and runs the
 //! same launch there: the kernels' arithmetic, indexing and launch shapes are checked
-//! where no GPU is. What only a card shows stays for the GPU tests: its memory model, its
+//! where no GPU is. In the `cuda` build `fit` assembles each kernel for the card and checks
+//! that its blocks fit a multiprocessor. What only a card shows stays for the GPU tests: its memory model, its
 //! math library's last bits, its speed.
 
 #[cfg(feature = "cuda")]
 pub(crate) mod cuda;
+#[cfg(all(test, feature = "cuda"))]
+pub(crate) mod fit;
 #[cfg(test)]
 pub(crate) mod host;
 
