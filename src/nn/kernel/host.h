@@ -2,11 +2,13 @@
 // kernel's source compiles as C++20 and each CUDA thread runs as an OS thread. A block's
 // threads run together, the blocks one after another, so a block's __shared__ variables
 // are statics, in a section of their own refilled with 0xff bytes before each block (what a
-// block reads before it writes is NaN, as in the dynamic shared memory). __syncthreads and
-// the warp shuffles are barriers. A thread that returns leaves its barriers (as on a card);
-// a shuffle with a lane which has returned aborts.
+// block reads before it writes is NaN, as in the dynamic shared memory). __syncthreads,
+// __syncwarp and the warp shuffles are barriers; under ThreadSanitizer a shuffle's orders
+// no memory (see guirl_shuffle_barrier). A thread that returns leaves its barriers (as on
+// a card); a shuffle with a lane which has returned aborts.
 #include <math.h>
 
+#include <atomic>
 #include <barrier>
 #include <cstdint>
 #include <cstdio>
@@ -53,15 +55,50 @@ inline long max(long a, long b) { return a > b ? a : b; }
 inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
 inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }
 
-// One warp's exchange: its barrier and two slots per lane, each a value and the shuffle
+#if defined(__SANITIZE_THREAD__)
+// A warp's shuffle on a card exchanges registers and promises nothing of memory: shared
+// memory one lane writes and another reads needs __syncwarp (or __syncthreads) between.
+// So under ThreadSanitizer a shuffle's barrier is made of relaxed atomics, which it sees as
+// no synchronisation, and such a read is a race there. Lanes wait by yielding: a warp is
+// 32 threads.
+struct guirl_shuffle_barrier {
+  // low 32 bits: lanes arrived in this phase; high 32: lanes expected
+  std::atomic<uint64_t> state;
+  std::atomic<unsigned> phase{0};
+  explicit guirl_shuffle_barrier(unsigned lanes) : state((uint64_t)lanes << 32) {}
+  // `leave`: as std::barrier's arrive_and_drop, one lane fewer expected from now on
+  void step(bool leave) {
+    const unsigned p = phase.load(std::memory_order_relaxed);
+    uint64_t s = state.load(std::memory_order_relaxed), next;
+    bool last;
+    do {
+      const unsigned arrived = (unsigned)s + (leave ? 0 : 1), expected = (unsigned)(s >> 32) - leave;
+      last = arrived == expected;
+      next = ((uint64_t)expected << 32) | (last ? 0 : arrived);
+    } while (!state.compare_exchange_weak(s, next, std::memory_order_relaxed));
+    if (last)
+      phase.fetch_add(1, std::memory_order_relaxed);
+    else if (!leave)
+      while (phase.load(std::memory_order_relaxed) == p) std::this_thread::yield();
+    std::atomic_signal_fence(std::memory_order_seq_cst);  // the compiler's order only
+  }
+  void arrive_and_wait() { step(false); }
+  void arrive_and_drop() { step(true); }
+};
+#else
+using guirl_shuffle_barrier = std::barrier<>;
+#endif
+
+// One warp's exchange: its barriers and two slots per lane, each a value and the shuffle
 // it belongs to (a shuffle writes one set while a lane still reading the last one reads
-// the other).
+// the other). Relaxed atomics: the shuffle's barrier orders them.
 struct guirl_slot {
-  uint64_t value;
-  unsigned shuffle;
+  std::atomic<uint64_t> value;
+  std::atomic<unsigned> shuffle;
 };
 struct guirl_warp {
-  std::unique_ptr<std::barrier<>> bar;
+  std::unique_ptr<guirl_shuffle_barrier> bar;
+  std::unique_ptr<std::barrier<>> sync;  // __syncwarp's
   guirl_slot slot[2][32];
 };
 static guirl_warp guirl_warps[32];
@@ -71,6 +108,8 @@ static std::unique_ptr<std::barrier<>> guirl_block;
 static unsigned char* guirl_dynamic_shared;
 
 inline void __syncthreads() { guirl_block->arrive_and_wait(); }
+// every lane of the warp (guirl's kernels pass the full mask)
+inline void __syncwarp(unsigned = 0xffffffffu) { guirl_warps[threadIdx.x / 32].sync->arrive_and_wait(); }
 
 template <class T>
 T guirl_exchange(T v, int src) {
@@ -79,19 +118,22 @@ T guirl_exchange(T v, int src) {
   const int lane = threadIdx.x % 32;
   const unsigned n = guirl_shuffles++;
   guirl_slot* slot = w.slot[n & 1];
-  memcpy(&slot[lane].value, &v, sizeof(T));
-  slot[lane].shuffle = n;
+  uint64_t bits = 0;
+  memcpy(&bits, &v, sizeof(T));
+  slot[lane].value.store(bits, std::memory_order_relaxed);
+  slot[lane].shuffle.store(n, std::memory_order_relaxed);
   // One barrier: no lane writes this set again before every lane has passed the next
   // shuffle's barrier, so after reading this one. A lane that has returned has left the
   // barrier and never wrote this shuffle's slot.
   w.bar->arrive_and_wait();
-  if (slot[src].shuffle != n) {
+  if (slot[src].shuffle.load(std::memory_order_relaxed) != n) {
     fprintf(stderr, "guirl host: thread %u (block %u, %u, %u) shuffles with lane %d of its warp, which has returned\n",
             threadIdx.x, blockIdx.x, blockIdx.y, blockIdx.z, src);
     abort();
   }
   T r;
-  memcpy(&r, &slot[src].value, sizeof(T));
+  bits = slot[src].value.load(std::memory_order_relaxed);
+  memcpy(&r, &bits, sizeof(T));
   return r;
 }
 template <class T>
@@ -127,9 +169,10 @@ static void guirl_start_block(unsigned block, size_t shared) {
   guirl_block = std::make_unique<std::barrier<>>(block);
   for (unsigned w = 0; w * 32 < block; w++) {
     const unsigned lanes = block - w * 32 < 32 ? block - w * 32 : 32;
-    guirl_warps[w].bar = std::make_unique<std::barrier<>>(lanes);
+    guirl_warps[w].bar = std::make_unique<guirl_shuffle_barrier>(lanes);
+    guirl_warps[w].sync = std::make_unique<std::barrier<>>(lanes);
     for (auto& set : guirl_warps[w].slot)
-      for (auto& s : set) s.shuffle = ~0u;
+      for (auto& s : set) s.shuffle.store(~0u, std::memory_order_relaxed);
   }
 }
 
@@ -160,6 +203,7 @@ void guirl_run(guirl_dim3 grid, unsigned block, size_t shared, bool reversed, F 
         guirl_shuffles = 0;
         body();
         guirl_warps[t / 32].bar->arrive_and_drop();
+        guirl_warps[t / 32].sync->arrive_and_drop();
         guirl_block->arrive_and_drop();
         between.arrive_and_wait();
       }

@@ -66,9 +66,10 @@ enum BlockOrder {
 }
 
 /// [`run`] under ThreadSanitizer: an error where two threads of a block touch the same
-/// memory, one of them writing, with no `__syncthreads` (or shuffle: the emulation's
-/// shuffles are barriers of their warp) between. Blocks run one after another here, so
-/// races between blocks are not seen ([`run_blocks_reversed`] looks for them).
+/// memory, one of them writing, with no `__syncthreads` or `__syncwarp` between (a
+/// shuffle is none: here, as on a card, it orders no memory). Blocks run one after
+/// another here, so races between blocks are not seen ([`run_blocks_reversed`] looks for
+/// them).
 pub(crate) fn run_for_races<K: Kernel>(op: &K, args: &[&Tensor]) -> Result<Tensor> {
     run_checked(op, args, Check::Races, BlockOrder::InOrder)
 }
@@ -328,7 +329,8 @@ mod tests {
     }
 
     /// ThreadSanitizer's build sees a block's threads share memory without a barrier, and
-    /// passes the same kernel with one.
+    /// passes the same kernel with one; a warp's lanes sharing memory with only a shuffle
+    /// between race too (a card's shuffle orders no memory), and pass with `__syncwarp`.
     #[test]
     fn the_race_check_sees_a_missing_barrier() {
         let x = Tensor::arange(0f32, 64., &Device::Cpu).unwrap();
@@ -339,6 +341,19 @@ mod tests {
         assert_eq!(synced.unwrap().to_vec1::<f32>().unwrap(), want);
         let racy = race("__shared__ float s[64];\n  s[t] = x[t];\n  out[t] = s[(t + 32) % 64];").unwrap_err();
         assert!(racy.to_string().contains("ThreadSanitizer: data race"), "{racy}");
+
+        let want: Vec<f32> = (0..64).map(|t| (t ^ 1) as f32).collect();
+        let warp = race("__shared__ float s[64];\n  s[t] = x[t];\n  __syncwarp();\n  out[t] = s[t ^ 1];");
+        assert_eq!(warp.unwrap().to_vec1::<f32>().unwrap(), want);
+        let shuffled = race(
+            "__shared__ float s[64];\n  s[t] = x[t];\n  const float v = __shfl_xor_sync(0xffffffffu, x[t], 1);\n  \
+             out[t] = s[t ^ 1] + 0.0f * v;",
+        )
+        .unwrap_err();
+        assert!(shuffled.to_string().contains("ThreadSanitizer: data race"), "{shuffled}");
+        // the shuffle's own values cross without a race
+        let values = race("out[t] = __shfl_xor_sync(0xffffffffu, x[t], 1);");
+        assert_eq!(values.unwrap().to_vec1::<f32>().unwrap(), want);
     }
 
     /// A block that reads what an earlier block wrote gives other bits with the blocks run
