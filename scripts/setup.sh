@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs what guirl needs on a fresh Debian machine: Chromium + chromedriver (apt-get),
-# MiniWoB++'s task pages (the `miniwob` PyPI package's html folder), and the Rust build.
+# Installs what guirl needs on a fresh Debian machine besides Rust: Chromium + chromedriver
+# (apt-get), MiniWoB++'s task pages (the `miniwob` PyPI package's html folder), the browsers'
+# user and the Python client's .venv; cargo fetches and builds the crates.
 # Idempotent: a second run only checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."

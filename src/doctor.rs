@@ -264,8 +264,9 @@ pub fn sandbox_check(cfg: &BrowserConfig, ran: Option<bool>) -> Check {
     }
     if let Support::Unavailable(why) = sandbox::support() {
         let fix = if why.contains(sandbox::USER_VAR) || why.contains("no unprivileged user") {
-            "create the browser's user with `useradd --system --no-create-home guirlbrowser` \
-             (scripts/setup.sh does), or set GUIRL_BROWSER_USER to an existing unprivileged user"
+            "create the browser's user with `useradd --system --user-group --no-create-home \
+             --shell /usr/sbin/nologin guirlbrowser` (scripts/setup.sh does), or set \
+             GUIRL_BROWSER_USER to an existing unprivileged user"
         } else {
             "allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1 and \
              user.max_user_namespaces > 0; in Docker, a seccomp profile that permits them), or \

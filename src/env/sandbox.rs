@@ -91,7 +91,8 @@ pub fn choose_user() -> Result<SandboxUser, String> {
     USERS.iter().filter_map(|n| lookup_user(n)).find(|u| u.uid != 0).ok_or_else(|| {
         format!(
             "no unprivileged user to run the browser as (none of {}); create one with \
-             `useradd --system guirlbrowser` (scripts/setup.sh does) or set {USER_VAR}",
+             `useradd --system --user-group --no-create-home --shell /usr/sbin/nologin guirlbrowser` \
+             (scripts/setup.sh does) or set {USER_VAR}",
             USERS.join(", ")
         )
     })

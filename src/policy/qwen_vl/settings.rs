@@ -333,7 +333,7 @@ impl QwenPolicySettings {
 
     /// `decode_window`, or its default on `device`: per-answer attention on a CPU (the
     /// windows read every slot position and gained nothing there), window slots sized per
-    /// prompt on a GPU (faster from 8 rollouts up on an H200: docs/gpu.md); per-answer
+    /// prompt on a GPU (faster at every rollout count on an H200: docs/gpu.md); per-answer
     /// attention wherever `batch_invariant` is off (window chunks always run whole).
     pub fn decode_window_on(&self, device: &candle_core::Device) -> DecodeWindow {
         self.decode_window.unwrap_or(if device.is_cuda() && self.batch_invariant {
