@@ -26,7 +26,7 @@
 #[cfg(feature = "nccl")]
 pub mod nccl;
 pub mod tensors;
-mod wire;
+pub(crate) mod wire;
 
 pub use wire::Reader;
 
@@ -525,4 +525,4 @@ fn join(rv: &Rendezvous, fingerprint: &str, deadline: Instant) -> anyhow::Result
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

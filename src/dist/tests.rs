@@ -18,7 +18,7 @@ fn rendezvous(rank: usize, world: usize, port: u16) -> Rendezvous {
 }
 
 /// Run `f` on `world` ranks, each in its own thread with its own connected group.
-fn on_ranks<T: Send + 'static>(
+pub(crate) fn on_ranks<T: Send + 'static>(
     world: usize,
     fingerprint: impl Fn(usize) -> String,
     f: impl Fn(ProcessGroup) -> T + Send + Sync + Clone + 'static,

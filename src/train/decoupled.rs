@@ -22,6 +22,7 @@
 
 use super::objective::LOG_RATIO_CLAMP;
 use super::update::Sample;
+use crate::dist::{wire, ProcessGroup};
 use crate::env::ScreenState;
 use crate::policy::TrainablePolicy;
 use anyhow::ensure;
@@ -51,22 +52,28 @@ pub struct Decoupled {
 /// at the policy's current sampling temperature, a group's samples of one env step in the
 /// same chunk where they fit (a GRPO group's first steps share one prompt, which a Qwen-VL
 /// policy then runs once). Call before the update's first step.
+///
+/// In a data-parallel run (`group`) every rank holds every sample and the same weights;
+/// each scores its contiguous share of the chunks and the ranks exchange the log-probs, so
+/// the rescoring gets faster with the ranks, and every rank ends with the bits one process
+/// scoring all the chunks gets.
 pub fn decouple(
     policy: &dyn TrainablePolicy,
     samples: &mut [Sample],
     chunk: usize,
     cap: f64,
+    group: Option<&ProcessGroup>,
 ) -> anyhow::Result<Decoupled> {
-    let (mut sum, mut capped, mut n) = (0.0, 0usize, 0usize);
     let mut order: Vec<usize> = (0..samples.len()).collect();
     order.sort_by_key(|&k| samples[k].group_step());
-    for part in order.chunks(chunk.max(1)) {
+    let parts: Vec<&[usize]> = order.chunks(chunk.max(1)).collect();
+    let score = |part: &[usize]| -> anyhow::Result<Vec<Vec<f32>>> {
         let states: Vec<ScreenState> = part.iter().map(|&k| samples[k].state.clone()).collect();
         let tokens: Vec<Vec<u32>> = part.iter().map(|&k| samples[k].tokens.clone()).collect();
         let logp =
             policy.score(&states, &tokens)?.logp.to_dtype(candle_core::DType::F32)?.to_vec2::<f32>()?;
-        for (&k, row) in part.iter().zip(logp) {
-            let s = &mut samples[k];
+        for (&k, row) in part.iter().zip(&logp) {
+            let s = &samples[k];
             ensure!(
                 row.len() >= s.tokens.len() && s.old_logp.len() == s.tokens.len(),
                 "rescoring a rollout's {} tokens gave {} log-probs ({} recorded)",
@@ -74,7 +81,40 @@ pub fn decouple(
                 row.len(),
                 s.old_logp.len()
             );
-            let prox = row[..s.tokens.len()].to_vec();
+        }
+        Ok(part.iter().zip(logp).map(|(&k, row)| row[..samples[k].tokens.len()].to_vec()).collect())
+    };
+    let scored: Vec<Vec<Vec<f32>>> = match group {
+        None => parts.iter().map(|p| score(p)).collect::<anyhow::Result<_>>()?,
+        Some(g) => {
+            let share = g.share(parts.len());
+            let mine = parts[share].iter().map(|p| score(p)).collect::<anyhow::Result<Vec<_>>>();
+            // every row of this rank's chunks, in order; each row's length is its sample's
+            let bytes =
+                mine.map(|m| wire::join(&m.iter().flatten().map(|r| wire::f32_bytes(r)).collect::<Vec<_>>()));
+            let all = g.all_gather(bytes.map_err(|e| format!("{e:#}")))?;
+            let mut rows = Vec::new();
+            for b in &all {
+                for r in wire::split(b)? {
+                    let mut row = vec![0f32; r.len() / 4];
+                    wire::read_f32(&r, &mut row)?;
+                    rows.push(row);
+                }
+            }
+            let mut rows = rows.into_iter();
+            parts.iter().map(|p| p.iter().map(|_| rows.next().unwrap_or_default()).collect()).collect()
+        }
+    };
+    let (mut sum, mut capped, mut n) = (0.0, 0usize, 0usize);
+    for (part, logp) in parts.iter().zip(scored) {
+        for (&k, prox) in part.iter().zip(logp) {
+            let s = &mut samples[k];
+            ensure!(
+                prox.len() == s.tokens.len(),
+                "a rank's rescoring gave {} log-probs for a rollout's {} tokens",
+                prox.len(),
+                s.tokens.len()
+            );
             let w = behaviour_weights(&prox, &s.old_logp, cap);
             sum += w.iter().map(|&x| f64::from(x)).sum::<f64>();
             capped += prox.iter().zip(&s.old_logp).filter(|(&p, &b)| log_weight(p, b).exp() > cap).count();
@@ -127,23 +167,69 @@ mod tests {
         // The behaviour policy is the current one: the weights are 1 up to the rounding of
         // one-state sampling against a batched rescoring.
         let recorded: Vec<Vec<f32>> = samples.iter().map(|s| s.old_logp.clone()).collect();
-        let d = decouple(&p, &mut samples, 4, 2.0).unwrap();
+        let d = decouple(&p, &mut samples, 4, 2.0, None).unwrap();
         assert!((d.weight_mean - 1.0).abs() < 1e-4 && d.capped_frac == 0.0, "{d:?}");
         // Rescored again, π_prox is what it was: every weight exactly 1.
         let prox: Vec<Vec<f32>> = samples.iter().map(|s| s.old_logp.clone()).collect();
         for (s, r) in samples.iter_mut().zip(&recorded) {
             assert_eq!(s.behaviour_weight.as_ref().unwrap(), &behaviour_weights(&s.old_logp, r, 2.0));
         }
-        let d = decouple(&p, &mut samples, 4, 2.0).unwrap();
+        let d = decouple(&p, &mut samples, 4, 2.0, None).unwrap();
         assert_eq!(d, Decoupled { weight_mean: 1.0, capped_frac: 0.0 });
         // Behaviour log-probs 1 nat lower than π_prox's: every weight e > 2, so capped.
         for (s, pr) in samples.iter_mut().zip(&prox) {
             s.old_logp = pr.iter().map(|x| x - 1.0).collect();
         }
-        let d = decouple(&p, &mut samples, 3, 2.0).unwrap();
+        let d = decouple(&p, &mut samples, 3, 2.0, None).unwrap();
         assert_eq!(d, Decoupled { weight_mean: 2.0, capped_frac: 1.0 });
         assert!(samples.iter().all(|s| s.behaviour_weight.as_ref().unwrap().iter().all(|&w| w == 2.0)));
         assert_eq!(samples.iter().map(|s| s.old_logp.clone()).collect::<Vec<_>>(), prox);
+    }
+
+    /// Data parallel, each rank rescores its share of the chunks and every rank gets all of
+    /// them: with the same weights on both ranks, the bits one process gets; with other
+    /// weights on each rank (which a run never has), each share is its own rank's scores,
+    /// which shows the work was split.
+    #[test]
+    fn ranks_share_the_rescoring_and_agree() {
+        let policy = |seed| VlmPolicy::new(VlmConfig::tiny(), &Device::Cpu, seed).unwrap();
+        let (mut a, b) = (policy(4), policy(5));
+        let samples = rollout(&mut a, 6);
+        let alone = |p: &VlmPolicy| {
+            let mut s = samples.clone();
+            let d = decouple(p, &mut s, 2, 2.0, None).unwrap();
+            (d, s.into_iter().map(|s| (s.old_logp, s.behaviour_weight)).collect::<Vec<_>>())
+        };
+        let (by_a, by_b) = (alone(&a), alone(&b));
+        let on_two = |seeds: [u64; 2]| {
+            let samples = samples.clone();
+            crate::dist::tests::on_ranks(
+                2,
+                |_| "decouple".into(),
+                move |g| {
+                    let mut s = samples.clone();
+                    let d = decouple(&policy(seeds[g.rank()]), &mut s, 2, 2.0, Some(&g)).unwrap();
+                    (d, s.into_iter().map(|s| (s.old_logp, s.behaviour_weight)).collect::<Vec<_>>())
+                },
+            )
+            .into_iter()
+            .map(|r| r.unwrap())
+            .collect::<Vec<_>>()
+        };
+        for r in on_two([4, 4]) {
+            assert_eq!(r, by_a, "same weights: one process's bits");
+        }
+        // 6 samples in chunks of 2, ordered by (group, step): rank 0 scores the first chunk,
+        // rank 1 the other two
+        let mut order: Vec<usize> = (0..samples.len()).collect();
+        order.sort_by_key(|&k| samples[k].group_step());
+        let ranks = on_two([4, 5]);
+        assert_eq!(ranks[0].1, ranks[1].1, "both ranks hold every score");
+        for (i, &k) in order.iter().enumerate() {
+            let want = if i < 2 { &by_a.1[k] } else { &by_b.1[k] };
+            assert_eq!(&ranks[0].1[k], want, "sample {k}, chunk {}", i / 2);
+        }
+        assert_ne!(by_a.1, by_b.1, "the two policies score differently");
     }
 
     #[test]

@@ -48,7 +48,8 @@ impl Trainer {
                 self.policy.set_sampling(sampling);
                 let (policy, chunk, cap) =
                     (self.policy.as_ref(), algo.minibatch.max(1), algo.behaviour_weight_cap());
-                Some(off_runtime(|| decouple(policy, &mut samples, chunk, cap))?)
+                let group = self.group.as_deref();
+                Some(off_runtime(|| decouple(policy, &mut samples, chunk, cap, group))?)
             }
         };
         let rescore_secs = rescoring.elapsed().as_secs_f64();
