@@ -28,7 +28,8 @@ pub(super) fn watch_signals(graceful: Option<std::sync::Arc<std::sync::atomic::A
                 flag.store(true, std::sync::atomic::Ordering::SeqCst);
                 continue;
             }
-            crate::env::profiles::kill_all_started();
+            // it waits for browsers being started: off the async threads, which start them
+            let _ = tokio::task::spawn_blocking(crate::env::profiles::kill_all_started).await;
             eprintln!("guirl: interrupted; the browsers it started are closed");
             std::process::exit(code);
         }

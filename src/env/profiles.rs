@@ -10,7 +10,8 @@
 //! browser (`--user-data-dir`) lies inside it and the browser's command line names it.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, Once};
+use std::sync::{Condvar, Mutex, Once};
+use std::time::{Duration, Instant};
 
 /// Prefix of every profile folder guirl creates in the temp folder.
 pub const PREFIX: &str = "guirl-chromium-";
@@ -19,6 +20,64 @@ const OWNER_FILE: &str = "guirl.owner";
 
 static LIVE: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 static SWEEP: Once = Once::new();
+static STARTS: Starts = Starts::new();
+
+/// The browsers being started, and whether the process is stopping. A start in flight has
+/// registered its folder but may not have its browser yet: killing then would miss the
+/// browser chromedriver starts a moment later, and a task that lost its browser to the
+/// kill would start another. So a stop refuses new starts and waits for those in flight.
+pub(crate) struct Starts {
+    state: Mutex<(usize, bool)>,
+    done: Condvar,
+}
+
+/// One start in flight (see [`Starts::begin`]); its end is its drop.
+pub(crate) struct Starting<'a>(&'a Starts);
+
+impl Starts {
+    pub(crate) const fn new() -> Starts {
+        Starts { state: Mutex::new((0, false)), done: Condvar::new() }
+    }
+
+    /// A start, or `None` once [`Starts::stop`] was called.
+    pub(crate) fn begin(&self) -> Option<Starting<'_>> {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if s.1 {
+            return None;
+        }
+        s.0 += 1;
+        Some(Starting(self))
+    }
+
+    /// Refuse new starts, then wait up to `patience` for those in flight to end; whether
+    /// they all did.
+    pub(crate) fn stop(&self, patience: Duration) -> bool {
+        let deadline = Instant::now() + patience;
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        s.1 = true;
+        while s.0 > 0 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            s = self.done.wait_timeout(s, left).unwrap_or_else(|e| e.into_inner()).0;
+        }
+        true
+    }
+}
+
+impl Drop for Starting<'_> {
+    fn drop(&mut self) {
+        self.0.state.lock().unwrap_or_else(|e| e.into_inner()).0 -= 1;
+        self.0.done.notify_all();
+    }
+}
+
+/// A local browser start of this process, from before its folder is registered until its
+/// session is open; `None` once the process is stopping ([`kill_all_started`]).
+pub(crate) fn starting() -> Option<Starting<'static>> {
+    STARTS.begin()
+}
 
 /// Record `dir` as a profile of this process (owner file + live list).
 pub(crate) fn register(dir: &Path) -> std::io::Result<()> {
@@ -84,8 +143,15 @@ fn kill_seen(dir: &Path, groups: &mut Vec<i32>) {
 }
 
 /// Kill the browsers this process started and delete their profiles: for a signal handler
-/// that is about to exit, when destructors will not run.
+/// that is about to exit, when destructors will not run. From the call on no browser
+/// starts, and those being started get up to 10 s to have their browser, which is then
+/// killed too. Blocks: call it off the async threads.
 pub fn kill_all_started() {
+    if !STARTS.stop(Duration::from_secs(10)) {
+        tracing::warn!(
+            "a browser still starting after 10 s may outlive this process; a later guirl run removes it"
+        );
+    }
     let dirs = std::mem::take(&mut *LIVE.lock().unwrap_or_else(|e| e.into_inner()));
     dirs.iter().for_each(|d| discard(d));
 }
@@ -177,4 +243,29 @@ pub(crate) fn sweep_stale() {
             }
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stop refuses new starts and waits for those in flight, up to its patience.
+    #[test]
+    fn a_stop_refuses_new_starts_and_waits_for_those_in_flight() {
+        let starts: &'static Starts = Box::leak(Box::new(Starts::new()));
+        let first = starts.begin().expect("no stop yet");
+        let ends = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            drop(first);
+        });
+        let t0 = Instant::now();
+        assert!(starts.stop(Duration::from_secs(10)), "the start in flight ended");
+        assert!(t0.elapsed() >= Duration::from_millis(250), "the stop waited for it: {:?}", t0.elapsed());
+        assert!(starts.begin().is_none(), "no start after a stop");
+        ends.join().unwrap();
+        // a start that does not end in time: the stop gives up after its patience
+        let stuck = Starts::new();
+        let _in_flight = stuck.begin().unwrap();
+        assert!(!stuck.stop(Duration::from_millis(50)));
+    }
 }

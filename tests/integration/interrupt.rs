@@ -77,6 +77,9 @@ fn sigterm_kills_the_browsers_before_exiting() {
         assert!(eventually(|| !browser_running(d)), "a browser of {} outlived guirl", d.display());
         assert!(!d.exists(), "profile {} left behind", d.display());
     }
+    // nor one started after the kill, by an env whose browser the kill took
+    let late = profiles_of(child.id());
+    assert!(late.is_empty(), "browsers started during the stop outlived guirl: {late:?}");
 }
 
 #[test]

@@ -65,6 +65,14 @@ impl Browser {
             .prefix(profiles::PREFIX)
             .tempdir_in(sandbox::profile_parent(plan.user.as_ref()))
             .map_err(|e| EnvError::Setup(format!("cannot create a browser profile folder: {e}")))?;
+        // held until the session is open (the end of this function): see `profiles::Starts`
+        let _starting = match cfg.webdriver_url {
+            Some(_) => None,
+            None => Some(
+                profiles::starting()
+                    .ok_or_else(|| EnvError::Setup("guirl is stopping: no browser starts any more".into()))?,
+            ),
+        };
         if cfg.webdriver_url.is_none() {
             profiles::register(profile.path())
                 .map_err(|e| EnvError::Setup(format!("cannot write into the browser profile folder: {e}")))?;
