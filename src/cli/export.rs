@@ -72,9 +72,9 @@ pub fn export(args: ExportArgs) -> anyhow::Result<()> {
         skipped.push(format!("{} with missing frames", r.skipped_missing_frames));
     }
     let skipped =
-        if skipped.is_empty() { String::new() } else { format!("; skipped {}", skipped.join(", ")) };
+        if skipped.is_empty() { String::new() } else { format!(" (skipped {})", skipped.join(", ")) };
     println!(
-        "wrote {} rows from {} episodes{skipped} to {} ({:.1} MB, {:.2} s)",
+        "wrote {} rows from {} episodes to {} ({:.1} MB, {:.2} s){skipped}",
         r.rows,
         r.episodes,
         r.out.display(),

@@ -11,7 +11,8 @@ use std::path::PathBuf;
 pub struct ReplayArgs {
     /// A trajectory set folder (written by `guirl run --record`).
     dir: PathBuf,
-    /// Exit with status 1 unless every trajectory reproduces.
+    /// Exit with status 1 unless every trajectory reproduces (those recorded as an
+    /// infrastructure failure are skipped and said so).
     #[arg(long)]
     verify: bool,
     /// Print one JSON object instead of text lines.
@@ -33,12 +34,18 @@ pub async fn replay(args: ReplayArgs) -> anyhow::Result<bool> {
     let cfg = EnvConfig { browser: args.browser.config(), ..Default::default() };
     let reports = replay_set(&set, &cfg).await?;
     let reproduced = reports.iter().filter(|r| r.reproduced).count();
+    let skipped = reports.iter().filter(|r| r.skipped.is_some()).count();
+    let replayed = reports.len() - skipped;
     if args.json {
-        let out =
-            serde_json::json!({"replayed": reports.len(), "reproduced": reproduced, "trajectories": reports});
+        let out = serde_json::json!({"replayed": replayed, "reproduced": reproduced, "skipped": skipped,
+            "trajectories": reports});
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
         for r in &reports {
+            if let Some(why) = &r.skipped {
+                println!("line={} task={} seed={} skipped={why:?}", r.line, r.task_id, r.seed);
+                continue;
+            }
             let max_diff = r.frame_diffs.iter().copied().fold(0.0, f64::max);
             let div = r
                 .divergence
@@ -50,7 +57,8 @@ pub async fn replay(args: ReplayArgs) -> anyhow::Result<bool> {
                 r.line, r.task_id, r.seed, r.reproduced, r.recorded.0, r.recorded.1, r.replayed.0, r.replayed.1
             );
         }
-        println!("replayed={} reproduced={reproduced}", reports.len());
+        let skipped = if skipped > 0 { format!(" skipped={skipped}") } else { String::new() };
+        println!("replayed={replayed} reproduced={reproduced}{skipped}");
     }
-    Ok(!args.verify || reproduced == reports.len())
+    Ok(!args.verify || reproduced == replayed)
 }

@@ -46,6 +46,17 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     if args.envs == 0 {
         bail!("--envs must be at least 1");
     }
+    if args.episodes == 0 {
+        bail!("--episodes must be at least 1");
+    }
+    if args.seed.checked_add(args.episodes - 1).is_none() {
+        bail!(
+            "--seed {} with --episodes {} runs seeds past the largest ({}): use a smaller --seed",
+            args.seed,
+            args.episodes,
+            u64::MAX
+        );
+    }
     let cfg = args.episode.env_config(&args.browser)?;
     let task = crate::tasks::load_task(&args.task)?;
     let mut policy = make_policy(&args.policy, &[task.id()], args.seed, args.episode.temperature, &args.api)?;
@@ -55,6 +66,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut collector = Collector::new(args.envs, cfg);
     collector.keep_frames = args.record.is_some();
     collector.progress = !args.json && std::io::IsTerminal::is_terminal(&std::io::stderr());
+    if let Some(dir) = &args.record {
+        let file = dir.join(crate::rollout::store::TRAJECTORIES_FILE);
+        if let Ok(text) = std::fs::read_to_string(&file) {
+            let n = text.lines().filter(|l| !l.trim().is_empty()).count();
+            eprintln!("{} holds {n} episode(s) already: appending to them", dir.display());
+        }
+    }
     let mut writer = args.record.as_deref().map(crate::rollout::TrajectoryWriter::open).transpose()?;
     let mut write_error = None;
     let quiet = args.json;

@@ -42,6 +42,10 @@ pub struct ReplayReport {
     pub seed: u64,
     /// Outcome and every step reproduced.
     pub reproduced: bool,
+    /// Not replayed: the recorded episode ended in an infrastructure failure (a browser,
+    /// policy or judge error), which says nothing of the task for a replay to reproduce.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
     /// Recorded outcome status and reward.
     pub recorded: (String, f64),
     /// Replayed outcome status and reward.
@@ -96,11 +100,20 @@ async fn replay_one(
         task_id: t.task_id.clone(),
         seed: t.seed,
         reproduced: false,
+        skipped: None,
         recorded: (t.outcome.status.to_string(), t.outcome.reward),
         replayed: ("env_error".into(), 0.0),
         frame_diffs: vec![],
         divergence: None,
     };
+    if t.outcome.status.is_infrastructure_failure() {
+        report.skipped = Some(format!(
+            "recorded {}: an infrastructure failure, not an outcome of the task",
+            t.outcome.status
+        ));
+        report.replayed = ("not replayed".into(), 0.0);
+        return Ok(report);
+    }
     let diverge = |report: &mut ReplayReport, step: usize, what: String| {
         report.divergence.get_or_insert(Divergence { step, what });
     };

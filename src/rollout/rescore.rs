@@ -92,8 +92,9 @@ pub struct RescoreReport {
 /// it (a bench's or a training run's folder), in path order.
 pub fn find_sets(path: &Path) -> anyhow::Result<Vec<PathBuf>> {
     if !path.is_dir() {
+        let what = if path.exists() { "is not a folder" } else { "does not exist" };
         anyhow::bail!(
-            "{} is not a folder: give a trajectory set (from --record) or a folder holding sets",
+            "{} {what}: give a trajectory set (from --record) or a folder holding sets",
             path.display()
         );
     }

@@ -160,7 +160,8 @@ impl TrajectorySet {
     pub fn read(dir: &Path) -> anyhow::Result<TrajectorySet> {
         let path = dir.join(TRAJECTORIES_FILE);
         if !dir.is_dir() {
-            bail!("{} is not a folder: give the folder a run wrote with --record", dir.display());
+            let what = if dir.exists() { "is not a folder" } else { "does not exist" };
+            bail!("{} {what}: give the folder a run wrote with --record", dir.display());
         }
         if !path.is_file() {
             bail!("{} is not a trajectory set: it has no {TRAJECTORIES_FILE}", dir.display());

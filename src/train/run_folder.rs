@@ -28,6 +28,9 @@ pub fn prepare(
     resume: bool,
     force: bool,
 ) -> anyhow::Result<Option<PathBuf>> {
+    if resume && !run_dir.is_dir() {
+        bail!("--resume: {} does not exist; start without --resume", run_dir.display());
+    }
     std::fs::create_dir_all(run_dir)
         .with_context(|| format!("cannot create run folder {}", run_dir.display()))?;
     checkpoint::remove_leftovers(run_dir);
@@ -198,6 +201,9 @@ lr = 1e-3
     fn a_new_run_needs_an_empty_folder() {
         let root = tempfile::tempdir().unwrap();
         let run = root.path().join("run");
+        // --resume of a folder that does not exist creates none
+        let e = prepare(&run, &config(""), true, false).unwrap_err().to_string();
+        assert!(e.contains("does not exist; start without --resume") && !run.exists(), "{e}");
         assert_eq!(prepare(&run, &config(""), false, false).unwrap(), None);
         assert_eq!(
             TrainConfig::parse(&std::fs::read_to_string(run.join(CONFIG_FILE)).unwrap()).unwrap(),

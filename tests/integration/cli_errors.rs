@@ -83,6 +83,14 @@ fn bad_arguments_are_explained() {
         &["--envs must be at least 1"],
     );
     fails_with(
+        &guirl(&["run", "--task", "miniwob/click-test", "--episodes", "0"]),
+        &["--episodes must be at least 1"],
+    );
+    fails_with(
+        &guirl(&["run", "--task", "miniwob/click-test", "--seed", "18446744073709551615", "--episodes", "2"]),
+        &["runs seeds past the largest", "use a smaller --seed"],
+    );
+    fails_with(
         &guirl(&["run", "--task", "miniwob/terminal", "--policy", "oracle"]),
         &["no oracle for task miniwob/terminal"],
     );

@@ -344,7 +344,7 @@ fn bad_input_gets_a_clear_error() {
     let tmp = tempfile::tempdir().unwrap();
     let p = |x: &Path| x.to_str().unwrap().to_string();
     let missing = tmp.path().join("nope");
-    fails_with(&guirl(&["export", &p(&missing)]), &["nope is not a folder"]);
+    fails_with(&guirl(&["export", &p(&missing)]), &["nope does not exist"]);
     fails_with(&guirl(&["export", &p(tmp.path())]), &["is not a trajectory set", "trajectories.jsonl"]);
     fails_with(
         &guirl(&["export", &p(tmp.path()), "--format", "csv"]),

@@ -309,7 +309,7 @@ fn judge_errors_a_user_can_cause_say_what_to_do() {
             "--judge",
             "m@http://127.0.0.1:8000/v1",
         ]),
-        &["is not a folder"],
+        &["nowhere does not exist"],
     );
     fails_with(
         &guirl(&["judge", tmp.path().to_str().unwrap(), "--judge", "m@http://127.0.0.1:8000/v1"]),

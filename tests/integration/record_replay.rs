@@ -130,6 +130,18 @@ fn a_changed_page_diverges_at_the_first_differing_step() {
     assert_eq!(out.status.code(), Some(1), "{text}");
     assert!(text.contains("reproduced=false") && text.contains("diverged_at_step=0"), "{text}");
     assert!(text.contains("replayed=1 reproduced=0"), "{text}");
+    // An episode whose browser crashed is recorded as env_error: nothing of the task to
+    // reproduce, so it is skipped and said so, and does not fail --verify.
+    let file = rec.join("trajectories.jsonl");
+    let mut v: serde_json::Value =
+        serde_json::from_str(std::fs::read_to_string(&file).unwrap().trim()).unwrap();
+    v["outcome"]["status"] = "env_error".into();
+    std::fs::write(&file, format!("{v}\n")).unwrap();
+    let out = guirl(&["replay", rec.to_str().unwrap(), "--verify"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("skipped=\"recorded env_error: an infrastructure failure"), "{text}");
+    assert!(text.contains("replayed=0 reproduced=0 skipped=1"), "{text}");
 }
 
 #[test]

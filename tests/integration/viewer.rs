@@ -210,5 +210,5 @@ fn view_of_a_folder_that_is_not_a_trajectory_set_fails_with_the_store_message() 
     let out = guirl(&["view", s(&tmp.path().join("nope"))]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("is not a folder"), "{err}");
+    assert!(err.contains("nope does not exist"), "{err}");
 }
