@@ -11,8 +11,9 @@ use std::sync::Arc;
 /// Arguments of `guirl train`.
 #[derive(Debug, clap::Args)]
 pub struct TrainArgs {
-    /// The training config (TOML).
-    #[arg(required_unless_present = "example_config")]
+    /// The training config (TOML). With --resume it may be left out: the run folder's
+    /// config.toml (--out) is used.
+    #[arg(required_unless_present_any = ["example_config", "resume"])]
     config: Option<PathBuf>,
     /// Print the documented example config (every key, with its default; each kind's own
     /// table commented out) and exit.
@@ -48,7 +49,18 @@ pub struct TrainArgs {
 
 /// `guirl train`.
 pub async fn train(args: TrainArgs) -> anyhow::Result<()> {
-    let Some(path) = args.config.as_deref().filter(|_| !args.example_config) else {
+    // --resume without a config: the run folder's own
+    let saved = match (&args.config, args.resume, &args.out) {
+        (None, true, Some(out)) => Some(out.join(crate::train::run_folder::CONFIG_FILE)),
+        (None, true, None) => anyhow::bail!(
+            "--resume without a config needs --out RUN_FOLDER (its config.toml is used), or give the config"
+        ),
+        _ => None,
+    };
+    if let Some(p) = &saved {
+        anyhow::ensure!(p.is_file(), "--resume: {} does not exist; give the run's config", p.display());
+    }
+    let Some(path) = args.config.as_deref().or(saved.as_deref()).filter(|_| !args.example_config) else {
         let mut example = match args.kind.as_deref() {
             None => crate::train::config::EXAMPLE_CONFIG.to_string(),
             Some(name) => {

@@ -271,6 +271,13 @@ impl Trainer {
             }
         }
         let total = self.cfg.run.iterations;
+        if self.state.iteration >= total && total > 0 {
+            tracing::warn!(
+                "the run is already at iteration {} of run.iterations = {total}: nothing to train; \
+                 raise run.iterations in the config to continue it",
+                self.state.iteration
+            );
+        }
         let bar = self.progress.then(|| {
             let b = indicatif::ProgressBar::new(total);
             b.set_style(

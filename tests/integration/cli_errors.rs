@@ -225,6 +225,26 @@ fn train_keeps_one_run_per_folder() {
         ],
     );
     assert!(!String::from_utf8_lossy(&out.stderr).contains("algo.gae_lambda: "), "no other difference");
+    // --resume without a config reads the run folder's; it needs the folder
+    fails_with(&guirl(&["train", "--resume"]), &["--resume without a config needs --out RUN_FOLDER"]);
+    let nowhere = root.path().join("nowhere");
+    fails_with(
+        &guirl(&["train", "--resume", "--out", nowhere.to_str().unwrap()]),
+        &["nowhere/config.toml does not exist"],
+    );
+    assert!(!nowhere.exists(), "a failed resume creates no folder");
+    // a finished run, resumed: nothing to train, and it says what would continue it
+    let r4 = root.path().join("r4");
+    guirl::train::run_folder::prepare(&r4, &cfg, false, false).unwrap();
+    let done = guirl::train::checkpoint::TrainerState { iteration: 2, ..Default::default() };
+    guirl::train::checkpoint::save(&r4, policy.as_ref(), &opt, &done).unwrap();
+    let out = guirl(&["train", "--resume", "--out", r4.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("already at iteration 2 of run.iterations = 2") && err.contains("raise run.iterations"),
+        "{err}"
+    );
 }
 
 /// `guirl train --example-config` prints the documented example, which parses as a
