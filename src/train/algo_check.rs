@@ -73,9 +73,11 @@ impl AlgoConfig {
         );
         check(a.epochs >= 1, "algo.epochs must be at least 1".into());
         check(a.minibatch >= 1, "algo.minibatch must be at least 1".into());
-        check(a.lr > 0.0 && a.lr <= 1.0, format!("algo.lr must be in (0, 1], got {}", a.lr));
+        let lr_ok = a.lr > 0.0 && a.lr <= 1.0;
+        check(lr_ok, format!("algo.lr must be in (0, 1], got {}", a.lr));
+        // against a bad lr only that lr's error: the default min_lr is not the user's mistake
         check(
-            a.min_lr >= 0.0 && a.min_lr <= a.lr,
+            a.min_lr >= 0.0 && (a.min_lr <= a.lr || !lr_ok),
             format!("algo.min_lr must be in [0, algo.lr], got {}", a.min_lr),
         );
         check(

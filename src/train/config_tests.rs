@@ -357,6 +357,9 @@ fn bad_values_are_named() {
     // several bad keys: all named
     let e = with("algo", "clip_low = 2.0\nepochs = 0");
     assert!(e.contains("algo.clip_low") && e.contains("algo.epochs"), "{e}");
+    // a bad lr is that lr's error alone, not also the default min_lr's
+    let e = with("algo", "lr = -1.0");
+    assert!(e.contains("algo.lr must be in (0, 1], got -1") && !e.contains("min_lr"), "{e}");
 }
 
 #[test]
