@@ -101,8 +101,14 @@ pub fn decouple(
                     rows.push(row);
                 }
             }
+            ensure!(
+                rows.len() == samples.len(),
+                "the ranks' rescoring gave {} rows for {} samples",
+                rows.len(),
+                samples.len()
+            );
             let mut rows = rows.into_iter();
-            parts.iter().map(|p| p.iter().map(|_| rows.next().unwrap_or_default()).collect()).collect()
+            parts.iter().map(|p| p.iter().filter_map(|_| rows.next()).collect()).collect()
         }
     };
     let (mut sum, mut capped, mut n) = (0.0, 0usize, 0usize);
