@@ -73,6 +73,12 @@ impl Drop for Starting<'_> {
     }
 }
 
+/// Whether the process is stopping ([`kill_all_started`] was called): its browsers are
+/// being killed, and it exits once they are gone.
+pub fn stopping() -> bool {
+    STARTS.state.lock().unwrap_or_else(|e| e.into_inner()).1
+}
+
 /// A local browser start of this process, from before its folder is registered until its
 /// session is open; `None` once the process is stopping ([`kill_all_started`]).
 pub(crate) fn starting() -> Option<Starting<'static>> {

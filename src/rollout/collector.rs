@@ -218,6 +218,15 @@ impl Collector {
                         pending.push((s, key, reply));
                     }
                     Msg::Done(i, Ok(rec), agreed) => {
+                        // A hard stop (SIGTERM, a second Ctrl-C) kills the browsers: an
+                        // episode failing for it is no episode of the task, and no other
+                        // starts. What finished is still delivered.
+                        if crate::env::profiles::stopping() {
+                            queue.lock().expect("queue").clear();
+                            if rec.trajectory.outcome.status.is_infrastructure_failure() {
+                                continue;
+                            }
+                        }
                         stats.episodes += 1;
                         match agreed {
                             Some(true) => stats.reward_model_agree += 1,
@@ -308,6 +317,12 @@ impl Collector {
                 }
                 first_wait = None;
             }
+        }
+        if crate::env::profiles::stopping() {
+            // The signal handler ends the process once the browsers are gone. Until then
+            // nothing may follow this collection (a report, a checkpoint) as if it had
+            // finished: it waits here.
+            std::future::pending::<()>().await;
         }
         for (slot, h) in self.envs.iter_mut().zip(handles) {
             *slot = h.await?;

@@ -100,3 +100,45 @@ fn the_next_run_removes_what_a_killed_run_left() {
         assert!(!d.exists(), "profile {} left behind", d.display());
     }
 }
+
+/// A bench stopped by Ctrl-C journals no episode the stop broke (their browsers killed, or
+/// none started any more): no env_error row, no report as if it had finished, so `--resume`
+/// runs every episode that did not finish.
+#[test]
+fn a_stopped_bench_journals_no_episode_the_stop_broke() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("bench");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_guirl"))
+        .args([
+            "bench",
+            "--suite",
+            "builtin",
+            "--policy",
+            "random",
+            "--episodes-per-task",
+            "40",
+            "--envs",
+            "2",
+        ])
+        .arg("--out")
+        .arg(&out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("running guirl");
+    let journal = out.join("results.jsonl");
+    let rows = || std::fs::read_to_string(&journal).unwrap_or_default().lines().count();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while rows() < 10 {
+        assert!(Instant::now() < deadline, "the bench journaled no 10 episodes in 60 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "exit status after Ctrl-C: {status}");
+    let text = std::fs::read_to_string(&journal).unwrap();
+    assert!(!text.contains("env_error"), "episodes the stop broke were journaled:\n{text}");
+    assert!(!out.join("report.md").exists(), "a report as if the bench had finished");
+    let late = profiles_of(child.id());
+    assert!(late.is_empty(), "browsers outlived the bench: {late:?}");
+}
