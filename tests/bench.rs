@@ -303,4 +303,13 @@ fn compare_flags_disjoint_intervals() {
         "{notes:?}"
     );
     assert!(notes[1].contains("A pixels, B pixels+dom"), "{notes:?}");
+    // Another task set: the pooled row pools different tasks, and the notes say so first.
+    let mut w = mk(19, 12);
+    w.tasks.retain(|t| t.task == "a");
+    let notes = harness::compare::notes(&y, &w);
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0].contains("only A ran b; only B ran none") && notes[0].contains("[ALL TASKS] pools"),
+        "{notes:?}"
+    );
 }

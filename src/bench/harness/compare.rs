@@ -70,12 +70,26 @@ fn delta(task: &str, a: Option<&TaskStats>, b: Option<&TaskStats>) -> Delta {
     }
 }
 
-/// What differs between the two runs besides the policy, one sentence each: other seeds
-/// (the episodes are then not the same task instances), another observation setting, other
-/// env options. Fields a report written before they were recorded leaves empty are skipped.
+/// What differs between the two runs besides the policy, one sentence each: other tasks (the
+/// pooled row then pools different sets), other seeds (the episodes are then not the same
+/// task instances), another observation setting, other env options. Fields a report
+/// written before they were recorded leaves empty are skipped.
 pub fn notes(a: &Report, b: &Report) -> Vec<String> {
     let (ra, rb) = (&a.reproducibility, &b.reproducibility);
     let mut out = Vec::new();
+    let only = |x: &Report, y: &Report| -> Vec<String> {
+        x.tasks.iter().filter(|t| !y.tasks.iter().any(|u| u.task == t.task)).map(|t| t.task.clone()).collect()
+    };
+    let (only_a, only_b) = (only(a, b), only(b, a));
+    if !only_a.is_empty() || !only_b.is_empty() {
+        let list = |v: &[String]| if v.is_empty() { "none".to_string() } else { v.join(", ") };
+        out.push(format!(
+            "tasks differ: only A ran {}; only B ran {}; [ALL TASKS] pools each run's own tasks, so it \
+             compares different sets: compare the tasks both ran",
+            list(&only_a),
+            list(&only_b)
+        ));
+    }
     let seeds = |r: &super::report::Reproducibility| {
         format!("{}..{}", r.seed, (r.seed + r.episodes_per_task).saturating_sub(1))
     };
