@@ -66,10 +66,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut collector = Collector::new(args.envs, cfg);
     collector.keep_frames = args.record.is_some();
     collector.progress = !args.json && std::io::IsTerminal::is_terminal(&std::io::stderr());
-    if let Some(dir) = &args.record {
-        let file = dir.join(crate::rollout::store::TRAJECTORIES_FILE);
-        if let Ok(text) = std::fs::read_to_string(&file) {
-            let n = text.lines().filter(|l| !l.trim().is_empty()).count();
+    if let Some(dir) = args.record.as_deref() {
+        let n = crate::rollout::store::lines_in(dir);
+        if n > 0 {
             eprintln!("{} holds {n} episode(s) already: appending to them", dir.display());
         }
     }

@@ -16,6 +16,13 @@ use std::path::{Path, PathBuf};
 
 /// The file holding the trajectories.
 pub const TRAJECTORIES_FILE: &str = "trajectories.jsonl";
+
+/// The trajectories (non-empty lines) a set folder holds already: 0 where it has none.
+pub fn lines_in(dir: &Path) -> usize {
+    std::fs::read_to_string(dir.join(TRAJECTORIES_FILE))
+        .map(|s| s.lines().filter(|l| !l.trim().is_empty()).count())
+        .unwrap_or(0)
+}
 /// The folder holding the frames.
 pub const FRAMES_DIR: &str = "frames";
 

@@ -185,13 +185,6 @@ fn now_rfc3339() -> String {
     format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
-/// Lines already in a trajectory set (the next episode's index).
-fn lines_in(dir: &Path) -> usize {
-    std::fs::read_to_string(dir.join(crate::rollout::store::TRAJECTORIES_FILE))
-        .map(|s| s.lines().filter(|l| !l.trim().is_empty()).count())
-        .unwrap_or(0)
-}
-
 /// Run (or continue) the bench, then write its reports. The journal is written as
 /// episodes end, so an error or a kill loses no finished episode.
 pub async fn run(opts: &BenchOptions, policy: &mut dyn Policy) -> anyhow::Result<Report> {
@@ -244,7 +237,7 @@ pub async fn run(opts: &BenchOptions, policy: &mut dyn Policy) -> anyhow::Result
                         if !writers.contains_key(&t.task_id) {
                             let abs = opts.out.join(&dir);
                             let w = TrajectoryWriter::open(&abs)?;
-                            writers.insert(t.task_id.clone(), (w, lines_in(&abs)));
+                            writers.insert(t.task_id.clone(), (w, crate::rollout::store::lines_in(&abs)));
                         }
                         let (w, count) = writers.get_mut(&t.task_id).expect("inserted above");
                         // The trajectory first, then the journal row that points at it.
