@@ -121,7 +121,13 @@ fn task_ids(args: &BenchRunArgs) -> anyhow::Result<Vec<String>> {
             .filter(|l| !l.is_empty())
             .collect()
     } else {
-        args.tasks.iter().map(|t| t.trim().to_string()).filter(|t| !t.is_empty()).collect()
+        if args.tasks.iter().any(|t| t.trim().is_empty()) {
+            bail!(
+                "--tasks {:?} has an empty entry: separate task ids with single commas",
+                args.tasks.join(",")
+            );
+        }
+        args.tasks.iter().map(|t| t.trim().to_string()).collect()
     };
     let mut seen = std::collections::HashSet::new();
     ids.retain(|t| seen.insert(t.clone()));
@@ -129,6 +135,45 @@ fn task_ids(args: &BenchRunArgs) -> anyhow::Result<Vec<String>> {
         bail!("no tasks: give --suite miniwob|builtin, --tasks a,b,c or --tasks-file FILE");
     }
     Ok(ids)
+}
+
+/// The checkpoint folder `policy` means, when it is a path: what it resolves to now, or,
+/// when `--resume` continues a bench of the same path, the folder that bench ran (a run
+/// folder's best checkpoint moves on as it trains, and one bench must not mix two).
+fn checkpoint_of(policy: &str, out: &std::path::Path, resume: bool) -> anyhow::Result<Option<PathBuf>> {
+    if !super::policy::names_a_checkpoint(policy) {
+        return Ok(None);
+    }
+    let recorded = match resume {
+        true => harness::read_manifest(out)?.filter(|m| m.policy == policy).and_then(|m| m.checkpoint),
+        false => None,
+    };
+    let found = crate::train::checkpoint::resolve_policy_dir(std::path::Path::new(policy))?;
+    let now = std::fs::canonicalize(&found.dir).unwrap_or(found.dir.clone());
+    match recorded {
+        Some(ran) if ran != now => {
+            if !ran.is_dir() {
+                bail!(
+                    "--resume: this bench ran {policy} as the checkpoint {}, which no longer exists (it now \
+                     means {}); bench that one in a new --out",
+                    ran.display(),
+                    now.display()
+                );
+            }
+            eprintln!(
+                "{policy} now means {}; the bench goes on with the checkpoint it ran, {}",
+                now.display(),
+                ran.display()
+            );
+            Ok(Some(ran))
+        }
+        _ => {
+            if let Some(note) = &found.note {
+                eprintln!("{note}");
+            }
+            Ok(Some(now))
+        }
+    }
 }
 
 async fn run(args: BenchRunArgs) -> anyhow::Result<()> {
@@ -161,12 +206,16 @@ async fn run(args: BenchRunArgs) -> anyhow::Result<()> {
         );
     }
     let ids: Vec<&str> = tasks.iter().map(|t: &Arc<dyn crate::tasks::Task>| t.id()).collect();
-    let mut policy = make_policy(&args.policy, &ids, args.seed, args.episode.temperature, &args.api)?;
-    let observation = super::policy::observation(&args.policy, &args.api)?;
+    let checkpoint = checkpoint_of(&args.policy, &out, args.resume)?;
+    // A checkpoint policy is loaded from the folder it resolved to, which the bench records.
+    let load = checkpoint.as_ref().map_or(args.policy.clone(), |d| d.display().to_string());
+    let mut policy = make_policy(&load, &ids, args.seed, args.episode.temperature, &args.api)?;
+    let observation = super::policy::observation(&load, &args.api, &policy.info())?;
     let opts = BenchOptions {
         tasks,
         skipped,
         policy_spec: args.policy.clone(),
+        checkpoint,
         episodes_per_task: args.episodes_per_task,
         seed: args.seed,
         envs: args.envs,

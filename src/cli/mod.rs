@@ -9,6 +9,7 @@ mod judge;
 mod launch;
 mod play;
 mod policy;
+mod record;
 mod replay;
 mod run;
 mod serve;

@@ -69,7 +69,7 @@ pub async fn play(args: PlayArgs) -> anyhow::Result<()> {
         max_steps: args.max_steps,
         ..Default::default()
     };
-    let writer = args.record.as_deref().map(crate::rollout::TrajectoryWriter::open).transpose()?;
+    let writer = args.record.as_deref().map(super::record::open_set).transpose()?;
     let opts =
         PlayOptions { seed, screenshot: args.screenshot, json: args.json, capture: args.capture, from };
     let mut session = Play::new(task, cfg, opts, writer);

@@ -130,20 +130,41 @@ impl ApiArgs {
 
 /// What reaches the policy named `name` (for reports): a checkpoint's observation
 /// setting ([`crate::policy::observation`]); for an API policy whether the page's elements
-/// are sent beside the screenshot; `n/a` for the scripted ones (random, oracle).
-pub fn observation(name: &str, api: &ApiArgs) -> anyhow::Result<String> {
-    use crate::policy::observation::Observation::{Pixels, PixelsDom};
+/// are sent beside the screenshot, and whether the served model reads them where its
+/// server says (`served_observation` in the policy's `info`, from `guirl serve-policy`);
+/// `n/a` for the scripted ones (random, oracle).
+pub fn observation(name: &str, api: &ApiArgs, info: &serde_json::Value) -> anyhow::Result<String> {
+    use crate::policy::observation::Observation::{self, Pixels, PixelsDom};
     Ok(match name {
-        spec if spec.starts_with(crate::policy::api::openai::PREFIX) => match api.no_elements {
-            true => format!("{Pixels} (API policy: screenshot and instruction; --no-elements)"),
-            false => format!("{PixelsDom} (API policy: the page's interactive elements are sent as text)"),
-        },
+        spec if spec.starts_with(crate::policy::api::openai::PREFIX) => {
+            let served = info.get("served_observation").and_then(|o| o.as_str()?.parse::<Observation>().ok());
+            match (api.no_elements, served) {
+                (false, Some(Pixels)) => format!(
+                    "{Pixels} (API policy: the page's elements are sent as text, but the served guirl checkpoint \
+                     reads the screenshot only)"
+                ),
+                (true, Some(PixelsDom)) => format!(
+                    "{Pixels} (API policy: screenshot and instruction; --no-elements, though the served guirl \
+                     checkpoint reads the elements too)"
+                ),
+                (true, _) => format!("{Pixels} (API policy: screenshot and instruction; --no-elements)"),
+                (false, _) => format!("{PixelsDom} (API policy: the page's interactive elements are sent as text)"),
+            }
+        }
         "random" | "oracle" => "n/a".to_string(),
         path => {
             let found = crate::train::checkpoint::resolve_policy_dir(std::path::Path::new(path))?;
             crate::policy::observation_of_checkpoint(&found.dir)?.to_string()
         }
     })
+}
+
+/// Whether `--policy name` means a checkpoint: not a policy named by its kind (random,
+/// oracle, an API model), and something on disk or written as a path (a missing one is
+/// then said not to exist, where a mistyped kind is an unknown policy).
+pub fn names_a_checkpoint(name: &str) -> bool {
+    let kind = matches!(name, "random" | "oracle") || name.starts_with(crate::policy::api::openai::PREFIX);
+    !kind && (std::fs::symlink_metadata(name).is_ok() || name.contains('/'))
 }
 
 /// Build the policy named `name` for `task_ids` (an oracle must exist for each).
@@ -166,9 +187,9 @@ pub fn make_policy(
             }
             Ok(Box::new(OraclePolicy))
         }
-        // Anything that exists on disk is a checkpoint in one of its forms (or an error
-        // that lists them).
-        path if std::fs::symlink_metadata(path).is_ok() => {
+        // Anything that exists on disk, or is written as a path, is a checkpoint in one of
+        // its forms (or an error that says it does not exist, or lists the forms).
+        path if names_a_checkpoint(path) => {
             let found = crate::train::checkpoint::resolve_policy_dir(std::path::Path::new(path))?;
             if let Some(note) = &found.note {
                 eprintln!("{note}");
@@ -207,11 +228,22 @@ mod tests {
     fn the_report_says_what_each_kind_of_policy_sees() {
         let api = |args: &[&str]| Cmd::parse_from(std::iter::once("guirl").chain(args.iter().copied())).api;
         let spec = "openai:m@http://127.0.0.1:1/v1";
-        assert!(observation(spec, &api(&[])).unwrap().starts_with("pixels+dom (API policy"));
-        assert!(observation(spec, &api(&["--no-elements"])).unwrap().starts_with("pixels (API policy"));
-        assert_eq!(observation("oracle", &api(&[])).unwrap(), "n/a");
-        assert_eq!(observation("random", &api(&[])).unwrap(), "n/a");
-        let e = observation("no/such/checkpoint", &api(&[])).unwrap_err().to_string();
+        let unsaid = serde_json::json!({"served_observation": null});
+        assert!(observation(spec, &api(&[]), &unsaid).unwrap().starts_with("pixels+dom (API policy"));
+        assert!(observation(spec, &api(&["--no-elements"]), &unsaid)
+            .unwrap()
+            .starts_with("pixels (API policy"));
+        // A server that says its model reads the screenshot only: the elements sent are unused.
+        let pixels = serde_json::json!({"served_observation": "pixels"});
+        let said = observation(spec, &api(&[]), &pixels).unwrap();
+        assert!(said.starts_with("pixels (") && said.contains("reads the screenshot only"), "{said}");
+        let dom = serde_json::json!({"served_observation": "pixels+dom"});
+        assert!(observation(spec, &api(&[]), &dom).unwrap().starts_with("pixels+dom ("));
+        let said = observation(spec, &api(&["--no-elements"]), &dom).unwrap();
+        assert!(said.starts_with("pixels (") && said.contains("reads the elements too"), "{said}");
+        assert_eq!(observation("oracle", &api(&[]), &unsaid).unwrap(), "n/a");
+        assert_eq!(observation("random", &api(&[]), &unsaid).unwrap(), "n/a");
+        let e = observation("no/such/checkpoint", &api(&[]), &unsaid).unwrap_err().to_string();
         assert!(e.contains("does not exist"), "{e}");
     }
 }

@@ -66,13 +66,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut collector = Collector::new(args.envs, cfg);
     collector.keep_frames = args.record.is_some();
     collector.progress = !args.json && std::io::IsTerminal::is_terminal(&std::io::stderr());
-    if let Some(dir) = args.record.as_deref() {
-        let n = crate::rollout::store::lines_in(dir);
-        if n > 0 {
-            eprintln!("{} holds {n} episode(s) already: appending to them", dir.display());
-        }
-    }
-    let mut writer = args.record.as_deref().map(crate::rollout::TrajectoryWriter::open).transpose()?;
+    let mut writer = args.record.as_deref().map(super::record::open_set).transpose()?;
     let mut write_error = None;
     let quiet = args.json;
     let t0 = std::time::Instant::now();

@@ -24,6 +24,7 @@ pub async fn serve_policy(args: ServePolicyArgs) -> anyhow::Result<()> {
         eprintln!("{note}");
     }
     let policy = crate::policy::load_checkpoint(&found.dir, &candle_core::Device::Cpu)?;
+    let observation = crate::policy::observation_of_checkpoint(&found.dir)?;
     let name = args.model_name.unwrap_or_else(|| {
         let dir = std::fs::canonicalize(&args.checkpoint).unwrap_or(args.checkpoint.clone());
         dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "guirl".into())
@@ -32,7 +33,7 @@ pub async fn serve_policy(args: ServePolicyArgs) -> anyhow::Result<()> {
         format!("cannot listen on {}: is the port taken? Pick another with --bind", args.bind)
     })?;
     let addr = listener.local_addr()?;
-    println!("serving {name} ({}) on http://{addr}/v1", found.dir.display());
+    println!("serving {name} ({}, reads {observation}) on http://{addr}/v1", found.dir.display());
     println!("try: guirl run --task miniwob/click-test --policy openai:{name}@http://{addr}/v1");
-    crate::serve::policy_server::serve(listener, policy, name).await
+    crate::serve::policy_server::serve(listener, policy, name, observation).await
 }

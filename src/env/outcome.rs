@@ -89,6 +89,18 @@ pub struct StepInfo {
     pub timings: StepTimings,
 }
 
+impl StepInfo {
+    /// The step's status as a person or client is shown it: `invalid_action` also for a
+    /// wasted step after which the episode goes on (its status stays `running`).
+    pub fn shown_status(&self) -> &'static str {
+        if self.status == EpisodeStatus::Running && self.action_error.is_some() {
+            "invalid_action"
+        } else {
+            self.status.as_str()
+        }
+    }
+}
+
 /// The gymnasium 5-tuple.
 #[derive(Debug, Clone)]
 pub struct StepOutcome {

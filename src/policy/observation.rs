@@ -25,6 +25,19 @@ impl fmt::Display for Observation {
     }
 }
 
+impl std::str::FromStr for Observation {
+    type Err = String;
+
+    /// `pixels` or `pixels+dom`, as [`fmt::Display`] writes them.
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "pixels" => Ok(Observation::Pixels),
+            "pixels+dom" => Ok(Observation::PixelsDom),
+            other => Err(format!("unknown observation setting {other:?}: pixels or pixels+dom")),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -42,5 +55,13 @@ mod tests {
         assert_eq!(c.observation(), Observation::Pixels);
         c.inputs.elements = Some(8);
         assert_eq!(c.observation().to_string(), "pixels+dom");
+    }
+
+    #[test]
+    fn a_setting_reads_back_from_its_name() {
+        for o in [Observation::Pixels, Observation::PixelsDom] {
+            assert_eq!(o.to_string().parse::<Observation>(), Ok(o));
+        }
+        assert!("dom".parse::<Observation>().unwrap_err().contains("pixels or pixels+dom"));
     }
 }

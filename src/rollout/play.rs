@@ -270,9 +270,7 @@ impl Play {
     }
 
     async fn act(&mut self, line: &str, out: &mut dyn Write) -> anyhow::Result<()> {
-        if let Some(why) = self.closed() {
-            return self.error(out, &why);
-        }
+        // A line that is no action says so first, open episode or not.
         let action = match GuiAction::parse(line) {
             Ok(a) => a,
             Err(e) => {
@@ -285,6 +283,9 @@ impl Play {
                 return Ok(());
             }
         };
+        if let Some(why) = self.closed() {
+            return self.error(out, &why);
+        }
         self.apply(action, false, out).await
     }
 
@@ -338,7 +339,8 @@ impl Play {
             }
             cur.rec.frames.push(cur.obs.screenshot.clone());
         }
-        let (n, total, status) = (t.steps.len(), t.outcome.reward, out_step.info.status);
+        // As `serve` shows it: `invalid_action` for a wasted step the episode goes on after.
+        let (n, total, status) = (t.steps.len(), t.outcome.reward, out_step.info.shown_status());
         let err = out_step.info.action_error.clone();
         let obs = cur.obs.clone();
         let shot = self.write_screenshot(&obs)?;

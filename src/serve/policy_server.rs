@@ -5,12 +5,16 @@
 //! A request carries what the `openai:` policy sends: the last user message's text in
 //! the layout of [`crate::policy::api::prompt::user_text`] (the instruction, previous
 //! actions, the elements) and its last `image_url` part, a base64 PNG or JPEG data URL,
-//! as the screenshot (an image part before it is the previous screenshot). The answer is the action in guirl's text form, in screenshot
-//! pixels of the image received (`coords = px`). `n`, `seed`, `temperature` (0 = greedy)
-//! and `logprobs` (per action token) are honoured; errors have OpenAI's shape.
+//! as the screenshot (an image part before it is the previous screenshot). The answer is
+//! the action in guirl's text form, in screenshot pixels of the image received (`coords =
+//! px`). `n`, `seed`, `temperature` (0 = greedy), `logprobs` (per action token) and
+//! `stream` (the whole answer in one chunk: it is decided before it is sent) are honoured;
+//! errors have the shape vLLM gives them. `/v1/models` says what the checkpoint reads
+//! (`observation`), so a client's report can state it.
 
 use crate::env::ScreenState;
 use crate::policy::api::prompt::read_user_text;
+use crate::policy::observation::Observation;
 use crate::policy::{stream_key, Sampling, TrainablePolicy};
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
@@ -29,10 +33,11 @@ pub const MAX_N: u64 = 16;
 struct Served {
     policy: Mutex<Box<dyn TrainablePolicy>>,
     model: String,
+    observation: Observation,
     created: u64,
 }
 
-/// An OpenAI-shaped error response.
+/// An OpenAI-shaped error response; `code` is the HTTP status, as vLLM sends it.
 fn error(status: StatusCode, kind: &str, message: impl Into<String>, param: Option<&str>) -> Response {
     let body =
         json!({"error": {"message": message.into(), "type": kind, "param": param, "code": status.as_u16()}});
@@ -43,11 +48,10 @@ fn bad(message: impl Into<String>, param: Option<&str>) -> Response {
     error(StatusCode::BAD_REQUEST, "invalid_request_error", message, param)
 }
 
-/// The router serving `policy` as model `model`.
-pub fn router(policy: Box<dyn TrainablePolicy>, model: String) -> Router {
-    let created =
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-    let state = Arc::new(Served { policy: Mutex::new(policy), model, created });
+/// The router serving `policy` as model `model`; `observation` is what the policy reads
+/// (a checkpoint's setting, [`crate::policy::observation_of_checkpoint`]).
+pub fn router(policy: Box<dyn TrainablePolicy>, model: String, observation: Observation) -> Router {
+    let state = Arc::new(Served { policy: Mutex::new(policy), model, observation, created: unix_now() });
     Router::new()
         .route("/health", get(|| async { Json(json!({"status": "healthy"})) }))
         .route("/v1/models", get(models))
@@ -64,13 +68,18 @@ pub fn router(policy: Box<dyn TrainablePolicy>, model: String) -> Router {
         .with_state(state)
 }
 
-/// Serve `policy` on `listener` until the process ends.
+fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+/// Serve `policy` (reading `observation`) on `listener` until the process ends.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     policy: Box<dyn TrainablePolicy>,
     model: String,
+    observation: Observation,
 ) -> anyhow::Result<()> {
-    axum::serve(listener, router(policy, model)).await?;
+    axum::serve(listener, router(policy, model, observation)).await?;
     Ok(())
 }
 
@@ -81,6 +90,8 @@ async fn models(State(s): State<Arc<Served>>) -> Json<Value> {
             "id": s.model, "object": "model", "created": s.created, "owned_by": "guirl",
             // Where the answer's coordinates live: pixels of the image received.
             "coordinates": "px",
+            // What the checkpoint reads: with `pixels`, the elements a client sends are unused.
+            "observation": s.observation.to_string(),
         }],
     }))
 }
@@ -197,6 +208,12 @@ async fn completions(
         return bad("temperature must be between 0 and 2", Some("temperature"));
     }
     let want_logprobs = body.get("logprobs").and_then(Value::as_bool).unwrap_or(false);
+    let stream = match body.get("stream") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return bad("stream must be true or false", Some("stream")),
+    };
+    let include_usage = body.pointer("/stream_options/include_usage").and_then(Value::as_bool) == Some(true);
     let seed = body.get("seed").and_then(Value::as_u64).unwrap_or_else(rand::random);
     let state = match read_state(&body) {
         Ok(st) => st,
@@ -273,17 +290,60 @@ async fn completions(
             })
         })
         .collect();
-    let created =
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let (id, created) = (format!("chatcmpl-{:016x}", rand::random::<u64>()), unix_now());
+    let usage = json!({"prompt_tokens": 0, "completion_tokens": completion_tokens, "total_tokens": completion_tokens});
+    if stream {
+        return event_stream(&id, created, &s.model, &choices, include_usage.then_some(usage));
+    }
     Json(json!({
-        "id": format!("chatcmpl-{:016x}", rand::random::<u64>()),
+        "id": id,
         "object": "chat.completion",
         "created": created,
         "model": s.model,
         "choices": choices,
-        "usage": {"prompt_tokens": 0, "completion_tokens": completion_tokens, "total_tokens": completion_tokens},
+        "usage": usage,
     }))
     .into_response()
+}
+
+/// `stream: true`: the answer as server-sent events of `chat.completion.chunk`s, as OpenAI
+/// streams them: per choice a chunk with the whole message (the action is decided before
+/// any of it is sent) and one with its finish reason, then the usage if asked, then
+/// `[DONE]`.
+fn event_stream(id: &str, created: u64, model: &str, choices: &[Value], usage: Option<Value>) -> Response {
+    let chunk = |choices: Value, usage: Option<&Value>| {
+        let mut c = json!({"id": id, "object": "chat.completion.chunk", "created": created, "model": model,
+                           "choices": choices});
+        if let Some(u) = usage {
+            c["usage"] = u.clone();
+        }
+        format!("data: {c}\n\n")
+    };
+    let mut body = String::new();
+    for c in choices {
+        let delta = json!({"role": "assistant", "content": c["message"]["content"]});
+        let mut first = json!({"index": c["index"], "delta": delta, "finish_reason": null});
+        if !c["logprobs"].is_null() {
+            first["logprobs"] = c["logprobs"].clone();
+        }
+        body.push_str(&chunk(json!([first]), None));
+        body.push_str(&chunk(
+            json!([{"index": c["index"], "delta": {}, "finish_reason": c["finish_reason"]}]),
+            None,
+        ));
+    }
+    if let Some(u) = &usage {
+        body.push_str(&chunk(json!([]), Some(u)));
+    }
+    body.push_str("data: [DONE]\n\n");
+    (
+        [
+            (axum::http::header::CONTENT_TYPE, "text/event-stream"),
+            (axum::http::header::CACHE_CONTROL, "no-cache"),
+        ],
+        body,
+    )
+        .into_response()
 }
 
 #[cfg(test)]

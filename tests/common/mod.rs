@@ -35,6 +35,7 @@ pub fn bench_options(
         tasks: tasks.iter().map(|t| guirl::tasks::load_task(t).unwrap()).collect(),
         skipped: vec![],
         policy_spec: "test".into(),
+        checkpoint: None,
         episodes_per_task: n,
         seed: 0,
         envs,

@@ -89,7 +89,8 @@ fn a_checkpoint_through_the_api_acts_as_it_does_directly() {
         let ckpt = dir.path().join("ckpt");
         let direct_policy = checkpoint(&ckpt);
         let served = VlmPolicy::load(&ckpt, &candle_core::Device::Cpu).unwrap();
-        let base = serve(guirl::serve::policy_server::router(Box::new(served), "tiny".into())).await;
+        let reads = guirl::policy::observation_of_checkpoint(&ckpt).unwrap();
+        let base = serve(guirl::serve::policy_server::router(Box::new(served), "tiny".into(), reads)).await;
         let tasks = ["builtin/login-settings", "miniwob/enter-text"];
 
         let mut direct = VlmPolicy::load(&ckpt, &candle_core::Device::Cpu).unwrap();
@@ -106,6 +107,8 @@ fn a_checkpoint_through_the_api_acts_as_it_does_directly() {
         assert_eq!(report.all.policy_errors, 0);
         let info = &report.reproducibility.policy_info;
         assert_eq!(info["served_models"], json!(["tiny"]));
+        // The server says what its checkpoint reads, so the report can state it.
+        assert_eq!(info["served_observation"], "pixels+dom");
         assert_eq!(info["prompt_sha256"].as_str().unwrap().len(), 64);
         drop(direct_policy);
     });
@@ -117,7 +120,8 @@ fn serve_policy_honours_n_seed_temperature_and_logprobs() {
         let dir = tempfile::tempdir().unwrap();
         let mut direct = checkpoint(&dir.path().join("ckpt"));
         let served = VlmPolicy::load(&dir.path().join("ckpt"), &candle_core::Device::Cpu).unwrap();
-        let base = serve(guirl::serve::policy_server::router(Box::new(served), "tiny".into())).await;
+        let reads = guirl::policy::observation::Observation::PixelsDom;
+        let base = serve(guirl::serve::policy_server::router(Box::new(served), "tiny".into(), reads)).await;
         // A real observation to send.
         let mut env = guirl::env::GuiEnv::new(
             guirl::tasks::load_task("miniwob/click-button").unwrap(),
@@ -169,6 +173,27 @@ fn serve_policy_honours_n_seed_temperature_and_logprobs() {
         assert_eq!(x["choices"].as_array().unwrap().len(), 4);
         assert_eq!(x["choices"], y["choices"]);
         assert_eq!(x["usage"]["completion_tokens"], y["usage"]["completion_tokens"]);
+
+        // `stream: true`: server-sent chunks that put the same answer back together.
+        let url = format!("{base}/v1/chat/completions");
+        let b = body(json!({"temperature": 0, "stream": true, "stream_options": {"include_usage": true}}));
+        let sse = std::thread::spawn(move || ureq::post(&url).send_json(b).unwrap().into_string().unwrap())
+            .join()
+            .unwrap();
+        let events: Vec<&str> = sse.split("\n\n").filter_map(|e| e.strip_prefix("data: ")).collect();
+        assert_eq!(events.last(), Some(&"[DONE]"), "{sse}");
+        let chunks: Vec<Value> =
+            events[..events.len() - 1].iter().map(|e| serde_json::from_str(e).unwrap()).collect();
+        assert!(chunks.iter().all(|c| c["object"] == "chat.completion.chunk"), "{sse}");
+        let content: String = chunks
+            .iter()
+            .filter_map(|c| c["choices"].get(0)?.pointer("/delta/content")?.as_str().map(str::to_string))
+            .collect();
+        assert_eq!(content, d.action.to_string());
+        assert_eq!(chunks[1]["choices"][0]["finish_reason"], "stop");
+        assert_eq!(chunks.last().unwrap()["usage"]["completion_tokens"], d.tokens.len());
+        let e = ask(json!({"stream": "yes"})).unwrap_err();
+        assert_eq!((e.status, e.message.contains("stream must be")), (Some(400), true), "{e}");
 
         // OpenAI-shaped errors.
         let e = ask(json!({"model": "other"})).unwrap_err();

@@ -206,3 +206,40 @@ fn guirl_run_takes_a_run_folder() {
     assert!(out.status.success(), "{err}");
     assert!(err.contains("using its best checkpoint") && err.contains("iter-000002"), "{err}");
 }
+
+/// `guirl bench --policy RUN` records the checkpoint the run folder meant. When the run's
+/// best moves on, `--resume` goes on with the checkpoint the bench started with (one bench
+/// must not mix two policies), says so, and the report names it.
+#[test]
+fn a_bench_of_a_run_folder_keeps_its_checkpoint() {
+    let root = tempfile::tempdir().unwrap();
+    let run = root.path().join("run");
+    let d = run_with_checkpoints(&run, Some(2));
+    let out = root.path().join("bench");
+    let bench = |episodes: &str, resume: bool| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_guirl"));
+        c.args(["bench", "--tasks", "miniwob/click-test", "--episodes-per-task", episodes, "--policy"]);
+        c.arg(&run).arg("--out").arg(&out);
+        if resume {
+            c.arg("--resume");
+        }
+        let o = c.output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(o.status.success(), "{err}");
+        err
+    };
+    let ran = std::fs::canonicalize(&d[1]).unwrap();
+    bench("1", false);
+    let manifest = guirl::bench::harness::read_manifest(&out).unwrap().unwrap();
+    assert_eq!(manifest.checkpoint.as_deref(), Some(ran.as_path()));
+
+    checkpoint::mark_best(&run, &d[2]).unwrap();
+    let err = bench("2", true);
+    assert!(err.contains("goes on with the checkpoint it ran") && err.contains("iter-000002"), "{err}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(report["reproducibility"]["checkpoint"], ran.display().to_string());
+    assert_eq!(report["all"]["episodes"], 2);
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains(&format!("(checkpoint `{}`)", ran.display())), "{md}");
+}

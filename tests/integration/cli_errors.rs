@@ -78,6 +78,15 @@ fn bad_arguments_are_explained() {
         &guirl(&["run", "--task", "miniwob/click-test", "--policy", "smart"]),
         &["unknown policy \"smart\""],
     );
+    // A path is a checkpoint that is not there, not an unknown kind of policy.
+    fails_with(
+        &guirl(&["bench", "--tasks", "miniwob/click-test", "--policy", "/no/such/run", "--out", "/tmp/x"]),
+        &["policy /no/such/run does not exist"],
+    );
+    fails_with(
+        &guirl(&["bench", "--tasks", "miniwob/click-test,,builtin/counter", "--out", "/tmp/x"]),
+        &["has an empty entry", "single commas"],
+    );
     fails_with(
         &guirl(&["run", "--task", "miniwob/click-test", "--envs", "0"]),
         &["--envs must be at least 1"],
@@ -103,6 +112,31 @@ fn bad_arguments_are_explained() {
         &guirl(&["run", "--task", "miniwob/click-test", "--temperature=-1"]),
         &["--temperature must be 0 (greedy) or positive"],
     );
+}
+
+/// `--record` appends to a trajectory set; it refuses a folder of other files and a
+/// bench's folders (whose sets its journal indexes), before any browser starts.
+#[test]
+fn record_refuses_a_folder_that_is_no_set_of_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let bench = dir.path().join("bench");
+    std::fs::create_dir_all(bench.join("trajectories/miniwob/click-test")).unwrap();
+    std::fs::write(bench.join("bench.json"), "{}").unwrap();
+    let inside = bench.join("trajectories/miniwob/click-test");
+    for cmd in ["run", "play"] {
+        fails_with(
+            &guirl(&[cmd, "--task", "miniwob/click-test", "--record", inside.to_str().unwrap()]),
+            &["inside the bench folder", "a folder of your own"],
+        );
+    }
+    let notes = dir.path().join("notes");
+    std::fs::create_dir_all(&notes).unwrap();
+    std::fs::write(notes.join("todo.txt"), "x").unwrap();
+    fails_with(
+        &guirl(&["run", "--task", "miniwob/click-test", "--record", notes.to_str().unwrap()]),
+        &["holds other files and no trajectory set", "new or empty folder"],
+    );
+    assert!(!notes.join("trajectories.jsonl").exists() && !inside.join("trajectories.jsonl").exists());
 }
 
 #[test]

@@ -1,5 +1,6 @@
 //! `guirl play` driven from piped stdin, as a script would: elements, a click aimed at
-//! the button's centre, a malformed line that does not step, recording, and replay.
+//! the button's centre, a malformed line that does not step, a wasted step, recording,
+//! and replay.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -96,6 +97,10 @@ fn play_clicks_the_button_records_and_replays() {
     s.send("click(1, 1)");
     let refused = s.read_until("error:");
     assert!(refused.contains("the episode is over") && refused.contains(":reset"), "{refused}");
+    // A line that is no action gets the parser's message, episode over or not.
+    s.send("click(3,");
+    let err = s.read_until("done()");
+    assert!(err.contains("error: malformed action") && !err.contains("episode is over"), "{err}");
 
     // A second, unfinished episode on the next seed is not recorded.
     s.send(":reset");
@@ -103,6 +108,10 @@ fn play_clicks_the_button_records_and_replays() {
     assert!(reset.contains("seed=4"), "{reset}");
     s.send("hover(1, 1)");
     s.read_until("step=1 status=running");
+    // A wasted step the episode goes on after is shown as `serve` shows it.
+    s.send("click(5000, 5000)");
+    let wasted = s.read_until("step=2");
+    assert!(wasted.contains("step=2 status=invalid_action") && wasted.contains("outside the"), "{wasted}");
     s.send(":quit");
     let rest = s.read_until("quit:");
     assert!(rest.contains("not recorded") && rest.contains("quit: 1 episode(s) recorded"), "{rest}");

@@ -32,6 +32,9 @@ pub struct BenchOptions {
     pub skipped: Vec<(String, String)>,
     /// The policy as the user named it (recorded; `--resume` must name the same).
     pub policy_spec: String,
+    /// The checkpoint folder a policy path was loaded from (recorded: a run folder's best
+    /// or latest checkpoint moves on as training goes on); `None` for other policies.
+    pub checkpoint: Option<PathBuf>,
     /// Episodes per task.
     pub episodes_per_task: u64,
     /// First seed.
@@ -58,6 +61,10 @@ pub struct Manifest {
     pub tasks: Vec<String>,
     /// The policy as given.
     pub policy: String,
+    /// The checkpoint folder it was loaded from, for a checkpoint policy (absent in
+    /// benches written before guirl recorded it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<PathBuf>,
     /// First seed.
     pub seed: u64,
     /// Episodes per task.
@@ -104,12 +111,25 @@ pub fn trajectory_dir(task_id: &str) -> String {
     format!("trajectories/{}", parts.join("/"))
 }
 
+/// The manifest of the bench in `out`, if it holds one.
+pub fn read_manifest(out: &Path) -> anyhow::Result<Option<Manifest>> {
+    let path = out.join(MANIFEST_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            Ok(Some(serde_json::from_str(&text).with_context(|| format!("reading {}", path.display()))?))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(anyhow::Error::new(e).context(format!("reading {}", path.display()))),
+    }
+}
+
 /// Start or resume the bench's manifest, refusing a folder that holds a different bench.
 fn open_manifest(opts: &BenchOptions) -> anyhow::Result<Manifest> {
     let path = opts.out.join(MANIFEST_FILE);
     let wanted = Manifest {
         tasks: opts.tasks.iter().map(|t| t.id().to_string()).collect(),
         policy: opts.policy_spec.clone(),
+        checkpoint: opts.checkpoint.clone(),
         seed: opts.seed,
         episodes_per_task: opts.episodes_per_task,
         env: env_json(&opts.env),
@@ -142,6 +162,10 @@ fn open_manifest(opts: &BenchOptions) -> anyhow::Result<Manifest> {
             }
             if old.policy != wanted.policy {
                 diffs.push(format!("policy: {} → {}", old.policy, wanted.policy));
+            } else if let (Some(a), Some(b)) = (&old.checkpoint, &wanted.checkpoint) {
+                if a != b {
+                    diffs.push(format!("checkpoint: {} → {}", a.display(), b.display()));
+                }
             }
             if old.seed != wanted.seed {
                 diffs.push(format!("seed: {} → {}", old.seed, wanted.seed));
@@ -300,6 +324,7 @@ fn write_reports(
         sandbox: b.sandbox,
         os: os_description(),
         policy: manifest.policy.clone(),
+        checkpoint: manifest.checkpoint.as_ref().map(|d| d.display().to_string()),
         policy_info,
         observation: opts.observation.clone(),
         seed: manifest.seed,

@@ -141,6 +141,10 @@ pub struct Reproducibility {
     pub os: String,
     /// The policy as given (`oracle`, a checkpoint path, `openai:MODEL@URL`).
     pub policy: String,
+    /// The checkpoint folder a checkpoint policy was loaded from (a run folder names its
+    /// best or latest, which move on); absent for other policies and in older reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<String>,
     /// What the policy reports about itself (model id, prompt hash, sampling, ...).
     pub policy_info: serde_json::Value,
     /// What reaches the policy (`pixels` or `pixels+dom`; `n/a`
@@ -260,7 +264,7 @@ impl Report {
         let r = &self.reproducibility;
         s.push_str("\n\n## Reproducibility\n\n");
         s.push_str(&format!(
-            "- guirl {} (commit {})\n- browser: {}\n- chromedriver: {}\n- sandbox: {}\n- OS: {}\n- policy: `{}` {}\n- observation: {}\n- seeds: {}..{} per task ({})\n- env: {}\n- started {}, written {}\n",
+            "- guirl {} (commit {})\n- browser: {}\n- chromedriver: {}\n- sandbox: {}\n- OS: {}\n- policy: `{}`{} {}\n- observation: {}\n- seeds: {}..{} per task ({})\n- env: {}\n- started {}, written {}\n",
             r.guirl_version,
             if r.git_hash.is_empty() { "unknown" } else { &r.git_hash },
             r.browser,
@@ -268,6 +272,7 @@ impl Report {
             if r.sandbox.is_empty() { "not recorded" } else { &r.sandbox },
             r.os,
             r.policy,
+            r.checkpoint.as_ref().map(|c| format!(" (checkpoint `{c}`)")).unwrap_or_default(),
             r.policy_info,
             if r.observation.is_empty() { "not recorded" } else { &r.observation },
             r.seed,

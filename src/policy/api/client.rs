@@ -20,6 +20,16 @@ pub struct Endpoint {
     pub backoff: Duration,
 }
 
+/// A model an endpoint lists in `/v1/models`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServedModel {
+    /// The id requests name.
+    pub id: String,
+    /// What the model reads, where the server says (`guirl serve-policy` does: a
+    /// `pixels` checkpoint leaves the elements it is sent unused).
+    pub observation: Option<crate::policy::observation::Observation>,
+}
+
 /// A request that did not succeed, with what to tell the user.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ApiError {
@@ -68,13 +78,23 @@ impl Endpoint {
         format!("{}/{}", self.base_url.trim_end_matches('/'), path.trim_start_matches('/'))
     }
 
-    /// `GET {base}/models`: the ids the endpoint serves.
-    pub fn models(&self) -> Result<Vec<String>, ApiError> {
+    /// `GET {base}/models`: the models the endpoint serves.
+    pub fn models(&self) -> Result<Vec<ServedModel>, ApiError> {
         let v = self.call("models", None)?;
-        let ids = v.get("data").and_then(Value::as_array).map(|d| {
-            d.iter().filter_map(|m| m.get("id").and_then(Value::as_str).map(str::to_string)).collect()
+        let models = v.get("data").and_then(Value::as_array).map(|d| {
+            d.iter()
+                .filter_map(|m| {
+                    Some(ServedModel {
+                        id: m.get("id")?.as_str()?.to_string(),
+                        observation: m
+                            .get("observation")
+                            .and_then(Value::as_str)
+                            .and_then(|o| o.parse().ok()),
+                    })
+                })
+                .collect()
         });
-        ids.ok_or_else(|| ApiError {
+        models.ok_or_else(|| ApiError {
             status: None,
             message: format!("{} did not list models: {v}", self.url("models")),
         })

@@ -5,7 +5,7 @@
 //! is read by [`super::parse`]; an answer with no action is an `invalid_action` step, an
 //! endpoint that fails (after retries) ends the episode as `policy_error`.
 
-use super::client::{ApiError, Endpoint};
+use super::client::{ApiError, Endpoint, ServedModel};
 use super::coords::CoordMode;
 use super::parse;
 use super::prompt;
@@ -82,7 +82,7 @@ pub struct ApiPolicy {
     cfg: ApiConfig,
     template: String,
     template_hash: String,
-    served: Result<Vec<String>, ApiError>,
+    served: Result<Vec<ServedModel>, ApiError>,
     episodes: HashMap<u64, Episode>,
 }
 
@@ -105,10 +105,10 @@ impl ApiPolicy {
         };
         let served = quick.models();
         match &served {
-            Ok(ids) if !ids.contains(&cfg.model) => tracing::warn!(
+            Ok(models) if !models.iter().any(|m| m.id == cfg.model) => tracing::warn!(
                 "{} serves {:?}, not {:?}: requests may fail",
                 cfg.endpoint.base_url,
-                ids,
+                models.iter().map(|m| m.id.as_str()).collect::<Vec<_>>(),
                 cfg.model
             ),
             Err(e) => tracing::warn!("cannot list the models of {}: {e}", cfg.endpoint.base_url),
@@ -271,9 +271,14 @@ impl Policy for ApiPolicy {
 
     fn info(&self) -> Value {
         let served = match &self.served {
-            Ok(ids) => json!(ids),
+            Ok(models) => json!(models.iter().map(|m| &m.id).collect::<Vec<_>>()),
             Err(e) => json!(format!("unknown ({e})")),
         };
+        // What the model reads, where its server says: a `pixels` checkpoint behind
+        // `guirl serve-policy` leaves the elements unused, and the report must say so.
+        let served_observation = self.served.as_ref().ok().and_then(|models| {
+            models.iter().find(|m| m.id == self.cfg.model).and_then(|m| m.observation).map(|o| o.to_string())
+        });
         json!({
             "name": self.name(),
             "model": self.cfg.model,
@@ -284,6 +289,7 @@ impl Policy for ApiPolicy {
             "coords": self.cfg.coords.to_string(),
             "images": self.cfg.images,
             "elements": self.cfg.elements,
+            "served_observation": served_observation,
             "temperature": self.cfg.temperature,
             "max_tokens": self.cfg.max_tokens,
             "seed": self.cfg.seed,

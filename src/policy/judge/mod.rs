@@ -124,7 +124,8 @@ impl Judge {
             ..self.endpoint.clone()
         };
         match quick.models() {
-            Ok(ids) if !ids.contains(&self.spec.model) => {
+            Ok(models) if !models.iter().any(|m| m.id == self.spec.model) => {
+                let ids: Vec<&str> = models.iter().map(|m| m.id.as_str()).collect();
                 tracing::warn!("{} serves {ids:?}, not {:?}: judge requests may fail", self.spec.base_url, self.spec.model);
                 Ok(())
             }

@@ -4,7 +4,7 @@
 
 use super::error::ApiError;
 use super::limits::{self, MAX_ECHO_CHARS};
-use crate::env::{EpisodeStatus, ScreenState, StepInfo};
+use crate::env::{ScreenState, StepInfo};
 use axum::body::Bytes;
 use base64::Engine;
 use serde_json::{json, Map, Value};
@@ -337,19 +337,10 @@ pub fn with_base64(mut observation: Value, image: Option<&[u8]>) -> Value {
     observation
 }
 
-/// The status a client sees: `invalid_action` also for a wasted step that goes on.
-pub fn wire_status(info: &StepInfo) -> &'static str {
-    if info.status == EpisodeStatus::Running && info.action_error.is_some() {
-        "invalid_action"
-    } else {
-        info.status.as_str()
-    }
-}
-
 /// The `info` of a step.
 pub fn step_info(info: &StepInfo) -> Map<String, Value> {
     let v = json!({
-        "status": wire_status(info),
+        "status": info.shown_status(),
         "valid_action": info.action_error.is_none(),
         // The error quotes the action (a part of it already), which may be a model's
         // runaway answer: bound the whole message too.
