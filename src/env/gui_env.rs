@@ -307,7 +307,14 @@ impl GuiEnv {
                     replaced_after = Some(e.to_string());
                     self.drop_browser();
                 }
-                Err(e) => return Err(e),
+                Err(e) => {
+                    // A page that did not load is not retried here (a fresh browser seldom
+                    // helps), but the next reset gets one, as after a failed step.
+                    if e.needs_restart() {
+                        self.drop_browser();
+                    }
+                    return Err(e);
+                }
             }
         }
         unreachable!("the loop returns on its second attempt")

@@ -126,6 +126,54 @@ async fn killed_browser_ends_the_episode_as_env_error_and_next_reset_works() {
     env.close().await;
 }
 
+/// Kill the chromedriver that drives `env`'s browser: the parent, or an ancestor, of a
+/// chromium process of its profile.
+fn kill_driver(env: &guirl::env::GuiEnv) {
+    let dir = env.browser_profile_dir().expect("a local browser");
+    let out = std::process::Command::new("pgrep")
+        .arg("-f")
+        .arg(format!("user-data-dir={}", dir.display()))
+        .output()
+        .unwrap();
+    let mut pid: u32 =
+        String::from_utf8_lossy(&out.stdout).lines().next().expect("a chromium").parse().unwrap();
+    while pid > 1 {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        // The parent is the second field after the command name's closing parenthesis.
+        pid = stat.rsplit_once(')').unwrap().1.split_whitespace().nth(1).unwrap().parse().unwrap();
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        if comm.trim() == "chromedriver" {
+            let killed = std::process::Command::new("kill").args(["-9", &pid.to_string()]).status().unwrap();
+            assert!(killed.success());
+            return;
+        }
+    }
+    panic!("no chromedriver above the browser of {}", dir.display());
+}
+
+/// A dead chromedriver fails the next navigation, which must start a fresh browser and
+/// driver rather than be taken for a page that did not load (which kept the dead driver:
+/// every later episode of a run was an env error).
+#[tokio::test]
+async fn a_dead_chromedriver_is_replaced_at_the_next_reset() {
+    let mut env = env_for("builtin/shop-checkout");
+    env.reset(1).await.unwrap();
+    // As after an episode that followed a link: the next reset navigates back (the
+    // task's own page would be reused), and that navigation is the first command that
+    // needs the driver.
+    eval(&env, "history.pushState({}, '', '/elsewhere'); return 1;").await.unwrap();
+    kill_driver(&env);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (obs, info) = env.reset(2).await.expect("the reset starts a fresh browser and driver");
+    assert!(info.browser_started);
+    let why = info.replaced_after.unwrap_or_default();
+    assert!(why.contains("webdriver"), "{why}");
+    assert!(!obs.instruction.is_empty());
+    let out = env.step(&GuiAction::Wait { ms: 1 }).await.unwrap();
+    assert_eq!(out.info.status, EpisodeStatus::Running);
+    env.close().await;
+}
+
 #[tokio::test]
 async fn hung_page_is_detected_by_the_command_timeout() {
     let browser = BrowserConfig { command_timeout: Duration::from_secs(3), ..Default::default() };
