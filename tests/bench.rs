@@ -303,6 +303,10 @@ fn compare_flags_disjoint_intervals() {
         "{notes:?}"
     );
     assert!(notes[1].contains("A pixels, B pixels+dom"), "{notes:?}");
+    // A scripted policy reads nothing: a checkpoint against random has no such note.
+    let mut r = mk(2, 10);
+    r.reproducibility.observation = "n/a".into();
+    assert!(harness::compare::notes(&r, &x).is_empty());
     // Another task set: the pooled row pools different tasks, and the notes say so first.
     let mut w = mk(19, 12);
     w.tasks.retain(|t| t.task == "a");

@@ -1,7 +1,7 @@
 //! `--record DIR` of `run` and `play`: the trajectory set a command appends its episodes to.
 
 use crate::bench::harness::MANIFEST_FILE;
-use crate::rollout::{store, TrajectoryWriter};
+use crate::rollout::{store, TrajectorySet, TrajectoryWriter};
 use anyhow::bail;
 use std::path::Path;
 
@@ -28,7 +28,20 @@ pub fn open_set(dir: &Path) -> anyhow::Result<TrajectoryWriter> {
             store::TRAJECTORIES_FILE
         );
     }
-    let n = store::lines_in(dir);
+    // Appending to a set nothing can read would leave it unreadable (a torn last line is
+    // fine: the writer cuts it); and the count is of the episodes that read.
+    let n = match is_set {
+        true => {
+            let set = TrajectorySet::read(dir).map_err(|e| {
+                anyhow::anyhow!(
+                    "--record {}: the trajectory set there does not read ({e:#}); repair it, or record elsewhere",
+                    dir.display()
+                )
+            })?;
+            set.trajectories.len()
+        }
+        false => 0,
+    };
     if n > 0 {
         eprintln!("{} holds {n} episode(s) already: appending to them", dir.display());
     }

@@ -12,7 +12,7 @@ pub struct ReplayArgs {
     /// A trajectory set folder (written by `guirl run --record`).
     dir: PathBuf,
     /// Exit with status 1 unless every trajectory reproduces (those recorded as an
-    /// infrastructure failure are skipped and said so).
+    /// infrastructure failure are skipped and said so) and at least one was replayed.
     #[arg(long)]
     verify: bool,
     /// Print one JSON object instead of text lines.
@@ -59,6 +59,15 @@ pub async fn replay(args: ReplayArgs) -> anyhow::Result<bool> {
         }
         let skipped = if skipped > 0 { format!(" skipped={skipped}") } else { String::new() };
         println!("replayed={replayed} reproduced={reproduced}{skipped}");
+    }
+    if args.verify && replayed == 0 {
+        // A check that checked nothing must not pass (an empty set, only failures skipped).
+        eprintln!(
+            "--verify: nothing was replayed ({} trajectories, {skipped} skipped as infrastructure failures), \
+             so nothing is verified",
+            reports.len()
+        );
+        return Ok(false);
     }
     Ok(!args.verify || reproduced == replayed)
 }

@@ -128,6 +128,12 @@ pub async fn train(args: TrainArgs) -> anyhow::Result<()> {
     }
     print_phases(&dir);
     let best = state.best_eval.as_ref().filter(|(s, _)| *s >= 0.0);
+    // The folder's own `best` link, from here: the path recorded when the run started may
+    // name another folder (a copied run) or be relative to another working folder.
+    let best = best.map(|(s, p)| {
+        let here = crate::train::checkpoint::best(&dir).ok().flatten();
+        (s, here.map_or(p.clone(), |d| d.display().to_string()))
+    });
     println!(
         "run={} iterations={} env_steps={} wall_secs={:.0}{}",
         dir.display(),

@@ -184,8 +184,26 @@ pub fn export(set: &TrajectorySet, opts: &ExportOptions) -> anyhow::Result<Expor
         bail!("--gamma must be in [0, 1], got {}", opts.gamma);
     }
     let out = opts.out.clone().unwrap_or_else(|| default_out(&set.dir, opts.layout, opts.format));
+    if out.is_dir() {
+        bail!(
+            "--out {} is a folder: give a file path, e.g. {}",
+            out.display(),
+            out.join("export.parquet").display()
+        );
+    }
     if out.exists() && !opts.force {
         bail!("{} exists: pass --force to overwrite it, or --out to write elsewhere", out.display());
+    }
+    // Not even --force writes over what is being exported.
+    let real = |p: &std::path::Path| std::fs::canonicalize(p).ok();
+    if let Some(target) = real(&out) {
+        let own_file =
+            real(&set.dir.join(crate::rollout::store::TRAJECTORIES_FILE)).as_ref() == Some(&target);
+        let own_frame =
+            real(&set.dir.join(crate::rollout::store::FRAMES_DIR)).is_some_and(|f| target.starts_with(f));
+        if own_file || own_frame {
+            bail!("--out {} is a file of the trajectory set being exported: write elsewhere", out.display());
+        }
     }
     let mut report = ExportReport { out: out.clone(), ..Default::default() };
     match opts.layout {

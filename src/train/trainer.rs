@@ -238,7 +238,10 @@ impl Trainer {
         let elapsed = |wall0: f64| wall0 + started.elapsed().as_secs_f64();
         if self.cfg.sft.is_some() && !self.state.sft_done && self.state.iteration == 0 {
             if !self.sft(&stop).await? {
-                tracing::warn!("stopped during behaviour cloning: nothing saved; a restart clones again");
+                tracing::warn!(
+                    "stopped during behaviour cloning, after its current epoch: nothing is saved before \
+                     cloning ends, so a restart clones again"
+                );
                 self.collector.close().await;
                 return Ok(self.state.clone());
             }

@@ -137,6 +137,14 @@ fn record_refuses_a_folder_that_is_no_set_of_its_own() {
         &["holds other files and no trajectory set", "new or empty folder"],
     );
     assert!(!notes.join("trajectories.jsonl").exists() && !inside.join("trajectories.jsonl").exists());
+    // A set that does not read is not appended to.
+    let broken = dir.path().join("broken");
+    std::fs::create_dir_all(&broken).unwrap();
+    std::fs::write(broken.join("trajectories.jsonl"), "not json\nnot json\n").unwrap();
+    fails_with(
+        &guirl(&["run", "--task", "miniwob/click-test", "--record", broken.to_str().unwrap()]),
+        &["does not read", "repair it, or record elsewhere"],
+    );
 }
 
 #[test]
@@ -270,8 +278,11 @@ fn train_keeps_one_run_per_folder() {
     // a finished run, resumed: nothing to train, and it says what would continue it
     let r4 = root.path().join("r4");
     guirl::train::run_folder::prepare(&r4, &cfg, false, false).unwrap();
-    let done = guirl::train::checkpoint::TrainerState { iteration: 2, ..Default::default() };
-    guirl::train::checkpoint::save(&r4, policy.as_ref(), &opt, &done).unwrap();
+    // (its best recorded with the path of the folder it was copied from)
+    let best = Some((0.5, "/elsewhere/run/checkpoints/iter-000002".to_string()));
+    let done = guirl::train::checkpoint::TrainerState { iteration: 2, best_eval: best, ..Default::default() };
+    let saved = guirl::train::checkpoint::save(&r4, policy.as_ref(), &opt, &done).unwrap();
+    guirl::train::checkpoint::mark_best(&r4, &saved).unwrap();
     let out = guirl(&["train", "--resume", "--out", r4.to_str().unwrap()]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
@@ -279,6 +290,9 @@ fn train_keeps_one_run_per_folder() {
         err.contains("already at iteration 2 of run.iterations = 2") && err.contains("raise run.iterations"),
         "{err}"
     );
+    // The summary names the folder's own best checkpoint, not the recorded path.
+    let summary = String::from_utf8_lossy(&out.stdout);
+    assert!(summary.contains(&format!("best={}", saved.display())), "{summary}");
 }
 
 /// `guirl train --example-config` prints the documented example, which parses as a

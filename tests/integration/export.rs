@@ -366,6 +366,18 @@ fn bad_input_gets_a_clear_error() {
     assert!(set.join("export-rl.parquet").is_file());
     fails_with(&guirl(&["export", &p(&set)]), &["export-rl.parquet exists", "--force"]);
     assert!(guirl(&["export", &p(&set), "--force"]).status.success());
+    // Not even --force writes over the set it reads, and a folder is no output file.
+    let own = set.join("trajectories.jsonl");
+    let before = std::fs::read(&own).unwrap();
+    fails_with(
+        &guirl(&["export", &p(&set), "--format", "jsonl", "--out", &p(&own), "--force"]),
+        &["is a file of the trajectory set being exported"],
+    );
+    assert_eq!(std::fs::read(&own).unwrap(), before, "the set is untouched");
+    fails_with(
+        &guirl(&["export", &p(&set), "--out", &p(tmp.path()), "--force"]),
+        &["is a folder: give a file path"],
+    );
     fails_with(
         &guirl(&["export", &p(&set), "--layout", "steps", "--gamma", "1.5"]),
         &["--gamma must be in [0, 1]"],

@@ -122,8 +122,8 @@ fn a_changed_page_diverges_at_the_first_differing_step() {
     let out = guirl(&["replay", rec.to_str().unwrap(), "--verify"]);
     assert!(out.status.success(), "unchanged page reproduces: {}", String::from_utf8_lossy(&out.stdout));
     // Move the blue square: the very first screen differs.
-    let html =
-        std::fs::read_to_string(&page).unwrap().replace("left: 260px; top: 20px", "left: 200px; top: 60px");
+    let original = std::fs::read_to_string(&page).unwrap();
+    let html = original.replace("left: 260px; top: 20px", "left: 200px; top: 60px");
     std::fs::write(&page, html).unwrap();
     let out = guirl(&["replay", rec.to_str().unwrap(), "--verify"]);
     let text = String::from_utf8_lossy(&out.stdout);
@@ -132,16 +132,23 @@ fn a_changed_page_diverges_at_the_first_differing_step() {
     assert!(text.contains("replayed=1 reproduced=0"), "{text}");
     // An episode whose browser crashed is recorded as env_error: nothing of the task to
     // reproduce, so it is skipped and said so, and does not fail --verify.
+    std::fs::write(&page, original).unwrap();
     let file = rec.join("trajectories.jsonl");
-    let mut v: serde_json::Value =
-        serde_json::from_str(std::fs::read_to_string(&file).unwrap().trim()).unwrap();
+    let line = std::fs::read_to_string(&file).unwrap().trim().to_string();
+    let mut v: serde_json::Value = serde_json::from_str(&line).unwrap();
     v["outcome"]["status"] = "env_error".into();
-    std::fs::write(&file, format!("{v}\n")).unwrap();
+    std::fs::write(&file, format!("{v}\n{line}\n")).unwrap();
     let out = guirl(&["replay", rec.to_str().unwrap(), "--verify"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
     assert!(text.contains("skipped=\"recorded env_error: an infrastructure failure"), "{text}");
-    assert!(text.contains("replayed=0 reproduced=0 skipped=1"), "{text}");
+    assert!(text.contains("replayed=1 reproduced=1 skipped=1"), "{text}");
+    // With nothing but the failure, nothing is verified, and --verify does not pass.
+    std::fs::write(&file, format!("{v}\n")).unwrap();
+    let out = guirl(&["replay", rec.to_str().unwrap(), "--verify"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("nothing was replayed") && err.contains("1 skipped"), "{err}");
 }
 
 #[test]

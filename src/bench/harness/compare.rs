@@ -100,7 +100,9 @@ pub fn notes(a: &Report, b: &Report) -> Vec<String> {
             seeds(rb)
         ));
     }
-    if !ra.observation.is_empty() && !rb.observation.is_empty() && ra.observation != rb.observation {
+    // A scripted policy (`n/a`: random, oracle) reads nothing to compare with.
+    let stated = |o: &str| !o.is_empty() && o != "n/a";
+    if stated(&ra.observation) && stated(&rb.observation) && ra.observation != rb.observation {
         out.push(format!("observation differs: A {}, B {}", ra.observation, rb.observation));
     }
     if !ra.env.is_null() && !rb.env.is_null() && super::env_options_differ(&ra.env, &rb.env) {
