@@ -102,5 +102,13 @@ pub fn judge(args: JudgeArgs) -> anyhow::Result<()> {
             eprintln!("{}:{}: {}", r.set.display(), r.line, r.error.as_deref().unwrap_or_default());
         }
     }
+    if report.judged == 0 && report.judge_failures > 0 {
+        // The report is printed, but no figure in it measures the judge.
+        bail!(
+            "nothing was judged: the judge gave no verdict on any of the {} episode(s) it was asked about (see \
+             the errors above); check its answers end with a `VERDICT:` line",
+            report.judge_failures
+        );
+    }
     Ok(())
 }

@@ -64,8 +64,19 @@ pub async fn replay_set(set: &TrajectorySet, cfg: &EnvConfig) -> anyhow::Result<
     for st in &set.trajectories {
         let id = &st.trajectory.task_id;
         if !tasks.contains_key(id) {
-            let t = crate::tasks::load_task(id)
-                .with_context(|| format!("{}:{}: task {id} no longer exists", file.display(), st.line))?;
+            let t = crate::tasks::load_task(id).with_context(|| {
+                // A website spec is recorded by its path as given, relative to where guirl ran.
+                let relative_spec = id.ends_with(".toml") && std::path::Path::new(id).is_relative();
+                let hint = match (relative_spec, std::env::current_dir()) {
+                    (true, Ok(here)) => format!(
+                        " from {} (a spec path is recorded as it was given: run replay from the folder \
+                         the set was recorded in)",
+                        here.display()
+                    ),
+                    _ => String::new(),
+                };
+                format!("{}:{}: task {id} cannot be loaded{hint}", file.display(), st.line)
+            })?;
             tasks.insert(id.clone(), t);
         }
     }
@@ -161,8 +172,11 @@ async fn replay_one(
                 shots.push(out.obs.screenshot.clone());
                 let scored = super::scoring::learned_verdict(learned, &shots, &t.instruction, &history)?;
                 if let Some(e) = scored.failed {
-                    step_status = crate::env::EpisodeStatus::JudgeError;
-                    diverge(&mut report, i, format!("the judge gave no verdict: {e}"));
+                    // The judge being down says nothing about the task: like an episode
+                    // recorded as an infrastructure failure, this one cannot be checked.
+                    report.skipped = Some(format!("the judge gave no verdict at replay ({e}): not checked"));
+                    report.replayed = ("judge_error".into(), 0.0);
+                    return Ok(report);
                 } else {
                     reward = scored.p;
                     if scored.success {

@@ -293,6 +293,17 @@ fn guirl_judge_rescores_a_set_reports_agreement_and_caches() {
     assert!(text.contains("judge failures 1") && text.contains("kappa 0.400"), "{text}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("no `VERDICT"), "the failure is named");
     assert_eq!(seen.count("table"), 13);
+
+    // A set the judge gave no verdict on at all: the report is printed, and the command
+    // fails, since nothing in it measures the judge.
+    let only = tmp.path().join("only-garbage");
+    let mut w = TrajectoryWriter::open(&only).unwrap();
+    w.append(&episode(0, "garbage 0", EpisodeStatus::Fail)).unwrap();
+    drop(w);
+    let out = guirl(&["judge", only.to_str().unwrap(), "--judge", &judge, "--api-retries", "0"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("nothing was judged"), "{err}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("judge failures 1"));
 }
 
 #[test]
@@ -443,6 +454,24 @@ fn a_website_task_without_a_check_is_scored_by_the_judge_in_a_real_browser() {
         assert_eq!(shown[1], json!(1), "one vote's reasoning");
         env.close().await;
     });
+
+    // Replayed while its judge is down: nothing of the task can be checked, so each
+    // episode is skipped as an infrastructure failure (not "not reproduced"), and with
+    // nothing checked --verify does not pass.
+    let _ = std::fs::remove_dir_all(rec.join("judge-cache"));
+    write(
+        "judged.toml",
+        "judge:stand-in@http://127.0.0.1:1/v1",
+        "[judge]\nframes = 2\nactions = true\nretries = 0\n",
+    );
+    let out = guirl(&["replay", rec.to_str().unwrap(), "--verify"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("skipped=\"the judge gave no verdict at replay") && !text.contains("reproduced=false"),
+        "{text}"
+    );
+    assert!(text.contains("replayed=0 reproduced=0 skipped=4"), "{text}");
 
     // A judge that is down: every episode `judge_error`, counted, none a silent 0.
     let down = write("down.toml", "judge:stand-in@http://127.0.0.1:1/v1", "[judge]\nretries = 0\n");
