@@ -160,6 +160,8 @@ fn bad_trajectory_sets_are_named_with_file_and_line() {
 
     let src = std::fs::read_to_string(repo("fixtures/trajectories/oracle/trajectories.jsonl")).unwrap();
     let first = src.lines().next().unwrap();
+    let id =
+        serde_json::from_str::<serde_json::Value>(first).unwrap()["task_id"].as_str().unwrap().to_string();
     let cases = [
         (
             "newer",
@@ -170,6 +172,12 @@ fn bad_trajectory_sets_are_named_with_file_and_line() {
             "gone",
             first.replacen("\"task_id\":\"", "\"task_id\":\"miniwob/no-such-", 1),
             "trajectories.jsonl:2: task miniwob/no-such-",
+        ),
+        (
+            // A website spec recorded by a path relative to where guirl ran.
+            "relative",
+            first.replacen(&format!("\"task_id\":\"{id}\""), "\"task_id\":\"specs/my-site.toml\"", 1),
+            "task specs/my-site.toml cannot be loaded from ",
         ),
         (
             "garbage",
