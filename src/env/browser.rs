@@ -94,13 +94,6 @@ impl WebDriverCompatibleCommand for CdpCommand {
     }
 }
 
-/// Whether a WebDriver command failed because the endpoint could not be reached or
-/// the connection to it was lost (as opposed to an answer refusing the command).
-fn webdriver_gone(e: &fantoccini::error::CmdError) -> bool {
-    use fantoccini::error::CmdError::{Failed, FailedC, Lost};
-    matches!(e, Failed(_) | FailedC(_) | Lost(_))
-}
-
 impl Browser {
     /// The browser's name and version and chromedriver's version, as the WebDriver
     /// session reported them (for reproducibility records).
@@ -426,21 +419,6 @@ impl Browser {
                   requestAnimationFrame(function () { requestAnimationFrame(function () { done(null); }); });";
         self.guard("waiting for the page to draw", self.client.execute_async(js, vec![])).await?;
         Ok(())
-    }
-
-    /// Navigate and wait for the page's load event.
-    pub async fn goto(&self, url: &str) -> Result<(), EnvError> {
-        let limit = self.page_load_timeout + Duration::from_secs(1);
-        let doing = format!("loading {url}");
-        let page_load = |e: EnvError| EnvError::PageLoad { url: url.to_string(), reason: e.to_string() };
-        match self.guard_for(limit, &doing, async { Ok(self.client.goto(url).await) }).await {
-            Ok(Ok(())) => Ok(()),
-            // The WebDriver endpoint itself is gone (chromedriver died): the browser failed,
-            // not the page, and a fresh one is what helps.
-            Ok(Err(e)) if webdriver_gone(&e) => Err(EnvError::from_cmd(&doing, e)),
-            Ok(Err(e)) => Err(page_load(EnvError::from_cmd(&doing, e))),
-            Err(e) => Err(page_load(e)),
-        }
     }
 
     /// The current URL.

@@ -1,4 +1,4 @@
-//! The browser as a task's [`Page`], and clearing what a site stored in it.
+//! The browser as a task's [`Page`]: navigating, and clearing what a site stored in it.
 //!
 //! One browser serves many episodes, so what a page stores (cookies, localStorage,
 //! sessionStorage, IndexedDB, Cache Storage, service workers) would carry over into the
@@ -9,6 +9,30 @@ use crate::tasks::Page;
 use async_trait::async_trait;
 use serde_json::{json, Value};
 use std::sync::atomic::Ordering;
+
+impl Browser {
+    /// Navigate and wait for the page's load event.
+    pub async fn goto(&self, url: &str) -> Result<(), EnvError> {
+        let limit = self.page_load_timeout + std::time::Duration::from_secs(1);
+        let doing = format!("loading {url}");
+        let page_load = |e: EnvError| EnvError::PageLoad { url: url.to_string(), reason: e.to_string() };
+        match self.guard_for(limit, &doing, async { Ok(self.client.goto(url).await) }).await {
+            Ok(Ok(())) => Ok(()),
+            // The WebDriver endpoint itself is gone (chromedriver died): the browser failed,
+            // not the page, and a fresh one is what helps.
+            Ok(Err(e)) if webdriver_gone(&e) => Err(EnvError::from_cmd(&doing, e)),
+            Ok(Err(e)) => Err(page_load(EnvError::from_cmd(&doing, e))),
+            Err(e) => Err(page_load(e)),
+        }
+    }
+}
+
+/// Whether a WebDriver command failed because the endpoint could not be reached or
+/// the connection to it was lost (as opposed to an answer refusing the command).
+fn webdriver_gone(e: &fantoccini::error::CmdError) -> bool {
+    use fantoccini::error::CmdError::{Failed, FailedC, Lost};
+    matches!(e, Failed(_) | FailedC(_) | Lost(_))
+}
 
 #[async_trait]
 impl Page for Browser {
