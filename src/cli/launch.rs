@@ -21,7 +21,9 @@ fn without_nproc(mut args: impl Iterator<Item = OsString>) -> Vec<OsString> {
 /// a Ctrl-C reaches them once, passed on by this process (the first signal asks for a
 /// checkpoint and a stop at the end of the iteration, a second stops at once); on Linux a
 /// rank is also told to stop if this process dies.
-pub async fn ranks(n: usize) -> anyhow::Result<()> {
+/// `Some(status)` when a signal stopped every rank gracefully (each saved, then exited
+/// with a signal's status): `guirl train` ends with that status, not an error.
+pub async fn ranks(n: usize) -> anyhow::Result<Option<u8>> {
     // a mistake every rank would make is said once, before any starts
     if let Ok(v) = std::env::var("GUIRL_DIST_BACKEND") {
         crate::dist::GpuSum::parse(&v)?;
@@ -55,10 +57,18 @@ pub async fn ranks(n: usize) -> anyhow::Result<()> {
     let pids: Vec<i32> = children.iter().filter_map(|c| c.id()).map(|p| p as i32).collect();
     forward_signals(pids);
     let mut failed = Vec::new();
+    let mut codes = Vec::with_capacity(n);
     for (rank, c) in children.iter_mut().enumerate() {
         let status = c.wait().await?;
+        codes.push(status.code());
         if !status.success() {
             failed.push(format!("rank {rank} {status}"));
+        }
+    }
+    // The ranks were told SIGTERM (see `forward_signals`); a graceful stop ends each with 143.
+    if let Some(signal) = super::signals::received() {
+        if codes.iter().all(|&c| matches!(c, Some(0 | 130 | 143))) {
+            return Ok((!failed.is_empty()).then_some(signal));
         }
     }
     anyhow::ensure!(
@@ -66,7 +76,7 @@ pub async fn ranks(n: usize) -> anyhow::Result<()> {
         "the run stopped: {} (each rank's error is in the log above)",
         failed.join(", ")
     );
-    Ok(())
+    Ok(None)
 }
 
 /// Pass every Ctrl-C / SIGTERM on to the ranks as SIGTERM.
@@ -79,10 +89,11 @@ fn forward_signals(pids: Vec<i32>) {
     };
     tokio::spawn(async move {
         loop {
-            tokio::select! {
-                _ = int.recv() => {}
-                _ = term.recv() => {}
-            }
+            let code = tokio::select! {
+                _ = int.recv() => 130,
+                _ = term.recv() => 143,
+            };
+            super::signals::note(code);
             for &pid in &pids {
                 // SAFETY: kill only sends a signal to a process this one started.
                 unsafe {

@@ -23,6 +23,7 @@ use clap::{Parser, Subcommand};
 use signals::watch_signals;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use tracing_subscriber::fmt::writer::MakeWriterExt;
 
 /// Train and evaluate GUI agents with reinforcement learning in a real headless Chromium.
 #[derive(Debug, Parser)]
@@ -126,7 +127,10 @@ pub fn main() -> ExitCode {
         // Colour codes only on a terminal: piped or logged warnings stay plain text.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(log_filter())
-        .with_writer(std::io::stderr)
+        // Silent while an interrupted command kills its browsers (see `signals::QUIET`).
+        .with_writer(
+            std::io::stderr.with_filter(|_| !signals::QUIET.load(std::sync::atomic::Ordering::SeqCst)),
+        )
         .init();
     let result = match cli.command {
         Command::Tasks { suite, oracle } => list_tasks(suite.as_deref(), oracle),
@@ -137,7 +141,11 @@ pub fn main() -> ExitCode {
         Command::Serve(args) => runtime().block_on(serve::run(args)),
         Command::ServePolicy(args) => runtime().block_on(serve_policy::serve_policy(args)),
         Command::BenchEnv(args) => interruptible(run::bench_env(args)),
-        Command::Train(args) => runtime().block_on(train::train(args)),
+        Command::Train(args) => match runtime().block_on(train::train(args)) {
+            Ok(Some(signal)) => return ExitCode::from(signal),
+            Ok(None) => Ok(()),
+            Err(e) => Err(e),
+        },
         Command::TrainReward(args) => train_reward::train_reward(args),
         Command::Judge(args) => judge::judge(args),
         Command::Replay(args) => match interruptible(replay::replay(args)) {

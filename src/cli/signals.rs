@@ -1,5 +1,24 @@
 //! What Ctrl-C and SIGTERM do to a command.
 
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+
+/// The exit status of the first signal received (130 Ctrl-C, 143 SIGTERM), 0 before any.
+static RECEIVED: AtomicU8 = AtomicU8::new(0);
+
+/// Raised while the browsers are killed for an exit: what fails in them from then on is
+/// the stop itself, not news, so the log goes quiet.
+pub(super) static QUIET: AtomicBool = AtomicBool::new(false);
+
+/// Remember the first signal's exit status.
+pub(super) fn note(code: u8) {
+    let _ = RECEIVED.compare_exchange(0, code, Ordering::SeqCst, Ordering::SeqCst);
+}
+
+/// The exit status a command stopped by a signal should end with, if one was received.
+pub(super) fn received() -> Option<u8> {
+    Some(RECEIVED.load(Ordering::SeqCst)).filter(|&c| c != 0)
+}
+
 /// Ctrl-C and SIGTERM. With `graceful` (training), the first signal raises that flag (the
 /// trainer finishes the iteration, saves a checkpoint and closes its browsers); otherwise,
 /// or at a second signal, kill the browsers this process started and exit at once
@@ -15,9 +34,10 @@ pub(super) fn watch_signals(graceful: Option<std::sync::Arc<std::sync::atomic::A
         let mut graceful = graceful;
         loop {
             let code = tokio::select! {
-                _ = int.recv() => 130,
+                _ = int.recv() => 130u8,
                 _ = term.recv() => 143,
             };
+            note(code);
             if let Some(flag) = graceful.take() {
                 // One line for a data-parallel run, from rank 0, not one per rank.
                 if std::env::var("RANK").map_or(true, |r| r == "0") {
@@ -26,13 +46,14 @@ pub(super) fn watch_signals(graceful: Option<std::sync::Arc<std::sync::atomic::A
                      once it ends: stopped before, it starts again); signal again to stop now"
                     );
                 }
-                flag.store(true, std::sync::atomic::Ordering::SeqCst);
+                flag.store(true, Ordering::SeqCst);
                 continue;
             }
+            QUIET.store(true, Ordering::SeqCst);
             // it waits for browsers being started: off the async threads, which start them
             let _ = tokio::task::spawn_blocking(crate::env::profiles::kill_all_started).await;
             eprintln!("guirl: interrupted; the browsers it started are closed");
-            std::process::exit(code);
+            std::process::exit(code.into());
         }
     });
 }

@@ -5,7 +5,7 @@ use crate::train::trainer::{run_dir, Trainer};
 use crate::train::TrainConfig;
 use anyhow::Context;
 use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// Arguments of `guirl train`.
@@ -47,8 +47,10 @@ pub struct TrainArgs {
     browser: super::browser::BrowserArgs,
 }
 
-/// `guirl train`.
-pub async fn train(args: TrainArgs) -> anyhow::Result<()> {
+/// `guirl train`. `Some(status)` when a signal stopped the run before it finished (its
+/// checkpoint saved): the command then exits with that status (130 Ctrl-C, 143 SIGTERM), so
+/// a script does not take a stopped run for a trained one.
+pub async fn train(args: TrainArgs) -> anyhow::Result<Option<u8>> {
     // --resume without a config: the run folder's own
     let saved = match (&args.config, args.resume, &args.out) {
         (None, true, Some(out)) => Some(out.join(crate::train::run_folder::CONFIG_FILE)),
@@ -79,7 +81,7 @@ pub async fn train(args: TrainArgs) -> anyhow::Result<()> {
             example = crate::train::config::with_model_kind(&example, kind);
         }
         print!("{example}");
-        return Ok(());
+        return Ok(None);
     };
     // A resumed run's config may be its folder's config.toml, saved by a guirl that wrote
     // the old [algo] or [model] form: read as the new form, announced (the folder's copy is
@@ -116,15 +118,18 @@ pub async fn train(args: TrainArgs) -> anyhow::Result<()> {
         None => None,
     };
     let root = group.as_ref().is_none_or(|g| g.is_root());
+    let total = cfg.run.iterations;
     let mut trainer = Trainer::new_in_group(cfg, dir.clone(), args.resume, args.force, group)?;
     trainer.set_env_config(crate::env::EnvConfig { browser: args.browser.config(), ..Default::default() });
     trainer.progress = root && std::io::IsTerminal::is_terminal(&std::io::stderr());
     // Ctrl-C / SIGTERM: finish the iteration, save a checkpoint, exit.
     let stop = Arc::new(AtomicBool::new(false));
     super::signals::watch_signals(Some(stop.clone()));
-    let state = trainer.run(stop).await?;
+    let state = trainer.run(stop.clone()).await?;
+    let stopped = (stop.load(Ordering::SeqCst) && !trainer.finished())
+        .then(|| super::signals::received().unwrap_or(130));
     if !root {
-        return Ok(());
+        return Ok(stopped);
     }
     print_phases(&dir);
     let best = state.best_eval.as_ref().filter(|(s, _)| *s >= 0.0);
@@ -142,7 +147,15 @@ pub async fn train(args: TrainArgs) -> anyhow::Result<()> {
         state.wall_secs,
         best.map(|(s, p)| format!(" best_eval_success={s:.3} best={p}")).unwrap_or_default()
     );
-    Ok(())
+    if stopped.is_some() {
+        eprintln!(
+            "guirl: stopped at iteration {} of {}, saved; continue it with `guirl train --resume --out {}`",
+            state.iteration,
+            total,
+            dir.display()
+        );
+    }
+    Ok(stopped)
 }
 
 /// Print where the run's iterations spent their time, and keep it as `phases.md`.

@@ -4,7 +4,7 @@
 //! the episode's group-relative one (GRPO) where the set has groups.
 
 use super::columns::{self, field, Image, Png, Row};
-use super::episode::Episode;
+use super::episode::{no_placeholders, Episode};
 use crate::train::advantage::reinforce_pp::{discounted_returns, step_rewards};
 use arrow_array::{ArrayRef, Float64Array, Int64Array, RecordBatch, UInt64Array};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
@@ -100,9 +100,9 @@ pub fn rows(ep: &Episode) -> anyhow::Result<Vec<StepRow>> {
             step: i as i64,
             task_id: t.task_id.clone(),
             seed: t.seed,
-            prompt: t.instruction.clone(),
+            prompt: no_placeholders(&t.instruction),
             image: Image { bytes: png },
-            action: step.action.clone(),
+            action: no_placeholders(&step.action),
             reward: rewards[i],
             ret: returns[i],
             advantage: ep.advantage,

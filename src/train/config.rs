@@ -431,6 +431,15 @@ impl TrainConfig {
         let t = &self.tasks;
         check(!t.ids.is_empty(), "tasks.ids must list at least one task".into());
         check(t.ids.iter().all(|i| !i.trim().is_empty()), "tasks.ids must not contain an empty id".into());
+        let twice = t.ids.iter().enumerate().find_map(|(k, i)| t.ids[..k].contains(i).then_some(i));
+        check(
+            twice.is_none(),
+            format!(
+                "tasks.ids lists {:?} twice: list each task once (a repeat would double its share of the draws \
+                 and of evaluation; tasks.sampling sets how draws are shared)",
+                twice.map_or("", |s| s.as_str())
+            ),
+        );
         let (tr, ev) = (t.train_seeds, t.eval_seeds);
         check(
             tr.start < tr.end,

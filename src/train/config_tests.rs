@@ -206,6 +206,8 @@ fn unknown_keys_are_named_with_their_table() {
             && e.contains("[algo]"),
         "{e}"
     );
+    let e = err(&MINIMAL.replace("\"]", "\", \"miniwob/click-test\", \"miniwob/click-button\"]"));
+    assert!(e.contains("tasks.ids lists \"miniwob/click-button\" twice"), "{e}");
     let e = err("[run]\nname = \"r\"\n[tasks]\nids = []\n");
     assert!(e.contains("missing field `iterations`"), "{e}");
 }

@@ -317,6 +317,9 @@ pub struct MetricsWriter {
     path: PathBuf,
     file: File,
     tensorboard: Option<EventWriter>,
+    /// Where the TensorBoard file goes, until the first line opens it (a resume with
+    /// nothing left to train writes no empty event file).
+    tensorboard_dir: Option<PathBuf>,
 }
 
 impl MetricsWriter {
@@ -332,19 +335,20 @@ impl MetricsWriter {
             .append(true)
             .open(path)
             .with_context(|| format!("cannot open metrics file {}", path.display()))?;
-        Ok(MetricsWriter { path: path.to_path_buf(), file, tensorboard: None })
+        Ok(MetricsWriter { path: path.to_path_buf(), file, tensorboard: None, tensorboard_dir: None })
     }
 
     /// Open `path` for a run resumed after iteration `last`: lines of later iterations
     /// (written after that checkpoint) and any torn last line are dropped first.
     pub fn resume(path: &Path, last: u64) -> anyhow::Result<MetricsWriter> {
+        // Cut (and warn of) a torn line before reading: the reader skips it silently.
+        crate::rollout::store::cut_torn_tail(path)?;
         if path.exists() {
             let keep: Vec<IterationMetrics> =
                 read_metrics(path)?.into_iter().filter(|m| m.iteration <= last).collect();
             let mut text = String::new();
             for m in &keep {
-                text.push_str(&serde_json::to_string(m)?);
-                text.push('\n');
+                text.push_str(&metrics_line(m)?);
             }
             super::checkpoint::write_file_atomically(path, text.as_bytes())?;
         }
@@ -354,13 +358,12 @@ impl MetricsWriter {
     /// Append one iteration: the whole line in one write, then fsync; then its scalars to
     /// the TensorBoard file, if one is open.
     pub fn append(&mut self, m: &IterationMetrics) -> anyhow::Result<()> {
-        let mut line = serde_json::to_string(m)?;
-        line.push('\n');
+        let line = metrics_line(m)?;
         self.file
             .write_all(line.as_bytes())
             .and_then(|_| self.file.sync_data())
             .with_context(|| format!("cannot write metrics to {}", self.path.display()))?;
-        if let Some(tb) = self.tensorboard.as_mut() {
+        if let Some(tb) = self.tensorboard() {
             tb.log_metrics(m.iteration, m.env_steps, metric_scalars(m), m.eval_success);
         }
         self.flush_tensorboard();
@@ -372,7 +375,7 @@ impl MetricsWriter {
     /// (An evaluation keeps no frames; a training rollout's last screenshot shows what the
     /// policy did, where every evaluation's first screenshot would be the same page.)
     pub fn append_with_frames(&mut self, m: &IterationMetrics, recs: &[Recorded]) -> anyhow::Result<()> {
-        if let (Some(tb), Some(rec)) = (self.tensorboard.as_mut(), recs.first()) {
+        if let (Some(rec), Some(tb)) = (recs.first(), self.tensorboard()) {
             if m.eval_success.is_some() || m.iteration == 1 {
                 tb.log_frames(m.iteration, rec);
             }
@@ -381,13 +384,27 @@ impl MetricsWriter {
     }
 
     /// From now on, also write every line as scalars to a new TensorBoard event file in
-    /// `dir` (see [`super::tensorboard`]).
+    /// `dir` (see [`super::tensorboard`]), created with the first line. The folder is made
+    /// now, so an unwritable one fails here rather than mid-run.
     pub fn log_to_tensorboard(&mut self, dir: &Path) -> anyhow::Result<()> {
-        self.tensorboard = Some(EventWriter::create(dir)?);
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        self.tensorboard_dir = Some(dir.to_path_buf());
         Ok(())
     }
 
-    /// The TensorBoard event file being written, if any.
+    /// The open TensorBoard writer, opening it on first use; a file that cannot be created
+    /// stops TensorBoard logging with a warning, as a failed write does.
+    fn tensorboard(&mut self) -> Option<&mut EventWriter> {
+        if let Some(dir) = self.tensorboard_dir.take() {
+            match EventWriter::create(&dir) {
+                Ok(w) => self.tensorboard = Some(w),
+                Err(e) => tracing::warn!("TensorBoard logging stopped: {e:#}"),
+            }
+        }
+        self.tensorboard.as_mut()
+    }
+
+    /// The TensorBoard event file being written, once the first line has opened it.
     pub fn tensorboard_path(&self) -> Option<&Path> {
         self.tensorboard.as_ref().map(EventWriter::path)
     }
@@ -434,6 +451,22 @@ pub fn read_metrics(path: &Path) -> anyhow::Result<Vec<IterationMetrics>> {
     }
     Ok(out)
 }
+
+/// One `metrics.jsonl` line, newline included. Iteration 0 trained nothing: its line holds
+/// only the starting policy's evaluation and the counters, so a reader (pandas, jq) finds no
+/// 0 % success or 0 loss there; the missing fields read back as their defaults.
+fn metrics_line(m: &IterationMetrics) -> anyhow::Result<String> {
+    let mut v = serde_json::to_value(m)?;
+    if let (0, Some(o)) = (m.iteration, v.as_object_mut()) {
+        o.retain(|k, _| BASELINE_FIELDS.contains(&k.as_str()) || k.starts_with("eval_"));
+    }
+    let mut line = serde_json::to_string(&v)?;
+    line.push('\n');
+    Ok(line)
+}
+
+/// The fields of the iteration-0 line besides its `eval_*` ones.
+const BASELINE_FIELDS: [&str; 4] = ["iteration", "env_steps", "episodes", "wall_secs"];
 
 /// The scalars of one metrics line, tagged by field name: every numeric field as
 /// `metrics.jsonl` holds it (absent optional fields and non-finite values, written there as
@@ -512,6 +545,71 @@ mod tests {
         w.append(&m(2)).unwrap();
         assert_eq!(read_metrics(&p).unwrap(), vec![m(0), m(2)]);
         assert!(std::fs::read_to_string(&p).unwrap().ends_with("}\n"));
+    }
+
+    #[test]
+    fn the_iteration_0_line_holds_only_the_starting_evaluation() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("metrics.jsonl");
+        let mut w = MetricsWriter::open(&p).unwrap();
+        let base =
+            IterationMetrics { eval_success: Some(0.25), eval_reward: Some(-0.5), wall_secs: 3.0, ..m(0) };
+        w.append(&base).unwrap();
+        w.append(&m(1)).unwrap();
+        drop(w);
+        let text = std::fs::read_to_string(&p).unwrap();
+        let first: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+        let mut keys: Vec<&str> = first.as_object().unwrap().keys().map(String::as_str).collect();
+        keys.sort();
+        assert_eq!(keys, ["env_steps", "episodes", "eval_reward", "eval_success", "iteration", "wall_secs"]);
+        // It reads back (the training fields as their defaults), and so do later lines in full.
+        let back = read_metrics(&p).unwrap();
+        assert_eq!(back[0], base);
+        assert_eq!(back[1], m(1));
+        // A resume rewrites it the same way.
+        MetricsWriter::resume(&p, 1).unwrap();
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), text);
+    }
+
+    /// Everything logged at WARN while `f` runs.
+    fn warnings_of(f: impl FnOnce()) -> String {
+        use std::sync::{Arc, Mutex};
+        let buf = Arc::new(Mutex::new(Vec::new()));
+        let sink = buf.clone();
+        let sub = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::WARN)
+            .with_writer(move || Sink(sink.clone()))
+            .finish();
+        struct Sink(Arc<Mutex<Vec<u8>>>);
+        impl Write for Sink {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        tracing::subscriber::with_default(sub, f);
+        let text = buf.lock().unwrap().clone();
+        String::from_utf8(text).unwrap()
+    }
+
+    #[test]
+    fn resume_warns_of_the_torn_line_it_drops() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("metrics.jsonl");
+        let mut w = MetricsWriter::open(&p).unwrap();
+        w.append(&m(1)).unwrap();
+        w.append(&m(2)).unwrap();
+        drop(w);
+        let torn = serde_json::to_string(&m(3)).unwrap();
+        OpenOptions::new().append(true).open(&p).unwrap().write_all(&torn.as_bytes()[..20]).unwrap();
+        let logged = warnings_of(|| drop(MetricsWriter::resume(&p, 5).unwrap()));
+        assert!(logged.contains("dropped a torn last line"), "{logged}");
+        assert_eq!(read_metrics(&p).unwrap(), vec![m(1), m(2)]);
+        // Nothing torn, nothing said.
+        assert_eq!(warnings_of(|| drop(MetricsWriter::resume(&p, 5).unwrap())), "");
     }
 
     #[test]

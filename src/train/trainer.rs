@@ -273,6 +273,10 @@ impl Trainer {
                 })?;
             }
         }
+        // The last held-out success, shown on the progress line (a resumed run's from its file).
+        let mut last_eval = read_metrics(&self.run_dir.join("metrics.jsonl"))
+            .ok()
+            .and_then(|ms| ms.iter().rev().find_map(|m| m.eval_success.map(|s| (m.iteration, s))));
         let total = self.cfg.run.iterations;
         if self.state.iteration >= total && total > 0 {
             tracing::warn!(
@@ -296,6 +300,9 @@ impl Trainer {
                 Err(e) => return Err(self.stop_with(e).await),
             };
             self.state.wall_secs = elapsed(wall0);
+            if let Some(success) = m.eval_success {
+                last_eval = Some((self.state.iteration, success));
+            }
             if let Some(b) = &bar {
                 b.set_position(self.state.iteration);
                 let sampling = if self.cfg.algo.dynamic_sampling.is_some() {
@@ -304,18 +311,20 @@ impl Trainer {
                     String::new()
                 };
                 b.set_message(format!(
-                    "reward {:.2} success {:.2}{sampling} | {}",
+                    "reward {:.2} success {:.2}{sampling}{} | {}",
                     m.reward_mean,
                     m.success_rate,
+                    held_out(last_eval),
                     m.time_split()
                 ));
             } else if self.writes() {
                 // Without a terminal (a log file, CI) the same line goes to the log.
                 tracing::info!(
-                    "iteration {}/{total}: reward {:.2} success {:.2} | {}",
+                    "iteration {}/{total}: reward {:.2} success {:.2}{} | {}",
                     self.state.iteration,
                     m.reward_mean,
                     m.success_rate,
+                    held_out(last_eval),
                     m.time_split()
                 );
             }
@@ -412,6 +421,12 @@ impl Trainer {
         self.cfg.run.max_env_steps.is_some_and(|b| self.state.env_steps >= b)
     }
 
+    /// Whether the run has trained all it was asked to: `run.iterations`, or the
+    /// `run.max_env_steps` budget. (A run stopped by a signal before that is not.)
+    pub fn finished(&self) -> bool {
+        self.state.iteration >= self.cfg.run.iterations || self.budget_spent()
+    }
+
     /// Greedy success rate and mean reward on the held-out seeds.
     pub async fn evaluate(&mut self) -> anyhow::Result<EvalResult> {
         // The next iteration's collection first: the browsers are the collector's.
@@ -447,6 +462,12 @@ impl Trainer {
         collector.group = self.collector.group.clone();
         self.collector = collector;
     }
+}
+
+/// The progress line's part for the last held-out evaluation: ` eval 0.40 @3` (its success
+/// on the eval seeds, and the iteration it was measured after), or nothing before the first.
+fn held_out(last: Option<(u64, f64)>) -> String {
+    last.map(|(at, success)| format!(" eval {success:.2} @{at}")).unwrap_or_default()
 }
 
 /// The run folder for a config and an optional `--out`.

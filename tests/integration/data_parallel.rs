@@ -96,7 +96,8 @@ fn a_killed_rank_stops_the_run_and_it_resumes() {
 }
 
 /// Ctrl-C (SIGINT to the launcher) stops both ranks at the end of the same iteration, rank 0
-/// saves that iteration's checkpoint and says so once, and the launcher exits cleanly.
+/// saves that iteration's checkpoint and says so once, and the launcher exits with Ctrl-C's
+/// status (130), not an error: a script must not take the stopped run for a trained one.
 #[test]
 fn ctrl_c_stops_every_rank_at_one_iteration_with_a_checkpoint() {
     let root = tempfile::tempdir().unwrap();
@@ -107,13 +108,58 @@ fn ctrl_c_stops_every_rank_at_one_iteration_with_a_checkpoint() {
     Command::new("kill").args(["-INT", &launcher.id().to_string()]).status().unwrap();
     let out = launcher.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(!err.contains("error"), "{err}");
     assert_eq!(err.matches("stopping after this iteration").count(), 1, "{err}");
     assert_eq!(err.matches("checkpoint saved").count(), 1, "{err}");
+    assert_eq!(err.matches("continue it with `guirl train --resume").count(), 1, "{err}");
     let m = metrics(&run);
     let last = m.last().unwrap()["iteration"].as_u64().unwrap();
     assert!(last < 40, "the run was not stopped early");
     assert!(run.join(format!("checkpoints/iter-{last:06}")).is_dir(), "no checkpoint of iteration {last}");
+}
+
+/// One process: a Ctrl-C saves and exits 130 with the way to continue; a second Ctrl-C,
+/// while the first is still finishing its iteration, stops at once, and the browsers it kills
+/// on the way out log nothing (they had logged env errors).
+#[test]
+fn ctrl_c_of_one_process_saves_and_exits_130_and_a_second_stops_quietly() {
+    let root = tempfile::tempdir().unwrap();
+    let cfg = write_config(root.path(), "c.toml", 40);
+    let start = |run: &Path| {
+        guirl_train(&cfg, run, &[]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap()
+    };
+    let int = |pid: u32| Command::new("kill").args(["-INT", &pid.to_string()]).status().unwrap();
+    let run = root.path().join("once");
+    let child = start(&run);
+    wait_for(&run.join("checkpoints/iter-000000"));
+    int(child.id());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    let last = metrics(&run).last().unwrap()["iteration"].as_u64().unwrap();
+    assert!(last < 40 && run.join(format!("checkpoints/iter-{last:06}")).is_dir(), "{err}");
+    assert!(err.contains(&format!("stopped at iteration {last} of 40, saved; continue it with")), "{err}");
+
+    // The second Ctrl-C goes as soon as the first is acknowledged, mid-iteration.
+    let run = root.path().join("twice");
+    let mut child = start(&run);
+    wait_for(&run.join("checkpoints/iter-000000"));
+    int(child.id());
+    let mut err = String::new();
+    for line in std::io::BufRead::lines(std::io::BufReader::new(child.stderr.take().unwrap())) {
+        let line = line.unwrap();
+        if line.contains("signal again to stop now") {
+            int(child.id());
+        }
+        err.push_str(&line);
+        err.push('\n');
+    }
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "{err}");
+    let after = &err[err.find("signal again to stop now").expect("the first stop's line")..];
+    assert!(after.contains("interrupted"), "{err}");
+    assert!(!after.contains("WARN"), "warnings after the stop:\n{after}");
 }
 
 /// `guirl train --nproc 2` started in the background, its error output kept.

@@ -297,6 +297,9 @@ fn returns_and_advantages_by_hand() {
     assert_eq!(episodes, vec![1, 1, 1, 2, 2, 4, 4]);
     assert_eq!(col("status")[2], "success");
     assert_eq!(col("episode_status")[3], "fail");
+    // The steps layout defuses placeholders too: a reader that writes `<image>` + prompt
+    // must not find a second one inside the instruction.
+    assert_eq!(col("prompt")[0], "Click < image> twice.");
 
     // sft leaves the env_error episode out; rl keeps it (a prompt is still a task instance).
     let sft = export(&set, &opts(Format::Jsonl, Layout::Sft, tmp.path().join("sft.jsonl"))).unwrap();

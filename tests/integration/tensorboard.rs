@@ -156,6 +156,10 @@ async fn training_writes_checked_event_files_and_a_resume_adds_one() {
         more.keys().filter(|(t, _)| !t.starts_with("by_env_steps/")).map(|(_, s)| *s).collect();
     assert_eq!(steps.into_iter().collect::<Vec<_>>(), vec![3]);
     assert_eq!(events(&files[0]).len(), evs.len(), "the first file is left as it was");
+
+    // A resume with nothing left to train adds no empty file.
+    train(config(3, ""), &run, true).await;
+    assert_eq!(event_files(&run).len(), 2, "{:?}", event_files(&run));
 }
 
 #[test]
@@ -166,8 +170,10 @@ fn tensorboard_false_writes_no_event_file() {
     let t = Trainer::new(cfg, root.path().to_path_buf(), false, false).unwrap();
     drop(t);
     assert!(!root.path().join(TENSORBOARD_DIR).exists());
-    // And on: the folder and its file exist as soon as the run is set up.
+    // And on: the folder exists as soon as the run is set up (an unwritable one fails
+    // there); its file comes with the first line, so a run that logs nothing leaves none.
     let on = root.path().join("on");
     drop(Trainer::new(config(1, ""), on.clone(), false, false).unwrap());
-    assert_eq!(event_files(&on).len(), 1);
+    assert!(on.join(TENSORBOARD_DIR).is_dir());
+    assert_eq!(event_files(&on).len(), 0);
 }
