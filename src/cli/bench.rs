@@ -205,6 +205,8 @@ async fn run(args: BenchRunArgs) -> anyhow::Result<()> {
             skipped.iter().map(|(t, _)| t.as_str()).collect::<Vec<_>>().join(", ")
         );
     }
+    // A judge nobody runs would end every episode of its tasks in `judge_error`: said first.
+    crate::policy::judge::Judge::check_tasks(&tasks)?;
     let ids: Vec<&str> = tasks.iter().map(|t: &Arc<dyn crate::tasks::Task>| t.id()).collect();
     let checkpoint = checkpoint_of(&args.policy, &out, args.resume)?;
     // A checkpoint policy is loaded from the folder it resolved to, which the bench records.

@@ -33,12 +33,13 @@ pub async fn replay(args: ReplayArgs) -> anyhow::Result<bool> {
     }
     let cfg = EnvConfig { browser: args.browser.config(), ..Default::default() };
     let reports = replay_set(&set, &cfg).await?;
+    let unread: usize = reports.iter().map(|r| r.unreadable_frames.len()).sum();
     let reproduced = reports.iter().filter(|r| r.reproduced).count();
     let skipped = reports.iter().filter(|r| r.skipped.is_some()).count();
     let replayed = reports.len() - skipped;
     if args.json {
         let out = serde_json::json!({"replayed": replayed, "reproduced": reproduced, "skipped": skipped,
-            "trajectories": reports});
+            "unreadable_frames": unread, "trajectories": reports});
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
         for r in &reports {
@@ -52,13 +53,19 @@ pub async fn replay(args: ReplayArgs) -> anyhow::Result<bool> {
                 .as_ref()
                 .map(|d| format!(" diverged_at_step={} why={:?}", d.step, d.what))
                 .unwrap_or_default();
+            let unread = match r.unreadable_frames.len() {
+                0 => String::new(),
+                n => format!(" unreadable_frames={n}"),
+            };
             println!(
-                "line={} task={} seed={} reproduced={} recorded={}/{} replayed={}/{} max_frame_diff={max_diff:.2}{div}",
+                "line={} task={} seed={} reproduced={} recorded={}/{} replayed={}/{} max_frame_diff={max_diff:.2}{unread}{div}",
                 r.line, r.task_id, r.seed, r.reproduced, r.recorded.0, r.recorded.1, r.replayed.0, r.replayed.1
             );
         }
         let skipped = if skipped > 0 { format!(" skipped={skipped}") } else { String::new() };
-        println!("replayed={replayed} reproduced={reproduced}{skipped}");
+        let unread =
+            if unread > 0 { format!(" unreadable_frames={unread} (not compared)") } else { String::new() };
+        println!("replayed={replayed} reproduced={reproduced}{skipped}{unread}");
     }
     if args.verify && replayed == 0 {
         // A check that checked nothing must not pass (an empty set, only failures skipped).

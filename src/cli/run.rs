@@ -59,6 +59,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     let cfg = args.episode.env_config(&args.browser)?;
     let task = crate::tasks::load_task(&args.task)?;
+    // A judge nobody runs would end every episode in `judge_error`, slowly: said first.
+    crate::policy::judge::Judge::check_tasks(std::slice::from_ref(&task))?;
     let mut policy = make_policy(&args.policy, &[task.id()], args.seed, args.episode.temperature, &args.api)?;
     let jobs: Vec<Job> = (0..args.episodes)
         .map(|i| Job { task: task.clone(), seed: args.seed + i, group: None, prefix: None })
@@ -70,6 +72,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut write_error = None;
     let quiet = args.json;
     let t0 = std::time::Instant::now();
+    let (mut ended, mut succeeded, mut infra) = (0, 0, 0);
+    let kept =
+        args.record.as_ref().map(|d| format!("; they are recorded in {}", d.display())).unwrap_or_default();
     let collected = collector
         .collect(policy.as_mut(), jobs, |i, rec| {
             // Each episode is on disk as soon as it ends: a killed run keeps what it finished.
@@ -78,6 +83,17 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                     write_error.get_or_insert(e);
                 }
             }
+            // What a Ctrl-C would leave (once on disk): said on the way out.
+            let status = rec.trajectory.outcome.status;
+            ended += 1;
+            succeeded += usize::from(status == crate::env::EpisodeStatus::Success);
+            infra += usize::from(status.is_infrastructure_failure());
+            super::signals::done_so_far(format!(
+                "{ended} of {} episodes had ended: {succeeded} succeeded, {} failed, {infra} infrastructure \
+                 errors{kept}",
+                args.episodes,
+                ended - succeeded - infra
+            ));
             if !quiet {
                 let t = &rec.trajectory;
                 let err = t.outcome.error.as_deref().map(|e| format!(" error={e:?}")).unwrap_or_default();

@@ -3,7 +3,7 @@
 use super::browser::BrowserArgs;
 use crate::env::url_policy::{HostPattern, HostRule, UrlPolicy};
 use crate::serve::env_server::{serve, ServeConfig};
-use anyhow::{bail, Context};
+use anyhow::bail;
 use std::time::Duration;
 
 /// Arguments of `guirl serve`.
@@ -94,12 +94,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let token = args.token.filter(|t| !t.trim().is_empty());
     let patterns = args.allow_hosts.iter().map(|p| HostPattern::parse(p)).collect::<Result<Vec<_>, _>>();
     let patterns = patterns.map_err(anyhow::Error::msg)?;
-    if args.bind.parse::<std::net::SocketAddr>().is_err() && !args.bind.contains(':') {
-        bail!("--bind {:?} is not ADDR:PORT: use e.g. 127.0.0.1:8765 (port 0 picks a free one)", args.bind);
-    }
-    let listener = tokio::net::TcpListener::bind(&args.bind).await.with_context(|| {
-        format!("cannot listen on {}: is the port taken? Pick another with --bind", args.bind)
-    })?;
+    let listener = listen(&args.bind).await?;
     let addr = listener.local_addr()?;
     if !addr.ip().is_loopback() && token.is_none() {
         bail!(
@@ -159,4 +154,34 @@ async fn shutdown_signal() {
         _ => std::future::pending::<()>().await,
     }
     eprintln!("guirl serve: stopping; closing every session's browser");
+}
+
+/// Listen on `--bind ADDR:PORT`, with an error that says which part is wrong: the form, the
+/// port number, a host that does not resolve, an address this machine lacks, a taken port.
+pub(super) async fn listen(bind: &str) -> anyhow::Result<tokio::net::TcpListener> {
+    let form = "use e.g. 127.0.0.1:8765 (port 0 picks a free one)";
+    let Some((host, port)) = bind.rsplit_once(':').filter(|(h, _)| !h.is_empty()) else {
+        bail!("--bind {bind:?} is not ADDR:PORT: {form}");
+    };
+    if port.parse::<u16>().is_err() {
+        bail!("--bind {bind:?}: the port {port:?} is not a number from 0 to 65535: {form}");
+    }
+    let addrs: Vec<std::net::SocketAddr> = match tokio::net::lookup_host(bind).await {
+        Ok(a) => a.collect(),
+        Err(e) => {
+            bail!("--bind {bind:?}: the host {host:?} does not resolve ({e}): give an IP address, {form}")
+        }
+    };
+    tokio::net::TcpListener::bind(&addrs[..]).await.map_err(|e| {
+        use std::io::ErrorKind::*;
+        let why = match e.kind() {
+            AddrInUse => "the port is taken: pick another with --bind (port 0 picks a free one)".to_string(),
+            AddrNotAvailable => format!("this machine has no address {host}: bind 127.0.0.1 or 0.0.0.0"),
+            PermissionDenied => {
+                "not allowed (ports below 1024 need privileges): pick a port above 1023".into()
+            }
+            _ => format!("{e}"),
+        };
+        anyhow::anyhow!("cannot listen on {bind}: {why}")
+    })
 }

@@ -1,6 +1,5 @@
 //! `guirl serve-policy`.
 
-use anyhow::Context;
 use std::path::PathBuf;
 
 /// Arguments of `guirl serve-policy`.
@@ -29,9 +28,7 @@ pub async fn serve_policy(args: ServePolicyArgs) -> anyhow::Result<()> {
         let dir = std::fs::canonicalize(&args.checkpoint).unwrap_or(args.checkpoint.clone());
         dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "guirl".into())
     });
-    let listener = tokio::net::TcpListener::bind(&args.bind).await.with_context(|| {
-        format!("cannot listen on {}: is the port taken? Pick another with --bind", args.bind)
-    })?;
+    let listener = super::serve::listen(&args.bind).await?;
     let addr = listener.local_addr()?;
     println!("serving {name} ({}, reads {observation}) on http://{addr}/v1", found.dir.display());
     println!("try: guirl run --task miniwob/click-test --policy openai:{name}@http://{addr}/v1");

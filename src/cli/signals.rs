@@ -1,6 +1,16 @@
 //! What Ctrl-C and SIGTERM do to a command.
 
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::Mutex;
+
+/// What a command has finished so far, said when a signal stops it (`guirl run`: the
+/// episodes that ended, and where they are recorded).
+static DONE_SO_FAR: Mutex<Option<String>> = Mutex::new(None);
+
+/// Set the line a signal's exit prints (see [`DONE_SO_FAR`]).
+pub(super) fn done_so_far(line: String) {
+    *DONE_SO_FAR.lock().unwrap_or_else(|e| e.into_inner()) = Some(line);
+}
 
 /// The exit status of the first signal received (130 Ctrl-C, 143 SIGTERM), 0 before any.
 static RECEIVED: AtomicU8 = AtomicU8::new(0);
@@ -53,6 +63,9 @@ pub(super) fn watch_signals(graceful: Option<std::sync::Arc<std::sync::atomic::A
             // it waits for browsers being started: off the async threads, which start them
             let _ = tokio::task::spawn_blocking(crate::env::profiles::kill_all_started).await;
             eprintln!("guirl: interrupted; the browsers it started are closed");
+            if let Some(line) = DONE_SO_FAR.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                eprintln!("guirl: {line}");
+            }
             std::process::exit(code.into());
         }
     });

@@ -50,8 +50,13 @@ pub struct ReplayReport {
     pub recorded: (String, f64),
     /// Replayed outcome status and reward.
     pub replayed: (String, f64),
-    /// Mean absolute pixel difference of each frame (before each step, then the final one).
+    /// Mean absolute pixel difference of each frame (before each step, then the final one)
+    /// that could be compared.
     pub frame_diffs: Vec<f64>,
+    /// Recorded frames that could not be read (missing or damaged files), so not compared;
+    /// the rest of the episode is still checked.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unreadable_frames: Vec<String>,
     /// The first step that differs, if any.
     pub divergence: Option<Divergence>,
 }
@@ -93,10 +98,23 @@ pub async fn replay_set(set: &TrajectorySet, cfg: &EnvConfig) -> anyhow::Result<
     Ok(reports)
 }
 
-fn frame_diff(set: &TrajectorySet, name: &Option<String>, obs: &ScreenState) -> anyhow::Result<Option<f64>> {
-    match name {
-        Some(n) => Ok(Some(mean_abs_diff(&set.load_frame(n)?, &obs.screenshot))),
-        None => Ok(None),
+/// The difference between the recorded frame `name` and the screen now, if one was
+/// recorded and reads; one that does not read is noted in the report (a lost file says
+/// nothing of the env, and the episode's actions and rewards are still worth checking).
+fn frame_diff(
+    set: &TrajectorySet,
+    name: &Option<String>,
+    obs: &ScreenState,
+    report: &mut ReplayReport,
+) -> Option<f64> {
+    let name = name.as_ref()?;
+    match set.load_frame(name) {
+        Ok(frame) => Some(mean_abs_diff(&frame, &obs.screenshot)),
+        Err(e) => {
+            tracing::warn!("line {}: frame not compared: {e:#}", report.line);
+            report.unreadable_frames.push(name.clone());
+            None
+        }
     }
 }
 
@@ -115,6 +133,7 @@ async fn replay_one(
         recorded: (t.outcome.status.to_string(), t.outcome.reward),
         replayed: ("env_error".into(), 0.0),
         frame_diffs: vec![],
+        unreadable_frames: vec![],
         divergence: None,
     };
     if t.outcome.status.is_infrastructure_failure() {
@@ -145,7 +164,7 @@ async fn replay_one(
     let mut recent: Vec<std::sync::Arc<image::RgbImage>> = Vec::new();
     for (i, step) in t.steps.iter().enumerate() {
         recent.push(obs.screenshot.clone());
-        if let Some(d) = frame_diff(set, &step.frame, &obs)? {
+        if let Some(d) = frame_diff(set, &step.frame, &obs, &mut report) {
             report.frame_diffs.push(d);
             if d > FRAME_TOLERANCE {
                 diverge(&mut report, i, format!("the screen before step {i} differs (mean abs diff {d:.2})"));
@@ -205,7 +224,7 @@ async fn replay_one(
             break;
         }
     }
-    if let Some(d) = frame_diff(set, &t.final_frame, &obs)? {
+    if let Some(d) = frame_diff(set, &t.final_frame, &obs, &mut report) {
         report.frame_diffs.push(d);
         if d > FRAME_TOLERANCE {
             diverge(&mut report, t.steps.len(), format!("the final screen differs (mean abs diff {d:.2})"));

@@ -162,6 +162,22 @@ pub struct TrajectorySet {
     pub torn_line: Option<usize>,
 }
 
+/// The folders below `dir` (at most `depth` levels down) that hold a trajectory set.
+fn sets_below(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for e in entries.flatten() {
+        let p = e.path();
+        if !p.is_dir() {
+            continue;
+        }
+        if p.join(TRAJECTORIES_FILE).is_file() {
+            out.push(p);
+        } else if depth > 1 {
+            sets_below(&p, depth - 1, out);
+        }
+    }
+}
+
 impl TrajectorySet {
     /// Read a trajectory set folder; errors name the file and line.
     pub fn read(dir: &Path) -> anyhow::Result<TrajectorySet> {
@@ -171,7 +187,22 @@ impl TrajectorySet {
             bail!("{} {what}: give the folder a run wrote with --record", dir.display());
         }
         if !path.is_file() {
-            bail!("{} is not a trajectory set: it has no {TRAJECTORIES_FILE}", dir.display());
+            // A folder of sets (a bench's `trajectories/<suite>/<task>`): name them.
+            let mut inside = Vec::new();
+            sets_below(dir, 4, &mut inside);
+            inside.sort();
+            let hint = match inside.len() {
+                0 => String::new(),
+                n => {
+                    let some: Vec<String> = inside.iter().take(3).map(|d| d.display().to_string()).collect();
+                    let more = if n > 3 { format!(", … ({n} in all)") } else { String::new() };
+                    format!(
+                        "; it holds trajectory sets in subfolders: give one of them ({}{more})",
+                        some.join(", ")
+                    )
+                }
+            };
+            bail!("{} is not a trajectory set: it has no {TRAJECTORIES_FILE}{hint}", dir.display());
         }
         let f = File::open(&path).with_context(|| format!("cannot read {}", path.display()))?;
         let mut lines: Vec<String> = Vec::new();

@@ -16,10 +16,22 @@ use std::path::Path;
 
 /// Frames no larger than this (both sides) are drawn at 2× with crisp pixels.
 const SMALL_FRAME: u32 = 480;
+/// The size drawn for an episode that never showed a screen.
+const NO_SCREEN: (u32, u32) = (320, 160);
 
 /// Write a self-contained HTML page showing every trajectory of the set to `out`.
 pub fn write_html(set: &TrajectorySet, out: &Path) -> anyhow::Result<()> {
     let html = render_html(set)?;
+    if out.is_dir() {
+        anyhow::bail!(
+            "{} is a folder: give the page's file name (e.g. {})",
+            out.display(),
+            out.join("view.html").display()
+        );
+    }
+    if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).with_context(|| format!("cannot create {}", parent.display()))?;
+    }
     std::fs::write(out, html).with_context(|| format!("cannot write the viewer page {}", out.display()))?;
     Ok(())
 }
@@ -83,8 +95,11 @@ pub fn render_html(set: &TrajectorySet) -> anyhow::Result<String> {
                 })
             })
             .collect();
-        let (w, h) = (t.frame.width.max(1), t.frame.height.max(1));
-        let scale = if w <= SMALL_FRAME && h <= SMALL_FRAME { 2 } else { 1 };
+        // An episode that failed before its first screen (at reset) has no size: its cards
+        // get a placeholder's, not 1×1 pixels.
+        let shown = t.frame.width > 0 && t.frame.height > 0;
+        let (w, h) = if shown { (t.frame.width, t.frame.height) } else { NO_SCREEN };
+        let scale = if shown && w <= SMALL_FRAME && h <= SMALL_FRAME { 2 } else { 1 };
         let policy = if t.policy.is_empty() { "?" } else { t.policy.as_str() };
         trajs.push(json!({
             "line": st.line,
@@ -96,6 +111,7 @@ pub fn render_html(set: &TrajectorySet) -> anyhow::Result<String> {
             "w": w,
             "h": h,
             "scale": scale,
+            "shown": shown,
             "status": t.outcome.status.as_str(),
             "reward": t.outcome.reward,
             "nsteps": t.outcome.steps,
@@ -446,7 +462,7 @@ function renderDetail(i) {
   detail.replaceChildren(...[
     h('h2', null, h('span', null, t.task), badge(t.status)),
     h('div', { class: 'sub' }, 'seed ' + t.seed + ' · policy ' + t.policy + (t.group !== null && t.group !== undefined ? ' · group ' + t.group : '') +
-      ' · ' + t.w + '×' + t.h + ' · line ' + t.line + ' · trajectory ' + (i + 1) + ' of ' + T.length),
+      ' · ' + (t.shown ? t.w + '×' + t.h : 'no screen') + ' · line ' + t.line + ' · trajectory ' + (i + 1) + ' of ' + T.length),
     h('div', { class: 'instruction' }, t.instruction),
     h('div', { class: 'outcome' }, h('span', null, 'Outcome ', badge(t.status)), h('span', null, 'reward ', h('b', null, fmtR(t.reward))),
       h('span', null, h('b', null, String(t.nsteps)), t.nsteps === 1 ? ' step' : ' steps')),

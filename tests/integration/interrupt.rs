@@ -142,3 +142,38 @@ fn a_stopped_bench_journals_no_episode_the_stop_broke() {
     let late = profiles_of(child.id());
     assert!(late.is_empty(), "browsers outlived the bench: {late:?}");
 }
+
+/// A Ctrl-C of `guirl run` says what it had finished, and where that is kept: with `--json`
+/// nothing else would say it.
+#[test]
+fn a_stopped_run_says_which_episodes_had_ended() {
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("rec");
+    let child = Command::new(env!("CARGO_BIN_EXE_guirl"))
+        .args(["run", "--task", "miniwob/click-test", "--policy", "random", "--episodes", "100000", "--json"])
+        .arg("--record")
+        .arg(&rec)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("running guirl");
+    let lines =
+        || std::fs::read_to_string(rec.join("trajectories.jsonl")).unwrap_or_default().lines().count();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while lines() < 2 {
+        assert!(Instant::now() < deadline, "the run recorded no 2 episodes in 60 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    let said = err.lines().find(|l| l.contains("episodes had ended")).unwrap_or_else(|| panic!("{err}"));
+    let n: usize = said.trim_start_matches("guirl: ").split(' ').next().unwrap().parse().unwrap();
+    // (An episode being written as the signal came may be on disk and not yet counted.)
+    assert!(n >= 2 && (n == lines() || n + 1 == lines()), "said {said}, recorded {}", lines());
+    assert!(
+        said.contains(" of 100000 episodes") && said.contains(&format!("recorded in {}", rec.display())),
+        "{said}"
+    );
+}

@@ -194,3 +194,43 @@ fn bad_trajectory_sets_are_named_with_file_and_line() {
         assert!(!out.status.success() && err.contains(needle), "{name}: {err}");
     }
 }
+
+/// A recorded frame that is gone is not compared, and said so; the episode's actions,
+/// rewards and the other frames are still checked (replay stopped at the first one).
+#[test]
+fn a_missing_frame_is_not_compared_and_the_rest_is_checked() {
+    let src = repo("fixtures/trajectories/oracle");
+    let frames_of = |t: &serde_json::Value| {
+        let mut f: Vec<String> = t["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|s| s["frame"].as_str().map(String::from))
+            .collect();
+        f.extend(t["final_frame"].as_str().map(String::from));
+        f
+    };
+    // An episode with two different screens at least (frames are named by content).
+    let text = std::fs::read_to_string(src.join("trajectories.jsonl")).unwrap();
+    let (line, frames) = text
+        .lines()
+        .map(|l| (l, frames_of(&serde_json::from_str(l).unwrap())))
+        .find(|(_, f)| f.iter().any(|x| *x != f[0]))
+        .expect("a recorded episode whose screen changed");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("frames")).unwrap();
+    for f in frames.iter().filter(|f| **f != frames[0]) {
+        std::fs::copy(src.join("frames").join(f), dir.path().join("frames").join(f)).unwrap();
+    }
+    std::fs::write(dir.path().join("trajectories.jsonl"), format!("{line}\n")).unwrap();
+    let out = guirl(&["replay", dir.path().to_str().unwrap(), "--verify", "--json"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("frame not compared") && err.contains(&frames[0]), "{err}");
+    let gone = frames.iter().filter(|f| **f == frames[0]).count();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((v["replayed"].as_u64(), v["reproduced"].as_u64()), (Some(1), Some(1)), "{v}");
+    assert_eq!(v["unreadable_frames"].as_u64(), Some(gone as u64), "{v}");
+    let r = &v["trajectories"][0];
+    assert_eq!(r["frame_diffs"].as_array().unwrap().len(), frames.len() - gone, "{v}");
+}

@@ -69,8 +69,10 @@ async fn rest_episode_and_every_error_case() {
     assert!(r.body["error"]["message"].as_str().unwrap().contains("miniwob/click-button"), "suggests the id");
     let r = post(&s, "/v1/sessions", json!({"task": "/etc/passwd.toml"})).await;
     assert_eq!((r.status, code(&r)), (400, "unknown_task"), "paths on the server are refused");
+    // No task at all is not an unknown one: a client branching on the code can tell.
     let r = post(&s, "/v1/sessions", json!({})).await;
-    assert_eq!(code(&r), "unknown_task");
+    assert_eq!((r.status, code(&r)), (400, "missing_task"));
+    assert!(r.body["error"]["message"].as_str().unwrap().contains("GET /v1/tasks lists them"), "{}", r.body);
     let r = post(&s, "/v1/sessions", json!({"task": "miniwob/click-button", "max_step": 3})).await;
     assert_eq!(code(&r), "bad_request");
     assert!(r.body["error"]["message"].as_str().unwrap().contains("max_step"));
@@ -212,7 +214,7 @@ async fn websocket_episode_and_every_error_case() {
     ws_send(&mut ws, json!({"type": "reset", "data": {"seed": 1}})).await;
     assert_eq!(
         err(&ws_recv(&mut ws).await),
-        ("error".into(), "VALIDATION_ERROR".into(), "unknown_task".into())
+        ("error".into(), "VALIDATION_ERROR".into(), "missing_task".into())
     );
     ws_send(&mut ws, json!({"type": "reset", "data": {"seed": 1, "task": "miniwob/nope"}})).await;
     assert_eq!(err(&ws_recv(&mut ws).await).2, "unknown_task");
@@ -409,4 +411,28 @@ fn serving_beyond_loopback_without_a_token_is_refused() {
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("--reward-models /nonexistent/models: not a folder")
     );
+}
+
+/// A bad `--bind` says which part is wrong (it asked whether the port was taken).
+#[test]
+fn a_bad_bind_says_which_part_is_wrong() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = taken.local_addr().unwrap().to_string();
+    // (serve-policy listens through the same code.)
+    let cases: [(&str, &str, &str); 5] = [
+        ("serve", "localhost:abc", "the port \"abc\" is not a number"),
+        ("serve", "8765", "is not ADDR:PORT"),
+        ("serve", "no-such-host.invalid:8765", "does not resolve"),
+        ("serve", "192.0.2.1:8765", "this machine has no address 192.0.2.1"),
+        ("serve", &taken, "the port is taken"),
+    ];
+    for (cmd, bind, said) in cases {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_guirl"))
+            .args([cmd, "--bind", bind])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{cmd} --bind {bind}: {err}");
+        assert!(err.contains(said) && !err.contains("is the port taken"), "{cmd} --bind {bind}: {err}");
+    }
 }

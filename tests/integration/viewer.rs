@@ -211,4 +211,67 @@ fn view_of_a_folder_that_is_not_a_trajectory_set_fails_with_the_store_message() 
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("nope does not exist"), "{err}");
+
+    // A folder of sets (as a bench writes them) names the sets inside.
+    let bench = tmp.path().join("bench");
+    for task in ["miniwob/click-test", "miniwob/enter-text"] {
+        ok(&["run", "--task", task, "--policy", "random", "--episodes", "1", "--max-steps", "1", "--record"]
+            .into_iter()
+            .chain([s(&bench.join("trajectories").join(task))])
+            .collect::<Vec<_>>());
+    }
+    let out = guirl(&["view", s(&bench)]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("holds trajectory sets in subfolders"), "{err}");
+    assert!(err.contains(&bench.join("trajectories/miniwob/click-test").display().to_string()), "{err}");
+    // --out in folders that do not exist yet: made; a folder as --out: said.
+    let page = tmp.path().join("pages/today/view.html");
+    let set = bench.join("trajectories/miniwob/click-test");
+    assert_eq!(ok(&["view", s(&set), "--out", s(&page)]).trim(), page.display().to_string());
+    assert!(page.is_file());
+    let out = guirl(&["view", s(&set), "--out", s(tmp.path())]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is a folder: give the page's file name"));
+}
+
+/// An episode that failed at reset (no step, no screen) is drawn with a placeholder's size
+/// and says so: it was drawn as a 1×1 frame with a squeezed final card.
+#[tokio::test]
+async fn an_episode_that_failed_at_reset_is_drawn_readably() {
+    use guirl::rollout::{Outcome, Trajectory, TrajectoryWriter};
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("set");
+    let error = "browser error: chromedriver did not start";
+    let outcome =
+        Outcome { reward: 0.0, status: EpisodeStatus::EnvError, steps: 0, error: Some(error.into()) };
+    TrajectoryWriter::open(&dir)
+        .unwrap()
+        .append_line(&Trajectory::new("miniwob/click-test", 7, vec![], outcome))
+        .unwrap();
+    let html = tmp.path().join("x.html");
+    ok(&["view", s(&dir), "--out", s(&html)]);
+    let spec = tmp.path().join("viewer.toml");
+    std::fs::write(
+        &spec,
+        format!(
+            "start_url = \"file://{}\"\ninstruction = \"Look\"\n[viewport]\nwidth = 900\nheight = 600\n\
+             [success]\njs = \"false\"\n",
+            html.display()
+        ),
+    )
+    .unwrap();
+    let mut env = GuiEnv::new(guirl::tasks::load_task(s(&spec)).unwrap(), EnvConfig::default());
+    env.reset(0).await.unwrap();
+    let seen = js(
+        &env,
+        "var c = document.querySelector('#detail .step.final'); \
+         return [document.querySelector('#detail .sub').textContent, c.getBoundingClientRect().width, \
+                 c.textContent, document.querySelector('#detail').textContent.indexOf('chromedriver did not start') >= 0];",
+    )
+    .await;
+    let sub = seen[0].as_str().unwrap();
+    assert!(sub.contains("no screen") && !sub.contains("×"), "{seen}");
+    assert!(seen[1].as_f64().unwrap() >= 300.0, "the final card is squeezed: {seen}");
+    assert!(seen[2].as_str().unwrap().contains("no frame recorded"), "{seen}");
+    assert_eq!(seen[3], json!(true), "the error is shown: {seen}");
+    env.close().await;
 }

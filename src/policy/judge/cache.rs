@@ -51,10 +51,15 @@ pub fn key<F: std::borrow::Borrow<RgbImage>>(
 }
 
 impl VerdictCache {
-    /// The cache in folder `dir` (made if missing).
+    /// The cache in folder `dir`, made with its first verdict (a run that stops before
+    /// any, at an unreachable judge, leaves no empty folder); a file in its place is an error.
     pub fn open(dir: &Path) -> anyhow::Result<VerdictCache> {
-        std::fs::create_dir_all(dir)
-            .with_context(|| format!("cannot make the judge's cache folder {}", dir.display()))?;
+        if dir.exists() && !dir.is_dir() {
+            anyhow::bail!(
+                "the judge's cache {} is a file, not a folder: remove it or give another",
+                dir.display()
+            );
+        }
         Ok(VerdictCache { dir: dir.to_path_buf() })
     }
 
@@ -71,6 +76,8 @@ impl VerdictCache {
     /// Keep `v` as the verdict of `key`.
     pub fn put(&self, key: &str, v: &Verdict) -> anyhow::Result<()> {
         let path = self.path(key);
+        std::fs::create_dir_all(&self.dir)
+            .with_context(|| format!("cannot make the judge's cache folder {}", self.dir.display()))?;
         let tmp = self.dir.join(format!(".{key}.{}.tmp", std::process::id()));
         std::fs::write(&tmp, serde_json::to_string(v)?)
             .with_context(|| format!("cannot write {}", tmp.display()))?;
@@ -81,6 +88,20 @@ impl VerdictCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_folder_comes_with_the_first_verdict() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("run/judge-cache");
+        let c = VerdictCache::open(&dir).unwrap();
+        assert!(!dir.exists() && c.get("k").is_none());
+        let v = Verdict { success_votes: 1, votes: 1, reasoning: vec!["VERDICT: SUCCESS".into()] };
+        c.put("k", &v).unwrap();
+        assert_eq!(c.get("k").map(|g| g.success_votes), Some(1));
+        let file = tmp.path().join("f");
+        std::fs::write(&file, "x").unwrap();
+        assert!(VerdictCache::open(&file).unwrap_err().to_string().contains("is a file, not a folder"));
+    }
 
     #[test]
     fn keys_follow_what_the_judge_saw() {

@@ -33,7 +33,7 @@ impl ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, "bad_request", message)
     }
     /// 400 with a more specific code (`bad_seed`, `bad_option`, `malformed_action`,
-    /// `unknown_task`, `field_too_long`, `refused_url`).
+    /// `unknown_task`, `missing_task`, `field_too_long`, `refused_url`).
     pub fn invalid(code: &'static str, message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, code, message)
     }
@@ -69,8 +69,8 @@ impl ApiError {
         match self.code {
             "capacity_reached" => "CAPACITY_REACHED",
             "bad_request" => "VALIDATION_ERROR",
-            "malformed_action" | "bad_seed" | "bad_option" | "unknown_task" | "field_too_long"
-            | "refused_url" => "VALIDATION_ERROR",
+            "malformed_action" | "bad_seed" | "bad_option" | "unknown_task" | "missing_task"
+            | "field_too_long" | "refused_url" => "VALIDATION_ERROR",
             "unknown_session" => "SESSION_ERROR",
             _ => "EXECUTION_ERROR",
         }

@@ -48,7 +48,7 @@ pub async fn create(
     ImageOverride { local, ..Default::default() }.allows(opts.screenshot)?;
     let task = task_from_request(&obj, &opts, &s.cfg).await?.ok_or_else(|| {
         ApiError::invalid(
-            "unknown_task",
+            "missing_task",
             "a session needs \"task\" (a task id such as \"miniwob/click-button\"; GET /v1/tasks lists them) \
              or \"task_spec\" (a website spec's TOML text)",
         )

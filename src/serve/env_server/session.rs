@@ -284,7 +284,7 @@ impl Session {
             }
             (None, Some(_)) => {}
             (None, None) => return Err(ApiError::invalid(
-                "unknown_task",
+                "missing_task",
                 "this session has no task yet: give \"task\" (a task id, see GET /v1/tasks) or \"task_spec\"",
             )),
         }
@@ -355,7 +355,7 @@ impl Session {
         g.steps = 0;
         let env = g.env.as_mut().ok_or_else(|| {
             ApiError::invalid(
-                "unknown_task",
+                "missing_task",
                 "reset needs a task: give \"task\" (see GET /v1/tasks) or \"task_spec\"",
             )
         })?;
