@@ -20,8 +20,10 @@ fn traj(seed: u64) -> Trajectory {
     t
 }
 
+/// The `i`-th line (0-based) of a run's metrics: iteration `i + 1`, every field kept (the
+/// iteration-0 line holds only an evaluation).
 fn metrics(i: u64) -> IterationMetrics {
-    IterationMetrics { iteration: i, env_steps: 10 * i, reward_mean: 0.5, ..Default::default() }
+    IterationMetrics { iteration: i + 1, env_steps: 10 * (i + 1), reward_mean: 0.5, ..Default::default() }
 }
 
 /// The child: three finished lines through the real writer, then the first half of a
