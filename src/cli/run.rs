@@ -77,23 +77,26 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         args.record.as_ref().map(|d| format!("; they are recorded in {}", d.display())).unwrap_or_default();
     let collected = collector
         .collect(policy.as_mut(), jobs, |i, rec| {
-            // Each episode is on disk as soon as it ends: a killed run keeps what it finished.
-            if let Some(w) = writer.as_mut() {
-                if let Err(e) = w.append(rec) {
-                    write_error.get_or_insert(e);
-                }
-            }
-            // What a Ctrl-C would leave (once on disk): said on the way out.
+            // Each episode is on disk as soon as it ends: a killed run keeps what it finished,
+            // and a Ctrl-C says how many that is.
             let status = rec.trajectory.outcome.status;
             ended += 1;
             succeeded += usize::from(status == crate::env::EpisodeStatus::Success);
             infra += usize::from(status.is_infrastructure_failure());
-            super::signals::done_so_far(format!(
-                "{ended} of {} episodes had ended: {succeeded} succeeded, {} failed, {infra} infrastructure \
-                 errors{kept}",
-                args.episodes,
-                ended - succeeded - infra
-            ));
+            let written = super::signals::done_so_far(
+                || writer.as_mut().map(|w| w.append(rec)),
+                || {
+                    format!(
+                        "{ended} of {} episodes had ended: {succeeded} succeeded, {} failed, {infra} \
+                         infrastructure errors{kept}",
+                        args.episodes,
+                        ended - succeeded - infra
+                    )
+                },
+            );
+            if let Some(Err(e)) = written {
+                write_error.get_or_insert(e);
+            }
             if !quiet {
                 let t = &rec.trajectory;
                 let err = t.outcome.error.as_deref().map(|e| format!(" error={e:?}")).unwrap_or_default();

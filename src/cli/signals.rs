@@ -7,9 +7,14 @@ use std::sync::Mutex;
 /// episodes that ended, and where they are recorded).
 static DONE_SO_FAR: Mutex<Option<String>> = Mutex::new(None);
 
-/// Set the line a signal's exit prints (see [`DONE_SO_FAR`]).
-pub(super) fn done_so_far(line: String) {
-    *DONE_SO_FAR.lock().unwrap_or_else(|e| e.into_inner()) = Some(line);
+/// Do `keep` (write what finished to disk), then set the line a signal's exit prints (see
+/// [`DONE_SO_FAR`]) to `line`, under one lock: the exit holds it while it prints, so the
+/// count said is the count kept, never one behind.
+pub(super) fn done_so_far<T>(keep: impl FnOnce() -> T, line: impl FnOnce() -> String) -> T {
+    let mut said = DONE_SO_FAR.lock().unwrap_or_else(|e| e.into_inner());
+    let kept = keep();
+    *said = Some(line());
+    kept
 }
 
 /// The exit status of the first signal received (130 Ctrl-C, 143 SIGTERM), 0 before any.
@@ -63,7 +68,9 @@ pub(super) fn watch_signals(graceful: Option<std::sync::Arc<std::sync::atomic::A
             // it waits for browsers being started: off the async threads, which start them
             let _ = tokio::task::spawn_blocking(crate::env::profiles::kill_all_started).await;
             eprintln!("guirl: interrupted; the browsers it started are closed");
-            if let Some(line) = DONE_SO_FAR.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            // Held to the exit: no episode is kept after the count is said.
+            let said = DONE_SO_FAR.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(line) = said.as_ref() {
                 eprintln!("guirl: {line}");
             }
             std::process::exit(code.into());
