@@ -38,6 +38,12 @@ fn write_read_resume() {
     assert!(e.contains("metrics.jsonl:2"), "{e}");
 }
 
+/// Append the first 20 bytes of `m`'s line to `p`: what a writer killed mid-line leaves.
+fn tear(p: &Path, m: &IterationMetrics) {
+    let line = serde_json::to_string(m).unwrap();
+    OpenOptions::new().append(true).open(p).unwrap().write_all(&line.as_bytes()[..20]).unwrap();
+}
+
 #[test]
 fn open_cuts_a_torn_tail() {
     let dir = tempfile::tempdir().unwrap();
@@ -45,8 +51,7 @@ fn open_cuts_a_torn_tail() {
     let mut w = MetricsWriter::open(&p).unwrap();
     w.append(&m(0)).unwrap();
     drop(w);
-    let torn = serde_json::to_string(&m(1)).unwrap();
-    OpenOptions::new().append(true).open(&p).unwrap().write_all(&torn.as_bytes()[..20]).unwrap();
+    tear(&p, &m(1));
     // Without the cut, iteration 2 would be glued onto the torn line and lost with it.
     let mut w = MetricsWriter::open(&p).unwrap();
     w.append(&m(2)).unwrap();
@@ -109,8 +114,7 @@ fn resume_warns_of_the_torn_line_it_drops() {
     w.append(&m(1)).unwrap();
     w.append(&m(2)).unwrap();
     drop(w);
-    let torn = serde_json::to_string(&m(3)).unwrap();
-    OpenOptions::new().append(true).open(&p).unwrap().write_all(&torn.as_bytes()[..20]).unwrap();
+    tear(&p, &m(3));
     let logged = warnings_of(|| drop(MetricsWriter::resume(&p, 5).unwrap()));
     assert!(logged.contains("dropped a torn last line"), "{logged}");
     assert_eq!(read_metrics(&p).unwrap(), vec![m(1), m(2)]);

@@ -121,3 +121,19 @@ pub fn test_name(module_path: &str, name: &str) -> String {
         None => name.to_string(),
     }
 }
+
+/// A website task in `dir` that opens the viewer page `html` (for reading it in the
+/// browser; it never succeeds by itself).
+pub fn view_task(dir: &std::path::Path, html: &std::path::Path) -> PathBuf {
+    let p = dir.join("view.toml");
+    std::fs::write(
+        &p,
+        format!(
+            "start_url = \"file://{}\"\ninstruction = \"Look\"\n[viewport]\nwidth = 900\nheight = 600\n\
+             [success]\njs = \"false\"\n",
+            html.display()
+        ),
+    )
+    .unwrap();
+    p
+}

@@ -53,6 +53,20 @@ fn wait_for_browsers(child: &Child, n: usize) -> Vec<PathBuf> {
     }
 }
 
+/// Lines in `file` so far (0 before it exists).
+fn lines_in(file: &Path) -> usize {
+    std::fs::read_to_string(file).unwrap_or_default().lines().count()
+}
+
+/// Wait (at most 60 s) until a journal being written has `n` lines.
+fn wait_for_lines(file: &Path, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while lines_in(file) < n {
+        assert!(Instant::now() < deadline, "{} has no {n} lines after 60 s", file.display());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Poll until `cond` holds (up to 10 s).
 fn eventually(cond: impl Fn() -> bool) -> bool {
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -127,12 +141,7 @@ fn a_stopped_bench_journals_no_episode_the_stop_broke() {
         .spawn()
         .expect("running guirl");
     let journal = out.join("results.jsonl");
-    let rows = || std::fs::read_to_string(&journal).unwrap_or_default().lines().count();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while rows() < 10 {
-        assert!(Instant::now() < deadline, "the bench journaled no 10 episodes in 60 s");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_lines(&journal, 10);
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(130), "exit status after Ctrl-C: {status}");
@@ -157,13 +166,8 @@ fn a_stopped_run_says_which_episodes_had_ended() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("running guirl");
-    let lines =
-        || std::fs::read_to_string(rec.join("trajectories.jsonl")).unwrap_or_default().lines().count();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while lines() < 2 {
-        assert!(Instant::now() < deadline, "the run recorded no 2 episodes in 60 s");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let lines = || lines_in(&rec.join("trajectories.jsonl"));
+    wait_for_lines(&rec.join("trajectories.jsonl"), 2);
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);

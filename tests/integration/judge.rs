@@ -432,7 +432,7 @@ fn a_website_task_without_a_check_is_scored_by_the_judge_in_a_real_browser() {
     let html = tmp.path().join("view.html");
     let o = guirl(&["view", rec.to_str().unwrap(), "--out", html.to_str().unwrap()]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let view = write_view_task(tmp.path(), &html);
+    let view = common::view_task(tmp.path(), &html);
     rt.block_on(async {
         let mut env = common::env_for(view.to_str().unwrap());
         env.reset(0).await.unwrap();
@@ -543,19 +543,4 @@ fn a_website_task_without_a_check_is_scored_by_the_judge_in_a_real_browser() {
     let r: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(r["per_episode"][0]["status"], json!("judge_error"), "{r}");
     assert!(r["per_episode"][0]["error"].as_str().unwrap().contains("in 2 answer(s)"), "{r}");
-}
-
-/// A website task that opens the viewer page `html` (for reading it in the browser).
-fn write_view_task(dir: &Path, html: &Path) -> std::path::PathBuf {
-    let p = dir.join("view.toml");
-    std::fs::write(
-        &p,
-        format!(
-            "start_url = \"file://{}\"\ninstruction = \"Look\"\n[viewport]\nwidth = 900\nheight = 600\n\
-             [success]\njs = \"false\"\n",
-            html.display()
-        ),
-    )
-    .unwrap();
-    p
 }

@@ -249,16 +249,7 @@ async fn an_episode_that_failed_at_reset_is_drawn_readably() {
         .unwrap();
     let html = tmp.path().join("x.html");
     ok(&["view", s(&dir), "--out", s(&html)]);
-    let spec = tmp.path().join("viewer.toml");
-    std::fs::write(
-        &spec,
-        format!(
-            "start_url = \"file://{}\"\ninstruction = \"Look\"\n[viewport]\nwidth = 900\nheight = 600\n\
-             [success]\njs = \"false\"\n",
-            html.display()
-        ),
-    )
-    .unwrap();
+    let spec = crate::common::view_task(tmp.path(), &html);
     let mut env = GuiEnv::new(guirl::tasks::load_task(s(&spec)).unwrap(), EnvConfig::default());
     env.reset(0).await.unwrap();
     let seen = js(
