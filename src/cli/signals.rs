@@ -57,8 +57,8 @@ pub(super) fn watch_signals(graceful: Option<std::sync::Arc<std::sync::atomic::A
                 // One line for a data-parallel run, from rank 0, not one per rank.
                 if std::env::var("RANK").map_or(true, |r| r == "0") {
                     eprintln!(
-                    "guirl: stopping after this iteration, which is then saved (behaviour cloning is saved only \
-                     once it ends: stopped before, it starts again); signal again to stop now"
+                        "guirl: stopping after this iteration (or cloning epoch), which is then saved; \
+                         signal again to stop now"
                     );
                 }
                 flag.store(true, Ordering::SeqCst);

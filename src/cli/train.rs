@@ -119,6 +119,7 @@ pub async fn train(args: TrainArgs) -> anyhow::Result<Option<u8>> {
     };
     let root = group.as_ref().is_none_or(|g| g.is_root());
     let total = cfg.run.iterations;
+    let cloning_epochs = cfg.sft.as_ref().map(|s| (s.start_epoch, s.start_epoch + s.epochs));
     let mut trainer = Trainer::new_in_group(cfg, dir.clone(), args.resume, args.force, group)?;
     trainer.set_env_config(crate::env::EnvConfig { browser: args.browser.config(), ..Default::default() });
     trainer.progress = root && std::io::IsTerminal::is_terminal(&std::io::stderr());
@@ -148,10 +149,14 @@ pub async fn train(args: TrainArgs) -> anyhow::Result<Option<u8>> {
         best.map(|(s, p)| format!(" best_eval_success={s:.3} best={p}")).unwrap_or_default()
     );
     if stopped.is_some() {
+        let at = match cloning_epochs.filter(|_| !state.sft_done && state.iteration == 0) {
+            Some((start, end)) => {
+                format!("during behaviour cloning, after epoch {} of {end}", start + state.sft_epochs)
+            }
+            None => format!("at iteration {} of {total}", state.iteration),
+        };
         eprintln!(
-            "guirl: stopped at iteration {} of {}, saved; continue it with `guirl train --resume --out {}`",
-            state.iteration,
-            total,
+            "guirl: stopped {at}, saved; continue it with `guirl train --resume --out {}`",
             dir.display()
         );
     }

@@ -11,6 +11,8 @@
 //!     (+ behaviour/: the policy the next iteration collects with: [rollout] max_staleness = 1)
 //!     (+ success_replay/: the success replay buffer, a trajectory set: [algo] success_replay)
 //! runs/<name>/checkpoints/iter-000000/ after [sft]: + sft_optimizer.safetensors (cloning's AdamW)
+//! runs/<name>/checkpoints/cloning/ while [sft] clones: the policy, sft_optimizer.safetensors and
+//!     trainer.json (the epochs done), rewritten after each epoch; gone once iter-000000 is in place
 //! runs/<name>/checkpoints/latest   a relative symlink to the newest checkpoint folder
 //! runs/<name>/checkpoints/best     a relative symlink to the one with the best held-out success
 //! ```
@@ -39,6 +41,11 @@ pub const LATEST: &str = "latest";
 pub const BEST: &str = "best";
 /// The trainer state file of a checkpoint.
 pub const TRAINER_FILE: &str = "trainer.json";
+/// Behaviour cloning's AdamW state, kept in the clone's checkpoint (`iter-000000`) so that
+/// `[sft] start_epoch` can continue the cloning, and in `cloning/` so that `--resume` can.
+pub const SFT_OPTIMIZER_FILE: &str = "sft_optimizer.safetensors";
+/// The folder of a behaviour cloning that has not ended, inside `checkpoints/`.
+pub const CLONING: &str = "cloning";
 
 /// Where the trainer stands (written next to the weights).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -54,6 +61,9 @@ pub struct TrainerState {
     /// Whether the `[sft]` stage has run (its result is checkpoint `iter-000000`).
     #[serde(default)]
     pub sft_done: bool,
+    /// Epochs of `[sft]` cloned so far (counted from `sft.start_epoch`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub sft_epochs: usize,
     /// Mean held-out reward of the best checkpoint (breaks ties in success).
     #[serde(default)]
     pub best_reward: f64,
@@ -64,6 +74,10 @@ pub struct TrainerState {
     /// Each task's faded training success counts (`[tasks] sampling = "progress"`).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub task_tallies: std::collections::BTreeMap<String, super::curriculum::TaskTally>,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// The folder name of iteration `iteration`'s checkpoint.
@@ -308,6 +322,64 @@ pub fn best(run_dir: &Path) -> anyhow::Result<Option<PathBuf>> {
     }
 }
 
+/// Where `--resume` continues a run from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ResumePoint {
+    /// The newest complete checkpoint (`latest`).
+    Checkpoint(PathBuf),
+    /// `checkpoints/cloning/`: behaviour cloning stopped before it ended.
+    Cloning(PathBuf),
+}
+
+impl ResumePoint {
+    /// The checkpoint folder, if the point is one (not a cloning under way).
+    pub fn checkpoint(&self) -> Option<&Path> {
+        match self {
+            ResumePoint::Checkpoint(dir) => Some(dir),
+            ResumePoint::Cloning(_) => None,
+        }
+    }
+}
+
+/// Where a run would resume: its latest checkpoint, else a behaviour cloning under way.
+pub fn resume_point(run_dir: &Path) -> anyhow::Result<Option<ResumePoint>> {
+    if let Some(dir) = latest(run_dir)? {
+        return Ok(Some(ResumePoint::Checkpoint(dir)));
+    }
+    let cloning = cloning_dir(run_dir);
+    Ok(cloning.join(TRAINER_FILE).is_file().then_some(ResumePoint::Cloning(cloning)))
+}
+
+/// `checkpoints/cloning/` of a run.
+pub fn cloning_dir(run_dir: &Path) -> PathBuf {
+    checkpoints_dir(run_dir).join(CLONING)
+}
+
+/// Save a behaviour cloning under way atomically: the policy, cloning's optimizer `opt`
+/// and `state` (its `sft_epochs`). `latest` is left alone: it names finished checkpoints.
+pub fn save_cloning(
+    run_dir: &Path,
+    policy: &dyn TrainablePolicy,
+    opt: &AdamW,
+    state: &TrainerState,
+) -> anyhow::Result<PathBuf> {
+    remove_leftovers(run_dir);
+    let dir = cloning_dir(run_dir);
+    write_dir_atomically(&dir, |tmp| {
+        policy.save(tmp)?;
+        opt.save(&tmp.join(SFT_OPTIMIZER_FILE))?;
+        let p = tmp.join(TRAINER_FILE);
+        std::fs::write(&p, serde_json::to_string_pretty(state)?)
+            .with_context(|| format!("cannot write {}", p.display()))
+    })?;
+    Ok(dir)
+}
+
+/// Remove `checkpoints/cloning/` once the clone's own checkpoint has replaced it.
+pub fn remove_cloning(run_dir: &Path) {
+    remove_path(&cloning_dir(run_dir));
+}
+
 /// The checkpoint folder in `ckpts` that `link` names: a symlink, or (older runs) a file
 /// holding the folder's name or path. Only the last part of the name counts, so a run
 /// folder that was moved still reads.
@@ -399,6 +471,13 @@ pub fn resolve_policy_dir(path: &Path) -> anyhow::Result<PolicyDir> {
             Some(dir) => (dir, "its best checkpoint"),
             None => match latest(path)? {
                 Some(dir) => (dir, "its latest checkpoint (it has no best one: no evaluation yet)"),
+                None if cloning_dir(path).join(TRAINER_FILE).is_file() => bail!(
+                    "run folder {} has no checkpoint yet: it stopped during behaviour cloning \
+                     (continue it with guirl train --resume --out {}); its clone so far is {}",
+                    path.display(),
+                    path.display(),
+                    cloning_dir(path).display()
+                ),
                 None => bail!(
                     "run folder {} has no checkpoint yet: train it longer, or give {POLICY_FORMS}",
                     path.display()
@@ -414,6 +493,11 @@ pub fn resolve_policy_dir(path: &Path) -> anyhow::Result<PolicyDir> {
 /// Load a checkpoint's trainer state and optimizer state (weights load with the policy).
 pub fn load_state(dir: &Path, opt: &mut AdamW) -> anyhow::Result<TrainerState> {
     opt.load(&dir.join("optimizer.safetensors"))?;
+    read_state(dir)
+}
+
+/// A checkpoint's (or `cloning/`'s) trainer state.
+pub fn read_state(dir: &Path) -> anyhow::Result<TrainerState> {
     let p = dir.join(TRAINER_FILE);
     let text = std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
     serde_json::from_str(&text).with_context(|| format!("{} is not a trainer state", p.display()))

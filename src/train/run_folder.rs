@@ -3,15 +3,15 @@
 //!
 //! - A new run (no `--resume`) needs a folder without a checkpoint and without metrics of
 //!   an earlier run (their lines would be merged with the new run's).
-//! - `--resume` needs a checkpoint, and a config equal to the folder's `config.toml`
+//! - `--resume` needs a checkpoint (or a behaviour cloning under way), and a config equal to the folder's `config.toml`
 //!   (compared as parsed values: formatting and comments do not count). A different one
 //!   is refused with the differences listed, unless `--force`. Raising `run.iterations`
 //!   is not a difference: it is how a run is trained longer.
 
-use super::checkpoint;
+use super::checkpoint::{self, ResumePoint};
 use super::config::TrainConfig;
 use anyhow::{bail, Context};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// The resolved config of a run, inside its folder.
 pub const CONFIG_FILE: &str = "config.toml";
@@ -20,21 +20,24 @@ pub const METRICS_FILE: &str = "metrics.jsonl";
 
 /// Make `run_dir` ready for a run of `cfg`: create it, check the rules above (`resume`
 /// and `force` as given on the command line), remove what a killed write left, and write
-/// `config.toml` atomically. Returns the checkpoint to resume from (`Some` exactly when
-/// `resume`).
+/// `config.toml` atomically. Returns where to resume from (`Some` exactly when `resume`).
 pub fn prepare(
     run_dir: &Path,
     cfg: &TrainConfig,
     resume: bool,
     force: bool,
-) -> anyhow::Result<Option<PathBuf>> {
+) -> anyhow::Result<Option<ResumePoint>> {
     if resume && !run_dir.is_dir() {
         bail!("--resume: {} does not exist; start without --resume", run_dir.display());
     }
     std::fs::create_dir_all(run_dir)
         .with_context(|| format!("cannot create run folder {}", run_dir.display()))?;
     checkpoint::remove_leftovers(run_dir);
-    let latest = checkpoint::latest(run_dir)?;
+    let latest = checkpoint::resume_point(run_dir)?;
+    if matches!(latest, Some(ResumePoint::Checkpoint(_))) {
+        // A run killed between the clone's checkpoint and this removal.
+        checkpoint::remove_cloning(run_dir);
+    }
     let config_path = run_dir.join(CONFIG_FILE);
     if resume {
         if latest.is_none() {
@@ -64,6 +67,15 @@ pub fn prepare(
             }
         }
     } else {
+        if let Some(ResumePoint::Cloning(dir)) = &latest {
+            let done = checkpoint::read_state(dir).map(|s| s.sft_epochs).unwrap_or(0);
+            bail!(
+                "{} holds a run stopped during behaviour cloning ({done} epoch(s) cloned, kept in {}): \
+                 pass --resume to continue it, or choose another --out",
+                run_dir.display(),
+                dir.display()
+            );
+        }
         if latest.is_some() {
             bail!(
                 "{} already holds a run: pass --resume to continue it, or choose another --out",
@@ -229,7 +241,8 @@ lr = 1e-3
         prepare(&run, &config(""), false, false).unwrap();
         fake_checkpoint(&run);
         let latest = run.join("checkpoints/iter-000002");
-        assert_eq!(prepare(&run, &config(""), true, false).unwrap(), Some(latest.clone()));
+        let at = |dir: &Path| Some(ResumePoint::Checkpoint(dir.to_path_buf()));
+        assert_eq!(prepare(&run, &config(""), true, false).unwrap(), at(&latest));
         // Comments and layout are no difference; training longer is none either.
         let mut longer = config("");
         longer.run.iterations = 10;
@@ -243,9 +256,35 @@ lr = 1e-3
         assert!(e.contains("algo.beta: 0.0 → 0.1") && e.contains("algo.epochs: 1 → 3"), "{e}");
         assert!(e.contains("run.iterations: 10 → 4"), "fewer iterations is a difference: {e}");
         assert!(e.contains("--force") && e.contains("config.toml --out"), "{e}");
-        assert_eq!(prepare(&run, &config("beta = 0.1"), true, true).unwrap(), Some(latest));
+        assert_eq!(prepare(&run, &config("beta = 0.1"), true, true).unwrap(), at(&latest));
         let now = TrainConfig::parse(&std::fs::read_to_string(run.join(CONFIG_FILE)).unwrap()).unwrap();
         assert_eq!(now.algo.beta, 0.1, "--force keeps the new config");
+    }
+
+    #[test]
+    fn a_cloning_under_way_is_resumed_not_restarted() {
+        let root = tempfile::tempdir().unwrap();
+        let run = root.path().join("run");
+        prepare(&run, &config(""), false, false).unwrap();
+        let cloning = checkpoint::cloning_dir(&run);
+        std::fs::create_dir_all(&cloning).unwrap();
+        let state = checkpoint::TrainerState { sft_epochs: 3, ..Default::default() };
+        std::fs::write(cloning.join(checkpoint::TRAINER_FILE), serde_json::to_string(&state).unwrap())
+            .unwrap();
+        let e = prepare(&run, &config(""), false, false).unwrap_err().to_string();
+        assert!(
+            e.contains("during behaviour cloning (3 epoch(s) cloned") && e.contains("pass --resume"),
+            "{e}"
+        );
+        assert_eq!(
+            prepare(&run, &config(""), true, false).unwrap(),
+            Some(ResumePoint::Cloning(cloning.clone()))
+        );
+        // Killed after the clone's checkpoint was in place: that checkpoint is where to go on.
+        fake_checkpoint(&run);
+        let latest = run.join("checkpoints/iter-000002");
+        assert_eq!(prepare(&run, &config(""), true, false).unwrap(), Some(ResumePoint::Checkpoint(latest)));
+        assert!(!cloning.exists(), "the cloning folder is gone once a checkpoint replaces it");
     }
 
     #[test]

@@ -27,7 +27,7 @@ use crate::env::{GuiAction, ScreenState};
 use crate::policy::{Sampling, TrainablePolicy};
 use crate::rollout::store::StoredTrajectory;
 use crate::rollout::TrajectorySet;
-use anyhow::bail;
+use anyhow::{bail, Context};
 use rand::seq::SliceRandom;
 use std::io::Write;
 use std::path::Path;
@@ -46,6 +46,8 @@ pub struct SftReport {
     pub final_nll: f64,
     /// False when `stop` was raised before the last epoch.
     pub finished: bool,
+    /// The epoch reached: `sft.start_epoch` + the epochs run.
+    pub epoch: usize,
     /// Mean wall-clock seconds of an epoch.
     pub secs_per_epoch: f64,
 }
@@ -126,9 +128,14 @@ pub fn sft_optimizer(policy: &dyn TrainablePolicy, how: &SftSettings) -> anyhow:
     Ok(AdamW::new(policy.trainable_vars(), AdamWConfig { lr: how.sft.lr, ..how.opt })?)
 }
 
+/// What runs after each epoch, given the epoch reached, the policy and the optimizer (the
+/// trainer saves the cloning there).
+pub type AfterEpoch<'a> = &'a mut dyn FnMut(usize, &dyn TrainablePolicy, &AdamW) -> anyhow::Result<()>;
+
 /// Clone the demonstrations of `set` into `policy` (in [`demo_order`]) with `opt` (from
 /// [`sft_optimizer`], or a clone's saved one to continue it), for epochs `sft.start_epoch
-/// ..` `+ sft.epochs`; one JSON line per epoch goes to `log`.
+/// ..` `+ sft.epochs`; one JSON line per epoch goes to `log`, after the lines it holds of
+/// the epochs before `sft.start_epoch` (a resumed cloning's).
 pub fn clone_demonstrations(
     policy: &mut dyn TrainablePolicy,
     set: &TrajectorySet,
@@ -136,6 +143,7 @@ pub fn clone_demonstrations(
     opt: &mut AdamW,
     log: &Path,
     stop: &AtomicBool,
+    after_epoch: AfterEpoch,
 ) -> anyhow::Result<SftReport> {
     let SftSettings { sft, max_grad_norm, seed, group, .. } = how;
     let mut report = SftReport::default();
@@ -158,12 +166,13 @@ pub fn clone_demonstrations(
     }
     report.samples = samples.len();
     let mut log = match group.is_none_or(ProcessGroup::is_root) {
-        true => Some(std::fs::File::create(log)?),
+        true => Some(open_log(log, sft.start_epoch)?),
         false => None,
     };
     let sampling = policy.sampling();
     policy.set_sampling(Sampling { temperature: 1.0, ..sampling });
     report.finished = true;
+    report.epoch = sft.start_epoch;
     let (started, mut ran) = (std::time::Instant::now(), 0);
     // Epochs are numbered from the clone's start, so a continued run draws what one
     // longer run would have.
@@ -223,10 +232,33 @@ pub fn clone_demonstrations(
             )?;
         }
         ran += 1;
+        report.epoch = epoch + 1;
+        after_epoch(report.epoch, &*policy, opt)?;
     }
     report.secs_per_epoch = started.elapsed().as_secs_f64() / f64::from(ran.max(1));
     policy.set_sampling(sampling);
     Ok(report)
+}
+
+/// `sft.jsonl`, for appending after its lines of epochs `..= before` (the rest, a stopped
+/// cloning's epochs that are cloned again, go).
+fn open_log(path: &Path, before: usize) -> anyhow::Result<std::fs::File> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+    };
+    let epoch = |l: &str| serde_json::from_str::<serde_json::Value>(l).ok()?.get("epoch")?.as_u64();
+    let keep: String = text
+        .lines()
+        .filter(|l| epoch(l).is_some_and(|e| e <= before as u64))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    crate::train::checkpoint::write_file_atomically(path, keep.as_bytes())?;
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(path)
+        .with_context(|| format!("cannot open {}", path.display()))
 }
 
 #[cfg(test)]
@@ -238,6 +270,10 @@ mod tests {
     use crate::rollout::store::TrajectoryWriter;
     use crate::rollout::{Outcome, Recorded, TrajStep, Trajectory};
     use candle_core::Device;
+
+    fn keep_nothing(_: usize, _: &dyn TrainablePolicy, _: &AdamW) -> anyhow::Result<()> {
+        Ok(())
+    }
 
     /// A demonstration set with one click step and one `type` step.
     fn demos(dir: &Path) -> TrajectorySet {
@@ -266,7 +302,7 @@ mod tests {
         let how =
             SftSettings { sft: &cfg, opt: AdamWConfig::default(), max_grad_norm: 1.0, seed: 0, group: None };
         let mut opt = sft_optimizer(&p, &how).unwrap();
-        let r = clone_demonstrations(&mut p, &set, how, &mut opt, &log, &stop).unwrap();
+        let r = clone_demonstrations(&mut p, &set, how, &mut opt, &log, &stop, &mut keep_nothing).unwrap();
         assert_eq!((r.samples, r.skipped, r.finished), (1, 1, true), "{r:?}");
         assert!(r.first_skip.as_deref().unwrap().contains("type(\"hi\")"), "{r:?}");
         assert_eq!(std::fs::read_to_string(&log).unwrap().lines().count(), 2);
@@ -275,7 +311,9 @@ mod tests {
         vlm.actions.kinds = vec!["scroll".into()];
         let mut p = VlmPolicy::new(vlm, &Device::Cpu, 0).unwrap();
         let mut opt = sft_optimizer(&p, &how).unwrap();
-        let e = clone_demonstrations(&mut p, &set, how, &mut opt, &log, &stop).unwrap_err().to_string();
+        let e = clone_demonstrations(&mut p, &set, how, &mut opt, &log, &stop, &mut keep_nothing)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("no steps the policy can learn from") && e.contains("2 skipped"), "{e}");
     }
 
@@ -335,7 +373,7 @@ mod tests {
             let mut p = VlmPolicy::new(VlmConfig::tiny(), &Device::Cpu, 0).unwrap();
             let mut opt = sft_optimizer(&p, &how).unwrap();
             let log = dir.path().join("sft.jsonl");
-            let r = clone_demonstrations(&mut p, set, how, &mut opt, &log, &stop).unwrap();
+            let r = clone_demonstrations(&mut p, set, how, &mut opt, &log, &stop, &mut keep_nothing).unwrap();
             let w: Vec<f32> = p
                 .named_vars()
                 .iter()
@@ -373,13 +411,14 @@ mod tests {
         let four = cfg(4, 0);
         let mut long = VlmPolicy::new(VlmConfig::tiny(), &Device::Cpu, 0).unwrap();
         let mut opt = sft_optimizer(&long, &settings(&four)).unwrap();
-        clone_demonstrations(&mut long, &set, settings(&four), &mut opt, &log, &stop).unwrap();
+        clone_demonstrations(&mut long, &set, settings(&four), &mut opt, &log, &stop, &mut keep_nothing)
+            .unwrap();
         // Two epochs, the clone saved (weights and its AdamW), then two more from it.
         let two = cfg(2, 0);
         let clone = VlmPolicy::new(VlmConfig::tiny(), &Device::Cpu, 0).unwrap();
         let mut p = clone;
         let mut opt = sft_optimizer(&p, &settings(&two)).unwrap();
-        clone_demonstrations(&mut p, &set, settings(&two), &mut opt, &log, &stop).unwrap();
+        clone_demonstrations(&mut p, &set, settings(&two), &mut opt, &log, &stop, &mut keep_nothing).unwrap();
         p.save(&dir.path().join("clone")).unwrap();
         opt.save(&dir.path().join("clone/sft_optimizer.safetensors")).unwrap();
         let more = cfg(2, 2);
@@ -388,19 +427,22 @@ mod tests {
         q.load(&dir.path().join("clone")).unwrap();
         let mut opt = sft_optimizer(&q, &settings(&more)).unwrap();
         opt.load(&dir.path().join("clone/sft_optimizer.safetensors")).unwrap();
-        clone_demonstrations(&mut q, &set, settings(&more), &mut opt, &log, &stop).unwrap();
+        clone_demonstrations(&mut q, &set, settings(&more), &mut opt, &log, &stop, &mut keep_nothing)
+            .unwrap();
         assert!(weights(&q) == weights(&long), "2 + 2 epochs differ from 4");
         let epochs: Vec<u64> = std::fs::read_to_string(&log)
             .unwrap()
             .lines()
             .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["epoch"].as_u64().unwrap())
             .collect();
-        assert_eq!(epochs, [3, 4], "the log counts the clone's epochs too");
+        // The same log: the clone's epochs, then the continuation's, numbered on.
+        assert_eq!(epochs, [1, 2, 3, 4], "the log counts the clone's epochs too");
         // Without the clone's optimizer (fresh moments) the continuation is another run.
         let mut r = VlmPolicy::new(VlmConfig::tiny(), &Device::Cpu, 0).unwrap();
         r.load(&dir.path().join("clone")).unwrap();
         let mut fresh = sft_optimizer(&r, &settings(&more)).unwrap();
-        clone_demonstrations(&mut r, &set, settings(&more), &mut fresh, &log, &stop).unwrap();
+        clone_demonstrations(&mut r, &set, settings(&more), &mut fresh, &log, &stop, &mut keep_nothing)
+            .unwrap();
         assert!(weights(&r) != weights(&long));
     }
 }

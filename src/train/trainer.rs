@@ -26,7 +26,7 @@
 
 use super::algorithm::kl_term::KlTerm;
 use super::algorithm::Algorithm;
-use super::checkpoint::{self, TrainerState};
+use super::checkpoint::{self, ResumePoint, TrainerState};
 use super::config::TrainConfig;
 use super::curriculum::{self, TaskSampling};
 use super::dynamic_sampling::collect_groups;
@@ -57,9 +57,7 @@ mod phases;
 
 /// The KL reference's folder inside a run folder.
 pub const REFERENCE_DIR: &str = "reference";
-/// Behaviour cloning's AdamW state, kept in the clone's checkpoint (`iter-000000`) so that
-/// `[sft] start_epoch` can continue the cloning.
-pub const SFT_OPTIMIZER_FILE: &str = "sft_optimizer.safetensors";
+pub use super::checkpoint::SFT_OPTIMIZER_FILE;
 
 /// Everything a training run holds.
 pub struct Trainer {
@@ -125,7 +123,7 @@ impl Trainer {
         crate::policy::judge::Judge::check_tasks(&tasks)?;
         // The model first: a checkpoint that does not load must not leave a run folder.
         let mut policy = cfg.model.build(&device, cfg.run.seed)?;
-        let latest = match &group {
+        let start = match &group {
             None => super::run_folder::prepare(&run_dir, &cfg, resume, force)?,
             Some(g) => {
                 // Rank 0 prepares the folder (its refusals stop every rank); then all read it.
@@ -134,9 +132,10 @@ impl Trainer {
                     false => Ok(Vec::new()),
                 };
                 g.all_gather(prepared.map_err(|e| format!("{e:#}")))?;
-                checkpoint::latest(&run_dir)?
+                checkpoint::resume_point(&run_dir)?.filter(|_| resume)
             }
         };
+        let latest = start.as_ref().and_then(|p| p.checkpoint()).map(Path::to_path_buf);
         let writes = group.as_ref().is_none_or(|g| g.is_root());
         let worst_failure = tasks.iter().map(|t| t.failure_reward()).fold(0.0, f64::min);
         if let Some(w) = cfg.algo.stalling_warning(worst_failure) {
@@ -152,12 +151,17 @@ impl Trainer {
                 cfg.tasks.ids.join(", ")
             );
         }
-        if let Some(dir) = &latest {
-            policy.load(dir)?;
-        }
         let mut opt = AdamW::new(policy.trainable_vars(), cfg.algo.adamw_config())?;
-        let state = match &latest {
-            Some(dir) => checkpoint::load_state(dir, &mut opt)?,
+        // A cloning under way resumes in `sft()` (its optimizer is cloning's own).
+        let state = match &start {
+            Some(ResumePoint::Checkpoint(dir)) => {
+                policy.load(dir)?;
+                checkpoint::load_state(dir, &mut opt)?
+            }
+            Some(ResumePoint::Cloning(dir)) => {
+                policy.load(dir)?;
+                checkpoint::read_state(dir)?
+            }
             None => TrainerState::default(),
         };
         let algorithm = super::algorithm::for_run(&cfg, &device, latest.as_deref())?;
@@ -238,10 +242,7 @@ impl Trainer {
         let elapsed = |wall0: f64| wall0 + started.elapsed().as_secs_f64();
         if self.cfg.sft.is_some() && !self.state.sft_done && self.state.iteration == 0 {
             if !self.sft(&stop).await? {
-                tracing::warn!(
-                    "stopped during behaviour cloning, after its current epoch: nothing is saved before \
-                     cloning ends, so a restart clones again"
-                );
+                // `sft()` saved the cloning so far in `checkpoints/cloning/`.
                 self.collector.close().await;
                 return Ok(self.state.clone());
             }
@@ -252,6 +253,9 @@ impl Trainer {
             self.opt = AdamW::new(self.policy.trainable_vars(), self.cfg.algo.adamw_config())?;
             self.state.wall_secs = elapsed(wall0);
             self.save_checkpoint()?;
+            if self.writes() {
+                checkpoint::remove_cloning(&self.run_dir);
+            }
             self.sft_opt = None;
         }
         self.ensure_reference()?;
@@ -421,10 +425,12 @@ impl Trainer {
         self.cfg.run.max_env_steps.is_some_and(|b| self.state.env_steps >= b)
     }
 
-    /// Whether the run has trained all it was asked to: `run.iterations`, or the
-    /// `run.max_env_steps` budget. (A run stopped by a signal before that is not.)
+    /// Whether the run has trained all it was asked to: its behaviour cloning, then
+    /// `run.iterations` or the `run.max_env_steps` budget. (A run stopped by a signal
+    /// before that is not.)
     pub fn finished(&self) -> bool {
-        self.state.iteration >= self.cfg.run.iterations || self.budget_spent()
+        let cloned = self.cfg.sft.is_none() || self.state.sft_done || self.state.iteration > 0;
+        cloned && (self.state.iteration >= self.cfg.run.iterations || self.budget_spent())
     }
 
     /// Greedy success rate and mean reward on the held-out seeds.

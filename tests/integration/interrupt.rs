@@ -180,3 +180,74 @@ fn a_stopped_run_says_which_episodes_had_ended() {
         "{said}"
     );
 }
+
+/// `guirl train` killed during behaviour cloning loses at most the epoch under way: `--resume`
+/// goes on from the last epoch saved; a Ctrl-C there saves, says so, and exits 130.
+#[test]
+fn a_cloning_killed_then_stopped_goes_on_from_its_last_epoch() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cfg, run) = (dir.path().join("c.toml"), dir.path().join("run"));
+    // Epochs of a few milliseconds: far more than the test lets run.
+    std::fs::write(
+        &cfg,
+        "[run]\nname = \"c\"\nseed = 3\niterations = 0\n[tasks]\nids = [\"miniwob/click-test\"]\n\
+         [model]\npreset = \"tiny\"\nkinds = [\"click\"]\n[sft]\noracle_episodes = 2\nepochs = 100000\n\
+         [rollout]\nenvs = 1\nmax_steps = 2\n[eval]\ninterval = 0\n",
+    )
+    .unwrap();
+    let log = run.join("sft.jsonl");
+    let train = |resume: bool| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_guirl"));
+        c.arg("train").arg(&cfg).arg("--out").arg(&run);
+        if resume {
+            c.arg("--resume");
+        }
+        c.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("running guirl")
+    };
+    let epochs = || -> Vec<u64> {
+        let text = std::fs::read_to_string(&log).unwrap();
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()?["epoch"].as_u64())
+            .collect()
+    };
+    let saved = || -> u64 {
+        let state = std::fs::read_to_string(run.join("checkpoints/cloning/trainer.json")).unwrap();
+        serde_json::from_str::<serde_json::Value>(&state).unwrap()["sft_epochs"].as_u64().unwrap()
+    };
+    let mut child = train(false);
+    wait_for_lines(&log, 3);
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    child.wait().unwrap();
+    let kept = saved();
+    assert!(kept >= 2, "epochs logged before the kill are saved: {kept}");
+    let child = train(true);
+    wait_for_lines(&log, kept as usize + 3);
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    let at = saved();
+    assert!(at > kept + 2, "the resumed cloning went on from epoch {kept}: now at {at}");
+    assert_eq!(epochs(), (1..=at).collect::<Vec<_>>(), "every epoch logged once, none lost");
+    let said =
+        format!("stopped during behaviour cloning, after epoch {at} of 100000, saved; continue it with");
+    assert!(err.contains(&said) && err.contains("guirl train --resume --out"), "{err}");
+    assert!(!run.join("checkpoints/latest").exists());
+    // The run folder is no policy yet; the message says where its clone so far is.
+    let out = crate::common::guirl(&[
+        "run",
+        "--task",
+        "miniwob/click-test",
+        "--episodes",
+        "1",
+        "--policy",
+        run.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && err.contains("stopped during behaviour cloning")
+            && err.contains("checkpoints/cloning"),
+        "{err}"
+    );
+}

@@ -1,11 +1,16 @@
 //! Continuing behaviour cloning from a clone (`[model] init` + `[sft] start_epoch`), as
 //! the trainer runs it: two epochs, then two more from the clone's checkpoint, give the
-//! weights of four epochs in one run (real oracle demonstrations, real tiny policy).
+//! weights of four epochs in one run (real oracle demonstrations, real tiny policy); and
+//! a cloning stopped midway, then resumed, ends as one uninterrupted cloning.
 
 use crate::common::trainer::train;
-use guirl::train::trainer::SFT_OPTIMIZER_FILE;
+use guirl::train::checkpoint::CLONING;
+use guirl::train::trainer::{Trainer, SFT_OPTIMIZER_FILE};
 use guirl::train::TrainConfig;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 fn config(sft: &str, init: Option<&Path>) -> TrainConfig {
     let init = init.map(|p| format!("init = {:?}\n", p.display().to_string())).unwrap_or_default();
@@ -50,4 +55,48 @@ async fn two_more_epochs_from_the_clone_are_four_epochs_of_one_run() {
     let again = root.path().join("again");
     train(config(&format!("{demos}\nepochs = 2"), Some(&init)), &again, false).await;
     assert!(weights(&again) != weights(&long));
+}
+
+fn sft_epochs(dir: &Path) -> Vec<u64> {
+    let text = std::fs::read_to_string(dir.join("sft.jsonl")).unwrap();
+    text.lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["epoch"].as_u64().unwrap())
+        .collect()
+}
+
+/// A cloning stopped after an epoch (Ctrl-C) is kept in `checkpoints/cloning/`; `--resume`
+/// ends it with the weights of one uninterrupted cloning, and records no demonstration again.
+#[tokio::test]
+async fn a_stopped_cloning_resumes_to_the_weights_of_one_run() {
+    let root = tempfile::tempdir().unwrap();
+    let (whole, cut) = (root.path().join("whole"), root.path().join("cut"));
+    let cfg = || config("oracle_episodes = 6\nepochs = 6", None);
+    train(cfg(), &whole, false).await;
+    // Stop once the first epoch is logged: the trainer stops before the next one it starts.
+    let stop = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let (stop, log) = (stop.clone(), cut.join("sft.jsonl"));
+        std::thread::spawn(move || {
+            while std::fs::read_to_string(&log).unwrap_or_default().lines().count() < 1 {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            stop.store(true, Ordering::SeqCst);
+        })
+    };
+    let state = Trainer::new(cfg(), cut.clone(), false, false).unwrap().run(stop).await.unwrap();
+    watcher.join().unwrap();
+    assert!(!state.sft_done && (1..6).contains(&state.sft_epochs), "{state:?}");
+    let cloning = cut.join("checkpoints").join(CLONING);
+    assert!(cloning.join(SFT_OPTIMIZER_FILE).is_file(), "the cloning so far is saved");
+    assert!(!cut.join("checkpoints/latest").exists(), "latest names finished checkpoints only");
+    let recorded = || std::fs::metadata(cut.join("demos/trajectories.jsonl")).unwrap().modified().unwrap();
+    let demos = recorded();
+    // One run per folder: a new start there is refused, and says how to go on.
+    let e = Trainer::new(cfg(), cut.clone(), false, false).err().unwrap().to_string();
+    assert!(e.contains("stopped during behaviour cloning") && e.contains("pass --resume"), "{e}");
+    train(cfg(), &cut, true).await;
+    assert!(weights(&cut) == weights(&whole), "a stopped and resumed cloning differs from one run");
+    assert_eq!(sft_epochs(&cut), (1..=6).collect::<Vec<_>>(), "each epoch logged once");
+    assert!(!cloning.exists(), "the clone's checkpoint replaces checkpoints/cloning");
+    assert_eq!(recorded(), demos, "the demonstrations are not recorded again");
 }

@@ -170,13 +170,14 @@ async fn sft_records_oracle_demos_and_checkpoints_the_cloned_policy() {
     cfg.tasks.ids = vec!["miniwob/click-test".into()];
     cfg.checkpoint.interval = 1;
     cfg.sft = Some(toml::from_str("oracle_episodes = 4\nepochs = 2\nlr = 1e-3").unwrap());
-    // Stopped (Ctrl-C) before the first SFT epoch: nothing is checkpointed, and the next
-    // start records nothing again and clones from the start.
+    // Stopped (Ctrl-C) before the first SFT epoch: the cloning is saved at epoch 0, no
+    // checkpoint is, and `--resume` records nothing again and clones from the start.
     let mut stopped = Trainer::new(cfg.clone(), dir.clone(), false, false).unwrap();
     let state = stopped.run(Arc::new(AtomicBool::new(true))).await.unwrap();
-    assert!(!state.sft_done && state.iteration == 0);
-    assert!(!dir.join("checkpoints").exists() || guirl::train::checkpoint::latest(&dir).unwrap().is_none());
-    train(cfg.clone(), &dir, false).await;
+    assert!(!state.sft_done && state.iteration == 0 && state.sft_epochs == 0);
+    assert!(guirl::train::checkpoint::latest(&dir).unwrap().is_none());
+    assert!(guirl::train::checkpoint::cloning_dir(&dir).join("trainer.json").is_file());
+    train(cfg.clone(), &dir, true).await;
     let demos = guirl::rollout::TrajectorySet::read(&dir.join("demos")).unwrap();
     assert_eq!(demos.trajectories.len(), 4);
     assert!(demos.trajectories.iter().all(|t| t.trajectory.policy == "oracle"));

@@ -3,6 +3,7 @@
 //! and seeding success replay from them.
 
 use super::*;
+use crate::train::config::SftConfig;
 
 impl Trainer {
     /// Behaviour cloning on `[sft] dir` or on oracle demonstrations recorded first.
@@ -37,21 +38,86 @@ impl Trainer {
             (None, None) => bail!("[sft] needs sft.dir or sft.oracle_episodes"),
         };
         let set = TrajectorySet::read(&dir)?;
+        // A resumed cloning goes on after the epochs its folder holds, so it draws what
+        // one uninterrupted cloning would have.
+        let done = self.state.sft_epochs.min(sft.epochs);
+        let rest =
+            SftConfig { start_epoch: sft.start_epoch + done, epochs: sft.epochs - done, ..sft.clone() };
         let how = crate::train::sft::SftSettings {
-            sft: &sft,
+            sft: &rest,
             opt: self.cfg.algo.adamw_config(),
             max_grad_norm: self.cfg.algo.max_grad_norm,
             seed: self.cfg.run.seed,
             group: self.group.as_deref(),
         };
         let mut opt = crate::train::sft::sft_optimizer(self.policy.as_ref(), &how)?;
-        if sft.start_epoch > 0 {
+        let saved = checkpoint::cloning_dir(&self.run_dir);
+        if saved.join(SFT_OPTIMIZER_FILE).is_file() {
+            opt.load(&saved.join(SFT_OPTIMIZER_FILE))
+                .with_context(|| format!("resuming behaviour cloning from {}", saved.display()))?;
+            tracing::info!(
+                "behaviour cloning resumes after epoch {} of {} ({})",
+                rest.start_epoch,
+                sft.start_epoch + sft.epochs,
+                saved.display()
+            );
+        } else if sft.start_epoch > 0 {
             self.continue_sft_optimizer(&mut opt)?;
         }
+        // After each epoch but the last (the clone's own checkpoint follows it), and at a
+        // stop: `checkpoints/cloning/`, so that a killed or stopped cloning loses at most
+        // the epoch under way.
+        let (writes, run_dir, t0) = (self.writes(), self.run_dir.clone(), Instant::now());
+        let base = self.state.clone();
+        let at = |epoch: usize| TrainerState {
+            sft_epochs: epoch - sft.start_epoch,
+            wall_secs: base.wall_secs + t0.elapsed().as_secs_f64(),
+            ..base.clone()
+        };
+        let mut saved_at = None;
+        let mut save = |epoch: usize, policy: &dyn TrainablePolicy, opt: &AdamW| -> anyhow::Result<()> {
+            if writes && saved_at != Some(epoch) {
+                checkpoint::save_cloning(&run_dir, policy, opt, &at(epoch))?;
+                saved_at = Some(epoch);
+            }
+            Ok(())
+        };
+        let end = sft.start_epoch + sft.epochs;
         let policy = self.policy.as_mut();
         let log = self.run_dir.join("sft.jsonl");
-        let report =
-            off_runtime(|| crate::train::sft::clone_demonstrations(policy, &set, how, &mut opt, &log, stop))?;
+        let report = off_runtime(|| {
+            let mut after_epoch = |epoch: usize, policy: &dyn TrainablePolicy, opt: &AdamW| match epoch < end
+            {
+                true => save(epoch, policy, opt),
+                false => Ok(()),
+            };
+            let report = crate::train::sft::clone_demonstrations(
+                policy,
+                &set,
+                how,
+                &mut opt,
+                &log,
+                stop,
+                &mut after_epoch,
+            )?;
+            if !report.finished {
+                save(report.epoch, policy, &opt)?;
+            }
+            anyhow::Ok(report)
+        })?;
+        self.state.sft_epochs = report.epoch - sft.start_epoch;
+        if !report.finished {
+            self.state.wall_secs = at(report.epoch).wall_secs;
+            if writes {
+                tracing::warn!(
+                    "stopped during behaviour cloning after epoch {} of {end}: saved in {}; \
+                     continue it with --resume",
+                    report.epoch,
+                    saved.display()
+                );
+            }
+            return Ok(false);
+        }
         self.sft_opt = Some(opt);
         if report.finished && self.replay.is_on() {
             // The clone's own scores of the demonstrations: a replayed one starts at ratio 1.
