@@ -1,7 +1,8 @@
 //! Continuing behaviour cloning from a clone (`[model] init` + `[sft] start_epoch`), as
 //! the trainer runs it: two epochs, then two more from the clone's checkpoint, give the
 //! weights of four epochs in one run (real oracle demonstrations, real tiny policy); and
-//! a cloning stopped midway, then resumed, ends as one uninterrupted cloning.
+//! a cloning stopped midway (or its recording of demonstrations), then resumed, ends as
+//! one uninterrupted cloning.
 
 use crate::common::trainer::train;
 use guirl::train::checkpoint::CLONING;
@@ -57,6 +58,19 @@ async fn two_more_epochs_from_the_clone_are_four_epochs_of_one_run() {
     assert!(weights(&again) != weights(&long));
 }
 
+/// Stop `run` once `file` (a journal it writes) has a line.
+fn stop_at_first_line(file: std::path::PathBuf) -> (Arc<AtomicBool>, std::thread::JoinHandle<()>) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let raise = stop.clone();
+    let watcher = std::thread::spawn(move || {
+        while std::fs::read_to_string(&file).unwrap_or_default().lines().count() < 1 {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        raise.store(true, Ordering::SeqCst);
+    });
+    (stop, watcher)
+}
+
 fn sft_epochs(dir: &Path) -> Vec<u64> {
     let text = std::fs::read_to_string(dir.join("sft.jsonl")).unwrap();
     text.lines()
@@ -73,16 +87,7 @@ async fn a_stopped_cloning_resumes_to_the_weights_of_one_run() {
     let cfg = || config("oracle_episodes = 6\nepochs = 6", None);
     train(cfg(), &whole, false).await;
     // Stop once the first epoch is logged: the trainer stops before the next one it starts.
-    let stop = Arc::new(AtomicBool::new(false));
-    let watcher = {
-        let (stop, log) = (stop.clone(), cut.join("sft.jsonl"));
-        std::thread::spawn(move || {
-            while std::fs::read_to_string(&log).unwrap_or_default().lines().count() < 1 {
-                std::thread::sleep(Duration::from_millis(2));
-            }
-            stop.store(true, Ordering::SeqCst);
-        })
-    };
+    let (stop, watcher) = stop_at_first_line(cut.join("sft.jsonl"));
     let state = Trainer::new(cfg(), cut.clone(), false, false).unwrap().run(stop).await.unwrap();
     watcher.join().unwrap();
     assert!(!state.sft_done && (1..6).contains(&state.sft_epochs), "{state:?}");
@@ -99,4 +104,35 @@ async fn a_stopped_cloning_resumes_to_the_weights_of_one_run() {
     assert_eq!(sft_epochs(&cut), (1..=6).collect::<Vec<_>>(), "each epoch logged once");
     assert!(!cloning.exists(), "the clone's checkpoint replaces checkpoints/cloning");
     assert_eq!(recorded(), demos, "the demonstrations are not recorded again");
+}
+
+/// A recording of oracle demonstrations stopped midway keeps what it recorded; `--resume`
+/// records the rest (the same episodes, appended) and clones as one uninterrupted run.
+#[tokio::test]
+async fn a_stopped_recording_keeps_its_demonstrations_and_resume_records_the_rest() {
+    let root = tempfile::tempdir().unwrap();
+    let (whole, cut) = (root.path().join("whole"), root.path().join("cut"));
+    // 2 browsers record 8 episodes between two looks at the stop flag.
+    let cfg = || config("oracle_episodes = 20\nepochs = 2", None);
+    train(cfg(), &whole, false).await;
+    let journal = |run: &Path| std::fs::read_to_string(run.join("demos/trajectories.jsonl")).unwrap();
+    let (stop, watcher) = stop_at_first_line(cut.join("demos/trajectories.jsonl"));
+    let state = Trainer::new(cfg(), cut.clone(), false, false).unwrap().run(stop).await.unwrap();
+    watcher.join().unwrap();
+    assert!(!state.sft_done && state.sft_epochs == 0, "{state:?}");
+    let kept = journal(&cut);
+    let n = kept.lines().count();
+    assert!(n > 0 && n < 20 && n % 8 == 0, "stopped between recordings: {n} kept");
+    assert!(cut.join("checkpoints").join(CLONING).join(SFT_OPTIMIZER_FILE).is_file());
+    train(cfg(), &cut, true).await;
+    assert!(journal(&cut).starts_with(&kept), "what was recorded is kept as it was");
+    let episodes = |run: &Path| -> Vec<(String, u64)> {
+        journal(run)
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .map(|v| (v["task_id"].as_str().unwrap().to_string(), v["seed"].as_u64().unwrap()))
+            .collect()
+    };
+    assert_eq!(episodes(&cut), episodes(&whole), "the same episodes, in the same order");
+    assert!(weights(&cut) == weights(&whole), "a stopped and resumed recording clones differently");
 }

@@ -170,8 +170,8 @@ async fn sft_records_oracle_demos_and_checkpoints_the_cloned_policy() {
     cfg.tasks.ids = vec!["miniwob/click-test".into()];
     cfg.checkpoint.interval = 1;
     cfg.sft = Some(toml::from_str("oracle_episodes = 4\nepochs = 2\nlr = 1e-3").unwrap());
-    // Stopped (Ctrl-C) before the first SFT epoch: the cloning is saved at epoch 0, no
-    // checkpoint is, and `--resume` records nothing again and clones from the start.
+    // Stopped (Ctrl-C) before anything was recorded: the cloning is saved at epoch 0, no
+    // checkpoint is, and `--resume` records the demonstrations and clones.
     let mut stopped = Trainer::new(cfg.clone(), dir.clone(), false, false).unwrap();
     let state = stopped.run(Arc::new(AtomicBool::new(true))).await.unwrap();
     assert!(!state.sft_done && state.iteration == 0 && state.sft_epochs == 0);

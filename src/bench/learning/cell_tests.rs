@@ -227,3 +227,19 @@ fn every_plan_in_benches_learning_loads() {
     }
     assert!(n >= 7, "found {n} plans in {}", dir.display());
 }
+
+#[test]
+fn a_cell_killed_while_cloning_resumes_and_one_with_nothing_kept_starts_again() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("cell");
+    std::fs::create_dir_all(dir.join("demos")).unwrap();
+    assert_eq!(cell_state(&dir).unwrap(), Some(false));
+    assert!(!dir.exists(), "nothing to keep: cleared");
+    let cloning = crate::train::checkpoint::cloning_dir(&dir);
+    std::fs::create_dir_all(&cloning).unwrap();
+    std::fs::write(cloning.join(crate::train::checkpoint::TRAINER_FILE), "{}").unwrap();
+    assert_eq!(cell_state(&dir).unwrap(), Some(true), "a cloning under way is resumed");
+    assert!(cloning.is_dir());
+    std::fs::write(dir.join(CELL_FILE), "{}").unwrap();
+    assert_eq!(cell_state(&dir).unwrap(), None, "a finished cell is skipped");
+}

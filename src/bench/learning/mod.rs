@@ -21,8 +21,8 @@
 //! `test_episodes` seeds per task from [`TEST_SEEDS`], the same seeds for every cell.
 //!
 //! The benchmark resumes: a cell with `cell.json` is done and skipped, a cell killed
-//! after a checkpoint continues from it (`--resume` semantics), and one killed before
-//! its first checkpoint starts again (it had nothing to keep).
+//! after a checkpoint (or a cloning epoch) continues from it (`--resume` semantics), and
+//! one killed before starts again (it had nothing to keep).
 
 mod cell;
 pub mod more_sft;
@@ -255,13 +255,14 @@ async fn run_more_sft(
     train_cell(&cfg, &dir, id, ctx, resume).await
 }
 
-/// `None` when the cell is done; else whether it resumes from a checkpoint. A folder
-/// killed before its first checkpoint is cleared: it had nothing to keep.
+/// `None` when the cell is done; else whether it resumes from a checkpoint (or a
+/// behaviour cloning under way). A folder killed before either is cleared: it had nothing
+/// to keep.
 fn cell_state(dir: &Path) -> Result<Option<bool>> {
     if dir.join(CELL_FILE).is_file() {
         return Ok(None);
     }
-    let has_checkpoint = crate::train::checkpoint::latest(dir)?.is_some();
+    let has_checkpoint = crate::train::checkpoint::resume_point(dir)?.is_some();
     if dir.exists() && !has_checkpoint {
         std::fs::remove_dir_all(dir).with_context(|| format!("cannot clear {}", dir.display()))?;
     }
