@@ -317,3 +317,39 @@ fn compare_flags_disjoint_intervals() {
         "{notes:?}"
     );
 }
+
+/// A sampled policy's episode depends on its task and seed alone: a task benched beside
+/// another, or alone, plays the same actions on each seed (the draws were keyed by the
+/// episode's place among the jobs, so a task list or a resume changed them).
+#[test]
+fn a_random_episode_is_the_same_whichever_tasks_share_the_bench() {
+    let _serial = serial();
+    runtime().block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let env = || EnvConfig { max_steps: Some(4), ..EnvConfig::default() };
+        let played = |out: &Path| {
+            let set = guirl::rollout::TrajectorySet::read(&out.join("trajectories/builtin/counter")).unwrap();
+            let mut eps: Vec<(u64, Vec<String>, String)> = set
+                .trajectories
+                .iter()
+                .map(|t| {
+                    let t = &t.trajectory;
+                    let actions = t.steps.iter().map(|s| s.action.clone()).collect();
+                    (t.seed, actions, format!("{:?} {}", t.outcome.status, t.outcome.reward))
+                })
+                .collect();
+            eps.sort();
+            eps
+        };
+        let (both, alone) = (dir.path().join("both"), dir.path().join("alone"));
+        let opts =
+            common::bench_options(&["builtin/click-color-button", "builtin/counter"], 3, 2, &both, env());
+        harness::run(&opts, &mut RandomPolicy::new(5)).await.unwrap();
+        let opts = common::bench_options(&["builtin/counter"], 3, 2, &alone, env());
+        harness::run(&opts, &mut RandomPolicy::new(5)).await.unwrap();
+        let (a, b) = (played(&both), played(&alone));
+        assert_eq!(a.len(), 3);
+        assert!(a.iter().any(|(_, actions, _)| actions.len() > 1), "random steps were played: {a:?}");
+        assert_eq!(a, b, "the same seeds played differently beside another task");
+    });
+}

@@ -115,16 +115,22 @@ async fn branched_rollouts_start_from_the_exact_recorded_state() {
     let mut collector = Collector::new(2, EnvConfig::default());
     collector.keep_frames = true;
     let mut policy = OraclePolicy;
-    let jobs: Vec<Job> =
-        (0..4).map(|seed| Job { task: task.clone(), seed, group: None, prefix: None }).collect();
+    let jobs: Vec<Job> = (0..4)
+        .map(|seed| Job { task: task.clone(), seed, group: None, prefix: None, stream: None })
+        .collect();
     let (recs, _) = collector.collect(&mut policy, jobs, |_, _| {}).await.unwrap();
     let src = recs.iter().max_by_key(|r| r.trajectory.steps.len()).unwrap();
     let n = src.trajectory.steps.len();
     assert!(n >= 3, "an oracle episode of several steps: {n}");
     let t = n - 1;
     let prefix = Arc::new(Prefix::of(src, t).unwrap());
-    let job =
-        Job { task: task.clone(), seed: src.trajectory.seed, group: Some(7), prefix: Some(prefix.clone()) };
+    let job = Job {
+        task: task.clone(),
+        seed: src.trajectory.seed,
+        group: Some(7),
+        prefix: Some(prefix.clone()),
+        stream: None,
+    };
     let (branches, stats) = collector.collect(&mut policy, vec![job.clone(), job], |_, _| {}).await.unwrap();
     assert_eq!(stats.env_steps, 2 * n, "the replayed steps are env steps");
     for b in &branches {
@@ -145,7 +151,8 @@ async fn branched_rollouts_start_from_the_exact_recorded_state() {
 
     let mut wrong = (*prefix).clone();
     std::sync::Arc::make_mut(&mut wrong.frames[1]).pixels_mut().for_each(|p| p.0 = [0, 0, 0]);
-    let job = Job { task, seed: src.trajectory.seed, group: None, prefix: Some(Arc::new(wrong)) };
+    let job =
+        Job { task, seed: src.trajectory.seed, group: None, prefix: Some(Arc::new(wrong)), stream: None };
     let (bad, stats) = collector.collect(&mut policy, vec![job], |_, _| {}).await.unwrap();
     let o = &bad[0].trajectory.outcome;
     assert_eq!((o.status, stats.env_errors), (EpisodeStatus::EnvError, 1));
@@ -235,8 +242,9 @@ async fn double_clicks_on_links_end_every_episode() {
     let _browsers = BROWSERS.lock().await;
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/tasks/links.toml");
     let task = guirl::tasks::load_task(path).unwrap();
-    let jobs: Vec<Job> =
-        (0..4).map(|seed| Job { task: task.clone(), seed, group: None, prefix: None }).collect();
+    let jobs: Vec<Job> = (0..4)
+        .map(|seed| Job { task: task.clone(), seed, group: None, prefix: None, stream: None })
+        .collect();
     let cfg = EnvConfig { max_steps: Some(5), ..EnvConfig::default() };
     let mut collector = Collector::new(2, cfg);
     let mut policy = DoubleClicks;

@@ -130,12 +130,13 @@ async fn measure_throughput(
     let mut policy = RandomPolicy::new(100 + k as u64);
     policy.clicks_only = true;
     // Warm-up round: starts the browsers and loads the page in each.
-    let warm: Vec<Job> =
-        (0..k as u64).map(|s| Job { task: t.clone(), seed: s, group: None, prefix: None }).collect();
+    let warm: Vec<Job> = (0..k as u64)
+        .map(|s| Job { task: t.clone(), seed: s, group: None, prefix: None, stream: None })
+        .collect();
     collector.collect(&mut policy, warm, |_, _| {}).await?;
     let episodes = (k * steps_per_env).div_ceil(t.max_steps().max(1) as usize / 2 + 1).max(2 * k);
     let jobs: Vec<Job> = (0..episodes as u64)
-        .map(|s| Job { task: t.clone(), seed: 10_000 + s, group: None, prefix: None })
+        .map(|s| Job { task: t.clone(), seed: 10_000 + s, group: None, prefix: None, stream: None })
         .collect();
     let (_, stats) = collector.collect(&mut policy, jobs, |_, _| {}).await?;
     collector.close().await;

@@ -62,9 +62,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     // A judge nobody runs would end every episode in `judge_error`, slowly: said first.
     crate::policy::judge::Judge::check_tasks(std::slice::from_ref(&task))?;
     let mut policy = make_policy(&args.policy, &[task.id()], args.seed, args.episode.temperature, &args.api)?;
-    let jobs: Vec<Job> = (0..args.episodes)
-        .map(|i| Job { task: task.clone(), seed: args.seed + i, group: None, prefix: None })
-        .collect();
+    let jobs: Vec<Job> = (0..args.episodes).map(|i| Job::episode(task.clone(), args.seed + i)).collect();
     let mut collector = Collector::new(args.envs, cfg);
     collector.keep_frames = args.record.is_some();
     collector.progress = !args.json && std::io::IsTerminal::is_terminal(&std::io::stderr());

@@ -15,7 +15,7 @@ pub mod trainable;
 pub mod vlm;
 
 pub use load::{load_checkpoint, observation_of_checkpoint};
-pub use trainable::{copy_trainable, stream_key, Sampling, TokenScores, TrainablePolicy};
+pub use trainable::{copy_trainable, episode_stream, stream_key, Sampling, TokenScores, TrainablePolicy};
 
 use crate::env::{GuiAction, ScreenState};
 

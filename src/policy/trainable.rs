@@ -145,6 +145,17 @@ pub fn stream_key(job: usize, step: u32) -> u64 {
     ((job as u64) << 20) ^ u64::from(step)
 }
 
+/// The sampling stream of the episode of `task` on `seed` (44 bits of FNV-1a over both,
+/// so that [`stream_key`] keeps its steps apart): for collections whose draws must not
+/// depend on the other episodes collected with it.
+pub fn episode_stream(task: &str, seed: u64) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in task.as_bytes().iter().chain(&[0xff]).chain(&seed.to_le_bytes()) {
+        h = (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    h & ((1 << 44) - 1)
+}
+
 /// The generator of one sampling stream: a policy's base `seed` mixed with a state's `key`
 /// (from [`stream_key`]), so a state's draw does not depend on batching or env order.
 pub fn stream_rng(seed: u64, key: u64) -> rand_chacha::ChaCha8Rng {

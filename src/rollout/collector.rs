@@ -13,7 +13,7 @@ use super::runtime::off_runtime;
 use super::stats::CollectStats;
 use super::trajectory::{Outcome, Recorded, TrajStep, Trajectory, FORMAT_VERSION};
 use crate::env::{EnvConfig, EnvError, EpisodeStatus, GuiEnv, ScreenState};
-use crate::policy::{stream_key, Decision, Policy, PolicyFailure};
+use crate::policy::{episode_stream, stream_key, Decision, Policy, PolicyFailure};
 use crate::tasks::Task;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -34,9 +34,20 @@ pub struct Job {
     /// steps are replayed (and checked screen by screen) before the policy acts, and are
     /// kept in the trajectory marked [`TrajStep::prefix`]. Its seed is `seed`.
     pub prefix: Option<Arc<Prefix>>,
+    /// The episode's sampling stream ([`episode_stream`]), so that its draws depend on
+    /// its task and seed alone, not on which other jobs share the collection (a bench, a
+    /// resumed one, `guirl run`). `None`: its index in the collection (training's groups,
+    /// whose members share task and seed).
+    pub stream: Option<u64>,
 }
 
 impl Job {
+    /// The episode of `task` on `seed`, drawing from its own stream ([`Job::stream`]).
+    pub fn episode(task: Arc<dyn Task>, seed: u64) -> Job {
+        let stream = Some(episode_stream(task.id(), seed));
+        Job { task, seed, group: None, prefix: None, stream }
+    }
+
     /// `group_size` jobs per (task, seed), each group numbered from `first_group`.
     pub fn groups(instances: &[(Arc<dyn Task>, u64)], group_size: usize, first_group: u64) -> Vec<Job> {
         let mut jobs = Vec::new();
@@ -47,6 +58,7 @@ impl Job {
                     seed: *seed,
                     group: Some(first_group + g as u64),
                     prefix: None,
+                    stream: None,
                 });
             }
         }
@@ -483,8 +495,12 @@ async fn episode(
                 recent.pop_front();
             }
         }
-        tx.send(Msg::Act(obs.clone(), stream_key(index, traj.steps.len() as u32), reply_tx))
-            .map_err(|_| EnvError::Task("collection stopped".into()))?;
+        tx.send(Msg::Act(
+            obs.clone(),
+            stream_key(job.stream.map_or(index, |s| s as usize), traj.steps.len() as u32),
+            reply_tx,
+        ))
+        .map_err(|_| EnvError::Task("collection stopped".into()))?;
         let asked = Instant::now();
         let d = reply_rx.await.map_err(|_| EnvError::Task("the policy stopped answering".into()))?;
         let policy_ms = asked.elapsed().as_secs_f64() * 1e3;

@@ -133,6 +133,7 @@ pub fn jobs(
                 seed: group.seed,
                 group: group.id,
                 prefix: Some(prefix.clone()),
+                stream: None,
             });
         }
     }

@@ -54,7 +54,13 @@ pub async fn record_oracle_demos(
         .iter()
         .zip(counts)
         .flat_map(|(t, &n)| std::iter::repeat_n(t, n))
-        .map(|t| Job { task: t.clone(), seed: rng.gen_range(seeds.clone()), group: None, prefix: None })
+        .map(|t| Job {
+            task: t.clone(),
+            seed: rng.gen_range(seeds.clone()),
+            group: None,
+            prefix: None,
+            stream: None,
+        })
         .collect();
     let kept = recorded_prefix(dir, &jobs);
     let group = collector.group.clone();

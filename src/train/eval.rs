@@ -43,29 +43,14 @@ pub fn eval_jobs(tasks: &[Arc<dyn Task>], cfg: &TasksConfig, episodes: usize) ->
     order.sort_by_key(|i| i % t);
     order
         .into_iter()
-        .map(|i| Job {
-            task: tasks[(i % t) as usize].clone(),
-            seed: e.start + i % e.count.max(1),
-            group: None,
-            prefix: None,
-        })
+        .map(|i| Job::episode(tasks[(i % t) as usize].clone(), e.start + i % e.count.max(1)))
         .collect()
 }
 
 /// The test jobs: seeds [`TEST_SEEDS`]`..+per_task` of every task, task by task: the
 /// seeds `guirl bench --episodes-per-task N` runs by default, the same for every policy.
 pub fn test_jobs(tasks: &[Arc<dyn Task>], per_task: usize) -> Vec<Job> {
-    tasks
-        .iter()
-        .flat_map(|t| {
-            (0..per_task as u64).map(|i| Job {
-                task: t.clone(),
-                seed: TEST_SEEDS + i,
-                group: None,
-                prefix: None,
-            })
-        })
-        .collect()
+    tasks.iter().flat_map(|t| (0..per_task as u64).map(|i| Job::episode(t.clone(), TEST_SEEDS + i))).collect()
 }
 
 /// Greedy results as counts (a split's figures pool them over runs), and which episodes

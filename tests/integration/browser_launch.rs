@@ -67,7 +67,7 @@ fn env_cfg(chromedriver: PathBuf) -> EnvConfig {
 
 fn jobs(n: u64) -> Vec<Job> {
     let task = guirl::tasks::load_task("builtin/click-color-button").unwrap();
-    (0..n).map(|seed| Job { task: task.clone(), seed, group: None, prefix: None }).collect()
+    (0..n).map(|seed| Job { task: task.clone(), seed, group: None, prefix: None, stream: None }).collect()
 }
 
 #[tokio::test]

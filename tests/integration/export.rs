@@ -98,9 +98,9 @@ async fn record_real_set(dir: &Path) {
     collector.keep_frames = true;
     let mut writer = TrajectoryWriter::open(dir).unwrap();
     let mut jobs = Job::groups(&[(task.clone(), 3), (task.clone(), 4)], 2, 10);
-    jobs.extend((5..7).map(|seed| Job { task: task.clone(), seed, group: None, prefix: None }));
+    jobs.extend((5..7).map(|seed| Job { task: task.clone(), seed, group: None, prefix: None, stream: None }));
     let (recs, _) = collector.collect(&mut OraclePolicy, jobs, |_, _| {}).await.unwrap();
-    let random_job = vec![Job { task: task.clone(), seed: 3, group: Some(10), prefix: None }];
+    let random_job = vec![Job { task: task.clone(), seed: 3, group: Some(10), prefix: None, stream: None }];
     let (random, _) = collector.collect(&mut RandomPolicy::new(1), random_job, |_, _| {}).await.unwrap();
     collector.close().await;
     for r in recs.iter().chain(&random) {

@@ -32,7 +32,13 @@ async fn solve_all(suite: &str, tasks: &[&str], min_solved: usize) {
     for name in tasks {
         let task = guirl::tasks::load_task(&format!("{suite}/{name}"))
             .unwrap_or_else(|e| panic!("loading {suite}/{name}: {e:#}"));
-        jobs.extend((0..SEEDS).map(|seed| Job { task: task.clone(), seed, group: None, prefix: None }));
+        jobs.extend((0..SEEDS).map(|seed| Job {
+            task: task.clone(),
+            seed,
+            group: None,
+            prefix: None,
+            stream: None,
+        }));
     }
     let mut collector = Collector::new(4, EnvConfig::default());
     let load = common::Load::spin(1);

@@ -244,7 +244,7 @@ pub async fn run(opts: &BenchOptions, policy: &mut dyn Policy) -> anyhow::Result
                         continue;
                     }
                     attempts.push(next.get(&key).copied().unwrap_or(0));
-                    jobs.push(Job { task: task.clone(), seed, group: None, prefix: None });
+                    jobs.push(Job::episode(task.clone(), seed));
                 }
             }
             if jobs.is_empty() {
