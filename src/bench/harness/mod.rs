@@ -20,7 +20,7 @@ use anyhow::{bail, Context};
 use journal::{Journal, ResultRow, RESULTS_FILE};
 use report::{Report, Reproducibility};
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -78,6 +78,59 @@ pub struct Manifest {
     /// Browser versions, once a browser has run.
     #[serde(default)]
     pub browser: Option<crate::env::BrowserVersions>,
+    /// What the policy reported about itself when the bench started ([`policy_settings`]:
+    /// an API policy's model, prompt hash, coordinate frame, sampling, whether it is sent
+    /// the elements); absent in benches written before guirl recorded it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_settings: Option<serde_json::Value>,
+    /// What reaches the policy (`pixels`, `pixels+dom`, `n/a`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observation: Option<String>,
+    /// The SHA-256 of each website spec task ([`spec_hashes`]), by task id.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub specs: BTreeMap<String, String>,
+}
+
+/// A policy's [`Policy::info`] less what its server may change between sessions without
+/// changing the policy (the model list it serves).
+pub fn policy_settings(info: &serde_json::Value) -> serde_json::Value {
+    let mut v = info.clone();
+    if let Some(o) = v.as_object_mut() {
+        o.remove("served_models");
+    }
+    v
+}
+
+/// The SHA-256 of each website spec task's file and of the local files its pages load, by
+/// task id. (MiniWoB++ and built-in tasks come with guirl, whose commit the report names.)
+pub fn spec_hashes(tasks: &[Arc<dyn Task>]) -> BTreeMap<String, String> {
+    use sha2::Digest;
+    let hash = |t: &Arc<dyn Task>| {
+        let spec = Path::new(t.id());
+        spec.is_file().then(|| {
+            let mut h = sha2::Sha256::new();
+            for f in std::iter::once(spec.to_path_buf()).chain(t.local_files()) {
+                h.update(std::fs::read(&f).unwrap_or_default());
+            }
+            (t.id().to_string(), format!("{:x}", h.finalize()))
+        })
+    };
+    tasks.iter().filter_map(hash).collect()
+}
+
+/// The keys whose values differ between two objects, as `WHAT key: old → new` (a key one
+/// side lacks, from an older guirl, or does not know, `null`, is not counted).
+fn value_differences(what: &str, a: &serde_json::Value, b: &serde_json::Value) -> Vec<String> {
+    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
+        return if a == b { vec![] } else { vec![format!("{what}: {a} → {b}")] };
+    };
+    let known = |v: &&serde_json::Value| !v.is_null();
+    a.iter()
+        .filter(|(_, v)| known(v))
+        .filter_map(|(k, v)| {
+            b.get(k).filter(known).filter(|w| *w != v).map(|w| format!("{what} {k}: {v} → {w}"))
+        })
+        .collect()
 }
 
 /// The bench folder's manifest file.
@@ -124,7 +177,7 @@ pub fn read_manifest(out: &Path) -> anyhow::Result<Option<Manifest>> {
 }
 
 /// Start or resume the bench's manifest, refusing a folder that holds a different bench.
-fn open_manifest(opts: &BenchOptions) -> anyhow::Result<Manifest> {
+fn open_manifest(opts: &BenchOptions, policy_info: &serde_json::Value) -> anyhow::Result<Manifest> {
     let path = opts.out.join(MANIFEST_FILE);
     let wanted = Manifest {
         tasks: opts.tasks.iter().map(|t| t.id().to_string()).collect(),
@@ -136,6 +189,9 @@ fn open_manifest(opts: &BenchOptions) -> anyhow::Result<Manifest> {
         started: now_rfc3339(),
         seconds: 0.0,
         browser: None,
+        policy_settings: Some(policy_settings(policy_info)),
+        observation: Some(opts.observation.clone()),
+        specs: spec_hashes(&opts.tasks),
     };
     let existing = std::fs::read_to_string(&path).ok();
     let has_rows = opts.out.join(RESULTS_FILE).exists();
@@ -173,6 +229,20 @@ fn open_manifest(opts: &BenchOptions) -> anyhow::Result<Manifest> {
             if env_options_differ(&old.env, &wanted.env) {
                 diffs.push(format!("env: {} → {}", old.env, wanted.env));
             }
+            // The same policy with other settings, or a spec edited since: other episodes.
+            if let (Some(a), Some(b)) = (&old.policy_settings, &wanted.policy_settings) {
+                diffs.extend(value_differences("policy", a, b));
+            }
+            if let (Some(a), Some(b)) = (&old.observation, &wanted.observation) {
+                if a != b {
+                    diffs.push(format!("observation: {a} → {b}"));
+                }
+            }
+            for (task, hash) in &wanted.specs {
+                if old.specs.get(task).is_some_and(|h| h != hash) {
+                    diffs.push(format!("{task}: the spec changed since the bench started"));
+                }
+            }
             if !diffs.is_empty() {
                 bail!(
                     "--resume must run the same bench as {}; these differ: {}",
@@ -180,8 +250,17 @@ fn open_manifest(opts: &BenchOptions) -> anyhow::Result<Manifest> {
                     diffs.join("; ")
                 );
             }
-            // More episodes per task extends the bench; fewer keeps what is done.
-            Ok(Manifest { episodes_per_task: wanted.episodes_per_task.max(old.episodes_per_task), ..old })
+            // More episodes per task extends the bench; fewer keeps what is done. What an
+            // older bench.json lacks is recorded now, for the next resume.
+            let mut specs = wanted.specs;
+            specs.extend(old.specs.clone());
+            Ok(Manifest {
+                episodes_per_task: wanted.episodes_per_task.max(old.episodes_per_task),
+                policy_settings: old.policy_settings.clone().or(wanted.policy_settings),
+                observation: old.observation.clone().or(wanted.observation),
+                specs,
+                ..old
+            })
         }
     }
 }
@@ -216,7 +295,7 @@ pub async fn run(opts: &BenchOptions, policy: &mut dyn Policy) -> anyhow::Result
         bail!("nothing to run: no task is left to bench");
     }
     std::fs::create_dir_all(&opts.out).with_context(|| format!("creating {}", opts.out.display()))?;
-    let mut manifest = open_manifest(opts)?;
+    let mut manifest = open_manifest(opts, &policy.info())?;
     let manifest_path = opts.out.join(MANIFEST_FILE);
     write_atomically(&manifest_path, serde_json::to_string_pretty(&manifest)?.as_bytes())?;
     let journal_path = opts.out.join(RESULTS_FILE);
@@ -417,8 +496,47 @@ impl Bars {
 
 #[cfg(test)]
 mod tests {
-    use super::env_options_differ;
+    use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_resume_with_other_policy_settings_or_an_edited_spec_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = dir.path().join("site.toml");
+        let original = concat!(env!("CARGO_MANIFEST_DIR"), "/environments/websites/newsletter.toml");
+        std::fs::copy(original, &spec).unwrap();
+        let opts = |resume: bool, observation: &str| BenchOptions {
+            tasks: vec![crate::tasks::load_task(spec.to_str().unwrap()).unwrap()],
+            skipped: vec![],
+            policy_spec: "openai:m@http://127.0.0.1:9/v1".into(),
+            checkpoint: None,
+            episodes_per_task: 2,
+            seed: 0,
+            envs: 1,
+            env: EnvConfig::default(),
+            out: dir.path().join("b"),
+            resume,
+            progress: false,
+            observation: observation.into(),
+        };
+        let info = |temperature: f64, served: &[&str]| json!({"name": "openai:m", "temperature": temperature, "elements": true, "served_models": served});
+        let first = open_manifest(&opts(false, "pixels+dom"), &info(0.0, &["m"])).unwrap();
+        assert!(first.specs.contains_key(spec.to_str().unwrap()), "{:?}", first.specs);
+        std::fs::create_dir_all(dir.path().join("b")).unwrap();
+        std::fs::write(dir.path().join("b").join(MANIFEST_FILE), serde_json::to_string(&first).unwrap())
+            .unwrap();
+        // What the server lists is no setting of the policy.
+        open_manifest(&opts(true, "pixels+dom"), &info(0.0, &["m", "n"])).unwrap();
+        let e = open_manifest(&opts(true, "pixels"), &info(0.7, &["m"])).unwrap_err().to_string();
+        assert!(
+            e.contains("policy temperature: 0.0 → 0.7") && e.contains("observation: pixels+dom → pixels"),
+            "{e}"
+        );
+        let text = std::fs::read_to_string(&spec).unwrap();
+        std::fs::write(&spec, format!("{text}\n# edited\n")).unwrap();
+        let e = open_manifest(&opts(true, "pixels+dom"), &info(0.0, &["m"])).unwrap_err().to_string();
+        assert!(e.contains("site.toml: the spec changed since the bench started"), "{e}");
+    }
 
     #[test]
     fn env_options_differ_on_a_shared_key_only() {
