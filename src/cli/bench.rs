@@ -183,6 +183,21 @@ async fn run(args: BenchRunArgs) -> anyhow::Result<()> {
     if args.episodes_per_task == 0 {
         bail!("--episodes-per-task must be at least 1");
     }
+    if args.episodes_per_task > super::policy::MAX_EPISODES {
+        bail!(
+            "--episodes-per-task {}: at most {} a task",
+            args.episodes_per_task,
+            super::policy::MAX_EPISODES
+        );
+    }
+    if args.seed.checked_add(args.episodes_per_task - 1).is_none() {
+        bail!(
+            "--seed {} with --episodes-per-task {} runs seeds past the largest ({}): use a smaller --seed",
+            args.seed,
+            args.episodes_per_task,
+            u64::MAX
+        );
+    }
     let env = args.episode.env_config(&args.browser)?;
     let out = args.out.clone().context("--out DIR is required")?;
     let mut tasks = Vec::new();

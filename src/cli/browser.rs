@@ -17,8 +17,8 @@ pub struct BrowserArgs {
     /// Show the browser window instead of running headless.
     #[arg(long)]
     pub headful: bool,
-    /// Limit on any single WebDriver command, in seconds.
-    #[arg(long, default_value_t = 10.0, value_name = "SECS")]
+    /// Limit on any single WebDriver command, in seconds (at least 1).
+    #[arg(long, default_value_t = 10.0, value_name = "SECS", value_parser = at_least_a_second)]
     pub command_timeout: f64,
     /// Send everything through WebDriver (no direct DevTools channel for page reads and
     /// screenshots; slower, for comparison and for endpoints that misbehave).
@@ -43,6 +43,15 @@ pub struct BrowserArgs {
     pub no_sandbox: bool,
 }
 
+/// `--command-timeout`: a browser cannot even start under a second.
+fn at_least_a_second(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v >= 1.0 && v.is_finite() => Ok(v),
+        Ok(_) => Err("at least 1 (seconds); the default is 10".into()),
+        Err(_) => Err(format!("{s:?} is not a number of seconds")),
+    }
+}
+
 impl BrowserArgs {
     /// The library's browser config for these arguments.
     pub fn config(&self) -> guirl_env::BrowserConfig {
@@ -50,7 +59,7 @@ impl BrowserArgs {
             chromedriver: self.chromedriver.clone(),
             webdriver_url: self.webdriver.clone(),
             headful: self.headful,
-            command_timeout: std::time::Duration::from_secs_f64(self.command_timeout.max(0.1)),
+            command_timeout: std::time::Duration::from_secs_f64(self.command_timeout),
             ..Default::default()
         }
         .with_devtools(!self.no_devtools)

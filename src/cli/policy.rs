@@ -6,6 +6,10 @@ use anyhow::{bail, Context};
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// The most episodes `guirl run` plays, and `guirl bench` a task, in one command (their
+/// jobs are listed up front).
+pub const MAX_EPISODES: u64 = 1_000_000;
+
 /// How episodes run (shared by `guirl run` and `guirl bench`).
 #[derive(Debug, Clone, clap::Args)]
 pub struct EpisodeArgs {
@@ -21,7 +25,7 @@ pub struct EpisodeArgs {
     /// Page time: the page's clock (timers, Date.now(), animations) is virtual and moves on
     /// by MS after each action and at reset, never while the policy thinks (100 is a good
     /// value); 0, the default, keeps the wall clock. Needs begin-frame control (headless
-    /// shell, no --free-frames).
+    /// shell; refused with --free-frames, --headful, --no-devtools, --webdriver).
     #[arg(long, value_name = "MS", default_value_t = 0)]
     pub virtual_time_ms: u32,
     /// Sampling temperature of a checkpoint or API policy (0, the default, is greedy).
@@ -37,6 +41,23 @@ impl EpisodeArgs {
         }
         if self.temperature < 0.0 || !self.temperature.is_finite() {
             bail!("--temperature must be 0 (greedy) or positive, got {}", self.temperature);
+        }
+        if self.wall_clock_ms == Some(0) {
+            bail!("--wall-clock-ms must be at least 1 (leave it out for no time limit)");
+        }
+        if self.virtual_time_ms > 0 {
+            let without = [
+                (browser.free_frames, "--free-frames"),
+                (browser.headful, "--headful"),
+                (browser.no_devtools, "--no-devtools"),
+                (browser.webdriver.is_some(), "--webdriver"),
+            ];
+            if let Some((_, flag)) = without.iter().find(|(on, _)| *on) {
+                bail!(
+                    "--virtual-time-ms needs begin-frame control over a browser guirl starts, which {flag} \
+                     turns off: drop one of the two"
+                );
+            }
         }
         Ok(crate::env::EnvConfig {
             browser: browser.config(),

@@ -49,6 +49,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     if args.episodes == 0 {
         bail!("--episodes must be at least 1");
     }
+    if args.episodes > super::policy::MAX_EPISODES {
+        bail!("--episodes {}: at most {} in one command", args.episodes, super::policy::MAX_EPISODES);
+    }
     if args.seed.checked_add(args.episodes - 1).is_none() {
         bail!(
             "--seed {} with --episodes {} runs seeds past the largest ({}): use a smaller --seed",

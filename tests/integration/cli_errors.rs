@@ -112,6 +112,24 @@ fn bad_arguments_are_explained() {
         &guirl(&["run", "--task", "miniwob/click-test", "--temperature=-1"]),
         &["--temperature must be 0 (greedy) or positive"],
     );
+    // Values that would measure something else than asked, refused before a browser starts.
+    let bench = |extra: &[&str]| {
+        let mut args = vec!["bench", "--tasks", "builtin/counter", "--out", "/tmp/guirl-never-written"];
+        args.extend_from_slice(extra);
+        guirl(&args)
+    };
+    fails_with(
+        &bench(&["--virtual-time-ms", "100", "--free-frames"]),
+        &["--virtual-time-ms needs begin-frame", "--free-frames"],
+    );
+    fails_with(&bench(&["--wall-clock-ms", "0"]), &["--wall-clock-ms must be at least 1"]);
+    fails_with(&bench(&["--command-timeout", "0"]), &["--command-timeout", "at least 1"]);
+    fails_with(&bench(&["--episodes-per-task", "4294967295"]), &["at most 1000000 a task"]);
+    fails_with(
+        &bench(&["--seed", "18446744073709551615", "--episodes-per-task", "2"]),
+        &["runs seeds past the largest"],
+    );
+    assert!(!std::path::Path::new("/tmp/guirl-never-written").exists(), "a refused bench writes no folder");
 }
 
 /// `--record` appends to a trajectory set; it refuses a folder of other files and a
