@@ -55,7 +55,27 @@ async fn a_token_differing_in_its_last_byte_is_refused() {
     assert_eq!(error(&r).1, "unauthorized", "a prefix is not the token");
     let r = http("GET", format!("{}/v1/tasks", s.base), None, Some(token)).await;
     assert_eq!(r.0, 200);
+    // The scheme's case does not matter (RFC 9110); some clients send `bearer`.
+    let url = format!("{}/v1/tasks", s.base);
+    let header = format!("bearer {token}");
+    let lower = tokio::task::spawn_blocking(move || {
+        ureq::get(&url).set("Authorization", &header).call().map(|r| r.status())
+    })
+    .await
+    .unwrap();
+    assert_eq!(lower.ok(), Some(200), "a lowercase scheme is refused");
     s.stop().await;
+}
+
+/// The served description names this version and every error code the server sends.
+#[test]
+fn the_openapi_description_is_of_this_version() {
+    let yaml = guirl::serve::env_server::OPENAPI_YAML;
+    assert!(
+        yaml.contains(&format!("version: {}\n", env!("CARGO_PKG_VERSION"))),
+        "openapi.yaml names another version"
+    );
+    assert!(yaml.contains("missing_task"), "openapi.yaml lacks missing_task");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

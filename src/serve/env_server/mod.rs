@@ -130,8 +130,9 @@ async fn auth(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Respons
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .is_some_and(|t| token_matches(t.trim(), token));
+        // The scheme is case-insensitive (RFC 9110); some clients send `bearer`.
+        .and_then(|v| v.split_once(' ').filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer")))
+        .is_some_and(|(_, t)| token_matches(t.trim(), token));
     let query_ok = req.uri().query().is_some_and(|q| {
         url::form_urlencoded::parse(q.as_bytes()).any(|(k, v)| k == "token" && token_matches(&v, token))
     });
@@ -141,7 +142,7 @@ async fn auth(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Respons
     ApiError::new(
         StatusCode::UNAUTHORIZED,
         "unauthorized",
-        "this server needs its token: send the header \"Authorization: Bearer <token>\" (or ?token=<token> on /ws)",
+        "this server needs its token: send the header \"Authorization: Bearer <token>\" (or ?token=<token>)",
     )
     .into_response()
 }

@@ -9,7 +9,7 @@ use super::limits;
 use super::session::{Session, Transition};
 use super::state::{task_from_request, LocalPeer, ServeConfig, Shared};
 use super::wire::{self, ImageOverride, OPTION_FIELDS, OVERRIDE_FIELDS};
-use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::ws::{close_code, CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
 use axum::response::Response;
 use serde_json::{json, Map, Value};
@@ -65,7 +65,11 @@ async fn serve(s: Arc<Shared>, mut socket: WebSocket, local: bool) {
             }})
             .to_string();
             let _ = socket.send(Message::Text(text.into())).await;
-            let _ = socket.send(Message::Close(None)).await;
+            // The code and reason reach a client that writes before it reads (OpenEnv's
+            // sends `reset` first, and saw only "1005 no status received").
+            let reason: String = e.message.chars().take(100).collect();
+            let frame = CloseFrame { code: close_code::AGAIN, reason: reason.into() };
+            let _ = socket.send(Message::Close(Some(frame))).await;
             return;
         }
     };
