@@ -287,9 +287,7 @@ pub fn save_with(
         extra(tmp)?;
         policy.save(tmp)?;
         opt.save(&tmp.join("optimizer.safetensors"))?;
-        let p = tmp.join(TRAINER_FILE);
-        std::fs::write(&p, serde_json::to_string_pretty(state)?)
-            .with_context(|| format!("cannot write {}", p.display()))
+        write_state(tmp, state)
     })?;
     // After the folder is in place: `latest` only ever names a complete checkpoint.
     point(&checkpoints_dir(run_dir).join(LATEST), &dir)?;
@@ -368,9 +366,7 @@ pub fn save_cloning(
     write_dir_atomically(&dir, |tmp| {
         policy.save(tmp)?;
         opt.save(&tmp.join(SFT_OPTIMIZER_FILE))?;
-        let p = tmp.join(TRAINER_FILE);
-        std::fs::write(&p, serde_json::to_string_pretty(state)?)
-            .with_context(|| format!("cannot write {}", p.display()))
+        write_state(tmp, state)
     })?;
     Ok(dir)
 }
@@ -494,6 +490,13 @@ pub fn resolve_policy_dir(path: &Path) -> anyhow::Result<PolicyDir> {
 pub fn load_state(dir: &Path, opt: &mut AdamW) -> anyhow::Result<TrainerState> {
     opt.load(&dir.join("optimizer.safetensors"))?;
     read_state(dir)
+}
+
+/// Write `state` as `dir`'s trainer state (inside a folder being written atomically).
+fn write_state(dir: &Path, state: &TrainerState) -> anyhow::Result<()> {
+    let p = dir.join(TRAINER_FILE);
+    std::fs::write(&p, serde_json::to_string_pretty(state)?)
+        .with_context(|| format!("cannot write {}", p.display()))
 }
 
 /// A checkpoint's (or `cloning/`'s) trainer state.
