@@ -42,7 +42,7 @@ fn the_oracle_solves_every_builtin_episode_and_the_files_agree() {
         assert_eq!(report.tasks.len(), 2);
         for t in &report.tasks {
             assert_eq!((t.episodes, t.completed, t.successes, t.env_errors), (3, 3, 3, 0), "{t:?}");
-            assert_eq!(t.success_rate, 1.0);
+            assert_eq!(t.success_rate, Some(1.0));
             // Wilson for 3/3: not the zero-width [1, 1] of the Wald interval.
             assert_eq!(t.success_ci95, report::wilson(3, 3, report::Z95));
             assert!(t.success_ci95.0 < 0.5 && t.step_ms_p95 >= t.step_ms_p50 && t.step_ms_p50 > 0.0, "{t:?}");
@@ -352,4 +352,97 @@ fn a_random_episode_is_the_same_whichever_tasks_share_the_bench() {
         assert!(a.iter().any(|(_, actions, _)| actions.len() > 1), "random steps were played: {a:?}");
         assert_eq!(a, b, "the same seeds played differently beside another task");
     });
+}
+
+#[test]
+fn a_task_whose_page_does_not_load_is_named_and_the_others_run() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("site.toml");
+    // Port 9 (discard) refuses: the browser shows its error page at once.
+    let dead = "start_url = \"http://127.0.0.1:9/shop.html\"\ninstruction = \"Buy\"\nmax_steps = 3\n[success]\nurl_pattern = \"done\"\n";
+    std::fs::write(&spec, dead).unwrap();
+    let out = dir.path().join("b");
+    let tasks = format!("{},builtin/counter", spec.display());
+    let bench = |extra: &[&str]| {
+        guirl()
+            .args([
+                "bench",
+                "--tasks",
+                &tasks,
+                "--policy",
+                "random",
+                "--episodes-per-task",
+                "2",
+                "--envs",
+                "2",
+            ])
+            .arg("--out")
+            .arg(&out)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    // Both envs start on the dead task: it is named, and the other task still runs.
+    let o = bench(&[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    let id = spec.display().to_string();
+    assert!(
+        err.contains(&format!("no rate for {id}: its first page did not load"))
+            && err.contains("measured 1 of its 2 tasks")
+            && err.contains("--resume"),
+        "{err}"
+    );
+    let report = harness::compare::read_report(&out).unwrap();
+    assert_eq!(report.macro_success_rate, None, "no mean over a task left out");
+    assert_eq!(report.unrated, vec![id.clone()]);
+    assert_eq!(report.unreachable.len(), 1);
+    assert_eq!((report.tasks[0].episodes, report.tasks[0].success_rate), (0, None));
+    assert_eq!((report.tasks[1].task.as_str(), report.tasks[1].episodes), ("builtin/counter", 2));
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    assert!(json["macro_success_rate"].is_null() && json["tasks"][0]["success_rate"].is_null(), "{json}");
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("n/a (1 of 2 tasks have no completed episode") && md.contains("Not run: "), "{md}");
+    // Its URL fixed (a spec none of whose episodes ran may change), --resume runs it.
+    let fixed = concat!(env!("CARGO_MANIFEST_DIR"), "/environments/websites/newsletter.toml");
+    std::fs::copy(fixed, &spec).unwrap();
+    let o = bench(&["--resume"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let report = harness::compare::read_report(&out).unwrap();
+    assert!(report.unrated.is_empty() && report.unreachable.is_empty(), "{report:?}");
+    assert_eq!(report.all.episodes, 4);
+    assert!(report.macro_success_rate.is_some());
+}
+
+#[test]
+fn a_stopped_bench_says_what_it_kept_and_how_to_go_on() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("b");
+    let child = guirl()
+        .args(["bench", "--tasks", "builtin/counter", "--policy", "random", "--episodes-per-task", "200"])
+        .arg("--out")
+        .arg(&out)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let journal_path = out.join(journal::RESULTS_FILE);
+    let t0 = std::time::Instant::now();
+    while rows_of(&journal_path).len() < 3 {
+        assert!(t0.elapsed().as_secs() < 120, "the bench never got going");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(130), "{err}");
+    let kept = journal::settle(&rows_of(&journal_path)).0.len();
+    assert!(
+        err.contains(&format!("guirl: {kept} of 200 episodes are in "))
+            && err.contains("with --resume to continue"),
+        "{kept}: {err}"
+    );
 }

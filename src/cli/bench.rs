@@ -241,9 +241,22 @@ async fn run(args: BenchRunArgs) -> anyhow::Result<()> {
         resume: args.resume,
         progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
         observation,
+        keep_and_say: Some(keep_and_say),
     };
     let report = harness::run(&opts, policy.as_mut()).await?;
     print!("{}", report.markdown());
     println!("\nwritten: {}/report.{{json,md,html}}, errors.md, results.jsonl", out.display());
+    // A score that leaves tasks out is no score of the bench: said, and not a success.
+    if let Some(why) = report.incomplete() {
+        bail!("{why}");
+    }
     Ok(())
+}
+
+/// Journal an episode and set what a Ctrl-C's exit says, under the signal's lock.
+fn keep_and_say(
+    keep: &mut dyn FnMut() -> anyhow::Result<()>,
+    line: &dyn Fn() -> String,
+) -> anyhow::Result<()> {
+    super::signals::done_so_far(keep, line)
 }

@@ -8,63 +8,18 @@
 //! ends as `env_error`, the env starts a fresh browser at its next reset, and the
 //! trajectory carries the status so a trainer can leave it out of its group's statistics.
 
-use super::prefix::{Prefix, PrefixError, Reached};
+use super::job::{Job, UnreachableTask};
+use super::prefix::{PrefixError, Reached};
 use super::runtime::off_runtime;
 use super::stats::CollectStats;
 use super::trajectory::{Outcome, Recorded, TrajStep, Trajectory, FORMAT_VERSION};
 use crate::env::{EnvConfig, EnvError, EpisodeStatus, GuiEnv, ScreenState};
-use crate::policy::{episode_stream, stream_key, Decision, Policy, PolicyFailure};
-use crate::tasks::Task;
+use crate::policy::{stream_key, Decision, Policy, PolicyFailure};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tokio::sync::{mpsc, oneshot};
-
-/// One episode to run: a task, a seed, and the GRPO group it belongs to.
-#[derive(Debug, Clone)]
-pub struct Job {
-    /// The task.
-    pub task: Arc<dyn Task>,
-    /// Its seed.
-    pub seed: u64,
-    /// Group id (rollouts of the same task and seed share it).
-    pub group: Option<u64>,
-    /// Start from a recorded mid-episode state instead of the reset screen: the prefix's
-    /// steps are replayed (and checked screen by screen) before the policy acts, and are
-    /// kept in the trajectory marked [`TrajStep::prefix`]. Its seed is `seed`.
-    pub prefix: Option<Arc<Prefix>>,
-    /// The episode's sampling stream ([`episode_stream`]), so that its draws depend on
-    /// its task and seed alone, not on which other jobs share the collection (a bench, a
-    /// resumed one, `guirl run`). `None`: its index in the collection (training's groups,
-    /// whose members share task and seed).
-    pub stream: Option<u64>,
-}
-
-impl Job {
-    /// The episode of `task` on `seed`, drawing from its own stream ([`Job::stream`]).
-    pub fn episode(task: Arc<dyn Task>, seed: u64) -> Job {
-        let stream = Some(episode_stream(task.id(), seed));
-        Job { task, seed, group: None, prefix: None, stream }
-    }
-
-    /// `group_size` jobs per (task, seed), each group numbered from `first_group`.
-    pub fn groups(instances: &[(Arc<dyn Task>, u64)], group_size: usize, first_group: u64) -> Vec<Job> {
-        let mut jobs = Vec::new();
-        for (g, (task, seed)) in instances.iter().enumerate() {
-            for _ in 0..group_size.max(1) {
-                jobs.push(Job {
-                    task: task.clone(),
-                    seed: *seed,
-                    group: Some(first_group + g as u64),
-                    prefix: None,
-                    stream: None,
-                });
-            }
-        }
-        jobs
-    }
-}
 
 /// Runs episodes over K envs, keeping the browsers alive between calls.
 pub struct Collector {
@@ -90,6 +45,10 @@ pub struct Collector {
     /// Set once any env of this collector has started an episode: from then on a browser
     /// that cannot be (re)started is bad luck (an `env_error` rollout), not a setup error.
     worked: Arc<AtomicBool>,
+    /// What a task whose first page does not load does to the collection.
+    pub unreachable: UnreachableTask,
+    /// The tasks an episode of which has started here ([`UnreachableTask::SkipTask`]).
+    started: Arc<Mutex<std::collections::HashSet<String>>>,
     /// The ranks of a data-parallel run ([`crate::dist`]): each runs its share of every
     /// collection. `None`: this process runs every job.
     pub group: Option<Arc<crate::dist::ProcessGroup>>,
@@ -100,6 +59,8 @@ enum Msg {
     Act(ScreenState, u64, oneshot::Sender<Decision>),
     /// A finished episode, and whether the task's reward model agreed with its check.
     Done(usize, Result<Recorded, EnvError>, Option<bool>),
+    /// A task's first episode could not start: its page did not load (with the error).
+    Unreachable(String, String),
     /// A worker ran out of jobs.
     Exit,
     /// The batch window closed (internal).
@@ -117,6 +78,8 @@ impl Collector {
             batch_wait: std::time::Duration::ZERO,
             one_state_per_call: false,
             worked: Arc::new(AtomicBool::new(false)),
+            unreachable: UnreachableTask::Abort,
+            started: Arc::default(),
             group: None,
         }
     }
@@ -178,15 +141,17 @@ impl Collector {
         let policy_name = policy.name();
         for slot in self.envs.iter_mut().take(n.max(1)) {
             let env = slot.take();
-            let (queue, tx, cfg, keep, name, worked) = (
-                queue.clone(),
-                tx.clone(),
-                self.cfg.clone(),
-                self.keep_frames,
-                policy_name.clone(),
-                self.worked.clone(),
-            );
-            handles.push(tokio::spawn(async move { worker(env, cfg, queue, tx, keep, name, worked).await }));
+            let ctx = WorkerCtx {
+                cfg: self.cfg.clone(),
+                queue: queue.clone(),
+                tx: tx.clone(),
+                keep_frames: self.keep_frames,
+                policy_name: policy_name.clone(),
+                worked: self.worked.clone(),
+                unreachable: self.unreachable,
+                started: self.started.clone(),
+            };
+            handles.push(tokio::spawn(worker(env, ctx)));
         }
         drop(tx);
         let bar = self.progress_bar(n);
@@ -266,6 +231,13 @@ impl Collector {
                     Msg::Done(_, Err(e), _) => {
                         fatal.get_or_insert(e);
                         queue.lock().expect("queue").clear();
+                    }
+                    Msg::Unreachable(task, error) => {
+                        // Its other jobs are not run; an env already on one fails alike.
+                        queue.lock().expect("queue").retain(|(_, j)| j.task.id() != task);
+                        if !stats.unreachable.iter().any(|(t, _)| *t == task) {
+                            stats.unreachable.push((task, error));
+                        }
                     }
                     Msg::Exit => alive -= 1,
                     Msg::Flush => {}
@@ -377,15 +349,20 @@ impl Collector {
     }
 }
 
-async fn worker(
-    mut env: Option<GuiEnv>,
+/// What a worker shares with the collection.
+struct WorkerCtx {
     cfg: EnvConfig,
     queue: Arc<Mutex<VecDeque<(usize, Job)>>>,
     tx: mpsc::UnboundedSender<Msg>,
     keep_frames: bool,
     policy_name: String,
     worked: Arc<AtomicBool>,
-) -> Option<GuiEnv> {
+    unreachable: UnreachableTask,
+    started: Arc<Mutex<std::collections::HashSet<String>>>,
+}
+
+async fn worker(mut env: Option<GuiEnv>, ctx: WorkerCtx) -> Option<GuiEnv> {
+    let WorkerCtx { cfg, queue, tx, keep_frames, policy_name, worked, unreachable, started } = ctx;
     loop {
         let Some((i, job)) = queue.lock().expect("queue").pop_front() else { break };
         let e = match env.as_mut() {
@@ -402,19 +379,31 @@ async fn worker(
             agreed = a;
             rec
         });
-        // Before any episode of this collector has started, a page that never loads is a
-        // user error (a wrong URL), not bad luck.
-        let r = match r {
-            Ok(rec)
-                if !worked.load(Ordering::SeqCst)
-                    && rec.trajectory.steps.is_empty()
-                    && rec.trajectory.outcome.status == EpisodeStatus::EnvError =>
-            {
-                Err(EnvError::Setup(rec.trajectory.outcome.error.clone().unwrap_or_default()))
-            }
-            r => r,
+        let not_started = |rec: &Recorded| {
+            rec.trajectory.steps.is_empty() && rec.trajectory.outcome.status == EpisodeStatus::EnvError
         };
-        if tx.send(Msg::Done(i, r, agreed)).is_err() {
+        let id = job.task.id().to_string();
+        if matches!(&r, Ok(rec) if !not_started(rec)) {
+            started.lock().expect("started").insert(id.clone());
+        }
+        let first_of_task = !started.lock().expect("started").contains(&id);
+        // Before any episode has started (of this collector, or of this task when the
+        // collection skips a task whose page does not load), a page that never loads is a
+        // user error (a wrong URL), not bad luck.
+        let msg = match (r, unreachable) {
+            (Ok(rec), UnreachableTask::SkipTask) if first_of_task && not_started(&rec) => {
+                Msg::Unreachable(id, rec.trajectory.outcome.error.clone().unwrap_or_default())
+            }
+            (Ok(rec), UnreachableTask::Abort) if !worked.load(Ordering::SeqCst) && not_started(&rec) => {
+                Msg::Done(
+                    i,
+                    Err(EnvError::Setup(rec.trajectory.outcome.error.clone().unwrap_or_default())),
+                    None,
+                )
+            }
+            (r, _) => Msg::Done(i, r, agreed),
+        };
+        if tx.send(msg).is_err() {
             break;
         }
     }

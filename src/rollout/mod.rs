@@ -2,6 +2,7 @@
 
 pub mod buffer;
 pub mod collector;
+pub mod job;
 pub mod play;
 pub mod prefix;
 pub mod replay;
@@ -15,7 +16,8 @@ pub mod trajectory;
 pub mod viewer;
 
 pub use buffer::{Group, GroupStats, TrainingBatch, TrajectoryBuffer};
-pub use collector::{Collector, Job};
+pub use collector::Collector;
+pub use job::{Job, UnreachableTask};
 pub use prefix::Prefix;
 pub use stats::CollectStats;
 pub use store::{TrajectorySet, TrajectoryWriter};

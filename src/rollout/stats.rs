@@ -44,6 +44,10 @@ pub struct CollectStats {
     /// ... and where it did not.
     #[serde(skip_serializing_if = "is_zero")]
     pub reward_model_disagree: usize,
+    /// Tasks whose first page did not load, with the error, when the collector goes on
+    /// without them ([`crate::rollout::UnreachableTask::SkipTask`]): their jobs were not run.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unreachable: Vec<(String, String)>,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -78,6 +82,11 @@ impl CollectStats {
                 / calls as f64;
         }
         self.policy_calls = calls;
+        for u in &s.unreachable {
+            if !self.unreachable.iter().any(|(t, _)| t == &u.0) {
+                self.unreachable.push(u.clone());
+            }
+        }
         self.episodes += s.episodes;
         self.env_steps += s.env_steps;
         self.env_errors += s.env_errors;

@@ -44,6 +44,7 @@ pub fn bench_options(
         resume: false,
         progress: false,
         observation: "n/a".into(),
+        keep_and_say: None,
     }
 }
 

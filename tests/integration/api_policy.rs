@@ -313,3 +313,53 @@ fn failing_endpoints_mark_episodes_and_the_bench_goes_on() {
         assert_eq!(set.trajectories[0].trajectory.steps[0].action, "click(3, 4)");
     });
 }
+
+#[test]
+fn a_bench_whose_endpoint_was_down_has_no_score_and_resume_asks_again() {
+    use axum::http::StatusCode;
+    use axum::response::IntoResponse;
+    use axum::routing::post;
+    use std::sync::atomic::AtomicBool;
+    runtime().block_on(async {
+        let up = Arc::new(AtomicBool::new(false));
+        let state = up.clone();
+        let router = axum::Router::new().route(
+            "/v1/chat/completions",
+            post(move |_: axum::body::Bytes| {
+                let up = state.load(Ordering::SeqCst);
+                async move {
+                    if up {
+                        axum::Json(answer(json!({"role": "assistant", "content": "done()"}))).into_response()
+                    } else {
+                        let body = json!({"error": {"message": "model is loading"}});
+                        (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response()
+                    }
+                }
+            }),
+        );
+        let base = format!("{}/v1", serve(router).await);
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("b");
+        let mut opts = options(&["miniwob/click-test"], 2, &out, 2);
+        let report = harness::run(&opts, &mut api("m", &base, 2000, 0)).await.unwrap();
+        assert_eq!(report.all.policy_errors, 2);
+        // No episode completed: no rate, no mean, and the bench says it is incomplete.
+        assert_eq!((report.tasks[0].success_rate, report.macro_success_rate), (None, None));
+        let why = report.incomplete().expect("incomplete");
+        assert!(
+            why.contains("miniwob/click-test: no episode the agent completed")
+                && why.contains("2 policy errors"),
+            "{why}"
+        );
+        // The endpoint back, --resume runs the policy's failed episodes again.
+        up.store(true, Ordering::SeqCst);
+        opts.resume = true;
+        let report = harness::run(&opts, &mut api("m", &base, 2000, 0)).await.unwrap();
+        let rows = journal::read_rows(&out.join(journal::RESULTS_FILE)).unwrap();
+        assert_eq!(rows.len(), 4, "{rows:?}");
+        assert!(rows[2..].iter().all(|r| r.attempt == 1 && r.status == EpisodeStatus::Fail), "{rows:?}");
+        assert_eq!((report.all.policy_errors, report.all.completed), (0, 2));
+        assert_eq!(report.macro_success_rate, Some(0.0));
+        assert!(report.incomplete().is_none());
+    });
+}

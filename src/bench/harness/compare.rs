@@ -50,7 +50,7 @@ pub fn compare(a: &Report, b: &Report) -> Vec<Delta> {
 }
 
 fn delta(task: &str, a: Option<&TaskStats>, b: Option<&TaskStats>) -> Delta {
-    let rate = |t: Option<&TaskStats>| t.filter(|t| t.completed > 0).map(|t| t.success_rate);
+    let rate = |t: Option<&TaskStats>| t.filter(|t| t.completed > 0).and_then(|t| t.success_rate);
     let significant = match (a, b) {
         (Some(a), Some(b)) if a.completed > 0 && b.completed > 0 => {
             a.success_ci95.1 < b.success_ci95.0 || b.success_ci95.1 < a.success_ci95.0
@@ -105,7 +105,7 @@ pub fn notes(a: &Report, b: &Report) -> Vec<String> {
     if stated(&ra.observation) && stated(&rb.observation) && ra.observation != rb.observation {
         out.push(format!("observation differs: A {}, B {}", ra.observation, rb.observation));
     }
-    if !ra.env.is_null() && !rb.env.is_null() && super::env_options_differ(&ra.env, &rb.env) {
+    if !ra.env.is_null() && !rb.env.is_null() && super::manifest::env_options_differ(&ra.env, &rb.env) {
         out.push(format!("env options differ: A {}, B {}", ra.env, rb.env));
     }
     out

@@ -15,17 +15,20 @@ fn row(t: &TaskStats, link: Option<&str>) -> String {
         Some(href) => format!("<a href=\"{}\">{}</a>", esc(href), esc(&t.task)),
         None => format!("<b>{}</b>", esc(&t.task)),
     };
+    let (Some(rate), Some(reward)) = (t.success_rate, t.mean_reward) else {
+        // Nothing the agent completed: no figures (sorted below every rate).
+        return format!(
+            "<tr><td>{name}</td><td>{}</td><td>{}</td><td>{}</td><td data-v=\"-1\">n/a</td><td></td><td data-v=\"-1\"></td><td></td><td></td><td></td></tr>\n",
+            t.episodes, t.env_errors, t.policy_errors
+        );
+    };
     format!(
-        "<tr><td>{name}</td><td>{}</td><td>{}</td><td>{}</td><td data-v=\"{}\">{:.3}</td><td>[{:.3}, {:.3}]</td><td data-v=\"{}\">{:.3} ± {:.3}</td><td>{:.2}</td><td>{:.1}</td><td>{:.1}</td></tr>\n",
+        "<tr><td>{name}</td><td>{}</td><td>{}</td><td>{}</td><td data-v=\"{rate}\">{rate:.3}</td><td>[{:.3}, {:.3}]</td><td data-v=\"{reward}\">{reward:.3} ± {:.3}</td><td>{:.2}</td><td>{:.1}</td><td>{:.1}</td></tr>\n",
         t.episodes,
         t.env_errors,
         t.policy_errors,
-        t.success_rate,
-        t.success_rate,
         t.success_ci95.0,
         t.success_ci95.1,
-        t.mean_reward,
-        t.mean_reward,
         t.reward_se,
         t.mean_steps,
         t.step_ms_p50,
@@ -76,7 +79,7 @@ details {{ margin-top: 1.5em; }}
 <table class="sortable"><thead><tr><th>task</th><th>episodes</th><th>env errors</th><th>policy errors</th><th>success</th><th>95 % CI</th><th>reward ± s.e.</th><th>steps</th><th>p50 ms</th><th>p95 ms</th></tr></thead>
 <tbody>
 {body}</tbody><tfoot>{all}</tfoot></table>
-<p>Mean of per-task success rates: {macro_rate:.3}. {eps_per_s:.2} episodes/s over {secs:.1} s.</p>
+<p>Mean of per-task success rates: {macro_rate}. {eps_per_s:.2} episodes/s over {secs:.1} s.</p>
 <details><summary>Episodes ({n})</summary>
 <table class="sortable"><thead><tr><th>task</th><th>seed</th><th>status</th><th>reward</th><th>steps</th><th>ms/step</th><th>error</th></tr></thead><tbody>
 {eps}</tbody></table></details>
@@ -98,7 +101,7 @@ for (const table of document.querySelectorAll('table.sortable')) {{
 }}
 </script></body></html>
 "#,
-        macro_rate = report.macro_success_rate,
+        macro_rate = esc(&report.macro_text()),
         eps_per_s = report.episodes_per_s,
         secs = report.seconds,
         n = episodes.len(),

@@ -10,17 +10,20 @@
 pub mod compare;
 pub mod html;
 pub mod journal;
+pub mod manifest;
 pub mod report;
 
 use crate::env::EnvConfig;
+use crate::env::EpisodeStatus;
 use crate::policy::Policy;
-use crate::rollout::{Collector, Job, TrajectoryWriter};
+use crate::rollout::{Collector, Job, TrajectoryWriter, UnreachableTask};
 use crate::tasks::Task;
 use anyhow::{bail, Context};
 use journal::{Journal, ResultRow, RESULTS_FILE};
+use manifest::{env_json, env_options_differ, value_differences};
+pub use manifest::{policy_settings, read_manifest, spec_hashes, Manifest, MANIFEST_FILE};
 use report::{Report, Reproducibility};
-use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -52,107 +55,14 @@ pub struct BenchOptions {
     /// What reaches the policy, for the report: `pixels` or `pixels+dom` (a checkpoint's
     /// inputs, whether an API policy is sent the elements), `n/a` for a scripted one.
     pub observation: String,
+    /// Runs the journaling of each finished episode and then sets the line a signal's exit
+    /// says (what is kept, how to go on), as one step: the CLI's, so that the count said is
+    /// the count kept. `None`: journal, say nothing.
+    pub keep_and_say: Option<KeepAndSay>,
 }
 
-/// `bench.json`: what a bench folder was asked to run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Manifest {
-    /// Task ids.
-    pub tasks: Vec<String>,
-    /// The policy as given.
-    pub policy: String,
-    /// The checkpoint folder it was loaded from, for a checkpoint policy (absent in
-    /// benches written before guirl recorded it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub checkpoint: Option<PathBuf>,
-    /// First seed.
-    pub seed: u64,
-    /// Episodes per task.
-    pub episodes_per_task: u64,
-    /// Environment options that change outcomes.
-    pub env: serde_json::Value,
-    /// When the bench first started.
-    pub started: String,
-    /// Wall-clock spent running so far (all sessions), seconds.
-    pub seconds: f64,
-    /// Browser versions, once a browser has run.
-    #[serde(default)]
-    pub browser: Option<crate::env::BrowserVersions>,
-    /// What the policy reported about itself when the bench started ([`policy_settings`]:
-    /// an API policy's model, prompt hash, coordinate frame, sampling, whether it is sent
-    /// the elements); absent in benches written before guirl recorded it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub policy_settings: Option<serde_json::Value>,
-    /// What reaches the policy (`pixels`, `pixels+dom`, `n/a`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observation: Option<String>,
-    /// The SHA-256 of each website spec task ([`spec_hashes`]), by task id.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub specs: BTreeMap<String, String>,
-}
-
-/// A policy's [`Policy::info`] less what its server may change between sessions without
-/// changing the policy (the model list it serves).
-pub fn policy_settings(info: &serde_json::Value) -> serde_json::Value {
-    let mut v = info.clone();
-    if let Some(o) = v.as_object_mut() {
-        o.remove("served_models");
-    }
-    v
-}
-
-/// The SHA-256 of each website spec task's file and of the local files its pages load, by
-/// task id. (MiniWoB++ and built-in tasks come with guirl, whose commit the report names.)
-pub fn spec_hashes(tasks: &[Arc<dyn Task>]) -> BTreeMap<String, String> {
-    use sha2::Digest;
-    let hash = |t: &Arc<dyn Task>| {
-        let spec = Path::new(t.id());
-        spec.is_file().then(|| {
-            let mut h = sha2::Sha256::new();
-            for f in std::iter::once(spec.to_path_buf()).chain(t.local_files()) {
-                h.update(std::fs::read(&f).unwrap_or_default());
-            }
-            (t.id().to_string(), format!("{:x}", h.finalize()))
-        })
-    };
-    tasks.iter().filter_map(hash).collect()
-}
-
-/// The keys whose values differ between two objects, as `WHAT key: old → new` (a key one
-/// side lacks, from an older guirl, or does not know, `null`, is not counted).
-fn value_differences(what: &str, a: &serde_json::Value, b: &serde_json::Value) -> Vec<String> {
-    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
-        return if a == b { vec![] } else { vec![format!("{what}: {a} → {b}")] };
-    };
-    let known = |v: &&serde_json::Value| !v.is_null();
-    a.iter()
-        .filter(|(_, v)| known(v))
-        .filter_map(|(k, v)| {
-            b.get(k).filter(known).filter(|w| *w != v).map(|w| format!("{what} {k}: {v} → {w}"))
-        })
-        .collect()
-}
-
-/// The bench folder's manifest file.
-pub const MANIFEST_FILE: &str = "bench.json";
-
-fn env_json(env: &EnvConfig) -> serde_json::Value {
-    serde_json::json!({
-        "max_steps": env.max_steps,
-        "strict_actions": env.strict_actions,
-        "wall_clock_ms": env.wall_clock_ms,
-        "virtual_time_ms": env.virtual_time_ms,
-    })
-}
-
-/// Whether two benches' env options differ. A key one side lacks (written before guirl
-/// recorded it) is not counted: what it was is unknown.
-pub(crate) fn env_options_differ(a: &serde_json::Value, b: &serde_json::Value) -> bool {
-    match (a.as_object(), b.as_object()) {
-        (Some(a), Some(b)) => a.iter().any(|(k, v)| b.get(k).is_some_and(|w| w != v)),
-        _ => a != b,
-    }
-}
+/// See [`BenchOptions::keep_and_say`]: `(keep, line)` runs `keep`, then records `line()`.
+pub type KeepAndSay = fn(&mut dyn FnMut() -> anyhow::Result<()>, &dyn Fn() -> String) -> anyhow::Result<()>;
 
 /// Folder (relative to the bench folder) of a task's trajectory set.
 pub fn trajectory_dir(task_id: &str) -> String {
@@ -164,20 +74,12 @@ pub fn trajectory_dir(task_id: &str) -> String {
     format!("trajectories/{}", parts.join("/"))
 }
 
-/// The manifest of the bench in `out`, if it holds one.
-pub fn read_manifest(out: &Path) -> anyhow::Result<Option<Manifest>> {
-    let path = out.join(MANIFEST_FILE);
-    match std::fs::read_to_string(&path) {
-        Ok(text) => {
-            Ok(Some(serde_json::from_str(&text).with_context(|| format!("reading {}", path.display()))?))
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(anyhow::Error::new(e).context(format!("reading {}", path.display()))),
-    }
-}
-
 /// Start or resume the bench's manifest, refusing a folder that holds a different bench.
-fn open_manifest(opts: &BenchOptions, policy_info: &serde_json::Value) -> anyhow::Result<Manifest> {
+fn open_manifest(
+    opts: &BenchOptions,
+    policy_info: &serde_json::Value,
+    rows: &[ResultRow],
+) -> anyhow::Result<Manifest> {
     let path = opts.out.join(MANIFEST_FILE);
     let wanted = Manifest {
         tasks: opts.tasks.iter().map(|t| t.id().to_string()).collect(),
@@ -239,7 +141,10 @@ fn open_manifest(opts: &BenchOptions, policy_info: &serde_json::Value) -> anyhow
                 }
             }
             for (task, hash) in &wanted.specs {
-                if old.specs.get(task).is_some_and(|h| h != hash) {
+                // (a task with no episode yet, e.g. a URL fixed after its page did not load,
+                // may change)
+                let ran = rows.iter().any(|r| &r.task == task);
+                if ran && old.specs.get(task).is_some_and(|h| h != hash) {
                     diffs.push(format!("{task}: the spec changed since the bench started"));
                 }
             }
@@ -252,8 +157,8 @@ fn open_manifest(opts: &BenchOptions, policy_info: &serde_json::Value) -> anyhow
             }
             // More episodes per task extends the bench; fewer keeps what is done. What an
             // older bench.json lacks is recorded now, for the next resume.
-            let mut specs = wanted.specs;
-            specs.extend(old.specs.clone());
+            let mut specs = old.specs.clone();
+            specs.extend(wanted.specs);
             Ok(Manifest {
                 episodes_per_task: wanted.episodes_per_task.max(old.episodes_per_task),
                 policy_settings: old.policy_settings.clone().or(wanted.policy_settings),
@@ -295,28 +200,43 @@ pub async fn run(opts: &BenchOptions, policy: &mut dyn Policy) -> anyhow::Result
         bail!("nothing to run: no task is left to bench");
     }
     std::fs::create_dir_all(&opts.out).with_context(|| format!("creating {}", opts.out.display()))?;
-    let mut manifest = open_manifest(opts, &policy.info())?;
+    let journal_path = opts.out.join(RESULTS_FILE);
+    let mut rows = journal::read_rows(&journal_path)?;
+    let mut manifest = open_manifest(opts, &policy.info(), &rows)?;
     let manifest_path = opts.out.join(MANIFEST_FILE);
     write_atomically(&manifest_path, serde_json::to_string_pretty(&manifest)?.as_bytes())?;
-    let journal_path = opts.out.join(RESULTS_FILE);
     let mut journal = Journal::open(&journal_path)?;
-    let mut rows = journal::read_rows(&journal_path)?;
     let seeds: Vec<u64> = (0..manifest.episodes_per_task).map(|i| manifest.seed + i).collect();
     let order: Vec<String> = manifest.tasks.clone();
     let mut collector = Collector::new(opts.envs, opts.env.clone());
     collector.keep_frames = true;
+    // A task whose page does not load is reported, and the others run.
+    collector.unreachable = UnreachableTask::SkipTask;
+    let mut unreachable: Vec<(String, String)> = Vec::new();
+    let total = order.len() * seeds.len();
     let bars = Bars::new(opts.progress, order.len(), seeds.len());
     let mut writers: HashMap<String, (TrajectoryWriter, usize)> = HashMap::new();
     let outcome: anyhow::Result<()> = async {
         // Round 0 runs what has no settled row; later rounds re-run env errors.
-        for _round in 0..=journal::MAX_RERUNS {
-            let (settled, next) = journal::settle(&rows);
+        for round in 0..=journal::MAX_RERUNS {
+            let (mut settled, mut next) = journal::settle(&rows);
+            if round == 0 {
+                // A policy's or judge's failure is not re-run at once (an endpoint that is
+                // down fails again) but at the next session, once it may be back.
+                settled.retain(|r| {
+                    let again = matches!(r.status, EpisodeStatus::PolicyError | EpisodeStatus::JudgeError);
+                    if again {
+                        next.insert((r.task.clone(), r.seed), r.attempt + 1);
+                    }
+                    !again
+                });
+            }
             bars.show(&order, &settled, seeds.len());
             let done: std::collections::HashSet<(String, u64)> =
                 settled.iter().map(|r| (r.task.clone(), r.seed)).collect();
             let mut jobs = Vec::new();
             let mut attempts = Vec::new();
-            for task in &opts.tasks {
+            for task in opts.tasks.iter().filter(|t| !unreachable.iter().any(|(u, _)| u == t.id())) {
                 for &seed in &seeds {
                     let key = (task.id().to_string(), seed);
                     if done.contains(&key) {
@@ -331,6 +251,8 @@ pub async fn run(opts: &BenchOptions, policy: &mut dyn Policy) -> anyhow::Result
             }
             let t0 = std::time::Instant::now();
             let base = manifest.seconds;
+            // Settled episodes, for the line a signal's exit says.
+            let mut kept = settled.len();
             let mut failed: Option<anyhow::Error> = None;
             let result = collector
                 .collect(policy, jobs, |i, rec| {
@@ -343,11 +265,26 @@ pub async fn run(opts: &BenchOptions, policy: &mut dyn Policy) -> anyhow::Result
                             writers.insert(t.task_id.clone(), (w, crate::rollout::store::lines_in(&abs)));
                         }
                         let (w, count) = writers.get_mut(&t.task_id).expect("inserted above");
-                        // The trajectory first, then the journal row that points at it.
-                        w.append(rec)?;
                         let row = ResultRow::of(t, attempts[i], &dir, *count);
+                        // The trajectory first, then the journal row that points at it.
+                        let mut keep = || -> anyhow::Result<()> {
+                            w.append(rec)?;
+                            journal.append(&row)?;
+                            Ok(())
+                        };
+                        let kept_now = kept + usize::from(row.is_final());
+                        let line = || {
+                            format!(
+                                "{kept_now} of {total} episodes are in {}: run the same command with --resume to continue",
+                                journal_path.display()
+                            )
+                        };
+                        match opts.keep_and_say {
+                            Some(f) => f(&mut keep, &line)?,
+                            None => keep()?,
+                        }
                         *count += 1;
-                        journal.append(&row)?;
+                        kept = kept_now;
                         rows.push(row);
                         Ok(())
                     })();
@@ -370,7 +307,10 @@ pub async fn run(opts: &BenchOptions, policy: &mut dyn Policy) -> anyhow::Result
             if let Some(e) = failed {
                 return Err(e.context("recording an episode"));
             }
-            result?;
+            for u in result?.1.unreachable {
+                tracing::warn!("{}: its first page did not load; its episodes are not run: {}", u.0, u.1);
+                unreachable.push(u);
+            }
         }
         Ok(())
     }
@@ -383,7 +323,7 @@ pub async fn run(opts: &BenchOptions, policy: &mut dyn Policy) -> anyhow::Result
             journal_path.display()
         )
     })?;
-    write_reports(opts, &manifest, &order, &rows, policy.info())
+    write_reports(opts, &manifest, &order, &rows, policy.info(), unreachable)
 }
 
 /// Write `report.{json,md,html}`, `errors.md` and each task's `view.html`.
@@ -393,6 +333,7 @@ fn write_reports(
     order: &[String],
     rows: &[ResultRow],
     policy_info: serde_json::Value,
+    unreachable: Vec<(String, String)>,
 ) -> anyhow::Result<Report> {
     let b = manifest.browser.clone().unwrap_or_default();
     let repro = Reproducibility {
@@ -414,6 +355,7 @@ fn write_reports(
     };
     let mut report = Report::build(order, rows, repro, manifest.seconds);
     report.skipped = opts.skipped.clone();
+    report.unreachable = unreachable;
     let out = &opts.out;
     write_atomically(&out.join("report.json"), serde_json::to_string_pretty(&report)?.as_bytes())?;
     write_atomically(&out.join("report.md"), report.markdown().as_bytes())?;
@@ -518,23 +460,34 @@ mod tests {
             resume,
             progress: false,
             observation: observation.into(),
+            keep_and_say: None,
         };
         let info = |temperature: f64, served: &[&str]| json!({"name": "openai:m", "temperature": temperature, "elements": true, "served_models": served});
-        let first = open_manifest(&opts(false, "pixels+dom"), &info(0.0, &["m"])).unwrap();
+        let first = open_manifest(&opts(false, "pixels+dom"), &info(0.0, &["m"]), &[]).unwrap();
         assert!(first.specs.contains_key(spec.to_str().unwrap()), "{:?}", first.specs);
         std::fs::create_dir_all(dir.path().join("b")).unwrap();
         std::fs::write(dir.path().join("b").join(MANIFEST_FILE), serde_json::to_string(&first).unwrap())
             .unwrap();
         // What the server lists is no setting of the policy.
-        open_manifest(&opts(true, "pixels+dom"), &info(0.0, &["m", "n"])).unwrap();
-        let e = open_manifest(&opts(true, "pixels"), &info(0.7, &["m"])).unwrap_err().to_string();
+        open_manifest(&opts(true, "pixels+dom"), &info(0.0, &["m", "n"]), &[]).unwrap();
+        let e = open_manifest(&opts(true, "pixels"), &info(0.7, &["m"]), &[]).unwrap_err().to_string();
         assert!(
             e.contains("policy temperature: 0.0 → 0.7") && e.contains("observation: pixels+dom → pixels"),
             "{e}"
         );
         let text = std::fs::read_to_string(&spec).unwrap();
         std::fs::write(&spec, format!("{text}\n# edited\n")).unwrap();
-        let e = open_manifest(&opts(true, "pixels+dom"), &info(0.0, &["m"])).unwrap_err().to_string();
+        // A task none of whose episodes ran may change (its URL fixed); one that ran may not.
+        open_manifest(&opts(true, "pixels+dom"), &info(0.0, &["m"]), &[]).unwrap();
+        let outcome =
+            crate::rollout::Outcome { reward: 0.0, status: EpisodeStatus::Fail, steps: 1, error: None };
+        let ran = ResultRow::of(
+            &crate::rollout::Trajectory::new(spec.to_str().unwrap(), 0, vec![], outcome),
+            0,
+            "t",
+            0,
+        );
+        let e = open_manifest(&opts(true, "pixels+dom"), &info(0.0, &["m"]), &[ran]).unwrap_err().to_string();
         assert!(e.contains("site.toml: the spec changed since the bench started"), "{e}");
     }
 

@@ -60,12 +60,12 @@ pub struct TaskStats {
     pub judge_errors: usize,
     /// Successful episodes.
     pub successes: usize,
-    /// successes / completed.
-    pub success_rate: f64,
+    /// successes / completed; `None` (`null`) when nothing was completed.
+    pub success_rate: Option<f64>,
     /// Wilson 95 % interval of the success rate.
     pub success_ci95: (f64, f64),
-    /// Mean reward over completed episodes.
-    pub mean_reward: f64,
+    /// Mean reward over completed episodes; `None` when nothing was completed.
+    pub mean_reward: Option<f64>,
     /// Its standard error (sample sd / √n).
     pub reward_se: f64,
     /// Mean steps over completed episodes.
@@ -102,9 +102,9 @@ pub fn task_stats(task: &str, settled: &[&ResultRow], attempts: &[&ResultRow]) -
         policy_errors: settled.iter().filter(|r| r.status == EpisodeStatus::PolicyError).count(),
         judge_errors: settled.iter().filter(|r| r.status == EpisodeStatus::JudgeError).count(),
         successes,
-        success_rate: if n == 0 { 0.0 } else { successes as f64 / n as f64 },
+        success_rate: (n > 0).then(|| successes as f64 / n as f64),
         success_ci95: wilson(successes, n, Z95),
-        mean_reward: if n == 0 { 0.0 } else { mean_reward },
+        mean_reward: (n > 0).then_some(mean_reward),
         reward_se: if n < 2 { 0.0 } else { sd / (n as f64).sqrt() },
         mean_steps: sum(&mut done.iter().map(|r| r.steps as f64)) / n.max(1) as f64,
         step_ms_p50: percentile(&lat, 0.5),
@@ -170,11 +170,20 @@ pub struct Report {
     pub tasks: Vec<TaskStats>,
     /// All episodes of all tasks pooled.
     pub all: TaskStats,
-    /// Mean of the per-task success rates (each task weighs the same).
-    pub macro_success_rate: f64,
-    /// Tasks asked for but not run, with why.
+    /// Mean of the per-task success rates (each task weighs the same); `None` (`null`)
+    /// unless every task of the bench has a rate (see `unrated`).
+    pub macro_success_rate: Option<f64>,
+    /// The bench's tasks with no rate: no episode the agent completed (not run, or every
+    /// episode an env, policy or judge error).
+    #[serde(default)]
+    pub unrated: Vec<String>,
+    /// Tasks asked for but left out of the bench, with why (no oracle).
     #[serde(default)]
     pub skipped: Vec<(String, String)>,
+    /// The bench's tasks whose first page did not load in the last session, with the
+    /// error: what they had not run was not run (`--resume` tries them again).
+    #[serde(default)]
+    pub unreachable: Vec<(String, String)>,
     /// Wall-clock of the bench's runs (resumed parts added), seconds.
     pub seconds: f64,
     /// Episode attempts per second over that time.
@@ -191,18 +200,23 @@ impl Report {
         for t in order {
             let s: Vec<&ResultRow> = settled.iter().filter(|r| &r.task == t).collect();
             let a: Vec<&ResultRow> = rows.iter().filter(|r| &r.task == t).collect();
-            if !s.is_empty() {
-                tasks.push(task_stats(t, &s, &a));
-            }
+            // (a task with no episode yet keeps its row: n/a, not left out)
+            tasks.push(task_stats(t, &s, &a));
         }
         let all =
             task_stats("[ALL TASKS]", &settled.iter().collect::<Vec<_>>(), &rows.iter().collect::<Vec<_>>());
-        let rated: Vec<f64> = tasks.iter().filter(|t| t.completed > 0).map(|t| t.success_rate).collect();
+        let rate = |t: &String| tasks.iter().find(|s| &s.task == t).and_then(|s| s.success_rate);
+        let unrated: Vec<String> = order.iter().filter(|t| rate(t).is_none()).cloned().collect();
+        let rates: Vec<f64> = order.iter().filter_map(rate).collect();
+        let macro_success_rate =
+            (unrated.is_empty() && !rates.is_empty()).then(|| rates.iter().sum::<f64>() / rates.len() as f64);
         Report {
-            macro_success_rate: rated.iter().fold(0.0, |a, b| a + b) / rated.len().max(1) as f64,
+            macro_success_rate,
+            unrated,
             tasks,
             all,
             skipped: Vec::new(),
+            unreachable: Vec::new(),
             seconds,
             episodes_per_s: rows.len() as f64 / seconds.max(1e-9),
             reproducibility: repro,
@@ -219,24 +233,24 @@ impl Report {
         s.push_str("| task | episodes | env errors | policy errors | success | 95 % CI | reward ± s.e. | steps | p50 ms | p95 ms |\n");
         s.push_str("|---|---:|---:|---:|---:|---|---|---:|---:|---:|\n");
         for t in self.tasks.iter().chain(std::iter::once(&self.all)) {
-            if t.completed == 0 {
+            let (Some(rate), Some(reward)) = (t.success_rate, t.mean_reward) else {
                 // Nothing the agent finished: no rate to give.
                 s.push_str(&format!(
                     "| {} | {} | {} | {} | n/a | | | | | |\n",
                     t.task, t.episodes, t.env_errors, t.policy_errors
                 ));
                 continue;
-            }
+            };
             s.push_str(&format!(
                 "| {} | {} | {} | {} | {:.3} | [{:.3}, {:.3}] | {:.3} ± {:.3} | {:.2} | {:.1} | {:.1} |\n",
                 t.task,
                 t.episodes,
                 t.env_errors,
                 t.policy_errors,
-                t.success_rate,
+                rate,
                 t.success_ci95.0,
                 t.success_ci95.1,
-                t.mean_reward,
+                reward,
                 t.reward_se,
                 t.mean_steps,
                 t.step_ms_p50,
@@ -244,8 +258,8 @@ impl Report {
             ));
         }
         s.push_str(&format!(
-            "\nMean of per-task success rates: {:.3}. {} episode attempts in {:.1} s ({:.2} episodes/s).\n",
-            self.macro_success_rate,
+            "\nMean of per-task success rates: {}. {} episode attempts in {:.1} s ({:.2} episodes/s).\n",
+            self.macro_text(),
             self.all.env_errors + self.all.episodes,
             self.seconds,
             self.episodes_per_s
@@ -260,6 +274,9 @@ impl Report {
         }
         for (t, why) in &self.skipped {
             s.push_str(&format!("\nSkipped {t}: {why}"));
+        }
+        for (t, why) in &self.unreachable {
+            s.push_str(&format!("\nNot run: {t}: its first page did not load ({why})"));
         }
         let r = &self.reproducibility;
         s.push_str("\n\n## Reproducibility\n\n");
@@ -283,6 +300,51 @@ impl Report {
             r.written
         ));
         s
+    }
+}
+
+impl Report {
+    /// The mean of per-task rates as said: `n/a` with the tasks that have no rate.
+    pub fn macro_text(&self) -> String {
+        match self.macro_success_rate {
+            Some(m) => format!("{m:.3}"),
+            None => format!(
+                "n/a ({} of {} tasks have no completed episode: {})",
+                self.unrated.len(),
+                self.tasks.len(),
+                self.unrated.join(", ")
+            ),
+        }
+    }
+
+    /// Why the bench does not measure every task it was asked to, if it does not: the
+    /// tasks that did not load and those with no completed episode, and what to do.
+    pub fn incomplete(&self) -> Option<String> {
+        if self.unrated.is_empty() {
+            return None;
+        }
+        let mut why: Vec<String> = Vec::new();
+        for t in &self.unrated {
+            match self.unreachable.iter().find(|(u, _)| u == t) {
+                Some((_, e)) => why.push(format!("{t}: its first page did not load ({e})")),
+                None => {
+                    let s = self.tasks.iter().find(|s| &s.task == t);
+                    let (env, policy, judge) =
+                        s.map_or((0, 0, 0), |s| (s.env_errors_final, s.policy_errors, s.judge_errors));
+                    why.push(format!(
+                        "{t}: no episode the agent completed ({env} env errors after re-runs, {policy} policy errors, {judge} judge errors)"
+                    ));
+                }
+            }
+        }
+        Some(format!(
+            "the bench measured {} of its {} tasks; no rate for {}. Fix the cause (errors.md lists the \
+             episodes' errors; `guirl doctor` checks the set-up), then run the same command with --resume: \
+             it runs what was not run and the policy's and judge's failed episodes again",
+            self.tasks.len() - self.unrated.len(),
+            self.tasks.len(),
+            why.join("; ")
+        ))
     }
 }
 
