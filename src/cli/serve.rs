@@ -126,14 +126,15 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
                 .unwrap_or_else(crate::serve::env_server::conn::default_max_connections),
             ..Default::default()
         },
-        cross_site: crate::serve::env_server::cross_site::CrossSite {
+        cross_site: crate::serve::access::CrossSite {
             host_names: args.host_names,
             allowed_origins: args.allow_origins,
         },
     };
     println!(
-        "guirl serve: http://{addr} (REST /v1/sessions, OpenEnv ws://{addr}/ws), up to {} sessions{}",
+        "guirl serve: http://{addr} (REST /v1/sessions, OpenEnv ws://{addr}/ws), up to {} session{}{}",
         cfg.max_sessions,
+        if cfg.max_sessions == 1 { "" } else { "s" },
         if cfg.token.is_some() { ", token required" } else { "" }
     );
     println!("guirl serve: {}", cfg.url_policy.describe());

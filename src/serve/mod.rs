@@ -2,5 +2,6 @@
 //! OpenEnv's WebSocket protocol) and a trained checkpoint behind an OpenAI-compatible API
 //! (`guirl serve-policy`).
 
+pub mod access;
 pub mod env_server;
 pub mod policy_server;

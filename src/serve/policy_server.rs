@@ -11,13 +11,20 @@
 //! `stream` (the whole answer in one chunk: it is decided before it is sent) are honoured;
 //! errors have the shape vLLM gives them. `/v1/models` says what the checkpoint reads
 //! (`observation`), so a client's report can state it.
+//!
+//! Access is checked first, as `guirl serve` checks it ([`crate::serve::access`]): the
+//! token, when one is set, on every route but `/health` (an OpenAI client sends it as its
+//! API key), then the `Host` and `Origin` headers and a POST's content type, so that no
+//! web page can run the policy.
 
 use crate::env::ScreenState;
 use crate::policy::api::prompt::read_user_text;
 use crate::policy::observation::Observation;
 use crate::policy::{stream_key, Sampling, TrainablePolicy};
-use axum::extract::{DefaultBodyLimit, State};
+use crate::serve::access::{self, CrossSite, Refusal};
+use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::StatusCode;
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -48,14 +55,48 @@ fn bad(message: impl Into<String>, param: Option<&str>) -> Response {
     error(StatusCode::BAD_REQUEST, "invalid_request_error", message, param)
 }
 
-/// The router serving `policy` as model `model`; `observation` is what the policy reads
-/// (a checkpoint's setting, [`crate::policy::observation_of_checkpoint`]).
-pub fn router(policy: Box<dyn TrainablePolicy>, model: String, observation: Observation) -> Router {
+/// Who may call the server.
+#[derive(Debug, Clone, Default)]
+pub struct Access {
+    /// The bearer token every route but `/health` requires; `None`: none (loopback only,
+    /// which the CLI enforces).
+    pub token: Option<String>,
+    /// The host names and web origins requests may come with.
+    pub cross_site: CrossSite,
+}
+
+/// A refusal in the shape of the server's other errors.
+fn refused(r: Refusal) -> Response {
+    let kind =
+        if r.status == StatusCode::UNAUTHORIZED { "authentication_error" } else { "invalid_request_error" };
+    error(r.status, kind, r.message, None)
+}
+
+/// The router serving `policy` as model `model` to those `access` lets in; `observation`
+/// is what the policy reads (a checkpoint's setting,
+/// [`crate::policy::observation_of_checkpoint`]).
+pub fn router(
+    policy: Box<dyn TrainablePolicy>,
+    model: String,
+    observation: Observation,
+    access: Access,
+) -> Router {
     let state = Arc::new(Served { policy: Mutex::new(policy), model, observation, created: unix_now() });
-    Router::new()
-        .route("/health", get(|| async { Json(json!({"status": "healthy"})) }))
+    let access = Arc::new(access);
+    let token = access.token.clone();
+    let api = Router::new()
         .route("/v1/models", get(models))
         .route("/v1/chat/completions", post(completions))
+        .route_layer(axum::middleware::from_fn(move |req: Request, next: Next| {
+            let refusal = token.as_deref().and_then(|t| access::token_refusal(&req, t));
+            async move {
+                match refusal {
+                    Some(r) => refused(r),
+                    None => next.run(req).await,
+                }
+            }
+        }));
+    api.route("/health", get(|| async { Json(json!({"status": "healthy"})) }))
         .fallback(|| async {
             error(
                 StatusCode::NOT_FOUND,
@@ -64,7 +105,24 @@ pub fn router(policy: Box<dyn TrainablePolicy>, model: String, observation: Obse
                 None,
             )
         })
+        .method_not_allowed_fallback(|| async {
+            error(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "invalid_request_error",
+                "this route does not take that method: GET /v1/models, POST /v1/chat/completions, GET /health",
+                None,
+            )
+        })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn(move |req: Request, next: Next| {
+            let refusal = access.cross_site.refusal(&req);
+            async move {
+                match refusal {
+                    Some(r) => refused(r),
+                    None => next.run(req).await,
+                }
+            }
+        }))
         .with_state(state)
 }
 
@@ -78,8 +136,9 @@ pub async fn serve(
     policy: Box<dyn TrainablePolicy>,
     model: String,
     observation: Observation,
+    access: Access,
 ) -> anyhow::Result<()> {
-    axum::serve(listener, router(policy, model, observation)).await?;
+    axum::serve(listener, router(policy, model, observation, access)).await?;
     Ok(())
 }
 

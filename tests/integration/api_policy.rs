@@ -90,7 +90,13 @@ fn a_checkpoint_through_the_api_acts_as_it_does_directly() {
         let direct_policy = checkpoint(&ckpt);
         let served = VlmPolicy::load(&ckpt, &candle_core::Device::Cpu).unwrap();
         let reads = guirl::policy::observation_of_checkpoint(&ckpt).unwrap();
-        let base = serve(guirl::serve::policy_server::router(Box::new(served), "tiny".into(), reads)).await;
+        let base = serve(guirl::serve::policy_server::router(
+            Box::new(served),
+            "tiny".into(),
+            reads,
+            Default::default(),
+        ))
+        .await;
         let tasks = ["builtin/login-settings", "miniwob/enter-text"];
 
         let mut direct = VlmPolicy::load(&ckpt, &candle_core::Device::Cpu).unwrap();
@@ -121,7 +127,13 @@ fn serve_policy_honours_n_seed_temperature_and_logprobs() {
         let mut direct = checkpoint(&dir.path().join("ckpt"));
         let served = VlmPolicy::load(&dir.path().join("ckpt"), &candle_core::Device::Cpu).unwrap();
         let reads = guirl::policy::observation::Observation::PixelsDom;
-        let base = serve(guirl::serve::policy_server::router(Box::new(served), "tiny".into(), reads)).await;
+        let base = serve(guirl::serve::policy_server::router(
+            Box::new(served),
+            "tiny".into(),
+            reads,
+            Default::default(),
+        ))
+        .await;
         // A real observation to send.
         let mut env = guirl::env::GuiEnv::new(
             guirl::tasks::load_task("miniwob/click-button").unwrap(),
@@ -361,5 +373,58 @@ fn a_bench_whose_endpoint_was_down_has_no_score_and_resume_asks_again() {
         assert_eq!((report.all.policy_errors, report.all.completed), (0, 2));
         assert_eq!(report.macro_success_rate, Some(0.0));
         assert!(report.incomplete().is_none());
+    });
+}
+
+#[test]
+fn serve_policy_asks_for_its_token_and_refuses_web_pages() {
+    use guirl::serve::policy_server::{router, Access};
+    runtime().block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        checkpoint(&dir.path().join("ckpt"));
+        let served = VlmPolicy::load(&dir.path().join("ckpt"), &candle_core::Device::Cpu).unwrap();
+        let access = Access { token: Some("s3cret".into()), ..Default::default() };
+        let reads = guirl::policy::observation::Observation::PixelsDom;
+        let base = serve(router(Box::new(served), "tiny".into(), reads, access)).await;
+        // (status, body) of a request with these headers, from a blocking client.
+        let call = |method: &'static str, path: &'static str, headers: Vec<(&'static str, &'static str)>| {
+            let url = format!("{base}{path}");
+            std::thread::spawn(move || {
+                let mut req = ureq::request(method, &url);
+                for (k, v) in headers {
+                    req = req.set(k, v);
+                }
+                let resp = match req.call() {
+                    Ok(r) => r,
+                    Err(ureq::Error::Status(_, r)) => r,
+                    Err(e) => panic!("{e}"),
+                };
+                let status = resp.status();
+                (status, resp.into_json::<Value>().unwrap_or(Value::Null))
+            })
+            .join()
+            .unwrap()
+        };
+        let (status, body) = call("GET", "/v1/models", vec![]);
+        assert_eq!(status, 401, "{body}");
+        assert_eq!(body["error"]["type"], "authentication_error", "{body}");
+        assert!(body["error"]["message"].as_str().unwrap().contains("Bearer"), "{body}");
+        assert_eq!(call("GET", "/v1/models", vec![("Authorization", "Bearer wrong")]).0, 401);
+        let (status, body) = call("GET", "/v1/models", vec![("Authorization", "Bearer s3cret")]);
+        assert_eq!((status, body["data"][0]["id"].as_str()), (200, Some("tiny")), "{body}");
+        assert_eq!(call("GET", "/health", vec![]).0, 200, "health needs no token");
+        // A page's request (an Origin header), or one by a rebinding name, is refused even
+        // with the token.
+        let auth = ("Authorization", "Bearer s3cret");
+        let (status, body) = call("GET", "/v1/models", vec![auth, ("Origin", "http://evil.example")]);
+        assert_eq!(status, 403, "{body}");
+        assert!(body["error"]["message"].as_str().unwrap().contains("--allow-origins"), "{body}");
+        let (status, body) = call("GET", "/v1/models", vec![auth, ("Host", "evil.example:8000")]);
+        assert_eq!(status, 421, "{body}");
+        assert!(body["error"]["message"].as_str().unwrap().contains("--host-names"), "{body}");
+        // A wrong method gets an error body too.
+        let (status, body) = call("GET", "/v1/chat/completions", vec![auth]);
+        assert_eq!(status, 405);
+        assert!(body["error"]["message"].as_str().unwrap().contains("POST /v1/chat/completions"), "{body}");
     });
 }

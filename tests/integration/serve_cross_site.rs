@@ -3,8 +3,8 @@
 //! are written by hand on a TCP socket, as such a client would.
 
 use crate::server::{self, Server};
+use guirl::serve::access::CrossSite;
 use guirl::serve::env_server::conn::ConnLimits;
-use guirl::serve::env_server::cross_site::CrossSite;
 use guirl::serve::env_server::ServeConfig;
 use serde_json::Value;
 use std::time::{Duration, Instant};

@@ -4,7 +4,6 @@
 //! protocol.
 
 pub mod conn;
-pub mod cross_site;
 pub mod error;
 pub mod frame;
 pub mod guard;
@@ -16,6 +15,7 @@ mod state;
 pub mod wire;
 mod ws;
 
+use crate::serve::access::{self, CrossSite};
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::Next;
@@ -83,7 +83,7 @@ pub fn router(cfg: ServeConfig) -> (Router, Arc<Shared>) {
         })
         .layer(DefaultBodyLimit::max(cfg.max_body))
         .layer(axum::middleware::from_fn_with_state(shared.clone(), bounded_body))
-        .layer(axum::middleware::from_fn_with_state(Arc::new(cfg.cross_site.clone()), cross_site::check))
+        .layer(axum::middleware::from_fn_with_state(Arc::new(cfg.cross_site.clone()), cross_site))
         .with_state(shared.clone());
     (router, shared)
 }
@@ -111,40 +111,24 @@ async fn bounded_body(State(s): State<Arc<Shared>>, req: Request, next: Next) ->
     }
 }
 
-/// Whether `given` is the server's `token`, in time that does not depend on where they
-/// differ: both are hashed first (so their lengths do not show either), then compared
-/// with `subtle`'s constant-time equality.
-pub fn token_matches(given: &str, token: &str) -> bool {
-    use sha2::Digest;
-    use subtle::ConstantTimeEq;
-    let (a, b) = (sha2::Sha256::digest(given.as_bytes()), sha2::Sha256::digest(token.as_bytes()));
-    a.as_slice().ct_eq(b.as_slice()).into()
-}
-
 /// Require the bearer token (header, or `?token=` for WebSocket clients that cannot set headers).
 async fn auth(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Response {
-    let Some(token) = s.cfg.token.as_deref() else {
-        return next.run(req).await;
-    };
-    let header_ok = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        // The scheme is case-insensitive (RFC 9110); some clients send `bearer`.
-        .and_then(|v| v.split_once(' ').filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer")))
-        .is_some_and(|(_, t)| token_matches(t.trim(), token));
-    let query_ok = req.uri().query().is_some_and(|q| {
-        url::form_urlencoded::parse(q.as_bytes()).any(|(k, v)| k == "token" && token_matches(&v, token))
-    });
-    if header_ok || query_ok {
-        return next.run(req).await;
+    match s.cfg.token.as_deref().and_then(|token| access::token_refusal(&req, token)) {
+        Some(r) => refused(r),
+        None => next.run(req).await,
     }
-    ApiError::new(
-        StatusCode::UNAUTHORIZED,
-        "unauthorized",
-        "this server needs its token: send the header \"Authorization: Bearer <token>\" (or ?token=<token>)",
-    )
-    .into_response()
+}
+
+/// Requests a web page could send, refused before anything else runs ([`access`]).
+async fn cross_site(State(rules): State<Arc<CrossSite>>, req: Request, next: Next) -> Response {
+    match rules.refusal(&req) {
+        Some(r) => refused(r),
+        None => next.run(req).await,
+    }
+}
+
+fn refused(r: access::Refusal) -> Response {
+    ApiError::new(r.status, r.code, r.message).into_response()
 }
 
 async fn schema() -> Json<Value> {
@@ -229,7 +213,7 @@ pub async fn serve(
 
 #[cfg(test)]
 mod tests {
-    use super::{token_matches, LocalPeer};
+    use super::LocalPeer;
     use axum::extract::{ConnectInfo, FromRequestParts};
 
     #[tokio::test]
@@ -249,13 +233,5 @@ mod tests {
             assert!(!local(Some(a)).await, "{a}");
         }
         assert!(!local(None).await, "no connection info: not known to be local");
-    }
-
-    #[test]
-    fn only_the_exact_token_matches() {
-        assert!(token_matches("s3cret-token", "s3cret-token"));
-        for other in ["s3cret-tokeN", "s3cret-toke", "s3cret-token ", "", "S3cret-token"] {
-            assert!(!token_matches(other, "s3cret-token"), "{other:?}");
-        }
     }
 }

@@ -4,9 +4,10 @@
 
 use super::error::ApiError;
 use super::session::SessionTable;
-use super::{conn, cross_site, limits, wire};
+use super::{conn, limits, wire};
 use crate::env::url_policy::UrlPolicy;
 use crate::env::EnvConfig;
+use crate::serve::access::CrossSite;
 use crate::tasks::Task;
 use axum::extract::{ConnectInfo, FromRequestParts};
 use serde_json::{Map, Value};
@@ -34,8 +35,8 @@ pub struct ServeConfig {
     /// Which URLs a `task_spec`'s `start_url` may name (task ids and paths on guirl's own
     /// task server always pass).
     pub url_policy: UrlPolicy,
-    /// The host names and web origins requests may come with (see [`cross_site`]).
-    pub cross_site: cross_site::CrossSite,
+    /// The host names and web origins requests may come with (see [`crate::serve::access`]).
+    pub cross_site: CrossSite,
     /// Time and count bounds on connections (see [`conn`]).
     pub conn: conn::ConnLimits,
 }
