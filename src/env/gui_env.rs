@@ -18,6 +18,11 @@ use std::time::{Duration, Instant};
 
 mod observe;
 
+/// Why page time cannot be had: the browser gives no begin-frame control.
+const NO_PAGE_CLOCK: &str = "page time (--virtual-time-ms, [env] virtual_time_ms) needs begin-frame control, which \
+    this browser lacks (GUIRL_FRAME_CONTROL=0, or GUIRL_CHROMIUM not chrome-headless-shell): use the headless \
+    shell scripts/setup.sh installs, or leave page time out to run on the wall clock";
+
 /// A suggested page time per step for [`EnvConfig::virtual_time_ms`] (what the page-clock
 /// tests and the measured figures use).
 pub const DEFAULT_VIRTUAL_TIME_MS: u32 = 100;
@@ -39,8 +44,8 @@ pub struct EnvConfig {
     /// `Date.now()` and animations on a virtual clock that advances by `ms` after each
     /// action and at reset (and by `n` for `wait(n)`), never while the policy thinks, so
     /// an episode does not depend on how long the policy took. `None`: the wall clock.
-    /// Needs begin-frame control (the headless shell started here); elsewhere the page
-    /// keeps the wall clock. Default `None`: with the clock paused between budgets, a page
+    /// Needs begin-frame control (the headless shell started here); without it the first
+    /// reset fails with a setup error. Default `None`: with the clock paused between budgets, a page
     /// that finishes its set-up asynchronously (IndexedDB callbacks) after the reset's
     /// budget is not done when the policy looks (`tests/integration/website_state.rs` failed with it on).
     pub virtual_time_ms: Option<u32>,
@@ -224,7 +229,8 @@ impl GuiEnv {
             let mut b = Browser::launch(&cfg, vp.window_width, vp.window_height).await?;
             if let Some(ms) = self.cfg.virtual_time_ms.filter(|&ms| ms > 0) {
                 if !b.use_page_clock(Duration::from_millis(ms as u64)).await? {
-                    tracing::debug!("page time stays on the wall clock: no begin-frame control");
+                    b.close().await;
+                    return Err(EnvError::Setup(NO_PAGE_CLOCK.into()));
                 }
             }
             if b.has_devtools() || self.request_check.is_some() {

@@ -47,12 +47,7 @@ async fn fast_and_slow(virtual_time_ms: Option<u32>) -> (Vec<ScreenState>, Vec<S
 #[tokio::test]
 async fn with_virtual_page_time_a_slow_policy_sees_what_a_fast_one_sees() {
     let (fast, slow, clocked) = fast_and_slow(Some(100)).await;
-    if !clocked {
-        // GUIRL_FRAME_CONTROL=0, GUIRL_CHROMIUM=/usr/bin/chromium: no begin-frame control,
-        // so the page keeps the wall clock (the test below covers that case).
-        eprintln!("skipped: this browser runs without begin-frame control");
-        return;
-    }
+    assert!(clocked, "a browser without begin-frame control refuses page time (below)");
     for (a, b) in fast.iter().zip(&slow) {
         assert_eq!(a.elements, b.elements, "step {}", a.step);
         assert!(a.screenshot == b.screenshot, "step {}: the screenshots differ", a.step);
@@ -110,4 +105,15 @@ async fn miniwob_time_limit_counts_page_time_not_thinking_time() {
     assert_eq!(reason.as_deref(), Some("timed out"));
     assert_eq!(end, &runs[1].0, "fast and slow policies end alike");
     assert!(shots == &runs[1].1, "fast and slow policies see the same countdown");
+}
+
+#[tokio::test]
+async fn page_time_on_a_browser_without_frame_control_is_refused() {
+    // (GUIRL_FRAME_CONTROL=0 does this; so does a Chromium that is not the headless shell)
+    let mut cfg = EnvConfig { virtual_time_ms: Some(100), ..Default::default() };
+    cfg.browser.frame_control = false;
+    let mut env = env_with(repo("fixtures/tasks/ticker.toml").to_str().unwrap(), cfg);
+    let e = env.reset(0).await.expect_err("no page time without frame control").to_string();
+    env.close().await;
+    assert!(e.contains("needs begin-frame control") && e.contains("wall clock"), "{e}");
 }
