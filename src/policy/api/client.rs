@@ -66,6 +66,16 @@ pub fn error_message(body: &str) -> String {
     }
 }
 
+/// What a 404 most likely means: the server answered that a model does not exist (vLLM,
+/// OpenAI and `guirl serve-policy` say so in the message), or there is no such route.
+fn not_found_hint(message: &str, url: &str, models_url: &str) -> String {
+    if message.to_ascii_lowercase().contains("model") {
+        format!(" (check the model name: GET {models_url} lists what the server serves)")
+    } else {
+        format!(" (no {url}: is the base URL right? It usually ends in /v1)")
+    }
+}
+
 impl Endpoint {
     fn agent(&self) -> ureq::Agent {
         ureq::AgentBuilder::new()
@@ -137,8 +147,7 @@ impl Endpoint {
                     let text = resp.into_string().unwrap_or_default();
                     let mut message = error_message(&text);
                     if code == 404 {
-                        message
-                            .push_str(&format!(" (no {url}: is the base URL right? It usually ends in /v1)"));
+                        message.push_str(&not_found_hint(&message, &url, &self.url("models")));
                     }
                     if code == 401 || code == 403 {
                         message.push_str(" (check the API key's environment variable)");
@@ -169,6 +178,18 @@ impl Endpoint {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_404_blames_the_model_name_when_the_server_does() {
+        let (url, models) = ("http://h/v1/chat/completions", "http://h/v1/models");
+        let vllm =
+            error_message(r#"{"object":"error","message":"The model `qwen` does not exist.","code":404}"#);
+        assert!(not_found_hint(&vllm, url, models).contains("check the model name: GET http://h/v1/models"));
+        for route_missing in [r#"{"detail":"Not Found"}"#, "<html>404 Not Found</html>", ""] {
+            let hint = not_found_hint(&error_message(route_missing), url, models);
+            assert!(hint.contains("is the base URL right"), "{route_missing}: {hint}");
+        }
+    }
 
     #[test]
     fn both_error_shapes_are_read() {
