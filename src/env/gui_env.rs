@@ -559,11 +559,11 @@ impl GuiEnv {
         let vp = self.task.viewport();
         match &self.browser {
             Some(b) => b.screenshot(vp.crop_x, vp.crop_y, vp.width, vp.height).await,
-            None => self
-                .episode
-                .as_ref()
-                .map(|e| RgbImage::clone(&e.last.screenshot))
-                .ok_or_else(|| EnvError::Task("render() before reset(): nothing to show".into())),
+            // An episode without a browser: it failed and was closed (no current screen).
+            None if self.episode.is_some() => {
+                Err(EnvError::Browser("the browser failed and was closed; reset() starts a new one".into()))
+            }
+            None => Err(EnvError::Task("render() before reset(): nothing to show".into())),
         }
     }
 

@@ -368,6 +368,10 @@ async fn a_killed_browser_is_env_error_and_the_next_reset_works() {
     assert_eq!(r.body["info"]["status"], "env_error");
     assert_eq!((r.body["truncated"].as_bool(), r.body["reward"].as_f64()), (Some(true), Some(0.0)));
     assert!(r.body["info"]["env_error"].as_str().is_some());
+    // No screen to show until a reset starts a browser: not the last one, as if alive.
+    let r = get(&s, &format!("/v1/sessions/{id}/render")).await;
+    assert_eq!((r.status, code(&r)), (502, "env_error"));
+    assert!(r.body["error"]["message"].as_str().unwrap().contains("reset"), "{:?}", r.body);
     let r = post(&s, &format!("/v1/sessions/{id}/reset"), json!({"seed": 2})).await;
     assert_eq!(r.body["info"]["status"], "running", "{:?}", r.body);
     assert_eq!(r.body["info"]["browser_started"], true, "a fresh browser");
