@@ -142,7 +142,7 @@ fn a_killed_browser_is_counted_apart_and_rerun_and_random_fails() {
         );
         let errors = std::fs::read_to_string(out.join("errors.md")).unwrap();
         assert!(
-            errors.contains("## env_error (1 episodes)") && errors.contains(&format!("seeds {seed}")),
+            errors.contains("## env_error (1 episode)") && errors.contains(&format!("seeds {seed}")),
             "{errors}"
         );
     });
@@ -243,6 +243,11 @@ fn user_errors_name_the_fix() {
     assert!(e.contains("openai:MODEL@BASE_URL") && e.contains("oracle"), "{e}");
     let e = run(&["bench", "--resume", "--tasks", "miniwob/click-test"]);
     assert!(e.contains("holds no bench to continue"), "{e}");
+    // A folder of other files is not taken for a bench's.
+    std::fs::create_dir_all(dir.path().join("b")).unwrap();
+    std::fs::write(dir.path().join("b").join("notes.txt"), "mine").unwrap();
+    let e = run(&["bench", "--tasks", "builtin/counter", "--policy", "random"]);
+    assert!(e.contains("holds 1 other file(s) and no bench") && e.contains("--out"), "{e}");
     let e = run(&["bench"]);
     assert!(e.contains("--suite") && e.contains("--tasks"), "{e}");
     let o = guirl().args(["bench", "compare", "/nonexistent/a", "/nonexistent/b"]).output().unwrap();
@@ -312,10 +317,7 @@ fn compare_flags_disjoint_intervals() {
     w.tasks.retain(|t| t.task == "a");
     let notes = harness::compare::notes(&y, &w);
     assert_eq!(notes.len(), 1, "{notes:?}");
-    assert!(
-        notes[0].contains("only A ran b; only B ran none") && notes[0].contains("[ALL TASKS] pools"),
-        "{notes:?}"
-    );
+    assert!(notes[0].contains("tasks differ: only A ran b; [ALL TASKS] pools"), "{notes:?}");
 }
 
 /// A sampled policy's episode depends on its task and seed alone: a task benched beside

@@ -85,7 +85,11 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<()> {
 fn compare(a: &std::path::Path, b: &std::path::Path, json: bool) -> anyhow::Result<()> {
     let (ra, rb) = (harness::compare::read_report(a)?, harness::compare::read_report(b)?);
     let deltas = harness::compare::compare(&ra, &rb);
-    let notes = harness::compare::notes(&ra, &rb);
+    let mut notes = harness::compare::notes(&ra, &rb);
+    let same = |p: &std::path::Path| std::fs::canonicalize(p).unwrap_or(p.to_path_buf());
+    if same(a) == same(b) {
+        notes.insert(0, "A and B are the same bench: every delta is 0 by construction".into());
+    }
     if json {
         println!("{}", serde_json::to_string_pretty(&serde_json::json!({"notes": notes, "tasks": deltas}))?);
     } else {
@@ -130,7 +134,11 @@ fn task_ids(args: &BenchRunArgs) -> anyhow::Result<Vec<String>> {
         args.tasks.iter().map(|t| t.trim().to_string()).collect()
     };
     let mut seen = std::collections::HashSet::new();
+    let given = ids.len();
     ids.retain(|t| seen.insert(t.clone()));
+    if ids.len() < given {
+        eprintln!("{} task id(s) were given more than once; each task runs once", given - ids.len());
+    }
     if ids.is_empty() {
         bail!("no tasks: give --suite miniwob|builtin, --tasks a,b,c or --tasks-file FILE");
     }

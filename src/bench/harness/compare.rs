@@ -82,12 +82,16 @@ pub fn notes(a: &Report, b: &Report) -> Vec<String> {
     };
     let (only_a, only_b) = (only(a, b), only(b, a));
     if !only_a.is_empty() || !only_b.is_empty() {
-        let list = |v: &[String]| if v.is_empty() { "none".to_string() } else { v.join(", ") };
+        let mut who = Vec::new();
+        for (side, only) in [("A", &only_a), ("B", &only_b)] {
+            if !only.is_empty() {
+                who.push(format!("only {side} ran {}", only.join(", ")));
+            }
+        }
         out.push(format!(
-            "tasks differ: only A ran {}; only B ran {}; [ALL TASKS] pools each run's own tasks, so it \
-             compares different sets: compare the tasks both ran",
-            list(&only_a),
-            list(&only_b)
+            "tasks differ: {}; [ALL TASKS] pools each run's own tasks, so it compares different sets: \
+             compare the tasks both ran",
+            who.join("; ")
         ));
     }
     let seeds = |r: &super::report::Reproducibility| {

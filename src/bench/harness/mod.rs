@@ -102,7 +102,17 @@ fn open_manifest(
             "--resume: {} holds no bench to continue (no {MANIFEST_FILE}); run without --resume to start one",
             opts.out.display()
         ),
-        (None, false) if !has_rows => Ok(wanted),
+        (None, false) if !has_rows => {
+            // A folder of other files is not the user's bench: its report would sit among them.
+            let others = std::fs::read_dir(&opts.out).map(|d| d.flatten().count()).unwrap_or(0);
+            if others > 0 {
+                bail!(
+                    "{} holds {others} other file(s) and no bench: choose a new or empty --out",
+                    opts.out.display()
+                );
+            }
+            Ok(wanted)
+        }
         (Some(_), false) | (None, false) => bail!(
             "{} already holds a bench: add --resume to continue it, or choose another --out",
             opts.out.display()

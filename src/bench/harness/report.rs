@@ -373,7 +373,14 @@ pub fn errors_markdown(rows: &[ResultRow]) -> String {
     let mut sorted: Vec<_> = groups.into_iter().collect();
     sorted.sort_by_key(|g| std::cmp::Reverse(g.1.len()));
     for ((kind, msg), rs) in sorted {
-        s.push_str(&format!("## {kind} ({} episodes)\n\n```\n{msg}\n```\n\n", rs.len()));
+        // Env errors are re-run: count the episodes, and the attempts when they differ.
+        let episodes = rs.iter().map(|r| (&r.task, r.seed)).collect::<std::collections::BTreeSet<_>>().len();
+        let plural = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
+        let count = match rs.len() {
+            n if n == episodes => plural(n, "episode"),
+            n => format!("{}, {}", plural(episodes, "episode"), plural(n, "attempt")),
+        };
+        s.push_str(&format!("## {kind} ({count})\n\n```\n{msg}\n```\n\n"));
         let mut by_task: BTreeMap<&str, Vec<String>> = BTreeMap::new();
         for r in &rs {
             let seed = if r.attempt > 0 {
@@ -470,7 +477,7 @@ mod tests {
         assert_eq!((r.all.episodes, r.all.completed, r.all.judge_errors, r.all.successes), (2, 1, 1, 1));
         assert!(r.markdown().contains("1 episodes had no judge verdict"), "{}", r.markdown());
         let e = errors_markdown(&[judged]);
-        assert!(e.contains("## judge_error (1 episodes)") && e.contains("builtin/x: seeds 4"), "{e}");
+        assert!(e.contains("## judge_error (1 episode)") && e.contains("builtin/x: seeds 4"), "{e}");
     }
 
     #[test]
