@@ -204,7 +204,13 @@ class GuirlEnv(gym.Env):
     def step(self, action: str):
         if self.session is None:
             raise gym.error.ClosedEnvironmentError("this GuirlEnv was closed; make a new one")
-        out = self.session.step(str(action))
+        if not isinstance(action, str):
+            # (str(5) would be sent as the action "5", an invalid step the agent never chose)
+            raise TypeError(
+                f"GuirlEnv.step takes guirl's action text, e.g. 'click(10, 20)'; got "
+                f"{type(action).__name__} {action!r}"
+            )
+        out = self.session.step(action)
         info = out.get("info") or {}
         obs = out.get("observation")
         self._remember(obs, info)

@@ -88,6 +88,13 @@ def test_max_steps_truncates(live):
         assert truncated and not terminated and info["status"] == "truncated", info
 
 
+def test_an_action_that_is_not_text_is_refused(live):
+    with GuirlEnv(TASK, base_url=live.url) as env:
+        env.reset(seed=0)
+        with pytest.raises(TypeError, match="action text"):
+            env.step(5)
+
+
 def test_unknown_reset_option_is_an_error(live):
     with GuirlEnv(TASK, base_url=live.url) as env:
         with pytest.raises(ValueError, match="unknown reset option"):
