@@ -17,7 +17,7 @@ pub struct Job {
     pub group: Option<u64>,
     /// Start from a recorded mid-episode state instead of the reset screen: the prefix's
     /// steps are replayed (and checked screen by screen) before the policy acts, and are
-    /// kept in the trajectory marked [`TrajStep::prefix`]. Its seed is `seed`.
+    /// kept in the trajectory marked [`super::TrajStep::prefix`]. Its seed is `seed`.
     pub prefix: Option<Arc<Prefix>>,
     /// The episode's sampling stream ([`episode_stream`]), so that its draws depend on
     /// its task and seed alone, not on which other jobs share the collection (a bench, a
@@ -61,6 +61,6 @@ pub enum UnreachableTask {
     #[default]
     Abort,
     /// Leave that task's jobs unrun and go on with the others, naming it in
-    /// [`CollectStats::unreachable`] (a bench of many tasks).
+    /// [`super::CollectStats::unreachable`] (a bench of many tasks).
     SkipTask,
 }

@@ -46,7 +46,7 @@ pub struct Manifest {
     pub specs: BTreeMap<String, String>,
 }
 
-/// A policy's [`Policy::info`] less what its server may change between sessions without
+/// A policy's [`crate::policy::Policy::info`] less what its server may change between sessions without
 /// changing the policy (the model list it serves).
 pub fn policy_settings(info: &serde_json::Value) -> serde_json::Value {
     let mut v = info.clone();
