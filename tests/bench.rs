@@ -407,6 +407,10 @@ fn a_task_whose_page_does_not_load_is_named_and_the_others_run() {
     assert!(json["macro_success_rate"].is_null() && json["tasks"][0]["success_rate"].is_null(), "{json}");
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(md.contains("n/a (1 of 2 tasks have no completed episode") && md.contains("Not run: "), "{md}");
+    let errors = std::fs::read_to_string(out.join("errors.md")).unwrap();
+    assert!(errors.contains("## Tasks not run") && errors.contains(&format!("- {id}: page ")), "{errors}");
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(html.contains("<p>Not run: ") && html.contains(&format!("<tr><td>{id}</td>")), "{html}");
     // Its URL fixed (a spec none of whose episodes ran may change), --resume runs it.
     let fixed = concat!(env!("CARGO_MANIFEST_DIR"), "/environments/websites/newsletter.toml");
     std::fs::copy(fixed, &spec).unwrap();

@@ -11,7 +11,9 @@ fn esc(s: &str) -> String {
 }
 
 fn row(t: &TaskStats, link: Option<&str>) -> String {
+    // (a task with no episode has nothing to link to; `None` is the pooled row)
     let name = match link {
+        Some("") => esc(&t.task),
         Some(href) => format!("<a href=\"{}\">{}</a>", esc(href), esc(&t.task)),
         None => format!("<b>{}</b>", esc(&t.task)),
     };
@@ -43,9 +45,21 @@ pub fn render(report: &Report, episodes: &[(ResultRow, usize)]) -> String {
     for t in &report.tasks {
         let dir = episodes.iter().find(|(r, _)| r.task == t.task).map(|(r, _)| r.trajectory.clone());
         let href = dir.as_ref().map(|d| format!("{d}/view.html"));
-        body.push_str(&row(t, href.as_deref()));
+        body.push_str(&row(t, href.as_deref().or(Some(""))));
     }
     let all = row(&report.all, None);
+    // Tasks left out, and those whose page did not load, as report.md lists them.
+    let mut left_out = String::new();
+    for (t, why) in &report.skipped {
+        left_out.push_str(&format!("<p>Skipped {}: {}</p>\n", esc(t), esc(why)));
+    }
+    for (t, why) in &report.unreachable {
+        left_out.push_str(&format!(
+            "<p>Not run: {}: its first page did not load ({})</p>\n",
+            esc(t),
+            esc(why)
+        ));
+    }
     let mut eps = String::new();
     for (r, i) in episodes {
         eps.push_str(&format!(
@@ -80,7 +94,7 @@ details {{ margin-top: 1.5em; }}
 <tbody>
 {body}</tbody><tfoot>{all}</tfoot></table>
 <p>Mean of per-task success rates: {macro_rate}. {eps_per_s:.2} episodes/s over {secs:.1} s.</p>
-<details><summary>Episodes ({n})</summary>
+{left_out}<details><summary>Episodes ({n})</summary>
 <table class="sortable"><thead><tr><th>task</th><th>seed</th><th>status</th><th>reward</th><th>steps</th><th>ms/step</th><th>error</th></tr></thead><tbody>
 {eps}</tbody></table></details>
 <details><summary>Reproducibility</summary><pre>{repro}</pre></details>

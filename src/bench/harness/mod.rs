@@ -369,7 +369,7 @@ fn write_reports(
     let out = &opts.out;
     write_atomically(&out.join("report.json"), serde_json::to_string_pretty(&report)?.as_bytes())?;
     write_atomically(&out.join("report.md"), report.markdown().as_bytes())?;
-    write_atomically(&out.join("errors.md"), report::errors_markdown(rows).as_bytes())?;
+    write_atomically(&out.join("errors.md"), report::errors_markdown(rows, &report.unreachable).as_bytes())?;
     let (settled, _) = journal::settle(rows);
     let mut eps: Vec<(ResultRow, usize)> = Vec::new();
     for t in order {

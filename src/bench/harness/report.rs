@@ -348,9 +348,10 @@ impl Report {
     }
 }
 
-/// `errors.md`: errors grouped by normalized message (numbers, quoted text and hex ids
-/// replaced), with the tasks and seeds of each group.
-pub fn errors_markdown(rows: &[ResultRow]) -> String {
+/// `errors.md`: the tasks whose first page did not load (`unreachable`), then errors
+/// grouped by normalized message (numbers, quoted text and hex ids replaced), with the
+/// tasks and seeds of each group.
+pub fn errors_markdown(rows: &[ResultRow], unreachable: &[(String, String)]) -> String {
     let mut groups: BTreeMap<(String, String), Vec<&ResultRow>> = BTreeMap::new();
     for r in rows {
         let found = [
@@ -366,7 +367,14 @@ pub fn errors_markdown(rows: &[ResultRow]) -> String {
         }
     }
     let mut s = String::from("# Errors\n\n");
-    if groups.is_empty() {
+    if !unreachable.is_empty() {
+        s.push_str("## Tasks not run: their first page did not load\n\n");
+        for (t, why) in unreachable {
+            s.push_str(&format!("- {t}: {why}\n"));
+        }
+        s.push('\n');
+    }
+    if groups.is_empty() && unreachable.is_empty() {
         s.push_str("None.\n");
         return s;
     }
@@ -476,7 +484,7 @@ mod tests {
         let r = Report::build(&["builtin/x".to_string()], &[judged.clone(), ok], Default::default(), 1.0);
         assert_eq!((r.all.episodes, r.all.completed, r.all.judge_errors, r.all.successes), (2, 1, 1, 1));
         assert!(r.markdown().contains("1 episodes had no judge verdict"), "{}", r.markdown());
-        let e = errors_markdown(&[judged]);
+        let e = errors_markdown(&[judged], &[]);
         assert!(e.contains("## judge_error (1 episode)") && e.contains("builtin/x: seeds 4"), "{e}");
     }
 
