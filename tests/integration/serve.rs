@@ -132,7 +132,6 @@ async fn rest_episode_and_every_error_case() {
     for (body, want) in [
         (json!({}), "malformed_action"),
         (json!({"action": 5}), "malformed_action"),
-        (json!({"action": "x".repeat(12000), "screenshot": "none"}), "malformed_action"),
         (json!({"action": "done()", "screenshot": "gif"}), "bad_option"),
         (json!({"action": "done()", "extra": 1}), "bad_request"),
     ] {
@@ -144,6 +143,13 @@ async fn rest_episode_and_every_error_case() {
     assert_eq!(r.body["info"]["status"], "invalid_action");
     assert_eq!(r.body["info"]["valid_action"], false);
     assert!(r.body["info"]["action_error"].as_str().unwrap().contains("click"));
+    // An over-long answer is an invalid step too (an agent's runaway output), not a 400.
+    let r = post(&s, &format!("/v1/sessions/{id}/step"), json!({"action": "x".repeat(12000)})).await;
+    assert_eq!((r.status, r.body["info"]["status"].as_str()), (200, Some("invalid_action")), "{:?}", r.body);
+    assert!(r.body["info"]["action_error"]
+        .as_str()
+        .unwrap()
+        .contains("12000 characters long; at most 10000"));
     assert_eq!((r.body["terminated"].as_bool(), r.body["truncated"].as_bool()), (Some(false), Some(false)));
     let r = post(
         &s,
@@ -158,7 +164,7 @@ async fn rest_episode_and_every_error_case() {
     assert_eq!(r.body["info"]["status"], "success", "{:?}", r.body["info"]);
     assert_eq!(r.body["reward"], 1.0);
     assert_eq!(r.body["terminated"], true);
-    assert_eq!(r.body["info"]["step"], 3);
+    assert_eq!(r.body["info"]["step"], 4);
     let r = post(&s, &format!("/v1/sessions/{id}/step"), json!({"action": "done()"})).await;
     assert_eq!((r.status, code(&r)), (409, "no_episode"), "step after the end");
     let r = get(&s, &format!("/v1/sessions/{id}/render?format=png")).await;
@@ -167,7 +173,7 @@ async fn rest_episode_and_every_error_case() {
     let r = get(&s, &format!("/v1/sessions/{id}/render?format=bmp")).await;
     assert_eq!(code(&r), "bad_option");
     let st = get(&s, &format!("/v1/sessions/{id}")).await.body;
-    assert_eq!((st["episode_id"].as_u64(), st["step_count"].as_u64()), (Some(2), Some(3)));
+    assert_eq!((st["episode_id"].as_u64(), st["step_count"].as_u64()), (Some(2), Some(4)));
     let profile = st["browser_profile_dir"].as_str().unwrap().to_string();
     assert!(browser_alive(&profile));
     let r = http("DELETE", format!("{}/v1/sessions/{id}", s.base), None, None).await;

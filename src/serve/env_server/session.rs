@@ -390,7 +390,11 @@ impl Session {
 
     /// Take one step with action text `action`; `image` overrides the session's
     /// screenshot encoding for this answer.
-    pub async fn step(&self, action: &str, image: wire::ImageOverride) -> Result<Transition, ApiError> {
+    pub async fn step(
+        &self,
+        action: &wire::StepAction,
+        image: wire::ImageOverride,
+    ) -> Result<Transition, ApiError> {
         let mut g = self.lock().await?;
         if !g.running {
             let why = match g.status {
@@ -406,9 +410,14 @@ impl Session {
         image.allows(opts.screenshot)?;
         let env = g.env.as_mut().expect("a running episode has an env");
         let env_started = Instant::now();
-        let mut out = env
-            .step_text(action)
-            .await
+        let stepped = match action {
+            wire::StepAction::Text(text) => env.step_text(text).await,
+            wire::StepAction::TooLong(n) => {
+                let why = format!("the action is {n} characters long; at most {}", wire::MAX_ACTION_CHARS);
+                env.step_unparsed(why).await
+            }
+        };
+        let mut out = stepped
             .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;
         let env_time = env_started.elapsed();
         let mut info = wire::step_info(&out.info);

@@ -252,19 +252,29 @@ pub fn seed(obj: &Map<String, Value>) -> Result<Option<u64>, ApiError> {
     }
 }
 
+/// What a step request asks the env to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StepAction {
+    /// Action text to parse and execute.
+    Text(String),
+    /// Action text over [`MAX_ACTION_CHARS`] (its length): an invalid step, as an
+    /// unparsable one is, so that an agent's over-long answer costs a step, not the
+    /// client's loop.
+    TooLong(usize),
+}
+
 /// The action text of a step request (`action`, or BrowserGym's `action_str`).
-pub fn action(obj: &Map<String, Value>) -> Result<String, ApiError> {
+pub fn action(obj: &Map<String, Value>) -> Result<StepAction, ApiError> {
     let v = obj.get("action").or_else(|| obj.get("action_str"));
     let malformed = |m: String| ApiError::invalid("malformed_action", m);
     match v {
         None => Err(malformed(
             "the step has no \"action\": send {\"action\": \"click(10, 20)\"} (guirl's action text)".into(),
         )),
-        Some(Value::String(s)) if s.chars().count() > MAX_ACTION_CHARS => Err(malformed(format!(
-            "the action is {} characters long; at most {MAX_ACTION_CHARS}",
-            s.chars().count()
-        ))),
-        Some(Value::String(s)) => Ok(s.clone()),
+        Some(Value::String(s)) if s.chars().count() > MAX_ACTION_CHARS => {
+            Ok(StepAction::TooLong(s.chars().count()))
+        }
+        Some(Value::String(s)) => Ok(StepAction::Text(s.clone())),
         Some(other) => Err(malformed(format!(
             "\"action\" must be a string of guirl's action text like \"click(10, 20)\", got {}",
             short(&other.to_string())
