@@ -24,7 +24,8 @@ pub struct ResultRow {
     pub task: String,
     /// The episode's seed.
     pub seed: u64,
-    /// 0 for the first run of this (task, seed); 1..=3 for re-runs after an env error.
+    /// 0 for the first run of this (task, seed); then one more for each re-run: after an
+    /// env error (up to 3 in a session), or of a policy or judge error at a `--resume`.
     pub attempt: u32,
     /// How it ended.
     pub status: EpisodeStatus,
