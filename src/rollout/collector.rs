@@ -16,7 +16,6 @@ use super::trajectory::{Outcome, Recorded, TrajStep, Trajectory, FORMAT_VERSION}
 use crate::env::{EnvConfig, EnvError, EpisodeStatus, GuiEnv, ScreenState};
 use crate::policy::{stream_key, Decision, Policy, PolicyFailure};
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tokio::sync::{mpsc, oneshot};
@@ -42,13 +41,12 @@ pub struct Collector {
     /// ([`crate::policy::Policy::batch_invariant`]) still gets every waiting state in one
     /// call. Off: batch whatever is waiting (faster per state).
     pub one_state_per_call: bool,
-    /// Set once any env of this collector has started an episode: from then on a browser
-    /// that cannot be (re)started is bad luck (an `env_error` rollout), not a setup error.
-    worked: Arc<AtomicBool>,
     /// What a task whose first page does not load does to the collection.
     pub unreachable: UnreachableTask,
-    /// The tasks an episode of which has started here ([`UnreachableTask::SkipTask`]).
-    started: Arc<Mutex<std::collections::HashSet<String>>>,
+    /// The tasks an episode of which has started in this collector. Once any has, a
+    /// browser that cannot be (re)started is bad luck (an `env_error` rollout), not a setup
+    /// error; once a task has, its page not loading is too ([`UnreachableTask`]).
+    started: Started,
     /// The ranks of a data-parallel run ([`crate::dist`]): each runs its share of every
     /// collection. `None`: this process runs every job.
     pub group: Option<Arc<crate::dist::ProcessGroup>>,
@@ -77,7 +75,6 @@ impl Collector {
             progress: false,
             batch_wait: std::time::Duration::ZERO,
             one_state_per_call: false,
-            worked: Arc::new(AtomicBool::new(false)),
             unreachable: UnreachableTask::Abort,
             started: Arc::default(),
             group: None,
@@ -147,7 +144,6 @@ impl Collector {
                 tx: tx.clone(),
                 keep_frames: self.keep_frames,
                 policy_name: policy_name.clone(),
-                worked: self.worked.clone(),
                 unreachable: self.unreachable,
                 started: self.started.clone(),
             };
@@ -235,9 +231,7 @@ impl Collector {
                     Msg::Unreachable(task, error) => {
                         // Its other jobs are not run; an env already on one fails alike.
                         queue.lock().expect("queue").retain(|(_, j)| j.task.id() != task);
-                        if !stats.unreachable.iter().any(|(t, _)| *t == task) {
-                            stats.unreachable.push((task, error));
-                        }
+                        stats.note_unreachable(task, error);
                     }
                     Msg::Exit => alive -= 1,
                     Msg::Flush => {}
@@ -356,13 +350,20 @@ struct WorkerCtx {
     tx: mpsc::UnboundedSender<Msg>,
     keep_frames: bool,
     policy_name: String,
-    worked: Arc<AtomicBool>,
     unreachable: UnreachableTask,
-    started: Arc<Mutex<std::collections::HashSet<String>>>,
+    started: Started,
+}
+
+/// The ids of the tasks an episode of which has started ([`Collector::started`]).
+type Started = Arc<Mutex<std::collections::HashSet<String>>>;
+
+fn has_started(started: &Started, task: Option<&str>) -> bool {
+    let s = started.lock().expect("started");
+    task.map_or(!s.is_empty(), |t| s.contains(t))
 }
 
 async fn worker(mut env: Option<GuiEnv>, ctx: WorkerCtx) -> Option<GuiEnv> {
-    let WorkerCtx { cfg, queue, tx, keep_frames, policy_name, worked, unreachable, started } = ctx;
+    let WorkerCtx { cfg, queue, tx, keep_frames, policy_name, unreachable, started } = ctx;
     loop {
         let Some((i, job)) = queue.lock().expect("queue").pop_front() else { break };
         let e = match env.as_mut() {
@@ -375,7 +376,7 @@ async fn worker(mut env: Option<GuiEnv>, ctx: WorkerCtx) -> Option<GuiEnv> {
             None => env.insert(GuiEnv::new(job.task.clone(), cfg.clone())),
         };
         let mut agreed = None;
-        let r = episode(e, i, &job, &tx, keep_frames, &policy_name, &worked).await.map(|(rec, a)| {
+        let r = episode(e, i, &job, &tx, keep_frames, &policy_name, &started).await.map(|(rec, a)| {
             agreed = a;
             rec
         });
@@ -383,10 +384,7 @@ async fn worker(mut env: Option<GuiEnv>, ctx: WorkerCtx) -> Option<GuiEnv> {
             rec.trajectory.steps.is_empty() && rec.trajectory.outcome.status == EpisodeStatus::EnvError
         };
         let id = job.task.id().to_string();
-        if matches!(&r, Ok(rec) if !not_started(rec)) {
-            started.lock().expect("started").insert(id.clone());
-        }
-        let first_of_task = !started.lock().expect("started").contains(&id);
+        let first_of_task = !has_started(&started, Some(&id));
         // Before any episode has started (of this collector, or of this task when the
         // collection skips a task whose page does not load), a page that never loads is a
         // user error (a wrong URL), not bad luck.
@@ -394,7 +392,7 @@ async fn worker(mut env: Option<GuiEnv>, ctx: WorkerCtx) -> Option<GuiEnv> {
             (Ok(rec), UnreachableTask::SkipTask) if first_of_task && not_started(&rec) => {
                 Msg::Unreachable(id, rec.trajectory.outcome.error.clone().unwrap_or_default())
             }
-            (Ok(rec), UnreachableTask::Abort) if !worked.load(Ordering::SeqCst) && not_started(&rec) => {
+            (Ok(rec), UnreachableTask::Abort) if !has_started(&started, None) && not_started(&rec) => {
                 Msg::Done(
                     i,
                     Err(EnvError::Setup(rec.trajectory.outcome.error.clone().unwrap_or_default())),
@@ -418,7 +416,7 @@ async fn episode(
     tx: &mpsc::UnboundedSender<Msg>,
     keep_frames: bool,
     policy_name: &str,
-    worked: &AtomicBool,
+    tasks_started: &Started,
 ) -> Result<(Recorded, Option<bool>), EnvError> {
     let mut traj = Trajectory {
         version: FORMAT_VERSION,
@@ -445,7 +443,7 @@ async fn episode(
     };
     let mut obs = match started {
         Ok(reached) => {
-            worked.store(true, Ordering::SeqCst);
+            tasks_started.lock().expect("started").insert(job.task.id().to_string());
             if let Some(p) = &job.prefix {
                 traj.steps = reached.trajectory_steps(&p.steps);
                 traj.outcome.reward = traj.steps.iter().map(|s| s.reward).sum();
@@ -458,7 +456,7 @@ async fn episode(
         // A browser that cannot start at all is the user's to fix until one has worked;
         // afterwards (a Grid refusing a session, a crashed relaunch) it costs one rollout.
         Err(PrefixError::Env(e @ (EnvError::Setup(_) | EnvError::Launch(_))))
-            if !worked.load(Ordering::SeqCst) =>
+            if !has_started(tasks_started, None) =>
         {
             return Err(e)
         }

@@ -72,6 +72,13 @@ impl CollectStats {
 }
 
 impl CollectStats {
+    /// Name `task` as one whose first page did not load (once, with its first error).
+    pub fn note_unreachable(&mut self, task: String, error: String) {
+        if !self.unreachable.iter().any(|(t, _)| *t == task) {
+            self.unreachable.push((task, error));
+        }
+    }
+
     /// Add the figures of a later collection round (`seconds` add up: rounds run one
     /// after the other).
     pub fn add(&mut self, s: &CollectStats) {
@@ -82,10 +89,8 @@ impl CollectStats {
                 / calls as f64;
         }
         self.policy_calls = calls;
-        for u in &s.unreachable {
-            if !self.unreachable.iter().any(|(t, _)| t == &u.0) {
-                self.unreachable.push(u.clone());
-            }
+        for (task, error) in &s.unreachable {
+            self.note_unreachable(task.clone(), error.clone());
         }
         self.episodes += s.episodes;
         self.env_steps += s.env_steps;

@@ -82,6 +82,15 @@ async fn serve(router: axum::Router) -> String {
     format!("http://{addr}")
 }
 
+/// `guirl serve-policy`'s router over `served` as model `tiny`; its base URL.
+async fn serve_policy(
+    served: VlmPolicy,
+    reads: guirl::policy::observation::Observation,
+    access: guirl::serve::policy_server::Access,
+) -> String {
+    serve(guirl::serve::policy_server::router(Box::new(served), "tiny".into(), reads, access)).await
+}
+
 #[test]
 fn a_checkpoint_through_the_api_acts_as_it_does_directly() {
     runtime().block_on(async {
@@ -90,13 +99,7 @@ fn a_checkpoint_through_the_api_acts_as_it_does_directly() {
         let direct_policy = checkpoint(&ckpt);
         let served = VlmPolicy::load(&ckpt, &candle_core::Device::Cpu).unwrap();
         let reads = guirl::policy::observation_of_checkpoint(&ckpt).unwrap();
-        let base = serve(guirl::serve::policy_server::router(
-            Box::new(served),
-            "tiny".into(),
-            reads,
-            Default::default(),
-        ))
-        .await;
+        let base = serve_policy(served, reads, Default::default()).await;
         let tasks = ["builtin/login-settings", "miniwob/enter-text"];
 
         let mut direct = VlmPolicy::load(&ckpt, &candle_core::Device::Cpu).unwrap();
@@ -127,13 +130,7 @@ fn serve_policy_honours_n_seed_temperature_and_logprobs() {
         let mut direct = checkpoint(&dir.path().join("ckpt"));
         let served = VlmPolicy::load(&dir.path().join("ckpt"), &candle_core::Device::Cpu).unwrap();
         let reads = guirl::policy::observation::Observation::PixelsDom;
-        let base = serve(guirl::serve::policy_server::router(
-            Box::new(served),
-            "tiny".into(),
-            reads,
-            Default::default(),
-        ))
-        .await;
+        let base = serve_policy(served, reads, Default::default()).await;
         // A real observation to send.
         let mut env = guirl::env::GuiEnv::new(
             guirl::tasks::load_task("miniwob/click-button").unwrap(),
@@ -378,14 +375,14 @@ fn a_bench_whose_endpoint_was_down_has_no_score_and_resume_asks_again() {
 
 #[test]
 fn serve_policy_asks_for_its_token_and_refuses_web_pages() {
-    use guirl::serve::policy_server::{router, Access};
+    use guirl::serve::policy_server::Access;
     runtime().block_on(async {
         let dir = tempfile::tempdir().unwrap();
         checkpoint(&dir.path().join("ckpt"));
         let served = VlmPolicy::load(&dir.path().join("ckpt"), &candle_core::Device::Cpu).unwrap();
         let access = Access { token: Some("s3cret".into()), ..Default::default() };
         let reads = guirl::policy::observation::Observation::PixelsDom;
-        let base = serve(router(Box::new(served), "tiny".into(), reads, access)).await;
+        let base = serve_policy(served, reads, access).await;
         // (status, body) of a request with these headers, from a blocking client.
         let call = |method: &'static str, path: &'static str, headers: Vec<(&'static str, &'static str)>| {
             let url = format!("{base}{path}");

@@ -405,23 +405,20 @@ async fn a_token_guards_every_route_but_health() {
 
 #[test]
 fn serving_beyond_loopback_without_a_token_is_refused() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_guirl"))
-        .args(["serve", "--bind", "0.0.0.0:0"])
-        .env_remove("GUIRL_SERVE_TOKEN")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("without a token") && err.contains("--token"), "{err}");
     // serve-policy too: the policy would run for anyone who reaches it.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_guirl"))
-        .args(["serve-policy", "/nonexistent/run", "--bind", "0.0.0.0:0"])
-        .env_remove("GUIRL_SERVE_TOKEN")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("without a token") && err.contains("API key"), "{err}");
+    for (args, names) in [
+        (&["serve", "--bind", "0.0.0.0:0"][..], "--token"),
+        (&["serve-policy", "/nonexistent/run", "--bind", "0.0.0.0:0"][..], "API key"),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_guirl"))
+            .args(args)
+            .env_remove("GUIRL_SERVE_TOKEN")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("without a token") && err.contains(names), "{err}");
+    }
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_guirl"))
         .args(["serve", "--max-sessions", "0"])
         .output()
