@@ -20,7 +20,7 @@ use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor};
 use clap::{Parser, ValueEnum};
 use guirl::env::ScreenState;
-use guirl::policy::device::{DeviceFlag, DtypeFlag};
+use guirl::policy::device::{DeviceName, DtypeFlag};
 use guirl::policy::qwen_vl::{DecodeKernels, DecodeLora, DecodeWindow, QwenPolicySettings, QwenVlPolicy};
 use guirl::policy::{Policy, Sampling, TrainablePolicy};
 use std::path::PathBuf;
@@ -49,8 +49,8 @@ struct Cli {
     #[arg(long, value_name = "N", default_value_t = 32)]
     tokens: usize,
     /// Where the policy decodes (`cuda`: a `--features cuda` build and a GPU).
-    #[arg(long, value_enum, default_value_t = DeviceFlag::Cpu)]
-    device: DeviceFlag,
+    #[arg(long, default_value_t = DeviceName::Cpu)]
+    device: DeviceName,
     /// The weights' dtype (the policy's `dtype`).
     #[arg(long, value_enum, default_value_t = DtypeFlag::F32)]
     dtype: DtypeFlag,

@@ -10,7 +10,7 @@
 
 use candle_core::Device;
 use clap::{Parser, ValueEnum};
-use guirl::policy::device::DeviceFlag;
+use guirl::policy::device::DeviceName;
 use guirl::policy::vlm::{speed, VlmConfig};
 use std::path::PathBuf;
 
@@ -33,8 +33,7 @@ struct Cli {
     /// Where it runs; left out, CUDA in a `--features cuda` build, else the CPU. `cpu`
     /// runs a CUDA build on the host (candle's `cuda_if_available` only asks whether the
     /// feature is compiled in, so an empty CUDA_VISIBLE_DEVICES fails).
-    #[arg(value_enum)]
-    device: Option<DeviceFlag>,
+    device: Option<DeviceName>,
     /// Time nothing: write the seeded weights, the prepared batch and the first training
     /// step's loss, gradient norm and post-AdamW loss into DIR (`speed::export`), for
     /// `scripts/small_policy_torch.py` (the same policy in PyTorch) to check itself against
@@ -76,13 +75,11 @@ fn main() -> anyhow::Result<()> {
     });
     let cli = Cli::parse_from(args);
     let (preset, batch, export) = (cli.preset.name(), cli.batch, cli.export);
+    // Left out: the GPU in a CUDA build, else the CPU.
     let device = match cli.device {
-        Some(DeviceFlag::Cpu) => Device::Cpu,
-        Some(DeviceFlag::Cuda) | None if cfg!(feature = "cuda") => guirl::policy::device::cuda(0)?,
+        Some(d) => d.open()?,
+        None if cfg!(feature = "cuda") => guirl::policy::device::cuda(0)?,
         None => Device::Cpu,
-        Some(DeviceFlag::Cuda) => {
-            anyhow::bail!("device `cuda`: expected `cpu` or `cuda` (a --features cuda build)")
-        }
     };
     let cfg = VlmConfig::preset(preset)?;
     if let Some(dir) = export {

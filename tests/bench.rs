@@ -214,6 +214,12 @@ fn resume_after_sigkill_loses_no_finished_episode_and_repeats_none() {
     assert!(after.iter().all(|r| (first..first + 25).contains(&r.seed)), "{after:?}");
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(md.contains(&format!("seeds: {first}..{} per task (test split)", first + 24)), "{md}");
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("nothing ran"));
+    // A finished bench resumed runs nothing and says so.
+    let o = args(&["--resume"]).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success() && err.contains("already in") && err.contains("nothing ran"), "{err}");
+    assert_eq!(rows_of(&journal_path), after);
 }
 
 #[test]

@@ -30,7 +30,7 @@ mod time;
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
-use guirl::policy::device::{DeviceFlag, DtypeFlag};
+use guirl::policy::device::{DeviceName, DtypeFlag};
 use inputs::{Env, Inputs};
 use std::path::{Path, PathBuf};
 
@@ -98,8 +98,8 @@ struct Flags {
     #[arg(long, value_name = "PATH")]
     out: PathBuf,
     /// Where the policy runs (`cuda`: a `--features cuda` build and a GPU).
-    #[arg(long, value_enum, default_value_t = DeviceFlag::Cpu)]
-    device: DeviceFlag,
+    #[arg(long, default_value_t = DeviceName::Cpu)]
+    device: DeviceName,
     /// The weights' dtype.
     #[arg(long, value_enum, default_value_t = DtypeFlag::F32)]
     dtype: DtypeFlag,

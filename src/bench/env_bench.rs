@@ -156,6 +156,14 @@ async fn measure_task(task: &str, cfg: &EnvConfig, opts: &EnvBenchOptions) -> an
 
 /// Run the benchmark.
 pub async fn run(opts: &EnvBenchOptions) -> anyhow::Result<EnvBenchReport> {
+    // Said before minutes of measuring guirl, not after.
+    if let Some(py) = opts.baseline_python.as_ref().filter(|p| !p.exists()) {
+        anyhow::bail!(
+            "--baseline runs MiniWoB++'s Python environment with {}, which is not there: run \
+             benches/setup_baseline.sh first (or pass --baseline-python)",
+            py.display()
+        );
+    }
     let cfg = EnvConfig { browser: opts.browser.clone(), ..Default::default() };
     let off = EnvConfig { browser: opts.browser.clone().with_sandbox(false), ..Default::default() };
     let mut report = EnvBenchReport {

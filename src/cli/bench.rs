@@ -234,7 +234,7 @@ async fn run(args: BenchRunArgs) -> anyhow::Result<()> {
     let checkpoint = checkpoint_of(&args.policy, &out, args.resume)?;
     // A checkpoint policy is loaded from the folder it resolved to, which the bench records.
     let load = checkpoint.as_ref().map_or(args.policy.clone(), |d| d.display().to_string());
-    let mut policy = make_policy(&load, &ids, args.seed, args.episode.temperature, &args.api)?;
+    let mut policy = make_policy(&load, &ids, args.seed, &args.episode, &args.api)?;
     let observation = super::policy::observation(&load, &args.api, &policy.info())?;
     let opts = BenchOptions {
         tasks,

@@ -1,6 +1,7 @@
 //! `--policy`: the policies a command can run, by name.
 
 use crate::policy::api::{client::Endpoint, coords::CoordMode, ApiConfig, ApiPolicy};
+use crate::policy::device::DeviceName;
 use crate::policy::{oracle::OraclePolicy, random::RandomPolicy, Policy};
 use anyhow::{bail, Context};
 use std::path::PathBuf;
@@ -31,6 +32,10 @@ pub struct EpisodeArgs {
     /// Sampling temperature of a checkpoint or API policy (0, the default, is greedy).
     #[arg(long, default_value_t = 0.0, value_name = "T")]
     pub temperature: f64,
+    /// Where a checkpoint policy runs: cpu, cuda (GPU 0) or cuda:N. A GPU needs a
+    /// `--features cuda` build; another device may answer otherwise, so a bench records it.
+    #[arg(long, default_value_t = DeviceName::Cpu, value_name = "DEVICE")]
+    pub device: DeviceName,
 }
 
 impl EpisodeArgs {
@@ -188,15 +193,21 @@ pub fn names_a_checkpoint(name: &str) -> bool {
     !kind && (std::fs::symlink_metadata(name).is_ok() || name.contains('/'))
 }
 
-/// Build the policy named `name` for `task_ids` (an oracle must exist for each).
-/// `temperature` 0 decodes a checkpoint greedily.
+/// Build the policy named `name` for `task_ids` (an oracle must exist for each), at the
+/// episodes' temperature (0 decodes a checkpoint greedily), a checkpoint on their device.
 pub fn make_policy(
     name: &str,
     task_ids: &[&str],
     seed: u64,
-    temperature: f64,
+    episode: &EpisodeArgs,
     api: &ApiArgs,
 ) -> anyhow::Result<Box<dyn Policy>> {
+    let (temperature, device) = (episode.temperature, episode.device);
+    if !names_a_checkpoint(name) && device != DeviceName::Cpu {
+        bail!(
+            "--device {device} is where a checkpoint policy runs; {name:?} runs no model here: leave it out"
+        );
+    }
     match name {
         spec if spec.starts_with(crate::policy::api::openai::PREFIX) => {
             Ok(Box::new(api.policy(spec, seed, temperature)?))
@@ -215,7 +226,7 @@ pub fn make_policy(
             if let Some(note) = &found.note {
                 eprintln!("{note}");
             }
-            let mut p = crate::policy::load_checkpoint(&found.dir, &candle_core::Device::Cpu)?;
+            let mut p = crate::policy::load_checkpoint(&found.dir, &device.open()?)?;
             let mut s = p.sampling();
             s.greedy = temperature == 0.0;
             if temperature > 0.0 {

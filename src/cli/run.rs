@@ -64,7 +64,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let task = crate::tasks::load_task(&args.task)?;
     // A judge nobody runs would end every episode in `judge_error`, slowly: said first.
     crate::policy::judge::Judge::check_tasks(std::slice::from_ref(&task))?;
-    let mut policy = make_policy(&args.policy, &[task.id()], args.seed, args.episode.temperature, &args.api)?;
+    let mut policy = make_policy(&args.policy, &[task.id()], args.seed, &args.episode, &args.api)?;
+    // What reached the policy, said with its score (as a bench's report says it).
+    let observation = super::policy::observation(&args.policy, &args.api, &policy.info())?;
     let jobs: Vec<Job> = (0..args.episodes).map(|i| Job::episode(task.clone(), args.seed + i)).collect();
     let mut collector = Collector::new(args.envs, cfg);
     collector.keep_frames = args.record.is_some();
@@ -142,7 +144,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             .collect();
         let mut out = json!({
             "task": task.id(), "policy": args.policy, "episodes": results.len(), "success_rate": success,
-            "mean_reward": mean_reward, "env_steps": steps, "seconds": secs, "per_episode": per,
+            "mean_reward": mean_reward, "observation": observation, "env_steps": steps, "seconds": secs,
+            "per_episode": per,
         });
         if compared > 0 {
             out["reward_model_agreement"] = json!({"agree": stats.reward_model_agree, "episodes": compared});
@@ -169,6 +172,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             n => format!(" infrastructure_errors={n} (left out of the rates)"),
         };
         let rate = |v: Option<f64>| v.map_or("none".to_string(), |v| format!("{v:.3}"));
+        println!("observation: {observation}");
         println!(
             "episodes={} success_rate={} mean_reward={}{agreement}{judge_errors}{infra}",
             results.len(),

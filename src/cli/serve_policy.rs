@@ -30,6 +30,10 @@ pub struct ServePolicyArgs {
     /// page sent) is refused; programs send none.
     #[arg(long, value_delimiter = ',', value_name = "ORIGINS")]
     allow_origins: Vec<String>,
+    /// Where the policy runs: cpu, cuda (GPU 0) or cuda:N (a GPU needs a `--features cuda`
+    /// build).
+    #[arg(long, default_value_t = crate::policy::device::DeviceName::Cpu, value_name = "DEVICE")]
+    device: crate::policy::device::DeviceName,
 }
 
 /// `guirl serve-policy`.
@@ -48,7 +52,7 @@ pub async fn serve_policy(args: ServePolicyArgs) -> anyhow::Result<()> {
     if let Some(note) = &found.note {
         eprintln!("{note}");
     }
-    let policy = crate::policy::load_checkpoint(&found.dir, &candle_core::Device::Cpu)?;
+    let policy = crate::policy::load_checkpoint(&found.dir, &args.device.open()?)?;
     let observation = crate::policy::observation_of_checkpoint(&found.dir)?;
     let name = args.model_name.unwrap_or_else(|| {
         let dir = std::fs::canonicalize(&args.checkpoint).unwrap_or(args.checkpoint.clone());
@@ -62,8 +66,9 @@ pub async fn serve_policy(args: ServePolicyArgs) -> anyhow::Result<()> {
         },
     };
     println!(
-        "serving {name} ({}, reads {observation}) on http://{addr}/v1{}",
+        "serving {name} ({}; reads {observation}; runs on {}) at http://{addr}/v1{}",
         found.dir.display(),
+        args.device,
         if access.token.is_some() { ", token required" } else { "" }
     );
     // An unspecified address (0.0.0.0, ::) listens everywhere but is no address to connect to.

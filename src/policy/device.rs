@@ -21,23 +21,60 @@
 use anyhow::{Context, Result};
 use candle_core::Device;
 
-/// A device named on a command line (`--device cpu|cuda`, the benches' flag).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum DeviceFlag {
+/// Where a model runs, as a config (`device = "cuda:1"`) or `--device` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DeviceName {
     /// The host's CPU.
+    #[default]
     Cpu,
-    /// GPU 0, opened by [`cuda`].
-    Cuda,
+    /// The GPU with this index, opened by [`cuda`].
+    Cuda(usize),
 }
 
-impl DeviceFlag {
-    /// The device it names; CUDA without a `--features cuda` build or a GPU is an error
-    /// that says so.
+impl std::str::FromStr for DeviceName {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "cpu" => Ok(DeviceName::Cpu),
+            "cuda" => Ok(DeviceName::Cuda(0)),
+            _ => match s.strip_prefix("cuda:").map(str::parse::<usize>) {
+                Some(Ok(n)) => Ok(DeviceName::Cuda(n)),
+                _ => {
+                    anyhow::bail!("device must be \"cpu\", \"cuda\" or \"cuda:N\" (N a GPU index), got {s:?}")
+                }
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for DeviceName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeviceName::Cpu => write!(f, "cpu"),
+            DeviceName::Cuda(n) => write!(f, "cuda:{n}"),
+        }
+    }
+}
+
+impl DeviceName {
+    /// The device it names; a GPU without a `--features cuda` build, or that is not there,
+    /// is an error that says so.
     pub fn open(self) -> Result<Device> {
         match self {
-            DeviceFlag::Cpu => Ok(Device::Cpu),
-            DeviceFlag::Cuda => cuda(0).context("--device cuda needs a `--features cuda` build and a GPU"),
+            DeviceName::Cpu => Ok(Device::Cpu),
+            DeviceName::Cuda(n) => cuda(n).with_context(|| {
+                format!("{self}: no such CUDA device (a GPU needs a `--features cuda` build of guirl, docs/cuda.md)")
+            }),
         }
+    }
+}
+
+/// An open device as a config names it (`cpu`, `cuda:N`), for what a report records.
+pub fn name_of(dev: &Device) -> String {
+    match dev.location() {
+        candle_core::DeviceLocation::Cpu => "cpu".into(),
+        candle_core::DeviceLocation::Cuda { gpu_id } => format!("cuda:{gpu_id}"),
+        candle_core::DeviceLocation::Metal { gpu_id } => format!("metal:{gpu_id}"),
     }
 }
 

@@ -58,6 +58,10 @@ pub trait TrainablePolicy: Policy {
     /// demonstrations); an action the policy cannot write is an error saying why.
     fn encode(&self, state: &ScreenState, action: &GuiAction) -> Result<Vec<u32>>;
 
+    /// How many tokens the model reads for `state` before it answers: the prompt, image
+    /// tokens included (what `serve-policy` reports as `usage.prompt_tokens`).
+    fn prompt_tokens(&self, state: &ScreenState) -> Result<usize>;
+
     /// Differentiable per-token log-probs and entropies of the token sequences `tokens[i]`
     /// taken in `states[i]`, at the current temperature.
     fn score(&self, states: &[ScreenState], tokens: &[Vec<u32>]) -> Result<TokenScores>;

@@ -279,28 +279,31 @@ async fn completions(
         Err(why) => return bad(why, Some("messages")),
     };
     let server = s.clone();
-    let result = tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<crate::policy::Decision>> {
-        let mut p = server.policy.lock().map_err(|_| anyhow::anyhow!("the policy lock is poisoned"))?;
-        let before = p.sampling();
-        let greedy = temperature == 0.0;
-        p.set_sampling(Sampling { temperature: if greedy { 1.0 } else { temperature }, greedy, seed });
-        // Choice i draws from its own stream, so n choices are n independent samples; a
-        // policy whose answers do not depend on the batch gets them in one call (a Qwen-VL
-        // checkpoint then runs the prompt once and decodes the n answers together).
-        let out: anyhow::Result<Vec<_>> = if p.batch_invariant() {
-            let states = vec![state.clone(); n as usize];
-            let keys: Vec<u64> = (0..n as usize).map(|i| stream_key(i, 0)).collect();
-            p.act_keyed(&states, &keys)
-        } else {
-            (0..n as usize)
-                .map(|i| Ok(p.act_keyed(std::slice::from_ref(&state), &[stream_key(i, 0)])?.remove(0)))
-                .collect()
-        };
-        p.set_sampling(before);
-        out
-    })
-    .await;
-    let decisions = match result {
+    let result =
+        tokio::task::spawn_blocking(move || -> anyhow::Result<(Vec<crate::policy::Decision>, usize)> {
+            let mut p = server.policy.lock().map_err(|_| anyhow::anyhow!("the policy lock is poisoned"))?;
+            // counted once however many choices, as OpenAI counts it
+            let prompt_tokens = p.prompt_tokens(&state)?;
+            let before = p.sampling();
+            let greedy = temperature == 0.0;
+            p.set_sampling(Sampling { temperature: if greedy { 1.0 } else { temperature }, greedy, seed });
+            // Choice i draws from its own stream, so n choices are n independent samples; a
+            // policy whose answers do not depend on the batch gets them in one call (a Qwen-VL
+            // checkpoint then runs the prompt once and decodes the n answers together).
+            let out: anyhow::Result<Vec<_>> = if p.batch_invariant() {
+                let states = vec![state.clone(); n as usize];
+                let keys: Vec<u64> = (0..n as usize).map(|i| stream_key(i, 0)).collect();
+                p.act_keyed(&states, &keys)
+            } else {
+                (0..n as usize)
+                    .map(|i| Ok(p.act_keyed(std::slice::from_ref(&state), &[stream_key(i, 0)])?.remove(0)))
+                    .collect()
+            };
+            p.set_sampling(before);
+            Ok((out?, prompt_tokens))
+        })
+        .await;
+    let (decisions, prompt_tokens) = match result {
         Ok(Ok(d)) => d,
         Ok(Err(e)) => {
             return error(
@@ -350,7 +353,8 @@ async fn completions(
         })
         .collect();
     let (id, created) = (format!("chatcmpl-{:016x}", rand::random::<u64>()), unix_now());
-    let usage = json!({"prompt_tokens": 0, "completion_tokens": completion_tokens, "total_tokens": completion_tokens});
+    let usage = json!({"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                       "total_tokens": prompt_tokens + completion_tokens});
     if stream {
         return event_stream(&id, created, &s.model, &choices, include_usage.then_some(usage));
     }

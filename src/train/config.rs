@@ -4,6 +4,7 @@
 //! (defaults filled in) into the run folder. [`EXAMPLE_CONFIG`] shows every key.
 
 use super::objective::LossAgg;
+use crate::policy::device::DeviceName;
 use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -380,9 +381,9 @@ impl TrainConfig {
     /// The device of the process with this `LOCAL_RANK` in a data-parallel run: `cuda:N`
     /// becomes `cuda:(N + local_rank)`, one GPU per process; `cpu` stays the CPU.
     pub fn candle_device_for_rank(&self, local_rank: usize) -> anyhow::Result<candle_core::Device> {
-        match parse_device(&self.device)? {
-            None => Ok(candle_core::Device::Cpu),
-            Some(n) => crate::policy::device::cuda(n + local_rank).with_context(|| {
+        match self.device.parse::<DeviceName>()? {
+            DeviceName::Cpu => Ok(candle_core::Device::Cpu),
+            DeviceName::Cuda(n) => crate::policy::device::cuda(n + local_rank).with_context(|| {
                 let rank = match local_rank {
                     0 => String::new(),
                     r => format!(" (GPU {} for LOCAL_RANK {r}: one GPU per process)", n + r),
@@ -403,7 +404,7 @@ impl TrainConfig {
                 errs.push(msg)
             }
         };
-        if let Err(e) = parse_device(&self.device) {
+        if let Err(e) = self.device.parse::<DeviceName>() {
             check(false, e.to_string());
         }
         // [run]
@@ -559,18 +560,6 @@ fn old_form(text: &str, name: &str, old_keys: fn(&toml::Table) -> Vec<String>) -
     let doc: toml::Table = toml::from_str(text).ok()?;
     let table = doc.get(name)?.as_table()?;
     (!old_keys(table).is_empty()).then(|| table.clone())
-}
-
-/// `cpu` → None, `cuda` → Some(0), `cuda:N` → Some(N).
-fn parse_device(s: &str) -> anyhow::Result<Option<usize>> {
-    match s {
-        "cpu" => Ok(None),
-        "cuda" => Ok(Some(0)),
-        _ => match s.strip_prefix("cuda:").map(|n| n.parse::<usize>()) {
-            Some(Ok(n)) => Ok(Some(n)),
-            _ => bail!("device must be \"cpu\", \"cuda\" or \"cuda:N\" (N a GPU index), got {s:?}"),
-        },
-    }
 }
 
 /// The dotted name of the TOML table that the key at byte `pos` of `text` belongs to

@@ -182,6 +182,19 @@ fn serve_policy_honours_n_seed_temperature_and_logprobs() {
         assert_eq!(x["choices"].as_array().unwrap().len(), 4);
         assert_eq!(x["choices"], y["choices"]);
         assert_eq!(x["usage"]["completion_tokens"], y["usage"]["completion_tokens"]);
+        // The prompt is what the policy read (image tokens, instruction, elements), counted
+        // once however many choices; the total adds the answers.
+        let prompt = direct.prompt_tokens(&state).unwrap();
+        assert!(prompt > direct.config().image_tokens(), "{prompt}: the text and elements count too");
+        assert_eq!(
+            (v["usage"]["prompt_tokens"].as_u64(), x["usage"]["prompt_tokens"].as_u64()),
+            (Some(prompt as u64), Some(prompt as u64))
+        );
+        let (p, c) = (
+            x["usage"]["prompt_tokens"].as_u64().unwrap(),
+            x["usage"]["completion_tokens"].as_u64().unwrap(),
+        );
+        assert_eq!(x["usage"]["total_tokens"].as_u64(), Some(p + c));
 
         // `stream: true`: server-sent chunks that put the same answer back together.
         let url = format!("{base}/v1/chat/completions");

@@ -109,9 +109,55 @@ fn bad_arguments_are_explained() {
     fails_with(&guirl(&["bench-env", "--steps", "0"]), &["invalid value '0' for '--steps"]);
     fails_with(&guirl(&["bench-env", "--resets", "0"]), &["invalid value '0' for '--resets"]);
     fails_with(
+        &guirl(&["bench-env", "--baseline", "--baseline-python", "/nonexistent/python"]),
+        &["/nonexistent/python, which is not there", "benches/setup_baseline.sh"],
+    );
+    fails_with(
         &guirl(&["run", "--task", "miniwob/click-test", "--temperature=-1"]),
         &["--temperature must be 0 (greedy) or positive"],
     );
+    // A device is where a checkpoint runs: named wrong, asked of a policy with no model,
+    // or a GPU that is not there (no GPU 99, whatever the build).
+    fails_with(
+        &guirl(&["run", "--task", "miniwob/click-test", "--device", "gpu"]),
+        &["\"cuda:N\"", "\"gpu\""],
+    );
+    fails_with(
+        &guirl(&["run", "--task", "miniwob/click-test", "--device", "cuda"]),
+        &["--device cuda:0 is where a checkpoint policy runs", "\"random\" runs no model here"],
+    );
+    let ckpt = tempfile::tempdir().unwrap();
+    let tiny = guirl::policy::vlm::VlmPolicy::new(
+        guirl::policy::vlm::VlmConfig::tiny(),
+        &candle_core::Device::Cpu,
+        0,
+    );
+    guirl::policy::TrainablePolicy::save(&tiny.unwrap(), ckpt.path()).unwrap();
+    let at = ckpt.path().to_str().unwrap();
+    for cmd in [
+        &["run", "--task", "miniwob/click-test", "--policy", at][..],
+        &["serve-policy", at, "--bind", "127.0.0.1:0"],
+    ] {
+        let mut args = cmd.to_vec();
+        args.extend(["--device", "cuda:99"]);
+        fails_with(&guirl(&args), &["cuda:99: no such CUDA device", "--features cuda"]);
+    }
+    // On the CPU it runs, and the score says what the checkpoint read.
+    let out = guirl(&[
+        "run",
+        "--task",
+        "miniwob/click-test",
+        "--policy",
+        at,
+        "--device",
+        "cpu",
+        "--episodes",
+        "1",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((&v["observation"], &v["episodes"]), (&serde_json::json!("pixels"), &serde_json::json!(1)));
     // Values that would measure something else than asked, refused before a browser starts.
     let bench = |extra: &[&str]| {
         let mut args = vec!["bench", "--tasks", "builtin/counter", "--out", "/tmp/guirl-never-written"];
@@ -183,9 +229,9 @@ fn run_prints_episodes_and_summary_and_json() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
     let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 4, "{text}");
+    assert_eq!(lines.len(), 5, "{text}");
     assert!(text.contains("seed=7 ") && text.contains("seed=9 "), "{text}");
-    assert_eq!(*lines.last().unwrap(), "episodes=3 success_rate=1.000 mean_reward=1.000");
+    assert_eq!(lines[3..], ["observation: n/a", "episodes=3 success_rate=1.000 mean_reward=1.000"]);
 
     let out = guirl(&[
         "run",

@@ -226,6 +226,7 @@ pub async fn run(opts: &BenchOptions, policy: &mut dyn Policy) -> anyhow::Result
     let total = order.len() * seeds.len();
     let bars = Bars::new(opts.progress, order.len(), seeds.len());
     let mut writers: HashMap<String, (TrajectoryWriter, usize)> = HashMap::new();
+    let mut ran = 0;
     let outcome: anyhow::Result<()> = async {
         // Round 0 runs what has no settled row; later rounds re-run env errors.
         for round in 0..=journal::MAX_RERUNS {
@@ -259,6 +260,7 @@ pub async fn run(opts: &BenchOptions, policy: &mut dyn Policy) -> anyhow::Result
             if jobs.is_empty() {
                 break;
             }
+            ran += jobs.len();
             let t0 = std::time::Instant::now();
             let base = manifest.seconds;
             // Settled episodes, for the line a signal's exit says.
@@ -327,6 +329,12 @@ pub async fn run(opts: &BenchOptions, policy: &mut dyn Policy) -> anyhow::Result
     .await;
     collector.close().await;
     bars.finish();
+    if ran == 0 && outcome.is_ok() {
+        tracing::info!(
+            "every episode of this bench is already in {}: nothing ran; its reports are written again",
+            journal_path.display()
+        );
+    }
     outcome.with_context(|| {
         format!(
             "the bench stopped; every finished episode is in {}: run the same command with --resume to continue",

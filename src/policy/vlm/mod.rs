@@ -338,6 +338,10 @@ impl Policy for VlmPolicy {
         )
     }
 
+    fn info(&self) -> serde_json::Value {
+        serde_json::json!({ "name": self.name(), "device": crate::policy::device::name_of(&self.device) })
+    }
+
     fn act(&mut self, states: &[ScreenState]) -> Result<Vec<Decision>> {
         let keys: Vec<u64> = states.iter().map(|_| self.rng.gen()).collect();
         self.act_keyed(states, &keys)
@@ -431,6 +435,12 @@ impl TrainablePolicy for VlmPolicy {
         self.check_bins(w, h)?;
         let src = inputs::copy_sources(std::slice::from_ref(state), &self.cfg).pop().flatten();
         self.vocab.encode_in(action, w, h, src.as_ref())
+    }
+
+    fn prompt_tokens(&self, state: &ScreenState) -> Result<usize> {
+        // the encoder's sequence less its padding and empty slots, which the key mask hides
+        let enc = inputs::encoder_inputs(std::slice::from_ref(state), &self.cfg, &Device::Cpu)?;
+        Ok(enc.key_mask.flatten_all()?.to_vec1::<f32>()?.iter().filter(|&&m| m == 0.0).count())
     }
 
     fn score(&self, states: &[ScreenState], tokens: &[Vec<u32>]) -> Result<TokenScores> {

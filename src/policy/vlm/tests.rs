@@ -346,3 +346,15 @@ fn bins_finer_than_pixels_are_refused() {
     let e = TrainablePolicy::encode(&p, &states[0], &actions[0]).unwrap_err().to_string();
     assert!(e.contains("x_bins <= 160"), "{e}");
 }
+
+#[test]
+fn the_prompt_counts_the_image_tokens_and_each_instruction_byte() {
+    let p = tiny(0);
+    let count = |text: &str| p.prompt_tokens(&square_state(160, 210, 0, 0, 4, [9, 9, 9], text)).unwrap();
+    let image = p.config().image_tokens();
+    assert_eq!(count("Click"), image + 5);
+    assert_eq!(count("Click it"), image + 8);
+    // bytes past the cap are not read
+    let cap = p.config().max_instruction_bytes;
+    assert_eq!(count(&"x".repeat(cap + 10)), image + cap);
+}

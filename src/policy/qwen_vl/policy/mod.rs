@@ -423,7 +423,8 @@ impl Policy for QwenVlPolicy {
     }
 
     fn info(&self) -> serde_json::Value {
-        json!({ "name": self.name(), "backbone": self.settings, "coords": self.coords.to_string() })
+        let device = crate::policy::device::name_of(&self.device);
+        json!({ "name": self.name(), "backbone": self.settings, "coords": self.coords.to_string(), "device": device })
     }
 }
 
@@ -441,6 +442,10 @@ impl TrainablePolicy for QwenVlPolicy {
         let mut ids = self.model.chat.encode(&self.format_action(action, w, h))?;
         ids.push(self.eos);
         Ok(ids)
+    }
+
+    fn prompt_tokens(&self, state: &ScreenState) -> Result<usize> {
+        Ok(self.prompt(state)?.0.len())
     }
 
     fn score(&self, states: &[ScreenState], tokens: &[Vec<u32>]) -> Result<TokenScores> {
