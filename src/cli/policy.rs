@@ -80,9 +80,10 @@ impl EpisodeArgs {
 pub struct ApiArgs {
     /// The coordinate frame the model answers in: px (screenshot pixels), smart_resize
     /// (Qwen2.5-VL / UI-TARS-1.5 resized-image pixels; smart_resize:MIN_PIXELS,MAX_PIXELS),
-    /// rel1000 (Qwen2-VL, Qwen3-VL), rel999, rel1.
-    #[arg(long, default_value = "px", value_parser = parse_coords)]
-    pub coords: CoordMode,
+    /// rel1000 (Qwen2-VL, Qwen3-VL), rel999, rel1. Left out: the frame the server names for
+    /// the model (guirl serve-policy does), else px.
+    #[arg(long, value_parser = parse_coords, value_name = "FRAME")]
+    pub coords: Option<CoordMode>,
     /// A system prompt file replacing the built-in one (`{frame}` becomes the coordinate frame).
     #[arg(long, value_name = "FILE")]
     pub prompt: Option<PathBuf>,

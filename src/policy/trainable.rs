@@ -118,6 +118,26 @@ pub trait TrainablePolicy: Policy {
         token.to_string()
     }
 
+    /// What the model wrote with `tokens` (any prefix of an answer), for a model that
+    /// answers in text (Qwen-VL): `serve-policy` answers with it, in [`Self::answer_frame`].
+    /// `None` (the default): the tokens are not text, and the answer is the action.
+    fn answer_text(&self, tokens: &[u32]) -> Result<Option<String>> {
+        let _ = tokens;
+        Ok(None)
+    }
+
+    /// Whether an answer of `tokens` ended by itself, rather than at the policy's token limit.
+    fn answer_stopped(&self, tokens: &[u32]) -> bool {
+        let _ = tokens;
+        true
+    }
+
+    /// The coordinate frame of [`Self::answer_text`]'s clicks (screenshot pixels where the
+    /// answer is the action).
+    fn answer_frame(&self) -> crate::policy::api::coords::CoordMode {
+        crate::policy::api::coords::CoordMode::Px
+    }
+
     /// Whether the policy reads `ScreenState.previous_screenshot`: training then rebuilds
     /// each step's state with the frame before it (and skips that work otherwise).
     fn reads_previous_screenshot(&self) -> bool {

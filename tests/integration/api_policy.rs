@@ -44,7 +44,7 @@ fn api(model: &str, base: &str, timeout_ms: u64, retries: u32) -> ApiPolicy {
         },
         prompt_file: None,
         images: 1,
-        coords: CoordMode::Px,
+        coords: Some(CoordMode::Px),
         temperature: 0.0,
         max_tokens: 64,
         seed: 0,

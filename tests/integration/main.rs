@@ -43,6 +43,7 @@ mod qwen_vl_files;
 mod qwen_vl_learn;
 mod qwen_vl_lora_dropout;
 mod qwen_vl_overlap;
+mod qwen_vl_serve;
 mod readme_commands;
 mod record_replay;
 mod reward_model;

@@ -28,6 +28,8 @@ pub struct ServedModel {
     /// What the model reads, where the server says (`guirl serve-policy` does: a
     /// `pixels` checkpoint leaves the elements it is sent unused).
     pub observation: Option<crate::policy::observation::Observation>,
+    /// The coordinate frame of its answers, where the server says (`guirl serve-policy` does).
+    pub coordinates: Option<super::coords::CoordMode>,
 }
 
 /// A request that did not succeed, with what to tell the user.
@@ -100,6 +102,10 @@ impl Endpoint {
                             .get("observation")
                             .and_then(Value::as_str)
                             .and_then(|o| o.parse().ok()),
+                        coordinates: m
+                            .get("coordinates")
+                            .and_then(Value::as_str)
+                            .and_then(|c| c.parse().ok()),
                     })
                 })
                 .collect()

@@ -31,8 +31,9 @@ pub struct ApiConfig {
     pub prompt_file: Option<PathBuf>,
     /// Screenshots per request, the current one included (vLLM's default limit is 1).
     pub images: usize,
-    /// The coordinate frame of the model's answers.
-    pub coords: CoordMode,
+    /// The coordinate frame of the model's answers; `None`: the one its server names
+    /// (`coordinates` in `/v1/models`, as `guirl serve-policy` says it), else screenshot pixels.
+    pub coords: Option<CoordMode>,
     /// Sampling temperature.
     pub temperature: f64,
     /// Answer length limit.
@@ -80,6 +81,8 @@ struct Episode {
 /// A model behind an OpenAI-compatible endpoint.
 pub struct ApiPolicy {
     cfg: ApiConfig,
+    /// The frame answers are read in: the one asked for, or the server's.
+    coords: CoordMode,
     template: String,
     template_hash: String,
     served: Result<Vec<ServedModel>, ApiError>,
@@ -114,7 +117,19 @@ impl ApiPolicy {
             Err(e) => tracing::warn!("cannot list the models of {}: {e}", cfg.endpoint.base_url),
             _ => {}
         }
+        let said = served.as_ref().ok().and_then(|ms| ms.iter().find(|m| m.id == cfg.model)?.coordinates);
+        let coords = match (cfg.coords, said) {
+            (Some(asked), Some(said)) if asked != said => anyhow::bail!(
+                "{} says {:?} answers in the {said} frame; --coords {asked} would misread its clicks: leave \
+                 --coords out (the server's frame is used) or pass --coords {said}",
+                cfg.endpoint.base_url,
+                cfg.model
+            ),
+            (Some(c), _) | (None, Some(c)) => c,
+            (None, None) => CoordMode::Px,
+        };
         Ok(ApiPolicy {
+            coords,
             template_hash: prompt::prompt_hash(&template),
             template,
             served,
@@ -126,7 +141,7 @@ impl ApiPolicy {
     /// The request body for `state` with the episode's memory.
     fn request(&self, state: &ScreenState, ep: &Episode, png: &[u8], key: Option<u64>) -> Value {
         let (w, h) = state.screenshot.dimensions();
-        let system = prompt::system_prompt(&self.template, &self.cfg.coords.describe(w, h));
+        let system = prompt::system_prompt(&self.template, &self.coords.describe(w, h));
         let data_url = |bytes: &[u8]| {
             format!("data:image/png;base64,{}", base64::engine::general_purpose::STANDARD.encode(bytes))
         };
@@ -184,12 +199,12 @@ impl ApiPolicy {
                 None => Value::Null,
             };
             let shown = format!("{text}\n<tool_call>{call}</tool_call>").trim().to_string();
-            return match parse::parse_tool_call(name, &args, &self.cfg.coords, w, h) {
+            return match parse::parse_tool_call(name, &args, &self.coords, w, h) {
                 Ok(a) => with_answer(a, shown),
                 Err(e) => Decision::failed(PolicyFailure::Unparsable(e), Some(shown)),
             };
         }
-        match parse::parse_answer(&text, &self.cfg.coords, w, h) {
+        match parse::parse_answer(&text, &self.coords, w, h) {
             Ok(p) => with_answer(p.action, text),
             Err(e) => Decision::failed(PolicyFailure::Unparsable(e), Some(text)),
         }
@@ -286,7 +301,7 @@ impl Policy for ApiPolicy {
             "base_url": self.cfg.endpoint.base_url,
             "prompt_file": self.cfg.prompt_file.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "built-in".into()),
             "prompt_sha256": self.template_hash,
-            "coords": self.cfg.coords.to_string(),
+            "coords": self.coords.to_string(),
             "images": self.cfg.images,
             "elements": self.cfg.elements,
             "served_observation": served_observation,

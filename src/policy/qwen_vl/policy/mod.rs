@@ -574,6 +574,23 @@ impl TrainablePolicy for QwenVlPolicy {
     }
 
     fn token_text(&self, token: u32) -> String {
-        self.model.chat.token_text(token)
+        // the text the token writes (a space, not the tokenizer's `Ġ`); a special token by name
+        match self.model.chat.decode(&[token]) {
+            Ok(t) if !t.is_empty() => t,
+            _ => self.model.chat.token_text(token),
+        }
+    }
+
+    fn answer_text(&self, tokens: &[u32]) -> Result<Option<String>> {
+        let body: Vec<u32> = tokens.iter().copied().filter(|&t| t != self.eos).collect();
+        Ok(Some(self.model.chat.decode(&body)?))
+    }
+
+    fn answer_stopped(&self, tokens: &[u32]) -> bool {
+        tokens.last() == Some(&self.eos)
+    }
+
+    fn answer_frame(&self) -> CoordMode {
+        self.coords
     }
 }
