@@ -72,6 +72,9 @@ pub struct EpisodeInfo {
     pub reward: f64,
     /// How it ended (`success`, `fail`, `truncated`, …).
     pub status: String,
+    /// Steps whose action could not be taken (an answer with no action in it, a click off
+    /// the page): 0 keeps only episodes whose every turn is an action that ran.
+    pub invalid_steps: u64,
 }
 
 /// A non-null field.
@@ -109,6 +112,7 @@ fn episode_info_fields() -> Fields {
         Field::new("group", DataType::UInt64, true),
         field("reward", DataType::Float64),
         field("status", DataType::Utf8),
+        field("invalid_steps", DataType::UInt64),
     ])
 }
 
@@ -167,6 +171,7 @@ pub fn episode_infos(rows: &[&EpisodeInfo]) -> anyhow::Result<ArrayRef> {
         Arc::new(rows.iter().map(|r| r.group).collect::<UInt64Array>()),
         Arc::new(Float64Array::from_iter_values(rows.iter().map(|r| r.reward))),
         strings(rows.iter().map(|r| r.status.as_str())),
+        Arc::new(UInt64Array::from_iter_values(rows.iter().map(|r| r.invalid_steps))),
     ];
     structs(episode_info_type(), columns)
 }

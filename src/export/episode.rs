@@ -45,6 +45,7 @@ impl Episode<'_> {
             group: t.group,
             reward: t.outcome.reward,
             status: t.outcome.status.as_str().to_string(),
+            invalid_steps: t.steps.iter().filter(|s| s.action_error.is_some()).count() as u64,
         }
     }
 

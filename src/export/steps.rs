@@ -6,7 +6,7 @@
 use super::columns::{self, field, Image, Png, Row};
 use super::episode::{no_placeholders, Episode};
 use crate::train::advantage::reinforce_pp::{discounted_returns, step_rewards};
-use arrow_array::{ArrayRef, Float64Array, Int64Array, RecordBatch, UInt64Array};
+use arrow_array::{ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray, UInt64Array};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use serde::Serialize;
 use std::sync::Arc;
@@ -28,8 +28,11 @@ pub struct StepRow {
     pub prompt: String,
     /// The screenshot the action was taken on.
     pub image: Image,
-    /// The action, in its text form.
+    /// The action, in its text form (for an answer with no action in it, the answer).
     pub action: String,
+    /// Why the action could not be taken, when it could not: such a step is no example
+    /// of an action to imitate.
+    pub action_error: Option<String>,
     /// The step's reward.
     pub reward: f64,
     /// `Σ_{k≥t} γ^{k−t} r_k`: this and the later rewards, discounted by `--gamma`.
@@ -55,6 +58,7 @@ impl Row for StepRow {
             field("prompt", DataType::Utf8),
             field("image", columns::image_type()),
             field("action", DataType::Utf8),
+            Field::new("action_error", DataType::Utf8, true),
             field("reward", DataType::Float64),
             field("return", DataType::Float64),
             Field::new("advantage", DataType::Float64, true),
@@ -76,6 +80,7 @@ impl Row for StepRow {
             columns::strings(rows.iter().map(|r| r.prompt.as_str())),
             columns::images(rows.iter().map(|r| &r.image))?,
             columns::strings(rows.iter().map(|r| r.action.as_str())),
+            Arc::new(rows.iter().map(|r| r.action_error.as_deref()).collect::<StringArray>()),
             float(|r| r.reward),
             float(|r| r.ret),
             Arc::new(rows.iter().map(|r| r.advantage).collect::<Float64Array>()),
@@ -103,6 +108,7 @@ pub fn rows(ep: &Episode) -> anyhow::Result<Vec<StepRow>> {
             prompt: no_placeholders(&t.instruction),
             image: Image { bytes: png },
             action: no_placeholders(&step.action),
+            action_error: step.action_error.clone(),
             reward: rewards[i],
             ret: returns[i],
             advantage: ep.advantage,

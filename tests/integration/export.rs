@@ -265,7 +265,10 @@ fn hand_set(dir: &Path) {
     use EpisodeStatus::{EnvError, Fail, Running, Success};
     // Group 1: rewards {1, 0} (the env_error rollout is left out).
     add(vec![step(0.0, Running), step(0.0, Running), step(1.0, Success)], 1.0, Success, Some(1));
-    add(vec![step(0.0, Running), step(0.0, Fail)], 0.0, Fail, Some(1));
+    // Its first answer held no action: kept (its reward counts), and said.
+    let mut unread = TrajStep::new("4, 66)", 0.0, Running);
+    unread.action_error = Some("no action found in the answer \"4, 66)\"".into());
+    add(vec![unread, step(0.0, Fail)], 0.0, Fail, Some(1));
     add(vec![step(0.0, EnvError)], 0.0, EnvError, Some(1));
     // Ungrouped, and a step reward that does not sum to the episode's (the last step carries the rest).
     add(vec![step(0.25, Running), step(0.0, Success)], 0.5, Success, None);
@@ -300,6 +303,10 @@ fn returns_and_advantages_by_hand() {
     // The steps layout defuses placeholders too: a reader that writes `<image>` + prompt
     // must not find a second one inside the instruction.
     assert_eq!(col("prompt")[0], "Click < image> twice.");
+    // A step whose answer held no action says why, so it can be left out of imitation.
+    let errors: Vec<Option<&str>> = rows.iter().map(|r| r["action_error"].as_str()).collect();
+    assert_eq!(errors[3], Some("no action found in the answer \"4, 66)\""));
+    assert_eq!(errors.iter().filter(|e| e.is_some()).count(), 1, "{errors:?}");
 
     // sft leaves the env_error episode out; rl keeps it (a prompt is still a task instance).
     let sft = export(&set, &opts(Format::Jsonl, Layout::Sft, tmp.path().join("sft.jsonl"))).unwrap();
@@ -309,6 +316,8 @@ fn returns_and_advantages_by_hand() {
     // An `<image>` inside the instruction is defused: the count still matches.
     let rows = check_jsonl_images(&tmp.path().join("sft.jsonl"), "messages");
     assert!(rows[0]["messages"][0]["content"].as_str().unwrap().contains("Click < image> twice."));
+    let invalid: Vec<u64> = rows.iter().map(|r| r["extra_info"]["invalid_steps"].as_u64().unwrap()).collect();
+    assert_eq!(invalid, vec![0, 1, 0]);
     check_parquet_images(&read_parquet(&tmp.path().join("rl.parquet")), "prompt");
 }
 
