@@ -264,11 +264,29 @@ fn malformed_checkpoint_folders_are_errors_that_name_the_file_and_what_is_wrong(
 
     // the backbone named is not the checkpoint's
     let e = load_err(&dir("qwen2_5_vl"), "qwen3_vl");
-    assert!(e.contains("model.kind") && e.contains("Qwen25Vl"), "{e}");
+    assert!(
+        e.contains("model.kind") && e.contains("holds a qwen2_5_vl checkpoint; set kind = \"qwen2_5_vl\""),
+        "{e}"
+    );
 
     // a folder that does not exist
     let e = load_err(Path::new("/nonexistent/qwen"), "qwen3_vl");
     assert!(e.contains("/nonexistent/qwen") && e.contains("no such checkpoint folder"), "{e}");
+
+    // a saved adapter whose base model moved: the file that names it is said, and the fix
+    let tmp = tempfile::tempdir().unwrap();
+    let p = QwenVlPolicy::new(settings("qwen3_vl", tmp.path()), &Device::Cpu, 0).unwrap();
+    let ckpt = tmp.path().join("ckpt");
+    p.save(&ckpt).unwrap();
+    edit_json(&ckpt.join("qwen_policy.json"), |v| v["path"] = "/nonexistent/base".into());
+    let e = format!("{:#}", QwenVlPolicy::load_dir(&ckpt, &Device::Cpu).err().unwrap());
+    assert!(
+        e.contains(
+            "qwen_policy.json: the base model it names (\"path\": \"/nonexistent/base\") did not load"
+        ) && e.contains("set \"path\" there")
+            && e.contains("no such checkpoint folder"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -420,7 +420,8 @@ fn read_pointer(link: &Path, ckpts: &Path) -> anyhow::Result<Option<PathBuf>> {
 
 /// The forms a policy checkpoint can be given in (for error messages).
 pub const POLICY_FORMS: &str =
-    "a checkpoint folder (holding config.json, e.g. RUN/checkpoints/iter-000010), \
+    "a checkpoint folder (holding config.json, or qwen_policy.json for a Qwen-VL adapter; e.g. \
+     RUN/checkpoints/iter-000010), \
      a run folder (its best checkpoint, else its latest), RUN/checkpoints/latest or RUN/checkpoints/best";
 
 /// A checkpoint folder found by [`resolve_policy_dir`].

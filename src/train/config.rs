@@ -278,6 +278,22 @@ impl TrainConfig {
         }
         toml::from_str(text).map_err(|e| {
             let table = e.span().and_then(|s| table_at(text, s.start));
+            // [model]'s unknown key: the keys of its kind, not of every kind
+            let unknown = e.message().strip_prefix("unknown field `").and_then(|m| m.split('`').next());
+            if let (Some("model"), Some(key)) = (table.as_deref(), unknown) {
+                let doc = toml::from_str::<toml::Table>(text).ok();
+                let model = doc.as_ref().and_then(|d| d.get("model")?.as_table());
+                return anyhow::anyhow!("{}", super::model::unknown_key_error(key, model));
+            }
+            // serde names Rust's types; a config's reader knows numbers
+            let mut e = e.to_string();
+            for (rust, plain) in
+                [("u32", "a whole number"), ("u64", "a whole number"), ("usize", "a whole number")]
+                    .into_iter()
+                    .chain([("f64", "a number"), ("f32", "a number")])
+            {
+                e = e.replace(&format!("expected {rust}"), &format!("expected {plain}"));
+            }
             match table {
                 Some(t) => anyhow::anyhow!("in table [{t}]: {e}"),
                 None => anyhow::anyhow!("{e}"),
@@ -482,8 +498,8 @@ impl TrainConfig {
         check(
             self.rollout.max_staleness <= 1,
             format!(
-                "rollout.max_staleness: only 0 (collect, then update) and 1 (collect the next iteration \
-                 during the update) are supported yet, got {}",
+                "rollout.max_staleness must be 0 (collect, then update) or 1 (collect the next iteration \
+                 during the update), got {}: larger bounds are not built (docs/rollout-overlap.md says why)",
                 self.rollout.max_staleness
             ),
         );
@@ -516,13 +532,15 @@ impl TrainConfig {
             // Refused here, before any browser starts, as `guirl run --policy oracle` does.
             if s.oracle_episodes.is_some() {
                 for id in self.tasks.ids.iter().filter(|id| !crate::policy::oracle::has_oracle(id)) {
-                    check(
-                        false,
-                        crate::policy::oracle::no_oracle_message(
+                    // a mistyped id is said as such, with the closest ids, not as lacking an oracle
+                    let why = match crate::tasks::load_task(id) {
+                        Err(e) => format!("{e:#}"),
+                        Ok(_) => crate::policy::oracle::no_oracle_message(
                             id,
                             "record demonstrations for it and set sft.dir instead of sft.oracle_episodes",
                         ),
-                    );
+                    };
+                    check(false, why);
                 }
             }
             check(

@@ -277,7 +277,9 @@ fn bad_values_are_named() {
         ("algo", "target_kl = 0.0", "algo.target_kl must be > 0"),
         ("algo", "target_kl = -0.01", "algo.target_kl must be > 0"),
         ("algo", "target_kl = nan", "algo.target_kl must be > 0"),
-        ("algo", "target_kl = \"0.01\"", "invalid type: string \"0.01\", expected f64"),
+        ("algo", "target_kl = \"0.01\"", "invalid type: string \"0.01\", expected a number"),
+        ("rollout", "max_staleness = \"1\"", "invalid type: string \"1\", expected a whole number"),
+        ("rollout", "max_staleness = 2", "must be 0 (collect, then update) or 1"),
         (
             "algo",
             "adv_std = \"bessel\"",
@@ -352,6 +354,10 @@ fn bad_values_are_named() {
     ));
     assert!(e.contains(&format!("no oracle for task {spec}")) && e.contains("set sft.dir"), "{e}");
     assert!(!e.contains("click-button"), "{e}");
+    // A mistyped id is said to be unknown, with the closest ids, not to lack an oracle.
+    let e = err(&format!("{}[sft]\noracle_episodes = 4\n", MINIMAL.replace("click-button", "click-buton")));
+    assert!(e.contains("unknown task \"miniwob/click-buton\"") && e.contains("miniwob/click-button"), "{e}");
+    assert!(!e.contains("no oracle"), "{e}");
     let e = err(&MINIMAL.replace("iterations = 10", "iterations = 10\nmax_env_steps = 0"));
     assert!(e.contains("run.max_env_steps must be at least 1"), "{e}");
     let e = err(&MINIMAL.replace("\"r\"", "\"a/b\""));

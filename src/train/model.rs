@@ -99,6 +99,14 @@ impl ModelConfig {
     pub fn build(&self, device: &Device, seed: u64) -> anyhow::Result<Box<dyn TrainablePolicy>> {
         match &self.variant {
             ModelVariant::Qwen(settings) => {
+                // an adapter is a folder (adapter_config.json beside its weights)
+                if let Some(init) = self.init.as_ref().filter(|i| i.is_file()) {
+                    anyhow::bail!(
+                        "model.init = {}: a Qwen-VL kind starts from an adapter folder (holding \
+                         adapter_config.json and adapter_model.safetensors), not a file: give its folder",
+                        init.display()
+                    );
+                }
                 let mut policy = QwenVlPolicy::new(settings.clone(), device, seed)?;
                 if let Some(init) = &self.init {
                     let dir = super::checkpoint::resolve_policy_dir(init)
@@ -201,6 +209,23 @@ pub(crate) fn kind_keys(kind: ModelKind) -> Vec<&'static str> {
             serde_fields::<QwenPolicySettings>().into_iter().filter(|k| *k != "backbone").collect()
         }
     }
+}
+
+/// serde's unknown-key error for `[model]` lists every kind's keys; this names the key and
+/// those of the kind the table sets (`text`: the table's TOML), with the closest first.
+pub(crate) fn unknown_key_error(key: &str, table: Option<&toml::Table>) -> String {
+    let kind = table
+        .and_then(|t| t.get("kind")?.as_str().map(str::to_string))
+        .and_then(|k| serde_json::from_value::<ModelKind>(k.into()).ok())
+        .unwrap_or_default();
+    let mut keys = kind_keys(kind);
+    keys.extend(["kind", "init"]);
+    let close = keys.iter().copied().filter(|k| strsim::jaro_winkler(k, key) > 0.85).collect::<Vec<_>>();
+    let hint = match close.first() {
+        Some(k) => format!("did you mean {k}? "),
+        None => String::new(),
+    };
+    format!("unknown key model.{key}: {hint}kind = \"{kind}\" takes {}", keys.join(", "))
 }
 
 /// The error for a key of another kind than `kind` (`written`: whether `kind` was written

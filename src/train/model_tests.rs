@@ -58,7 +58,14 @@ fn a_key_of_another_kind_is_refused_naming_its_kind() {
 #[test]
 fn unknown_keys_kinds_and_a_missing_path_are_errors_that_say_what_to_do() {
     let e = error("colour = 3\n");
-    assert!(e.contains("unknown field `colour`") && e.contains("in table [model]"), "{e}");
+    assert!(e.contains("unknown key model.colour: kind = \"small\" takes ") && e.contains("d_model"), "{e}");
+    // the keys of the kind the table sets, the closest named first; not the other kinds'
+    let e = error("kind = \"qwen3_vl\"\npath = \"p\"\nlora_ranks = 8\n");
+    assert!(
+        e.contains("unknown key model.lora_ranks: did you mean lora_rank? kind = \"qwen3_vl\" takes"),
+        "{e}"
+    );
+    assert!(e.contains("lora_alpha") && !e.contains("d_model") && !e.contains("x_bins"), "{e}");
     let e = error("kind = \"llava\"\n");
     assert!(e.contains("unknown variant `llava`, expected one of `small`, `qwen3_vl`, `qwen2_5_vl`"), "{e}");
     let e = error("kind = \"qwen2_5_vl\"\nlora_rank = 4\n");
@@ -195,4 +202,15 @@ fn the_example_of_each_kind_loads_with_its_defaults() {
             }
         }
     }
+}
+
+#[test]
+fn a_qwen_kind_started_from_a_file_is_told_to_give_the_folder() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let c = parse(&format!(
+        "kind = \"qwen3_vl\"\npath = \"{root}/fixtures/qwen_vl/qwen3_vl\"\ninit = \"{root}/fixtures/qwen_vl/qwen3_vl/config.json\"\n"
+    ))
+    .unwrap();
+    let e = format!("{:#}", c.model.build(&Device::Cpu, 0).err().unwrap());
+    assert!(e.contains("starts from an adapter folder") && e.contains("not a file: give its folder"), "{e}");
 }

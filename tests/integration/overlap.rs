@@ -239,7 +239,7 @@ fn unsupported_overlap_configs_name_the_key() {
         String::from_utf8_lossy(&out.stderr).to_string()
     };
     let e = run("[rollout]\nmax_staleness = 2", &[]);
-    assert!(e.contains("rollout.max_staleness") && e.contains("only 0") && e.contains("got 2"), "{e}");
+    assert!(e.contains("rollout.max_staleness must be 0") && e.contains("got 2"), "{e}");
     let e = run("[algo]\nbehaviour_weight_cap = 0.5", &[]);
     assert!(e.contains("algo.behaviour_weight_cap must be at least 1"), "{e}");
     // a Qwen-VL policy's frozen copy holds its modules trained whole too: the bound is

@@ -22,6 +22,16 @@ pub enum Arch {
     Qwen25Vl,
 }
 
+impl Arch {
+    /// As a config's `model.kind` names it.
+    pub fn kind(self) -> &'static str {
+        match self {
+            Arch::Qwen3Vl => "qwen3_vl",
+            Arch::Qwen25Vl => "qwen2_5_vl",
+        }
+    }
+}
+
 /// The language model's settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TextConfig {

@@ -125,10 +125,11 @@ impl QwenVlPolicy {
         let want = if settings.backbone == "qwen3_vl" { Arch::Qwen3Vl } else { Arch::Qwen25Vl };
         if model.config.arch != want {
             bail!(
-                "model.kind = {:?}, but {} holds a {:?} checkpoint; set kind to match",
+                "model.kind = {:?}, but {} holds a {} checkpoint; set kind = {:?} to match",
                 settings.backbone,
                 dir.display(),
-                model.config.arch
+                model.config.arch.kind(),
+                model.config.arch.kind()
             );
         }
         model.attach_lora(&settings.lora(), seed)?;
@@ -183,7 +184,14 @@ impl QwenVlPolicy {
             std::fs::read_to_string(&path).with_context(|| format!("{}: cannot read", path.display()))?;
         let settings: QwenPolicySettings = serde_json::from_str(&text)
             .with_context(|| format!("{}: not a Qwen-VL policy file", path.display()))?;
-        let mut p = Self::new(settings, device, 0)?;
+        let base = settings.path.clone();
+        let mut p = Self::new(settings, device, 0).with_context(|| {
+            format!(
+                "{}: the base model it names (\"path\": {base:?}) did not load; if the model moved, set \
+                 \"path\" there to where it is now",
+                path.display()
+            )
+        })?;
         p.load(dir)?;
         Ok(p)
     }
