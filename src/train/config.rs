@@ -367,6 +367,10 @@ impl TrainConfig {
             p.window = Some(p.window(self.rollout.max_steps));
         }
         a.loss_agg = Some(a.loss_agg());
+        // written where it is used, so a run folder says the cap its samples were weighted by
+        if self.rollout.max_staleness > 0 {
+            a.behaviour_weight_cap = Some(a.behaviour_weight_cap());
+        }
         if a.kind().group_normalized() {
             a.adv_std = Some(a.adv_std());
         }

@@ -262,6 +262,28 @@ lr = 1e-3
     }
 
     #[test]
+    fn a_default_written_out_is_no_difference() {
+        let bound_one = |extra: &str| {
+            let mut c = config(extra);
+            c.rollout.max_staleness = 1;
+            c
+        };
+        // a config.toml that leaves the cap out, resumed with the default written out
+        let old = bound_one("").to_toml().unwrap();
+        assert!(!old.contains("behaviour_weight_cap"), "{old}");
+        assert_eq!(
+            config_differences(&old, &bound_one("behaviour_weight_cap = 2.0")).unwrap(),
+            Vec::<String>::new()
+        );
+        let other = config_differences(&old, &bound_one("behaviour_weight_cap = 3.0")).unwrap();
+        assert_eq!(other, ["algo.behaviour_weight_cap: 2.0 → 3.0"]);
+        // resolved, the run folder's config says the cap its samples were weighted by
+        let mut c = bound_one("");
+        c.resolve();
+        assert!(c.to_toml().unwrap().contains("behaviour_weight_cap = 2.0"));
+    }
+
+    #[test]
     fn a_cloning_under_way_is_resumed_not_restarted() {
         let root = tempfile::tempdir().unwrap();
         let run = root.path().join("run");

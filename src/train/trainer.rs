@@ -144,6 +144,12 @@ impl Trainer {
         for w in cfg.algo.warnings() {
             tracing::warn!("{w}");
         }
+        if cfg.rollout.max_staleness == 0 && cfg.algo.behaviour_weight_cap.is_some() {
+            tracing::warn!(
+                "algo.behaviour_weight_cap weights samples collected with older weights, which only \
+                 rollout.max_staleness = 1 collects: at 0 it does nothing"
+            );
+        }
         if let Ok(o) = cfg.model.observation() {
             tracing::info!(
                 "training {} on {}: observation: {o}",
