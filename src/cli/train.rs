@@ -126,6 +126,20 @@ pub async fn train(args: TrainArgs) -> anyhow::Result<Option<u8>> {
     // Ctrl-C / SIGTERM: finish the iteration, save a checkpoint, exit.
     let stop = Arc::new(AtomicBool::new(false));
     super::signals::watch_signals(Some(stop.clone()));
+    if root {
+        // what a second signal, which stops at once, says
+        super::signals::done_so_far(
+            || (),
+            || {
+                format!(
+                    "what the run saved (checkpoints, recorded demonstrations, cloning epochs) is in {}: \
+                     continue it with `guirl train --resume --out {}`",
+                    dir.display(),
+                    dir.display()
+                )
+            },
+        );
+    }
     let state = trainer.run(stop.clone()).await?;
     let stopped = (stop.load(Ordering::SeqCst) && !trainer.finished())
         .then(|| super::signals::received().unwrap_or(130));
@@ -150,9 +164,11 @@ pub async fn train(args: TrainArgs) -> anyhow::Result<Option<u8>> {
     );
     if stopped.is_some() {
         let at = match cloning_epochs.filter(|_| !state.sft_done && state.iteration == 0) {
-            Some((start, end)) => {
-                format!("during behaviour cloning, after epoch {} of {end}", start + state.sft_epochs)
-            }
+            Some((start, end)) => match start + state.sft_epochs {
+                0 => "before behaviour cloning's first epoch ended (demonstrations recorded so far are kept)"
+                    .to_string(),
+                done => format!("during behaviour cloning, after epoch {done} of {end}"),
+            },
             None => format!("at iteration {} of {total}", state.iteration),
         };
         eprintln!(

@@ -246,10 +246,17 @@ impl IterationMetrics {
     /// Where the iteration's time went, for the progress line: the collection split into
     /// the policy's calls and the wait for envs, and the update.
     pub fn time_split(&self) -> String {
-        format!(
-            "collect {:.1}s (policy {:.1}s, env wait {:.1}s) update {:.1}s",
-            self.rollout_secs, self.policy_secs, self.env_wait_secs, self.update_secs
-        )
+        match self.staleness {
+            // collected beside the last update: the wait is what the update did not hide
+            Some(_) => format!(
+                "waited {:.1}s for the background collection (policy {:.1}s, env wait {:.1}s) update {:.1}s",
+                self.rollout_secs, self.policy_secs, self.env_wait_secs, self.update_secs
+            ),
+            None => format!(
+                "collect {:.1}s (policy {:.1}s, env wait {:.1}s) update {:.1}s",
+                self.rollout_secs, self.policy_secs, self.env_wait_secs, self.update_secs
+            ),
+        }
     }
 
     /// Copy the advantage statistics in.
@@ -344,8 +351,19 @@ impl MetricsWriter {
         // Cut (and warn of) a torn line before reading: the reader skips it silently.
         crate::rollout::store::cut_torn_tail(path)?;
         if path.exists() {
-            let keep: Vec<IterationMetrics> =
-                read_metrics(path)?.into_iter().filter(|m| m.iteration <= last).collect();
+            let (keep, lost): (Vec<IterationMetrics>, Vec<IterationMetrics>) =
+                read_metrics(path)?.into_iter().partition(|m| m.iteration <= last);
+            if let (Some(first), Some(end)) = (lost.first(), lost.last()) {
+                // their weights died with the process: said, not silently logged over
+                let which = match (first.iteration, end.iteration) {
+                    (a, b) if a == b => format!("iteration {a} ran"),
+                    (a, b) => format!("iterations {a}–{b} ran"),
+                };
+                tracing::warn!(
+                    "{which} after the last checkpoint (iteration {last}) and died with the process: \
+                     training goes on from that checkpoint (a shorter checkpoint.interval loses less)"
+                );
+            }
             let mut text = String::new();
             for m in &keep {
                 text.push_str(&metrics_line(m)?);

@@ -120,6 +120,10 @@ fn resume_warns_of_the_torn_line_it_drops() {
     assert_eq!(read_metrics(&p).unwrap(), vec![m(1), m(2)]);
     // Nothing torn, nothing said.
     assert_eq!(warnings_of(|| drop(MetricsWriter::resume(&p, 5).unwrap())), "");
+    // Iterations past the checkpoint resumed from are said to be lost, then dropped.
+    let logged = warnings_of(|| drop(MetricsWriter::resume(&p, 1).unwrap()));
+    assert!(logged.contains("iteration 2 ran after the last checkpoint (iteration 1)"), "{logged}");
+    assert_eq!(read_metrics(&p).unwrap(), vec![m(1)]);
 }
 
 #[test]
@@ -143,4 +147,14 @@ fn loss_stats_are_token_weighted() {
     let s = mean_loss_stats(&[a, b]);
     assert_eq!((s.kl, s.tokens), (13.0 / 4.0, 4));
     assert_eq!(mean_loss_stats(&[]), LossStats::default());
+}
+
+#[test]
+fn the_time_split_says_what_a_background_collection_waited() {
+    let mut x = m(3);
+    (x.rollout_secs, x.policy_secs, x.env_wait_secs, x.update_secs) = (0.2, 0.8, 0.3, 1.0);
+    assert_eq!(x.time_split(), "collect 0.2s (policy 0.8s, env wait 0.3s) update 1.0s");
+    // at bound 1 the parts (the whole background collection) may exceed the wait
+    x.staleness = Some(1);
+    assert!(x.time_split().starts_with("waited 0.2s for the background collection (policy 0.8s"));
 }

@@ -251,3 +251,44 @@ fn a_cloning_killed_then_stopped_goes_on_from_its_last_epoch() {
         "{err}"
     );
 }
+
+/// A second Ctrl-C stops a training run at once, mid-iteration, and still says what is kept
+/// and how to go on.
+#[test]
+fn a_second_signal_stops_training_at_once_and_says_how_to_go_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cfg, run) = (dir.path().join("c.toml"), dir.path().join("run"));
+    // Iterations of many episodes: the first one is far from done when the signals come.
+    std::fs::write(
+        &cfg,
+        "[run]\nname = \"c\"\niterations = 100\n[tasks]\nids = [\"miniwob/click-test\"]\n\
+         [model]\npreset = \"tiny\"\n[algo]\nbatch_seeds = 64\n[rollout]\nenvs = 1\nmax_steps = 10\n\
+         [eval]\ninterval = 0\n",
+    )
+    .unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_guirl"))
+        .arg("train")
+        .arg(&cfg)
+        .arg("--out")
+        .arg(&run)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("running guirl");
+    wait_for_browsers(&child, 1);
+    std::thread::sleep(Duration::from_millis(300));
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    std::thread::sleep(Duration::from_millis(300));
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(err.contains("guirl: interrupted; the browsers it started are closed"), "{err}");
+    assert!(
+        err.contains(&format!(
+            "what the run saved (checkpoints, recorded demonstrations, cloning epochs) is in {}",
+            run.display()
+        )) && err.contains("guirl train --resume --out"),
+        "{err}"
+    );
+}
