@@ -101,7 +101,8 @@ enum Command {
 /// The log filter: `GUIRL_LOG`, else `RUST_LOG` (what users of other Rust tools try
 /// first), else guirl's own progress lines and every warning: without a terminal (a log
 /// file, CI) `train` says each epoch and iteration there instead of drawing bars. A
-/// filter that does not parse is said, not silently dropped.
+/// filter that does not parse is said, not silently dropped. A data-parallel rank other
+/// than 0 logs warnings only ([`rank_label`]).
 fn log_filter() -> tracing_subscriber::EnvFilter {
     for var in ["GUIRL_LOG", "RUST_LOG"] {
         let Ok(text) = std::env::var(var) else { continue };
@@ -113,11 +114,39 @@ fn log_filter() -> tracing_subscriber::EnvFilter {
             ),
         }
     }
-    DEFAULT_LOG.into()
+    match rank_label() {
+        Some(_) => "warn".into(),
+        None => DEFAULT_LOG.into(),
+    }
 }
 
 /// The log filter without `GUIRL_LOG` or `RUST_LOG`.
 const DEFAULT_LOG: &str = "warn,guirl=info";
+
+/// `[rank N] ` in a data-parallel run's process of rank N > 0: rank 0 speaks for the run
+/// (its progress lines), the others say their warnings only, marked.
+fn rank_label() -> Option<String> {
+    std::env::var("RANK").ok().filter(|r| r != "0" && !r.is_empty()).map(|r| format!("[rank {r}] "))
+}
+
+/// Standard error, each log line led by the rank's label (the formatter writes a line at once).
+struct RankedStderr {
+    label: Option<String>,
+}
+
+impl std::io::Write for RankedStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let mut err = std::io::stderr().lock();
+        if let Some(l) = &self.label {
+            err.write_all(l.as_bytes())?;
+        }
+        err.write_all(buf)?;
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
+}
 
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
@@ -129,7 +158,8 @@ pub fn main() -> ExitCode {
         .with_env_filter(log_filter())
         // Silent while an interrupted command kills its browsers (see `signals::QUIET`).
         .with_writer(
-            std::io::stderr.with_filter(|_| !signals::QUIET.load(std::sync::atomic::Ordering::SeqCst)),
+            (|| RankedStderr { label: rank_label() })
+                .with_filter(|_| !signals::QUIET.load(std::sync::atomic::Ordering::SeqCst)),
         )
         .init();
     let result = match cli.command {

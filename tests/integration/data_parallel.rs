@@ -43,6 +43,8 @@ async fn two_ranks_repeat_exactly_and_record_what_one_process_records() {
     ok(guirl_train(&cfg, &b, &["--nproc", "2"]).output().unwrap());
     assert_same_run(&a, &b, "two ranks, twice", 2);
     assert!(!log_a.contains("held other weights"), "the ranks drifted apart:\n{log_a}");
+    // Rank 0 speaks for the run: its progress lines once, not once per rank.
+    assert_eq!(log_a.matches(": observation: ").count(), 1, "{log_a}");
     // Rank 0 alone wrote the run folder: one line per evaluation and iteration.
     assert_eq!(metrics(&a).len(), 3);
     assert_eq!(std::fs::read_to_string(a.join("sft.jsonl")).unwrap().lines().count(), 2);
