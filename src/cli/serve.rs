@@ -120,10 +120,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         env: crate::env::EnvConfig { browser, ..Default::default() },
         reward_models: args.reward_models,
         url_policy,
-        conn: crate::serve::env_server::conn::ConnLimits {
-            max_connections: args
-                .max_connections
-                .unwrap_or_else(crate::serve::env_server::conn::default_max_connections),
+        conn: crate::serve::conn::ConnLimits {
+            max_connections: args.max_connections.unwrap_or_else(crate::serve::conn::default_max_connections),
             ..Default::default()
         },
         cross_site: crate::serve::access::CrossSite {

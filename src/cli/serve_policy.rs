@@ -30,6 +30,10 @@ pub struct ServePolicyArgs {
     /// page sent) is refused; programs send none.
     #[arg(long, value_delimiter = ',', value_name = "ORIGINS")]
     allow_origins: Vec<String>,
+    /// Open connections at most; past it a new one is answered 503 and closed (default: a
+    /// quarter of the open-file limit, 16 to 1024).
+    #[arg(long, value_name = "N")]
+    max_connections: Option<usize>,
     /// Where the policy runs: cpu, cuda (GPU 0) or cuda:N (a GPU needs a `--features cuda`
     /// build).
     #[arg(long, default_value_t = crate::policy::device::DeviceName::Cpu, value_name = "DEVICE")]
@@ -39,6 +43,13 @@ pub struct ServePolicyArgs {
 /// `guirl serve-policy`.
 pub async fn serve_policy(args: ServePolicyArgs) -> anyhow::Result<()> {
     let token = args.token.filter(|t| !t.trim().is_empty());
+    if args.max_connections.is_some_and(|n| n < 4) {
+        bail!("--max-connections must be at least 4 (a client, a health check and room to spare)");
+    }
+    let limits = crate::serve::conn::ConnLimits {
+        max_connections: args.max_connections.unwrap_or_else(crate::serve::conn::default_max_connections),
+        ..Default::default()
+    };
     let listener = super::serve::listen(&args.bind).await?;
     let addr = listener.local_addr()?;
     if !addr.ip().is_loopback() && token.is_none() {
@@ -76,5 +87,5 @@ pub async fn serve_policy(args: ServePolicyArgs) -> anyhow::Result<()> {
         if addr.ip().is_unspecified() { format!("127.0.0.1:{}", addr.port()) } else { addr.to_string() };
     let key = if access.token.is_some() { "OPENAI_API_KEY=<token> " } else { "" };
     println!("try: {key}guirl run --task miniwob/click-test --policy openai:{name}@http://{reach}/v1");
-    crate::serve::policy_server::serve(listener, policy, name, observation, access).await
+    crate::serve::policy_server::serve(listener, policy, name, observation, access, limits).await
 }

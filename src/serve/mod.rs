@@ -3,5 +3,6 @@
 //! (`guirl serve-policy`).
 
 pub mod access;
+pub mod conn;
 pub mod env_server;
 pub mod policy_server;

@@ -48,6 +48,7 @@ pub mod algorithm;
 pub mod branch;
 pub mod checkpoint;
 pub mod config;
+mod config_errors;
 pub mod curriculum;
 pub mod decoupled;
 pub mod demos;

@@ -438,3 +438,77 @@ fn serve_policy_asks_for_its_token_and_refuses_web_pages() {
         assert!(body["error"]["message"].as_str().unwrap().contains("POST /v1/chat/completions"), "{body}");
     });
 }
+
+/// `serve-policy` holds slow and greedy clients to the bounds `guirl serve` has: a body
+/// that stalls is a 408, one declared too large a 413 at once, a head that never ends is
+/// closed, and past the connection cap a new one gets a 503, each in OpenAI's error shape.
+#[test]
+fn serve_policy_bounds_slow_clients_and_connections() {
+    use guirl::serve::conn::ConnLimits;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    runtime().block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        checkpoint(&dir.path().join("ckpt"));
+        let served = VlmPolicy::load(&dir.path().join("ckpt"), &candle_core::Device::Cpu).unwrap();
+        let limits = ConnLimits {
+            max_connections: 4,
+            header_timeout: Duration::from_secs(1),
+            body_timeout: Duration::from_secs(1),
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let reads = guirl::policy::observation::Observation::PixelsDom;
+        tokio::spawn(guirl::serve::policy_server::serve(
+            listener,
+            Box::new(served),
+            "tiny".into(),
+            reads,
+            Default::default(),
+            limits,
+        ));
+        // (status, JSON body) of what the server answers on a connection sent `bytes`.
+        let raw = |bytes: String| {
+            let addr = addr.clone();
+            async move {
+                let mut c = tokio::net::TcpStream::connect(&addr).await.unwrap();
+                c.write_all(bytes.as_bytes()).await.unwrap();
+                let mut buf = Vec::new();
+                let _ = tokio::time::timeout(Duration::from_secs(30), c.read_to_end(&mut buf)).await;
+                let text = String::from_utf8_lossy(&buf).to_string();
+                let status: u16 = text.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+                let body = text.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
+                (status, serde_json::from_str::<Value>(body).unwrap_or(Value::Null))
+            }
+        };
+        let head = |length: u64| {
+            format!(
+                "POST /v1/chat/completions HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+                 Content-Length: {length}\r\nConnection: close\r\n\r\n"
+            )
+        };
+        let t = std::time::Instant::now();
+        let (status, body) = raw(format!("{}{{\"model\"", head(1 << 30))).await;
+        assert_eq!((status, body["error"]["code"].as_u64()), (413, Some(413)), "{body}");
+        assert!(t.elapsed() < Duration::from_secs(10));
+        let (status, body) = raw(format!("{}{{\"model\"", head(100))).await;
+        assert_eq!((status, body["error"]["type"].as_str()), (408, Some("invalid_request_error")), "{body}");
+        assert!(body["error"]["message"].as_str().unwrap().contains("did not arrive within 1 s"), "{body}");
+        let t = std::time::Instant::now();
+        let (status, _) = raw(format!("GET /health HTTP/1.1\r\nHost: {addr}\r\nX-Slow: ")).await;
+        assert!(status == 0 || status == 408, "closed or 408, got {status}");
+        assert!(t.elapsed() < Duration::from_secs(10));
+        // Four idle connections fill the cap: the fifth is told, in OpenAI's shape.
+        let mut idle = Vec::new();
+        for _ in 0..4 {
+            let mut c = tokio::net::TcpStream::connect(&addr).await.unwrap();
+            c.write_all(b"GET /health HTTP/1.1\r\nHost: localhost\r\n").await.unwrap();
+            idle.push(c);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let (status, body) =
+            raw("GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".into()).await;
+        assert_eq!((status, body["error"]["code"].as_u64()), (503, Some(503)), "{body}");
+        assert!(body["error"]["message"].as_str().unwrap().contains("4 connections open"), "{body}");
+        drop(idle);
+    });
+}

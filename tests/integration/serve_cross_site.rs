@@ -4,7 +4,7 @@
 
 use crate::server::{self, Server};
 use guirl::serve::access::CrossSite;
-use guirl::serve::env_server::conn::ConnLimits;
+use guirl::serve::conn::ConnLimits;
 use guirl::serve::env_server::ServeConfig;
 use serde_json::Value;
 use std::time::{Duration, Instant};

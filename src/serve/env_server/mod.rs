@@ -3,7 +3,6 @@
 //! table. Each session owns a browser; docs/serve.md and docs/openapi.yaml describe the
 //! protocol.
 
-pub mod conn;
 pub mod error;
 pub mod frame;
 pub mod guard;
@@ -16,6 +15,7 @@ pub mod wire;
 mod ws;
 
 use crate::serve::access::{self, CrossSite};
+use crate::serve::conn;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::Next;
@@ -107,7 +107,13 @@ async fn health(State(s): State<Arc<Shared>>) -> Json<Value> {
 async fn bounded_body(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Response {
     match conn::read_body(req, s.cfg.max_body, s.cfg.conn.body_timeout).await {
         Ok(req) => next.run(req).await,
-        Err(refused) => refused,
+        Err(refused) => {
+            let (code, hint) = match refused {
+                conn::BodyRefusal::TooLarge { .. } => ("body_too_large", " (--max-body)"),
+                conn::BodyRefusal::Timeout { .. } => ("body_timeout", ""),
+            };
+            ApiError::new(refused.status(), code, format!("{}{hint}", refused.message())).into_response()
+        }
     }
 }
 
@@ -179,6 +185,12 @@ async fn metadata() -> Json<Value> {
     }))
 }
 
+/// The answer to a connection past the cap, in this server's error shape.
+fn shed_body(max: usize) -> String {
+    json!({"status": "shedding", "error": {"code": "too_many_connections", "message": conn::shed_message(max)}})
+        .to_string()
+}
+
 /// Serve on `listener` until `shutdown` resolves, reaping idle sessions; every browser
 /// is closed before it returns.
 pub async fn serve(
@@ -202,7 +214,8 @@ pub async fn serve(
             }
         })
     });
-    let served = conn::accept(listener, app, shared.cfg.conn, shared.conns.clone(), shutdown).await;
+    let served =
+        conn::accept(listener, app, shared.cfg.conn, shared.conns.clone(), shed_body, shutdown).await;
     if let Some(r) = reaper {
         r.abort();
     }

@@ -4,10 +4,11 @@
 
 use super::error::ApiError;
 use super::session::SessionTable;
-use super::{conn, limits, wire};
+use super::{limits, wire};
 use crate::env::url_policy::UrlPolicy;
 use crate::env::EnvConfig;
 use crate::serve::access::CrossSite;
+use crate::serve::conn;
 use crate::tasks::Task;
 use axum::extract::{ConnectInfo, FromRequestParts};
 use serde_json::{Map, Value};

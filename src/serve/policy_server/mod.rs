@@ -26,6 +26,7 @@ mod request;
 use crate::policy::observation::Observation;
 use crate::policy::{stream_key, Sampling, TrainablePolicy};
 use crate::serve::access::{self, CrossSite, Refusal};
+use crate::serve::conn::{self, ConnLimits};
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::StatusCode;
 use axum::middleware::Next;
@@ -137,16 +138,33 @@ fn unix_now() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
-/// Serve `policy` (reading `observation`) on `listener` until the process ends.
+/// Serve `policy` (reading `observation`) on `listener` until the process ends, each
+/// connection held to `limits` ([`conn`]) as `guirl serve` holds them.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     policy: Box<dyn TrainablePolicy>,
     model: String,
     observation: Observation,
     access: Access,
+    limits: ConnLimits,
 ) -> anyhow::Result<()> {
-    axum::serve(listener, router(policy, model, observation, access)).await?;
+    let app = router(policy, model, observation, access).layer(axum::middleware::from_fn(
+        move |req: Request, next: Next| async move {
+            match conn::read_body(req, MAX_BODY_BYTES, limits.body_timeout).await {
+                Ok(req) => next.run(req).await,
+                Err(refused) => error(refused.status(), "invalid_request_error", refused.message(), None),
+            }
+        },
+    ));
+    let counts = Arc::new(conn::ConnCounts::default());
+    conn::accept(listener, app, limits, counts, shed_body, std::future::pending()).await?;
     Ok(())
+}
+
+/// The answer to a connection past the cap, in OpenAI's error shape.
+fn shed_body(max: usize) -> String {
+    json!({"error": {"message": conn::shed_message(max), "type": "server_error", "param": null, "code": 503}})
+        .to_string()
 }
 
 async fn models(State(s): State<Arc<Served>>) -> Json<Value> {

@@ -34,7 +34,7 @@ use crate::env::{GuiAction, ScreenState};
 use crate::nn::decode::draw::{draw, Pick};
 use crate::policy::api::coords::CoordMode;
 use crate::policy::api::parse::parse_answer;
-use crate::policy::api::prompt::{system_prompt, user_text, DEFAULT_PROMPT};
+use crate::policy::api::prompt::DEFAULT_PROMPT;
 use crate::policy::trainable::stream_rng;
 use crate::policy::{Decision, Policy, PolicyFailure, Sampling, TokenScores, TrainablePolicy};
 use anyhow::{anyhow, bail, Context, Result};
@@ -48,6 +48,7 @@ use std::sync::{Arc, Mutex};
 mod decode;
 mod merged;
 mod prefill;
+mod prompt;
 mod sample;
 
 /// The file in a checkpoint folder that says which backbone its adapter belongs to.
@@ -209,69 +210,6 @@ impl QwenVlPolicy {
     /// The answer's coordinate frame.
     pub fn coords(&self) -> CoordMode {
         self.coords
-    }
-
-    /// The prompt ids and the processed screenshot the policy decodes from for a state
-    /// (what a comparison with another engine must feed it).
-    pub fn prompt(&self, state: &ScreenState) -> Result<(Vec<u32>, super::processor::ProcessedImage)> {
-        let m = &self.model;
-        let img = m.processor.process(&state.screenshot);
-        let (w, h) = state.screenshot.dimensions();
-        let system = system_prompt(&self.system, &self.coords.describe(w, h));
-        let history: Vec<String> = state.history.iter().map(|a| self.in_frame_text(a, w, h)).collect();
-        let user = user_text(state, &history, false);
-        let messages = json!([
-            {"role": "system", "content": system},
-            {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": user}]},
-        ]);
-        let rendered = m.chat.render(&messages, true)?;
-        let ids = m.chat.encode_prompt(&rendered, &[img.tokens(m.config.vision.spatial_merge_size)])?;
-        Ok((ids, img))
-    }
-
-    /// An earlier action's text (screenshot pixels) rewritten in the model's frame.
-    fn in_frame_text(&self, action: &str, w: u32, h: u32) -> String {
-        match action.parse::<GuiAction>() {
-            Ok(a) => self.format_action(&a, w, h),
-            Err(_) => action.to_string(),
-        }
-    }
-
-    /// `action` (screenshot pixels) as guirl text in the model's coordinate frame.
-    pub fn format_action(&self, action: &GuiAction, w: u32, h: u32) -> String {
-        let pt = |x: i32, y: i32| -> (i32, i32) {
-            let (fx, fy) = self.coords.from_px(x as f64, y as f64, w, h);
-            (fx.round() as i32, fy.round() as i32)
-        };
-        let a = match action.clone() {
-            GuiAction::Click { x, y } => {
-                let (x, y) = pt(x, y);
-                GuiAction::Click { x, y }
-            }
-            GuiAction::DoubleClick { x, y } => {
-                let (x, y) = pt(x, y);
-                GuiAction::DoubleClick { x, y }
-            }
-            GuiAction::RightClick { x, y } => {
-                let (x, y) = pt(x, y);
-                GuiAction::RightClick { x, y }
-            }
-            GuiAction::Hover { x, y } => {
-                let (x, y) = pt(x, y);
-                GuiAction::Hover { x, y }
-            }
-            GuiAction::Drag { x1, y1, x2, y2 } => {
-                let ((x1, y1), (x2, y2)) = (pt(x1, y1), pt(x2, y2));
-                GuiAction::Drag { x1, y1, x2, y2 }
-            }
-            GuiAction::Scroll { x, y, dx, dy } => {
-                let (x, y) = pt(x, y);
-                let (dx, dy) = self.coords.from_px(dx as f64, dy as f64, w, h);
-                GuiAction::Scroll { x, y, dx: dx.round() as i32, dy: dy.round() as i32 }
-            }
-            other => other,
-        };
-        a.to_string()
     }
 
     fn vision(&self, img: &super::processor::ProcessedImage) -> Result<Arc<VisionOutput>> {

@@ -1,15 +1,15 @@
 //! Accepting connections with bounds a slow or hostile client cannot stretch, before it
-//! has shown a token: a connection must send its request head within
-//! [`ConnLimits::header_timeout`] (idle keep-alive connections too), a POST its body within
-//! [`ConnLimits::body_timeout`] and under the body limit (a `Content-Length` over it is
-//! refused before a byte is read), and at most [`ConnLimits::max_connections`] are open
-//! at once. Past that cap a new connection gets a `503` that says the server is shedding
-//! load, and is closed: the server stays answerable and says why.
+//! has shown a token, for both servers (`guirl serve`, `guirl serve-policy`): a connection
+//! must send its request head within [`ConnLimits::header_timeout`] (idle keep-alive
+//! connections too), a POST its body within [`ConnLimits::body_timeout`] and under the
+//! body limit (a `Content-Length` over it is refused before a byte is read), and at most
+//! [`ConnLimits::max_connections`] are open at once. Past that cap a new connection gets a
+//! `503` that says the server is shedding load, and is closed: the server stays answerable
+//! and says why. Each server words these answers in its own error shape.
 
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Request};
 use axum::http::{header, Method, StatusCode};
-use axum::response::{IntoResponse, Response};
 use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -77,12 +77,14 @@ impl Drop for Slot {
 }
 
 /// Serve `app` on `listener` under `limits` until `shutdown` resolves; open connections
-/// then finish their request in flight.
+/// then finish their request in flight. A connection past the cap is answered `503` with
+/// the JSON body `shed_body(max_connections)`.
 pub async fn accept(
     listener: tokio::net::TcpListener,
     app: Router,
     limits: ConnLimits,
     counts: Arc<ConnCounts>,
+    shed_body: fn(usize) -> String,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -106,7 +108,7 @@ pub async fn accept(
         if counts.open.fetch_add(1, Ordering::Relaxed) >= limits.max_connections {
             counts.open.fetch_sub(1, Ordering::Relaxed);
             counts.shed.fetch_add(1, Ordering::Relaxed);
-            tokio::spawn(shed(tcp, limits.max_connections));
+            tokio::spawn(shed(tcp, shed_body(limits.max_connections)));
             continue;
         }
         let slot = Slot(counts.clone());
@@ -139,13 +141,13 @@ pub async fn accept(
     Ok(())
 }
 
+/// What a connection past the cap is told (each server wraps it in its error shape).
+pub fn shed_message(max: usize) -> String {
+    format!("this server has its {max} connections open; try again in a moment, and close connections you do not use")
+}
+
 /// Answer a connection past the cap with a 503 and close it.
-async fn shed(mut tcp: tokio::net::TcpStream, max: usize) {
-    let body = format!(
-        "{{\"status\":\"shedding\",\"error\":{{\"code\":\"too_many_connections\",\"message\":\
-         \"this server has its {max} connections open; try again in a moment, and close connections you \
-         do not use\"}}}}"
-    );
+async fn shed(mut tcp: tokio::net::TcpStream, body: String) {
     let reply = format!(
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\n\
          connection: close\r\ncontent-length: {}\r\n\r\n{body}",
@@ -159,10 +161,47 @@ async fn shed(mut tcp: tokio::net::TcpStream, max: usize) {
 /// 413, so the client sees the answer; a longer one is answered at once.
 const DRAIN_MAX: u64 = 1 << 20;
 
+/// Why a request body was refused ([`read_body`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyRefusal {
+    /// Over the limit (413).
+    TooLarge {
+        /// The limit, in bytes.
+        max: usize,
+    },
+    /// Not all there within the timeout (408).
+    Timeout {
+        /// The timeout.
+        after: Duration,
+    },
+}
+
+impl BodyRefusal {
+    /// The HTTP status.
+    pub fn status(self) -> StatusCode {
+        match self {
+            BodyRefusal::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            BodyRefusal::Timeout { .. } => StatusCode::REQUEST_TIMEOUT,
+        }
+    }
+
+    /// What to tell the client.
+    pub fn message(self) -> String {
+        match self {
+            BodyRefusal::TooLarge { max } => {
+                format!("the request body is over this server's limit of {max} bytes")
+            }
+            BodyRefusal::Timeout { after } => {
+                format!("the request body did not arrive within {} s: send it whole", after.as_secs())
+            }
+        }
+    }
+}
+
 /// A POST's body, read whole within the time and size bounds before any handler runs:
 /// a `Content-Length` over `max_body` is refused (at once past 1 MiB, read and dropped
 /// below it), a body that stalls is `408`.
-pub async fn read_body(req: Request, max_body: usize, timeout: Duration) -> Result<Request, Response> {
+pub async fn read_body(req: Request, max_body: usize, timeout: Duration) -> Result<Request, BodyRefusal> {
     if req.method() != Method::POST {
         return Ok(req);
     }
@@ -175,26 +214,12 @@ pub async fn read_body(req: Request, max_body: usize, timeout: Duration) -> Resu
         if n <= DRAIN_MAX {
             let _ = tokio::time::timeout(timeout, axum::body::to_bytes(req.into_body(), n as usize)).await;
         }
-        return Err(too_large(max_body));
+        return Err(BodyRefusal::TooLarge { max: max_body });
     }
     let (parts, body) = req.into_parts();
     match tokio::time::timeout(timeout, axum::body::to_bytes(body, max_body)).await {
         Ok(Ok(bytes)) => Ok(Request::from_parts(parts, Body::from(bytes))),
-        Ok(Err(_)) => Err(too_large(max_body)),
-        Err(_) => Err(super::ApiError::new(
-            StatusCode::REQUEST_TIMEOUT,
-            "body_timeout",
-            format!("the request body did not arrive within {} s: send it whole", timeout.as_secs()),
-        )
-        .into_response()),
+        Ok(Err(_)) => Err(BodyRefusal::TooLarge { max: max_body }),
+        Err(_) => Err(BodyRefusal::Timeout { after: timeout }),
     }
-}
-
-fn too_large(max: usize) -> Response {
-    super::ApiError::new(
-        StatusCode::PAYLOAD_TOO_LARGE,
-        "body_too_large",
-        format!("the request body is over this server's limit of {max} bytes (--max-body)"),
-    )
-    .into_response()
 }

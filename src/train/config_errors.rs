@@ -1,0 +1,44 @@
+//! How a config's TOML errors read: the table a bad key is in, `[model]`'s keys by kind,
+//! and numbers named as numbers rather than as Rust's types.
+
+/// The error for `text` that TOML or serde refused with `e`.
+pub(super) fn parse_error(text: &str, e: toml::de::Error) -> anyhow::Error {
+    let table = e.span().and_then(|s| table_at(text, s.start));
+    // [model]'s unknown key: the keys of its kind, not of every kind
+    let unknown = e.message().strip_prefix("unknown field `").and_then(|m| m.split('`').next());
+    if let (Some("model"), Some(key)) = (table.as_deref(), unknown) {
+        let doc = toml::from_str::<toml::Table>(text).ok();
+        let model = doc.as_ref().and_then(|d| d.get("model")?.as_table());
+        return anyhow::anyhow!("{}", super::model::unknown_key_error(key, model));
+    }
+    // serde names Rust's types; a config's reader knows numbers
+    let mut e = e.to_string();
+    for (rust, plain) in [("u32", "a whole number"), ("u64", "a whole number"), ("usize", "a whole number")]
+        .into_iter()
+        .chain([("f64", "a number"), ("f32", "a number")])
+    {
+        e = e.replace(&format!("expected {rust}"), &format!("expected {plain}"));
+    }
+    match table {
+        Some(t) => anyhow::anyhow!("in table [{t}]: {e}"),
+        None => anyhow::anyhow!("{e}"),
+    }
+}
+
+/// The dotted name of the TOML table that the key at byte `pos` of `text` belongs to
+/// (`None` at top level): the last `[header]` line above it, or, for a key in a header
+/// line itself, that header's parent.
+fn table_at(text: &str, pos: usize) -> Option<String> {
+    let before = text.get(..pos)?;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let line = text[line_start..].lines().next().unwrap_or("").trim();
+    let header = |l: &str| -> Option<String> {
+        let l = l.split('#').next()?.trim();
+        let name = l.trim_start_matches('[').trim_end_matches(']').trim();
+        (!name.is_empty()).then(|| name.to_string())
+    };
+    if line.starts_with('[') {
+        return header(line)?.rsplit_once('.').map(|(parent, _)| parent.trim().to_string());
+    }
+    text[..line_start].lines().rev().map(str::trim).find(|l| l.starts_with('[')).and_then(header)
+}
