@@ -131,13 +131,13 @@ fn rank_label() -> Option<String> {
 
 /// Standard error, each log line led by the rank's label (the formatter writes a line at once).
 struct RankedStderr {
-    label: Option<String>,
+    label: Option<&'static str>,
 }
 
 impl std::io::Write for RankedStderr {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         let mut err = std::io::stderr().lock();
-        if let Some(l) = &self.label {
+        if let Some(l) = self.label {
             err.write_all(l.as_bytes())?;
         }
         err.write_all(buf)?;
@@ -152,13 +152,15 @@ impl std::io::Write for RankedStderr {
 pub fn main() -> ExitCode {
     tune_allocator();
     let cli = Cli::parse();
+    // read once: the writer is made per log line
+    let label: Option<&'static str> = rank_label().map(|l| &*Box::leak(l.into_boxed_str()));
     tracing_subscriber::fmt()
         // Colour codes only on a terminal: piped or logged warnings stay plain text.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(log_filter())
         // Silent while an interrupted command kills its browsers (see `signals::QUIET`).
         .with_writer(
-            (|| RankedStderr { label: rank_label() })
+            (move || RankedStderr { label })
                 .with_filter(|_| !signals::QUIET.load(std::sync::atomic::Ordering::SeqCst)),
         )
         .init();

@@ -204,7 +204,8 @@ pub fn make_policy(
     api: &ApiArgs,
 ) -> anyhow::Result<Box<dyn Policy>> {
     let (temperature, device) = (episode.temperature, episode.device);
-    if !names_a_checkpoint(name) && device != DeviceName::Cpu {
+    let checkpoint = names_a_checkpoint(name);
+    if !checkpoint && device != DeviceName::Cpu {
         bail!(
             "--device {device} is where a checkpoint policy runs; {name:?} runs no model here: leave it out"
         );
@@ -222,7 +223,7 @@ pub fn make_policy(
         }
         // Anything that exists on disk, or is written as a path, is a checkpoint in one of
         // its forms (or an error that says it does not exist, or lists the forms).
-        path if names_a_checkpoint(path) => {
+        path if checkpoint => {
             let found = crate::train::checkpoint::resolve_policy_dir(std::path::Path::new(path))?;
             if let Some(note) = &found.note {
                 eprintln!("{note}");

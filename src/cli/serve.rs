@@ -79,9 +79,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             d.display()
         );
     }
-    if args.max_connections.is_some_and(|n| n < 4) {
-        bail!("--max-connections must be at least 4 (a client, a health check and room to spare)");
-    }
+    let conn = crate::serve::conn::ConnLimits::with_max_connections(args.max_connections)?;
     let browser = args.browser.config();
     if !browser.devtools {
         // Every session's requests are checked over DevTools (the URL policy): without
@@ -120,10 +118,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         env: crate::env::EnvConfig { browser, ..Default::default() },
         reward_models: args.reward_models,
         url_policy,
-        conn: crate::serve::conn::ConnLimits {
-            max_connections: args.max_connections.unwrap_or_else(crate::serve::conn::default_max_connections),
-            ..Default::default()
-        },
+        conn,
         cross_site: crate::serve::access::CrossSite {
             host_names: args.host_names,
             allowed_origins: args.allow_origins,

@@ -43,13 +43,7 @@ pub struct ServePolicyArgs {
 /// `guirl serve-policy`.
 pub async fn serve_policy(args: ServePolicyArgs) -> anyhow::Result<()> {
     let token = args.token.filter(|t| !t.trim().is_empty());
-    if args.max_connections.is_some_and(|n| n < 4) {
-        bail!("--max-connections must be at least 4 (a client, a health check and room to spare)");
-    }
-    let limits = crate::serve::conn::ConnLimits {
-        max_connections: args.max_connections.unwrap_or_else(crate::serve::conn::default_max_connections),
-        ..Default::default()
-    };
+    let limits = crate::serve::conn::ConnLimits::with_max_connections(args.max_connections)?;
     let listener = super::serve::listen(&args.bind).await?;
     let addr = listener.local_addr()?;
     if !addr.ip().is_loopback() && token.is_none() {

@@ -39,6 +39,19 @@ impl Default for ConnLimits {
     }
 }
 
+impl ConnLimits {
+    /// The default bounds with `--max-connections` (left out: [`default_max_connections`]);
+    /// fewer than 4 is refused.
+    pub fn with_max_connections(max: Option<usize>) -> anyhow::Result<ConnLimits> {
+        if max.is_some_and(|n| n < 4) {
+            anyhow::bail!(
+                "--max-connections must be at least 4 (a client, a health check and room to spare)"
+            );
+        }
+        Ok(ConnLimits { max_connections: max.unwrap_or_else(default_max_connections), ..Default::default() })
+    }
+}
+
 /// A quarter of the open-file limit (each session's browser needs files too), from 16 to
 /// 1,024. The soft limit is first raised to the hard one.
 pub fn default_max_connections() -> usize {

@@ -246,17 +246,15 @@ impl IterationMetrics {
     /// Where the iteration's time went, for the progress line: the collection split into
     /// the policy's calls and the wait for envs, and the update.
     pub fn time_split(&self) -> String {
-        match self.staleness {
-            // collected beside the last update: the wait is what the update did not hide
-            Some(_) => format!(
-                "waited {:.1}s for the background collection (policy {:.1}s, env wait {:.1}s) update {:.1}s",
-                self.rollout_secs, self.policy_secs, self.env_wait_secs, self.update_secs
-            ),
-            None => format!(
-                "collect {:.1}s (policy {:.1}s, env wait {:.1}s) update {:.1}s",
-                self.rollout_secs, self.policy_secs, self.env_wait_secs, self.update_secs
-            ),
-        }
+        // collected beside the last update, the wait is what the update did not hide
+        let (wait, of) = match self.staleness {
+            Some(_) => ("waited", " for the background collection"),
+            None => ("collect", ""),
+        };
+        format!(
+            "{wait} {:.1}s{of} (policy {:.1}s, env wait {:.1}s) update {:.1}s",
+            self.rollout_secs, self.policy_secs, self.env_wait_secs, self.update_secs
+        )
     }
 
     /// Copy the advantage statistics in.

@@ -23,6 +23,28 @@ pub fn env_with(task: &str, cfg: EnvConfig) -> GuiEnv {
     GuiEnv::new(t, cfg)
 }
 
+/// (task, seed, status, reward, each step's action and why it could not be taken) of an
+/// episode of a bench folder.
+pub type BenchEpisode = (String, u64, guirl::env::EpisodeStatus, String, Vec<(String, Option<String>)>);
+
+/// Every episode of a bench folder, by task and seed: what two ways of running a policy
+/// compare step by step.
+pub fn bench_episodes(out: &std::path::Path) -> Vec<BenchEpisode> {
+    use guirl::bench::harness::journal;
+    let rows = journal::read_rows(&out.join(journal::RESULTS_FILE)).unwrap();
+    let mut v: Vec<_> = rows
+        .iter()
+        .map(|r| {
+            let set = guirl::rollout::TrajectorySet::read(&out.join(&r.trajectory)).unwrap();
+            let t = &set.trajectories[r.index].trajectory;
+            let steps = t.steps.iter().map(|s| (s.action.clone(), s.action_error.clone())).collect();
+            (r.task.clone(), r.seed, r.status, format!("{:.6}", r.reward), steps)
+        })
+        .collect();
+    v.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+    v
+}
+
 /// Bench options: `n` episodes (seeds 0..n) of each task with `envs` browsers into `out`.
 pub fn bench_options(
     tasks: &[&str],

@@ -59,22 +59,6 @@ fn options(tasks: &[&str], n: u64, out: &Path, max_steps: u32) -> guirl::bench::
     common::bench_options(tasks, n, 2, out, EnvConfig { max_steps: Some(max_steps), ..EnvConfig::default() })
 }
 
-/// (task, seed, status, reward, action texts) of every episode of a bench folder.
-fn episodes(out: &Path) -> Vec<(String, u64, EpisodeStatus, String, Vec<String>)> {
-    let rows = journal::read_rows(&out.join(journal::RESULTS_FILE)).unwrap();
-    let mut v: Vec<_> = rows
-        .iter()
-        .map(|r| {
-            let set = guirl::rollout::TrajectorySet::read(&out.join(&r.trajectory)).unwrap();
-            let t = &set.trajectories[r.index].trajectory;
-            let actions = t.steps.iter().map(|s| s.action.clone()).collect();
-            (r.task.clone(), r.seed, r.status, format!("{:.6}", r.reward), actions)
-        })
-        .collect();
-    v.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
-    v
-}
-
 async fn serve(router: axum::Router) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -109,7 +93,10 @@ fn a_checkpoint_through_the_api_acts_as_it_does_directly() {
         let report =
             harness::run(&options(&tasks, 3, &dir.path().join("api"), 4), &mut through).await.unwrap();
 
-        let (a, b) = (episodes(&dir.path().join("direct")), episodes(&dir.path().join("api")));
+        let (a, b) = (
+            common::bench_episodes(&dir.path().join("direct")),
+            common::bench_episodes(&dir.path().join("api")),
+        );
         assert_eq!(a.len(), 6);
         assert!(a.iter().map(|e| e.4.len()).sum::<usize>() > 6, "several steps per episode: {a:?}");
         assert_eq!(a, b, "the same outcomes and actions, episode by episode");

@@ -142,6 +142,12 @@ fn bad_arguments_are_explained() {
         args.extend(["--device", "cuda:99"]);
         fails_with(&guirl(&args), &["cuda:99: no such CUDA device", "--features cuda"]);
     }
+    // Both servers refuse a connection cap too small to serve a client and a health check.
+    for cmd in [&["serve", "--bind", "127.0.0.1:0"][..], &["serve-policy", at, "--bind", "127.0.0.1:0"]] {
+        let mut args = cmd.to_vec();
+        args.extend(["--max-connections", "2"]);
+        fails_with(&guirl(&args), &["--max-connections must be at least 4"]);
+    }
     // On the CPU it runs, and the score says what the checkpoint read.
     let out = guirl(&[
         "run",

@@ -6,7 +6,7 @@
 //! point: both kinds of answer occur.
 
 use crate::common::{self, qwen};
-use guirl::bench::harness::{self, journal};
+use guirl::bench::harness;
 use guirl::env::EnvConfig;
 use guirl::policy::api::client::Endpoint;
 use guirl::policy::api::coords::CoordMode;
@@ -14,7 +14,6 @@ use guirl::policy::api::{ApiConfig, ApiPolicy};
 use guirl::policy::qwen_vl::QwenVlPolicy;
 use guirl::policy::{Policy, TrainablePolicy};
 use serde_json::{json, Value};
-use std::path::Path;
 use std::time::Duration;
 
 fn api(base: &str, coords: Option<CoordMode>) -> anyhow::Result<ApiPolicy> {
@@ -37,25 +36,6 @@ fn api(base: &str, coords: Option<CoordMode>) -> anyhow::Result<ApiPolicy> {
         elements: false,
         concurrency: 2,
     })
-}
-
-/// (seed, status, steps, the steps' actions and errors) of an episode.
-type Episode = (u64, String, u32, Vec<(String, Option<String>)>);
-
-/// Every episode of a bench folder.
-fn episodes(out: &Path) -> Vec<Episode> {
-    let rows = journal::read_rows(&out.join(journal::RESULTS_FILE)).unwrap();
-    let mut v: Vec<_> = rows
-        .iter()
-        .map(|r| {
-            let set = guirl::rollout::TrajectorySet::read(&out.join(&r.trajectory)).unwrap();
-            let t = &set.trajectories[r.index].trajectory;
-            let steps = t.steps.iter().map(|s| (s.action.clone(), s.action_error.clone())).collect();
-            (r.seed, r.status.to_string(), t.outcome.steps, steps)
-        })
-        .collect();
-    v.sort_by_key(|e| e.0);
-    v
 }
 
 #[test]
@@ -148,9 +128,9 @@ fn a_served_qwen_answers_in_its_own_words_and_frame_and_acts_as_it_does_directly
         let mut through = std::thread::spawn(move || api(&b, None)).join().unwrap().unwrap();
         let report = harness::run(&opts("api"), &mut through).await.unwrap();
         assert_eq!(report.all.policy_errors, 0);
-        let (a, b) = (episodes(&dir.path().join("direct")), episodes(&dir.path().join("api")));
+        let (a, b) = (common::bench_episodes(&dir.path().join("direct")), common::bench_episodes(&dir.path().join("api")));
         assert_eq!(a.len(), 6);
-        let invalid = a.iter().flat_map(|e| &e.3).filter(|s| s.1.is_some()).count();
+        let invalid = a.iter().flat_map(|e| &e.4).filter(|s| s.1.is_some()).count();
         assert!(invalid > 0, "some answers hold no action: {a:?}");
         assert_eq!(a, b, "the same outcomes and steps, episode by episode");
     });

@@ -326,8 +326,7 @@ impl QwenVlPolicy {
     /// The decision for an answer's tokens: its text parsed into an action.
     /// `size` is the screenshot's, which the answer's coordinates are read against.
     fn finish(&self, size: (u32, u32), tokens: Vec<u32>, lps: Vec<f32>) -> Result<Decision> {
-        let body: Vec<u32> = tokens.iter().copied().filter(|&t| t != self.eos).collect();
-        let text = self.model.chat.decode(&body)?;
+        let text = self.text_of(&tokens)?;
         let (w, hgt) = size;
         let mut d = match parse_answer(&text, &self.coords, w, hgt) {
             Ok(p) => Decision::deterministic(p.action),
@@ -338,6 +337,12 @@ impl QwenVlPolicy {
         d.tokens = tokens;
         d.answer = Some(text);
         Ok(d)
+    }
+
+    /// The text an answer's tokens write, its end token left out.
+    fn text_of(&self, tokens: &[u32]) -> Result<String> {
+        let body: Vec<u32> = tokens.iter().copied().filter(|&t| t != self.eos).collect();
+        self.model.chat.decode(&body)
     }
 }
 
@@ -528,8 +533,7 @@ impl TrainablePolicy for QwenVlPolicy {
     }
 
     fn answer_text(&self, tokens: &[u32]) -> Result<Option<String>> {
-        let body: Vec<u32> = tokens.iter().copied().filter(|&t| t != self.eos).collect();
-        Ok(Some(self.model.chat.decode(&body)?))
+        Ok(Some(self.text_of(tokens)?))
     }
 
     fn answer_stopped(&self, tokens: &[u32]) -> bool {
