@@ -243,6 +243,14 @@ async fn websocket_episode_and_every_error_case() {
     let r = ws_recv(&mut ws).await;
     assert_eq!(r["data"]["observation"]["info"]["status"], "invalid_action", "{r}");
     assert_eq!(r["data"]["done"], false);
+    // A refused reset ends the episode it was to replace: a client that asked for a new
+    // episode must not step on in the old one by mistake.
+    ws_send(&mut ws, json!({"type": "reset", "data": {"seed": 2, "task": "miniwob/nope"}})).await;
+    assert_eq!(err(&ws_recv(&mut ws).await).2, "unknown_task");
+    ws_send(&mut ws, json!({"type": "step", "data": {"action": target_click(&obs)}})).await;
+    assert_eq!(err(&ws_recv(&mut ws).await).2, "no_episode");
+    ws_send(&mut ws, json!({"type": "reset", "data": {"seed": 2}})).await;
+    assert_eq!(ws_recv(&mut ws).await["type"], "observation", "the task stays the one before");
     ws_send(&mut ws, json!({"type": "step", "data": {"action": target_click(&obs)}})).await;
     let r = ws_recv(&mut ws).await;
     assert_eq!((r["data"]["reward"].as_f64(), r["data"]["done"].as_bool()), (Some(1.0), Some(true)), "{r}");
@@ -251,7 +259,7 @@ async fn websocket_episode_and_every_error_case() {
     let st = ws_recv(&mut ws).await;
     assert_eq!(
         (st["type"].as_str(), st["data"]["episode_id"].as_u64(), st["data"]["step_count"].as_u64()),
-        (Some("state"), Some(1), Some(2))
+        (Some("state"), Some(2), Some(1))
     );
     let profile = st["data"]["browser_profile_dir"].as_str().unwrap().to_string();
     assert_eq!(get(&s, "/health").await.body["sessions"], 1, "a connection is a session");

@@ -94,12 +94,20 @@ pub async fn reset(
     body: Body,
 ) -> Result<Response, ApiError> {
     let session = s.table.get(&id)?;
-    let obj = object(body)?;
-    let mut allowed = vec!["seed"];
-    allowed.extend(OVERRIDE_FIELDS);
-    wire::reject_unknown(&obj, &allowed, "a reset request")?;
-    let seed = wire::seed(&obj)?;
-    let t = session.reset(seed, ImageOverride::parse(&obj, local)?).await?;
+    let t = async {
+        let obj = object(body)?;
+        let mut allowed = vec!["seed"];
+        allowed.extend(OVERRIDE_FIELDS);
+        wire::reject_unknown(&obj, &allowed, "a reset request")?;
+        let seed = wire::seed(&obj)?;
+        session.reset(seed, ImageOverride::parse(&obj, local)?).await
+    }
+    .await;
+    // A refused reset ends the episode it was to replace (as over WebSocket).
+    if t.is_err() {
+        session.end_episode().await;
+    }
+    let t = t?;
     session.touch();
     Ok(answer(t, false, frame::wants_binary(&headers)))
 }

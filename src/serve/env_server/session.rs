@@ -265,6 +265,14 @@ impl Session {
         Ok(g)
     }
 
+    /// End the running episode, if any, with no status (after a refused reset).
+    pub async fn end_episode(&self) {
+        if let Ok(mut g) = self.lock().await {
+            g.running = false;
+            g.status = None;
+        }
+    }
+
     /// Point the session at `task` with `opts` (a new env when the options change, the
     /// same browser when only the task does).
     pub async fn configure(&self, task: Option<Arc<dyn Task>>, opts: SessionOptions) -> Result<(), ApiError> {
@@ -398,7 +406,7 @@ impl Session {
         let mut g = self.lock().await?;
         if !g.running {
             let why = match g.status {
-                None => "no episode has started: reset the session first".to_string(),
+                None => "no episode is running: reset the session first".to_string(),
                 Some(s) => format!("the episode has ended (status {s}): reset the session to start another"),
             };
             return Err(ApiError::no_episode(why));

@@ -202,7 +202,22 @@ fn binary_field(data: &Map<String, Value>) -> Result<Option<bool>, ApiError> {
     }
 }
 
+/// A reset; a refused one ends the episode it was to replace, so that a client's next
+/// step cannot land in the old episode by mistake.
 async fn reset(
+    session: &Session,
+    data: &Map<String, Value>,
+    cfg: &ServeConfig,
+    local: bool,
+) -> Result<Transition, ApiError> {
+    let result = try_reset(session, data, cfg, local).await;
+    if result.is_err() {
+        session.end_episode().await;
+    }
+    result
+}
+
+async fn try_reset(
     session: &Session,
     data: &Map<String, Value>,
     cfg: &ServeConfig,
