@@ -335,6 +335,7 @@ impl GuiEnv {
             browser.fit_viewport(vp.window_width, vp.window_height).await?;
             self.resize = false;
         }
+        super::input::clear_state(browser).await?;
         let mut start = self.task.reset(browser, seed, &opts).await;
         if start.is_ok() {
             // The episode's first page time: the same budget as after an action.

@@ -94,6 +94,25 @@ pub(crate) async fn execute(browser: &Browser, action: &GuiAction, f: &Frame) ->
     Ok(())
 }
 
+/// Leave no focus, text selection or pointer position from the episode before: the state
+/// a page loaded in a fresh browser starts in, with nothing focused and the pointer at the
+/// viewport's top-left corner (where Chromium puts it for a new document).
+///
+/// One browser serves many episodes, and MiniWoB++ starts each in the page it already
+/// has: a text field clicked in the last episode kept its focus ring, a button focused in
+/// the last episode answered the next one's first `key(Enter)` (login-user scored a
+/// success a fresh browser scores as nothing), and the element under the last click was
+/// hovered again once the episode rebuilt the page.
+pub(crate) async fn clear_state(browser: &Browser) -> Result<(), EnvError> {
+    const BLUR: &str = "var a = document.activeElement; \
+         if (a && a !== document.body && a.blur) a.blur(); \
+         var s = window.getSelection && window.getSelection(); if (s) s.removeAllRanges(); \
+         return null;";
+    execute(browser, &GuiAction::Hover { x: 0, y: 0 }, &Frame::default()).await?;
+    browser.execute(BLUR, vec![]).await?;
+    Ok(())
+}
+
 /// Pointer moves between a drag's press and release, so drag libraries see a gesture.
 const DRAG_STEPS: i32 = 8;
 

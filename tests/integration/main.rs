@@ -26,6 +26,7 @@ mod driver_isolation;
 mod env_actions;
 mod env_lifecycle;
 mod env_navigation;
+mod episode_start;
 mod export;
 mod grid;
 mod input_paths;
