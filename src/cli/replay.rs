@@ -12,7 +12,8 @@ pub struct ReplayArgs {
     /// A trajectory set folder (written by `guirl run --record`).
     dir: PathBuf,
     /// Exit with status 1 unless every trajectory reproduces (those recorded as an
-    /// infrastructure failure are skipped and said so) and at least one was replayed.
+    /// infrastructure failure are skipped and said so), at least one was replayed, and
+    /// every recorded frame could be read and compared.
     #[arg(long)]
     verify: bool,
     /// Print one JSON object instead of text lines.
@@ -73,6 +74,15 @@ pub async fn replay(args: ReplayArgs) -> anyhow::Result<bool> {
             "--verify: nothing was replayed ({} trajectories, {skipped} skipped as infrastructure failures), \
              so nothing is verified",
             reports.len()
+        );
+        return Ok(false);
+    }
+    if args.verify && unread > 0 {
+        // Screens that were not compared are not verified either.
+        eprintln!(
+            "--verify: {unread} recorded frames could not be read (missing or damaged files under {}), so \
+             those screens were not compared: restore them, or replay without --verify to check the rest",
+            args.dir.join(crate::rollout::store::FRAMES_DIR).display()
         );
         return Ok(false);
     }

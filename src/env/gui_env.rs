@@ -5,6 +5,7 @@
 //! the next `reset` starts a fresh one.
 
 use super::browser::{Browser, BrowserConfig};
+pub use super::env_config::{EnvConfig, EpisodeRules, DEFAULT_VIRTUAL_TIME_MS};
 use super::local_guard::LocalGuard;
 pub use super::outcome::{EpisodeStatus, ResetInfo, StepInfo, StepOutcome, StepTimings};
 use super::page_proxy::{HostCheck, PageProxy};
@@ -22,34 +23,6 @@ mod observe;
 const NO_PAGE_CLOCK: &str = "page time (--virtual-time-ms, [env] virtual_time_ms) needs begin-frame control, which \
     this browser lacks (GUIRL_FRAME_CONTROL=0, or GUIRL_CHROMIUM not chrome-headless-shell): use the headless \
     shell scripts/setup.sh installs, or leave page time out to run on the wall clock";
-
-/// A suggested page time per step for [`EnvConfig::virtual_time_ms`] (what the page-clock
-/// tests and the measured figures use).
-pub const DEFAULT_VIRTUAL_TIME_MS: u32 = 100;
-
-/// How an env runs its episodes.
-#[derive(Debug, Clone, Default)]
-pub struct EnvConfig {
-    /// Where the browser comes from.
-    pub browser: BrowserConfig,
-    /// Override the task's step limit.
-    pub max_steps: Option<u32>,
-    /// Enforce the task's in-page wall-clock limit (ms); off by default so a slow policy
-    /// is never cut short by time.
-    pub wall_clock_ms: Option<u64>,
-    /// End the episode (status `invalid_action`) on an action that cannot be executed,
-    /// instead of counting it as a wasted step.
-    pub strict_actions: bool,
-    /// Page time (see [`super::page_clock`]): `Some(ms)` runs the page's timers,
-    /// `Date.now()` and animations on a virtual clock that advances by `ms` after each
-    /// action and at reset (and by `n` for `wait(n)`), never while the policy thinks, so
-    /// an episode does not depend on how long the policy took. `None`: the wall clock.
-    /// Needs begin-frame control (the headless shell started here); without it the first
-    /// reset fails with a setup error. Default `None`: with the clock paused between budgets, a page
-    /// that finishes its set-up asynchronously (IndexedDB callbacks) after the reset's
-    /// budget is not done when the policy looks (`tests/integration/website_state.rs` failed with it on).
-    pub virtual_time_ms: Option<u32>,
-}
 
 struct Episode {
     seed: u64,
@@ -165,6 +138,11 @@ impl GuiEnv {
     /// Override the task's step limit (`None`: the task's own) from the next reset on.
     pub fn set_max_steps(&mut self, max_steps: Option<u32>) {
         self.cfg.max_steps = max_steps;
+    }
+
+    /// The settings besides the step limit that change what an episode does.
+    pub fn rules(&self) -> EpisodeRules {
+        self.cfg.rules()
     }
 
     /// The step limit in force.

@@ -6,6 +6,7 @@ pub mod browser;
 pub mod browser_config;
 pub mod capture;
 pub mod devtools;
+pub mod env_config;
 pub mod frames;
 pub mod gui_env;
 pub mod input;
@@ -20,7 +21,9 @@ pub mod url_policy;
 
 pub use action::{GuiAction, KeyCombo, Modifier, ParseActionError};
 pub use browser::{Browser, BrowserConfig, BrowserVersions};
-pub use gui_env::{EnvConfig, EpisodeStatus, GuiEnv, ResetInfo, StepInfo, StepOutcome, StepTimings};
+pub use gui_env::{
+    EnvConfig, EpisodeRules, EpisodeStatus, GuiEnv, ResetInfo, StepInfo, StepOutcome, StepTimings,
+};
 pub use input::InputPath;
 pub use observation::{decode_png, encode_png, BBox, Element, Frame, ScreenState};
 

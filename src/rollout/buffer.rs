@@ -257,6 +257,7 @@ mod tests {
             instruction: String::new(),
             frame: Default::default(),
             max_steps: None,
+            rules: Default::default(),
             policy: "test".into(),
             group,
             steps: vec![],

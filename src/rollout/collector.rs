@@ -55,8 +55,9 @@ pub struct Collector {
 enum Msg {
     /// An observation to act on, with its sampling stream key ([`stream_key`]).
     Act(ScreenState, u64, oneshot::Sender<Decision>),
-    /// A finished episode, and whether the task's reward model agreed with its check.
-    Done(usize, Result<Recorded, EnvError>, Option<bool>),
+    /// A finished episode, and whether the task's reward model agreed with its check
+    /// (boxed: an episode is much larger than the other messages).
+    Done(usize, Result<Box<Recorded>, EnvError>, Option<bool>),
     /// A task's first episode could not start: its page did not load (with the error).
     Unreachable(String, String),
     /// A worker ran out of jobs.
@@ -191,6 +192,7 @@ impl Collector {
                         pending.push((s, key, reply));
                     }
                     Msg::Done(i, Ok(rec), agreed) => {
+                        let rec = *rec;
                         // A hard stop (SIGTERM, a second Ctrl-C) kills the browsers: an
                         // episode failing for it is no episode of the task, and no other
                         // starts. What finished is still delivered.
@@ -399,7 +401,7 @@ async fn worker(mut env: Option<GuiEnv>, ctx: WorkerCtx) -> Option<GuiEnv> {
                     None,
                 )
             }
-            (r, _) => Msg::Done(i, r, agreed),
+            (r, _) => Msg::Done(i, r.map(Box::new), agreed),
         };
         if tx.send(msg).is_err() {
             break;
@@ -425,6 +427,7 @@ async fn episode(
         instruction: String::new(),
         frame: Default::default(),
         max_steps: Some(env.max_steps()),
+        rules: env.rules(),
         policy: policy_name.to_string(),
         group: job.group,
         steps: vec![],

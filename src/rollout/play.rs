@@ -225,6 +225,7 @@ impl Play {
         traj.instruction = obs.instruction.clone();
         traj.frame = obs.frame;
         traj.max_steps = Some(self.env.max_steps());
+        traj.rules = self.env.rules();
         traj.policy = HUMAN.into();
         let shot = self.write_screenshot(&obs)?;
         self.emit(

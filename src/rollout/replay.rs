@@ -2,7 +2,7 @@
 //! check that every step's reward, status and frame reproduce.
 
 use super::store::{StoredTrajectory, TrajectorySet, TRAJECTORIES_FILE};
-use crate::env::{EnvConfig, GuiAction, GuiEnv, ScreenState};
+use crate::env::{EnvConfig, EpisodeRules, GuiAction, GuiEnv, ScreenState};
 use anyhow::Context;
 use image::RgbImage;
 use serde::Serialize;
@@ -59,6 +59,10 @@ pub struct ReplayReport {
     pub unreadable_frames: Vec<String>,
     /// The first step that differs, if any.
     pub divergence: Option<Divergence>,
+    /// Set when the screen and the recorded frames differ in size (the task's viewport
+    /// changed since), which makes every frame differ.
+    #[serde(skip)]
+    resized: Option<String>,
 }
 
 /// Replay every trajectory of a set. Tasks are checked up front: one that no longer
@@ -85,11 +89,14 @@ pub async fn replay_set(set: &TrajectorySet, cfg: &EnvConfig) -> anyhow::Result<
             tasks.insert(id.clone(), t);
         }
     }
-    let mut envs: BTreeMap<String, GuiEnv> = BTreeMap::new();
+    // One env per task and rules: an episode replays under the rules it was recorded with.
+    let mut envs: BTreeMap<(String, EpisodeRules), GuiEnv> = BTreeMap::new();
     let mut reports = Vec::new();
     for st in &set.trajectories {
-        let id = st.trajectory.task_id.clone();
-        let env = envs.entry(id.clone()).or_insert_with(|| GuiEnv::new(Arc::clone(&tasks[&id]), cfg.clone()));
+        let (id, rules) = (st.trajectory.task_id.clone(), st.trajectory.rules);
+        let env = envs
+            .entry((id.clone(), rules))
+            .or_insert_with(|| GuiEnv::new(Arc::clone(&tasks[&id]), cfg.clone().with_rules(rules)));
         reports.push(replay_one(set, st, env).await?);
     }
     for (_, mut env) in envs {
@@ -109,6 +116,11 @@ fn frame_diff(
 ) -> Option<f64> {
     let name = name.as_ref()?;
     match set.load_frame(name) {
+        Ok(frame) if frame.dimensions() != obs.screenshot.dimensions() => {
+            let ((w, h), (rw, rh)) = (obs.screenshot.dimensions(), frame.dimensions());
+            report.resized.get_or_insert(format!("the screen is {w}x{h}, the recorded frames {rw}x{rh}"));
+            Some(255.0)
+        }
         Ok(frame) => Some(mean_abs_diff(&frame, &obs.screenshot)),
         Err(e) => {
             tracing::warn!("line {}: frame not compared: {e:#}", report.line);
@@ -135,6 +147,7 @@ async fn replay_one(
         frame_diffs: vec![],
         unreadable_frames: vec![],
         divergence: None,
+        resized: None,
     };
     if t.outcome.status.is_infrastructure_failure() {
         report.skipped = Some(format!(
@@ -167,12 +180,27 @@ async fn replay_one(
         if let Some(d) = frame_diff(set, &step.frame, &obs, &mut report) {
             report.frame_diffs.push(d);
             if d > FRAME_TOLERANCE {
-                diverge(&mut report, i, format!("the screen before step {i} differs (mean abs diff {d:.2})"));
+                let why = match &report.resized {
+                    Some(r) => format!("{r} (the task's viewport changed?)"),
+                    None => format!("the screen before step {i} differs (mean abs diff {d:.2})"),
+                };
+                diverge(&mut report, i, why);
             }
         }
         let out = match GuiAction::parse(&step.action) {
             Ok(a) => env.step(&a).await,
-            Err(_) => env.step_text(&step.action).await,
+            Err(e) => {
+                // A policy's unparsable answer is recorded with the error it got; one
+                // without is an action that was taken as recorded and reads no more.
+                if step.action_error.is_none() {
+                    let why = format!(
+                        "step {i}'s action {:?} does not parse ({e}), though it was taken when recorded",
+                        step.action
+                    );
+                    diverge(&mut report, i, why);
+                }
+                env.step_text(&step.action).await
+            }
         };
         let out = match out {
             Ok(o) => o,

@@ -102,6 +102,7 @@ mod tests {
             instruction: "Click the button.".into(),
             frame: Frame::default(),
             max_steps: Some(3),
+            rules: crate::env::EpisodeRules { strict_actions: true, ..Default::default() },
             policy: "vlm".into(),
             group: Some(12),
             steps: vec![step],

@@ -1,6 +1,6 @@
 //! `Trajectory`: one recorded episode, as kept in memory and written to disk.
 
-use crate::env::{Element, EpisodeStatus, Frame, ScreenState, StepTimings};
+use crate::env::{Element, EpisodeRules, EpisodeStatus, Frame, ScreenState, StepTimings};
 use std::sync::Arc;
 
 use image::RgbImage;
@@ -106,6 +106,10 @@ pub struct Trajectory {
     /// Step limit the episode ran under (replays use the same).
     #[serde(default)]
     pub max_steps: Option<u32>,
+    /// The rules besides the step limit it ran under (replays use the same); not written
+    /// when they are the defaults.
+    #[serde(default, skip_serializing_if = "EpisodeRules::is_default")]
+    pub rules: EpisodeRules,
     /// The policy that acted.
     #[serde(default)]
     pub policy: String,
@@ -163,6 +167,7 @@ impl Trajectory {
             instruction: String::new(),
             frame: Frame::default(),
             max_steps: None,
+            rules: EpisodeRules::default(),
             policy: String::new(),
             group: None,
             steps,

@@ -145,15 +145,26 @@ impl AlgoConfig {
         // adv_std and step_credit are shared by several kinds (five and four): a key in
         // each of their tables would say the same thing five times, so they stay in [algo]
         // and the kinds they do not apply to refuse them here.
+        let kinds = |has: fn(AlgoKind) -> bool| {
+            let names: Vec<&str> =
+                AlgoKind::ALL.into_iter().filter(|k| has(*k)).map(AlgoKind::name).collect();
+            match names.split_last() {
+                Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+                _ => names.join(""),
+            }
+        };
         check(
             a.kind().group_normalized() || a.adv_std.is_none(),
-            "algo.adv_std applies to grpo, dr_grpo, dapo, gspo and gigpo only".into(),
+            format!("algo.adv_std applies to {} only", kinds(AlgoKind::group_normalized)),
         );
         check(
             a.step_credit == StepCredit::Episode || a.kind().takes_step_credit(),
-            "algo.step_credit = \"discounted\" applies to grpo, dr_grpo, dapo and gspo \
-             (reinforce_pp and gigpo credit steps already; rloo is episode-level)"
-                .into(),
+            format!(
+                "algo.step_credit = \"discounted\" applies to {} ({} credit steps already; the \
+                 others are episode-level)",
+                kinds(AlgoKind::takes_step_credit),
+                kinds(AlgoKind::credits_steps)
+            ),
         );
         if let Some(r) = a.give_up_reward {
             check(r.is_finite(), format!("algo.give_up_reward must be a finite number, got {r}"));
@@ -210,7 +221,12 @@ impl AlgoConfig {
                 g.omega >= 0.0 && g.omega.is_finite(),
                 format!("algo.gigpo.omega must be >= 0, got {}", g.omega),
             ),
-            _ => {}
+            AlgoVariant::Grpo
+            | AlgoVariant::DrGrpo
+            | AlgoVariant::Dapo
+            | AlgoVariant::Gspo(_)
+            | AlgoVariant::Rloo
+            | AlgoVariant::ReinforcePp => {}
         }
     }
 }

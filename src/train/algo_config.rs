@@ -202,7 +202,13 @@ impl AlgoConfig {
     pub fn ppo(&self) -> Option<&PpoConfig> {
         match &self.variant {
             AlgoVariant::Ppo(p) => Some(p),
-            _ => None,
+            AlgoVariant::Grpo
+            | AlgoVariant::DrGrpo
+            | AlgoVariant::Dapo
+            | AlgoVariant::Gspo(_)
+            | AlgoVariant::Rloo
+            | AlgoVariant::ReinforcePp
+            | AlgoVariant::Gigpo(_) => None,
         }
     }
     /// The rewards training uses in place of the task's.

@@ -49,7 +49,10 @@ impl AlgoKind {
     }
     /// Whether the kind's advantages are group-normalized (`adv_std` applies).
     pub fn group_normalized(self) -> bool {
-        !matches!(self, AlgoKind::Rloo | AlgoKind::ReinforcePp | AlgoKind::Ppo)
+        match self {
+            AlgoKind::Grpo | AlgoKind::DrGrpo | AlgoKind::Dapo | AlgoKind::Gspo | AlgoKind::Gigpo => true,
+            AlgoKind::Rloo | AlgoKind::ReinforcePp | AlgoKind::Ppo => false,
+        }
     }
     /// Default aggregation: GSPO's mean over sequences, Dr. GRPO's constant normalizer,
     /// token-mean for the rest.
@@ -57,7 +60,12 @@ impl AlgoKind {
         match self {
             AlgoKind::Gspo => LossAgg::SeqMeanTokenMean,
             AlgoKind::DrGrpo => LossAgg::SeqMeanTokenSumNorm,
-            _ => LossAgg::TokenMean,
+            AlgoKind::Grpo
+            | AlgoKind::Dapo
+            | AlgoKind::Rloo
+            | AlgoKind::ReinforcePp
+            | AlgoKind::Gigpo
+            | AlgoKind::Ppo => LossAgg::TokenMean,
         }
     }
     /// Default std of the group-relative advantages: none for Dr. GRPO, the group's for
@@ -65,14 +73,27 @@ impl AlgoKind {
     pub fn default_adv_std(self) -> AdvStd {
         match self {
             AlgoKind::DrGrpo => AdvStd::None,
-            _ => AdvStd::Group,
+            // (only read where group_normalized: the others have no group std)
+            AlgoKind::Grpo
+            | AlgoKind::Dapo
+            | AlgoKind::Gspo
+            | AlgoKind::Rloo
+            | AlgoKind::ReinforcePp
+            | AlgoKind::Gigpo
+            | AlgoKind::Ppo => AdvStd::Group,
         }
     }
     /// The unit of the policy ratio: GSPO's sequence, the others' token.
     pub fn policy_loss_kind(self) -> PolicyLossKind {
         match self {
             AlgoKind::Gspo => PolicyLossKind::Sequence,
-            _ => PolicyLossKind::Token,
+            AlgoKind::Grpo
+            | AlgoKind::DrGrpo
+            | AlgoKind::Dapo
+            | AlgoKind::Rloo
+            | AlgoKind::ReinforcePp
+            | AlgoKind::Gigpo
+            | AlgoKind::Ppo => PolicyLossKind::Token,
         }
     }
     /// Whether the kind's estimator credits each step with its discounted return by itself
@@ -80,19 +101,31 @@ impl AlgoKind {
     /// `step_credit = "discounted"`, which only the episode-level group-relative ones take
     /// ([`AlgoKind::takes_step_credit`]).
     pub fn credits_steps(self) -> bool {
-        matches!(self, AlgoKind::ReinforcePp | AlgoKind::Gigpo | AlgoKind::Ppo)
+        match self {
+            AlgoKind::ReinforcePp | AlgoKind::Gigpo | AlgoKind::Ppo => true,
+            AlgoKind::Grpo | AlgoKind::DrGrpo | AlgoKind::Dapo | AlgoKind::Gspo | AlgoKind::Rloo => false,
+        }
     }
     /// Whether `step_credit = "discounted"` applies: the episode-level group-relative
     /// kinds (not RLOO, whose leave-one-out baseline is per episode).
     pub fn takes_step_credit(self) -> bool {
-        matches!(self, AlgoKind::Grpo | AlgoKind::DrGrpo | AlgoKind::Dapo | AlgoKind::Gspo)
+        match self {
+            AlgoKind::Grpo | AlgoKind::DrGrpo | AlgoKind::Dapo | AlgoKind::Gspo => true,
+            AlgoKind::Rloo | AlgoKind::ReinforcePp | AlgoKind::Gigpo | AlgoKind::Ppo => false,
+        }
     }
     /// The fewest rollouts per task seed: PPO's critic is the baseline, so its rollouts
     /// need no group; the others compare a rollout with its group's.
     pub fn min_group_size(self) -> usize {
         match self {
             AlgoKind::Ppo => 1,
-            _ => 2,
+            AlgoKind::Grpo
+            | AlgoKind::DrGrpo
+            | AlgoKind::Dapo
+            | AlgoKind::Gspo
+            | AlgoKind::Rloo
+            | AlgoKind::ReinforcePp
+            | AlgoKind::Gigpo => 2,
         }
     }
     /// The `[algo.NAME]` tables that hold this kind's own keys (DAPO's: its two
@@ -103,7 +136,7 @@ impl AlgoKind {
             AlgoKind::Gigpo => &["gigpo"],
             AlgoKind::Gspo => &["gspo"],
             AlgoKind::Dapo => &["dynamic_sampling", "overlong_penalty"],
-            _ => &[],
+            AlgoKind::Grpo | AlgoKind::DrGrpo | AlgoKind::Rloo | AlgoKind::ReinforcePp => &[],
         }
     }
     /// Whether DAPO's dynamic sampling and overlong penalty are always on (DAPO is GRPO
@@ -295,7 +328,9 @@ impl AlgoVariant {
             AlgoKind::Ppo => AlgoVariant::Ppo(ppo.unwrap_or_default()),
             AlgoKind::Gigpo => AlgoVariant::Gigpo(gigpo.unwrap_or_default()),
             AlgoKind::Gspo => AlgoVariant::Gspo(gspo.unwrap_or_default()),
-            other => AlgoVariant::of(other),
+            AlgoKind::Grpo | AlgoKind::DrGrpo | AlgoKind::Dapo | AlgoKind::Rloo | AlgoKind::ReinforcePp => {
+                AlgoVariant::of(kind)
+            }
         })
     }
     /// The kind's own sub-table, as the config writes it: `(ppo, gigpo, gspo)`, the one of
@@ -305,7 +340,11 @@ impl AlgoVariant {
             AlgoVariant::Ppo(p) => (Some(p), None, None),
             AlgoVariant::Gigpo(g) => (None, Some(g), None),
             AlgoVariant::Gspo(g) => (None, None, Some(g)),
-            _ => (None, None, None),
+            AlgoVariant::Grpo
+            | AlgoVariant::DrGrpo
+            | AlgoVariant::Dapo
+            | AlgoVariant::Rloo
+            | AlgoVariant::ReinforcePp => (None, None, None),
         }
     }
     /// `kind` with its own settings at their defaults.

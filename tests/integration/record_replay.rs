@@ -196,7 +196,8 @@ fn bad_trajectory_sets_are_named_with_file_and_line() {
 }
 
 /// A recorded frame that is gone is not compared, and said so; the episode's actions,
-/// rewards and the other frames are still checked (replay stopped at the first one).
+/// rewards and the other frames are still checked (replay stopped at the first one), and
+/// `--verify` does not pass.
 #[test]
 fn a_missing_frame_is_not_compared_and_the_rest_is_checked() {
     let src = repo("fixtures/trajectories/oracle");
@@ -225,7 +226,9 @@ fn a_missing_frame_is_not_compared_and_the_rest_is_checked() {
     std::fs::write(dir.path().join("trajectories.jsonl"), format!("{line}\n")).unwrap();
     let out = guirl(&["replay", dir.path().to_str().unwrap(), "--verify", "--json"]);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
+    // Everything else reproduced, but a screen not compared is not verified.
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("could not be read") && err.contains("not compared"), "{err}");
     assert!(err.contains("frame not compared") && err.contains(&frames[0]), "{err}");
     let gone = frames.iter().filter(|f| **f == frames[0]).count();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -233,4 +236,57 @@ fn a_missing_frame_is_not_compared_and_the_rest_is_checked() {
     assert_eq!(v["unreadable_frames"].as_u64(), Some(gone as u64), "{v}");
     let r = &v["trajectories"][0];
     assert_eq!(r["frame_diffs"].as_array().unwrap().len(), frames.len() - gone, "{v}");
+}
+
+/// An episode replays under the rules it was recorded with (`--strict-actions` ends an
+/// episode at an action that cannot be taken; replay ignored it and failed its own sets),
+/// and an action edited into one that does not parse is named as such, at its step.
+#[test]
+fn replays_play_by_the_recorded_rules_and_name_an_action_that_does_not_parse() {
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("strict");
+    let args =
+        ["run", "--task", "miniwob/enter-text", "--policy", "random", "--episodes", "8", "--strict-actions"];
+    let out = guirl(&[&args[..], &["--record", rec.to_str().unwrap()]].concat());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let file = rec.join("trajectories.jsonl");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(lines.iter().all(|t| t["rules"]["strict_actions"] == true), "{text}");
+    assert!(
+        lines.iter().any(|t| t["outcome"]["status"] == "invalid_action"),
+        "a random policy on enter-text takes an invalid action within 8 episodes: {text}"
+    );
+    let out = guirl(&["replay", rec.to_str().unwrap(), "--verify"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+
+    // Without the rules (a file from before they were kept) the strict endings differ.
+    let plain: Vec<String> = lines
+        .iter()
+        .map(|t| {
+            let mut t = t.clone();
+            t.as_object_mut().unwrap().remove("rules");
+            t.to_string()
+        })
+        .collect();
+    std::fs::write(&file, plain.join("\n") + "\n").unwrap();
+    let out = guirl(&["replay", rec.to_str().unwrap(), "--verify"]);
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stdout));
+
+    // An action that was taken when recorded and no longer parses.
+    let mut first = lines[0].clone();
+    first["steps"][0]["action"] = "clack(66 63".into();
+    first["steps"][0].as_object_mut().unwrap().remove("action_error");
+    std::fs::write(&file, format!("{first}\n")).unwrap();
+    let out = guirl(&["replay", rec.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("diverged_at_step=0") && text.contains("does not parse"), "{text}");
+
+    // A recorded frame of another size (a viewport changed since) says the sizes.
+    std::fs::write(&file, format!("{}\n", lines[0])).unwrap();
+    let frame = rec.join("frames").join(lines[0]["steps"][0]["frame"].as_str().unwrap());
+    image::RgbImage::new(10, 10).save(&frame).unwrap();
+    let out = guirl(&["replay", rec.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("the screen is 160x210, the recorded frames 10x10"), "{text}");
 }

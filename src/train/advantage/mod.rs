@@ -81,7 +81,13 @@ pub fn estimate(
 pub fn state_keys(algo: &AlgoConfig, recs: &[Recorded], index: &[Vec<usize>]) -> StateKeys {
     match algo.variant {
         AlgoVariant::Gigpo(_) => anchor_keys(recs, index),
-        _ => Vec::new(),
+        AlgoVariant::Grpo
+        | AlgoVariant::DrGrpo
+        | AlgoVariant::Dapo
+        | AlgoVariant::Gspo(_)
+        | AlgoVariant::Rloo
+        | AlgoVariant::ReinforcePp
+        | AlgoVariant::Ppo(_) => Vec::new(),
     }
 }
 
@@ -112,12 +118,18 @@ pub fn carries_signal(algo: &AlgoConfig, group: &Group, keys: &[Vec<Option<u64>>
         AlgoVariant::Gigpo(g) => {
             differ(&rewards) || (g.omega > 0.0 && gigpo::step_groups_differ(group, keys, algo.gamma))
         }
-        _ if algo.step_credit == StepCredit::Discounted => {
-            let pooled: Vec<f64> =
-                reinforce_pp::group_returns(group, algo.gamma).into_iter().flatten().flatten().collect();
-            rewards.len() >= 2 && differ(&pooled)
-        }
-        _ => differ(&rewards),
+        AlgoVariant::Grpo
+        | AlgoVariant::DrGrpo
+        | AlgoVariant::Dapo
+        | AlgoVariant::Gspo(_)
+        | AlgoVariant::Rloo => match algo.step_credit {
+            StepCredit::Discounted => {
+                let pooled: Vec<f64> =
+                    reinforce_pp::group_returns(group, algo.gamma).into_iter().flatten().flatten().collect();
+                rewards.len() >= 2 && differ(&pooled)
+            }
+            StepCredit::Episode => differ(&rewards),
+        },
     }
 }
 

@@ -16,6 +16,11 @@ pub fn for_run(
     Ok(match &cfg.algo.variant {
         AlgoVariant::Ppo(p) => Box::new(ppo::Ppo::for_run(cfg, p, device, latest)?),
         AlgoVariant::Gigpo(_) => Box::new(relative::Gigpo),
-        _ => Box::new(relative::GroupRelative),
+        AlgoVariant::Grpo
+        | AlgoVariant::DrGrpo
+        | AlgoVariant::Dapo
+        | AlgoVariant::Gspo(_)
+        | AlgoVariant::Rloo
+        | AlgoVariant::ReinforcePp => Box::new(relative::GroupRelative),
     })
 }
