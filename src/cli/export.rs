@@ -23,8 +23,8 @@ pub struct ExportArgs {
     /// Overwrite the output file if it exists.
     #[arg(long)]
     force: bool,
-    /// The split written in extra_info.split.
-    #[arg(long, default_value = "train")]
+    /// The split written in extra_info.split (not empty).
+    #[arg(long, default_value = "train", value_parser = clap::builder::NonEmptyStringValueParser::new())]
     split: String,
     /// Discount of the steps layout's `return` column, in [0, 1].
     #[arg(long, default_value_t = 1.0)]
@@ -41,12 +41,6 @@ pub struct ExportArgs {
 /// `guirl export`.
 pub fn export(args: ExportArgs) -> anyhow::Result<()> {
     let set = TrajectorySet::read(&args.dir)?;
-    if let Some(line) = set.torn_line {
-        eprintln!(
-            "warning: line {line} of {} is torn (a run was killed while writing it); skipped",
-            args.dir.display()
-        );
-    }
     let opts = ExportOptions {
         format: args.format,
         layout: args.layout,
@@ -73,10 +67,11 @@ pub fn export(args: ExportArgs) -> anyhow::Result<()> {
     }
     let skipped =
         if skipped.is_empty() { String::new() } else { format!(" (skipped {})", skipped.join(", ")) };
+    let plural = |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
     println!(
-        "wrote {} rows from {} episodes to {} ({:.1} MB, {:.2} s){skipped}",
-        r.rows,
-        r.episodes,
+        "wrote {} from {} to {} ({:.1} MB, {:.2} s){skipped}",
+        plural(r.rows, "row", "rows"),
+        plural(r.episodes, "episode", "episodes"),
         r.out.display(),
         r.bytes as f64 / 1e6,
         r.seconds

@@ -55,6 +55,14 @@ pub async fn play(args: PlayArgs) -> anyhow::Result<()> {
              has none: add --headful (without a desktop: `xvfb-run -a guirl play --headful --capture ...`)"
         );
     }
+    // Said before anything is opened: a --record folder would be left behind empty.
+    if let Some(parent) = args.screenshot.parent().filter(|p| !p.as_os_str().is_empty() && !p.is_dir()) {
+        anyhow::bail!(
+            "--screenshot {}: the folder {} does not exist; create it or write the screenshot elsewhere",
+            args.screenshot.display(),
+            parent.display()
+        );
+    }
     let (task, seed, from) = match &args.from {
         Some(spec) => {
             let (set, line, step) = parse_from(spec)?;

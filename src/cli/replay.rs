@@ -26,12 +26,6 @@ pub struct ReplayArgs {
 /// `guirl replay`. Returns whether everything reproduced.
 pub async fn replay(args: ReplayArgs) -> anyhow::Result<bool> {
     let set = TrajectorySet::read(&args.dir)?;
-    if let Some(line) = set.torn_line {
-        eprintln!(
-            "warning: line {line} of {} is torn (a run was killed while writing it); skipped",
-            args.dir.display()
-        );
-    }
     let cfg = EnvConfig { browser: args.browser.config(), ..Default::default() };
     let reports = replay_set(&set, &cfg).await?;
     let unread: usize = reports.iter().map(|r| r.unreadable_frames.len()).sum();

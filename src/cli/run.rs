@@ -90,8 +90,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 || writer.as_mut().map(|w| w.append(rec)),
                 || {
                     format!(
-                        "{ended} of {} episodes had ended: {succeeded} succeeded, {} failed, {infra} \
-                         infrastructure errors{kept}",
+                        "{ended} of {} episodes had ended: {succeeded} succeeded, {} did not (failed, ran \
+                         out of steps or took an invalid action), {infra} infrastructure errors{kept}",
                         args.episodes,
                         ended - succeeded - infra
                     )
@@ -173,6 +173,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         };
         let rate = |v: Option<f64>| v.map_or("none".to_string(), |v| format!("{v:.3}"));
         println!("observation: {observation}");
+        if let Some(dir) = &args.record {
+            println!("recorded in {} (guirl view / replay / export read it)", dir.display());
+        }
         println!(
             "episodes={} success_rate={} mean_reward={}{agreement}{judge_errors}{infra}",
             results.len(),

@@ -63,11 +63,8 @@ impl Episode<'_> {
         let bytes = std::fs::read(&path).map_err(|e| {
             BadFrame(format!("cannot read frame {} (line {line}, step {step}): {e}", path.display()))
         })?;
-        if png_size(&bytes).is_none() {
-            return Err(BadFrame(format!(
-                "frame {} (line {line}, step {step}) is not a PNG",
-                path.display()
-            )));
+        if let Err(why) = png_intact(&bytes) {
+            return Err(BadFrame(format!("frame {} (line {line}, step {step}) {why}", path.display())));
         }
         Ok(Png(bytes))
     }
@@ -91,8 +88,60 @@ pub fn png_size(bytes: &[u8]) -> Option<(u32, u32)> {
     Some((be(&bytes[16..20]), be(&bytes[20..24])))
 }
 
+/// Whether `bytes` are a whole PNG: its signature and header, then every chunk in bounds
+/// with its checksum, up to the end chunk. A truncated or damaged file
+/// (the usual loss: a copy cut short) fails here without decoding any pixels.
+pub fn png_intact(bytes: &[u8]) -> Result<(), String> {
+    if png_size(bytes).is_none() {
+        return Err("is not a PNG".into());
+    }
+    let mut at = 8;
+    loop {
+        let Some(head) = bytes.get(at..at + 8) else {
+            return Err(format!("is cut short: {} bytes, with no end chunk", bytes.len()));
+        };
+        let len = u32::from_be_bytes([head[0], head[1], head[2], head[3]]) as usize;
+        let Some(body) = bytes.get(at + 4..at + 8 + len) else {
+            return Err(format!("is cut short: {} bytes, a chunk runs past the end", bytes.len()));
+        };
+        let Some(crc) = bytes.get(at + 8 + len..at + 12 + len) else {
+            return Err(format!("is cut short: {} bytes, a chunk's checksum is missing", bytes.len()));
+        };
+        if crc32fast::hash(body).to_be_bytes() != crc {
+            return Err(format!(
+                "is damaged: the {} chunk at byte {at} fails its checksum",
+                String::from_utf8_lossy(&head[4..8])
+            ));
+        }
+        at += 12 + len;
+        if &head[4..8] == b"IEND" {
+            return Ok(());
+        }
+    }
+}
+
 /// Text with `<image>` / `<video>` defused: readers split message content on them, so
 /// one inside an instruction or an action would break the placeholder count.
 pub fn no_placeholders(s: &str) -> String {
     s.replace("<image>", "< image>").replace("<video>", "< video>")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cut_or_damaged_png_is_told_from_a_whole_one() {
+        let img = image::RgbImage::from_fn(40, 30, |x, y| image::Rgb([x as u8 * 5, y as u8 * 7, 3]));
+        let png = crate::env::encode_png(&img);
+        assert_eq!(png_intact(&png), Ok(()));
+        let cut = png_intact(&png[..100]).unwrap_err();
+        assert!(cut.contains("cut short: 100 bytes"), "{cut}");
+        assert!(png_intact(&png[..png.len() - 12]).unwrap_err().contains("no end chunk"));
+        let mut bad = png.clone();
+        let mid = bad.len() / 2;
+        bad[mid] ^= 0x40;
+        assert!(png_intact(&bad).unwrap_err().contains("fails its checksum"));
+        assert_eq!(png_intact(b"GIF89a..............................").unwrap_err(), "is not a PNG");
+    }
 }

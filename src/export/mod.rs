@@ -275,7 +275,7 @@ fn write_rows<R: Row>(
                 continue;
             }
             Err(e) if e.is::<BadFrame>() => {
-                return Err(e.context("pass --skip-missing-frames to leave such episodes out"));
+                return Err(anyhow::anyhow!("{e}: pass --skip-missing-frames to leave such episodes out"));
             }
             Err(e) => return Err(e),
         };

@@ -25,7 +25,7 @@ use super::seeds::{pass_key, rng_for};
 use crate::dist::ProcessGroup;
 use crate::env::{GuiAction, ScreenState};
 use crate::policy::{Sampling, TrainablePolicy};
-use crate::rollout::store::StoredTrajectory;
+use crate::rollout::store::{StoredTrajectory, TRAJECTORIES_FILE};
 use crate::rollout::TrajectorySet;
 use anyhow::{bail, Context};
 use rand::seq::SliceRandom;
@@ -38,8 +38,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 pub struct SftReport {
     /// Steps trained on.
     pub samples: usize,
-    /// Demonstration steps skipped (the policy cannot write their action, or no frame).
+    /// Demonstration steps skipped (the policy cannot write their action, the action
+    /// could not be taken when recorded, or no frame).
     pub skipped: usize,
+    /// Episodes left out whole: recorded as an infrastructure failure (`env_error`,
+    /// `policy_error`, `judge_error`), so nothing the demonstrator meant to do.
+    pub infrastructure_episodes: usize,
+    /// Episodes cloned that did not succeed (cloning imitates them as they are).
+    pub unsuccessful_episodes: usize,
     /// The first reason a step was skipped.
     pub first_skip: Option<String>,
     /// Mean NLL of the last epoch.
@@ -95,6 +101,12 @@ fn demo_samples(
     let previous = policy.reads_previous_screenshot();
     for st in demo_order(set) {
         let t = &st.trajectory;
+        // As `guirl export` does: a browser that failed says nothing of the task.
+        if t.outcome.status.is_infrastructure_failure() {
+            report.infrastructure_episodes += 1;
+            continue;
+        }
+        report.unsuccessful_episodes += usize::from(t.outcome.status != crate::env::EpisodeStatus::Success);
         // The frame each step acted on is the one the next step sees as previous.
         let mut before: Option<std::sync::Arc<image::RgbImage>> = None;
         for (i, step) in t.steps.iter().enumerate() {
@@ -103,12 +115,18 @@ fn demo_samples(
                 before = None;
                 continue;
             };
-            let shot = std::sync::Arc::new(set.load_frame(frame)?);
+            let shot = std::sync::Arc::new(set.load_frame(frame).with_context(|| {
+                format!("{}:{} step {i}: its screenshot", set.dir.join(TRAJECTORIES_FILE).display(), st.line)
+            })?);
             let prev = std::mem::replace(&mut before, previous.then(|| shot.clone()));
             let state = t.state_at(i, shot, prev);
-            let tokens = GuiAction::parse(&step.action)
-                .map_err(anyhow::Error::from)
-                .and_then(|a| policy.encode(&state, &a));
+            // An action that could not be taken (off the page, typing with nothing focused)
+            // demonstrates nothing.
+            let tokens = match &step.action_error {
+                Some(e) => Err(anyhow::anyhow!("it could not be taken when recorded: {e}")),
+                None => GuiAction::parse(&step.action).map_err(anyhow::Error::from),
+            }
+            .and_then(|a| policy.encode(&state, &a));
             match tokens {
                 Ok(tokens) => samples.push((state, tokens)),
                 Err(e) => {
@@ -148,6 +166,23 @@ pub fn clone_demonstrations(
     let SftSettings { sft, max_grad_norm, seed, group, .. } = how;
     let mut report = SftReport::default();
     let samples = demo_samples(policy, set, &mut report)?;
+    if report.infrastructure_episodes > 0 {
+        tracing::warn!(
+            "behaviour cloning leaves out {} episode(s) of {} recorded as an infrastructure failure \
+             (env_error, policy_error, judge_error)",
+            report.infrastructure_episodes,
+            set.dir.display()
+        );
+    }
+    if report.unsuccessful_episodes > 0 {
+        tracing::warn!(
+            "{} of the {} episodes cloned from {} did not succeed: cloning imitates them too \
+             (record demonstrations that succeed, or a set of those only)",
+            report.unsuccessful_episodes,
+            set.trajectories.len() - report.infrastructure_episodes,
+            set.dir.display()
+        );
+    }
     if report.skipped > 0 {
         tracing::warn!(
             "behaviour cloning skips {} of {} demonstration steps the policy cannot learn (first: {})",
@@ -315,6 +350,45 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("no steps the policy can learn from") && e.contains("2 skipped"), "{e}");
+    }
+
+    /// An episode the browser failed is left out whole, a step whose action could not be
+    /// taken is skipped, and a failed episode is cloned but counted (each was trained on,
+    /// silently, before).
+    #[test]
+    fn failures_and_untaken_actions_are_not_demonstrations() {
+        let dir = tempfile::tempdir().unwrap();
+        let set_dir = dir.path().join("demos");
+        let state = square_state(160, 210, 20, 30, 30, [220, 30, 30], "Click the square");
+        let mut w = TrajectoryWriter::open(&set_dir).unwrap();
+        let episode = |seed: u64, status: EpisodeStatus, error: Option<&str>| {
+            let mut step = TrajStep::new("click(35, 45)", 0.0, EpisodeStatus::Running);
+            step.action_error = error.map(String::from);
+            let outcome = Outcome { reward: 0.0, status, steps: 1, error: None };
+            let mut t = Trajectory::new("builtin/demo", seed, vec![step], outcome);
+            t.instruction = state.instruction.clone();
+            Recorded { trajectory: t, frames: vec![state.screenshot.clone(), state.screenshot.clone()] }
+        };
+        w.append(&episode(0, EpisodeStatus::Success, None)).unwrap();
+        w.append(&episode(1, EpisodeStatus::EnvError, None)).unwrap();
+        w.append(&episode(2, EpisodeStatus::Fail, None)).unwrap();
+        w.append(&episode(3, EpisodeStatus::Truncated, Some("(900, 5) is outside the screenshot"))).unwrap();
+        let set = TrajectorySet::read(&set_dir).unwrap();
+        let cfg: SftConfig = toml::from_str("dir = \"demos\"\nepochs = 1\nlr = 1e-3").unwrap();
+        let how =
+            SftSettings { sft: &cfg, opt: AdamWConfig::default(), max_grad_norm: 1.0, seed: 0, group: None };
+        let mut vlm = VlmConfig::tiny();
+        vlm.actions.kinds = vec!["click".into()];
+        let mut p = VlmPolicy::new(vlm, &Device::Cpu, 0).unwrap();
+        let mut opt = sft_optimizer(&p, &how).unwrap();
+        let (log, stop) = (dir.path().join("sft.jsonl"), AtomicBool::new(false));
+        let r = clone_demonstrations(&mut p, &set, how, &mut opt, &log, &stop, &mut keep_nothing).unwrap();
+        assert_eq!(
+            (r.samples, r.skipped, r.infrastructure_episodes, r.unsuccessful_episodes),
+            (2, 1, 1, 2),
+            "{r:?}"
+        );
+        assert!(r.first_skip.as_deref().unwrap().contains("could not be taken"), "{r:?}");
     }
 
     /// One-click episodes `(task, seed, x, y)`, appended to `dir` in the order given (as

@@ -344,11 +344,18 @@ fn a_missing_frame_is_named_or_skipped() {
     let o = ExportOptions { skip_missing_frames: true, ..opts(Format::Parquet, Layout::Sft, out.clone()) };
     let r = export(&set, &o).unwrap();
     assert_eq!((r.rows, r.skipped_missing_frames, r.skipped_infrastructure), (2, 1, 1));
-    // A frame that is not a PNG is named too.
+    // A frame that is not a PNG is named too, and one cut short (it passed when only the
+    // header was read, and no reader could open the exported image).
     std::fs::write(set.frame_path(&gone), b"not a png").unwrap();
-    let err =
-        export(&set, &ExportOptions { force: true, ..opts(Format::Jsonl, Layout::Steps, out) }).unwrap_err();
+    let o = ExportOptions { force: true, ..opts(Format::Jsonl, Layout::Steps, out) };
+    let err = export(&set, &o).unwrap_err();
     assert!(format!("{err:#}").contains("is not a PNG"), "{err:#}");
+    let whole =
+        std::fs::read(set.frame_path(&set.trajectories[0].trajectory.steps[0].frame.clone().unwrap()))
+            .unwrap();
+    std::fs::write(set.frame_path(&gone), &whole[..whole.len() / 2]).unwrap();
+    let err = export(&set, &o).unwrap_err();
+    assert!(format!("{err:#}").contains("is cut short"), "{err:#}");
 }
 
 #[test]

@@ -167,6 +167,25 @@ fn unknown_task_exits_2_with_the_closest_ids() {
     );
 }
 
+/// A screenshot path in a folder that does not exist is refused before anything is
+/// opened: a `--record` folder is not left behind empty.
+#[test]
+fn a_screenshot_in_a_missing_folder_is_refused_before_recording() {
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("rec");
+    let shot = dir.path().join("nodir").join("p.png");
+    let out = Command::new(env!("CARGO_BIN_EXE_guirl"))
+        .args(["play", "--task", "miniwob/click-test", "--record", rec.to_str().unwrap()])
+        .arg("--screenshot")
+        .arg(&shot)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("nodir does not exist"), "{err}");
+    assert!(!rec.exists(), "no empty set is left behind");
+}
+
 /// `--from SET:LINE:STEP` opens a recorded episode after its first steps (replayed, every
 /// screen checked against the recording) for a person to continue; the recorded
 /// continuation keeps the replayed steps, marked, and replays as a whole. A recording

@@ -75,6 +75,19 @@ impl Trainer {
             return Ok(false);
         };
         let set = TrajectorySet::read(&dir)?;
+        let others: std::collections::BTreeSet<&str> = set
+            .trajectories
+            .iter()
+            .map(|st| st.trajectory.task_id.as_str())
+            .filter(|id| !self.tasks.iter().any(|t| t.id() == *id))
+            .collect();
+        if !others.is_empty() && self.writes() {
+            tracing::warn!(
+                "{} holds demonstrations of tasks this run does not train on ({}): they are cloned too",
+                dir.display(),
+                others.into_iter().collect::<Vec<_>>().join(", ")
+            );
+        }
         let policy = self.policy.as_mut();
         let log = self.run_dir.join("sft.jsonl");
         let report = off_runtime(|| {
