@@ -168,15 +168,24 @@ pub struct RolloutConfig {
     /// [`super::trainer::overlap`] and `docs/rollout-overlap.md`).
     #[serde(skip_serializing_if = "is_zero_u32")]
     pub max_staleness: u32,
+    /// Keep every Nth iteration's rollouts as a trajectory set in the run's
+    /// `rollouts/iter-NNNNNN/` (frames, groups, tokens and log-probs; `guirl view`, `replay`
+    /// and `export` read it); 0 (default) keeps none.
+    #[serde(skip_serializing_if = "is_zero_u64")]
+    pub record_every: u64,
 }
 
 fn is_zero_u32(n: &u32) -> bool {
     *n == 0
 }
 
+fn is_zero_u64(n: &u64) -> bool {
+    *n == 0
+}
+
 impl Default for RolloutConfig {
     fn default() -> Self {
-        RolloutConfig { envs: 4, max_steps: 10, max_staleness: 0 }
+        RolloutConfig { envs: 4, max_steps: 10, max_staleness: 0, record_every: 0 }
     }
 }
 

@@ -444,3 +444,36 @@ async fn a_run_that_must_stop_checkpoints_first() {
     let saved = guirl::train::checkpoint::latest(root.path()).unwrap().expect("a checkpoint before stopping");
     assert!(saved.join("model.safetensors").is_file(), "{}", saved.display());
 }
+
+/// `[rollout] record_every` keeps an iteration's rollouts as a trajectory set: their
+/// groups, tokens and frames, which `guirl export` reads with each step's advantage.
+#[tokio::test]
+async fn kept_rollouts_are_a_set_with_groups() {
+    let root = tempfile::tempdir().unwrap();
+    let run = root.path().join("run");
+    let mut cfg = config(2);
+    cfg.rollout.record_every = 2;
+    train(cfg, &run, false).await;
+    assert!(!run.join("rollouts/iter-000001").exists(), "only every 2nd iteration is kept");
+    let set = guirl::rollout::TrajectorySet::read(&run.join("rollouts/iter-000002")).unwrap();
+    assert_eq!(set.trajectories.len(), 4, "2 groups of 2");
+    let groups: std::collections::BTreeSet<u64> = set
+        .trajectories
+        .iter()
+        .map(|st| st.trajectory.group.expect("a training rollout has a group"))
+        .collect();
+    assert_eq!(groups.len(), 2);
+    assert!(set.trajectories.iter().all(|st| !st.trajectory.steps[0].tokens.is_empty()));
+    let out = root.path().join("steps.jsonl");
+    let opts = guirl::export::ExportOptions {
+        format: guirl::export::Format::Jsonl,
+        layout: guirl::export::Layout::Steps,
+        out: Some(out.clone()),
+        ..Default::default()
+    };
+    guirl::export::export(&set, &opts).unwrap();
+    let rows = std::fs::read_to_string(&out).unwrap();
+    assert!(rows
+        .lines()
+        .all(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["advantage"].is_f64()));
+}

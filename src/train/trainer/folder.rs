@@ -3,7 +3,26 @@
 
 use super::*;
 
+/// The folder of the kept rollouts of iteration `it` (`[rollout] record_every`).
+pub fn rollouts_dir(run_dir: &Path, it: u64) -> PathBuf {
+    run_dir.join("rollouts").join(checkpoint::name(it))
+}
+
 impl Trainer {
+    /// Keep this iteration's rollouts as a trajectory set. An iteration run again after a
+    /// resume replaces what its first run kept.
+    pub(super) fn record_rollouts(&self, recs: &[crate::rollout::Recorded]) -> anyhow::Result<()> {
+        let dir = rollouts_dir(&self.run_dir, self.state.iteration);
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).with_context(|| format!("cannot replace {}", dir.display()))?;
+        }
+        let mut w = crate::rollout::TrajectoryWriter::open(&dir)?;
+        for rec in recs {
+            w.append(rec)?;
+        }
+        Ok(())
+    }
+
     /// A run that must stop on an error first checkpoints what it has (unless the error
     /// struck mid-update), so `--resume` continues from the last finished iteration.
     pub(super) async fn stop_with(&mut self, e: anyhow::Error) -> anyhow::Error {

@@ -169,6 +169,10 @@ impl Trainer {
             m.eval_success = Some(e.success);
             m.eval_reward = Some(e.reward);
         }
+        let every = self.cfg.rollout.record_every;
+        if every > 0 && done.is_multiple_of(every) && self.writes() {
+            self.record_rollouts(recs)?;
+        }
         if let Some(metrics) = self.metrics.as_mut() {
             metrics.append_with_frames(&m, recs)?;
             if let Err(e) = crate::train::plots::plot_run(&self.run_dir) {
