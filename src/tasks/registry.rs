@@ -36,12 +36,23 @@ pub fn load_task(id_or_path: &str) -> anyhow::Result<Arc<dyn Task>> {
 
 fn unknown_task(id: &str) -> anyhow::Error {
     let ids = all_task_ids(None);
-    let mut scored: Vec<(f64, &String)> = ids.iter().map(|c| (strsim::jaro_winkler(id, c), c)).collect();
+    // Names are compared without their suite (every MiniWoB++ id shares `miniwob/`, which
+    // made any name look close), another suite's a little less close.
+    let (suite, name) = id.split_once('/').unwrap_or(("", id));
+    let score = |c: &str| {
+        let (s, n) = c.split_once('/').unwrap_or(("", c));
+        strsim::jaro_winkler(name, n) - if s == suite { 0.0 } else { 0.1 }
+    };
+    let mut scored: Vec<(f64, &String)> = ids.iter().map(|c| (score(c), c)).collect();
     scored.sort_by(|a, b| b.0.total_cmp(&a.0));
-    let close: Vec<&str> = scored.iter().take(5).map(|(_, c)| c.as_str()).collect();
+    let close: Vec<&str> =
+        scored.iter().take(5).filter(|(s, _)| *s >= 0.75).map(|(_, c)| c.as_str()).collect();
+    let close = match close.is_empty() {
+        true => "no task id is close to it".to_string(),
+        false => format!("Closest task ids: {}", close.join(", ")),
+    };
     anyhow::anyhow!(
-        "unknown task {id:?}. Closest task ids: {}. Run `guirl tasks` for the full list, or \
-         pass a path to a website task spec (.toml).",
-        close.join(", ")
+        "unknown task {id:?}. {close}. Run `guirl tasks` for the full list, or pass a path to a \
+         website task spec (.toml)."
     )
 }
