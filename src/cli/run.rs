@@ -78,8 +78,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let (mut ended, mut succeeded, mut infra) = (0, 0, 0);
     let kept =
         args.record.as_ref().map(|d| format!("; they are recorded in {}", d.display())).unwrap_or_default();
+    // The episodes' trajectories, without their screenshots (which went to disk, if
+    // recorded): a long run's frames are not held in memory.
+    let mut slots: Vec<Option<crate::rollout::Trajectory>> = vec![None; jobs.len()];
     let collected = collector
-        .collect(policy.as_mut(), jobs, |i, rec| {
+        .collect_each(policy.as_mut(), jobs, |i, rec| {
+            let rec = &rec;
             // Each episode is on disk as soon as it ends: a killed run keeps what it finished,
             // and a Ctrl-C says how many that is.
             let status = rec.trajectory.outcome.status;
@@ -108,36 +112,34 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                     t.seed, t.outcome.status, t.outcome.reward, t.outcome.steps
                 );
             }
+            slots[i] = Some(rec.trajectory.clone());
         })
         .await;
     collector.close().await;
-    let (results, stats) = collected.with_context(|| format!("running {}", task.id()))?;
+    let stats = collected.with_context(|| format!("running {}", task.id()))?;
+    let results: Vec<crate::rollout::Trajectory> = slots.into_iter().flatten().collect();
     if let Some(e) = write_error {
         return Err(e.context("recording trajectories"));
     }
     // Episodes the browser, the policy's endpoint or the judge failed are not the agent's:
     // the rates leave them out (as `guirl bench` does) and the summary counts them.
-    let scored: Vec<_> =
-        results.iter().filter(|r| !r.trajectory.outcome.status.is_infrastructure_failure()).collect();
+    let scored: Vec<_> = results.iter().filter(|r| !r.outcome.status.is_infrastructure_failure()).collect();
     let infra = results.len() - scored.len();
     let n = scored.len().max(1) as f64;
     // With no episode scored there is no rate: `null` in JSON, "none" in text, exit non-zero.
     let measured = !scored.is_empty();
     let success =
-        scored.iter().filter(|r| r.trajectory.outcome.status == crate::env::EpisodeStatus::Success).count()
-            as f64
-            / n;
-    let mean_reward = scored.iter().map(|r| r.trajectory.outcome.reward).sum::<f64>() / n;
+        scored.iter().filter(|r| r.outcome.status == crate::env::EpisodeStatus::Success).count() as f64 / n;
+    let mean_reward = scored.iter().map(|r| r.outcome.reward).sum::<f64>() / n;
     let (success, mean_reward) = (measured.then_some(success), measured.then_some(mean_reward));
-    let steps: u64 = results.iter().map(|r| r.trajectory.outcome.steps as u64).sum();
+    let steps: u64 = results.iter().map(|r| r.outcome.steps as u64).sum();
     let secs = t0.elapsed().as_secs_f64();
     // Episodes of a task with both a success check and a reward model.
     let compared = stats.reward_model_agree + stats.reward_model_disagree;
     if args.json {
         let per: Vec<_> = results
             .iter()
-            .map(|r| {
-                let t = &r.trajectory;
+            .map(|t| {
                 json!({"seed": t.seed, "reward": t.outcome.reward, "status": t.outcome.status, "steps": t.outcome.steps,
                        "instruction": t.instruction, "error": t.outcome.error})
             })
@@ -184,7 +186,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         );
     }
     if !measured {
-        let first = results.iter().find_map(|r| r.trajectory.outcome.error.clone()).unwrap_or_default();
+        let first = results.iter().find_map(|r| r.outcome.error.clone()).unwrap_or_default();
         anyhow::bail!(
             "nothing was measured: all {} episodes ended in infrastructure errors (the browser, the \
              policy's endpoint or the judge failed, not the agent); the first: {first}. Fix that \

@@ -101,36 +101,48 @@ impl Collector {
         jobs: Vec<Job>,
         mut on_done: impl FnMut(usize, &Recorded),
     ) -> anyhow::Result<(Vec<Recorded>, CollectStats)> {
+        let mut results: Vec<Option<Recorded>> = vec![None; jobs.len()];
+        let stats = self
+            .collect_each(policy, jobs, |i, rec| {
+                on_done(i, &rec);
+                results[i] = Some(rec);
+            })
+            .await?;
+        Ok((results.into_iter().flatten().collect(), stats))
+    }
+
+    /// [`Collector::collect`] that hands each episode to `on_done` as it finishes and keeps
+    /// none: for a long collection whose episodes go to disk (a bench of every task held
+    /// 8 GB of screenshots by its end).
+    pub async fn collect_each(
+        &mut self,
+        policy: &mut dyn Policy,
+        jobs: Vec<Job>,
+        mut on_done: impl FnMut(usize, Recorded),
+    ) -> anyhow::Result<CollectStats> {
         if let Some(pg) = self.group.clone().filter(|g| g.world() > 1) {
             // This rank's share, then every rank's episodes in job order (shard.rs).
             let (n, w, r) = (jobs.len(), pg.world(), pg.rank());
             let mine: Vec<(usize, Job)> = jobs.into_iter().enumerate().filter(|(i, _)| i % w == r).collect();
-            let ran = self.collect_jobs(policy, mine, n, &mut |_, _| {}).await;
-            let (all, stats) = super::shard::exchange(&pg, n, ran)?;
-            let recs = all
-                .into_iter()
-                .map(|(i, rec)| {
-                    on_done(i, &rec);
-                    rec
-                })
-                .collect();
-            return Ok((recs, stats));
+            let mut ran = Vec::new();
+            let stats = self.collect_jobs(policy, mine, &mut |i, rec| ran.push((i, rec))).await;
+            let (all, stats) = super::shard::exchange(&pg, n, stats.map(|s| (ran, s)))?;
+            for (i, rec) in all {
+                on_done(i, rec);
+            }
+            return Ok(stats);
         }
-        let n = jobs.len();
-        let (recs, stats) =
-            self.collect_jobs(policy, jobs.into_iter().enumerate().collect(), n, &mut on_done).await?;
-        Ok((recs.into_iter().map(|(_, r)| r).collect(), stats))
+        self.collect_jobs(policy, jobs.into_iter().enumerate().collect(), &mut on_done).await
     }
 
-    /// Run `jobs`, each with its index among the `n` jobs of the whole collection (its
-    /// sampling streams are keyed by it); returns the episodes with their indices, in order.
-    pub(super) async fn collect_jobs(
+    /// Run `jobs`, each with its index among the jobs of the whole collection (its
+    /// sampling streams are keyed by it), handing each episode to `on_done` as it ends.
+    async fn collect_jobs(
         &mut self,
         policy: &mut dyn Policy,
         jobs: Vec<(usize, Job)>,
-        n_all: usize,
-        on_done: &mut impl FnMut(usize, &Recorded),
-    ) -> anyhow::Result<(Vec<(usize, Recorded)>, CollectStats)> {
+        on_done: &mut impl FnMut(usize, Recorded),
+    ) -> anyhow::Result<CollectStats> {
         let t0 = Instant::now();
         let n = jobs.len();
         let queue = Arc::new(Mutex::new(jobs.into_iter().collect::<VecDeque<_>>()));
@@ -152,7 +164,6 @@ impl Collector {
         }
         drop(tx);
         let bar = self.progress_bar(n);
-        let mut results: Vec<Option<Recorded>> = vec![None; n_all];
         let mut stats = CollectStats::default();
         let mut fatal: Option<EnvError> = None;
         let mut pending: Vec<(ScreenState, u64, oneshot::Sender<Decision>)> = Vec::new();
@@ -220,8 +231,7 @@ impl Collector {
                             EpisodeStatus::JudgeError => stats.judge_errors += 1,
                             _ => {}
                         }
-                        on_done(i, &rec);
-                        results[i] = Some(rec);
+                        on_done(i, rec);
                         if let Some(b) = &bar {
                             b.inc(1);
                         }
@@ -315,7 +325,7 @@ impl Collector {
         if let Some(e) = fatal {
             return Err(anyhow::anyhow!(e));
         }
-        Ok((results.into_iter().enumerate().filter_map(|(i, r)| Some((i, r?))).collect(), stats))
+        Ok(stats)
     }
 
     fn progress_bar(&self, n: usize) -> Option<indicatif::ProgressBar> {

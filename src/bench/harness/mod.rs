@@ -266,8 +266,11 @@ pub async fn run(opts: &BenchOptions, policy: &mut dyn Policy) -> anyhow::Result
             // Settled episodes, for the line a signal's exit says.
             let mut kept = settled.len();
             let mut failed: Option<anyhow::Error> = None;
+            // Each episode goes to disk as it ends and is not kept: a suite's screenshots
+            // held in memory grew to 8 GB by the end of MiniWoB++.
             let result = collector
-                .collect(policy, jobs, |i, rec| {
+                .collect_each(policy, jobs, |i, rec| {
+                    let rec = &rec;
                     let t = &rec.trajectory;
                     let dir = trajectory_dir(&t.task_id);
                     let appended = (|| -> anyhow::Result<()> {
@@ -319,7 +322,7 @@ pub async fn run(opts: &BenchOptions, policy: &mut dyn Policy) -> anyhow::Result
             if let Some(e) = failed {
                 return Err(e.context("recording an episode"));
             }
-            for u in result?.1.unreachable {
+            for u in result?.unreachable {
                 tracing::warn!("{}: its first page did not load; its episodes are not run: {}", u.0, u.1);
                 unreachable.push(u);
             }
