@@ -235,8 +235,9 @@ async fn websocket_binary_frames_when_asked() {
     }
     ws_send(&mut ws, json!({"type": "reset", "data": {"seed": 4, "jpeg_quality": 101}})).await;
     assert_eq!(ws_recv(&mut ws).await.0["data"]["error"], "bad_option");
-    // The refused step did not change the connection's choice.
-    ws_send(&mut ws, json!({"type": "step", "data": {"action": "wait(0)"}})).await;
+    // The refused reset did not change the connection's choice (it ended the episode, so
+    // the next message is a reset).
+    ws_send(&mut ws, json!({"type": "reset", "data": {"seed": 4}})).await;
     assert!(ws_recv(&mut ws).await.1.is_some(), "still binary");
     ws_send(&mut ws, json!({"type": "close"})).await;
     s.stop().await;
