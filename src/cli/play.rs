@@ -63,20 +63,28 @@ pub async fn play(args: PlayArgs) -> anyhow::Result<()> {
             parent.display()
         );
     }
-    let (task, seed, from) = match &args.from {
+    let (task, seed, from, rules) = match &args.from {
         Some(spec) => {
             let (set, line, step) = parse_from(spec)?;
             let set = crate::rollout::TrajectorySet::read(&set)?;
             let (id, prefix) = crate::rollout::Prefix::from_set(&set, line, step)?;
-            (crate::tasks::load_task(&id)?, prefix.seed, Some(prefix))
+            // The recorded episode's rules, so its steps replay as they went.
+            let rules = set.trajectories.iter().find(|st| st.line == line).map(|st| st.trajectory.rules);
+            (crate::tasks::load_task(&id)?, prefix.seed, Some(prefix), rules.unwrap_or_default())
         }
-        None => (crate::tasks::load_task(args.task.as_deref().unwrap_or_default())?, args.seed, None),
+        None => (
+            crate::tasks::load_task(args.task.as_deref().unwrap_or_default())?,
+            args.seed,
+            None,
+            Default::default(),
+        ),
     };
     let cfg = crate::env::EnvConfig {
         browser: args.browser.config(),
         max_steps: args.max_steps,
         ..Default::default()
-    };
+    }
+    .with_rules(rules);
     let writer = args.record.as_deref().map(super::record::open_set).transpose()?;
     let opts =
         PlayOptions { seed, screenshot: args.screenshot, json: args.json, capture: args.capture, from };
