@@ -83,7 +83,6 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut slots: Vec<Option<crate::rollout::Trajectory>> = vec![None; jobs.len()];
     let collected = collector
         .collect_each(policy.as_mut(), jobs, |i, rec| {
-            let rec = &rec;
             // Each episode is on disk as soon as it ends: a killed run keeps what it finished,
             // and a Ctrl-C says how many that is.
             let status = rec.trajectory.outcome.status;
@@ -91,7 +90,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             succeeded += usize::from(status == crate::env::EpisodeStatus::Success);
             infra += usize::from(status.is_infrastructure_failure());
             let written = super::signals::done_so_far(
-                || writer.as_mut().map(|w| w.append(rec)),
+                || writer.as_mut().map(|w| w.append(&rec)),
                 || {
                     format!(
                         "{ended} of {} episodes had ended: {succeeded} succeeded, {} did not (failed, ran \
@@ -112,7 +111,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                     t.seed, t.outcome.status, t.outcome.reward, t.outcome.steps
                 );
             }
-            slots[i] = Some(rec.trajectory.clone());
+            slots[i] = Some(rec.trajectory);
         })
         .await;
     collector.close().await;
