@@ -79,12 +79,7 @@ pub async fn play(args: PlayArgs) -> anyhow::Result<()> {
             Default::default(),
         ),
     };
-    let cfg = crate::env::EnvConfig {
-        browser: args.browser.config(),
-        max_steps: args.max_steps,
-        ..Default::default()
-    }
-    .with_rules(rules);
+    let cfg = crate::env::EnvConfig { browser: args.browser.config(), max_steps: args.max_steps, rules };
     let writer = args.record.as_deref().map(super::record::open_set).transpose()?;
     let opts =
         PlayOptions { seed, screenshot: args.screenshot, json: args.json, capture: args.capture, from };

@@ -67,9 +67,11 @@ impl EpisodeArgs {
         Ok(crate::env::EnvConfig {
             browser: browser.config(),
             max_steps: self.max_steps,
-            wall_clock_ms: self.wall_clock_ms,
-            strict_actions: self.strict_actions,
-            virtual_time_ms: (self.virtual_time_ms > 0).then_some(self.virtual_time_ms),
+            rules: crate::env::EpisodeRules {
+                wall_clock_ms: self.wall_clock_ms,
+                strict_actions: self.strict_actions,
+                virtual_time_ms: (self.virtual_time_ms > 0).then_some(self.virtual_time_ms),
+            },
         })
     }
 }

@@ -3,7 +3,7 @@
 use super::browser::BrowserConfig;
 use serde::{Deserialize, Serialize};
 
-/// A suggested page time per step for [`EnvConfig::virtual_time_ms`] (what the page-clock
+/// A suggested page time per step for [`EpisodeRules::virtual_time_ms`] (what the page-clock
 /// tests and the measured figures use).
 pub const DEFAULT_VIRTUAL_TIME_MS: u32 = 100;
 
@@ -14,21 +14,8 @@ pub struct EnvConfig {
     pub browser: BrowserConfig,
     /// Override the task's step limit.
     pub max_steps: Option<u32>,
-    /// Enforce the task's in-page wall-clock limit (ms); off by default so a slow policy
-    /// is never cut short by time.
-    pub wall_clock_ms: Option<u64>,
-    /// End the episode (status `invalid_action`) on an action that cannot be executed,
-    /// instead of counting it as a wasted step.
-    pub strict_actions: bool,
-    /// Page time (see [`super::page_clock`]): `Some(ms)` runs the page's timers,
-    /// `Date.now()` and animations on a virtual clock that advances by `ms` after each
-    /// action and at reset (and by `n` for `wait(n)`), never while the policy thinks, so
-    /// an episode does not depend on how long the policy took. `None`: the wall clock.
-    /// Needs begin-frame control (the headless shell started here); without it the first
-    /// reset fails with a setup error. Default `None`: with the clock paused between budgets, a page
-    /// that finishes its set-up asynchronously (IndexedDB callbacks) after the reset's
-    /// budget is not done when the policy looks (`tests/integration/website_state.rs` failed with it on).
-    pub virtual_time_ms: Option<u32>,
+    /// The rules an episode plays by beyond its step limit (recorded with each trajectory).
+    pub rules: EpisodeRules,
 }
 
 /// The settings beside the step limit that change what an episode does, recorded with
@@ -37,13 +24,23 @@ pub struct EnvConfig {
 /// page shows and when it gives up).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct EpisodeRules {
-    /// [`EnvConfig::strict_actions`].
+    /// End the episode (status `invalid_action`) on an action that cannot be executed,
+    /// instead of counting it as a wasted step.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub strict_actions: bool,
-    /// [`EnvConfig::wall_clock_ms`].
+    /// Enforce the task's in-page wall-clock limit (ms); off by default so a slow policy
+    /// is never cut short by time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wall_clock_ms: Option<u64>,
-    /// [`EnvConfig::virtual_time_ms`].
+    /// Page time (see [`super::page_clock`]): `Some(ms)` runs the page's timers,
+    /// `Date.now()` and animations on a virtual clock that advances by `ms` after each
+    /// action and at reset (and by `n` for `wait(n)`), never while the policy thinks, so
+    /// an episode does not depend on how long the policy took. `None`: the wall clock.
+    /// Needs begin-frame control (the headless shell started here); without it the first
+    /// reset fails with a setup error. Default `None`: with the clock paused between
+    /// budgets, a page that finishes its set-up asynchronously (IndexedDB callbacks) after
+    /// the reset's budget is not done when the policy looks
+    /// (`tests/integration/website_state.rs` failed with it on).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub virtual_time_ms: Option<u32>,
 }
@@ -52,26 +49,5 @@ impl EpisodeRules {
     /// The defaults (what a trajectory recorded before these were kept played by).
     pub fn is_default(&self) -> bool {
         *self == EpisodeRules::default()
-    }
-}
-
-impl EnvConfig {
-    /// Its episode rules.
-    pub fn rules(&self) -> EpisodeRules {
-        EpisodeRules {
-            strict_actions: self.strict_actions,
-            wall_clock_ms: self.wall_clock_ms,
-            virtual_time_ms: self.virtual_time_ms,
-        }
-    }
-
-    /// This config playing by `rules`.
-    pub fn with_rules(self, rules: EpisodeRules) -> EnvConfig {
-        EnvConfig {
-            strict_actions: rules.strict_actions,
-            wall_clock_ms: rules.wall_clock_ms,
-            virtual_time_ms: rules.virtual_time_ms,
-            ..self
-        }
     }
 }

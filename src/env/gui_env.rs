@@ -142,7 +142,7 @@ impl GuiEnv {
 
     /// The settings besides the step limit that change what an episode does.
     pub fn rules(&self) -> EpisodeRules {
-        self.cfg.rules()
+        self.cfg.rules
     }
 
     /// The step limit in force.
@@ -184,7 +184,7 @@ impl GuiEnv {
         self.browser.as_ref().is_some_and(Browser::sandboxed)
     }
 
-    /// Whether page time is virtual (see [`EnvConfig::virtual_time_ms`]); false until the
+    /// Whether page time is virtual (see [`EpisodeRules::virtual_time_ms`]); false until the
     /// browser has started.
     pub fn uses_page_clock(&self) -> bool {
         self.browser.as_ref().is_some_and(Browser::has_page_clock)
@@ -205,7 +205,7 @@ impl GuiEnv {
                 ..self.cfg.browser.clone()
             };
             let mut b = Browser::launch(&cfg, vp.window_width, vp.window_height).await?;
-            if let Some(ms) = self.cfg.virtual_time_ms.filter(|&ms| ms > 0) {
+            if let Some(ms) = self.cfg.rules.virtual_time_ms.filter(|&ms| ms > 0) {
                 if !b.use_page_clock(Duration::from_millis(ms as u64)).await? {
                     b.close().await;
                     return Err(EnvError::Setup(NO_PAGE_CLOCK.into()));
@@ -306,7 +306,7 @@ impl GuiEnv {
 
     async fn try_reset(&mut self, seed: u64) -> Result<Episode, EnvError> {
         let browser = self.browser.as_ref().expect("browser started");
-        let opts = EpisodeOptions { wall_clock_ms: self.cfg.wall_clock_ms };
+        let opts = EpisodeOptions { wall_clock_ms: self.cfg.rules.wall_clock_ms };
         browser.set_patient(true);
         if self.resize {
             let vp = self.task.viewport();
@@ -392,7 +392,7 @@ impl GuiEnv {
 
     async fn step_invalid(&mut self, error: String) -> Result<StepOutcome, EnvError> {
         let mut out = self.step_inner(None, false).await?;
-        if out.info.status == EpisodeStatus::Running && self.cfg.strict_actions {
+        if out.info.status == EpisodeStatus::Running && self.cfg.rules.strict_actions {
             out.info.status = EpisodeStatus::InvalidAction;
             out.terminated = true;
             if let Some(ep) = self.episode.as_mut() {
@@ -507,7 +507,7 @@ impl GuiEnv {
         } else {
             (0.0, 0.0)
         };
-        let reward = if self.cfg.wall_clock_ms.is_some() { decayed } else { raw };
+        let reward = if self.cfg.rules.wall_clock_ms.is_some() { decayed } else { raw };
         let reason = status.reason.clone().or_else(|| {
             (gave_up && !status.done && !self.task.rewards_on_done())
                 .then(|| "the agent declared done() before the task was complete".to_string())

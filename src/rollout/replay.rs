@@ -96,7 +96,7 @@ pub async fn replay_set(set: &TrajectorySet, cfg: &EnvConfig) -> anyhow::Result<
         let (id, rules) = (st.trajectory.task_id.clone(), st.trajectory.rules);
         let env = envs
             .entry((id.clone(), rules))
-            .or_insert_with(|| GuiEnv::new(Arc::clone(&tasks[&id]), cfg.clone().with_rules(rules)));
+            .or_insert_with(|| GuiEnv::new(Arc::clone(&tasks[&id]), EnvConfig { rules, ..cfg.clone() }));
         reports.push(replay_one(set, st, env).await?);
     }
     for (_, mut env) in envs {

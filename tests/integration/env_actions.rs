@@ -147,7 +147,10 @@ async fn bad_actions_are_steps_with_an_error_not_crashes() {
 
 #[tokio::test]
 async fn strict_mode_ends_the_episode_on_an_invalid_action() {
-    let cfg = guirl::env::EnvConfig { strict_actions: true, ..Default::default() };
+    let cfg = guirl::env::EnvConfig {
+        rules: guirl::env::EpisodeRules { strict_actions: true, ..Default::default() },
+        ..Default::default()
+    };
     let mut env = common::env_with(repo("fixtures/tasks/actions.toml").to_str().unwrap(), cfg);
     env.reset(0).await.unwrap();
     let out = env.step(&GuiAction::Click { x: -1, y: 10 }).await.unwrap();

@@ -21,7 +21,10 @@ fn configs(command_timeout: Duration) -> [(&'static str, EnvConfig); 2] {
     let wall = EnvConfig { browser: browser.clone(), ..EnvConfig::default() };
     let clock = EnvConfig {
         browser,
-        virtual_time_ms: Some(guirl::env::gui_env::DEFAULT_VIRTUAL_TIME_MS),
+        rules: guirl::env::EpisodeRules {
+            virtual_time_ms: Some(guirl::env::gui_env::DEFAULT_VIRTUAL_TIME_MS),
+            ..Default::default()
+        },
         ..EnvConfig::default()
     };
     [("wall clock", wall), ("page clock", clock)]

@@ -6,7 +6,7 @@
 use crate::common;
 
 use common::{env_with, repo};
-use guirl::env::{EnvConfig, GuiAction, GuiEnv, ScreenState};
+use guirl::env::{EnvConfig, EpisodeRules, GuiAction, GuiEnv, ScreenState};
 use std::time::Duration;
 
 /// Reset to seed 0 and click the button `steps` times, sleeping `think` before each click
@@ -35,7 +35,10 @@ async fn fast_and_slow(virtual_time_ms: Option<u32>) -> (Vec<ScreenState>, Vec<S
     let mut runs = Vec::new();
     let mut clocked = true;
     for think in [Duration::ZERO, Duration::from_millis(300)] {
-        let mut env = env_with(task.to_str().unwrap(), EnvConfig { virtual_time_ms, ..Default::default() });
+        let mut env = env_with(
+            task.to_str().unwrap(),
+            EnvConfig { rules: EpisodeRules { virtual_time_ms, ..Default::default() }, ..Default::default() },
+        );
         runs.push(episode(&mut env, 5, think).await);
         clocked &= env.uses_page_clock();
         env.close().await;
@@ -78,7 +81,11 @@ async fn miniwob_time_limit_counts_page_time_not_thinking_time() {
     // its fourth step); the countdown in the screenshots matches too.
     let mut runs = Vec::new();
     for think in [Duration::ZERO, Duration::from_millis(300)] {
-        let cfg = EnvConfig { wall_clock_ms: Some(1000), max_steps: Some(20), ..Default::default() };
+        let cfg = EnvConfig {
+            rules: EpisodeRules { wall_clock_ms: Some(1000), ..Default::default() },
+            max_steps: Some(20),
+            ..Default::default()
+        };
         let mut env = env_with("miniwob/click-test", cfg);
         let (obs, _) = env.reset(4).await.unwrap();
         let mut shots = vec![obs.screenshot];
@@ -110,7 +117,10 @@ async fn miniwob_time_limit_counts_page_time_not_thinking_time() {
 #[tokio::test]
 async fn page_time_on_a_browser_without_frame_control_is_refused() {
     // (GUIRL_FRAME_CONTROL=0 does this; so does a Chromium that is not the headless shell)
-    let mut cfg = EnvConfig { virtual_time_ms: Some(100), ..Default::default() };
+    let mut cfg = EnvConfig {
+        rules: EpisodeRules { virtual_time_ms: Some(100), ..Default::default() },
+        ..Default::default()
+    };
     cfg.browser.frame_control = false;
     let mut env = env_with(repo("fixtures/tasks/ticker.toml").to_str().unwrap(), cfg);
     let e = env.reset(0).await.expect_err("no page time without frame control").to_string();

@@ -94,9 +94,9 @@ pub const MANIFEST_FILE: &str = "bench.json";
 pub(crate) fn env_json(env: &EnvConfig) -> serde_json::Value {
     serde_json::json!({
         "max_steps": env.max_steps,
-        "strict_actions": env.strict_actions,
-        "wall_clock_ms": env.wall_clock_ms,
-        "virtual_time_ms": env.virtual_time_ms,
+        "strict_actions": env.rules.strict_actions,
+        "wall_clock_ms": env.rules.wall_clock_ms,
+        "virtual_time_ms": env.rules.virtual_time_ms,
     })
 }
 

@@ -6,7 +6,7 @@ use super::guard::RequestGuard;
 use super::shm::{FrameDir, FrameFile};
 use super::wire::{self, ImageFormat, SessionOptions};
 use crate::env::url_policy::UrlPolicy;
-use crate::env::{EnvConfig, EpisodeStatus, GuiEnv};
+use crate::env::{EnvConfig, EpisodeRules, EpisodeStatus, GuiEnv};
 use crate::tasks::Task;
 use axum::body::Bytes;
 use axum::http::StatusCode;
@@ -314,8 +314,11 @@ impl Session {
         }
         let cfg = EnvConfig {
             max_steps: opts.max_steps,
-            wall_clock_ms: opts.wall_clock_ms,
-            strict_actions: opts.strict_actions,
+            rules: EpisodeRules {
+                wall_clock_ms: opts.wall_clock_ms,
+                strict_actions: opts.strict_actions,
+                ..self.base.rules
+            },
             ..self.base.clone()
         };
         let mut env = GuiEnv::new(task, cfg);
