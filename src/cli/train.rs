@@ -3,7 +3,6 @@
 use crate::train::config::{AlgoKind, ModelKind};
 use crate::train::trainer::{run_dir, Trainer};
 use crate::train::TrainConfig;
-use anyhow::Context;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -19,14 +18,12 @@ pub struct TrainArgs {
     /// table commented out) and exit.
     #[arg(long, conflicts_with_all = ["resume", "out"])]
     example_config: bool,
-    /// With --example-config: the example for this algorithm (grpo, dr_grpo, dapo, gspo,
-    /// rloo, reinforce_pp, gigpo, ppo), its own table written out.
+    /// With --example-config: the example for this algorithm, its own table written out.
     #[arg(long, value_name = "KIND", requires = "example_config")]
-    kind: Option<String>,
-    /// With --example-config: the example for this policy (small, qwen3_vl, qwen2_5_vl),
-    /// its [model] keys written out.
+    kind: Option<AlgoKind>,
+    /// With --example-config: the example for this policy, its [model] keys written out.
     #[arg(long, value_name = "KIND", requires = "example_config")]
-    model_kind: Option<String>,
+    model_kind: Option<ModelKind>,
     /// Run folder (default: run.dir/run.name from the config).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -63,21 +60,11 @@ pub async fn train(args: TrainArgs) -> anyhow::Result<Option<u8>> {
         anyhow::ensure!(p.is_file(), "--resume: {} does not exist; give the run's config", p.display());
     }
     let Some(path) = args.config.as_deref().or(saved.as_deref()).filter(|_| !args.example_config) else {
-        let mut example = match args.kind.as_deref() {
+        let mut example = match args.kind {
             None => crate::train::config::EXAMPLE_CONFIG.to_string(),
-            Some(name) => {
-                let kind = AlgoKind::from_name(name).with_context(|| {
-                    let names: Vec<&str> = AlgoKind::ALL.iter().map(|k| k.name()).collect();
-                    format!("--kind {name:?}: no such algorithm; one of {}", names.join(", "))
-                })?;
-                crate::train::config::example_config(kind)
-            }
+            Some(kind) => crate::train::config::example_config(kind),
         };
-        if let Some(name) = args.model_kind.as_deref() {
-            let kind = ModelKind::from_name(name).with_context(|| {
-                let names: Vec<&str> = ModelKind::ALL.iter().map(|k| k.name()).collect();
-                format!("--model-kind {name:?}: no such policy kind; one of {}", names.join(", "))
-            })?;
+        if let Some(kind) = args.model_kind {
             example = crate::train::config::with_model_kind(&example, kind);
         }
         print!("{example}");

@@ -147,7 +147,7 @@ impl AlgoConfig {
         // and the kinds they do not apply to refuse them here.
         let kinds = |has: fn(AlgoKind) -> bool| {
             let names: Vec<&str> =
-                AlgoKind::ALL.into_iter().filter(|k| has(*k)).map(AlgoKind::name).collect();
+                AlgoKind::all().iter().copied().filter(|k| has(*k)).map(AlgoKind::name).collect();
             match names.split_last() {
                 Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
                 _ => names.join(""),

@@ -5,9 +5,11 @@ use super::advantage::options::AdvStd;
 use super::objective::{LossAgg, PolicyLossKind};
 use serde::{Deserialize, Serialize};
 
-/// The algorithm.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+/// The algorithm. Its clap derive lists the kinds for `--kind` and [`AlgoKind::all`], so
+/// a new kind is in both without a list kept by hand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
 pub enum AlgoKind {
     /// GRPO: token-level clipped ratio, group-relative advantages.
     #[default]
@@ -24,6 +26,7 @@ pub enum AlgoKind {
     Rloo,
     /// REINFORCE++: discounted per-step returns (`gamma`), whitened over the batch.
     #[serde(rename = "reinforce_pp")]
+    #[value(name = "reinforce_pp")]
     ReinforcePp,
     /// GiGPO (Feng et al. 2025): GRPO's episode advantage plus `ω ×` a step advantage
     /// relative to the other steps of the group taken from the same screenshot.
@@ -147,17 +150,11 @@ impl AlgoKind {
 }
 
 impl AlgoKind {
-    /// Every kind, in the order `kind`'s documentation lists them.
-    pub const ALL: [AlgoKind; 8] = [
-        AlgoKind::Grpo,
-        AlgoKind::DrGrpo,
-        AlgoKind::Dapo,
-        AlgoKind::Gspo,
-        AlgoKind::Rloo,
-        AlgoKind::ReinforcePp,
-        AlgoKind::Gigpo,
-        AlgoKind::Ppo,
-    ];
+    /// Every kind, in the order the enum declares them (as `kind`'s documentation lists
+    /// them).
+    pub fn all() -> &'static [AlgoKind] {
+        <AlgoKind as clap::ValueEnum>::value_variants()
+    }
     /// The name a config writes (`kind = "reinforce_pp"`).
     pub fn name(self) -> &'static str {
         match self {
@@ -173,7 +170,7 @@ impl AlgoKind {
     }
     /// The kind a config names, `None` for a name that is none.
     pub fn from_name(name: &str) -> Option<AlgoKind> {
-        AlgoKind::ALL.into_iter().find(|k| k.name() == name)
+        AlgoKind::all().iter().copied().find(|k| k.name() == name)
     }
 }
 

@@ -140,7 +140,7 @@ fn a_new_form_table_is_not_old() {
 /// Every kind's default config loads, and its example (`--example-config --kind`) too.
 #[test]
 fn a_default_config_of_each_kind_loads() {
-    for kind in AlgoKind::ALL {
+    for &kind in AlgoKind::all() {
         let c = new_form(&format!("[algo]\nkind = \"{kind}\"\n"));
         assert_eq!(c.algo.kind(), kind);
         assert_eq!(TrainConfig::parse(&c.to_toml().unwrap()).unwrap(), c, "{kind} round-trips");

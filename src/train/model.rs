@@ -232,7 +232,7 @@ pub(crate) fn unknown_key_error(key: &str, table: Option<&toml::Table>) -> Strin
 /// or is the default).
 fn wrong_kind(key: &str, kind: ModelKind, written: bool) -> String {
     let owners: Vec<ModelKind> =
-        ModelKind::ALL.into_iter().filter(|o| kind_keys(*o).contains(&key)).collect();
+        ModelKind::all().iter().copied().filter(|o| kind_keys(*o).contains(&key)).collect();
     let names: Vec<String> = owners.iter().map(|o| format!("\"{o}\"")).collect();
     let Some(owner) = owners.first() else { return format!("model.{key} is not a [model] key") };
     let default = if written { "" } else { ", the default when kind is left out" };

@@ -6,24 +6,30 @@ use crate::policy::vlm::VlmConfig;
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
-/// The policy `[model]` describes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+/// The policy `[model]` describes. Its clap derive lists the kinds for `--model-kind` and
+/// [`ModelKind::all`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
 pub enum ModelKind {
     /// guirl's small vision-language policy, trained from scratch: a preset plus overrides.
     #[default]
     #[serde(rename = "small")]
+    #[value(name = "small")]
     Small,
     /// A pretrained Qwen3-VL checkpoint with LoRA adapters.
     #[serde(rename = "qwen3_vl")]
+    #[value(name = "qwen3_vl")]
     Qwen3Vl,
     /// A pretrained Qwen2.5-VL checkpoint (UI-TARS-1.5's base) with LoRA adapters.
     #[serde(rename = "qwen2_5_vl")]
+    #[value(name = "qwen2_5_vl")]
     Qwen25Vl,
 }
 
 impl ModelKind {
-    /// Every kind, in the order `kind`'s documentation lists them.
-    pub const ALL: [ModelKind; 3] = [ModelKind::Small, ModelKind::Qwen3Vl, ModelKind::Qwen25Vl];
+    /// Every kind, in the order the enum declares them.
+    pub fn all() -> &'static [ModelKind] {
+        <ModelKind as clap::ValueEnum>::value_variants()
+    }
     /// The name a config writes (`kind = "qwen2_5_vl"`).
     pub fn name(self) -> &'static str {
         match self {
@@ -34,7 +40,7 @@ impl ModelKind {
     }
     /// The kind a config names, `None` for a name that is none.
     pub fn from_name(name: &str) -> Option<ModelKind> {
-        ModelKind::ALL.into_iter().find(|k| k.name() == name)
+        ModelKind::all().iter().copied().find(|k| k.name() == name)
     }
     /// Whether it is a pretrained Qwen-VL backbone (its keys are the same for both).
     pub fn is_qwen(self) -> bool {

@@ -185,7 +185,7 @@ fn inputs_declare_what_the_small_policy_reads() {
 #[test]
 fn the_example_of_each_kind_loads_with_its_defaults() {
     assert_eq!(with_model_kind(EXAMPLE_CONFIG, ModelKind::Small), EXAMPLE_CONFIG);
-    for kind in ModelKind::ALL {
+    for &kind in ModelKind::all() {
         for algo in [AlgoKind::Grpo, AlgoKind::Ppo] {
             let text = with_model_kind(&example_config(algo), kind);
             let mut c = TrainConfig::parse(&text).unwrap_or_else(|e| panic!("{kind} {algo}: {e:#}\n{text}"));
@@ -213,4 +213,26 @@ fn a_qwen_kind_started_from_a_file_is_told_to_give_the_folder() {
     .unwrap();
     let e = format!("{:#}", c.model.build(&Device::Cpu, 0).err().unwrap());
     assert!(e.contains("starts from an adapter folder") && e.contains("not a file: give its folder"), "{e}");
+}
+
+/// A kind's name is one name: the config's (serde), `--kind` / `--model-kind`'s (clap) and
+/// `name()` agree, and `from_name` finds it.
+#[test]
+fn kind_names_agree_in_configs_and_on_the_command_line() {
+    use clap::ValueEnum;
+    fn check<K: ValueEnum + serde::Serialize + PartialEq + std::fmt::Debug + Copy>(
+        all: &[K],
+        name: fn(K) -> &'static str,
+        from_name: fn(&str) -> Option<K>,
+    ) {
+        assert_eq!(all.len(), K::value_variants().len());
+        for &k in all {
+            let clap_name = k.to_possible_value().unwrap().get_name().to_string();
+            assert_eq!(serde_json::to_value(k).unwrap(), serde_json::json!(name(k)), "{k:?}");
+            assert_eq!(clap_name, name(k), "{k:?}");
+            assert_eq!(from_name(name(k)), Some(k));
+        }
+    }
+    check(AlgoKind::all(), AlgoKind::name, AlgoKind::from_name);
+    check(ModelKind::all(), ModelKind::name, ModelKind::from_name);
 }

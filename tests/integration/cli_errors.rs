@@ -394,7 +394,7 @@ fn train_prints_its_example_config() {
     assert_eq!(c.algo.kind(), guirl::train::config::AlgoKind::Ppo);
     fails_with(
         &guirl(&["train", "--example-config", "--kind", "a2c"]),
-        &["--kind \"a2c\": no such algorithm", "reinforce_pp, gigpo, ppo"],
+        &["invalid value 'a2c' for '--kind <KIND>'", "reinforce_pp, gigpo, ppo"],
     );
     // One policy kind's example: its [model] keys written out, and it loads as that kind
     // (with an algorithm's too).
@@ -409,7 +409,10 @@ fn train_prints_its_example_config() {
     );
     fails_with(
         &guirl(&["train", "--example-config", "--model-kind", "llava"]),
-        &["--model-kind \"llava\": no such policy kind; one of small, qwen3_vl, qwen2_5_vl"],
+        &[
+            "invalid value 'llava' for '--model-kind <KIND>'",
+            "[possible values: small, qwen3_vl, qwen2_5_vl]",
+        ],
     );
     fails_with(&guirl(&["train"]), &["<CONFIG>"]);
 }

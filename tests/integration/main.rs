@@ -20,6 +20,7 @@ mod config_reference;
 mod copy_typing;
 mod data_parallel;
 mod determinism;
+mod docs_counts;
 mod docs_links;
 mod doctor;
 mod driver_isolation;

@@ -22,9 +22,9 @@ pub fn oracle_action(state: &ScreenState) -> Option<GuiAction> {
 /// Whether a scripted oracle exists for this task id.
 pub fn has_oracle(task_id: &str) -> bool {
     if let Some(name) = task_id.strip_prefix("miniwob/") {
-        miniwob::TASKS.contains(&name)
+        miniwob::tasks().contains(&name)
     } else if let Some(name) = task_id.strip_prefix("builtin/") {
-        builtin::TASKS.contains(&name)
+        builtin::tasks().contains(&name)
     } else {
         false
     }

@@ -16,7 +16,7 @@ fn config(kind: AlgoKind) -> TrainConfig {
 
 #[test]
 fn every_kind_gets_its_family_and_only_ppo_waits_and_saves() {
-    for kind in AlgoKind::ALL {
+    for &kind in AlgoKind::all() {
         let cfg = config(kind);
         let a = for_run(&cfg, &Device::Cpu, None).unwrap();
         let dir = tempfile::tempdir().unwrap();

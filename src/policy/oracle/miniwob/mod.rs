@@ -16,88 +16,62 @@ mod page;
 
 use crate::env::{GuiAction, ScreenState};
 
-/// MiniWoB++ tasks with an oracle (names without the `miniwob/` prefix).
-pub const TASKS: &[&str] = &[
-    "click-test",
-    "click-test-2",
-    "click-test-transfer",
-    "click-button",
-    "click-button-sequence",
-    "click-link",
-    "click-dialog",
-    "click-dialog-2",
-    "click-tab",
-    "click-tab-2",
-    "click-tab-2-easy",
-    "click-tab-2-medium",
-    "click-tab-2-hard",
-    "click-collapsible",
-    "click-collapsible-nodelay",
-    "click-collapsible-2",
-    "click-collapsible-2-nodelay",
-    "click-widget",
-    "focus-text",
-    "focus-text-2",
-    "enter-text",
-    "enter-text-2",
-    "enter-text-dynamic",
-    "enter-password",
-    "login-user",
-    "login-user-popup",
-    "unicode-test",
-    "use-spinner",
-    "copy-paste",
-    "copy-paste-2",
-    "enter-date",
-    "enter-time",
-    "click-checkboxes",
-    "click-checkboxes-large",
-    "click-checkboxes-transfer",
-    "click-checkboxes-soft",
-    "click-option",
-    "choose-list",
-    "use-autocomplete",
-    "use-autocomplete-nodelay",
+/// A task's oracle: the next right action in a state, `None` where it cannot tell.
+pub type Oracle = fn(&ScreenState) -> Option<GuiAction>;
+
+/// The MiniWoB++ tasks with an oracle (names without the `miniwob/` prefix), and their
+/// oracles (in the order the tests run them).
+pub const ORACLES: &[(&str, Oracle)] = &[
+    ("click-test", click::click_test),
+    ("click-test-2", click::click_test_2),
+    ("click-test-transfer", click::click_test_2),
+    ("click-button", click::click_button),
+    ("click-button-sequence", click::click_button_sequence),
+    ("click-link", click::click_link),
+    ("click-dialog", click::click_dialog),
+    ("click-dialog-2", click::click_dialog_2),
+    ("click-tab", click::click_tab),
+    ("click-tab-2", click::click_tab_2),
+    ("click-tab-2-easy", click::click_tab_2),
+    ("click-tab-2-medium", click::click_tab_2),
+    ("click-tab-2-hard", click::click_tab_2),
+    ("click-collapsible", click::click_collapsible),
+    ("click-collapsible-nodelay", click::click_collapsible),
+    ("click-collapsible-2", click::click_collapsible_2),
+    ("click-collapsible-2-nodelay", click::click_collapsible_2),
+    ("click-widget", click::click_widget),
+    ("focus-text", form::focus_text),
+    ("focus-text-2", form::focus_text_2),
+    ("enter-text", form::enter_text),
+    ("enter-text-2", form::enter_text_2),
+    ("enter-text-dynamic", form::enter_text),
+    ("enter-password", form::enter_password),
+    ("login-user", form::login_user),
+    ("login-user-popup", form::login_user_popup),
+    ("unicode-test", click::click_button),
+    ("use-spinner", form::use_spinner),
+    ("copy-paste", form::copy_paste),
+    ("copy-paste-2", form::copy_paste_2),
+    ("enter-date", form::enter_date),
+    ("enter-time", form::enter_time),
+    ("click-checkboxes", form::click_checkboxes),
+    ("click-checkboxes-large", form::click_checkboxes),
+    ("click-checkboxes-transfer", form::click_checkboxes),
+    ("click-checkboxes-soft", form::click_checkboxes_soft),
+    ("click-option", form::click_option),
+    ("choose-list", form::choose_list),
+    ("use-autocomplete", form::use_autocomplete),
+    ("use-autocomplete-nodelay", form::use_autocomplete),
 ];
+
+/// The names of the tasks with an oracle.
+pub fn tasks() -> Vec<&'static str> {
+    ORACLES.iter().map(|(name, _)| *name).collect()
+}
 
 /// The next action for task `name` in this state (None if it cannot tell).
 pub fn next_action(name: &str, state: &ScreenState) -> Option<GuiAction> {
-    match name {
-        "click-test" => click::click_test(state),
-        "click-test-2" | "click-test-transfer" => click::click_test_2(state),
-        "click-button" | "unicode-test" => click::click_button(state),
-        "click-button-sequence" => click::click_button_sequence(state),
-        "click-link" => click::click_link(state),
-        "click-dialog" => click::click_dialog(state),
-        "click-dialog-2" => click::click_dialog_2(state),
-        "click-tab" => click::click_tab(state),
-        "click-tab-2" | "click-tab-2-easy" | "click-tab-2-medium" | "click-tab-2-hard" => {
-            click::click_tab_2(state)
-        }
-        "click-collapsible" | "click-collapsible-nodelay" => click::click_collapsible(state),
-        "click-collapsible-2" | "click-collapsible-2-nodelay" => click::click_collapsible_2(state),
-        "click-widget" => click::click_widget(state),
-        "focus-text" => form::focus_text(state),
-        "focus-text-2" => form::focus_text_2(state),
-        "enter-text" | "enter-text-dynamic" => form::enter_text(state),
-        "enter-text-2" => form::enter_text_2(state),
-        "enter-password" => form::enter_password(state),
-        "login-user" => form::login_user(state),
-        "login-user-popup" => form::login_user_popup(state),
-        "use-spinner" => form::use_spinner(state),
-        "copy-paste" => form::copy_paste(state),
-        "copy-paste-2" => form::copy_paste_2(state),
-        "enter-date" => form::enter_date(state),
-        "enter-time" => form::enter_time(state),
-        "click-checkboxes" | "click-checkboxes-large" | "click-checkboxes-transfer" => {
-            form::click_checkboxes(state)
-        }
-        "click-checkboxes-soft" => form::click_checkboxes_soft(state),
-        "click-option" => form::click_option(state),
-        "choose-list" => form::choose_list(state),
-        "use-autocomplete" | "use-autocomplete-nodelay" => form::use_autocomplete(state),
-        _ => None,
-    }
+    ORACLES.iter().find(|(n, _)| *n == name).and_then(|(_, oracle)| oracle(state))
 }
 
 #[cfg(test)]
@@ -187,7 +161,7 @@ mod tests {
             previous_screenshot: None,
         };
         // With nothing on the page no oracle can act, but none may panic either.
-        for t in TASKS {
+        for t in tasks() {
             let _ = next_action(t, &s);
         }
         assert_eq!(next_action("no-such-task", &s), None);
