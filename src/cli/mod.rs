@@ -15,6 +15,7 @@ mod run;
 mod serve;
 mod serve_policy;
 mod signals;
+mod stats;
 mod train;
 mod train_reward;
 
@@ -88,6 +89,9 @@ enum Command {
     /// Python client, disk, CUDA): one line each, with the fix for every problem; exits
     /// non-zero when no browser can run.
     Doctor(doctor::DoctorArgs),
+    /// Summarise trajectory sets offline: per task (or policy) the episodes, their final
+    /// statuses, the success rate with a 95 % interval, mean reward and steps.
+    Stats(stats::StatsArgs),
     /// Write a self-contained HTML page showing a trajectory set, step by step.
     View {
         /// The trajectory set folder (written by `guirl run --record`).
@@ -192,6 +196,7 @@ pub fn main() -> ExitCode {
         },
         Command::View { dir, out } => view(&dir, out),
         Command::Export(args) => export::export(args),
+        Command::Stats(args) => stats::stats(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

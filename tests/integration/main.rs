@@ -55,6 +55,7 @@ mod serve;
 mod serve_cross_site;
 mod serve_frames;
 mod serve_security;
+mod set_stats;
 mod sft_continue;
 mod success_rules;
 mod tensorboard;
