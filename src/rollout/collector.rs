@@ -387,30 +387,26 @@ async fn worker(mut env: Option<GuiEnv>, ctx: WorkerCtx) -> Option<GuiEnv> {
             }
             None => env.insert(GuiEnv::new(job.task.clone(), cfg.clone())),
         };
-        let mut agreed = None;
-        let r = episode(e, i, &job, &tx, keep_frames, &policy_name, &started).await.map(|(rec, a)| {
-            agreed = a;
-            rec
+        let (mut agreed, mut unreached) = (None, false);
+        let r = episode(e, i, &job, &tx, keep_frames, &policy_name, &started).await.map(|ended| {
+            (agreed, unreached) = (ended.agreed, ended.unreached);
+            ended.rec
         });
-        let not_started = |rec: &Recorded| {
-            rec.trajectory.steps.is_empty() && rec.trajectory.outcome.status == EpisodeStatus::EnvError
-        };
         let id = job.task.id().to_string();
         let first_of_task = !has_started(&started, Some(&id));
         // Before any episode has started (of this collector, or of this task when the
         // collection skips a task whose page does not load), a page that never loads is a
-        // user error (a wrong URL), not bad luck.
+        // user error (a wrong URL), not bad luck. A browser that crashed there is not the
+        // task's doing: that episode is an env error like any other (a bench re-runs it).
         let msg = match (r, unreachable) {
-            (Ok(rec), UnreachableTask::SkipTask) if first_of_task && not_started(&rec) => {
+            (Ok(rec), UnreachableTask::SkipTask) if first_of_task && unreached => {
                 Msg::Unreachable(id, rec.trajectory.outcome.error.clone().unwrap_or_default())
             }
-            (Ok(rec), UnreachableTask::Abort) if !has_started(&started, None) && not_started(&rec) => {
-                Msg::Done(
-                    i,
-                    Err(EnvError::Setup(rec.trajectory.outcome.error.clone().unwrap_or_default())),
-                    None,
-                )
-            }
+            (Ok(rec), UnreachableTask::Abort) if !has_started(&started, None) && unreached => Msg::Done(
+                i,
+                Err(EnvError::Setup(rec.trajectory.outcome.error.clone().unwrap_or_default())),
+                None,
+            ),
             (r, _) => Msg::Done(i, r.map(Box::new), agreed),
         };
         if tx.send(msg).is_err() {
@@ -421,6 +417,16 @@ async fn worker(mut env: Option<GuiEnv>, ctx: WorkerCtx) -> Option<GuiEnv> {
     env
 }
 
+/// How an episode ended, for its worker.
+struct Ended {
+    rec: Recorded,
+    /// Whether the task's reward model agreed with its check (`None`: no model).
+    agreed: Option<bool>,
+    /// The episode never started because the task's first page did not load or did not
+    /// behave as its protocol says: the task's failure, not the browser's.
+    unreached: bool,
+}
+
 async fn episode(
     env: &mut GuiEnv,
     index: usize,
@@ -429,7 +435,7 @@ async fn episode(
     keep_frames: bool,
     policy_name: &str,
     tasks_started: &Started,
-) -> Result<(Recorded, Option<bool>), EnvError> {
+) -> Result<Ended, EnvError> {
     let mut traj = Trajectory {
         version: FORMAT_VERSION,
         task_id: job.task.id().to_string(),
@@ -474,9 +480,10 @@ async fn episode(
             return Err(e)
         }
         Err(e) => {
+            let unreached = matches!(&e, PrefixError::Env(env) if UnreachableTask::is_the_tasks(env));
             traj.outcome.status = EpisodeStatus::EnvError;
             traj.outcome.error = Some(e.to_string());
-            return Ok((Recorded { trajectory: traj, frames: vec![] }, None));
+            return Ok(Ended { rec: Recorded { trajectory: traj, frames: vec![] }, agreed: None, unreached });
         }
     };
     traj.instruction = obs.instruction.clone();
@@ -555,5 +562,5 @@ async fn episode(
         frames.push(obs.screenshot);
     }
     traj.outcome.steps = traj.steps.len() as u32;
-    Ok((Recorded { trajectory: traj, frames }, agreed))
+    Ok(Ended { rec: Recorded { trajectory: traj, frames }, agreed, unreached: false })
 }

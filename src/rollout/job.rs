@@ -3,6 +3,7 @@
 
 use super::prefix::Prefix;
 use crate::policy::episode_stream;
+use crate::tasks::page::EnvError;
 use crate::tasks::Task;
 use std::sync::Arc;
 
@@ -63,4 +64,33 @@ pub enum UnreachableTask {
     /// Leave that task's jobs unrun and go on with the others, naming it in
     /// [`super::CollectStats::unreachable`] (a bench of many tasks).
     SkipTask,
+}
+
+impl UnreachableTask {
+    /// Whether an episode that could not start failed by its task: the first page did not
+    /// load, or did not behave as the task's protocol says. A browser that crashed or
+    /// could not be (re)started is not the task's doing, and such an episode is an env
+    /// error like any other.
+    pub fn is_the_tasks(e: &EnvError) -> bool {
+        matches!(e, EnvError::PageLoad { .. } | EnvError::Task(_))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_page_that_fails_makes_a_task_unreachable() {
+        let page = EnvError::PageLoad { url: "http://127.0.0.1:9/".into(), reason: "refused".into() };
+        assert!(UnreachableTask::is_the_tasks(&page));
+        assert!(UnreachableTask::is_the_tasks(&EnvError::Task("core is not defined".into())));
+        for browser in [
+            EnvError::Browser("chrome not reachable".into()),
+            EnvError::Launch("chromedriver exited".into()),
+            EnvError::Setup("no chromium".into()),
+        ] {
+            assert!(!UnreachableTask::is_the_tasks(&browser), "{browser}");
+        }
+    }
 }
