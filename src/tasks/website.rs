@@ -352,6 +352,18 @@ impl WebsiteSpec {
     }
 }
 
+/// A spec's task id: its path as given, less `.` components and doubled separators, so
+/// `./specs/x.toml`, `specs//x.toml` and `specs/x.toml` are one task in a bench, a resume
+/// or a comparison. (`..` stays: through a link it need not cancel the folder before it.)
+fn spec_id(path: &Path) -> String {
+    let clean: std::path::PathBuf =
+        path.components().filter(|c| !matches!(c, std::path::Component::CurDir)).collect();
+    match clean.as_os_str().is_empty() {
+        true => path.display().to_string(),
+        false => clean.display().to_string(),
+    }
+}
+
 /// A website task loaded from a spec file.
 #[derive(Debug)]
 pub struct WebsiteTask {
@@ -371,7 +383,7 @@ impl WebsiteTask {
         let learned =
             learned_reward(&spec, base).with_context(|| format!("invalid task spec {}", path.display()))?;
         // The id is the spec's path, so recordings can find the task again.
-        Ok(WebsiteTask { id: path.display().to_string(), spec, learned })
+        Ok(WebsiteTask { id: spec_id(path), spec, learned })
     }
 
     /// A task from a spec's text (sent over the network rather than read from a file),

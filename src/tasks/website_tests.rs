@@ -108,3 +108,12 @@ fn variables_expand_once_and_their_expansion_is_bounded() {
         assert!(fill(&spec.instruction, &drawn).chars().count() <= spec.expanded_chars(&spec.instruction));
     }
 }
+
+#[test]
+fn a_spec_is_one_task_however_its_path_is_written() {
+    for written in ["specs/x.toml", "./specs/x.toml", "specs/./x.toml", "specs//x.toml"] {
+        assert_eq!(spec_id(Path::new(written)), "specs/x.toml", "{written}");
+    }
+    assert_eq!(spec_id(Path::new("/abs/./x.toml")), "/abs/x.toml");
+    assert_eq!(spec_id(Path::new("../up/x.toml")), "../up/x.toml");
+}
