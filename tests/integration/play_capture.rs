@@ -281,5 +281,8 @@ fn headful_without_a_display_names_xvfb() {
             .output()
             .unwrap();
         common::fails_with(&out, &["--headful", "no display", "xvfb-run -a", "apt-get install -y xvfb"]);
+        // the error alone: no warning about the sandbox of a browser that never started
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("sandbox"), "{err}");
     }
 }

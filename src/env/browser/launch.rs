@@ -60,6 +60,8 @@ impl Browser {
 
     async fn launch_once(cfg: &BrowserConfig, width: u32, height: u32) -> Result<Browser, EnvError> {
         let started = Instant::now();
+        // before the sandbox's plan, whose warning about a visible browser would come first
+        cfg.check_display()?;
         let plan = sandbox::plan(cfg);
         let profile = tempfile::Builder::new()
             .prefix(profiles::PREFIX)
@@ -89,7 +91,6 @@ impl Browser {
             None => {
                 // It scans /proc and may sleep: off the async threads.
                 let _ = tokio::task::spawn_blocking(profiles::sweep_stale).await;
-                cfg.check_display()?;
                 let driver_bin = cfg.chromedriver_path()?;
                 let chromium = cfg.chromium_path()?;
                 let port = free_port().map_err(|e| EnvError::Setup(format!("no free port: {e}")))?;
