@@ -147,6 +147,14 @@ impl ImageProcessor {
         smart_resize(height, width, f, self.min_pixels, self.max_pixels)
     }
 
+    /// The merged tokens an image of this size takes in the prompt (what
+    /// [`ProcessedImage::tokens`] says after [`Self::process`], without resizing it).
+    pub fn image_tokens(&self, height: u32, width: u32) -> usize {
+        let (h, w) = self.target_size(height, width);
+        let p = self.patch_size * self.merge_size;
+        (h as usize / p) * (w as usize / p)
+    }
+
     /// Resize, normalise and cut one image.
     pub fn process(&self, img: &RgbImage) -> ProcessedImage {
         let (h, w) = self.target_size(img.height(), img.width());
@@ -193,5 +201,27 @@ impl ImageProcessor {
         let data: Vec<f32> = images.iter().flat_map(|i| i.borrow().patches.iter().copied()).collect();
         let n = data.len() / dim;
         Ok((Tensor::from_vec(data, (n, dim), device)?, images.iter().map(|i| i.borrow().grid).collect()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_images_token_count_follows_from_its_size() {
+        let p = ImageProcessor {
+            patch_size: 16,
+            temporal_patch_size: 2,
+            merge_size: 2,
+            min_pixels: 64 * 64,
+            max_pixels: 400 * 400,
+            mean: [0.5; 3],
+            std: [0.5; 3],
+        };
+        for (w, h) in [(160, 210), (320, 240), (33, 7), (1280, 720), (64, 64)] {
+            let img = RgbImage::new(w, h);
+            assert_eq!(p.image_tokens(h, w), p.process(&img).tokens(p.merge_size), "{w}x{h}");
+        }
     }
 }

@@ -396,7 +396,10 @@ impl TrainablePolicy for QwenVlPolicy {
     }
 
     fn prompt_tokens(&self, state: &ScreenState) -> Result<usize> {
-        Ok(self.prompt(state)?.0.len())
+        // the screenshot's token count from its size alone: no resize and patching of it
+        // beside the one the answer runs
+        let (w, h) = state.screenshot.dimensions();
+        Ok(self.prompt_ids(state, self.model.processor.image_tokens(h, w))?.len())
     }
 
     fn score(&self, states: &[ScreenState], tokens: &[Vec<u32>]) -> Result<TokenScores> {

@@ -16,6 +16,13 @@ impl QwenVlPolicy {
     ) -> Result<(Vec<u32>, crate::policy::qwen_vl::processor::ProcessedImage)> {
         let m = &self.model;
         let img = m.processor.process(&state.screenshot);
+        let ids = self.prompt_ids(state, img.tokens(m.config.vision.spatial_merge_size))?;
+        Ok((ids, img))
+    }
+
+    /// The prompt's token ids for `state`, its screenshot `image_tokens` tokens long.
+    pub(super) fn prompt_ids(&self, state: &ScreenState, image_tokens: usize) -> Result<Vec<u32>> {
+        let m = &self.model;
         let (w, h) = state.screenshot.dimensions();
         let system = system_prompt(&self.system, &self.coords.describe(w, h));
         let history: Vec<String> = state.history.iter().map(|a| self.in_frame_text(a, w, h)).collect();
@@ -25,8 +32,7 @@ impl QwenVlPolicy {
             {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": user}]},
         ]);
         let rendered = m.chat.render(&messages, true)?;
-        let ids = m.chat.encode_prompt(&rendered, &[img.tokens(m.config.vision.spatial_merge_size)])?;
-        Ok((ids, img))
+        m.chat.encode_prompt(&rendered, &[image_tokens])
     }
 
     /// An earlier action's text (screenshot pixels) rewritten in the model's frame.
