@@ -63,7 +63,7 @@ pub struct SetStats {
     /// The mean of the rows' success rates (each row weighs the same); `None` with fewer
     /// than two rows, or when a row has no rate.
     pub macro_success_rate: Option<f64>,
-    /// The lowest and highest seed.
+    /// The lowest and highest seed (both included, as a bench report's `seeds: 0..49`).
     pub seeds: Option<(u64, u64)>,
     /// The policies that acted, in order of first appearance.
     pub policies: Vec<String>,
@@ -148,7 +148,7 @@ impl SetStats {
         );
         match self.seeds {
             Some((lo, hi)) if lo == hi => s.push_str(&format!("; seed {lo} ({})", split_name(lo, 1))),
-            Some((lo, hi)) => s.push_str(&format!("; seeds {lo}..={hi} ({})", split_name(lo, hi - lo + 1))),
+            Some((lo, hi)) => s.push_str(&format!("; seeds {lo}..{hi} ({})", split_name(lo, hi - lo + 1))),
             None => {}
         }
         s.push_str("\n\n");
@@ -248,7 +248,7 @@ mod tests {
         assert_eq!(st.seeds, Some((5, 9)));
         assert_eq!(st.policies, ["random", "oracle"]);
         let table = st.table();
-        assert!(table.starts_with("5 episodes from 1 set; policies random, oracle; seeds 5..=9"), "{table}");
+        assert!(table.starts_with("5 episodes from 1 set; policies random, oracle; seeds 5..9"), "{table}");
         assert!(table.contains("| a | 3 | 0.667 |") && table.contains("success 2, fail 1 |"), "{table}");
         assert!(table.contains("1 episode the agent did not complete"), "{table}");
         let json = serde_json::to_value(&st).unwrap();

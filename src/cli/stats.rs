@@ -8,8 +8,8 @@ use std::path::PathBuf;
 #[derive(Debug, clap::Args)]
 pub struct StatsArgs {
     /// Trajectory set folders (written by `guirl run --record`, `guirl play --record`,
-    /// `guirl bench`, `[rollout] record_every`), pooled: a bench's task folders are
-    /// `BENCH/trajectories/*/*`.
+    /// `guirl bench`, `[rollout] record_every`), pooled; a folder of sets (a bench's, a
+    /// training run's `rollouts/`) stands for every set in it. A set named twice counts once.
     #[arg(required = true)]
     dirs: Vec<PathBuf>,
     /// One row per task or per policy.
@@ -22,7 +22,23 @@ pub struct StatsArgs {
 
 /// `guirl stats`.
 pub fn stats(args: StatsArgs) -> anyhow::Result<()> {
-    let sets = args.dirs.iter().map(|d| TrajectorySet::read(d)).collect::<anyhow::Result<Vec<_>>>()?;
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for d in &args.dirs {
+        // a folder of sets stands for them; one that holds none gets read's error
+        let found = match crate::rollout::store::sets_in(d) {
+            none if none.is_empty() => vec![d.clone()],
+            sets => sets,
+        };
+        for set in found {
+            if seen.insert(std::fs::canonicalize(&set).unwrap_or_else(|_| set.clone())) {
+                dirs.push(set);
+            } else {
+                tracing::warn!("{} is named twice: its episodes are counted once", set.display());
+            }
+        }
+    }
+    let sets = dirs.iter().map(|d| TrajectorySet::read(d)).collect::<anyhow::Result<Vec<_>>>()?;
     let stats = SetStats::of(&sets, args.by);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&stats)?);

@@ -178,6 +178,19 @@ fn sets_below(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// The trajectory sets in `dir`: `dir` itself when it is one, else the sets in its
+/// subfolders (a bench's `trajectories/<suite>/<task>`, up to four levels down), sorted.
+/// Empty when there are none.
+pub fn sets_in(dir: &Path) -> Vec<PathBuf> {
+    if dir.join(TRAJECTORIES_FILE).is_file() {
+        return vec![dir.to_path_buf()];
+    }
+    let mut inside = Vec::new();
+    sets_below(dir, 4, &mut inside);
+    inside.sort();
+    inside
+}
+
 impl TrajectorySet {
     /// Read a trajectory set folder; errors name the file and line.
     pub fn read(dir: &Path) -> anyhow::Result<TrajectorySet> {

@@ -39,9 +39,15 @@ fn stats_pool_sets_and_leave_errors_out_of_the_rates() {
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && table.contains(&format!("| oracle | {n} | 1.000 |")), "{table}");
 
-    let out = guirl(&["stats", repo("fixtures").to_str().unwrap()]);
+    // a folder of sets stands for them, and a set named twice counts once
+    let out = guirl(&["stats", repo("fixtures").to_str().unwrap(), oracle.to_str().unwrap(), "--json"]);
+    let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(s["all"]["figures"]["episodes"], n, "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is named twice"));
+    let empty = tempfile::tempdir().unwrap();
+    let out = guirl(&["stats", empty.path().to_str().unwrap()]);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains("holds trajectory sets in subfolders"), "{err}");
+    assert!(!out.status.success() && err.contains("is not a trajectory set"), "{err}");
     let out = guirl(&["stats", oracle.to_str().unwrap(), "--by", "seed"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("[possible values: task, policy]"), "{err}");
