@@ -16,13 +16,13 @@ pub struct TrainArgs {
     config: Option<PathBuf>,
     /// Print the documented example config (every key, with its default; each kind's own
     /// table commented out) and exit.
-    #[arg(long, conflicts_with_all = ["resume", "out"])]
+    #[arg(long, conflicts_with_all = ["config", "resume", "out", "nproc"])]
     example_config: bool,
     /// With --example-config: the example for this algorithm, its own table written out.
-    #[arg(long, value_name = "KIND", requires = "example_config")]
+    #[arg(long, value_name = "KIND", requires = "example_config", ignore_case = true)]
     kind: Option<AlgoKind>,
     /// With --example-config: the example for this policy, its [model] keys written out.
-    #[arg(long, value_name = "KIND", requires = "example_config")]
+    #[arg(long, value_name = "KIND", requires = "example_config", ignore_case = true)]
     model_kind: Option<ModelKind>,
     /// Run folder (default: run.dir/run.name from the config).
     #[arg(long)]

@@ -192,18 +192,34 @@ impl BrowserConfig {
     }
 
     /// A visible browser started on this machine needs a display: the error saying so
-    /// (and how to get a virtual one) when `$DISPLAY` and `$WAYLAND_DISPLAY` are unset.
+    /// (and how to get a virtual one) when `$DISPLAY` and `$WAYLAND_DISPLAY` are unset, or
+    /// when `$DISPLAY` names a local X display whose socket is not there (the browser would
+    /// fail to start, and the launch error would not say why).
     pub fn check_display(&self) -> Result<(), EnvError> {
         let set = |v: &str| std::env::var_os(v).is_some_and(|d| !d.is_empty());
-        if !self.headful || self.webdriver_url.is_some() || set("DISPLAY") || set("WAYLAND_DISPLAY") {
+        if !self.headful || self.webdriver_url.is_some() || set("WAYLAND_DISPLAY") {
             return Ok(());
         }
-        Err(EnvError::Setup(
-            "--headful shows the browser window, but there is no display ($DISPLAY is not set): \
-             run on a desktop, or in a virtual X display with `xvfb-run -a guirl ...` (Xvfb, \
-             installed by `sudo apt-get install -y xvfb`)"
-                .into(),
-        ))
+        if let Ok(display) = std::env::var("DISPLAY") {
+            // ":N" or ":N.S" is this machine's display N, served on /tmp/.X11-unix/XN
+            let local = display.strip_prefix(':').map(|n| n.split('.').next().unwrap_or(n));
+            return match local {
+                Some(n) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => {
+                    let socket = format!("/tmp/.X11-unix/X{n}");
+                    if std::path::Path::new(&socket).exists() {
+                        return Ok(());
+                    }
+                    Err(EnvError::Setup(format!(
+                        "--headful: DISPLAY={display} names no running X server ({socket} does not exist): \
+                         start one (`Xvfb :{n} &`), fix DISPLAY, or run under `xvfb-run -a guirl ...`"
+                    )))
+                }
+                // a remote or other display: its own to check
+                _ if !display.is_empty() => Ok(()),
+                _ => Err(no_display()),
+            };
+        }
+        Err(no_display())
     }
 
     /// Where the Chromium binary is looked for (it may be missing there): `chromium`,
@@ -291,4 +307,14 @@ impl std::str::FromStr for InputPath {
             _ => Err(format!("unknown input path {s:?}: expected devtools or webdriver")),
         }
     }
+}
+
+/// The error of a visible browser with no display named at all.
+fn no_display() -> EnvError {
+    EnvError::Setup(
+        "--headful shows the browser window, but there is no display ($DISPLAY is not set): \
+         run on a desktop, or in a virtual X display with `xvfb-run -a guirl ...` (Xvfb, \
+         installed by `sudo apt-get install -y xvfb`)"
+            .into(),
+    )
 }

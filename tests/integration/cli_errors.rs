@@ -396,6 +396,14 @@ fn train_prints_its_example_config() {
         &guirl(&["train", "--example-config", "--kind", "a2c"]),
         &["invalid value 'a2c' for '--kind <KIND>'", "reinforce_pp, gigpo, ppo"],
     );
+    // a kind in capitals is the same kind; a config beside --example-config is refused, not
+    // ignored
+    let out = guirl(&["train", "--example-config", "--kind", "PPO"]);
+    assert!(String::from_utf8(out.stdout).unwrap().contains("\n[algo.ppo]"));
+    fails_with(
+        &guirl(&["train", "--example-config", "configs/click-test.toml"]),
+        &["'--example-config' cannot be used with '[CONFIG]'"],
+    );
     // One policy kind's example: its [model] keys written out, and it loads as that kind
     // (with an algorithm's too).
     let out = guirl(&["train", "--example-config", "--model-kind", "qwen2_5_vl", "--kind", "ppo"]);

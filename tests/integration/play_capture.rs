@@ -285,4 +285,14 @@ fn headful_without_a_display_names_xvfb() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!err.contains("sandbox"), "{err}");
     }
+    // A display named but not running: said, instead of four failed launches that blame
+    // the browser's install.
+    let out = Command::new(env!("CARGO_BIN_EXE_guirl"))
+        .args(["run", "--task", "miniwob/click-test", "--episodes", "1", "--headful"])
+        .env("DISPLAY", ":987")
+        .env_remove("WAYLAND_DISPLAY")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    common::fails_with(&out, &["DISPLAY=:987 names no running X server", "/tmp/.X11-unix/X987"]);
 }
