@@ -32,7 +32,9 @@ pub enum AlgoKind {
     /// relative to the other steps of the group taken from the same screenshot.
     Gigpo,
     /// PPO (Schulman et al. 2017): token-level clipped ratio, advantages from GAE over the
-    /// per-step rewards with a learned critic (`src/train/value/`, `advantage/gae.rs`).
+    /// per-step rewards with a learned critic.
+    ///
+    /// The critic is `src/train/value/`, GAE `advantage/gae.rs`.
     Ppo,
 }
 
