@@ -253,6 +253,7 @@ mod tests {
         Trajectory {
             version: FORMAT_VERSION,
             task_id: task.into(),
+            task_digest: None,
             seed,
             instruction: String::new(),
             frame: Default::default(),

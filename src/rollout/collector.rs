@@ -439,6 +439,7 @@ async fn episode(
     let mut traj = Trajectory {
         version: FORMAT_VERSION,
         task_id: job.task.id().to_string(),
+        task_digest: job.task.source_digest().map(str::to_string),
         seed: job.seed,
         instruction: String::new(),
         frame: Default::default(),

@@ -226,6 +226,7 @@ impl Play {
         traj.frame = obs.frame;
         traj.max_steps = Some(self.env.max_steps());
         traj.rules = self.env.rules();
+        traj.task_digest = self.env.task().source_digest().map(str::to_string);
         traj.policy = HUMAN.into();
         let shot = self.write_screenshot(&obs)?;
         self.emit(

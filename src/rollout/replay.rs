@@ -89,6 +89,22 @@ pub async fn replay_set(set: &TrajectorySet, cfg: &EnvConfig) -> anyhow::Result<
             tasks.insert(id.clone(), t);
         }
     }
+    // A spec edited since (its digest differs): its episodes may well diverge, and why.
+    let mut changed: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
+    for st in &set.trajectories {
+        let t = &st.trajectory;
+        if t.task_digest.is_some() && t.task_digest.as_deref() != tasks[&t.task_id].source_digest() {
+            changed.entry(&t.task_id).or_insert((st.line, 0)).1 += 1;
+        }
+    }
+    for (id, (line, n)) in changed {
+        tracing::warn!(
+            "{}:{line}: the spec {id} has changed since it was recorded (its contents differ; {n} \
+             episode{} of it): they may not reproduce",
+            file.display(),
+            if n == 1 { "" } else { "s" }
+        );
+    }
     // One env per task and rules: an episode replays under the rules it was recorded with.
     let mut envs: BTreeMap<(String, EpisodeRules), GuiEnv> = BTreeMap::new();
     let mut reports = Vec::new();

@@ -98,6 +98,7 @@ mod tests {
         let trajectory = Trajectory {
             version: 1,
             task_id: "miniwob/click-test".into(),
+            task_digest: None,
             seed: 7,
             instruction: "Click the button.".into(),
             frame: Frame::default(),

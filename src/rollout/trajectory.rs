@@ -97,6 +97,10 @@ pub struct Trajectory {
     pub version: u32,
     /// Task id.
     pub task_id: String,
+    /// SHA-256 (16 hex digits) of the spec file that defined the task, for a website spec
+    /// ([`crate::tasks::Task::source_digest`]): a replay says when the file changed since.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_digest: Option<String>,
     /// Seed of the episode.
     pub seed: u64,
     /// Instruction shown to the policy.
@@ -163,6 +167,7 @@ impl Trajectory {
         Trajectory {
             version: FORMAT_VERSION,
             task_id: task_id.into(),
+            task_digest: None,
             seed,
             instruction: String::new(),
             frame: Frame::default(),

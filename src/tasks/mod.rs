@@ -192,6 +192,11 @@ pub trait Task: Send + Sync + std::fmt::Debug {
     fn learned_reward(&self) -> Option<&LearnedReward> {
         None
     }
+    /// A digest of the file that defines the task, for one defined by the user's file (a
+    /// website spec): a recording keeps it, so a replay can say the file changed since.
+    fn source_digest(&self) -> Option<&str> {
+        None
+    }
     /// The task's start page when it is not on guirl's task server (a website spec's
     /// absolute `start_url`): its pages may reach that loopback port, and no other (see
     /// [`crate::env::local_guard`]).

@@ -41,6 +41,7 @@ use async_trait::async_trait;
 use rand::{Rng, SeedableRng};
 use serde::Deserialize;
 use serde_json::json;
+use sha2::Digest;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -370,6 +371,8 @@ pub struct WebsiteTask {
     id: String,
     spec: WebsiteSpec,
     learned: Option<super::LearnedReward>,
+    /// SHA-256 of the spec file (16 hex digits); `None` for a spec sent as text.
+    digest: Option<String>,
 }
 
 impl WebsiteTask {
@@ -383,7 +386,8 @@ impl WebsiteTask {
         let learned =
             learned_reward(&spec, base).with_context(|| format!("invalid task spec {}", path.display()))?;
         // The id is the spec's path, so recordings can find the task again.
-        Ok(WebsiteTask { id: spec_id(path), spec, learned })
+        let digest = Some(format!("{:x}", sha2::Sha256::digest(text.as_bytes()))[..16].to_string());
+        Ok(WebsiteTask { id: spec_id(path), spec, learned, digest })
     }
 
     /// A task from a spec's text (sent over the network rather than read from a file),
@@ -432,10 +436,9 @@ impl WebsiteTask {
                 );
             }
             let learned = learned_reward(&spec, dir)?;
-            return Ok(WebsiteTask { id, spec, learned });
+            return Ok(WebsiteTask { id, spec, learned, digest: None });
         }
-        let learned = None;
-        Ok(WebsiteTask { id, spec, learned })
+        Ok(WebsiteTask { id, spec, learned: None, digest: None })
     }
 
     /// The spec's parsed content.
@@ -457,6 +460,9 @@ impl WebsiteTask {
 impl Task for WebsiteTask {
     fn id(&self) -> &str {
         &self.id
+    }
+    fn source_digest(&self) -> Option<&str> {
+        self.digest.as_deref()
     }
     fn viewport(&self) -> Viewport {
         Viewport::full(self.spec.viewport.width, self.spec.viewport.height)

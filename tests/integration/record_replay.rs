@@ -121,6 +121,20 @@ fn a_changed_page_diverges_at_the_first_differing_step() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("quit: 1 episode(s) recorded"));
     let out = guirl(&["replay", rec.to_str().unwrap(), "--verify"]);
     assert!(out.status.success(), "unchanged page reproduces: {}", String::from_utf8_lossy(&out.stdout));
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("has changed"));
+    // The recording keeps a digest of the spec: an edit of it is said at replay (this one
+    // changes nothing the page does, so the episode still reproduces).
+    let recorded = std::fs::read_to_string(rec.join("trajectories.jsonl")).unwrap();
+    let digest = serde_json::from_str::<serde_json::Value>(recorded.lines().next().unwrap()).unwrap()
+        ["task_digest"]
+        .clone();
+    assert_eq!(digest.as_str().map(str::len), Some(16), "{digest}");
+    let spec_text = std::fs::read_to_string(&spec).unwrap();
+    std::fs::write(&spec, format!("{spec_text}\n# edited\n")).unwrap();
+    let out = guirl(&["replay", rec.to_str().unwrap(), "--verify"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && err.contains("has changed since it was recorded"), "{err}");
+    std::fs::write(&spec, spec_text).unwrap();
     // Move the blue square: the very first screen differs.
     let original = std::fs::read_to_string(&page).unwrap();
     let html = original.replace("left: 260px; top: 20px", "left: 200px; top: 60px");
