@@ -19,10 +19,10 @@ pub struct TrainArgs {
     #[arg(long, conflicts_with_all = ["config", "resume", "out", "nproc"])]
     example_config: bool,
     /// With --example-config: the example for this algorithm, its own table written out.
-    #[arg(long, value_name = "KIND", requires = "example_config", ignore_case = true)]
+    #[arg(long, value_name = "KIND", ignore_case = true)]
     kind: Option<AlgoKind>,
     /// With --example-config: the example for this policy, its [model] keys written out.
-    #[arg(long, value_name = "KIND", requires = "example_config", ignore_case = true)]
+    #[arg(long, value_name = "KIND", ignore_case = true)]
     model_kind: Option<ModelKind>,
     /// Run folder (default: run.dir/run.name from the config).
     #[arg(long)]
@@ -48,6 +48,13 @@ pub struct TrainArgs {
 /// checkpoint saved): the command then exits with that status (130 Ctrl-C, 143 SIGTERM), so
 /// a script does not take a stopped run for a trained one.
 pub async fn train(args: TrainArgs) -> anyhow::Result<Option<u8>> {
+    // (checked here, not by clap's `requires`, whose message also asked for a config)
+    if !args.example_config && (args.kind.is_some() || args.model_kind.is_some()) {
+        anyhow::bail!(
+            "--kind and --model-kind choose the example --example-config prints; a run's algorithm and \
+             policy are its config's [algo] kind and [model] kind"
+        );
+    }
     // --resume without a config: the run folder's own
     let saved = match (&args.config, args.resume, &args.out) {
         (None, true, Some(out)) => Some(out.join(crate::train::run_folder::CONFIG_FILE)),

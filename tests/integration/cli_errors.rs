@@ -404,6 +404,10 @@ fn train_prints_its_example_config() {
         &guirl(&["train", "--example-config", "configs/click-test.toml"]),
         &["'--example-config' cannot be used with '[CONFIG]'"],
     );
+    fails_with(
+        &guirl(&["train", "configs/click-test.toml", "--kind", "ppo"]),
+        &["--kind and --model-kind choose the example --example-config prints", "[algo] kind"],
+    );
     // One policy kind's example: its [model] keys written out, and it loads as that kind
     // (with an algorithm's too).
     let out = guirl(&["train", "--example-config", "--model-kind", "qwen2_5_vl", "--kind", "ppo"]);
