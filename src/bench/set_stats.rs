@@ -181,7 +181,8 @@ impl SetStats {
         if let Some(m) = self.macro_success_rate {
             s.push_str(&format!("\nMean of the per-{by} success rates: {m:.3}."));
         }
-        let left_out = left_out_of_rates(&self.all.figures);
+        // the episodes the agent did not complete
+        let left_out = self.all.figures.episodes - self.all.figures.completed;
         if left_out > 0 {
             s.push_str(&format!(
                 "\n{left_out} episode{} the agent did not complete (env, policy or judge errors) {} left out of \
@@ -200,11 +201,6 @@ impl SetStats {
         s.push('\n');
         s
     }
-}
-
-/// Episodes left out of the rates: those the agent did not complete.
-fn left_out_of_rates(f: &TaskStats) -> usize {
-    f.episodes - f.completed
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@
 use crate::common;
 
 use guirl::env::{EnvConfig, EpisodeStatus};
-use guirl::policy::oracle::{builtin, miniwob, OraclePolicy};
+use guirl::policy::oracle::{self, OraclePolicy};
 use guirl::rollout::{Collector, Job};
 use std::collections::BTreeMap;
 
@@ -19,12 +19,12 @@ type Tally = (usize, Vec<(u64, EpisodeStatus, u32)>);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_miniwob_oracle_solves_19_of_20_seeds() {
-    solve_all("miniwob", &miniwob::tasks(), 19).await;
+    solve_all("miniwob", &oracle::tasks("miniwob"), 19).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_builtin_oracle_solves_20_of_20_seeds() {
-    solve_all("builtin", &builtin::tasks(), 20).await;
+    solve_all("builtin", &oracle::tasks("builtin"), 20).await;
 }
 
 async fn solve_all(suite: &str, tasks: &[&str], min_solved: usize) {

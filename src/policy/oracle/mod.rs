@@ -4,30 +4,41 @@
 
 pub mod builtin;
 pub mod miniwob;
+pub mod table;
 
 use super::{Decision, Policy};
 use crate::env::{GuiAction, ScreenState};
+use table::{Oracle, Table};
+
+/// The oracle table of a suite (`builtin`, `miniwob`); `None` for a suite without oracles.
+pub fn suite_table(suite: &str) -> Option<Table> {
+    match suite {
+        "miniwob" => Some(miniwob::ORACLES),
+        "builtin" => Some(builtin::ORACLES),
+        _ => None,
+    }
+}
+
+/// The oracle of a task id (`miniwob/click-test`), if one exists.
+pub fn oracle_for(task_id: &str) -> Option<Oracle> {
+    let (suite, name) = task_id.split_once('/')?;
+    suite_table(suite)?.iter().find(|(n, _)| *n == name).map(|(_, oracle)| *oracle)
+}
 
 /// The next oracle action for this state, or `None` if no oracle knows the task.
 pub fn oracle_action(state: &ScreenState) -> Option<GuiAction> {
-    if let Some(name) = state.task_id.strip_prefix("miniwob/") {
-        miniwob::next_action(name, state)
-    } else if let Some(name) = state.task_id.strip_prefix("builtin/") {
-        builtin::next_action(name, state)
-    } else {
-        None
-    }
+    oracle_for(&state.task_id).and_then(|oracle| oracle(state))
 }
 
 /// Whether a scripted oracle exists for this task id.
 pub fn has_oracle(task_id: &str) -> bool {
-    if let Some(name) = task_id.strip_prefix("miniwob/") {
-        miniwob::tasks().contains(&name)
-    } else if let Some(name) = task_id.strip_prefix("builtin/") {
-        builtin::tasks().contains(&name)
-    } else {
-        false
-    }
+    oracle_for(task_id).is_some()
+}
+
+/// The names (without the suite's prefix) of a suite's tasks with an oracle, in the
+/// table's order; none for a suite without oracles.
+pub fn tasks(suite: &str) -> Vec<&'static str> {
+    suite_table(suite).unwrap_or_default().iter().map(|(name, _)| *name).collect()
 }
 
 /// The error for a task no oracle knows, the same wherever an oracle is asked for;

@@ -13,13 +13,10 @@ mod multi;
 mod page;
 mod simple;
 
-use crate::env::{GuiAction, ScreenState};
-
-/// A task's oracle: the next right action in a state, `None` where it cannot tell.
-pub type Oracle = fn(&ScreenState) -> Option<GuiAction>;
+use super::table::Table;
 
 /// The built-in tasks with an oracle, and their oracles (in the order the tests run them).
-pub const ORACLES: &[(&str, Oracle)] = &[
+pub const ORACLES: Table = &[
     ("click-color-button", simple::click_color_button),
     ("counter", simple::counter),
     ("fill-form", simple::fill_form),
@@ -33,21 +30,11 @@ pub const ORACLES: &[(&str, Oracle)] = &[
     ("inbox-reply", multi::inbox_reply),
 ];
 
-/// The names of the tasks with an oracle.
-pub fn tasks() -> Vec<&'static str> {
-    ORACLES.iter().map(|(name, _)| *name).collect()
-}
-
-/// The next action for task `name` in this state (None if it cannot tell).
-pub fn next_action(name: &str, state: &ScreenState) -> Option<GuiAction> {
-    ORACLES.iter().find(|(n, _)| *n == name).and_then(|(_, oracle)| oracle(state))
-}
-
 #[cfg(test)]
 mod tests {
     use super::page::*;
-    use super::*;
     use crate::env::Element;
+    use crate::env::{GuiAction, ScreenState};
 
     #[test]
     fn quoted_values_in_order() {
@@ -130,17 +117,21 @@ mod tests {
         );
         s.task_id = "builtin/counter".into();
         s.instruction = "Set the counter to 5, then click Submit.".into();
-        assert_eq!(next_action("counter", &s), Some(GuiAction::Click { x: 95, y: 65 }));
+        assert_eq!(crate::policy::oracle::oracle_action(&s), Some(GuiAction::Click { x: 95, y: 65 }));
         s.instruction = "Set the counter to 3, then click Submit.".into();
-        assert_eq!(next_action("counter", &s), Some(GuiAction::Click { x: 135, y: 65 }));
+        assert_eq!(crate::policy::oracle::oracle_action(&s), Some(GuiAction::Click { x: 135, y: 65 }));
         s.instruction = "Set the counter to 1, then click Submit.".into();
-        assert_eq!(next_action("counter", &s), Some(GuiAction::Click { x: 15, y: 65 }));
+        assert_eq!(crate::policy::oracle::oracle_action(&s), Some(GuiAction::Click { x: 15, y: 65 }));
     }
 
     #[test]
     fn every_task_in_the_table_has_an_oracle() {
         for spec in crate::tasks::builtin_specs::BUILTIN_TASKS {
-            assert!(tasks().contains(&spec.name), "no oracle for {}", spec.name);
+            assert!(
+                crate::policy::oracle::has_oracle(&format!("builtin/{}", spec.name)),
+                "no oracle for {}",
+                spec.name
+            );
         }
     }
 }

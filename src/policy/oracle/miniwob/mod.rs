@@ -14,14 +14,11 @@ mod click;
 mod form;
 mod page;
 
-use crate::env::{GuiAction, ScreenState};
-
-/// A task's oracle: the next right action in a state, `None` where it cannot tell.
-pub type Oracle = fn(&ScreenState) -> Option<GuiAction>;
+use super::table::Table;
 
 /// The MiniWoB++ tasks with an oracle (names without the `miniwob/` prefix), and their
 /// oracles (in the order the tests run them).
-pub const ORACLES: &[(&str, Oracle)] = &[
+pub const ORACLES: Table = &[
     ("click-test", click::click_test),
     ("click-test-2", click::click_test_2),
     ("click-test-transfer", click::click_test_2),
@@ -64,21 +61,12 @@ pub const ORACLES: &[(&str, Oracle)] = &[
     ("use-autocomplete-nodelay", form::use_autocomplete),
 ];
 
-/// The names of the tasks with an oracle.
-pub fn tasks() -> Vec<&'static str> {
-    ORACLES.iter().map(|(name, _)| *name).collect()
-}
-
-/// The next action for task `name` in this state (None if it cannot tell).
-pub fn next_action(name: &str, state: &ScreenState) -> Option<GuiAction> {
-    ORACLES.iter().find(|(n, _)| *n == name).and_then(|(_, oracle)| oracle(state))
-}
-
 #[cfg(test)]
 mod tests {
     use super::page::*;
     use super::*;
     use crate::env::Element;
+    use crate::env::{GuiAction, ScreenState};
 
     #[test]
     fn quoted_strings_in_order() {
@@ -161,9 +149,9 @@ mod tests {
             previous_screenshot: None,
         };
         // With nothing on the page no oracle can act, but none may panic either.
-        for t in tasks() {
-            let _ = next_action(t, &s);
+        for (_, oracle) in ORACLES {
+            let _ = oracle(&s);
         }
-        assert_eq!(next_action("no-such-task", &s), None);
+        assert!(crate::policy::oracle::oracle_for("miniwob/no-such-task").is_none());
     }
 }
