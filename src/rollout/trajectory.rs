@@ -6,8 +6,12 @@ use std::sync::Arc;
 use image::RgbImage;
 use serde::{Deserialize, Serialize};
 
-/// Version of the on-disk trajectory format this build writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// Version of the on-disk trajectory format this build writes and reads (and every
+/// earlier one). 2 (2026-12-07): a MiniWoB++ episode's final frame shows the page as the
+/// episode left it; in 1 it showed the START cover MiniWoB++ puts up for the next episode,
+/// so a replay does not compare a version-1 MiniWoB++ final frame
+/// ([`Trajectory::final_frame_is_the_page`]).
+pub const FORMAT_VERSION: u32 = 2;
 
 /// One step of a trajectory: the observation it acted on, and what happened.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -161,6 +165,12 @@ pub struct JudgeRecord {
 }
 
 impl Trajectory {
+    /// Whether the final frame shows the page the episode left: not in a MiniWoB++
+    /// episode recorded before format version 2 (it showed the START cover).
+    pub fn final_frame_is_the_page(&self) -> bool {
+        self.version >= 2 || !self.task_id.starts_with("miniwob/")
+    }
+
     /// An episode of `task_id` on `seed` in the current format, with the given steps and
     /// outcome and nothing else known (no instruction, frame, policy or group).
     pub fn new(task_id: impl Into<String>, seed: u64, steps: Vec<TrajStep>, outcome: Outcome) -> Trajectory {

@@ -121,9 +121,14 @@ impl Task for MiniwobTask {
         opts: &EpisodeOptions,
     ) -> Result<EpisodeStart, EnvError> {
         // Reuse the loaded page when it is this task's (MiniWoB++ itself never reloads);
-        // checking and starting the episode is one round trip.
+        // checking and starting the episode is one round trip. MiniWoB++ puts its START
+        // cover up for the next episode in the same call that ends one, so the episode's
+        // last screen (the viewer's final frame, what a judge or a reward model reads)
+        // showed the cover; kept hidden, the last screen is the page the episode left.
         const START: &str = "if (!(typeof core !== 'undefined' && typeof genProblem === 'function' \
              && location.pathname.endsWith(arguments[2]))) return null; \
+             if (!core.guirlNoCover) { var cover = core.startEpisode; core.guirlNoCover = true; \
+             core.startEpisode = function () { cover(); core.cover_div.style.display = 'none'; }; } \
              core.EPISODE_MAX_TIME = arguments[1]; Math.seedrandom(arguments[0]); \
              core.startEpisodeReal(); return [WOB_TASK_READY === true, core.getUtterance()];";
         let timer = opts.wall_clock_ms.unwrap_or(NO_TIMER_MS).min(NO_TIMER_MS);

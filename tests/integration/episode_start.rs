@@ -53,3 +53,28 @@ async fn a_miniwob_episode_starts_as_in_a_fresh_browser() {
         "the first screen differs from a fresh browser's"
     );
 }
+
+/// The share of a screenshot's pixels in MiniWoB++'s START cover colour (#111).
+fn cover_share(s: &ScreenState) -> f64 {
+    let dark = s.screenshot.pixels().filter(|p| p.0 == [0x11, 0x11, 0x11]).count();
+    dark as f64 / (s.screenshot.width() * s.screenshot.height()) as f64
+}
+
+#[tokio::test]
+async fn a_finished_miniwob_episode_shows_its_page_not_the_next_start_cover() {
+    // MiniWoB++ puts its START cover up for the next episode as soon as one ends: the last
+    // screen (the viewer's final frame) showed that cover, not what the episode did.
+    let mut env = env_for("miniwob/click-test");
+    let s = env.reset(3).await.unwrap().0;
+    assert!(cover_share(&s) < 0.2, "the first screen is covered: {}", cover_share(&s));
+    let button = s.elements.iter().find(|e| e.tag == "button").expect("click-test has its button");
+    let (x, y) = button.bbox.center();
+    let end = env.step(&GuiAction::Click { x, y }).await.unwrap();
+    assert!(end.terminated && end.reward > 0.0, "{:?}", end.info);
+    assert!(cover_share(&end.obs) < 0.2, "the last screen shows the START cover: {}", cover_share(&end.obs));
+    assert!(end.obs.elements.iter().any(|e| e.tag == "button"), "the page as the episode left it");
+    // the next episode starts as before
+    let next = env.reset(4).await.unwrap().0;
+    assert!(cover_share(&next) < 0.2 && next.elements.iter().any(|e| e.tag == "button"));
+    env.close().await;
+}
