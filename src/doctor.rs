@@ -364,11 +364,21 @@ async fn launch_check(cfg: &BrowserConfig) -> (Check, Check, bool) {
     (launch, devtools, sandboxed)
 }
 
-/// The venv scripts/setup.sh makes for the Python client imports it.
+/// The Python a user's client runs in imports it: the activated virtual environment's
+/// (`$VIRTUAL_ENV`) when there is one, else the `.venv` scripts/setup.sh makes in the
+/// checkout guirl was built from (or `$GUIRL_ROOT`).
 async fn python_check() -> Check {
-    let root = crate::tasks::server::project_root();
-    let python = root.join(".venv/bin/python");
-    let setup = "run scripts/setup.sh (it makes .venv with clients/python and its test dependencies)";
+    let (python, setup) = match std::env::var_os("VIRTUAL_ENV").filter(|v| !v.is_empty()) {
+        Some(venv) => (
+            std::path::PathBuf::from(venv).join("bin/python"),
+            "pip install clients/python (from guirl's checkout) in the activated environment, or \
+             deactivate it to use the checkout's .venv (scripts/setup.sh makes it)",
+        ),
+        None => (
+            crate::tasks::server::project_root().join(".venv/bin/python"),
+            "run scripts/setup.sh (it makes .venv with clients/python and its test dependencies)",
+        ),
+    };
     if !python.is_file() {
         return Check::warn(
             "python client",

@@ -3,6 +3,7 @@
 pub mod env_bench;
 pub mod harness;
 pub mod learning;
+pub mod markdown;
 pub mod set_stats;
 
 /// Median and 90th percentile of a sample (ms).

@@ -56,7 +56,7 @@ pub struct SetStats {
     pub sets: Vec<PathBuf>,
     /// What each row gathers.
     pub by: GroupBy,
-    /// One row per task or policy, in order of first appearance.
+    /// One row per task or policy, sorted by name.
     pub rows: Vec<GroupStats>,
     /// Every episode.
     pub all: GroupStats,
@@ -108,12 +108,9 @@ impl SetStats {
                 rows.push((key, ResultRow::of(t, 0, &dir, i)));
             }
         }
-        let mut order: Vec<&str> = Vec::new();
-        for (k, _) in &rows {
-            if !order.contains(&k.as_str()) {
-                order.push(k);
-            }
-        }
+        let mut order: Vec<&str> = rows.iter().map(|(k, _)| k.as_str()).collect();
+        order.sort_unstable();
+        order.dedup();
         let groups: Vec<GroupStats> = order
             .iter()
             .map(|k| group_stats(k, &rows.iter().filter(|(g, _)| g == k).map(|(_, r)| r).collect::<Vec<_>>()))
@@ -156,8 +153,17 @@ impl SetStats {
             GroupBy::Task => "task",
             GroupBy::Policy => "policy",
         };
-        s.push_str(&format!("| {by} | episodes | success | 95 % CI | reward ± s.e. | steps | statuses |\n"));
-        s.push_str("|---|---:|---:|---|---|---:|---|\n");
+        use super::markdown::Align::{Left, Right};
+        let header = [
+            (by, Left),
+            ("episodes", Right),
+            ("success", Right),
+            ("95 % CI", Left),
+            ("reward ± s.e.", Left),
+            ("steps", Right),
+            ("statuses", Left),
+        ];
+        let mut cells = Vec::new();
         for g in self.rows.iter().chain(std::iter::once(&self.all)) {
             let f = &g.figures;
             let statuses: Vec<String> =
@@ -171,13 +177,17 @@ impl SetStats {
                 ),
                 _ => ("n/a".into(), String::new(), String::new(), String::new()),
             };
-            s.push_str(&format!(
-                "| {} | {} | {rate} | {ci} | {reward} | {steps} | {} |\n",
-                g.group,
-                f.episodes,
-                statuses.join(", ")
-            ));
+            cells.push(vec![
+                g.group.clone(),
+                f.episodes.to_string(),
+                rate,
+                ci,
+                reward,
+                steps,
+                statuses.join(", "),
+            ]);
         }
+        s.push_str(&super::markdown::table(&header, &cells));
         if let Some(m) = self.macro_success_rate {
             s.push_str(&format!("\nMean of the per-{by} success rates: {m:.3}."));
         }
@@ -224,9 +234,9 @@ mod tests {
     fn rows_by_task_and_by_policy() {
         use EpisodeStatus::*;
         let s = set(vec![
+            episode("b", "random", 7, EnvError, 0.0),
             episode("a", "random", 5, Success, 1.0),
             episode("a", "oracle", 6, Fail, -1.0),
-            episode("b", "random", 7, EnvError, 0.0),
             episode("b", "random", 8, Truncated, 0.0),
             episode("a", "random", 9, Success, 1.0),
         ]);
@@ -245,15 +255,17 @@ mod tests {
         assert_eq!(st.policies, ["random", "oracle"]);
         let table = st.table();
         assert!(table.starts_with("5 episodes from 1 set; policies random, oracle; seeds 5..9"), "{table}");
-        assert!(table.contains("| a | 3 | 0.667 |") && table.contains("success 2, fail 1 |"), "{table}");
+        let flat = table.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(flat.contains("| a | 3 | 0.667 |") && flat.contains("success 2, fail 1 |"), "{table}");
         assert!(table.contains("1 episode the agent did not complete"), "{table}");
         let json = serde_json::to_value(&st).unwrap();
         assert_eq!(json["rows"][0]["statuses"], serde_json::json!({"success": 2, "fail": 1}));
         assert_eq!(json["rows"][0]["figures"]["successes"], 2);
         let by_policy = SetStats::of(&[s], GroupBy::Policy);
-        assert_eq!(by_policy.rows.iter().map(|g| g.group.as_str()).collect::<Vec<_>>(), ["random", "oracle"]);
-        assert_eq!(by_policy.rows[0].figures.episodes, 4);
-        assert!(by_policy.table().contains("| policy | episodes |"));
+        // rows by name, not by first appearance
+        assert_eq!(by_policy.rows.iter().map(|g| g.group.as_str()).collect::<Vec<_>>(), ["oracle", "random"]);
+        assert_eq!(by_policy.rows[1].figures.episodes, 4);
+        assert!(by_policy.table().contains("| policy | episodes |"), "{}", by_policy.table());
     }
 
     #[test]
@@ -262,6 +274,7 @@ mod tests {
         let st = SetStats::of(&[s], GroupBy::Task);
         assert_eq!(st.rows[0].figures.success_rate, None);
         assert_eq!(st.macro_success_rate, None);
-        assert!(st.table().contains("| a | 1 | n/a |"), "{}", st.table());
+        let flat = st.table().split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(flat.contains("| a | 1 | n/a |"), "{}", st.table());
     }
 }

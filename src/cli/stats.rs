@@ -39,6 +39,14 @@ pub fn stats(args: StatsArgs) -> anyhow::Result<()> {
         }
     }
     let sets = dirs.iter().map(|d| TrajectorySet::read(d)).collect::<anyhow::Result<Vec<_>>>()?;
+    if sets.iter().all(|s| s.trajectories.is_empty()) {
+        let names: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+        anyhow::bail!(
+            "no episode in {}: {} no finished episode yet (a run stopped before its first one ended?)",
+            names.join(", "),
+            if names.len() == 1 { "the set holds" } else { "the sets hold" }
+        );
+    }
     let stats = SetStats::of(&sets, args.by);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&stats)?);

@@ -11,6 +11,7 @@ pub mod miniwob;
 pub mod page;
 mod registry;
 pub mod server;
+mod spec_path;
 pub mod success;
 pub mod website;
 

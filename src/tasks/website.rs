@@ -34,6 +34,7 @@
 
 use super::judge::{JudgeSpec, JudgeTable};
 use super::server::base_url;
+use super::spec_path::{file_of_url, spec_id};
 use super::{EnvError, Page};
 use super::{EpisodeOptions, EpisodeStart, Task, Viewport};
 use anyhow::{bail, Context};
@@ -353,18 +354,6 @@ impl WebsiteSpec {
     }
 }
 
-/// A spec's task id: its path as given, less `.` components and doubled separators, so
-/// `./specs/x.toml`, `specs//x.toml` and `specs/x.toml` are one task in a bench, a resume
-/// or a comparison. (`..` stays: through a link it need not cancel the folder before it.)
-fn spec_id(path: &Path) -> String {
-    let clean: std::path::PathBuf =
-        path.components().filter(|c| !matches!(c, std::path::Component::CurDir)).collect();
-    match clean.as_os_str().is_empty() {
-        true => path.display().to_string(),
-        false => clean.display().to_string(),
-    }
-}
-
 /// A website task loaded from a spec file.
 #[derive(Debug)]
 pub struct WebsiteTask {
@@ -577,18 +566,6 @@ fn url_regex(p: &str) -> anyhow::Result<regex::Regex> {
     regex::RegexBuilder::new(p).size_limit(1 << 20).build().with_context(|| {
         format!("success.url_pattern {p:?} is not a valid regular expression (Rust's `regex` syntax), or is too large")
     })
-}
-
-/// The local file a `file://` URL names (`None` for other URLs). A URL with a template
-/// variable in its path names the folder above the first one.
-fn file_of_url(url: &str) -> Option<std::path::PathBuf> {
-    let fixed = url.split("{{").next().unwrap_or(url);
-    let parsed = url::Url::parse(fixed).ok().filter(|u| u.scheme() == "file")?;
-    let path = parsed.to_file_path().ok()?;
-    if fixed.len() < url.len() && !fixed.ends_with('/') {
-        return path.parent().map(std::path::Path::to_path_buf);
-    }
-    Some(path)
 }
 
 #[cfg(test)]

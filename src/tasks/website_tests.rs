@@ -116,4 +116,15 @@ fn a_spec_is_one_task_however_its_path_is_written() {
     }
     assert_eq!(spec_id(Path::new("/abs/./x.toml")), "/abs/x.toml");
     assert_eq!(spec_id(Path::new("../up/x.toml")), "../up/x.toml");
+    // `x/..` cancels where `x` is a folder, not where it is a link or nothing
+    let tmp = tempfile::tempdir().unwrap();
+    let at = |p: &str| tmp.path().join(p).display().to_string();
+    std::fs::create_dir_all(tmp.path().join("specs")).unwrap();
+    std::fs::create_dir_all(tmp.path().join("deep/er")).unwrap();
+    std::os::unix::fs::symlink(tmp.path().join("deep/er"), tmp.path().join("link")).unwrap();
+    assert_eq!(spec_id(Path::new(&at("specs/../specs/x.toml"))), at("specs/x.toml"));
+    assert_eq!(spec_id(Path::new(&at("deep/er/../../specs/x.toml"))), at("specs/x.toml"));
+    assert_eq!(spec_id(Path::new(&at("link/../specs/x.toml"))), at("link/../specs/x.toml"));
+    assert_eq!(spec_id(Path::new(&at("none/../specs/x.toml"))), at("none/../specs/x.toml"));
+    assert_eq!(spec_id(Path::new("/../x.toml")), "/../x.toml");
 }

@@ -244,7 +244,13 @@ fn run_prints_episodes_and_summary_and_json() {
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 5, "{text}");
     assert!(text.contains("seed=7 ") && text.contains("seed=9 "), "{text}");
-    assert_eq!(lines[3..], ["observation: n/a", "episodes=3 success_rate=1.000 mean_reward=1.000"]);
+    assert_eq!(
+        lines[3..],
+        [
+            "observation: n/a (the oracle reads the page's state, not a model's input)",
+            "episodes=3 success_rate=1.000 mean_reward=1.000"
+        ]
+    );
 
     let out = guirl(&[
         "run",

@@ -9,6 +9,8 @@ fn doctor(args: &[&str], env: &[(&str, &str)]) -> Output {
     let runs = tempfile::tempdir().unwrap();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_guirl"));
     cmd.arg("doctor").arg("--runs").arg(runs.path().join("runs")).args(args);
+    // the checkout's .venv, unless a test activates another
+    cmd.env_remove("VIRTUAL_ENV");
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -131,4 +133,15 @@ fn a_machine_that_cannot_sandbox_the_browser_is_a_warning_with_its_fix() {
     let sandbox = named(&checks, "sandbox");
     assert_eq!(sandbox["status"], "warn");
     assert!(sandbox["detail"].as_str().unwrap().starts_with("off (--no-sandbox"), "{sandbox}");
+}
+
+#[test]
+fn an_activated_virtual_environment_is_the_python_checked() {
+    let venv = tempfile::tempdir().unwrap();
+    let out = doctor(&["--json"], &[("VIRTUAL_ENV", venv.path().to_str().unwrap())]);
+    let checks = checks(&out);
+    let python = named(&checks, "python client");
+    assert_eq!(python["status"], "warn", "{python}");
+    let detail = python["detail"].as_str().unwrap();
+    assert!(detail.contains(&venv.path().join("bin/python").display().to_string()), "{python}");
 }

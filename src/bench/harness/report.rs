@@ -230,33 +230,42 @@ impl Report {
             "Success is over episodes the agent completed; env errors (re-run up to {} times on the same seed) and policy errors are counted apart. Interval: Wilson 95 %.\n\n",
             super::journal::MAX_RERUNS
         ));
-        s.push_str("| task | episodes | env errors | policy errors | success | 95 % CI | reward ± s.e. | steps | p50 ms | p95 ms |\n");
-        s.push_str("|---|---:|---:|---:|---:|---|---|---:|---:|---:|\n");
+        use crate::bench::markdown::Align::{Left, Right};
+        let header = [
+            ("task", Left),
+            ("episodes", Right),
+            ("env errors", Right),
+            ("policy errors", Right),
+            ("success", Right),
+            ("95 % CI", Left),
+            ("reward ± s.e.", Left),
+            ("steps", Right),
+            ("p50 ms", Right),
+            ("p95 ms", Right),
+        ];
+        let mut rows = Vec::new();
         for t in self.tasks.iter().chain(std::iter::once(&self.all)) {
-            let (Some(rate), Some(reward)) = (t.success_rate, t.mean_reward) else {
-                // Nothing the agent finished: no rate to give.
-                s.push_str(&format!(
-                    "| {} | {} | {} | {} | n/a | | | | | |\n",
-                    t.task, t.episodes, t.env_errors, t.policy_errors
-                ));
-                continue;
-            };
-            s.push_str(&format!(
-                "| {} | {} | {} | {} | {:.3} | [{:.3}, {:.3}] | {:.3} ± {:.3} | {:.2} | {:.1} | {:.1} |\n",
-                t.task,
-                t.episodes,
-                t.env_errors,
-                t.policy_errors,
-                rate,
-                t.success_ci95.0,
-                t.success_ci95.1,
-                reward,
-                t.reward_se,
-                t.mean_steps,
-                t.step_ms_p50,
-                t.step_ms_p95
-            ));
+            let mut row = vec![
+                t.task.clone(),
+                t.episodes.to_string(),
+                t.env_errors.to_string(),
+                t.policy_errors.to_string(),
+            ];
+            match (t.success_rate, t.mean_reward) {
+                (Some(rate), Some(reward)) => row.extend([
+                    format!("{rate:.3}"),
+                    format!("[{:.3}, {:.3}]", t.success_ci95.0, t.success_ci95.1),
+                    format!("{reward:.3} ± {:.3}", t.reward_se),
+                    format!("{:.2}", t.mean_steps),
+                    format!("{:.1}", t.step_ms_p50),
+                    format!("{:.1}", t.step_ms_p95),
+                ]),
+                // nothing the agent finished: no rate to give
+                _ => row.push("n/a".into()),
+            }
+            rows.push(row);
         }
+        s.push_str(&crate::bench::markdown::table(&header, &rows));
         s.push_str(&format!(
             "\nMean of per-task success rates: {}. {} episode attempts in {:.1} s ({:.2} episodes/s).\n",
             self.macro_text(),
