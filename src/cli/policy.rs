@@ -238,7 +238,7 @@ pub fn make_policy(
                 s.seed = seed;
             }
             p.set_sampling(s);
-            Ok(p)
+            Ok(Box::new(crate::policy::from_checkpoint::FromCheckpoint::new(p, &found.dir)))
         }
         other => {
             bail!(

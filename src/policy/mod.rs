@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod device;
+pub mod from_checkpoint;
 pub mod judge;
 mod load;
 pub mod observation;

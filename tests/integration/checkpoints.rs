@@ -200,11 +200,20 @@ fn guirl_run_takes_a_run_folder() {
     let out = Command::new(env!("CARGO_BIN_EXE_guirl"))
         .args(["run", "--task", "miniwob/click-test", "--episodes", "1", "--policy"])
         .arg(&run)
+        .arg("--record")
+        .arg(root.path().join("rec"))
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(err.contains("using its best checkpoint") && err.contains("iter-000002"), "{err}");
+    // the recording says which checkpoint acted, not only the policy's shape
+    let set = guirl::rollout::TrajectorySet::read(&root.path().join("rec")).unwrap();
+    let policy = &set.trajectories[0].trajectory.policy;
+    assert!(
+        policy.starts_with("vlm(") && policy.contains(" from ") && policy.contains("iter-000002"),
+        "{policy}"
+    );
 }
 
 /// `guirl bench --policy RUN` records the checkpoint the run folder meant. When the run's
