@@ -45,6 +45,9 @@ pub struct GuiEnv {
     episode: Option<Episode>,
     /// The viewport must be refitted before the next episode (the task changed).
     resize: bool,
+    /// Why the last browser was dropped after it failed (the next reset's
+    /// `replaced_after`).
+    lost: Option<String>,
     /// Every request of the browser must pass this (see [`GuiEnv::guard_requests`]).
     request_check: Option<super::devtools::RequestCheck>,
     /// Keeps pages off this machine's loopback services, always (see [`super::local_guard`]).
@@ -85,6 +88,7 @@ impl GuiEnv {
             browser: None,
             episode: None,
             resize: false,
+            lost: None,
             request_check: None,
             local,
             host_check: None,
@@ -262,7 +266,8 @@ impl GuiEnv {
         let t0 = Instant::now();
         self.episode = None;
         let mut started = false;
-        let mut replaced_after = None;
+        // (a browser that failed in the last episode's step was dropped then)
+        let mut replaced_after = self.lost.take();
         // A browser that died since the last episode gets one fresh replacement.
         for attempt in 0..2 {
             if self.browser.is_none() {
@@ -296,6 +301,7 @@ impl GuiEnv {
                     // helps), but the next reset gets one, as after a failed step.
                     if e.needs_restart() {
                         self.drop_browser();
+                        self.lost = Some(e.to_string());
                     }
                     return Err(e);
                 }
@@ -472,6 +478,7 @@ impl GuiEnv {
                 tracing::warn!(task = self.task.id(), seed = ep.seed, "env error: {e}");
                 if e.needs_restart() {
                     self.drop_browser();
+                    self.lost = Some(e.to_string());
                 }
                 ep.running = false;
                 let mut obs = ep.last.clone();

@@ -284,3 +284,22 @@ async fn dropping_an_env_on_a_multi_threaded_runtime_removes_its_browser() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// A browser that failed in a step is dropped then; the next reset starts a fresh one and
+/// says why, as when the failure shows at the reset itself.
+#[tokio::test]
+async fn a_reset_after_a_failed_step_says_why_it_started_a_browser() {
+    let mut env = env_for("builtin/shop-checkout");
+    env.reset(1).await.unwrap();
+    kill_browser(&env);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let out = env.step(&GuiAction::Wait { ms: 1 }).await.unwrap();
+    assert_eq!(out.info.status, EpisodeStatus::EnvError);
+    let (_, info) = env.reset(2).await.unwrap();
+    assert!(info.browser_started);
+    assert!(info.replaced_after.as_deref().is_some_and(|w| !w.is_empty()), "{info:?}");
+    // and only then
+    let (_, info) = env.reset(3).await.unwrap();
+    assert!(!info.browser_started && info.replaced_after.is_none(), "{info:?}");
+    env.close().await;
+}

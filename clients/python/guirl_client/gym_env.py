@@ -34,9 +34,10 @@ from .client import (
 )
 
 #: Info fields that differ between two runs of the same seed and actions (wall-clock
-#: timings, the server's episode counter). They are kept out of ``info`` so that equal
-#: seeds and actions give equal infos, and exposed as ``env.last_timings`` / ``env.episode_id``.
-VOLATILE_INFO = ("timings", "episode_id", "reset_ms")
+#: timings, the server's episode counter, whether a reset started or replaced a browser).
+#: They are kept out of ``info`` so that equal seeds and actions give equal infos, and
+#: exposed as ``env.last_timings``, ``env.episode_id`` and ``env.last_browser``.
+VOLATILE_INFO = ("timings", "episode_id", "reset_ms", "browser_started", "browser_replaced_after")
 
 _BMP = None
 
@@ -159,6 +160,9 @@ class GuirlEnv(gym.Env):
         self.last_timings: dict | None = None
         #: The server's episode counter for the current episode.
         self.episode_id: int | None = None
+        #: What the last reset said of its browser: ``{"started": bool}``, with
+        #: ``"replaced_after"`` (why) when it replaced one that failed.
+        self.last_browser: dict | None = None
         self._screen: np.ndarray | None = None
 
     # -- session ----------------------------------------------------------------------
@@ -262,6 +266,10 @@ class GuirlEnv(gym.Env):
         self.last_timings = timings
         if info.get("episode_id") is not None:
             self.episode_id = info.get("episode_id")
+        if "browser_started" in info:
+            self.last_browser = {"started": info["browser_started"]}
+            if info.get("browser_replaced_after") is not None:
+                self.last_browser["replaced_after"] = info["browser_replaced_after"]
         if obs is None:
             return
         self.last_observation = obs

@@ -336,8 +336,9 @@ def to_openai_messages(
 
     ``obs`` is either a server observation (base64 ``screenshot``, as from
     ``Session.reset/step`` or OpenEnv's client) or a :class:`GuirlEnv` observation
-    (``screenshot`` as an ``(H, W, 3)`` array). ``text`` replaces the default user text
-    (the instruction).
+    (``screenshot`` as an ``(H, W, 3)`` array). ``text`` replaces the default user text,
+    ``Instruction: <instruction>``: the layout guirl's ``openai:`` policy sends and
+    ``guirl serve-policy`` reads, so these messages drive a served guirl checkpoint too.
     """
     shot = obs.get("screenshot")
     if isinstance(shot, np.ndarray):
@@ -345,7 +346,7 @@ def to_openai_messages(
     else:
         url = screenshot_data_url(obs)
     instruction = obs.get("instruction", "")
-    content: list[dict] = [{"type": "text", "text": text if text is not None else f"Task: {instruction}"}]
+    content: list[dict] = [{"type": "text", "text": text if text is not None else f"Instruction: {instruction}"}]
     if url is not None:
         content.append({"type": "image_url", "image_url": {"url": url}})
     messages: list[dict] = []

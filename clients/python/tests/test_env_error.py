@@ -13,7 +13,7 @@ def test_killed_browser_is_an_env_error_then_reset_recovers(live):
     env = GuirlEnv(TASK, base_url=live.url)
     try:
         obs, info = env.reset(seed=21)
-        assert info["browser_started"] is True
+        assert env.last_browser == {"started": True}
         env.step("wait(1)")
         killed = kill_session_browser(live.url, env.session.id, live)
         assert killed, "found no browser process to kill"
@@ -25,7 +25,8 @@ def test_killed_browser_is_an_env_error_then_reset_recovers(live):
 
         # The same session goes on with a fresh browser, from the same start.
         obs2, info2 = env.reset(seed=21)
-        assert info2["status"] == "running" and info2["browser_started"] is True
+        assert info2["status"] == "running" and env.last_browser["started"] is True
+        assert env.last_browser["replaced_after"], "why the browser was replaced"
         assert obs2["instruction"] == obs["instruction"]
         x, y = target_center(obs2["instruction"], info2["elements"])
         _, reward, terminated, _, info3 = env.step(actions.click(x, y))

@@ -53,6 +53,11 @@ def test_same_seed_same_start(live):
         ob, _ = b.reset(seed=11)
         assert oa["instruction"] == ob["instruction"]
         np.testing.assert_array_equal(oa["screenshot"], ob["screenshot"])
+        # equal seeds give equal infos, whether the reset started the browser or not
+        _, first = a.reset(seed=12)
+        _, again = a.reset(seed=12)
+        assert first == again
+        assert a.last_browser == {"started": False}
 
 
 def test_scripted_episode_reaches_success(live):

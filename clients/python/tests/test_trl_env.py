@@ -105,7 +105,7 @@ def test_to_openai_messages_both_observation_forms(live):
         msgs = to_openai_messages(o)
         assert [m["role"] for m in msgs] == ["system", "user"]
         parts = msgs[1]["content"]
-        assert parts[0] == {"type": "text", "text": f"Task: {obs['instruction']}"}
+        assert parts[0] == {"type": "text", "text": f"Instruction: {obs['instruction']}"}
         url = parts[1]["image_url"]["url"]
         assert url.startswith("data:image/png;base64,")
         img = np.asarray(Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1]))).convert("RGB"))
