@@ -237,7 +237,8 @@ class GuirlClient:
 
     Args:
         base_url: the server, e.g. ``http://127.0.0.1:8765``.
-        token: sent as ``Authorization: Bearer <token>`` (``guirl serve --token``).
+        token: sent as ``Authorization: Bearer <token>`` (``guirl serve --token``);
+            ``None`` reads ``$GUIRL_SERVE_TOKEN``, as the server does (``""`` sends none).
         timeout: seconds per request (a reset that starts a browser can take a few).
         retries: how many times a ``503 capacity_reached`` is retried, waiting what its
             ``Retry-After`` says (capped at ``max_retry_wait``); 0 raises at once.
@@ -285,6 +286,8 @@ class GuirlClient:
         self.max_retry_wait = max_retry_wait
         self.http = requests.Session()
         self.http.headers["Accept"] = "application/json"
+        if token is None:
+            token = os.environ.get("GUIRL_SERVE_TOKEN")
         if token:
             self.http.headers["Authorization"] = f"Bearer {token}"
 

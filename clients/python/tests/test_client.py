@@ -131,12 +131,18 @@ def test_unreachable_server_says_what_to_do():
     assert e.value.code == "connection_failed"
 
 
-def test_token_is_required_but_not_for_health(small_server):
+def test_token_is_required_but_not_for_health(small_server, monkeypatch):
+    monkeypatch.delenv("GUIRL_SERVE_TOKEN", raising=False)
     assert requests.get(small_server.url + "/health", timeout=5).status_code == 200
     with pytest.raises(GuirlServerError) as e:
         GuirlClient(small_server.url).tasks()
     assert (e.value.code, e.value.status) == ("unauthorized", 401)
     assert GuirlClient(small_server.url, token="s3cret").tasks()
+    # the token the server reads, from the same variable
+    monkeypatch.setenv("GUIRL_SERVE_TOKEN", "s3cret")
+    assert GuirlClient(small_server.url).tasks()
+    with pytest.raises(GuirlServerError):
+        GuirlClient(small_server.url, token="").tasks()
 
 
 def test_capacity_is_503_and_retried_as_told(small_server, monkeypatch):
