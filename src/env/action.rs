@@ -366,6 +366,15 @@ impl Parser<'_> {
         if digits == 0 {
             return self.err("an integer");
         }
+        // a fraction (a model's `click(12.5, 40)`): say that the numbers are whole
+        if r[sign + digits..].starts_with('.')
+            && r[sign + digits + 1..].starts_with(|c: char| c.is_ascii_digit())
+        {
+            self.pos += sign + digits;
+            return self.err(
+                "a whole number (coordinates and amounts are integers: screenshot pixels, not fractions)",
+            );
+        }
         match r[..sign + digits].parse::<i64>() {
             Ok(v) => {
                 self.pos += sign + digits;

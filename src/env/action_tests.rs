@@ -67,6 +67,11 @@ fn errors_name_position_and_expectation() {
     let e = GuiAction::parse("click(1, x)").unwrap_err();
     assert_eq!(e.position, 9);
     assert!(e.to_string().contains("expected an integer"), "{e}");
+    // a fraction is named as one, at its point (it said "expected ','")
+    let e = GuiAction::parse("click(1.5, 2)").unwrap_err();
+    assert_eq!(e.position, 7);
+    assert!(e.expected.contains("whole number"), "{e}");
+    assert!(GuiAction::parse("wait(1.)").unwrap_err().expected == "')'");
     let e = GuiAction::parse("type(\"abc").unwrap_err();
     assert!(e.expected.contains("closing"), "{e}");
     let e = GuiAction::parse("key(ctrl+Foo)").unwrap_err();

@@ -48,7 +48,7 @@ fn unknown_task(id: &str) -> anyhow::Error {
     let close: Vec<&str> =
         scored.iter().take(5).filter(|(s, _)| *s >= 0.75).map(|(_, c)| c.as_str()).collect();
     let close = match close.is_empty() {
-        true => "no task id is close to it".to_string(),
+        true => "No task id is close to it".to_string(),
         false => format!("Closest task ids: {}", close.join(", ")),
     };
     anyhow::anyhow!(

@@ -12,7 +12,7 @@ fn unknown_task_lists_the_closest_ids() {
     // A name like none is not given five unrelated ones (the shared `miniwob/` made any
     // name look close).
     let out = guirl(&["run", "--task", "miniwob/nope", "--episodes", "1"]);
-    fails_with(&out, &["unknown task \"miniwob/nope\"", "no task id is close to it", "guirl tasks"]);
+    fails_with(&out, &["unknown task \"miniwob/nope\"", "No task id is close to it", "guirl tasks"]);
     // A MiniWoB++ name under the built-in suite finds its MiniWoB++ task.
     let out = guirl(&["run", "--task", "builtin/click-test", "--episodes", "1"]);
     fails_with(&out, &["Closest task ids: miniwob/click-test"]);

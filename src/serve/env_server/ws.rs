@@ -67,8 +67,7 @@ async fn serve(s: Arc<Shared>, mut socket: WebSocket, local: bool) {
             let _ = socket.send(Message::Text(text.into())).await;
             // The code and reason reach a client that writes before it reads (OpenEnv's
             // sends `reset` first, and saw only "1005 no status received").
-            let reason: String = e.message.chars().take(100).collect();
-            let frame = CloseFrame { code: close_code::AGAIN, reason: reason.into() };
+            let frame = CloseFrame { code: close_code::AGAIN, reason: close_reason(&e.message).into() };
             let _ = socket.send(Message::Close(Some(frame))).await;
             return;
         }
@@ -246,4 +245,35 @@ async fn step(session: &Session, data: &Map<String, Value>, local: bool) -> Resu
     let action = wire::action(data)?;
     let image = ImageOverride::parse(data, local)?;
     session.step(&action, image).await
+}
+
+/// A close frame's reason: at most 123 bytes (RFC 6455), so a longer message ends at a
+/// word with "…" (the whole message went out in the error before it).
+fn close_reason(message: &str) -> String {
+    if message.len() <= 123 {
+        return message.to_string();
+    }
+    let mut end = 0;
+    for (i, c) in message.char_indices() {
+        if i + c.len_utf8() > 119 {
+            break;
+        }
+        if c == ' ' {
+            end = i;
+        }
+    }
+    format!("{}…", message[..end].trim_end_matches([',', ':', ';']))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_long_close_reason_ends_at_a_word_within_the_protocol_limit() {
+        let full = super::ApiError::capacity(8, 8).message;
+        assert!(full.len() > 123, "{full}");
+        let r = super::close_reason(&full);
+        assert!(r.len() <= 123 && r.ends_with('…') && full.starts_with(r.trim_end_matches('…')), "{r}");
+        assert!(!r.trim_end_matches('…').ends_with(' '), "{r}");
+        assert_eq!(super::close_reason("short"), "short");
+    }
 }
