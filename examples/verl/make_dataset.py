@@ -10,11 +10,15 @@ rolled out from the same seed, i.e. from the same screen: a GRPO group.
         --train 512 --val 64 --out ~/data/guirl
 
 Train seeds are 0, 1, 2, ...; validation seeds start at 2^16 so the two never overlap.
+With ``--server URL`` (default ``$GUIRL_SERVER_URL``) the task ids are checked against
+that server's ``GET /v1/tasks`` first, so a typo fails here rather than at rollout time.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
+import os
 from pathlib import Path
 
 import pyarrow as pa
@@ -50,6 +54,20 @@ def write(path: Path, table_rows: list[dict]) -> None:
     tmp.replace(path)  # atomic: a reader never sees half a file
 
 
+def unknown_tasks(tasks: list[str], server: str) -> list[str]:
+    """What is wrong with ``tasks`` on ``server`` (token from ``$GUIRL_SERVE_TOKEN``): one
+    line per id it does not serve, with the closest ids it does."""
+    from guirl_client import GuirlClient
+
+    served = [t["id"] for t in GuirlClient(server).tasks()]
+    out = []
+    for t in tasks:
+        if t not in served:
+            close = difflib.get_close_matches(t, served, n=3, cutoff=0.6)
+            out.append(f"{t!r} is not a task of {server}" + (f" (closest: {', '.join(close)})" if close else ""))
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tasks", required=True, help="comma-separated task ids (GET /v1/tasks lists them)")
@@ -57,10 +75,21 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--val", type=int, default=64, help="validation rows")
     ap.add_argument("--agent-name", default="guirl_agent")
     ap.add_argument("--out", type=Path, required=True, help="folder for train.parquet and val.parquet")
+    ap.add_argument(
+        "--server",
+        default=os.environ.get("GUIRL_SERVER_URL"),
+        help="a guirl serve URL whose task list the ids are checked against (default $GUIRL_SERVER_URL)",
+    )
     args = ap.parse_args(argv)
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     if not tasks:
         ap.error("--tasks: give at least one task id")
+    if args.server:
+        wrong = unknown_tasks(tasks, args.server)
+        if wrong:
+            ap.error("--tasks: " + "; ".join(wrong) + " (guirl tasks lists the ids)")
+    else:
+        print("task ids not checked: give --server URL (or set GUIRL_SERVER_URL) to check them")
     args.out.mkdir(parents=True, exist_ok=True)
     write(args.out / "train.parquet", rows(tasks, args.train, "train", args.agent_name))
     write(args.out / "val.parquet", rows(tasks, args.val, "test", args.agent_name))

@@ -180,10 +180,16 @@ def test_agent_loop_masks_a_broken_browser(live, example_with_stand_ins):
     assert wait_no_sessions(live.url) == []
 
 
-def test_make_dataset(tmp_path):
+def test_make_dataset(tmp_path, live, capsys):
     import datasets
     module = load_example("make_dataset")
-    module.main(["--tasks", f"{TASK},miniwob/click-link", "--train", "6", "--val", "2", "--out", str(tmp_path)])
+    # a typo fails here, with the closest id, when a server is named
+    with pytest.raises(SystemExit):
+        module.main(["--tasks", "miniwob/click-lnk", "--server", live.url, "--out", str(tmp_path)])
+    assert "closest: miniwob/click-link" in capsys.readouterr().err
+    assert not (tmp_path / "train.parquet").exists()
+    module.main(["--tasks", f"{TASK},miniwob/click-link", "--train", "6", "--val", "2", "--out", str(tmp_path),
+                 "--server", live.url])
     train = datasets.load_dataset("parquet", data_files=str(tmp_path / "train.parquet"), split="train")
     val = datasets.load_dataset("parquet", data_files=str(tmp_path / "val.parquet"), split="train")
     assert len(train) == 6 and len(val) == 2
