@@ -180,12 +180,21 @@ pub fn observation(name: &str, api: &ApiArgs, info: &serde_json::Value) -> anyho
                 (false, _) => format!("{PixelsDom} (API policy: the page's interactive elements are sent as text)"),
             }
         }
-        "random" | "oracle" => "n/a".to_string(),
+        scripted if why_no_observation(scripted).is_some() => "n/a".to_string(),
         path => {
             let found = crate::train::checkpoint::resolve_policy_dir(std::path::Path::new(path))?;
             crate::policy::observation_of_checkpoint(&found.dir)?.to_string()
         }
     })
+}
+
+/// Why a scripted policy's observation is `n/a` (`None` for a policy that reads one).
+pub fn why_no_observation(name: &str) -> Option<&'static str> {
+    match name {
+        "random" => Some("the random policy reads nothing"),
+        "oracle" => Some("the oracle reads the page's state, not a model's input"),
+        _ => None,
+    }
 }
 
 /// Whether `--policy name` means a checkpoint: not a policy named by its kind (random,

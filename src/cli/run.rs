@@ -173,11 +173,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             n => format!(" infrastructure_errors={n} (left out of the rates)"),
         };
         let rate = |v: Option<f64>| v.map_or("none".to_string(), |v| format!("{v:.3}"));
-        match args.policy.as_str() {
-            // the scripted policies read no model input: the oracle reads the page's state
-            "random" => println!("observation: n/a (the random policy reads nothing)"),
-            "oracle" => println!("observation: n/a (the oracle reads the page's state, not a model's input)"),
-            _ => println!("observation: {observation}"),
+        match super::policy::why_no_observation(&args.policy) {
+            Some(why) => println!("observation: {observation} ({why})"),
+            None => println!("observation: {observation}"),
         }
         if let Some(dir) = &args.record {
             println!("recorded in {} (guirl view / replay / export read it)", dir.display());

@@ -300,8 +300,7 @@ impl GuiEnv {
                     // A page that did not load is not retried here (a fresh browser seldom
                     // helps), but the next reset gets one, as after a failed step.
                     if e.needs_restart() {
-                        self.drop_browser();
-                        self.lost = Some(e.to_string());
+                        self.lose_browser(&e);
                     }
                     return Err(e);
                 }
@@ -477,8 +476,7 @@ impl GuiEnv {
                 // The browser failed: end the episode as an infrastructure failure.
                 tracing::warn!(task = self.task.id(), seed = ep.seed, "env error: {e}");
                 if e.needs_restart() {
-                    self.drop_browser();
-                    self.lost = Some(e.to_string());
+                    self.lose_browser(&e);
                 }
                 ep.running = false;
                 let mut obs = ep.last.clone();
@@ -564,6 +562,12 @@ impl GuiEnv {
         if let Some(b) = self.browser.take() {
             b.close().await;
         }
+    }
+
+    /// Drop a browser that failed with `e`; the next reset starts a fresh one and says why.
+    fn lose_browser(&mut self, e: &EnvError) {
+        self.drop_browser();
+        self.lost = Some(e.to_string());
     }
 
     fn drop_browser(&mut self) {

@@ -47,13 +47,11 @@ pub struct Manifest {
 }
 
 /// A policy's [`crate::policy::Policy::info`] less what its server may change between sessions without
-/// changing the policy (the model list it serves), and the checkpoint folder (the manifest's
-/// `checkpoint`, compared on its own).
+/// changing the policy (the model list it serves).
 pub fn policy_settings(info: &serde_json::Value) -> serde_json::Value {
     let mut v = info.clone();
     if let Some(o) = v.as_object_mut() {
         o.remove("served_models");
-        o.remove("checkpoint");
     }
     v
 }
