@@ -7,7 +7,9 @@
 mod launch;
 mod site_data;
 
-pub use super::browser_config::{BrowserConfig, APT_HINT, CHROMIUM_FLAGS, FREE_FRAME_FLAGS, HEADLESS_SHELL};
+pub use super::browser_config::{
+    BrowserConfig, Pointer, APT_HINT, CHROMIUM_FLAGS, FREE_FRAME_FLAGS, HEADLESS_SHELL, MOUSE_FLAG,
+};
 use super::devtools::InputEvent;
 use super::devtools::{CdpError, DevTools, Navigations};
 use super::frames::{self, FrameControl};

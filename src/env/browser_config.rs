@@ -29,6 +29,25 @@ pub const CHROMIUM_FLAGS: &[&str] = &[
 /// next tick (measured: ~38 ms -> ~10 ms per capture).
 pub const FREE_FRAME_FLAGS: &[&str] = &["--disable-frame-rate-limit", "--disable-gpu-vsync"];
 
+/// Tells the page it has a mouse ([`Pointer::Mouse`]): a hover-capable, fine pointer, as
+/// a person at a desktop has. Headless Chromium otherwise reports none (`(hover: none)`,
+/// `(pointer: none)`), so it draws no hover state on native buttons and serves pages'
+/// touch styles, where a window under X (`--headful`) reports the mouse.
+pub const MOUSE_FLAG: &str =
+    "--blink-settings=primaryHoverType=2,availableHoverTypes=2,primaryPointerType=4,availablePointerTypes=4";
+
+/// The pointing device a page is told it has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub enum Pointer {
+    /// A mouse ([`MOUSE_FLAG`]): hover styles drawn, `(hover: hover)` and `(pointer: fine)`
+    /// match, headless as in a window. The default.
+    #[default]
+    Mouse,
+    /// What Chromium reports by itself: none when headless, the mouse in a window. How
+    /// trajectories before format version 3 were recorded, so their replays use it.
+    Unset,
+}
+
 /// The apt-get line that installs what guirl needs to drive a browser.
 pub const APT_HINT: &str = "sudo apt-get install -y chromium chromium-driver chromium-headless-shell";
 
@@ -82,6 +101,8 @@ pub struct BrowserConfig {
     ///
     /// [`GuiEnv`]: super::GuiEnv
     pub page_proxy: Option<u16>,
+    /// The pointing device pages are told they have.
+    pub pointer: Pointer,
 }
 
 impl BrowserConfig {
@@ -145,6 +166,7 @@ impl Default for BrowserConfig {
             sandbox: std::env::var("GUIRL_SANDBOX").map_or(true, |v| v != "0"),
             local_files: Vec::new(),
             page_proxy: None,
+            pointer: Pointer::Mouse,
         }
     }
 }

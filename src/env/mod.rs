@@ -20,7 +20,7 @@ pub mod sandbox;
 pub mod url_policy;
 
 pub use action::{GuiAction, KeyCombo, Modifier, ParseActionError};
-pub use browser::{Browser, BrowserConfig, BrowserVersions};
+pub use browser::{Browser, BrowserConfig, BrowserVersions, Pointer};
 pub use gui_env::{
     EnvConfig, EpisodeRules, EpisodeStatus, GuiEnv, ResetInfo, StepInfo, StepOutcome, StepTimings,
 };

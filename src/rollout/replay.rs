@@ -2,7 +2,7 @@
 //! check that every step's reward, status and frame reproduce.
 
 use super::store::{StoredTrajectory, TrajectorySet, TRAJECTORIES_FILE};
-use crate::env::{EnvConfig, EpisodeRules, GuiAction, GuiEnv, ScreenState};
+use crate::env::{BrowserConfig, EnvConfig, EpisodeRules, GuiAction, GuiEnv, Pointer, ScreenState};
 use anyhow::Context;
 use image::RgbImage;
 use serde::Serialize;
@@ -115,14 +115,17 @@ pub async fn replay_set(set: &TrajectorySet, cfg: &EnvConfig) -> anyhow::Result<
             if covered == 1 { "its final frame is" } else { "their final frames are" }
         );
     }
-    // One env per task and rules: an episode replays under the rules it was recorded with.
-    let mut envs: BTreeMap<(String, EpisodeRules), GuiEnv> = BTreeMap::new();
+    // One env per task, rules and pointer: an episode replays under the rules it was
+    // recorded with, its pages told of the pointer they were then.
+    let mut envs: BTreeMap<(String, EpisodeRules, Pointer), GuiEnv> = BTreeMap::new();
     let mut reports = Vec::new();
     for st in &set.trajectories {
-        let (id, rules) = (st.trajectory.task_id.clone(), st.trajectory.rules);
-        let env = envs
-            .entry((id.clone(), rules))
-            .or_insert_with(|| GuiEnv::new(Arc::clone(&tasks[&id]), EnvConfig { rules, ..cfg.clone() }));
+        let t = &st.trajectory;
+        let (id, rules, pointer) = (t.task_id.clone(), t.rules, t.pointer());
+        let env = envs.entry((id.clone(), rules, pointer)).or_insert_with(|| {
+            let browser = BrowserConfig { pointer, ..cfg.browser.clone() };
+            GuiEnv::new(Arc::clone(&tasks[&id]), EnvConfig { rules, browser, ..cfg.clone() })
+        });
         reports.push(replay_one(set, st, env).await?);
     }
     for (_, mut env) in envs {

@@ -1,6 +1,6 @@
 //! `Trajectory`: one recorded episode, as kept in memory and written to disk.
 
-use crate::env::{Element, EpisodeRules, EpisodeStatus, Frame, ScreenState, StepTimings};
+use crate::env::{Element, EpisodeRules, EpisodeStatus, Frame, Pointer, ScreenState, StepTimings};
 use std::sync::Arc;
 
 use image::RgbImage;
@@ -10,8 +10,10 @@ use serde::{Deserialize, Serialize};
 /// earlier one). 2 (2026-12-07): a MiniWoB++ episode's final frame shows the page as the
 /// episode left it; in 1 it showed the START cover MiniWoB++ puts up for the next episode,
 /// so a replay does not compare a version-1 MiniWoB++ final frame
-/// ([`Trajectory::final_frame_is_the_page`]).
-pub const FORMAT_VERSION: u32 = 2;
+/// ([`Trajectory::final_frame_is_the_page`]). 3 (2026-12-07): pages are told they have a
+/// mouse, so headless frames draw hover states ([`Pointer::Mouse`]); a replay of an
+/// earlier set runs its browser as it was ([`Trajectory::pointer`]).
+pub const FORMAT_VERSION: u32 = 3;
 
 /// One step of a trajectory: the observation it acted on, and what happened.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -169,6 +171,17 @@ impl Trajectory {
     /// episode recorded before format version 2 (it showed the START cover).
     pub fn final_frame_is_the_page(&self) -> bool {
         self.version >= 2 || !self.task_id.starts_with("miniwob/")
+    }
+
+    /// The pointing device its pages were told they had: before format version 3, none
+    /// headless (Chromium's own), so a button under the pointer was drawn without its
+    /// hover state.
+    pub fn pointer(&self) -> Pointer {
+        if self.version >= 3 {
+            Pointer::Mouse
+        } else {
+            Pointer::Unset
+        }
     }
 
     /// An episode of `task_id` on `seed` in the current format, with the given steps and

@@ -4,7 +4,7 @@ use crate::common;
 
 use common::{env_for, repo};
 use guirl::env::gui_env::eval;
-use guirl::env::{EpisodeStatus, GuiAction, GuiEnv, ScreenState};
+use guirl::env::{BrowserConfig, EnvConfig, EpisodeStatus, GuiAction, GuiEnv, Pointer, ScreenState};
 use serde_json::Value;
 
 fn actions_env() -> GuiEnv {
@@ -58,6 +58,41 @@ async fn pointer_actions_hit_what_is_drawn_there() {
     assert_eq!(l.last().unwrap()["type"], "mouseover");
     assert_eq!(l.last().unwrap()["id"], "b10");
     env.close().await;
+}
+
+/// The pointer's hover as a person with a mouse sees it: a native button under it is drawn
+/// in its hover state, and the page's media queries say there is a mouse. Headless
+/// Chromium by itself reports no pointer and draws neither (how sets before trajectory
+/// format 3 were recorded, and replayed).
+#[tokio::test]
+async fn a_button_under_the_pointer_is_drawn_hovered_as_with_a_mouse() {
+    for pointer in [Pointer::Mouse, Pointer::Unset] {
+        let cfg =
+            EnvConfig { browser: BrowserConfig { pointer, ..Default::default() }, ..Default::default() };
+        let mut env = common::env_with(repo("fixtures/tasks/actions.toml").to_str().unwrap(), cfg);
+        let (obs, _) = env.reset(0).await.unwrap();
+        let b = obs.elements.iter().find(|e| e.id == "hang").unwrap().bbox;
+        let (x, y) = b.center();
+        // a point of the button's face, clear of its label
+        let face = ((b.x + 4.0) as u32, (b.y + 4.0) as u32);
+        let out = act(&mut env, &format!("hover({x}, {y})")).await;
+        let (before, after) =
+            (obs.screenshot.get_pixel(face.0, face.1).0, out.obs.screenshot.get_pixel(face.0, face.1).0);
+        let media = eval(
+            &env,
+            "return [matchMedia('(hover: hover)').matches, matchMedia('(pointer: fine)').matches];",
+        )
+        .await
+        .unwrap();
+        let mouse = pointer == Pointer::Mouse;
+        assert_eq!(media, serde_json::json!([mouse, mouse]), "{pointer:?}");
+        assert_eq!(
+            before != after,
+            mouse,
+            "{pointer:?}: the button's face {before:?} at rest, {after:?} under the pointer"
+        );
+        env.close().await;
+    }
 }
 
 #[tokio::test]

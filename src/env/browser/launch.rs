@@ -7,7 +7,9 @@ use super::super::frames::{self, FrameControl};
 use super::super::local_guard;
 use super::super::profiles;
 use super::super::sandbox::{self, Plan};
-use super::{Browser, BrowserConfig, EnvError, APT_HINT, CHROMIUM_FLAGS, FREE_FRAME_FLAGS};
+use super::{
+    Browser, BrowserConfig, EnvError, Pointer, APT_HINT, CHROMIUM_FLAGS, FREE_FRAME_FLAGS, MOUSE_FLAG,
+};
 use fantoccini::wd::{Capabilities, WindowHandle};
 use fantoccini::{Client, ClientBuilder};
 use serde_json::json;
@@ -352,6 +354,9 @@ fn capabilities(
     }
     if !cfg.headful {
         args.push("--headless".into());
+    }
+    if cfg.pointer == Pointer::Mouse {
+        args.push(MOUSE_FLAG.into());
     }
     args.push(format!("--window-size={width},{height}"));
     if let (Some(port), None) = (cfg.page_proxy, &cfg.webdriver_url) {
