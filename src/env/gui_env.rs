@@ -81,7 +81,7 @@ struct PageState {
 impl GuiEnv {
     /// An env for `task`; the browser starts at the first reset.
     pub fn new(task: Arc<dyn Task>, cfg: EnvConfig) -> GuiEnv {
-        let local = LocalGuard::new(task.home_url().as_deref());
+        let local = LocalGuard::for_task(task.as_ref());
         GuiEnv {
             task,
             cfg,
@@ -134,7 +134,7 @@ impl GuiEnv {
         if self.browser.as_ref().is_some_and(|b| !b.can_read(&task.local_files())) {
             self.drop_browser();
         }
-        self.local.set_home(task.home_url().as_deref());
+        self.local.set_task(task.as_ref());
         self.task = task;
         self.episode = None;
     }

@@ -15,6 +15,10 @@
 //!    start page ([`crate::tasks::Task::home_url`]); everything else on loopback is
 //!    refused, and the refusal is listed in the step's `blocked_urls`.
 //!
+//! A `file:` URL is refused unless it lies in the folder of the task's own `file://` start
+//! page ([`crate::tasks::Task::local_files`]): a local task's link or frame would otherwise
+//! show any file the browser's user can read (`/etc/passwd`, a key) in the screenshot.
+//!
 //! Layers 2 and 3 act on the requests DevTools pauses (`Fetch.enable`): navigations,
 //! frames, subresources, fetches, form posts and redirects, in pages and workers.
 //! WebSocket handshakes are not paused by DevTools, and a name may resolve differently
@@ -81,6 +85,8 @@ pub fn is_loopback_like(ip: IpAddr) -> bool {
 pub struct LocalGuard {
     /// Loopback ports pages may reach: the task server's and the task's start page's.
     open: Mutex<HashSet<u16>>,
+    /// The folder `file:` URLs may come from: the task's `file://` start page's.
+    files: Mutex<Option<std::path::PathBuf>>,
     /// Whether a host name reaches loopback, by name (resolved once per browser).
     names: Mutex<HashMap<String, bool>>,
     blocked: Mutex<(Vec<String>, usize)>,
@@ -93,6 +99,21 @@ impl LocalGuard {
         let g = Arc::new(LocalGuard::default());
         g.set_home(home);
         g
+    }
+
+    /// A guard for `task`: its start page's loopback port and its local folder open.
+    pub fn for_task(task: &dyn crate::tasks::Task) -> Arc<LocalGuard> {
+        let g = Arc::new(LocalGuard::default());
+        g.set_task(task);
+        g
+    }
+
+    /// Change the task (the env switched tasks): its start page's loopback port, and the
+    /// folder of its `file://` start page, are open.
+    pub fn set_task(&self, task: &dyn crate::tasks::Task) {
+        self.set_home(task.home_url().as_deref());
+        let folder = task.local_files().first().and_then(|f| f.parent()).map(|d| d.to_path_buf());
+        *self.files.lock().unwrap_or_else(|e| e.into_inner()) = folder;
     }
 
     /// Change the task's start URL (the env switched tasks).
@@ -109,11 +130,30 @@ impl LocalGuard {
 
     /// Whether a page may request `url`; a refusal is recorded for [`LocalGuard::take_blocked`].
     pub async fn allows(&self, url: &str) -> bool {
+        if url.get(..5).is_some_and(|s| s.eq_ignore_ascii_case("file:")) {
+            let ok = self.file_allowed(url);
+            if !ok {
+                self.record(url, "a file outside the folder of the task's own file:// start page");
+            }
+            return ok;
+        }
         let ok = self.decide(url).await;
         if !ok {
             self.record(url, "a service on this machine's loopback");
         }
         ok
+    }
+
+    /// Whether `url` (a `file:` URL) names a file in the task's local folder. The URL
+    /// parser resolves `..` and percent escapes before the comparison.
+    fn file_allowed(&self, url: &str) -> bool {
+        let Some(folder) = self.files.lock().unwrap_or_else(|e| e.into_inner()).clone() else { return false };
+        let Ok(path) =
+            url::Url::parse(url).and_then(|u| u.to_file_path().map_err(|_| url::ParseError::EmptyHost))
+        else {
+            return false;
+        };
+        path.starts_with(&folder)
     }
 
     /// List a refused request or connection (`what`) for [`LocalGuard::take_blocked`].
@@ -185,6 +225,25 @@ mod tests {
         for s in ["10.0.0.1", "8.8.8.8", "169.254.169.254", "fe80::1", "::ffff:10.0.0.1"] {
             assert!(!is_loopback_like(s.parse().unwrap()), "{s}");
         }
+    }
+
+    #[tokio::test]
+    async fn file_urls_pass_inside_the_task_folder_only() {
+        let g = LocalGuard::new(None);
+        assert!(!g.allows("file:///srv/site/index.html").await, "no folder: no file");
+        *g.files.lock().unwrap() = Some("/srv/site".into());
+        assert!(g.allows("file:///srv/site/index.html").await);
+        assert!(g.allows("FILE:///srv/site/img/a.png?x#y").await);
+        for out in [
+            "file:///etc/passwd",
+            "file:///srv/site/../secret.txt",
+            "file:///srv/site/%2e%2e/secret.txt",
+            "file:///srv/site2/index.html",
+            "file://otherhost/srv/site/index.html",
+        ] {
+            assert!(!g.allows(out).await, "{out}");
+        }
+        assert_eq!(g.take_blocked().0.len(), 6);
     }
 
     #[tokio::test]

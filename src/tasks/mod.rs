@@ -13,7 +13,9 @@ mod registry;
 pub mod server;
 mod spec_path;
 pub mod success;
+mod template;
 pub mod website;
+pub mod website_success;
 
 use async_trait::async_trait;
 pub use judge::JudgeSpec;

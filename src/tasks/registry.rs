@@ -19,6 +19,15 @@ pub fn all_task_ids(suite: Option<&str>) -> Vec<String> {
 
 /// Resolve a task id (`miniwob/NAME`, `builtin/NAME`) or a path to a website spec (`.toml`).
 pub fn load_task(id_or_path: &str) -> anyhow::Result<Arc<dyn Task>> {
+    let ext = Path::new(id_or_path).extension().and_then(|e| e.to_str()).unwrap_or_default();
+    if ["html", "htm", "xhtml"].contains(&ext.to_ascii_lowercase().as_str()) {
+        anyhow::bail!(
+            "{id_or_path} is a page, not a task: write a website spec (.toml) whose start_url points at \
+             it (file:///absolute/path/{}, or serve it and give its http:// URL) and pass the spec's \
+             path; see docs/tasks.md",
+            Path::new(id_or_path).file_name().and_then(|n| n.to_str()).unwrap_or_default()
+        );
+    }
     if id_or_path.ends_with(".toml") || Path::new(id_or_path).is_file() {
         return Ok(Arc::new(website::WebsiteTask::load(Path::new(id_or_path))?));
     }

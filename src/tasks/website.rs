@@ -14,8 +14,8 @@
 //! email = ["ann@example.com", "bo@example.org"]
 //! n = { min = 1, max = 9 }
 //! [success]                                      # all given checks must pass
-//! js = "document.querySelector('#msg').textContent.includes('{email}')"
-//! url_pattern = "thanks\\.html$"
+//! js = "document.querySelector('#msg')?.innerText.includes(vars.email)"
+//! url_pattern = "^[^?#]*/thanks\\.html"             # searched in the URL: anchor it
 //! element_text = { selector = "#msg", contains = "Thanks" }
 //! ```
 //!
@@ -35,6 +35,9 @@
 use super::judge::{JudgeSpec, JudgeTable};
 use super::server::base_url;
 use super::spec_path::{file_of_url, spec_id};
+use super::template::fill;
+use super::website_success::{self, url_regex, yes};
+pub use super::website_success::{ElementText, SuccessSpec};
 use super::{EnvError, Page};
 use super::{EpisodeOptions, EpisodeStart, Task, Viewport};
 use anyhow::{bail, Context};
@@ -110,7 +113,10 @@ impl Default for ViewportSpec {
 
 /// A template variable: one of a list, or an integer in a range (inclusive).
 #[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
+#[serde(
+    untagged,
+    expecting = "an array of strings ([\"a\", \"b\"]) or an integer range ({ min = 1, max = 9 })"
+)]
 pub enum Variable {
     /// Pick one of these.
     Choice(Vec<String>),
@@ -121,44 +127,6 @@ pub enum Variable {
         /// Largest value.
         max: i64,
     },
-}
-
-/// How success is checked; every check given must pass.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SuccessSpec {
-    /// A JS expression: a bool, or a number (the reward; passes at `pass_threshold`).
-    #[serde(default)]
-    pub js: Option<String>,
-    /// A regular expression the page URL must match.
-    #[serde(default)]
-    pub url_pattern: Option<String>,
-    /// An element whose text must contain a string.
-    #[serde(default)]
-    pub element_text: Option<ElementText>,
-    /// For a numeric `js`, the value at which it counts as success.
-    #[serde(default = "one")]
-    pub pass_threshold: f64,
-    /// End the episode as soon as the checks pass (otherwise only on `done()`).
-    #[serde(default = "yes")]
-    pub end_on_success: bool,
-}
-
-fn one() -> f64 {
-    1.0
-}
-fn yes() -> bool {
-    true
-}
-
-/// An element-text check.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ElementText {
-    /// CSS selector of the element.
-    pub selector: String,
-    /// Text the element must contain.
-    pub contains: String,
 }
 
 impl WebsiteSpec {
@@ -183,6 +151,16 @@ impl WebsiteSpec {
             bail!(
                 "start_url is empty: give an http(s):// URL or a path on guirl's task server like \
                  /fixtures/page.html (the CLI's own runs also take file:// URLs; a server refuses them)"
+            );
+        }
+        let u = self.start_url.trim();
+        let scheme = u.split_once(':').is_some_and(|(s, _)| {
+            !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+        });
+        if !u.starts_with('/') && !u.starts_with('{') && !scheme {
+            bail!(
+                "start_url = {u:?} is a relative path: give an http(s):// URL, a file:///absolute/path, \
+                 or a path on guirl's task server like /fixtures/page.html"
             );
         }
         if let Some(r) = &self.reward {
@@ -307,29 +285,6 @@ fn learned_reward(spec: &WebsiteSpec, base: &Path) -> anyhow::Result<Option<supe
     }))
 }
 
-/// `template` with each `{name}` of `vars` replaced by its value, in one pass: a value
-/// is never expanded again, so the result is at most [`WebsiteSpec::expanded_chars`] long.
-fn fill(template: &str, vars: &BTreeMap<String, String>) -> String {
-    let mut out = String::with_capacity(template.len());
-    let mut rest = template;
-    while let Some(open) = rest.find('{') {
-        out.push_str(&rest[..open]);
-        let after = &rest[open + 1..];
-        match after.find('}').and_then(|close| Some((vars.get(&after[..close])?, close))) {
-            Some((value, close)) => {
-                out.push_str(value);
-                rest = &after[close + 1..];
-            }
-            None => {
-                out.push('{');
-                rest = after;
-            }
-        }
-    }
-    out.push_str(rest);
-    out
-}
-
 impl Variable {
     /// The most characters a drawn value can have.
     fn longest(&self) -> usize {
@@ -372,6 +327,12 @@ impl WebsiteTask {
         let spec =
             WebsiteSpec::parse(&text).with_context(|| format!("invalid task spec {}", path.display()))?;
         let base = path.parent().unwrap_or(Path::new("."));
+        if let Some(file) = spec.start_url.strip_prefix("file://").filter(|f| !f.contains('{')) {
+            let file = file.split(['?', '#']).next().unwrap_or_default();
+            if !Path::new(file).is_file() {
+                bail!("invalid task spec {}: start_url: no such file {file}", path.display());
+            }
+        }
         let learned =
             learned_reward(&spec, base).with_context(|| format!("invalid task spec {}", path.display()))?;
         // The id is the spec's path, so recordings can find the task again.
@@ -509,7 +470,7 @@ impl Task for WebsiteTask {
         }
         if let Some(js) = &self.spec.setup_js {
             browser
-                .execute(&fill(js, &vars), vec![])
+                .execute(&format!("var vars = {};\n{}", json!(vars), fill(js, &vars)), vec![])
                 .await
                 .map_err(|e| EnvError::Task(format!("{}: setup_js failed: {e}", self.id)))?;
         }
@@ -518,54 +479,12 @@ impl Task for WebsiteTask {
             Some(p) => Some(url_regex(p).map_err(|e| EnvError::Task(format!("{}: {e:#}", self.id)))?),
             None => None,
         };
-        Ok(EpisodeStart { instruction, status_js: self.status_js(&vars), url_pattern })
+        Ok(EpisodeStart {
+            instruction,
+            status_js: website_success::status_js(self.spec.success.as_ref(), &vars),
+            url_pattern,
+        })
     }
-}
-
-impl WebsiteTask {
-    /// The status expression for one episode's variables.
-    fn status_js(&self, vars: &BTreeMap<String, String>) -> String {
-        let Some(s) = &self.spec.success else {
-            // Scored by the reward model when the episode ends; the page never ends it.
-            return "({done: false, reward: 0, raw_reward: 0, success: false, reason: null})".into();
-        };
-        let mut checks = String::new();
-        if let Some(js) = &s.js {
-            checks.push_str(&format!(
-                "var v = ({}); if (typeof v === 'number') {{ score = v; if (!(v >= {})) pass = false; }} \
-                 else if (!v) pass = false;",
-                fill(js, vars),
-                s.pass_threshold
-            ));
-        }
-        if let Some(e) = &s.element_text {
-            checks.push_str(&format!(
-                "var el = document.querySelector({}); if (!el || !el.textContent.includes({})) pass = false;",
-                json!(e.selector),
-                json!(fill(&e.contains, vars))
-            ));
-        }
-        format!(
-            "(function() {{ var pass = true, score = null; {checks} \
-             var r = pass ? (score === null ? 1 : score) : (score === null ? 0 : score); \
-             return {{done: pass && {end}, reward: r, raw_reward: r, success: pass, \
-             reason: pass ? 'success checks passed' : null{url}}}; }})()",
-            end = s.end_on_success,
-            // the URL is matched by the env (`TaskStatus::check_url`)
-            url = if s.url_pattern.is_some() {
-                ", reward_if_url_fails: score === null ? 0 : score"
-            } else {
-                ""
-            },
-        )
-    }
-}
-
-/// `success.url_pattern` compiled, within a size bound (matching is linear in the URL).
-fn url_regex(p: &str) -> anyhow::Result<regex::Regex> {
-    regex::RegexBuilder::new(p).size_limit(1 << 20).build().with_context(|| {
-        format!("success.url_pattern {p:?} is not a valid regular expression (Rust's `regex` syntax), or is too large")
-    })
 }
 
 #[cfg(test)]

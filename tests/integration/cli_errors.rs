@@ -70,6 +70,9 @@ fn bad_task_specs_are_rejected_with_the_key() {
         ("syntax.toml", "start_url = \"/x\n", "syntax.toml"),
         ("range.toml", "start_url = \"/x\"\ninstruction = \"x\"\n[viewport]\nwidth = 5\nheight = 100\n[success]\nurl_pattern = \"y\"\n", "viewport.width"),
         ("type.toml", "start_url = \"/x\"\ninstruction = \"x\"\nmax_steps = \"ten\"\n[success]\nurl_pattern = \"y\"\n", "max_steps"),
+        ("relative.toml", "start_url = \"site/form.html\"\ninstruction = \"x\"\n[success]\njs = \"true\"\n", "file:///absolute/path"),
+        ("nofile.toml", "start_url = \"file:///no/such/form.html\"\ninstruction = \"x\"\n[success]\njs = \"true\"\n", "no such file /no/such/form.html"),
+        ("variable.toml", "start_url = \"/x\"\ninstruction = \"x\"\n[variables]\na = \"Ann\"\n[success]\njs = \"true\"\n", "an array of strings"),
     ];
     for (name, text, needle) in cases {
         let p = dir.path().join(name);
@@ -77,6 +80,11 @@ fn bad_task_specs_are_rejected_with_the_key() {
         let out = guirl(&["run", "--task", p.to_str().unwrap(), "--episodes", "1"]);
         fails_with(&out, &[needle, "invalid task spec"]);
     }
+    // a page given as the task
+    let page = dir.path().join("form.html");
+    std::fs::write(&page, "<button>x</button>").unwrap();
+    let out = guirl(&["run", "--task", page.to_str().unwrap(), "--episodes", "1"]);
+    fails_with(&out, &["is a page, not a task", "start_url", "docs/tasks.md"]);
 }
 
 #[test]

@@ -239,3 +239,54 @@ async fn a_served_page_cannot_open_a_websocket_to_an_internal_address() {
     }
     s.stop().await;
 }
+
+/// A task's `file://` start page reaches the files of its own folder and no other: a link
+/// to a file outside it (a secret beside the folder) does not load, a frame of it stays
+/// empty, and both are listed; a page beside the start page still opens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_page_reaches_only_the_files_of_its_own_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let site = dir.path().join("site");
+    std::fs::create_dir(&site).unwrap();
+    let secret = dir.path().join("secret.txt");
+    std::fs::write(&secret, "SECRET-TOKEN-4711").unwrap();
+    let secret_url = format!("file://{}", secret.display());
+    std::fs::write(
+        site.join("index.html"),
+        format!(
+            "<body style='margin:0'><a id=out href='{secret_url}' style='display:block;height:40px'>out</a>\
+             <a id=near href='next.html' style='display:block;height:40px'>near</a>\
+             <iframe id=f src='../secret.txt' style='width:300px;height:60px'></iframe></body>"
+        ),
+    )
+    .unwrap();
+    std::fs::write(site.join("next.html"), "<p id=next>next page</p>").unwrap();
+    let spec = dir.path().join("local.toml");
+    std::fs::write(
+        &spec,
+        format!(
+            "start_url = \"file://{}\"\ninstruction = \"x\"\n[success]\njs = \"false\"\n",
+            site.join("index.html").display()
+        ),
+    )
+    .unwrap();
+    let mut env = env_for(spec.to_str().unwrap());
+    env.reset(0).await.expect("reset");
+    let frame_text = "return document.getElementById('f').contentDocument?.body?.innerText ?? 'unreadable';";
+    let framed = guirl::env::gui_env::eval(&env, frame_text).await.unwrap();
+    assert!(!framed.to_string().contains("SECRET"), "the frame shows the file: {framed}");
+    let (blocked, _) = env.take_blocked_urls();
+    assert!(blocked.iter().any(|u| u.ends_with("secret.txt")), "the frame's load is listed: {blocked:?}");
+    let out = env.step(&GuiAction::parse("click(20, 20)").unwrap()).await.unwrap();
+    assert!(!out.obs.url.contains("secret.txt"), "the link opened the file: {}", out.obs.url);
+    let text = guirl::env::gui_env::eval(&env, "return document.body ? document.body.innerText : '';")
+        .await
+        .unwrap();
+    assert!(!text.to_string().contains("SECRET"), "the page shows the file: {text}");
+    let (blocked, _) = env.take_blocked_urls();
+    assert!(blocked.iter().any(|u| u.ends_with("secret.txt")), "the link's load is listed: {blocked:?}");
+    env.reset(0).await.expect("reset");
+    let out = env.step(&GuiAction::parse("click(20, 60)").unwrap()).await.unwrap();
+    assert!(out.obs.url.ends_with("/site/next.html"), "a page of its own folder opens: {}", out.obs.url);
+    env.close().await;
+}

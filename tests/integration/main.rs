@@ -57,6 +57,7 @@ mod serve_frames;
 mod serve_security;
 mod set_stats;
 mod sft_continue;
+mod spec_checks;
 mod success_rules;
 mod tensorboard;
 mod torn_tails;

@@ -98,6 +98,15 @@ impl GuiEnv {
                     }
                     early = None;
                 }
+                // Our script parses, so a syntax error is the task's check spliced into it
+                // (a spec's success.js): no retry or fresh browser mends that.
+                Err(e) if e.to_string().contains("SyntaxError") => {
+                    return Err(EnvError::Task(format!(
+                        "{}: the task's success check does not parse as JavaScript ({e}): fix success.js \
+                         (a variable written '{{name}}' whose value holds a quote breaks it: write vars.name)",
+                        self.task.id()
+                    )));
+                }
                 // A navigation in flight can swallow one script call; a dead browser fails twice.
                 Err(e) if !retried && !e.to_string().contains("did not answer") => {
                     retried = true;
@@ -129,7 +138,7 @@ impl GuiEnv {
         let mut status = state.status.unwrap_or_default();
         status.check_url(ep.url_pattern.as_ref(), &state.url);
         if let Some(err) = status.error.take() {
-            tracing::debug!(task = self.task.id(), "task status expression failed: {err}");
+            warn_check_failed(self.task.id(), &err);
         }
         let obs = ScreenState {
             task_id: self.task.id().to_string(),
@@ -143,5 +152,22 @@ impl GuiEnv {
             previous_screenshot: (ep.step > 0).then(|| ep.last.screenshot.clone()),
         };
         Ok((obs, status, settle_ms, screenshot_ms))
+    }
+}
+
+/// Say that a task's success check threw (a typo in a spec's `success.js`, a bad selector,
+/// a value that is no bool or number): once per task and message in this process, since it
+/// throws again at every read, and every episode then counts as not passed.
+fn warn_check_failed(task: &str, err: &str) {
+    static SAID: std::sync::LazyLock<std::sync::Mutex<std::collections::HashSet<(String, String)>>> =
+        std::sync::LazyLock::new(Default::default);
+    let first = SAID.lock().unwrap_or_else(|e| e.into_inner()).insert((task.to_string(), err.to_string()));
+    if first {
+        tracing::warn!(
+            "{task}: the task's success check threw ({err}); it counts as not passed at every read that \
+             throws (said once)"
+        );
+    } else {
+        tracing::debug!(task, "task status expression failed: {err}");
     }
 }
