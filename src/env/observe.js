@@ -50,17 +50,84 @@ function style(el) {
   if (!s) { s = getComputedStyle(el); styles.set(el, s); }
   return s;
 }
-// Whether el and every ancestor draw at all (a child cannot undo an ancestor's opacity: 0).
-function opaqueUp(el) {
-  if (!el) return true;
+// The opacity el draws with: its own and every ancestor's `opacity` and `filter:
+// opacity()`, multiplied (a child cannot undo an ancestor's opacity: 0).
+function opacityUp(el) {
+  if (!el) return 1;
   var v = opaque.get(el);
-  if (v === undefined) { v = parseFloat(style(el).opacity) > 0 && opaqueUp(el.parentElement); opaque.set(el, v); }
+  if (v === undefined) {
+    var s = style(el), f = parseFloat(s.opacity);
+    if (s.filter && s.filter !== 'none') {
+      s.filter.replace(/opacity\(([\d.e+-]+)(%?)\)/g, function (m, n, pct) { f *= parseFloat(n) / (pct ? 100 : 1); return m; });
+    }
+    v = f > 0 ? f * opacityUp(el.parentElement) : 0;
+    opaque.set(el, v);
+  }
   return v;
 }
+function opaqueUp(el) { return opacityUp(el) > 0; }
 function alpha(c) {
   if (!c || c === 'transparent') return 0;
   var m = /^rgba\((?:[^,]*,){3}\s*([\d.e+-]+)\s*\)$/.exec(c);
   return m ? parseFloat(m[1]) : 1;
+}
+// [r, g, b, a] of a computed colour; null for a form this does not read (color(), lab()).
+function rgba(c) {
+  if (!c || c === 'transparent') return [0, 0, 0, 0];
+  var m = /^rgba?\(([^)]*)\)$/.exec(c);
+  if (!m) return null;
+  var p = m[1].split(/[\s,\/]+/).filter(Boolean).map(parseFloat);
+  return [p[0], p[1], p[2], p.length > 3 ? p[3] : 1];
+}
+function mix(c, under) { return [0, 1, 2].map(function (i) { return c[i] * c[3] + under[i] * (1 - c[3]); }); }
+function lum(c) {
+  var l = c.map(function (v) { v /= 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); });
+  return 0.2126 * l[0] + 0.7152 * l[1] + 0.0722 * l[2];
+}
+function contrast(a, b) { var x = lum(a), y = lum(b); return (Math.max(x, y) + 0.05) / (Math.min(x, y) + 0.05); }
+// The colour painted under the content of el by it and its ancestors (the page white at
+// the bottom), or null where an image or a colour this does not read is part of it.
+var backs = new Map();
+function backdrop(el) {
+  if (!el) return [255, 255, 255];
+  var v = backs.get(el);
+  if (v !== undefined) return v;
+  var s = style(el), c = rgba(s.backgroundColor);
+  if (s.backgroundImage !== 'none' || !c) v = null;
+  else if (c[3] >= 1) v = c.slice(0, 3);
+  else { var u = backdrop(el.parentElement); v = u && mix(c, u); }
+  backs.set(el, v);
+  return v;
+}
+// The colour painted under el at (x, y), whatever paints it (a box placed under it, not
+// only its ancestors); null where an image or a replaced element is part of it.
+var REPLACED = /^(IMG|CANVAS|VIDEO|SVG|svg|IFRAME|OBJECT|EMBED|PICTURE)$/;
+function paintedUnder(el, x, y) {
+  var stack = document.elementsFromPoint(x, y), i = stack.indexOf(el), layers = [];
+  for (i = Math.max(i, 0); i < stack.length; i++) {
+    var s = style(stack[i]), c = rgba(s.backgroundColor);
+    if (REPLACED.test(stack[i].tagName) || s.backgroundImage !== 'none' || !c) return null;
+    c[3] *= opacityUp(stack[i]);
+    if (c[3] > 0) layers.push(c);
+    if (c[3] >= 1) break;
+  }
+  var under = [255, 255, 255];
+  for (var k = layers.length - 1; k >= 0; k--) under = mix(layers[k], under);
+  return under;
+}
+// Whether el's own text (in style s) stands out from what is under it at (x, y): text
+// the colour of its background, or nearly transparent, is not there for a person. A
+// shadow or a stroke draws it anyway.
+var FAINT = 1.05;
+function legible(el, s, x, y) {
+  if (s.textShadow !== 'none' || parseFloat(s.webkitTextStrokeWidth) > 0) return true;
+  var c = rgba(s.webkitTextFillColor || s.color);
+  if (!c) return true;
+  c[3] *= opacityUp(el);
+  var under = backdrop(el);
+  if (under && contrast(mix(c, under), under) >= FAINT) return true;
+  under = paintedUnder(el, x, y);
+  return !under || contrast(mix(c, under), under) >= FAINT;
 }
 // The part of rect r inside the screenshot and the viewport, or null.
 function inView(r) {
@@ -109,11 +176,13 @@ function drawn(t) {
     for (var i = 0; i < rs.length && i < 8 && !v; i++) {
       var c = inView(rs[i]);
       for (var k = 0; c && k < 9 && !v; k++) {
-        var h = document.elementFromPoint(c[0] + (c[2] - c[0]) * AT[k % 3],
-                                          c[1] + (c[3] - c[1]) * TEXT_AT[(k / 3) | 0]);
+        var x = c[0] + (c[2] - c[0]) * AT[k % 3], y = c[1] + (c[3] - c[1]) * TEXT_AT[(k / 3) | 0];
+        var h = document.elementFromPoint(x, y);
         // The pointer passes through text with pointer-events: none, so no hit test can
         // tell what is over it: its geometry has to do.
         v = within(h, p) || (!!h && s.pointerEvents === 'none');
+        if (v) v = legible(p, s, x, y);
+        if (v === false && within(h, p)) { i = rs.length; break; }
       }
     }
   }
@@ -233,6 +302,8 @@ function add(el) {
   var undrawn = tag === 'button' || tag === 'li' || tag === 'select' || tag === 'option' ||
     (tag === 'input' && (el.type === 'checkbox' || el.type === 'radio'));
   if ('value' in el && typeof el.value === 'string' && !undrawn) value = el.value;
+  // A field's text in the colour of its box (or transparent) is not there for a person.
+  if (value && (tag === 'input' || tag === 'textarea') && !legible(el, style(el), r.left + 2, r.top + r.height / 2)) value = '';
   out.push({
     tag: tag, id: el.id || '', classes: (typeof el.className === 'string') ? el.className : '',
     text: text, label: label, value: value, input_type: tag === 'input' ? (el.type || 'text') : '',

@@ -71,6 +71,41 @@ async fn only_drawn_text_and_reachable_elements_are_listed() {
     env.close().await;
 }
 
+/// Text a person cannot tell from what is under it is not listed: `filter: opacity(0)`
+/// hides a control, text the colour of its background or nearly transparent (in a box that
+/// shows) is no text, a field's value in a transparent colour is no value. Text that stands
+/// out is: grey on white, white on a dark parent or on a dark box placed under it, white
+/// with a shadow.
+#[tokio::test]
+async fn text_the_colour_of_what_is_under_it_is_not_listed() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("faint.toml");
+    std::fs::write(
+        &spec,
+        "start_url = \"/fixtures/pages/faint-text.html\"\ninstruction = \"x\"\n[success]\njs = \"false\"\n",
+    )
+    .unwrap();
+    let mut env = env_for(spec.to_str().unwrap());
+    let (obs, _) = env.reset(0).await.unwrap();
+    let want = [
+        ("#same", ""),
+        ("#faint", ""),
+        ("#dim", "ok"),
+        ("#clear", ""),
+        ("#grey", "Grey"),
+        ("#on-dark", "On dark"),
+        ("#on-banner", "On banner"),
+        ("#shadow", "Shadow"),
+        ("#field", ""),
+    ];
+    let want: Vec<(String, String)> = want.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
+    assert_eq!(listed(&obs), want, "{:#?}", obs.elements);
+    let value = |id: &str| obs.elements.iter().find(|e| e.id == id).map(|e| e.value.clone());
+    assert_eq!(value("clear").as_deref(), Some(""), "a value in a transparent colour is not drawn");
+    assert_eq!(value("field").as_deref(), Some("seen value"));
+    env.close().await;
+}
+
 #[tokio::test]
 async fn a_turned_card_shows_its_number_and_face_down_cards_none() {
     let mut env = env_for("miniwob/find-greatest");
