@@ -147,13 +147,9 @@ impl LocalGuard {
     /// Whether `url` (a `file:` URL) names a file in the task's local folder. The URL
     /// parser resolves `..` and percent escapes before the comparison.
     fn file_allowed(&self, url: &str) -> bool {
-        let Some(folder) = self.files.lock().unwrap_or_else(|e| e.into_inner()).clone() else { return false };
-        let Ok(path) =
-            url::Url::parse(url).and_then(|u| u.to_file_path().map_err(|_| url::ParseError::EmptyHost))
-        else {
-            return false;
-        };
-        path.starts_with(&folder)
+        let folder = self.files.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let path = url::Url::parse(url).ok().and_then(|u| u.to_file_path().ok());
+        matches!((folder, path), (Some(folder), Some(path)) if path.starts_with(&folder))
     }
 
     /// List a refused request or connection (`what`) for [`LocalGuard::take_blocked`].

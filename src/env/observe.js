@@ -66,11 +66,6 @@ function opacityUp(el) {
   return v;
 }
 function opaqueUp(el) { return opacityUp(el) > 0; }
-function alpha(c) {
-  if (!c || c === 'transparent') return 0;
-  var m = /^rgba\((?:[^,]*,){3}\s*([\d.e+-]+)\s*\)$/.exec(c);
-  return m ? parseFloat(m[1]) : 1;
-}
 // [r, g, b, a] of a computed colour; null for a form this does not read (color(), lab()).
 function rgba(c) {
   if (!c || c === 'transparent') return [0, 0, 0, 0];
@@ -79,6 +74,8 @@ function rgba(c) {
   var p = m[1].split(/[\s,\/]+/).filter(Boolean).map(parseFloat);
   return [p[0], p[1], p[2], p.length > 3 ? p[3] : 1];
 }
+// A colour's alpha (1 for a form this does not read).
+function alpha(c) { var v = rgba(c); return v ? v[3] : 1; }
 function mix(c, under) { return [0, 1, 2].map(function (i) { return c[i] * c[3] + under[i] * (1 - c[3]); }); }
 function lum(c) {
   var l = c.map(function (v) { v /= 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); });

@@ -327,10 +327,10 @@ impl WebsiteTask {
         let spec =
             WebsiteSpec::parse(&text).with_context(|| format!("invalid task spec {}", path.display()))?;
         let base = path.parent().unwrap_or(Path::new("."));
-        if let Some(file) = spec.start_url.strip_prefix("file://").filter(|f| !f.contains('{')) {
-            let file = file.split(['?', '#']).next().unwrap_or_default();
-            if !Path::new(file).is_file() {
-                bail!("invalid task spec {}: start_url: no such file {file}", path.display());
+        // (a path with a variable in it names a file only once drawn)
+        if let Some(file) = file_of_url(&spec.start_url).filter(|_| !spec.start_url.contains('{')) {
+            if !file.is_file() {
+                bail!("invalid task spec {}: start_url: no such file {}", path.display(), file.display());
             }
         }
         let learned =

@@ -11,13 +11,14 @@ use std::collections::BTreeMap;
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SuccessSpec {
-    /// A JS expression: a bool, or a number (the reward; passes at `pass_threshold`).
+    /// A JS expression: a bool, or a finite number (the reward; passes at `pass_threshold`);
+    /// `null`/`undefined` is not passed, any other value an error ([`status_js`]).
     #[serde(default)]
     pub js: Option<String>,
     /// A regular expression the page URL must match.
     #[serde(default)]
     pub url_pattern: Option<String>,
-    /// An element whose text must contain a string.
+    /// An element whose shown text must contain a string.
     #[serde(default)]
     pub element_text: Option<ElementText>,
     /// For a numeric `js`, the value at which it counts as success.

@@ -13,14 +13,19 @@ const SETUP: &str = "document.body.insertAdjacentHTML('beforeend', \
     '<div id=hidden style=display:none>Thanks, hidden</div><div id=shown>Thanks, shown</div>\
      <div id=faint style=opacity:0>Thanks, faint</div><input id=name value=Bob>');";
 
-fn spec(dir: &std::path::Path, name: &str, success: &str, extra: &str) -> GuiEnv {
+/// An env for a spec on the fixture page, with `setup` as its `setup_js`.
+fn spec_with(dir: &std::path::Path, name: &str, setup: &str, success: &str, extra: &str) -> GuiEnv {
     let path = dir.join(name);
     let text = format!(
-        "start_url = \"/fixtures/pages/two-buttons.html\"\ninstruction = \"Wait\"\nsetup_js = {SETUP:?}\n\
+        "start_url = \"/fixtures/pages/two-buttons.html\"\ninstruction = \"Wait\"\nsetup_js = {setup:?}\n\
          {extra}\n[success]\n{success}\n"
     );
     std::fs::write(&path, text).unwrap();
     env_for(path.to_str().unwrap())
+}
+
+fn spec(dir: &std::path::Path, name: &str, success: &str, extra: &str) -> GuiEnv {
+    spec_with(dir, name, SETUP, success, extra)
 }
 
 async fn wait(env: &mut GuiEnv) -> StepInfo {
@@ -101,14 +106,8 @@ async fn a_failed_episode_is_not_paid_the_scripts_number() {
 async fn variables_reach_scripts_as_vars() {
     let dir = tempfile::tempdir().unwrap();
     let vars = "[variables]\nname = [\"O'Brien \\\"Bob\\\"\"]";
-    let mut env = spec(dir.path(), "vars.toml", "js = \"document.title === vars.name\"", vars);
-    let path = dir.path().join("vars.toml");
-    let text = std::fs::read_to_string(&path)
-        .unwrap()
-        .replace("setup_js = ", "setup_js = \"document.title = vars.name;\" #");
-    std::fs::write(&path, text).unwrap();
-    env.close().await;
-    let mut env = env_for(path.to_str().unwrap());
+    let (setup, check) = ("document.title = vars.name;", "js = \"document.title === vars.name\"");
+    let mut env = spec_with(dir.path(), "vars.toml", setup, check, vars);
     env.reset(0).await.unwrap();
     assert_eq!(wait(&mut env).await.status, EpisodeStatus::Success);
     env.close().await;
