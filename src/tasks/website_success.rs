@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 #[serde(deny_unknown_fields)]
 pub struct SuccessSpec {
     /// A JS expression: a bool, or a finite number (the reward; passes at `pass_threshold`);
-    /// `null`/`undefined` is not passed, any other value an error ([`status_js`]).
+    /// `null`/`undefined` is not passed, any other value an error (see `status_js`).
     #[serde(default)]
     pub js: Option<String>,
     /// A regular expression the page URL must match.
