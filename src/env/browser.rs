@@ -119,11 +119,11 @@ impl Browser {
         self.sandbox.on
     }
 
-    /// Whether this browser may read every one of `files` (a browser running as another
+    /// Whether this browser may read a task's local `site` (a browser running as another
     /// user reads only what that user may).
-    pub fn can_read(&self, files: &[std::path::PathBuf]) -> bool {
+    pub fn can_read(&self, site: Option<&crate::tasks::LocalSite>) -> bool {
         let user = self.sandbox.user.as_ref();
-        user.is_none_or(|u| files.iter().all(|f| super::sandbox::readable_by(f, u)))
+        user.is_none_or(|u| site.is_none_or(|s| super::sandbox::readable_by(s.entry(), u)))
     }
 
     /// Whether the page draws only when asked (begin-frame control).

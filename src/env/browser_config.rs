@@ -89,12 +89,13 @@ pub struct BrowserConfig {
     /// user when guirl is root, see [`super::sandbox`]); false starts it with `--no-sandbox`
     /// (`--no-sandbox` on the command line, or `GUIRL_SANDBOX=0`).
     pub sandbox: bool,
-    /// Local files the browser's pages load from (a task's `file://` start URL; [`GuiEnv`]
-    /// fills it from the task). A sandboxed browser started by root runs as another user:
-    /// where that user cannot read one of them, the browser starts unsandboxed, with a warning.
+    /// Where the browser's pages are on this machine (a task's `file://` start URL;
+    /// [`GuiEnv`] fills it from the task). A sandboxed browser started by root runs as
+    /// another user: where that user cannot read the start page (or, where a variable names
+    /// it, its folder), the browser starts unsandboxed, with a warning.
     ///
     /// [`GuiEnv`]: super::GuiEnv
-    pub local_files: Vec<PathBuf>,
+    pub local_site: Option<crate::tasks::LocalSite>,
     /// The loopback port of the proxy every connection of a browser started here goes
     /// through ([`super::page_proxy`]; [`GuiEnv`] starts it). Not used for a browser
     /// attached through [`BrowserConfig::webdriver_url`].
@@ -164,7 +165,7 @@ impl Default for BrowserConfig {
             frame_control: std::env::var("GUIRL_FRAME_CONTROL").map_or(true, |v| v != "0"),
             input: InputPath::from_env(),
             sandbox: std::env::var("GUIRL_SANDBOX").map_or(true, |v| v != "0"),
-            local_files: Vec::new(),
+            local_site: None,
             page_proxy: None,
             pointer: Pointer::Mouse,
         }

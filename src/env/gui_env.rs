@@ -131,7 +131,7 @@ impl GuiEnv {
             self.resize = true;
         }
         // A browser running as another user may not read the new task's local pages.
-        if self.browser.as_ref().is_some_and(|b| !b.can_read(&task.local_files())) {
+        if self.browser.as_ref().is_some_and(|b| !b.can_read(task.local_site().as_ref())) {
             self.drop_browser();
         }
         self.local.set_task(task.as_ref());
@@ -204,7 +204,7 @@ impl GuiEnv {
                 self.proxy = Some(proxy);
             }
             let cfg = BrowserConfig {
-                local_files: self.task.local_files(),
+                local_site: self.task.local_site(),
                 page_proxy: self.proxy.as_ref().map(PageProxy::port),
                 ..self.cfg.browser.clone()
             };

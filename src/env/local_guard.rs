@@ -16,7 +16,7 @@
 //!    refused, and the refusal is listed in the step's `blocked_urls`.
 //!
 //! A `file:` URL is refused unless it lies in the folder of the task's own `file://` start
-//! page ([`crate::tasks::Task::local_files`]): a local task's link or frame would otherwise
+//! page ([`crate::tasks::Task::local_site`]): a local task's link or frame would otherwise
 //! show any file the browser's user can read (`/etc/passwd`, a key) in the screenshot.
 //!
 //! Layers 2 and 3 act on the requests DevTools pauses (`Fetch.enable`): navigations,
@@ -112,7 +112,7 @@ impl LocalGuard {
     /// folder of its `file://` start page, are open.
     pub fn set_task(&self, task: &dyn crate::tasks::Task) {
         self.set_home(task.home_url().as_deref());
-        let folder = task.local_files().first().and_then(|f| f.parent()).map(|d| d.to_path_buf());
+        let folder = task.local_site().map(|s| s.folder);
         *self.files.lock().unwrap_or_else(|e| e.into_inner()) = folder;
     }
 

@@ -203,7 +203,7 @@ pub fn plan(cfg: &BrowserConfig) -> Plan {
             user.name
         )));
     }
-    if let Some(file) = cfg.local_files.iter().find(|f| !readable_by(f, &user)) {
+    if let Some(file) = cfg.local_site.as_ref().map(|s| s.entry()).filter(|f| !readable_by(f, &user)) {
         return warn_once(off(format!(
             "the task's page {} is not readable by user {}, whom a sandboxed browser runs as; \
              move it (and what it loads) somewhere that user can read, or serve it over http",

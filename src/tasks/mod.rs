@@ -22,6 +22,7 @@ pub use judge::JudgeSpec;
 pub use page::{EnvError, Page};
 pub use registry::{all_task_ids, load_task};
 use serde::{Deserialize, Serialize};
+pub use spec_path::LocalSite;
 use std::path::{Path, PathBuf};
 
 /// What scores a task's episodes when they end, in place of (or beside) a success check
@@ -206,9 +207,10 @@ pub trait Task: Send + Sync + std::fmt::Debug {
     fn home_url(&self) -> Option<String> {
         None
     }
-    /// Files on this machine the task's pages load from (a `file://` start URL): the env
-    /// checks that a sandboxed browser's user can read them.
-    fn local_files(&self) -> Vec<std::path::PathBuf> {
-        Vec::new()
+    /// Where the task's pages are on this machine (a `file://` start URL): the env checks
+    /// that a sandboxed browser's user can read them, and its pages may load files from
+    /// that folder alone (see [`crate::env::local_guard`]).
+    fn local_site(&self) -> Option<LocalSite> {
+        None
     }
 }

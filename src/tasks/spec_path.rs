@@ -31,14 +31,40 @@ fn cancels(dir: &Path) -> bool {
         && std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir())
 }
 
-/// The local file a `file://` URL names (`None` for other URLs). A URL with a template
-/// variable in its path names the folder above the first one.
-pub(super) fn file_of_url(url: &str) -> Option<PathBuf> {
-    let fixed = url.split("{{").next().unwrap_or(url);
+/// Where a task's `file://` pages are on this machine ([`super::Task::local_site`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalSite {
+    /// The folder whose files its pages may load: the start page's own folder or, where a
+    /// template variable is in the start page's path, the folder above the variable.
+    pub folder: PathBuf,
+    /// The start page, where its path holds no variable.
+    pub page: Option<PathBuf>,
+}
+
+impl LocalSite {
+    /// What a sandboxed browser's user must be able to read: the page, else its folder.
+    pub fn entry(&self) -> &Path {
+        self.page.as_deref().unwrap_or(&self.folder)
+    }
+}
+
+/// The local site a start URL names (`None` for a URL that is not `file:`). A template
+/// variable (`{name}`, as [`super::template`] fills it) in the path leaves the page open:
+/// the folder is then the one above the variable, whichever page a draw names.
+pub(super) fn local_site(url: &str) -> Option<LocalSite> {
+    let url = url.trim();
+    let fixed = url.split('{').next().unwrap_or(url);
+    let in_path = fixed.len() < url.len() && !fixed.contains(['?', '#']);
     let parsed = url::Url::parse(fixed).ok().filter(|u| u.scheme() == "file")?;
     let path = parsed.to_file_path().ok()?;
-    if fixed.len() < url.len() && !fixed.ends_with('/') {
-        return path.parent().map(Path::to_path_buf);
+    if !in_path {
+        let folder = path.parent()?.to_path_buf();
+        return Some(LocalSite { folder, page: Some(path) });
     }
-    Some(path)
+    // `file:///a/b/{page}.html` is under /a/b; `file:///a/b-{page}.html` under /a.
+    let folder = match fixed.ends_with('/') {
+        true => path.components().collect(),
+        false => path.parent()?.to_path_buf(),
+    };
+    Some(LocalSite { folder, page: None })
 }

@@ -34,7 +34,7 @@
 
 use super::judge::{JudgeSpec, JudgeTable};
 use super::server::base_url;
-use super::spec_path::{file_of_url, spec_id};
+use super::spec_path::{local_site, spec_id, LocalSite};
 use super::template::fill;
 use super::website_success::{self, url_regex, yes};
 pub use super::website_success::{ElementText, SuccessSpec};
@@ -327,11 +327,15 @@ impl WebsiteTask {
         let spec =
             WebsiteSpec::parse(&text).with_context(|| format!("invalid task spec {}", path.display()))?;
         let base = path.parent().unwrap_or(Path::new("."));
-        // (a path with a variable in it names a file only once drawn)
-        if let Some(file) = file_of_url(&spec.start_url).filter(|_| !spec.start_url.contains('{')) {
-            if !file.is_file() {
-                bail!("invalid task spec {}: start_url: no such file {}", path.display(), file.display());
+        // (a path with a variable in it names a file only once drawn: its folder must be there)
+        match local_site(&spec.start_url) {
+            Some(LocalSite { page: Some(file), .. }) if !file.is_file() => {
+                bail!("invalid task spec {}: start_url: no such file {}", path.display(), file.display())
             }
+            Some(LocalSite { folder, page: None }) if !folder.is_dir() => {
+                bail!("invalid task spec {}: start_url: no such folder {}", path.display(), folder.display())
+            }
+            _ => {}
         }
         let learned =
             learned_reward(&spec, base).with_context(|| format!("invalid task spec {}", path.display()))?;
@@ -429,8 +433,8 @@ impl Task for WebsiteTask {
     fn learned_reward(&self) -> Option<&super::LearnedReward> {
         self.learned.as_ref()
     }
-    fn local_files(&self) -> Vec<std::path::PathBuf> {
-        file_of_url(&self.spec.start_url).into_iter().collect()
+    fn local_site(&self) -> Option<LocalSite> {
+        local_site(&self.spec.start_url)
     }
     fn home_url(&self) -> Option<String> {
         let u = self.spec.start_url.trim();

@@ -3,12 +3,21 @@
 use super::*;
 
 #[test]
-fn file_urls_name_their_file_or_the_folder_above_a_variable() {
-    assert_eq!(file_of_url("file:///a/b/page.html"), Some(std::path::PathBuf::from("/a/b/page.html")));
-    assert_eq!(file_of_url("file:///a/b/{{page}}.html"), Some(std::path::PathBuf::from("/a/b")));
-    assert_eq!(file_of_url("file:///a/b-{{page}}.html"), Some(std::path::PathBuf::from("/a")));
-    assert_eq!(file_of_url("http://localhost/x"), None);
-    assert_eq!(file_of_url("/fixtures/pages/x.html"), None);
+fn file_urls_name_their_page_or_the_folder_above_a_variable() {
+    use std::path::PathBuf;
+    let site = |u: &str| local_site(u).map(|s| (s.folder, s.page));
+    let page = |f: &str, p: &str| Some((PathBuf::from(f), Some(PathBuf::from(p))));
+    let under = |f: &str| Some((PathBuf::from(f), None));
+    assert_eq!(site("file:///a/b/page.html"), page("/a/b", "/a/b/page.html"));
+    assert_eq!(site("file:///a/b/{page}.html"), under("/a/b"));
+    assert_eq!(site("file:///a/b-{page}.html"), under("/a"));
+    assert_eq!(site("file:///a/{site}/index.html"), under("/a"));
+    assert_eq!(site("file:///a/b/{{page}}.html"), under("/a/b"));
+    // A variable after the path leaves the page fixed.
+    assert_eq!(site("file:///a/b/page.html?level={level}"), page("/a/b", "/a/b/page.html"));
+    assert_eq!(site("file:///a/b/page.html#{part}"), page("/a/b", "/a/b/page.html"));
+    assert_eq!(site("http://localhost/x"), None);
+    assert_eq!(site("/fixtures/pages/x.html"), None);
 }
 
 const OK: &str = r#"

@@ -290,3 +290,38 @@ async fn a_local_page_reaches_only_the_files_of_its_own_folder() {
     assert!(out.obs.url.ends_with("/site/next.html"), "a page of its own folder opens: {}", out.obs.url);
     env.close().await;
 }
+
+/// A start page whose folder is a template variable (`file:///…/sites/{site}/index.html`)
+/// opens the page each draw names, and its pages still reach nothing above the folder the
+/// variable is in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_page_named_by_a_variable_opens_and_stays_in_its_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let sites = dir.path().join("sites");
+    std::fs::create_dir_all(sites.join("north")).unwrap();
+    std::fs::write(dir.path().join("secret.txt"), "SECRET-TOKEN-4711").unwrap();
+    std::fs::write(
+        sites.join("north/index.html"),
+        "<p id=p>north site</p><iframe id=f src='../../secret.txt'></iframe>",
+    )
+    .unwrap();
+    let spec = dir.path().join("local.toml");
+    let url = format!("file://{}/{{site}}/index.html", sites.display());
+    let text = format!(
+        "start_url = \"{url}\"\ninstruction = \"x\"\n[variables]\nsite = [\"north\"]\n[success]\njs = \"false\"\n"
+    );
+    std::fs::write(&spec, text).unwrap();
+    let mut env = env_for(spec.to_str().unwrap());
+    env.reset(0).await.expect("reset");
+    let shown =
+        guirl::env::gui_env::eval(&env, "return document.getElementById('p')?.innerText ?? 'no page';")
+            .await
+            .unwrap();
+    assert_eq!(shown, "north site", "the drawn page opens");
+    let frame_text = "return document.getElementById('f').contentDocument?.body?.innerText ?? 'unreadable';";
+    let framed = guirl::env::gui_env::eval(&env, frame_text).await.unwrap();
+    assert!(!framed.to_string().contains("SECRET"), "the frame shows the file: {framed}");
+    let (blocked, _) = env.take_blocked_urls();
+    assert!(blocked.iter().any(|u| u.ends_with("secret.txt")), "the frame's load is listed: {blocked:?}");
+    env.close().await;
+}

@@ -64,7 +64,7 @@ pub fn spec_hashes(tasks: &[Arc<dyn Task>]) -> BTreeMap<String, String> {
         let spec = Path::new(t.id());
         spec.is_file().then(|| {
             let mut h = sha2::Sha256::new();
-            for f in std::iter::once(spec.to_path_buf()).chain(t.local_files()) {
+            for f in std::iter::once(spec.to_path_buf()).chain(t.local_site().and_then(|s| s.page)) {
                 h.update(std::fs::read(&f).unwrap_or_default());
             }
             (t.id().to_string(), format!("{:x}", h.finalize()))

@@ -156,16 +156,17 @@ impl GuiEnv {
 }
 
 /// Say that a task's success check threw (a typo in a spec's `success.js`, a bad selector,
-/// a value that is no bool or number): once per task and message in this process, since it
-/// throws again at every read, and every episode then counts as not passed.
+/// a value that is no bool or number): once per task in this process, since it throws again
+/// at every read (a message quoting the offending value changes with it), and every episode
+/// then counts as not passed. Later throws are debug lines.
 fn warn_check_failed(task: &str, err: &str) {
-    static SAID: std::sync::LazyLock<std::sync::Mutex<std::collections::HashSet<(String, String)>>> =
+    static SAID: std::sync::LazyLock<std::sync::Mutex<std::collections::HashSet<String>>> =
         std::sync::LazyLock::new(Default::default);
-    let first = SAID.lock().unwrap_or_else(|e| e.into_inner()).insert((task.to_string(), err.to_string()));
+    let first = SAID.lock().unwrap_or_else(|e| e.into_inner()).insert(task.to_string());
     if first {
         tracing::warn!(
             "{task}: the task's success check threw ({err}); it counts as not passed at every read that \
-             throws (said once)"
+             throws (said once; RUST_LOG=guirl=debug shows every throw)"
         );
     } else {
         tracing::debug!(task, "task status expression failed: {err}");
