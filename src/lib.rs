@@ -89,6 +89,28 @@
 
 #![warn(missing_docs)]
 
+// The command's own lines to stdout and stderr. Unlike `println!` they do not panic when the
+// stream is closed (`guirl tasks | head`, or a `| tee` that the same Ctrl-C stopped first):
+// a report lost there must not cost the run its last checkpoint.
+macro_rules! outln {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($t)*);
+    }};
+}
+macro_rules! out {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stdout(), $($t)*);
+    }};
+}
+macro_rules! errln {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($t)*);
+    }};
+}
+
 pub mod bench;
 pub mod cli;
 pub mod dist;

@@ -262,3 +262,23 @@ async fn double_clicks_on_links_end_every_episode() {
     }
     assert_eq!(stats.env_errors, 0);
 }
+
+/// An evaluation's episodes that a killed browser broke run again, on their own seeds: every
+/// seed ends with an outcome, none lowered to a failure by the crash.
+#[tokio::test]
+async fn episodes_a_killed_browser_broke_are_run_again() {
+    let _browsers = BROWSERS.lock().await;
+    let task = guirl::tasks::load_task("miniwob/enter-text").unwrap();
+    let jobs: Vec<Job> = (0..4).map(|s| Job::episode(task.clone(), 700 + s)).collect();
+    let mut collector = Collector::new(2, EnvConfig::default());
+    let kill = Arc::new(AtomicBool::new(true));
+    let mut policy = Probe { inner: OraclePolicy, batches: vec![], kill_once: kill.clone() };
+    let done = collector.collect_complete(&mut policy, jobs, 3).await.unwrap();
+    assert!(!kill.load(Ordering::SeqCst), "the browsers were killed");
+    assert!(done.reruns >= 1, "a broken episode ran again: {done:?}");
+    assert_eq!(done.lost, 0);
+    let seeds: Vec<u64> = done.recs.iter().map(|r| r.trajectory.seed).collect();
+    assert_eq!(seeds, [700, 701, 702, 703], "every seed, in the jobs' order");
+    assert!(done.recs.iter().all(|r| r.trajectory.outcome.status == EpisodeStatus::Success));
+    collector.close().await;
+}

@@ -172,10 +172,10 @@ pub async fn run(opts: &EnvBenchOptions) -> anyhow::Result<EnvBenchReport> {
         ..Default::default()
     };
     for task in &opts.tasks {
-        eprintln!("guirl: measuring {task} (sandbox {}) ...", report.sandbox);
+        errln!("guirl: measuring {task} (sandbox {}) ...", report.sandbox);
         report.guirl.insert(task.clone(), measure_task(task, &cfg, opts).await?);
         if let Some(u) = report.unsandboxed.as_mut() {
-            eprintln!("guirl: measuring {task} (sandbox off) ...");
+            errln!("guirl: measuring {task} (sandbox off) ...");
             u.insert(task.clone(), measure_task(task, &off, opts).await?);
         }
         // Each task's baseline right after guirl's, so a shared machine's drift over the
@@ -201,7 +201,7 @@ fn run_baseline(
     let envs: Vec<String> = opts.envs.iter().map(|k| k.to_string()).collect();
     // The same browser binary on both sides.
     let chrome = opts.browser.chromium_path()?;
-    eprintln!("guirl: measuring MiniWoB++'s Python environment on {task} ({}) ...", chrome.display());
+    errln!("guirl: measuring MiniWoB++'s Python environment on {task} ({}) ...", chrome.display());
     let status = std::process::Command::new(py)
         .arg(&script)
         .arg("--chrome")

@@ -91,16 +91,16 @@ fn compare(a: &std::path::Path, b: &std::path::Path, json: bool) -> anyhow::Resu
         notes.insert(0, "A and B are the same bench: every delta is 0 by construction".into());
     }
     if json {
-        println!("{}", serde_json::to_string_pretty(&serde_json::json!({"notes": notes, "tasks": deltas}))?);
+        outln!("{}", serde_json::to_string_pretty(&serde_json::json!({"notes": notes, "tasks": deltas}))?);
     } else {
-        println!("A = {}\nB = {}\n", a.display(), b.display());
+        outln!("A = {}\nB = {}\n", a.display(), b.display());
         for n in &notes {
-            println!("note: {n}");
+            outln!("note: {n}");
         }
         if !notes.is_empty() {
-            println!();
+            outln!();
         }
-        print!("{}", harness::compare::table(&deltas));
+        out!("{}", harness::compare::table(&deltas));
     }
     Ok(())
 }
@@ -137,7 +137,7 @@ fn task_ids(args: &BenchRunArgs) -> anyhow::Result<Vec<String>> {
     let given = ids.len();
     ids.retain(|t| seen.insert(t.clone()));
     if ids.len() < given {
-        eprintln!("{} task id(s) were given more than once; each task runs once", given - ids.len());
+        errln!("{} task id(s) were given more than once; each task runs once", given - ids.len());
     }
     if ids.is_empty() {
         bail!("no tasks: give --suite miniwob|builtin, --tasks a,b,c or --tasks-file FILE");
@@ -168,7 +168,7 @@ fn checkpoint_of(policy: &str, out: &std::path::Path, resume: bool) -> anyhow::R
                     now.display()
                 );
             }
-            eprintln!(
+            errln!(
                 "{policy} now means {}; the bench goes on with the checkpoint it ran, {}",
                 now.display(),
                 ran.display()
@@ -177,7 +177,7 @@ fn checkpoint_of(policy: &str, out: &std::path::Path, resume: bool) -> anyhow::R
         }
         _ => {
             if let Some(note) = &found.note {
-                eprintln!("{note}");
+                errln!("{note}");
             }
             Ok(Some(now))
         }
@@ -222,7 +222,7 @@ async fn run(args: BenchRunArgs) -> anyhow::Result<()> {
         bail!("none of the tasks has an oracle; use --policy random or a checkpoint");
     }
     if !skipped.is_empty() {
-        eprintln!(
+        errln!(
             "skipping {} task(s) without an oracle: {}",
             skipped.len(),
             skipped.iter().map(|(t, _)| t.as_str()).collect::<Vec<_>>().join(", ")
@@ -252,8 +252,8 @@ async fn run(args: BenchRunArgs) -> anyhow::Result<()> {
         keep_and_say: Some(keep_and_say),
     };
     let report = harness::run(&opts, policy.as_mut()).await?;
-    print!("{}", report.markdown());
-    println!("\nwritten: {}/report.{{json,md,html}}, errors.md, results.jsonl", out.display());
+    out!("{}", report.markdown());
+    outln!("\nwritten: {}/report.{{json,md,html}}, errors.md, results.jsonl", out.display());
     // A score that leaves tasks out is no score of the bench: said, and not a success.
     if let Some(why) = report.incomplete() {
         bail!("{why}");

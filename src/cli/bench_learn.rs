@@ -52,7 +52,7 @@ pub async fn bench_learn(args: BenchLearnArgs) -> anyhow::Result<()> {
         learning::run(&plan, &args.out, &opts, stop).await?;
     }
     let report = args.out.join("report.md");
-    print!("{}", std::fs::read_to_string(&report)?);
-    println!("\nreport: {}", report.display());
+    out!("{}", std::fs::read_to_string(&report)?);
+    outln!("\nreport: {}", report.display());
     Ok(())
 }

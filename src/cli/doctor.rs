@@ -21,18 +21,18 @@ pub struct DoctorArgs {
 pub async fn doctor(args: DoctorArgs) -> anyhow::Result<bool> {
     let report = diagnose(&DoctorOptions { browser: args.browser.config(), runs: args.runs }).await;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(report.ok);
     }
     for c in &report.checks {
-        println!("{c}");
+        outln!("{c}");
     }
     let count = |s: Status| report.checks.iter().filter(|c| c.status == s).count();
     let (warn, fail) = (count(Status::Warn), count(Status::Fail));
     if fail > 0 {
-        println!("{fail} blocking problem(s): no browser can run until the FAIL lines are fixed");
+        outln!("{fail} blocking problem(s): no browser can run until the FAIL lines are fixed");
     } else {
-        println!("ready: guirl can run episodes here ({warn} warning(s))");
+        outln!("ready: guirl can run episodes here ({warn} warning(s))");
     }
     Ok(report.ok)
 }

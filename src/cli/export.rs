@@ -52,7 +52,7 @@ pub fn export(args: ExportArgs) -> anyhow::Result<()> {
     };
     let r = export_set(&set, &opts)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
+        outln!("{}", serde_json::to_string_pretty(&r)?);
         return Ok(());
     }
     let mut skipped = Vec::new();
@@ -68,7 +68,7 @@ pub fn export(args: ExportArgs) -> anyhow::Result<()> {
     let skipped =
         if skipped.is_empty() { String::new() } else { format!(" (skipped {})", skipped.join(", ")) };
     let plural = |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
-    println!(
+    outln!(
         "wrote {} from {} to {} ({:.1} MB, {:.2} s){skipped}",
         plural(r.rows, "row", "rows"),
         plural(r.episodes, "episode", "episodes"),

@@ -95,11 +95,11 @@ pub fn judge(args: JudgeArgs) -> anyhow::Result<()> {
     judge.check_reachable().map_err(anyhow::Error::msg)?;
     let report = rescore(&args.path, &judge, args.threshold)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        print!("{}", report.text());
+        out!("{}", report.text());
         for r in report.rows.iter().filter(|r| r.error.is_some()) {
-            eprintln!("{}:{}: {}", r.set.display(), r.line, r.error.as_deref().unwrap_or_default());
+            errln!("{}:{}: {}", r.set.display(), r.line, r.error.as_deref().unwrap_or_default());
         }
     }
     if report.judged == 0 && report.judge_failures > 0 {

@@ -112,7 +112,7 @@ fn log_filter() -> tracing_subscriber::EnvFilter {
         let Ok(text) = std::env::var(var) else { continue };
         match tracing_subscriber::EnvFilter::try_new(&text) {
             Ok(filter) => return filter,
-            Err(e) => eprintln!(
+            Err(e) => errln!(
                 "guirl: {var}={text:?} is not a log filter ({e}); using the default, {DEFAULT_LOG}. \
                  Write e.g. {var}=debug or {var}=guirl::env=debug,warn"
             ),
@@ -162,6 +162,9 @@ pub fn main() -> ExitCode {
         // Colour codes only on a terminal: piped or logged warnings stay plain text.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(log_filter())
+        // A closed stderr (a `| tee` the same Ctrl-C stopped) loses log lines, not the run:
+        // the subscriber's own report of a failed write would panic on the same stream.
+        .log_internal_errors(false)
         // Silent while an interrupted command kills its browsers (see `signals::QUIET`).
         .with_writer(
             (move || RankedStderr { label })
@@ -201,7 +204,7 @@ pub fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            errln!("error: {e:#}");
             ExitCode::from(2)
         }
     }
@@ -229,7 +232,7 @@ fn list_tasks(suite: Option<&str>, oracle_only: bool) -> anyhow::Result<()> {
         );
     }
     for id in ids.iter().filter(|id| !oracle_only || crate::policy::oracle::has_oracle(id)) {
-        println!("{id}");
+        outln!("{id}");
     }
     Ok(())
 }
@@ -238,7 +241,7 @@ fn view(dir: &std::path::Path, out: Option<PathBuf>) -> anyhow::Result<()> {
     let set = crate::rollout::TrajectorySet::read(dir)?;
     let out = out.unwrap_or_else(|| dir.join("view.html"));
     crate::rollout::viewer::write_html(&set, &out)?;
-    println!("{}", out.display());
+    outln!("{}", out.display());
     Ok(())
 }
 

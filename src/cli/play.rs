@@ -93,9 +93,9 @@ pub async fn play(args: PlayArgs) -> anyhow::Result<()> {
     // Prompts only for a person at a terminal, and on stderr: stdout stays the event log.
     let prompt = std::io::stdin().is_terminal();
     if prompt && args.capture {
-        eprintln!("act in the browser window; type :done, :reset, :quit or :help here");
+        errln!("act in the browser window; type :done, :reset, :quit or :help here");
     } else if prompt {
-        eprintln!("type an action or :help");
+        errln!("type an action or :help");
     }
     let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
     // While capturing, the page is polled for what the person did between stdin lines.
@@ -103,7 +103,7 @@ pub async fn play(args: PlayArgs) -> anyhow::Result<()> {
     poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         if prompt {
-            eprint!("> ");
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), b"> ");
         }
         let line = loop {
             if !args.capture {

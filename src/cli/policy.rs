@@ -237,7 +237,7 @@ pub fn make_policy(
         path if checkpoint => {
             let found = crate::train::checkpoint::resolve_policy_dir(std::path::Path::new(path))?;
             if let Some(note) = &found.note {
-                eprintln!("{note}");
+                errln!("{note}");
             }
             let mut p = crate::policy::load_checkpoint(&found.dir, &device.open()?)?;
             let mut s = p.sampling();

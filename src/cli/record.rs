@@ -43,7 +43,7 @@ pub fn open_set(dir: &Path) -> anyhow::Result<TrajectoryWriter> {
         false => 0,
     };
     if n > 0 {
-        eprintln!("{} holds {n} episode(s) already: appending to them", dir.display());
+        errln!("{} holds {n} episode(s) already: appending to them", dir.display());
     }
     TrajectoryWriter::open(dir)
 }

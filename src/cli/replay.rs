@@ -35,11 +35,11 @@ pub async fn replay(args: ReplayArgs) -> anyhow::Result<bool> {
     if args.json {
         let out = serde_json::json!({"replayed": replayed, "reproduced": reproduced, "skipped": skipped,
             "unreadable_frames": unread, "trajectories": reports});
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        outln!("{}", serde_json::to_string_pretty(&out)?);
     } else {
         for r in &reports {
             if let Some(why) = &r.skipped {
-                println!("line={} task={} seed={} skipped={why:?}", r.line, r.task_id, r.seed);
+                outln!("line={} task={} seed={} skipped={why:?}", r.line, r.task_id, r.seed);
                 continue;
             }
             let max_diff = r.frame_diffs.iter().copied().fold(0.0, f64::max);
@@ -52,7 +52,7 @@ pub async fn replay(args: ReplayArgs) -> anyhow::Result<bool> {
                 0 => String::new(),
                 n => format!(" unreadable_frames={n}"),
             };
-            println!(
+            outln!(
                 "line={} task={} seed={} reproduced={} recorded={}/{} replayed={}/{} max_frame_diff={max_diff:.2}{unread}{div}",
                 r.line, r.task_id, r.seed, r.reproduced, r.recorded.0, r.recorded.1, r.replayed.0, r.replayed.1
             );
@@ -60,11 +60,11 @@ pub async fn replay(args: ReplayArgs) -> anyhow::Result<bool> {
         let skipped = if skipped > 0 { format!(" skipped={skipped}") } else { String::new() };
         let unread =
             if unread > 0 { format!(" unreadable_frames={unread} (not compared)") } else { String::new() };
-        println!("replayed={replayed} reproduced={reproduced}{skipped}{unread}");
+        outln!("replayed={replayed} reproduced={reproduced}{skipped}{unread}");
     }
     if args.verify && replayed == 0 {
         // A check that checked nothing must not pass (an empty set, only failures skipped).
-        eprintln!(
+        errln!(
             "--verify: nothing was replayed ({} trajectories, {skipped} skipped as infrastructure failures), \
              so nothing is verified",
             reports.len()
@@ -73,7 +73,7 @@ pub async fn replay(args: ReplayArgs) -> anyhow::Result<bool> {
     }
     if args.verify && unread > 0 {
         // Screens that were not compared are not verified either.
-        eprintln!(
+        errln!(
             "--verify: {unread} recorded frames could not be read (missing or damaged files under {}), so \
              those screens were not compared: restore them, or replay without --verify to check the rest",
             args.dir.join(crate::rollout::store::FRAMES_DIR).display()

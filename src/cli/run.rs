@@ -106,9 +106,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             if !quiet {
                 let t = &rec.trajectory;
                 let err = t.outcome.error.as_deref().map(|e| format!(" error={e:?}")).unwrap_or_default();
-                println!(
+                outln!(
                     "episode={i} seed={} status={} reward={:.3} steps={}{err}",
-                    t.seed, t.outcome.status, t.outcome.reward, t.outcome.steps
+                    t.seed,
+                    t.outcome.status,
+                    t.outcome.reward,
+                    t.outcome.steps
                 );
             }
             slots[i] = Some(rec.trajectory);
@@ -157,7 +160,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         if infra > 0 {
             out["infrastructure_errors"] = json!(infra);
         }
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        outln!("{}", serde_json::to_string_pretty(&out)?);
     } else {
         let agreement = if compared > 0 {
             format!(" reward_model_agreement={}/{compared}", stats.reward_model_agree)
@@ -174,13 +177,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         };
         let rate = |v: Option<f64>| v.map_or("none".to_string(), |v| format!("{v:.3}"));
         match super::policy::why_no_observation(&args.policy) {
-            Some(why) => println!("observation: {observation} ({why})"),
-            None => println!("observation: {observation}"),
+            Some(why) => outln!("observation: {observation} ({why})"),
+            None => outln!("observation: {observation}"),
         }
         if let Some(dir) = &args.record {
-            println!("recorded in {} (guirl view / replay / export read it)", dir.display());
+            outln!("recorded in {} (guirl view / replay / export read it)", dir.display());
         }
-        println!(
+        outln!(
             "episodes={} success_rate={} mean_reward={}{agreement}{judge_errors}{infra}",
             results.len(),
             rate(success),
@@ -248,7 +251,7 @@ pub async fn bench_env(args: BenchEnvArgs) -> anyhow::Result<()> {
         compare_sandbox: args.compare_sandbox,
     };
     let report = crate::bench::env_bench::run(&opts).await?;
-    println!("{}", report.markdown());
+    outln!("{}", report.markdown());
     if let Some(p) = args.json {
         std::fs::write(&p, serde_json::to_string_pretty(&report)?)
             .with_context(|| format!("writing {}", p.display()))?;

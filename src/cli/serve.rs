@@ -124,15 +124,15 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             allowed_origins: args.allow_origins,
         },
     };
-    println!(
+    outln!(
         "guirl serve: http://{addr} (REST /v1/sessions, OpenEnv ws://{addr}/ws), up to {} session{}{}",
         cfg.max_sessions,
         if cfg.max_sessions == 1 { "" } else { "s" },
         if cfg.token.is_some() { ", token required" } else { "" }
     );
-    println!("guirl serve: {}", cfg.url_policy.describe());
+    outln!("guirl serve: {}", cfg.url_policy.describe());
     let sandbox = crate::env::sandbox::plan(&cfg.env.browser);
-    println!("guirl serve: Chromium's sandbox is {}", sandbox.note);
+    outln!("guirl serve: Chromium's sandbox is {}", sandbox.note);
     serve(listener, cfg, shutdown_signal()).await
 }
 
@@ -147,7 +147,7 @@ async fn shutdown_signal() {
         }
         _ => std::future::pending::<()>().await,
     }
-    eprintln!("guirl serve: stopping; closing every session's browser");
+    errln!("guirl serve: stopping; closing every session's browser");
 }
 
 /// Listen on `--bind ADDR:PORT`, with an error that says which part is wrong: the form, the

@@ -55,7 +55,7 @@ pub async fn serve_policy(args: ServePolicyArgs) -> anyhow::Result<()> {
     }
     let found = crate::train::checkpoint::resolve_policy_dir(&args.checkpoint)?;
     if let Some(note) = &found.note {
-        eprintln!("{note}");
+        errln!("{note}");
     }
     let policy = crate::policy::load_checkpoint(&found.dir, &args.device.open()?)?;
     let observation = crate::policy::observation_of_checkpoint(&found.dir)?;
@@ -70,7 +70,7 @@ pub async fn serve_policy(args: ServePolicyArgs) -> anyhow::Result<()> {
             allowed_origins: args.allow_origins,
         },
     };
-    println!(
+    outln!(
         "serving {name} ({}; reads {observation}; runs on {}) at http://{addr}/v1{}",
         found.dir.display(),
         args.device,
@@ -80,6 +80,6 @@ pub async fn serve_policy(args: ServePolicyArgs) -> anyhow::Result<()> {
     let reach =
         if addr.ip().is_unspecified() { format!("127.0.0.1:{}", addr.port()) } else { addr.to_string() };
     let key = if access.token.is_some() { "OPENAI_API_KEY=<token> " } else { "" };
-    println!("try: {key}guirl run --task miniwob/click-test --policy openai:{name}@http://{reach}/v1");
+    outln!("try: {key}guirl run --task miniwob/click-test --policy openai:{name}@http://{reach}/v1");
     crate::serve::policy_server::serve(listener, policy, name, observation, access, limits).await
 }

@@ -56,7 +56,7 @@ pub(super) fn watch_signals(graceful: Option<std::sync::Arc<std::sync::atomic::A
             if let Some(flag) = graceful.take() {
                 // One line for a data-parallel run, from rank 0, not one per rank.
                 if std::env::var("RANK").map_or(true, |r| r == "0") {
-                    eprintln!(
+                    errln!(
                         "guirl: stopping after this iteration (or cloning epoch), which is then saved; \
                          signal again to stop now"
                     );
@@ -67,11 +67,11 @@ pub(super) fn watch_signals(graceful: Option<std::sync::Arc<std::sync::atomic::A
             QUIET.store(true, Ordering::SeqCst);
             // it waits for browsers being started: off the async threads, which start them
             let _ = tokio::task::spawn_blocking(crate::env::profiles::kill_all_started).await;
-            eprintln!("guirl: interrupted; the browsers it started are closed");
+            errln!("guirl: interrupted; the browsers it started are closed");
             // Held to the exit: no episode is kept after the count is said.
             let said = DONE_SO_FAR.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(line) = said.as_ref() {
-                eprintln!("guirl: {line}");
+                errln!("guirl: {line}");
             }
             std::process::exit(code.into());
         }

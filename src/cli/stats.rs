@@ -49,9 +49,9 @@ pub fn stats(args: StatsArgs) -> anyhow::Result<()> {
     }
     let stats = SetStats::of(&sets, args.by);
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&stats)?);
+        outln!("{}", serde_json::to_string_pretty(&stats)?);
     } else {
-        print!("{}", stats.table());
+        out!("{}", stats.table());
     }
     Ok(())
 }

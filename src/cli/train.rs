@@ -74,7 +74,7 @@ pub async fn train(args: TrainArgs) -> anyhow::Result<Option<u8>> {
         if let Some(kind) = args.model_kind {
             example = crate::train::config::with_model_kind(&example, kind);
         }
-        print!("{example}");
+        out!("{example}");
         return Ok(None);
     };
     // A resumed run's config may be its folder's config.toml, saved by a guirl that wrote
@@ -148,7 +148,7 @@ pub async fn train(args: TrainArgs) -> anyhow::Result<Option<u8>> {
         let here = crate::train::checkpoint::best(&dir).ok().flatten();
         (s, here.map_or(p.clone(), |d| d.display().to_string()))
     });
-    println!(
+    outln!(
         "run={} iterations={} env_steps={} wall_secs={:.0}{}",
         dir.display(),
         state.iteration,
@@ -165,10 +165,7 @@ pub async fn train(args: TrainArgs) -> anyhow::Result<Option<u8>> {
             },
             None => format!("at iteration {} of {total}", state.iteration),
         };
-        eprintln!(
-            "guirl: stopped {at}, saved; continue it with `guirl train --resume --out {}`",
-            dir.display()
-        );
+        errln!("guirl: stopped {at}, saved; continue it with `guirl train --resume --out {}`", dir.display());
     }
     Ok(stopped)
 }
@@ -178,7 +175,7 @@ fn print_phases(dir: &std::path::Path) {
     let metrics = crate::train::metrics::read_metrics(&dir.join("metrics.jsonl")).unwrap_or_default();
     let Some(table) = crate::train::phase_table::PhaseTable::of(&metrics) else { return };
     let md = table.markdown();
-    eprintln!("\n{md}");
+    errln!("\n{md}");
     if let Err(e) = std::fs::write(dir.join("phases.md"), &md) {
         tracing::warn!("{}: cannot write the phase table: {e}", dir.join("phases.md").display());
     }

@@ -64,7 +64,7 @@ pub fn train_reward(args: TrainRewardArgs) -> anyhow::Result<()> {
     };
     let r = train_reward_model(&opts)?;
     let m = &r.heldout;
-    println!(
+    outln!(
         "out={} train_episodes={} heldout_episodes={} heldout_successes={} accuracy={:.3} auc={} brier={:.4} ece={:.4} \
          train_accuracy={:.3} train_secs={:.1}",
         r.out.display(),

@@ -21,7 +21,13 @@ pub struct EvalResult {
     pub success: f64,
     /// Mean reward.
     pub reward: f64,
+    /// Episodes left out: browsers failed at every try ([`EVAL_TRIES`]).
+    pub lost: usize,
 }
+
+/// Tries an evaluation episode gets where its browser fails (`env_error`): the rate is
+/// over the held-out seeds, not lowered by a crash.
+pub const EVAL_TRIES: usize = 3;
 
 impl EvalResult {
     /// Whether this beats `best` (higher success; at equal success, higher reward). The
@@ -59,22 +65,25 @@ pub fn test_jobs(tasks: &[Arc<dyn Task>], per_task: usize) -> Vec<Job> {
 pub struct EvalCounts {
     /// Successful episodes.
     pub successes: usize,
-    /// Episodes run.
+    /// Episodes run to an outcome (the rate's denominator).
     pub episodes: usize,
+    /// Episodes left out: their browsers failed at every try ([`EVAL_TRIES`]).
+    pub lost: usize,
     /// Mean reward.
     pub reward: f64,
     /// The seeds of the successful episodes, by task id, ascending.
     pub won: BTreeMap<String, Vec<u64>>,
 }
 
-/// Greedy success rate and mean reward of `policy` on `jobs`.
+/// Greedy success rate and mean reward of `policy` on `jobs`, an episode whose browser
+/// failed run again (up to [`EVAL_TRIES`] tries).
 pub async fn evaluate(
     collector: &mut Collector,
     policy: &mut dyn TrainablePolicy,
     jobs: Vec<Job>,
 ) -> anyhow::Result<EvalResult> {
     let c = evaluate_counts(collector, policy, jobs).await?;
-    Ok(EvalResult { success: c.successes as f64 / c.episodes.max(1) as f64, reward: c.reward })
+    Ok(EvalResult { success: c.successes as f64 / c.episodes.max(1) as f64, reward: c.reward, lost: c.lost })
 }
 
 /// [`evaluate`], as counts.
@@ -87,10 +96,10 @@ pub async fn evaluate_counts(
     policy.set_sampling(Sampling { greedy: true, ..sampling });
     let keep = collector.keep_frames;
     collector.keep_frames = false;
-    let res = collector.collect(policy, jobs, |_, _| {}).await;
+    let res = collector.collect_complete(policy, jobs, EVAL_TRIES).await;
     collector.keep_frames = keep;
     policy.set_sampling(sampling);
-    let (recs, _) = res?;
+    let crate::rollout::Completed { recs, lost, .. } = res?;
     let successes = recs.iter().filter(|r| r.trajectory.outcome.status == EpisodeStatus::Success).count();
     let reward = recs.iter().map(|r| r.trajectory.outcome.reward).sum::<f64>() / recs.len().max(1) as f64;
     let mut won: BTreeMap<String, Vec<u64>> = BTreeMap::new();
@@ -98,5 +107,5 @@ pub async fn evaluate_counts(
         won.entry(r.trajectory.task_id.clone()).or_default().push(r.trajectory.seed);
     }
     won.values_mut().for_each(|s| s.sort_unstable());
-    Ok(EvalCounts { successes, episodes: recs.len(), reward, won })
+    Ok(EvalCounts { successes, episodes: recs.len(), lost, reward, won })
 }

@@ -230,6 +230,10 @@ pub struct IterationMetrics {
     /// Mean eval reward, when evaluated.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub eval_reward: Option<f64>,
+    /// Eval episodes left out of `eval_success`: their browsers failed at every try
+    /// (logged only when some were).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub eval_env_errors: Option<u64>,
     /// Seconds since the run started (across resumes).
     pub wall_secs: f64,
     /// With two or more tasks: each task's training success this iteration (its counted

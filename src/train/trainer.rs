@@ -278,6 +278,7 @@ impl Trainer {
                 metrics.append(&IterationMetrics {
                     eval_success: Some(e.success),
                     eval_reward: Some(e.reward),
+                    eval_env_errors: (e.lost > 0).then_some(e.lost as u64),
                     wall_secs: self.state.wall_secs,
                     ..Default::default()
                 })?;
@@ -347,7 +348,8 @@ impl Trainer {
                 None => stopping,
             };
             if let (Some(success), Some(reward)) = (m.eval_success, m.eval_reward) {
-                self.consider_best(EvalResult { success, reward })?;
+                let lost = m.eval_env_errors.unwrap_or(0) as usize;
+                self.consider_best(EvalResult { success, reward, lost })?;
             } else if last || stopping || (interval > 0 && self.state.iteration.is_multiple_of(interval)) {
                 self.save_checkpoint()?;
             }

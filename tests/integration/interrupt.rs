@@ -292,3 +292,42 @@ fn a_second_signal_stops_training_at_once_and_says_how_to_go_on() {
         "{err}"
     );
 }
+
+/// Ctrl-C on `guirl train … | tee log` reaches `tee` too, which closes the pipe before
+/// guirl writes its last lines: the run still saves the iteration it stopped after and
+/// exits 130 (a closed stdout or stderr is no crash).
+#[test]
+fn a_stopped_training_whose_output_pipe_closed_still_saves() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cfg, run) = (dir.path().join("c.toml"), dir.path().join("run"));
+    std::fs::write(
+        &cfg,
+        "[run]\nname = \"c\"\niterations = 100\n[tasks]\nids = [\"miniwob/click-test\"]\n\
+         [model]\npreset = \"tiny\"\n[algo]\nbatch_seeds = 1\ngroup_size = 4\n[rollout]\nenvs = 1\nmax_steps = 3\n\
+         [eval]\ninterval = 0\n[checkpoint]\ninterval = 0\n",
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_guirl"))
+        .arg("train")
+        .arg(&cfg)
+        .arg("--out")
+        .arg(&run)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("running guirl");
+    // The reader is gone, as a `tee` killed by the same Ctrl-C.
+    drop(child.stdout.take());
+    drop(child.stderr.take());
+    wait_for_browsers(&child, 1);
+    std::thread::sleep(Duration::from_millis(300));
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "{status}");
+    let saved: Vec<String> = std::fs::read_dir(run.join("checkpoints"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("iter-") && n != "iter-000000")
+        .collect();
+    assert!(!saved.is_empty(), "the iteration it stopped after is saved: {saved:?}");
+}

@@ -168,6 +168,7 @@ impl Trainer {
             let e = self.evaluate().await?;
             m.eval_success = Some(e.success);
             m.eval_reward = Some(e.reward);
+            m.eval_env_errors = (e.lost > 0).then_some(e.lost as u64);
         }
         let every = self.cfg.rollout.record_every;
         if every > 0 && done.is_multiple_of(every) && self.writes() {
