@@ -11,7 +11,7 @@ use image::RgbImage;
 
 /// Every rank's episodes of a collection of `n` jobs, with their job indices in order,
 /// from this rank's (`ran`: the jobs `r, r + W, …`, or its error, which every rank then
-/// reports); the stats summed, the seconds those of the slowest rank.
+/// reports); the stats as [`combine`] puts them on one clock.
 pub(super) fn exchange(
     pg: &ProcessGroup,
     n: usize,
@@ -21,12 +21,10 @@ pub(super) fn exchange(
     let payload = ran.map(|(recs, stats)| encode(&recs, &stats)).map_err(|e| format!("{e:#}"));
     let parts = off_runtime(|| pg.all_gather(payload))?;
     let mut slots: Vec<Option<Recorded>> = vec![None; n];
-    let mut stats = CollectStats::default();
-    let mut seconds: f64 = 0.0;
+    let mut each = Vec::with_capacity(parts.len());
     for (rank, part) in parts.iter().enumerate() {
         let (recs, s) = decode(part).with_context(|| format!("the episodes rank {rank} sent"))?;
-        seconds = seconds.max(s.seconds);
-        stats.add(&s);
+        each.push(s);
         for (i, rec) in recs {
             ensure!(
                 i < n && i % w == rank && slots[i].is_none(),
@@ -35,9 +33,26 @@ pub(super) fn exchange(
             slots[i] = Some(rec);
         }
     }
-    // The ranks ran side by side: the round took as long as the slowest.
-    stats.seconds = seconds;
+    let stats = combine(&each);
     Ok((slots.into_iter().enumerate().filter_map(|(i, rec)| Some((i, rec?))).collect(), stats))
+}
+
+/// The ranks' stats of one round on one clock. Counts and the envs' per-step times add up.
+/// The ranks ran side by side: the round took as long as the slowest, and the policy's
+/// times (its calls, prompts, decode steps) are a rank's, the mean over ranks, so that the
+/// envs' wait (the round less the policy's time) is one rank's too. Summed, two ranks'
+/// policy time passed the round's and the wait read 0.
+fn combine(each: &[CollectStats]) -> CollectStats {
+    let mut stats = CollectStats::default();
+    for s in each {
+        stats.add(s);
+    }
+    let w = each.len().max(1) as f64;
+    stats.seconds = each.iter().map(|s| s.seconds).fold(0.0, f64::max);
+    stats.policy_secs /= w;
+    stats.prefill_secs /= w;
+    stats.decode_secs /= w;
+    stats
 }
 
 /// `[stats JSON][count]{[index][trajectory JSON][frames]{[w][h][rgb]}}`, every number a
@@ -123,5 +138,26 @@ mod tests {
         let mut cut = encode(&[(4, rec)], &stats);
         cut.pop();
         assert!(decode(&cut).is_err());
+    }
+
+    /// Two ranks' rounds: counts add up, the round is the slower rank's, the policy's time
+    /// one rank's (the mean), so the envs' wait is the round less it, not 0.
+    #[test]
+    fn two_ranks_rounds_are_put_on_one_clock() {
+        let rank = |seconds: f64, policy: f64| CollectStats {
+            episodes: 4,
+            env_steps: 10,
+            seconds,
+            policy_secs: policy,
+            decode_secs: policy,
+            env_settle_secs: 0.2,
+            ..Default::default()
+        };
+        let s = combine(&[rank(0.9, 0.5), rank(0.8, 0.48)]);
+        assert_eq!((s.episodes, s.env_steps), (8, 20));
+        assert!((s.seconds - 0.9).abs() < 1e-12, "{s:?}");
+        assert!((s.policy_secs - 0.49).abs() < 1e-12 && (s.decode_secs - 0.49).abs() < 1e-12, "{s:?}");
+        assert!((s.env_wait_secs() - 0.41).abs() < 1e-9, "{s:?}");
+        assert!((s.env_settle_secs - 0.4).abs() < 1e-12, "summed over envs, as env_steps: {s:?}");
     }
 }

@@ -204,7 +204,7 @@ pub struct IterationMetrics {
     /// Seconds spent in the update's optimizer steps (and the algorithm's own training).
     pub update_secs: f64,
     /// Of the collection's wall-clock, the time in the policy's calls (forward passes,
-    /// sampling).
+    /// sampling); in a data-parallel run one rank's, the mean over ranks.
     pub policy_secs: f64,
     /// Of `policy_secs`, for a policy that decodes token by token: running prompts.
     pub prefill_secs: f64,
@@ -250,15 +250,18 @@ impl IterationMetrics {
     /// Where the iteration's time went, for the progress line: the collection split into
     /// the policy's calls and the wait for envs, and the update.
     pub fn time_split(&self) -> String {
-        // collected beside the last update, the wait is what the update did not hide
-        let (wait, of) = match self.staleness {
-            Some(_) => ("waited", " for the background collection"),
-            None => ("collect", ""),
-        };
-        format!(
-            "{wait} {:.1}s{of} (policy {:.1}s, env wait {:.1}s) update {:.1}s",
-            self.rollout_secs, self.policy_secs, self.env_wait_secs, self.update_secs
-        )
+        let parts = format!("policy {:.1}s, env wait {:.1}s", self.policy_secs, self.env_wait_secs);
+        match self.staleness {
+            // collected beside the last update: the wait is what the update did not hide,
+            // and the collection's own time is the parts'
+            Some(s) if s > 0 => format!(
+                "waited {:.1}s for the background collection ({:.1}s: {parts}) update {:.1}s",
+                self.rollout_secs,
+                self.policy_secs + self.env_wait_secs,
+                self.update_secs
+            ),
+            _ => format!("collect {:.1}s ({parts}) update {:.1}s", self.rollout_secs, self.update_secs),
+        }
     }
 
     /// Copy the advantage statistics in.

@@ -154,7 +154,14 @@ fn the_time_split_says_what_a_background_collection_waited() {
     let mut x = m(3);
     (x.rollout_secs, x.policy_secs, x.env_wait_secs, x.update_secs) = (0.2, 0.8, 0.3, 1.0);
     assert_eq!(x.time_split(), "collect 0.2s (policy 0.8s, env wait 0.3s) update 1.0s");
-    // at bound 1 the parts (the whole background collection) may exceed the wait
+    // at bound 1 the parts (the whole background collection) may exceed the wait: the
+    // collection's own time is said beside them
     x.staleness = Some(1);
-    assert!(x.time_split().starts_with("waited 0.2s for the background collection (policy 0.8s"));
+    assert_eq!(
+        x.time_split(),
+        "waited 0.2s for the background collection (1.1s: policy 0.8s, env wait 0.3s) update 1.0s"
+    );
+    // the first iteration at bound 1 is collected in the foreground, with the current weights
+    x.staleness = Some(0);
+    assert_eq!(x.time_split(), "collect 0.2s (policy 0.8s, env wait 0.3s) update 1.0s");
 }

@@ -38,6 +38,9 @@ pub struct PhaseTable {
     pub whole_calls: f64,
     /// See `prefill`.
     pub env_wait: f64,
+    /// Whether some iteration's rollouts were collected during an update
+    /// (`max_staleness = 1`): only then can the compute pass the wall-clock.
+    pub overlapped: bool,
     /// Env steps per iteration.
     pub env_steps: f64,
     /// One env step's own time (action, settling, screenshot), ms, mean over steps.
@@ -85,6 +88,7 @@ impl PhaseTable {
                 _ => 0.0,
             }),
             env_wait: mean(&|r| r.2.env_wait_secs),
+            overlapped: rows.iter().any(|r| r.2.staleness.is_some_and(|s| s > 0)),
             env_steps,
             env_step_ms: 1e3 * env_secs / env_steps.max(1e-9),
         })
@@ -125,10 +129,12 @@ impl PhaseTable {
         row("update", self.update);
         row("other (metrics, evaluation, checkpoint)", self.other());
         row("**collection** (its own clock)", self.collection());
-        row("policy: prefill", self.prefill);
-        row("policy: decode", self.decode);
+        // a policy answers by whole calls or token by token: the other rows are not its
         if self.whole_calls > 0.0 {
             row("policy: whole calls", self.whole_calls);
+        } else {
+            row("policy: prefill", self.prefill);
+            row("policy: decode", self.decode);
         }
         row("envs (the policy waiting)", self.env_wait);
         let share = self.compute_share();
@@ -139,7 +145,10 @@ impl PhaseTable {
             self.env_steps,
             self.env_step_ms,
             100.0 * share,
-            if share > 1.0 { " (over 100 %: the collection computed while the update did)" } else { "" }
+            match (share > 1.0, self.overlapped) {
+                (true, true) => " (over 100 %: the collection computed while the update did)",
+                _ => "",
+            }
         );
         out
     }
@@ -188,11 +197,20 @@ mod tests {
         let md = t.markdown();
         assert!(md.contains("| policy: decode | 2.000 | 18 % |"), "{md}");
         assert!(!md.contains("whole calls"), "{md}");
+        // a policy of whole calls has no prefill or decode rows
+        let whole = |l: IterationMetrics| IterationMetrics { prefill_secs: 0.0, decode_secs: 0.0, ..l };
+        let mdw = PhaseTable::of(&[whole(m[0].clone()), whole(m[1].clone())]).unwrap().markdown();
+        assert!(mdw.contains("| policy: whole calls | 2.000 |") && !mdw.contains("policy: prefill"), "{mdw}");
         assert!(md.contains("is 68 % of the iteration's wall-clock.") && !md.contains("over 100"), "{md}");
         // an overlapped iteration: the collection's 6 s of decoding ran during the update
-        let overlapped = PhaseTable::of(&[m[0].clone(), line(40.0, 30, 0.5, 8.0, 0.5, 6.0)]).unwrap();
+        let over = IterationMetrics { staleness: Some(1), ..line(40.0, 30, 0.5, 8.0, 0.5, 6.0) };
+        let overlapped = PhaseTable::of(&[m[0].clone(), over.clone()]).unwrap();
         let md2 = overlapped.markdown();
         assert!(md2.contains("(over 100 %: the collection computed while the update did)"), "{md2}");
+        // lock-step: no overlap to explain it
+        let lock_step = IterationMetrics { staleness: None, ..over };
+        let md3 = PhaseTable::of(&[m[0].clone(), lock_step]).unwrap().markdown();
+        assert!(!md3.contains("over 100"), "{md3}");
         assert!(PhaseTable::of(&[]).is_none());
         assert!(md.contains("mean of 2 iteration(s), the run's first left out"), "{md}");
         let one = PhaseTable::of(&m[..1]).unwrap();
