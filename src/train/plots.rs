@@ -144,13 +144,23 @@ pub(crate) fn draw(
         mesh.x_desc(x_desc).y_desc(y_desc).label_style((FAMILY, 14)).axis_desc_style((FAMILY, 16));
     }
     mesh.draw().map_err(|x| e(&x))?;
-    for l in lines.iter().filter(|l| !l.points.is_empty()) {
-        let style = l.color.stroke_width(2);
+    let drawn: Vec<&Line> = lines.iter().filter(|l| !l.points.is_empty()).collect();
+    for (i, l) in drawn.iter().enumerate() {
+        // A line a later one draws over exactly (GRPO's mean reward is its group baseline;
+        // with no KL or entropy term the loss is its policy term) is drawn wider, so that
+        // it shows as a border, and its legend says which line covers it.
+        let under = drawn[i + 1..].iter().find(|o| o.points == l.points);
+        let width = if under.is_some() { 6 } else { 2 };
+        let style = l.color.stroke_width(width);
         let s = chart.draw_series(LineSeries::new(l.points.iter().copied(), style)).map_err(|x| e(&x))?;
         if text {
             let c = l.color;
-            s.label(&l.label)
-                .legend(move |(x, y)| PathElement::new([(x, y), (x + 18, y)], c.stroke_width(2)));
+            let label = match under {
+                Some(o) => format!("{} (= {})", l.label, o.label),
+                None => l.label.clone(),
+            };
+            s.label(label)
+                .legend(move |(x, y)| PathElement::new([(x, y), (x + 18, y)], c.stroke_width(width)));
         }
         if l.points.len() == 1 {
             chart
@@ -450,5 +460,19 @@ mod tests {
         // one iteration, and none
         write_plots(&synthetic(1), &dir.path().join("one")).unwrap();
         write_plots(&[], &dir.path().join("none")).unwrap();
+    }
+
+    /// A line that a later one covers exactly still shows (as a border round it).
+    #[test]
+    fn a_line_drawn_over_exactly_still_shows() {
+        let dir = tempfile::tempdir().unwrap();
+        let points: Vec<(f64, f64)> = (0..10).map(|i| (i as f64, (i % 3) as f64)).collect();
+        let mk = |label: &str, color| Line { label: label.into(), color, points: points.clone() };
+        let path = dir.path().join("same.png");
+        draw(&path, "t", ("x", "y"), false, &[mk("mean", BLUE_), mk("baseline", ORANGE)], false).unwrap();
+        let img = image::open(&path).unwrap().to_rgb8();
+        let count = |c: RGBColor| img.pixels().filter(|p| p.0 == [c.0, c.1, c.2]).count();
+        assert!(count(ORANGE) > 100, "the top line is drawn");
+        assert!(count(BLUE_) > 100, "the covered line shows: {} pixels", count(BLUE_));
     }
 }
