@@ -138,10 +138,11 @@ impl PhaseTable {
         }
         row("envs (the policy waiting)", self.env_wait);
         let share = self.compute_share();
+        let calls = if self.whole_calls > 0.0 { "its calls" } else { "prefill, decode" };
         let _ = write!(
             out,
             "\n{:.1} env steps an iteration, {:.1} ms each (action, settling, screenshot). The policy's \
-             compute (prefill, decode, scoring, update) is {:.0} % of the iteration's wall-clock{}.\n",
+             compute ({calls}, scoring, update) is {:.0} % of the iteration's wall-clock{}.\n",
             self.env_steps,
             self.env_step_ms,
             100.0 * share,
@@ -200,7 +201,7 @@ mod tests {
         // a policy of whole calls has no prefill or decode rows
         let whole = |l: IterationMetrics| IterationMetrics { prefill_secs: 0.0, decode_secs: 0.0, ..l };
         let mdw = PhaseTable::of(&[whole(m[0].clone()), whole(m[1].clone())]).unwrap().markdown();
-        assert!(mdw.contains("| policy: whole calls | 2.000 |") && !mdw.contains("policy: prefill"), "{mdw}");
+        assert!(mdw.contains("| policy: whole calls | 2.000 |") && !mdw.contains("prefill"), "{mdw}");
         assert!(md.contains("is 68 % of the iteration's wall-clock.") && !md.contains("over 100"), "{md}");
         // an overlapped iteration: the collection's 6 s of decoding ran during the update
         let over = IterationMetrics { staleness: Some(1), ..line(40.0, 30, 0.5, 8.0, 0.5, 6.0) };
