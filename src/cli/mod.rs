@@ -204,7 +204,8 @@ pub fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            errln!("error: {e:#}");
+            // marked like the rank's log lines: whose error it is, among the ranks' output
+            errln!("{}error: {e:#}", label.unwrap_or(""));
             ExitCode::from(2)
         }
     }

@@ -13,7 +13,9 @@ pub struct ServePolicyArgs {
     /// loopback needs --token.
     #[arg(long, default_value = "127.0.0.1:8000", value_name = "ADDR:PORT")]
     bind: String,
-    /// The model id clients name (default: the checkpoint folder's name).
+    /// The model id clients name (default: the last name of CHECKPOINT, links resolved: a
+    /// run folder's name for a run folder, the checkpoint's, e.g. iter-000010, for
+    /// RUN/checkpoints/latest).
     #[arg(long)]
     model_name: Option<String>,
     /// Bearer token every route but /health requires, which OpenAI clients send as their

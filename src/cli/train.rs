@@ -63,8 +63,8 @@ pub async fn train(args: TrainArgs) -> anyhow::Result<Option<u8>> {
         ),
         _ => None,
     };
-    if let Some(p) = &saved {
-        anyhow::ensure!(p.is_file(), "--resume: {} does not exist; give the run's config", p.display());
+    if let (Some(p), Some(out)) = (&saved, &args.out) {
+        check_run_folder(out, p)?;
     }
     let Some(path) = args.config.as_deref().or(saved.as_deref()).filter(|_| !args.example_config) else {
         let mut example = match args.kind {
@@ -112,6 +112,8 @@ pub async fn train(args: TrainArgs) -> anyhow::Result<Option<u8>> {
         None => None,
     };
     let root = group.as_ref().is_none_or(|g| g.is_root());
+    // what continues the run as it ran: a resume on another number of ranks differs
+    let resume = crate::train::run_folder::resume_command(&dir, group.as_ref().map_or(1, |g| g.world()));
     let total = cfg.run.iterations;
     let cloning_epochs = cfg.sft.as_ref().map(|s| (s.start_epoch, s.start_epoch + s.epochs));
     let mut trainer = Trainer::new_in_group(cfg, dir.clone(), args.resume, args.force, group)?;
@@ -127,9 +129,8 @@ pub async fn train(args: TrainArgs) -> anyhow::Result<Option<u8>> {
             || {
                 format!(
                     "what the run saved (checkpoints, recorded demonstrations, cloning epochs) is in {}: \
-                     continue it with `guirl train --resume --out {}`",
+                     continue it with `{resume}`",
                     dir.display(),
-                    dir.display()
                 )
             },
         );
@@ -165,9 +166,28 @@ pub async fn train(args: TrainArgs) -> anyhow::Result<Option<u8>> {
             },
             None => format!("at iteration {} of {total}", state.iteration),
         };
-        errln!("guirl: stopped {at}, saved; continue it with `guirl train --resume --out {}`", dir.display());
+        errln!("guirl: stopped {at}, saved; continue it with `{resume}`");
     }
     Ok(stopped)
+}
+
+/// `--resume` without a config reads `out`'s `config` (config.toml): say which is missing,
+/// the folder (a typo?) or its config (no run folder).
+fn check_run_folder(out: &std::path::Path, config: &std::path::Path) -> anyhow::Result<()> {
+    let made = "--resume continues a run folder that `guirl train CONFIG --out DIR` made";
+    if !out.is_dir() {
+        let what = if out.exists() { "is not a folder" } else { "does not exist (a typo?)" };
+        anyhow::bail!("--resume: {} {what}; {made}", out.display());
+    }
+    anyhow::ensure!(
+        config.is_file(),
+        "--resume: {} is not a run folder: it has no {}; {made} (or give the run's config: \
+         `guirl train CONFIG --resume --out {}`)",
+        out.display(),
+        crate::train::run_folder::CONFIG_FILE,
+        out.display()
+    );
+    Ok(())
 }
 
 /// Print where the run's iterations spent their time, and keep it as `phases.md`.

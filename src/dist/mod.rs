@@ -354,8 +354,8 @@ impl ProcessGroup {
                     Ok(b) => send(s, OK, b),
                     Err(e) => send(s, ERR, e.as_bytes()),
                 };
-                sent.map_err(|e| lost(0, &e))?;
-                let (tag, body) = recv(s).map_err(|e| lost(0, &e))?;
+                sent.map_err(|e| lost(0, self.world, &e))?;
+                let (tag, body) = recv(s).map_err(|e| lost(0, self.world, &e))?;
                 match tag {
                     OK => Ok(body),
                     _ => bail!("{}", String::from_utf8_lossy(&body)),
@@ -373,7 +373,7 @@ impl ProcessGroup {
                             parts.push(Vec::new());
                         }
                         Err(e) => {
-                            failure.get_or_insert(format!("{:#}", lost(i + 1, &e)));
+                            failure.get_or_insert(format!("{:#}", lost(i + 1, self.world, &e)));
                             parts.push(Vec::new());
                         }
                     }
@@ -395,11 +395,12 @@ impl ProcessGroup {
     }
 }
 
-/// The error of a rank whose peer went away mid-collective.
-fn lost(peer: usize, e: &std::io::Error) -> anyhow::Error {
+/// The error of a rank whose peer went away mid-collective, in a run of `world` ranks
+/// (the resume it names keeps that number: another would give other results).
+fn lost(peer: usize, world: usize, e: &std::io::Error) -> anyhow::Error {
     anyhow::anyhow!(
         "lost the connection to rank {peer} ({e}): that process stopped; its own log says why. \
-         Every rank stops with it; continue the run with --resume"
+         Every rank stops with it; continue the run with --resume --nproc {world}"
     )
 }
 
@@ -517,7 +518,7 @@ fn join(rv: &Rendezvous, fingerprint: &str, deadline: Instant) -> anyhow::Result
     s.set_nodelay(true)?;
     let hello = Hello { rank: rv.rank, world: rv.world, fingerprint: fingerprint.to_string() };
     send(&mut s, OK, &serde_json::to_vec(&hello)?)?;
-    let (tag, body) = recv(&mut s).map_err(|e| lost(0, &e))?;
+    let (tag, body) = recv(&mut s).map_err(|e| lost(0, rv.world, &e))?;
     if tag != OK {
         bail!("rank 0 refused rank {}: {}", rv.rank, String::from_utf8_lossy(&body));
     }

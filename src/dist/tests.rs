@@ -115,7 +115,9 @@ fn a_rank_that_stops_is_reported_by_the_others() {
         },
     );
     let msgs: Vec<String> = out.into_iter().map(Result::unwrap).collect();
-    assert!(msgs[0].contains("lost the connection to rank 2") && msgs[0].contains("--resume"), "{}", msgs[0]);
+    // the resume it names keeps the run's number of ranks
+    let resume = "continue the run with --resume --nproc 3";
+    assert!(msgs[0].contains("lost the connection to rank 2") && msgs[0].contains(resume), "{}", msgs[0]);
     assert!(msgs[1].contains("lost the connection to rank 2"), "{}", msgs[1]);
 }
 

@@ -185,10 +185,54 @@ pub fn sets_in(dir: &Path) -> Vec<PathBuf> {
     if dir.join(TRAJECTORIES_FILE).is_file() {
         return vec![dir.to_path_buf()];
     }
+    // a training run: the rollouts it kept, not its checkpoints' success replay buffers
+    if let Some(kept) = run_rollouts(dir) {
+        return kept;
+    }
     let mut inside = Vec::new();
     sets_below(dir, 4, &mut inside);
     inside.sort();
     inside
+}
+
+/// The first three of `sets`, and how many there are when more.
+fn some_of(sets: &[PathBuf]) -> String {
+    let some: Vec<String> = sets.iter().take(3).map(|d| d.display().to_string()).collect();
+    let more = if sets.len() > 3 { format!(", … ({} in all)", sets.len()) } else { String::new() };
+    format!("{}{more}", some.join(", "))
+}
+
+/// The sets in `RUN/rollouts/` (`[rollout] record_every`), sorted, when `dir` is a training
+/// run's folder (it holds `metrics.jsonl` or `config.toml`). Its checkpoints' success
+/// replay buffers are sets too, but no record of the run.
+fn run_rollouts(dir: &Path) -> Option<Vec<PathBuf>> {
+    use crate::train::run_folder::{CONFIG_FILE, METRICS_FILE};
+    if !dir.join(METRICS_FILE).is_file() && !dir.join(CONFIG_FILE).is_file() {
+        return None;
+    }
+    let mut kept = Vec::new();
+    sets_below(&dir.join("rollouts"), 1, &mut kept);
+    kept.sort();
+    Some(kept)
+}
+
+/// For a training run's folder, where its episodes are, if anywhere, and its figures: a
+/// new user gives `stats` and `view` the run.
+fn run_folder_hint(dir: &Path) -> Option<String> {
+    let kept = run_rollouts(dir)?;
+    let rollouts = dir.join("rollouts");
+    let kept = match kept.len() {
+        0 => "this run kept none".to_string(),
+        _ => format!("this run kept {}", some_of(&kept)),
+    };
+    Some(format!(
+        "; it is a training run, which keeps its rollouts only with `[rollout] record_every = N`, \
+         as trajectory sets in {}/iter-NNNNNN/ that stats and view take ({kept}); the run's figures \
+         are in {} and {}/",
+        rollouts.display(),
+        dir.join(crate::train::run_folder::METRICS_FILE).display(),
+        dir.join("plots").display()
+    ))
 }
 
 impl TrajectorySet {
@@ -204,14 +248,13 @@ impl TrajectorySet {
             let mut inside = Vec::new();
             sets_below(dir, 4, &mut inside);
             inside.sort();
-            let hint = match inside.len() {
-                0 => String::new(),
-                n => {
-                    let some: Vec<String> = inside.iter().take(3).map(|d| d.display().to_string()).collect();
-                    let more = if n > 3 { format!(", … ({n} in all)") } else { String::new() };
+            let hint = match (run_folder_hint(dir), inside.len()) {
+                (Some(hint), _) => hint,
+                (None, 0) => String::new(),
+                (None, _) => {
                     format!(
-                        "; it holds trajectory sets in subfolders: give one of them ({}{more})",
-                        some.join(", ")
+                        "; it holds trajectory sets in subfolders: give one of them ({})",
+                        some_of(&inside)
                     )
                 }
             };
@@ -295,6 +338,34 @@ mod tests {
         let set = TrajectorySet::read(dir).unwrap();
         assert_eq!(set.torn_line, None);
         set.trajectories.iter().map(|t| t.trajectory.seed).collect()
+    }
+
+    #[test]
+    fn a_training_run_is_said_to_keep_its_rollouts_only_when_asked() {
+        let run = tempfile::tempdir().unwrap();
+        std::fs::write(run.path().join("metrics.jsonl"), "").unwrap();
+        let e = TrajectorySet::read(run.path()).unwrap_err().to_string();
+        assert!(
+            e.contains("is not a trajectory set: it has no trajectories.jsonl; it is a training run")
+                && e.contains("only with `[rollout] record_every = N`")
+                && e.contains("(this run kept none)")
+                && e.contains(&format!("{}/metrics.jsonl and {0}/plots", run.path().display())),
+            "{e}"
+        );
+        // the sets it kept are named (not its checkpoints' success replay buffers)
+        for set in ["rollouts/iter-000002", "rollouts/iter-000004", "checkpoints/iter-000004/success_replay"]
+        {
+            TrajectoryWriter::open(&run.path().join(set)).unwrap();
+        }
+        let e = TrajectorySet::read(run.path()).unwrap_err().to_string();
+        let kept = format!(
+            "this run kept {0}/rollouts/iter-000002, {0}/rollouts/iter-000004)",
+            run.path().display()
+        );
+        assert!(e.contains(&kept) && !e.contains("success_replay"), "{e}");
+        // `stats RUN` pools those, and only those
+        let sets = sets_in(run.path());
+        assert_eq!(sets, ["rollouts/iter-000002", "rollouts/iter-000004"].map(|s| run.path().join(s)));
     }
 
     #[test]

@@ -48,7 +48,7 @@ pub const SFT_OPTIMIZER_FILE: &str = "sft_optimizer.safetensors";
 pub const CLONING: &str = "cloning";
 
 /// Where the trainer stands (written next to the weights).
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct TrainerState {
     /// Iterations completed.
     pub iteration: u64,
@@ -74,6 +74,32 @@ pub struct TrainerState {
     /// Each task's faded training success counts (`[tasks] sampling = "progress"`).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub task_tallies: std::collections::BTreeMap<String, super::curriculum::TaskTally>,
+    /// The ranks (processes) the run trained on (`--nproc`, `WORLD_SIZE`): a resume on
+    /// another number is warned about, since its results then differ. Runs written before
+    /// it was kept trained on one.
+    #[serde(default = "one_rank")]
+    pub world_size: usize,
+}
+
+impl Default for TrainerState {
+    fn default() -> TrainerState {
+        TrainerState {
+            iteration: 0,
+            env_steps: 0,
+            wall_secs: 0.0,
+            best_eval: None,
+            sft_done: false,
+            sft_epochs: 0,
+            best_reward: 0.0,
+            kl_coef: None,
+            task_tallies: Default::default(),
+            world_size: 1,
+        }
+    }
+}
+
+fn one_rank() -> usize {
+    1
 }
 
 fn is_zero(n: &usize) -> bool {

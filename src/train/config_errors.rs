@@ -19,10 +19,29 @@ pub(super) fn parse_error(text: &str, e: toml::de::Error) -> anyhow::Error {
     {
         e = e.replace(&format!("expected {rust}"), &format!("expected {plain}"));
     }
+    // after serde's list of every name (43 in [algo]), the one that was meant
+    if let Some(close) = closest_name(e.trim_end()) {
+        e = format!("{}\ndid you mean `{close}`?", e.trim_end());
+    }
     match table {
         Some(t) => anyhow::anyhow!("in table [{t}]: {e}"),
         None => anyhow::anyhow!("{e}"),
     }
+}
+
+/// In serde's ``unknown field `x`, expected one of `a`, `b` `` (or ``unknown variant``),
+/// the expected name closest to `x`, when one is close: Jaro-Winkler above 0.85, as
+/// `[model]`'s unknown keys (`super::model::unknown_key_error`) and the task ids are matched.
+fn closest_name(message: &str) -> Option<&str> {
+    let line = message
+        .lines()
+        .rev()
+        .find(|l| l.starts_with("unknown field `") || l.starts_with("unknown variant `"))?;
+    let (given, expected) = line.split_once('`')?.1.split_once("`, expected ")?;
+    let names = expected.split('`').skip(1).step_by(2);
+    let (score, best) =
+        names.map(|n| (strsim::jaro_winkler(given, n), n)).max_by(|a, b| a.0.total_cmp(&b.0))?;
+    (score > 0.85).then_some(best)
 }
 
 /// The dotted name of the TOML table that the key at byte `pos` of `text` belongs to

@@ -184,6 +184,21 @@ fn dapo_defaults_and_techniques() {
 }
 
 #[test]
+fn a_misspelt_key_or_value_names_the_close_one_after_the_list() {
+    let e = err(&format!("{MINIMAL}[algo]\ngroup_sise = 4\n"));
+    let (list, hint) = e.rsplit_once('\n').unwrap();
+    assert!(list.contains("unknown field `group_sise`, expected one of `kind`, `group_size`"), "{e}");
+    assert_eq!(hint, "did you mean `group_size`?", "{e}");
+    let e = err(&format!("{MINIMAL}[rollout]\nenv = 2\n"));
+    assert!(e.ends_with("did you mean `envs`?") && e.contains("in table [rollout]"), "{e}");
+    let e = err(&format!("{MINIMAL}[algo]\nkind = \"grop\"\n"));
+    assert!(e.ends_with("did you mean `grpo`?"), "{e}");
+    // a name like none of them gets no guess
+    let e = err(&format!("{MINIMAL}[algo]\nzzz = 1\n"));
+    assert!(e.contains("unknown field `zzz`") && !e.contains("did you mean"), "{e}");
+}
+
+#[test]
 fn unknown_keys_are_named_with_their_table() {
     let e = err(&format!("devices = \"cpu\"\n{MINIMAL}"));
     assert!(e.contains("unknown field `devices`"), "{e}");

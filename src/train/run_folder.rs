@@ -96,6 +96,32 @@ pub fn prepare(
     Ok(latest)
 }
 
+/// The command that continues the run in `run_dir` as it ran: on `world_size` ranks
+/// (`--nproc`) when it ran on more than one, since a resume on another number gives other
+/// results.
+pub fn resume_command(run_dir: &Path, world_size: usize) -> String {
+    let nproc = if world_size > 1 { format!(" --nproc {world_size}") } else { String::new() };
+    format!("guirl train --resume{nproc} --out {}", run_dir.display())
+}
+
+/// The warning for resuming on `now` ranks the run in `run_dir` that trained on `before`
+/// (`None` when they agree). Not refused: changing the number of ranks is legitimate, but
+/// the ranks' gradients are summed in another order, so the runs drift apart.
+pub fn world_size_warning(run_dir: &Path, before: usize, now: usize) -> Option<String> {
+    let ranks = |n: usize| if n == 1 { "1 process".to_string() } else { format!("{n} ranks") };
+    (before != now).then(|| {
+        format!(
+            "--resume: the run in {} trained on {}, and now continues on {}: its results will differ \
+             from the uninterrupted run's (the gradients are summed in another order, which AdamW \
+             amplifies); to resume it as it ran: `{}`",
+            run_dir.display(),
+            ranks(before),
+            ranks(now),
+            resume_command(run_dir, before)
+        )
+    })
+}
+
 /// Whether a file exists and holds more than white space.
 fn has_content(path: &Path) -> anyhow::Result<bool> {
     match std::fs::read(path) {
@@ -112,6 +138,9 @@ fn has_content(path: &Path) -> anyhow::Result<bool> {
 pub fn config_differences(old_text: &str, new: &TrainConfig) -> anyhow::Result<Vec<String>> {
     let resolved = |mut c: TrainConfig| -> anyhow::Result<toml::Value> {
         c.resolve();
+        // `resolve` writes the cap only at bound 1, where it is used; compared, a cap left
+        // out is its default, so dropping `max_staleness` lists that key alone.
+        c.algo.behaviour_weight_cap = Some(c.algo.behaviour_weight_cap());
         Ok(toml::Value::try_from(c)?)
     };
     // A config an older guirl wrote with the old [algo] or [model] form is read as its new
@@ -281,6 +310,45 @@ lr = 1e-3
         let mut c = bound_one("");
         c.resolve();
         assert!(c.to_toml().unwrap().contains("behaviour_weight_cap = 2.0"));
+    }
+
+    #[test]
+    fn a_default_left_out_on_the_other_side_is_no_difference() {
+        // a bound-1 run's config.toml writes the cap; the resume drops max_staleness
+        let mut bound_one = config("");
+        bound_one.rollout.max_staleness = 1;
+        bound_one.resolve();
+        let old = bound_one.to_toml().unwrap();
+        assert!(old.contains("behaviour_weight_cap = 2.0"), "{old}");
+        assert_eq!(config_differences(&old, &config("")).unwrap(), ["rollout.max_staleness: 1 → (not set)"]);
+        // a cap other than the default is still a difference
+        let mut capped = bound_one.clone();
+        capped.algo.behaviour_weight_cap = Some(3.0);
+        let d = config_differences(&capped.to_toml().unwrap(), &config("")).unwrap();
+        assert_eq!(d, ["algo.behaviour_weight_cap: 3.0 → 2.0", "rollout.max_staleness: 1 → (not set)"]);
+    }
+
+    #[test]
+    fn a_resume_on_another_number_of_ranks_is_warned_about_with_the_way_it_ran() {
+        let run = Path::new("runs/r");
+        assert_eq!(resume_command(run, 1), "guirl train --resume --out runs/r");
+        assert_eq!(resume_command(run, 2), "guirl train --resume --nproc 2 --out runs/r");
+        assert_eq!(world_size_warning(run, 2, 2), None);
+        let w = world_size_warning(run, 2, 1).unwrap();
+        assert!(
+            w.contains("trained on 2 ranks, and now continues on 1 process")
+                && w.contains("results will differ from the uninterrupted run's")
+                && w.contains("`guirl train --resume --nproc 2 --out runs/r`"),
+            "{w}"
+        );
+        let w = world_size_warning(run, 1, 4).unwrap();
+        assert!(w.contains("on 1 process, and now continues on 4 ranks"), "{w}");
+        assert!(w.ends_with("`guirl train --resume --out runs/r`"), "{w}");
+        // a trainer state written before the number was kept: one process
+        let old: checkpoint::TrainerState =
+            serde_json::from_str(r#"{"iteration": 3, "env_steps": 9, "wall_secs": 1.0, "best_eval": null}"#)
+                .unwrap();
+        assert_eq!(old.world_size, 1);
     }
 
     #[test]

@@ -159,7 +159,7 @@ impl Trainer {
         }
         let mut opt = AdamW::new(policy.trainable_vars(), cfg.algo.adamw_config())?;
         // A cloning under way resumes in `sft()` (its optimizer is cloning's own).
-        let state = match &start {
+        let mut state = match &start {
             Some(ResumePoint::Checkpoint(dir)) => {
                 policy.load(dir)?;
                 checkpoint::load_state(dir, &mut opt)?
@@ -170,6 +170,13 @@ impl Trainer {
             }
             None => TrainerState::default(),
         };
+        let world_size = group.as_ref().map_or(1, |g| g.world());
+        // said once (rank 0); a new run has nothing to differ from
+        let changed = super::run_folder::world_size_warning(&run_dir, state.world_size, world_size);
+        if let Some(w) = changed.filter(|_| writes && start.is_some()) {
+            tracing::warn!("{w}");
+        }
+        state.world_size = world_size;
         let algorithm = super::algorithm::for_run(&cfg, &device, latest.as_deref())?;
         let replay = match &latest {
             Some(dir) => SuccessReplay::load(cfg.algo.success_replay, dir)?,

@@ -363,15 +363,31 @@ fn train_keeps_one_run_per_folder() {
     let nowhere = root.path().join("nowhere");
     fails_with(
         &guirl(&["train", "--resume", "--out", nowhere.to_str().unwrap()]),
-        &["nowhere/config.toml does not exist"],
+        &[
+            "--resume: ",
+            "nowhere does not exist (a typo?); --resume continues a run folder that \
+             `guirl train CONFIG --out DIR` made",
+        ],
     );
     assert!(!nowhere.exists(), "a failed resume creates no folder");
+    // a folder, but no run's: said to be none (it has no config.toml)
+    let plain = root.path().join("plain");
+    std::fs::create_dir_all(&plain).unwrap();
+    let out = guirl(&["train", "--resume", "--out", plain.to_str().unwrap()]);
+    fails_with(&out, &[&format!("--resume: {} is not a run folder: it has no config.toml", plain.display())]);
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("does not exist"));
     // a finished run, resumed: nothing to train, and it says what would continue it
     let r4 = root.path().join("r4");
     guirl::train::run_folder::prepare(&r4, &cfg, false, false).unwrap();
     // (its best recorded with the path of the folder it was copied from)
     let best = Some((0.5, "/elsewhere/run/checkpoints/iter-000002".to_string()));
-    let done = guirl::train::checkpoint::TrainerState { iteration: 2, best_eval: best, ..Default::default() };
+    // (trained on 2 ranks: a resume in one process is warned about)
+    let done = guirl::train::checkpoint::TrainerState {
+        iteration: 2,
+        best_eval: best,
+        world_size: 2,
+        ..Default::default()
+    };
     let saved = guirl::train::checkpoint::save(&r4, policy.as_ref(), &opt, &done).unwrap();
     guirl::train::checkpoint::mark_best(&r4, &saved).unwrap();
     let out = guirl(&["train", "--resume", "--out", r4.to_str().unwrap()]);
@@ -381,9 +397,37 @@ fn train_keeps_one_run_per_folder() {
         err.contains("already at iteration 2 of run.iterations = 2") && err.contains("raise run.iterations"),
         "{err}"
     );
+    assert!(
+        err.contains("trained on 2 ranks, and now continues on 1 process: its results will differ")
+            && err.contains(&format!("`guirl train --resume --nproc 2 --out {}`", r4.display())),
+        "{err}"
+    );
     // The summary names the folder's own best checkpoint, not the recorded path.
     let summary = String::from_utf8_lossy(&out.stdout);
     assert!(summary.contains(&format!("best={}", saved.display())), "{summary}");
+}
+
+/// A data-parallel rank other than 0 marks its final error line as it marks its log
+/// lines, so the ranks' errors can be told apart in one terminal.
+#[test]
+fn a_rank_s_error_line_carries_its_rank() {
+    let root = tempfile::tempdir().unwrap();
+    let cfg = root.path().join("c.toml");
+    std::fs::write(&cfg, "[run]\nname = \"x\"\niterations = 1\n[tasks]\nids = [\"builtin/two-buttons\"]\n")
+        .unwrap();
+    let rank = |r: &str| {
+        Command::new(env!("CARGO_BIN_EXE_guirl"))
+            .args(["train", cfg.to_str().unwrap(), "--nproc", "2"])
+            .env("WORLD_SIZE", "2")
+            .env("RANK", r)
+            .output()
+            .unwrap()
+    };
+    let said = "error: --nproc 2 in a process that already is one rank of a run";
+    fails_with(&rank("1"), &[&format!("[rank 1] {said}")]);
+    let out = rank("0");
+    fails_with(&out, &[said]);
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("[rank"), "rank 0 speaks for the run unmarked");
 }
 
 /// `guirl train --example-config` prints the documented example, which parses as a

@@ -88,7 +88,12 @@ fn a_killed_rank_stops_the_run_and_it_resumes() {
     let out = launcher.wait_with_output().unwrap();
     fails_with(
         &out,
-        &["lost the connection to rank 1", "--resume", "the run stopped: rank 0", "rank 1 signal: 9"],
+        &[
+            "lost the connection to rank 1",
+            "continue the run with --resume --nproc 2",
+            "the run stopped: rank 0",
+            "rank 1 signal: 9",
+        ],
     );
     let resumed = ok(guirl_train(&cfg, &run, &["--resume", "--nproc", "2"]).output().unwrap());
     assert!(!resumed.contains("held other weights"), "{resumed}");
@@ -114,7 +119,9 @@ fn ctrl_c_stops_every_rank_at_one_iteration_with_a_checkpoint() {
     assert!(!err.contains("error"), "{err}");
     assert_eq!(err.matches("stopping after this iteration").count(), 1, "{err}");
     assert_eq!(err.matches("checkpoint saved").count(), 1, "{err}");
-    assert_eq!(err.matches("continue it with `guirl train --resume").count(), 1, "{err}");
+    // the resume named is on the run's 2 ranks: one process would give other results
+    let resume = format!("continue it with `guirl train --resume --nproc 2 --out {}`", run.display());
+    assert_eq!(err.matches(&resume).count(), 1, "{err}");
     let m = metrics(&run);
     let last = m.last().unwrap()["iteration"].as_u64().unwrap();
     assert!(last < 40, "the run was not stopped early");

@@ -236,6 +236,38 @@ fn view_of_a_folder_that_is_not_a_trajectory_set_fails_with_the_store_message() 
     assert!(String::from_utf8_lossy(&out.stderr).contains("is a folder: give the page's file name"));
 }
 
+/// `stats` and `view` of a training run's folder, a new user's first guess: they say a run
+/// keeps its rollouts only with `record_every`, name those it kept, and where its figures are.
+#[test]
+fn stats_and_view_of_a_training_run_say_where_its_episodes_and_figures_are() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    std::fs::create_dir_all(&run).unwrap();
+    std::fs::write(run.join("config.toml"), "").unwrap();
+    std::fs::write(run.join("metrics.jsonl"), "").unwrap();
+    for cmd in ["stats", "view"] {
+        let out = guirl(&[cmd, s(&run)]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{cmd}: {err}");
+        for needle in [
+            "it is a training run, which keeps its rollouts only with `[rollout] record_every = N`",
+            "(this run kept none)",
+            "metrics.jsonl and",
+            "/plots",
+        ] {
+            assert!(err.contains(needle), "{cmd} lacks {needle:?}: {err}");
+        }
+    }
+    // a run that kept some: view names them (stats pools them)
+    let kept = run.join("rollouts/iter-000003");
+    std::fs::create_dir_all(&kept).unwrap();
+    std::fs::write(kept.join("trajectories.jsonl"), "").unwrap();
+    let err = String::from_utf8_lossy(&guirl(&["view", s(&run)]).stderr).to_string();
+    assert!(err.contains(&format!("(this run kept {})", kept.display())), "{err}");
+    let err = String::from_utf8_lossy(&guirl(&["stats", s(&run)]).stderr).to_string();
+    assert!(err.contains(&format!("no episode in {}", kept.display())), "{err}");
+}
+
 /// An episode that failed at reset (no step, no screen) is drawn with a placeholder's size
 /// and says so: it was drawn as a 1×1 frame with a squeezed final card.
 #[tokio::test]

@@ -35,7 +35,9 @@ impl Trainer {
         }
         match self.save_checkpoint() {
             Ok(dir) => {
-                e.context(format!("training stopped; {} saved, continue with --resume", dir.display()))
+                // as it ran: a resume on another number of ranks gives other results
+                let resume = crate::train::run_folder::resume_command(&self.run_dir, self.state.world_size);
+                e.context(format!("training stopped; {} saved, continue with `{resume}`", dir.display()))
             }
             Err(save) => {
                 e.context(format!("training stopped, and its checkpoint could not be saved: {save:#}"))
