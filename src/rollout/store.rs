@@ -202,12 +202,15 @@ fn some_of(sets: &[PathBuf]) -> String {
     format!("{}{more}", some.join(", "))
 }
 
+/// A training run's metrics file (as `METRICS_FILE` in train/run_folder.rs).
+const RUN_METRICS: &str = "metrics.jsonl";
+
 /// The sets in `RUN/rollouts/` (`[rollout] record_every`), sorted, when `dir` is a training
 /// run's folder (it holds `metrics.jsonl` or `config.toml`). Its checkpoints' success
 /// replay buffers are sets too, but no record of the run.
 fn run_rollouts(dir: &Path) -> Option<Vec<PathBuf>> {
-    use crate::train::run_folder::{CONFIG_FILE, METRICS_FILE};
-    if !dir.join(METRICS_FILE).is_file() && !dir.join(CONFIG_FILE).is_file() {
+    // a training run's files (train/run_folder.rs), named here: rollout sits below train
+    if !dir.join(RUN_METRICS).is_file() && !dir.join("config.toml").is_file() {
         return None;
     }
     let mut kept = Vec::new();
@@ -230,7 +233,7 @@ fn run_folder_hint(dir: &Path) -> Option<String> {
          as trajectory sets in {}/iter-NNNNNN/ that stats and view take ({kept}); the run's figures \
          are in {} and {}/",
         rollouts.display(),
-        dir.join(crate::train::run_folder::METRICS_FILE).display(),
+        dir.join(RUN_METRICS).display(),
         dir.join("plots").display()
     ))
 }
